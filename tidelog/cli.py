@@ -1,0 +1,52 @@
+"""The ``tidelog`` command line.
+
+Each subcommand lives in its own module under ``tidelog.commands`` exposing
+``configure(parser)`` and ``run(args) -> int``. A command module keeps its top-level imports
+light and imports server packages inside ``run()``, so ``tidelog --help`` stays fast and a
+client-only install never imports server code.
+Errors that a user can cause end with a one-line message and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tidelog.errors import TidelogError
+
+#: name -> (module under tidelog.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "dump-log": ("dump_log", "print the batches, records and index entries of a segment"),
+    "storage-demo": ("storage_demo", "write, roll, look up and reopen a partition log on disk"),
+    "sim": ("sim", "run the deterministic Raft simulator for one seed or a range of seeds"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tidelog", description="Tidelog: a replicated log.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module_name, help_text) in COMMANDS.items():
+        cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
+        cmd_parser.set_defaults(_module=module_name)
+        module = importlib.import_module(f"tidelog.commands.{module_name}")
+        module.configure(cmd_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(f"tidelog.commands.{args._module}")
+    try:
+        return int(module.run(args))
+    except TidelogError as exc:
+        print(f"tidelog {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``tidelog`` CLI, one module each, imported only when invoked."""
