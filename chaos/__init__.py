@@ -1,0 +1,1 @@
+"""Fault injection and the Jepsen-style checker for real-process chaos runs."""

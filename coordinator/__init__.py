@@ -1,0 +1,1 @@
+"""Group (consumer offsets) and transaction coordinators hosted by nodes."""

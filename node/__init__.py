@@ -1,0 +1,1 @@
+"""The node process: wires storage, replication and the coordinators to gRPC."""
