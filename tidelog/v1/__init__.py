@@ -1,0 +1,1 @@
+"""Generated gRPC modules of the tidelog.v1 API (regenerate with scripts/gen-proto.sh)."""
