@@ -1,0 +1,202 @@
+"""The cluster metadata image and the records of the replicated metadata log (the controller).
+
+Topic creation and deletion are records in a Raft-replicated log; every node applies the
+committed records in order to the same image, so after any crash all nodes agree on topics,
+configs and replica assignments (SPEC §7). Everything here is pure: decisions (validation,
+replica assignment) are made once by the controller leader before it proposes a record, and the
+record carries the outcome, so applying it never depends on the applying node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tidelog.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TidelogError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+METADATA_TOPIC = "__cluster_metadata"
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC})
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS = 10_000
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """One topic as every node knows it: replica lists per partition, preferred leader first."""
+
+    name: str
+    assignment: tuple[tuple[int, ...], ...]
+    configs: Mapping[str, str] = field(default_factory=dict)
+    topic_id: int = 0
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.assignment)
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules (`Topic.validate`): legal characters, length, and not "." or ".."."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in {".", ".."}:
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is {len(name)} characters long, the limit is {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} is illegal: only ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+def _collision_key(name: str) -> str:
+    # Kafka metric names replace '.' with '_', so it refuses topics that differ only there.
+    return name.replace(".", "_")
+
+
+@dataclass
+class MetadataImage:
+    """The applied state of the metadata log."""
+
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+    next_topic_id: int = 1
+    applied_offset: int = -1
+
+    # -- decisions (controller leader only) ---------------------------------------------------
+
+    def plan_create(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        node_ids: Sequence[int],
+        *,
+        allow_internal: bool = False,
+    ) -> dict[str, object]:
+        """Validate a creation and return the record to propose; raises the Kafka error."""
+        validate_topic_name(name)
+        if name in INTERNAL_TOPICS and not allow_internal:
+            raise InvalidTopicError(f"{name} is an internal topic")
+        if name in self.topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        clash = [t for t in self.topics if _collision_key(t) == _collision_key(name)]
+        if clash:
+            raise InvalidTopicError(
+                f"topic {name!r} collides with existing topic {clash[0]!r} ('.' and '_' clash)"
+            )
+        if not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"number of partitions must be between 1 and {MAX_PARTITIONS}, got {num_partitions}"
+            )
+        if not 1 <= replication_factor <= len(node_ids):
+            raise InvalidReplicationFactorError(
+                f"replication factor must be between 1 and the number of nodes "
+                f"({len(node_ids)}), got {replication_factor}"
+            )
+        assignment = assign_replicas(
+            num_partitions, replication_factor, sorted(node_ids), self.leader_counts()
+        )
+        return {
+            "type": "create_topic",
+            "name": name,
+            "topic_id": self.next_topic_id,
+            "assignment": [list(replicas) for replicas in assignment],
+            "configs": dict(configs),
+        }
+
+    def plan_delete(self, name: str) -> dict[str, object]:
+        if name not in self.topics:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"{name} is an internal topic and cannot be deleted")
+        return {"type": "delete_topic", "name": name, "topic_id": self.topics[name].topic_id}
+
+    def leader_counts(self) -> dict[int, int]:
+        """How many partitions prefer each node as leader: new topics fill the least loaded."""
+        counts: dict[int, int] = {}
+        for topic in self.topics.values():
+            for replicas in topic.assignment:
+                counts[replicas[0]] = counts.get(replicas[0], 0) + 1
+        return counts
+
+    # -- application (every node) -------------------------------------------------------------
+
+    def apply(self, offset: int, record: Mapping[str, object]) -> None:
+        """Apply one committed record. Records are idempotent by offset (replays are skipped)."""
+        if offset <= self.applied_offset:
+            return
+        self.applied_offset = offset
+        kind = record.get("type")
+        if kind == "create_topic":
+            name = str(record["name"])
+            raw_assignment = record["assignment"]
+            raw_configs = record["configs"]
+            assert isinstance(raw_assignment, list) and isinstance(raw_configs, dict)
+            topic_id = int(str(record["topic_id"]))
+            if name not in self.topics:
+                self.topics[name] = TopicInfo(
+                    name=name,
+                    assignment=tuple(tuple(int(n) for n in r) for r in raw_assignment),
+                    configs={str(k): str(v) for k, v in raw_configs.items()},
+                    topic_id=topic_id,
+                )
+            self.next_topic_id = max(self.next_topic_id, topic_id + 1)
+        elif kind == "delete_topic":
+            topic = self.topics.get(str(record["name"]))
+            if topic is not None and topic.topic_id == int(str(record["topic_id"])):
+                del self.topics[topic.name]
+
+
+def encode_record(record: Mapping[str, object]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_record(value: bytes) -> dict[str, object]:
+    try:
+        decoded = json.loads(value)
+    except ValueError as exc:
+        raise TidelogError(f"undecodable metadata record: {exc}") from exc
+    if not isinstance(decoded, dict):
+        raise TidelogError("metadata record is not an object")
+    return decoded
+
+
+def assign_replicas(
+    num_partitions: int,
+    replication_factor: int,
+    node_ids: Sequence[int],
+    leader_counts: Mapping[int, int],
+) -> list[tuple[int, ...]]:
+    """Spread replicas and preferred leaders over nodes, as Kafka's rack-unaware assignment.
+
+    The first replica (the preferred leader) walks the nodes round-robin starting at the node
+    that leads the fewest partitions so far; followers follow at a shift that grows every full
+    round, so replica sets vary and no node pairs up with the same neighbour everywhere.
+    """
+    n = len(node_ids)
+    start = min(range(n), key=lambda i: (leader_counts.get(node_ids[i], 0), i))
+    shift = start
+    out: list[tuple[int, ...]] = []
+    for p in range(num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        replicas = [node_ids[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(node_ids[(first + 1 + (shift + j) % (n - 1)) % n])
+        out.append(tuple(replicas))
+    return out
