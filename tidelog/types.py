@@ -1,0 +1,111 @@
+"""The value types of the public API (SPEC §4), shared by the client, the CLI and the tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import NamedTuple
+
+from tidelog.errors import ConfigurationError
+
+#: Special ListOffsets timestamps (SPEC §6).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+#: ListOffsets / Fetch replica ids.
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class IsolationLevel(IntEnum):
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+    @classmethod
+    def parse(cls, value: IsolationLevel | str | int) -> IsolationLevel:
+        """Accept the enum, its wire number, or Kafka's config spelling ("read_committed")."""
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                raise ConfigurationError(
+                    f"isolation level must be read_uncommitted or read_committed, got {value!r}"
+                ) from None
+        try:
+            return cls(value)
+        except ValueError:
+            raise ConfigurationError(f"unknown isolation level {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """What a ListOffsets lookup asks for: a special negative value or a timestamp >= 0."""
+
+    timestamp: int
+
+    @classmethod
+    def earliest(cls) -> OffsetSpec:
+        return cls(EARLIEST_TIMESTAMP)
+
+    @classmethod
+    def latest(cls) -> OffsetSpec:
+        return cls(LATEST_TIMESTAMP)
+
+    @classmethod
+    def max_timestamp(cls) -> OffsetSpec:
+        return cls(MAX_TIMESTAMP)
+
+    @classmethod
+    def for_timestamp(cls, timestamp_ms: int) -> OffsetSpec:
+        if timestamp_ms < 0:
+            raise ConfigurationError(f"a timestamp must be >= 0, got {timestamp_ms}")
+        return cls(timestamp_ms)
+
+
+class ListOffsetsResult(NamedTuple):
+    """offset, timestamp and leader_epoch are -1 when the lookup found nothing (not an error)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+    leader_epoch: int | None = None
+
+
+class OffsetAndMetadata(NamedTuple):
+    offset: int
+    metadata: str = ""
+    leader_epoch: int | None = None
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    leader_epoch: int = -1
