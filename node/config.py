@@ -1,0 +1,284 @@
+"""A node's configuration: identity, addresses, and Kafka-named tunables.
+
+Every setting has a Kafka-style key (``segment.bytes``, ``election.timeout.ms``...) so the same
+names work in a properties file, in ``--set key=value`` and in topic configs. A properties
+file, command-line flags and ``LocalCluster(**node_config)`` all end in
+:meth:`NodeConfig.from_properties`, so validation and defaults live in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tidelog.errors import InvalidConfigError
+
+FlushPolicy = Literal["always", "never"]
+
+#: Kafka-style key -> NodeConfig field, for every setting a node understands itself. Keys not in
+#: this table are topic defaults and go to ``NodeConfig.extra``.
+KEYS: dict[str, str] = {
+    "node.id": "node_id",
+    "listen": "listen",
+    "advertised.address": "advertised",
+    "data.dir": "data_dir",
+    "peers": "peers",
+    "segment.bytes": "segment_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "segment.ms": "segment_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "election.timeout.ms": "election_timeout_ms",
+    "heartbeat.interval.ms": "heartbeat_interval_ms",
+    "raft.tick.ms": "raft_tick_ms",
+    "log.flush.policy": "log_flush_policy",
+    "replica.lag.max.ms": "replica_lag_max_ms",
+}
+_FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
+_REQUIRED = ("node.id", "listen", "data.dir")
+_KEY_PATTERN = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*")
+_WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One node's settings. Defaults follow Kafka where Kafka has the setting."""
+
+    node_id: int
+    #: "host:port" to bind; the host must be loopback, the port may be 0 (any free port).
+    listen: str
+    data_dir: Path
+    #: node_id -> address of every voter, this node included (added from the advertised address
+    #: when omitted, so a single node needs no peers).
+    peers: Mapping[int, str] = field(default_factory=dict)
+    #: The address other nodes and clients use; empty means "the bound listen address".
+    advertised: str = ""
+    segment_bytes: int = 1024 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    segment_ms: int = _WEEK_MS
+    #: -1 keeps data forever, as in Kafka.
+    retention_ms: int = _WEEK_MS
+    retention_bytes: int = -1
+    #: The minimum election timeout; each election draws from [min, 2 * min).
+    election_timeout_ms: int = 300
+    heartbeat_interval_ms: int = 50
+    raft_tick_ms: int = 10
+    #: "always" fsyncs before acknowledging (the durability contract of SPEC §7); "never" leaves
+    #: flushing to the OS and exists for benchmarks only.
+    log_flush_policy: FlushPolicy = "always"
+    #: A follower that has not caught up with the leader for this long leaves the ISR.
+    replica_lag_max_ms: int = 30_000
+    #: Topic defaults (Kafka topic-config names), applied to topics created without an override.
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(self.node_id >= 0, f"node.id must be >= 0, got {self.node_id}")
+        _parse_address("listen", self.listen, loopback_only=True)
+        if self.advertised:
+            _parse_address("advertised.address", self.advertised, loopback_only=False)
+        for peer_id, address in self.peers.items():
+            _require(peer_id >= 0, f"peers: node id must be >= 0, got {peer_id}")
+            _parse_address(f"peers: address of node {peer_id}", address, loopback_only=False)
+        _require(self.segment_bytes >= 14, "segment.bytes must be >= 14 (Kafka's minimum)")
+        _require(self.index_interval_bytes >= 0, "index.interval.bytes must be >= 0")
+        _require(self.segment_ms >= 1, "segment.ms must be >= 1")
+        _require(self.retention_ms >= -1, "retention.ms must be >= -1 (-1: keep forever)")
+        _require(self.retention_bytes >= -1, "retention.bytes must be >= -1 (-1: no limit)")
+        _require(self.raft_tick_ms >= 1, "raft.tick.ms must be >= 1")
+        _require(
+            self.heartbeat_interval_ms >= self.raft_tick_ms,
+            f"heartbeat.interval.ms ({self.heartbeat_interval_ms}) must be >= raft.tick.ms "
+            f"({self.raft_tick_ms}): heartbeats are sent on ticks",
+        )
+        _require(
+            self.election_timeout_ms > self.heartbeat_interval_ms,
+            f"election.timeout.ms ({self.election_timeout_ms}) must be > heartbeat.interval.ms "
+            f"({self.heartbeat_interval_ms}), or followers time out between heartbeats",
+        )
+        _require(
+            self.log_flush_policy in ("always", "never"),
+            f"log.flush.policy must be 'always' or 'never', got {self.log_flush_policy!r}",
+        )
+        _require(self.replica_lag_max_ms >= 1, "replica.lag.max.ms must be >= 1")
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        object.__setattr__(self, "peers", dict(self.peers))
+        object.__setattr__(self, "extra", dict(self.extra))
+
+    @property
+    def election_timeout_max_ms(self) -> int:
+        """Randomized timeouts are drawn below this bound (2x the minimum, as etcd does)."""
+        return 2 * self.election_timeout_ms
+
+    @property
+    def advertised_address(self) -> str:
+        """The address to publish: the explicit one, else what the node listens on."""
+        return self.advertised or self.listen
+
+    @property
+    def listen_host(self) -> str:
+        return _parse_address("listen", self.listen, loopback_only=True)[0]
+
+    @property
+    def listen_port(self) -> int:
+        return _parse_address("listen", self.listen, loopback_only=True)[1]
+
+    def bound(self, port: int) -> NodeConfig:
+        """This config once the server has bound ``port`` (which differs when listen asked for
+        port 0): the runtime must publish the real address, to peers and in Metadata."""
+        listen = _format_address(self.listen_host, port)
+        advertised = self.advertised or listen
+        peers = dict(self.peers)
+        own = peers.get(self.node_id)
+        if own is None or _parse_address("peers", own, loopback_only=False)[1] == 0:
+            peers[self.node_id] = advertised
+        return dataclasses.replace(self, listen=listen, advertised=advertised, peers=peers)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> NodeConfig:
+        """Builds a config from Kafka-style ``key -> value`` strings (file, flags, --set)."""
+        missing = [key for key in _REQUIRED if not props.get(key)]
+        if missing:
+            raise InvalidConfigError(f"missing required setting(s): {', '.join(missing)}")
+        known: dict[str, Any] = {}
+        extra: dict[str, str] = {}
+        for key, value in props.items():
+            name = KEYS.get(key)
+            if name is None:
+                extra[_check_topic_key(key)] = value
+            else:
+                known[name] = _convert(key, name, value.strip())
+        return cls(**known, extra=extra)
+
+    @classmethod
+    def load(cls, path: Path | None, overrides: Mapping[str, str]) -> NodeConfig:
+        """Reads an optional properties file; ``overrides`` (from flags) win over it."""
+        props = read_properties(path) if path is not None else {}
+        props.update(overrides)
+        return cls.from_properties(props)
+
+    def to_properties(self) -> dict[str, str]:
+        """The inverse of :meth:`from_properties`, so a launcher can hand a node its config."""
+        props: dict[str, str] = {}
+        for name, key in _FIELD_TO_KEY.items():
+            value = getattr(self, name)
+            if name == "peers":
+                value = format_peers(value)
+            if value != "":
+                props[key] = str(value)
+        props.update(self.extra)
+        return props
+
+
+def key_for(name: str) -> str:
+    """The Kafka-style key for a Python-style name: ``segment_bytes`` -> ``segment.bytes``.
+
+    Lets ``LocalCluster(segment_bytes=1024)`` and ``LocalCluster(**{"segment.bytes": ...})`` mean
+    the same thing; a name that is not a node setting is taken as a topic default.
+    """
+    return _FIELD_TO_KEY.get(name, name.replace("_", "."))
+
+
+def parse_peers(text: str) -> dict[int, str]:
+    """Parses ``1=127.0.0.1:7420,2=127.0.0.1:7421``."""
+    peers: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node_id, sep, address = item.partition("=")
+        if not sep or not node_id.strip().isdigit():
+            raise InvalidConfigError(
+                f"peers: expected NODE_ID=HOST:PORT, got {item!r} "
+                "(example: 1=127.0.0.1:7420,2=127.0.0.1:7421)"
+            )
+        peer_id = int(node_id)
+        if peer_id in peers:
+            raise InvalidConfigError(f"peers: node {peer_id} is listed twice")
+        peers[peer_id] = address.strip()
+    return peers
+
+
+def format_peers(peers: Mapping[int, str]) -> str:
+    return ",".join(f"{node_id}={address}" for node_id, address in sorted(peers.items()))
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Reads a Java-style properties file: ``key=value`` or ``key: value``, ``#``/``!``
+    comments. Line continuations and escapes are not supported; no setting needs them."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InvalidConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    props: dict[str, str] = {}
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.fullmatch(r"([^=:\s]+)\s*[=:]\s*(.*)", line)
+        if match is None:
+            raise InvalidConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+        props[match.group(1)] = match.group(2)
+    return props
+
+
+def parse_address(what: str, address: str) -> tuple[str, int]:
+    """Splits ``host:port`` (``[::1]:port`` for IPv6) with a clear error naming ``what``."""
+    return _parse_address(what, address, loopback_only=False)
+
+
+def _parse_address(what: str, address: str, *, loopback_only: bool) -> tuple[str, int]:
+    host, sep, port_text = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise InvalidConfigError(f"{what}: expected HOST:PORT, got {address!r}")
+    if loopback_only and not _is_loopback(host):
+        raise InvalidConfigError(
+            f"{what}: {host!r} is not a loopback address; Tidelog nodes have no authentication "
+            "and bind only to loopback (use 127.0.0.1, ::1 or localhost)"
+        )
+    return host, int(port_text)
+
+
+def _format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _convert(key: str, name: str, value: str) -> Any:
+    if name == "data_dir":
+        return Path(value)
+    if name == "peers":
+        return parse_peers(value)
+    if name in ("listen", "advertised", "log_flush_policy"):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
+
+
+def _check_topic_key(key: str) -> str:
+    """Refuses malformed keys and near-misses of node keys, so a typo such as
+    ``segment.byte`` is an error instead of a silently ignored topic default."""
+    if not _KEY_PATTERN.fullmatch(key):
+        raise InvalidConfigError(f"invalid setting name {key!r}")
+    close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.85)
+    if close:
+        raise InvalidConfigError(f"unknown setting {key!r}; did you mean {close[0]!r}?")
+    return key
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidConfigError(message)
