@@ -1,0 +1,65 @@
+"""``tidelog node``: run one node in the foreground until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+#: flag dest -> Kafka-style key, so flags and a properties file name the same settings.
+_FLAG_KEYS = {
+    "node_id": "node.id",
+    "listen": "listen",
+    "advertised": "advertised.address",
+    "data_dir": "data.dir",
+    "peers": "peers",
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-id", help="this node's id (node.id)")
+    parser.add_argument("--listen", help="loopback HOST:PORT to bind; port 0 picks a free one")
+    parser.add_argument("--data-dir", help="directory of this node's logs (data.dir)")
+    parser.add_argument(
+        "--peers", help="every node, this one included: 1=127.0.0.1:7420,2=127.0.0.1:7421"
+    )
+    parser.add_argument(
+        "--advertised", help="address published to peers and clients (default: the bound one)"
+    )
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="key=value properties file; flags win over it"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any setting, e.g. --set segment.bytes=1048576 (repeatable; wins over --config)",
+    )
+    parser.add_argument(
+        "--exit-with-parent",
+        type=int,
+        metavar="PID",
+        help="stop as soon as PID is no longer this process's parent (used by launchers)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from node.config import NodeConfig
+    from node.server import serve
+    from tidelog.errors import InvalidConfigError
+
+    overrides = {key: str(getattr(args, dest)) for dest, key in _FLAG_KEYS.items()
+                 if getattr(args, dest) is not None}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    config = NodeConfig.load(args.config, overrides)
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s node-{config.node_id} %(levelname)s %(message)s"
+    )
+    return asyncio.run(serve(config, exit_with_parent=args.exit_with_parent))

@@ -1,0 +1,503 @@
+"""Real multi-process clusters on loopback, for tests and for ``tidelog cluster``.
+
+Each node is its own process and process group, so SIGKILL, SIGSTOP and crash-restart are the
+real thing. Nothing may outlive the launcher: ``close()`` (run by ``with``, by ``atexit``, and on
+every error path) kills every process group, and each node also watches its parent and exits
+when the launcher disappears without cleaning up (SIGKILL), see ``node.server``.
+
+Server packages are imported inside functions only: ``import tidelog`` never pulls them in.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+import tidelog
+from tidelog.errors import ConfigurationError, TidelogError
+from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
+
+__all__ = ["ClusterError", "LocalCluster", "NodeStatus", "probe", "stop_cluster"]
+
+LAYOUT_FILE = "cluster.json"
+_TIDELOG_SERVICE = tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name
+_POLL_S = 0.02
+_RPC_TIMEOUT_S = 1.0
+_STOP_TIMEOUT_S = 10.0
+_LOG_TAIL_LINES = 25
+
+_LIVE: set[LocalCluster] = set()
+
+
+class ClusterError(TidelogError):
+    """A local cluster could not be started, reached or stopped."""
+
+    name = "CLUSTER_ERROR"
+    description = "The local cluster failed."
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What one probe of a node saw: reachable, serving, and who it thinks the controller is."""
+
+    address: str
+    serving: bool
+    controller_id: int
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+def probe(address: str, *, with_metadata: bool = True) -> NodeStatus:
+    """One health check (and Metadata call) against ``address``; never raises for a node that is
+    down, because callers poll it."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=_TIDELOG_SERVICE), timeout=_RPC_TIMEOUT_S
+            )
+        except grpc.RpcError as exc:
+            return NodeStatus(address, False, -1, f"unreachable ({exc.code().name})")
+        serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+        if not serving or not with_metadata:
+            status_name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            return NodeStatus(address, serving, -1, status_name)
+        try:
+            meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
+                tidelog_pb2.MetadataRequest(), timeout=_RPC_TIMEOUT_S
+            )
+        except grpc.RpcError as exc:
+            return NodeStatus(address, True, -1, f"SERVING, Metadata failed ({exc.code().name})")
+        controller = meta.controller_id
+        known = f"controller {controller}" if controller >= 0 else "no controller"
+        return NodeStatus(address, True, controller, f"SERVING, {known}")
+
+
+class LocalCluster:
+    """``nodes`` node processes on 127.0.0.1, as a context manager (SPEC §3).
+
+    ``data_dir`` None uses a temporary directory removed on close; a given directory is kept and
+    a cluster started on it again resumes with the same node ids, ports and data (the layout is
+    recorded in ``cluster.json``). ``base_port`` 0 picks free ports once; restarts reuse them.
+    ``node_config`` holds node settings by Python or Kafka name (``segment_bytes=1024`` or
+    ``**{"segment.bytes": 1024}``); other names are topic defaults.
+    ``require_controller``: readiness also needs every live node to know a metadata leader.
+    ``exit_with_parent`` False lets the nodes outlive this process (``tidelog cluster up
+    --detach``); otherwise they stop when it dies, however it dies.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 3,
+        data_dir: str | os.PathLike[str] | None = None,
+        base_port: int = 0,
+        *,
+        require_controller: bool = True,
+        ready_timeout: float = 30.0,
+        exit_with_parent: bool = True,
+        **node_config: object,
+    ) -> None:
+        if nodes < 1:
+            raise ConfigurationError(f"a cluster needs at least one node, got {nodes}")
+        if not 0 <= base_port <= 65535 - nodes:
+            raise ConfigurationError(f"base port {base_port} leaves no room for {nodes} nodes")
+        self._owns_dir = data_dir is None
+        self._dir = Path(data_dir if data_dir is not None else tempfile.mkdtemp(prefix="tidelog-"))
+        self._nodes = nodes
+        self._base_port = base_port
+        self._node_config = node_config
+        self.require_controller = require_controller
+        self._ready_timeout = ready_timeout
+        self._exit_with_parent = exit_with_parent
+        self._addresses: dict[int, str] = {}
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._paused: set[int] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            self.start()
+            self.wait_ready(self._ready_timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Spawns every node without waiting for readiness (see :meth:`wait_ready`)."""
+        from node.server import data_dir_in_use
+
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._addresses = self._layout()
+        for node_id in self._addresses:
+            if data_dir_in_use(self._node_dir(node_id)):
+                raise ClusterError(
+                    f"data dir {self._dir} is held by a running cluster (node {node_id}); "
+                    f"stop it with: tidelog cluster down --data-dir {self._dir}"
+                )
+        _check_ports_free(self._addresses)
+        _LIVE.add(self)
+        for node_id in self._addresses:
+            self._spawn(node_id)
+
+    def close(self) -> None:
+        """Kills every node process group and waits for them; idempotent, never raises."""
+        for node_id in list(self._procs):
+            self._kill(node_id)
+        _LIVE.discard(self)
+        if self._owns_dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def stop_all(self, timeout: float = _STOP_TIMEOUT_S) -> None:
+        """Graceful stop of every node at once (leadership moves away), SIGKILL after timeout."""
+        _terminate({n: p.pid for n, p in self._procs.items()}, self._running, timeout)
+        self._reap()
+
+    def detach(self) -> None:
+        """Leaves the nodes running when this object is closed or this process exits."""
+        if self._exit_with_parent:
+            raise ConfigurationError("only a cluster started with exit_with_parent=False detaches")
+        self._procs.clear()
+        self._paused.clear()
+        _LIVE.discard(self)
+
+    # -- what tests look at ------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        return self._dir
+
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted(self._addresses)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self._addresses[n] for n in self.node_ids)
+
+    def address_of(self, node_id: int) -> str:
+        return self._addresses[self._known(node_id)]
+
+    def pid_of(self, node_id: int) -> int | None:
+        """The node's pid (also its process group), or None when it is not running."""
+        proc = self._procs.get(self._known(node_id))
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def is_running(self, node_id: int) -> bool:
+        return self.pid_of(node_id) is not None
+
+    def logs(self, node_id: int) -> str:
+        """Everything the node printed, across restarts; show it when a test fails."""
+        path = self._log_path(self._known(node_id))
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def leader_of(self, tp: tuple[str, int]) -> int | None:
+        """The partition's leader as the live nodes report it (the highest epoch wins: a node
+        that missed an election still names the old leader)."""
+        topic, partition = tp
+        best: tuple[int, int] | None = None
+        for node_id in self._live():
+            with grpc.insecure_channel(self._addresses[node_id]) as channel:
+                try:
+                    meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
+                        tidelog_pb2.MetadataRequest(topics=[topic]), timeout=_RPC_TIMEOUT_S
+                    )
+                except grpc.RpcError:
+                    continue
+            for p in (p for t in meta.topics if t.name == topic for p in t.partitions):
+                if p.partition == partition and p.leader_id >= 0 and p.error_code == 0:
+                    candidate = (p.leader_epoch, p.leader_id)
+                    best = candidate if best is None else max(best, candidate)
+        return None if best is None else best[1]
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL: no flush, no goodbye."""
+        self._kill(self._known(node_id))
+
+    def stop(self, node_id: int, timeout: float = _STOP_TIMEOUT_S) -> None:
+        """SIGTERM and wait: the node moves its leaderships away first. SIGKILL after timeout."""
+        proc = self._procs.get(self._known(node_id))
+        if proc is not None:
+            _terminate({node_id: proc.pid}, self._running, timeout)
+            self._reap()
+
+    def restart(self, node_id: int, *, wait: bool = True) -> None:
+        """Starts the node again on the same address and data dir (stopping it first if it
+        runs); with ``wait``, returns once it serves."""
+        if self.is_running(node_id):
+            self.stop(node_id)
+        self._spawn(node_id)
+        if wait:
+            self._wait([node_id], self._ready_timeout, require_controller=False)
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP: the process is frozen but its sockets stay open (a stalled, not dead, node)."""
+        self._signal_group(self._known(node_id), signal.SIGSTOP)
+        self._paused.add(node_id)
+
+    def resume(self, node_id: int) -> None:
+        self._signal_group(self._known(node_id), signal.SIGCONT)
+        self._paused.discard(node_id)
+
+    # -- readiness ---------------------------------------------------------------------------
+
+    def wait_ready(
+        self, timeout: float = 30.0, progress: Callable[[str], None] | None = None
+    ) -> None:
+        """Waits until every running, unpaused node serves (and, with ``require_controller``,
+        knows a metadata leader). Raises :class:`ClusterError` with the nodes' logs when a node
+        exits or the deadline passes."""
+        self._wait(self._live(), timeout, self.require_controller, progress)
+
+    def _wait(
+        self,
+        node_ids: Sequence[int],
+        timeout: float,
+        require_controller: bool,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        last_summary = ""
+        while True:
+            for node_id in node_ids:
+                proc = self._procs.get(node_id)
+                if proc is None or proc.poll() is not None:
+                    code = None if proc is None else proc.returncode
+                    raise ClusterError(
+                        f"node {node_id} exited (code {code}) before it was ready\n"
+                        + self._log_tail(node_id)
+                    )
+            statuses = {
+                n: probe(self._addresses[n], with_metadata=require_controller) for n in node_ids
+            }
+            serving = sum(s.serving for s in statuses.values())
+            controllers = {s.controller_id for s in statuses.values()}
+            controller_known = -1 not in controllers
+            summary = f"{serving}/{len(node_ids)} nodes serving"
+            if require_controller:
+                summary += ", controller " + (
+                    "/".join(map(str, sorted(controllers))) if controller_known else "not elected"
+                )
+            if progress is not None and summary != last_summary:
+                progress(summary)
+                last_summary = summary
+            if serving == len(node_ids) and (controller_known or not require_controller):
+                return
+            if time.monotonic() >= deadline:
+                raise ClusterError(
+                    f"cluster not ready after {timeout:g}s: {summary}\n"
+                    + "\n".join(
+                        f"node {n} ({s.address}): {s}\n{self._log_tail(n)}"
+                        for n, s in statuses.items()
+                    )
+                )
+            time.sleep(_POLL_S)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _layout(self) -> dict[int, str]:
+        """Node id -> address: the recorded one when resuming, else freshly chosen."""
+        layout_path = self._dir / LAYOUT_FILE
+        if layout_path.exists():
+            recorded = _read_layout(self._dir)
+            ports = sorted(int(a.rpartition(":")[2]) for a in recorded.values())
+            if len(recorded) != self._nodes or self._base_port not in (0, ports[0]):
+                raise ConfigurationError(
+                    f"{self._dir} holds a {len(recorded)}-node cluster on ports from {ports[0]}; "
+                    "start it with the same --nodes and --base-port, or use another data dir"
+                )
+            return recorded
+        ports = (
+            list(range(self._base_port, self._base_port + self._nodes))
+            if self._base_port
+            else _free_ports(self._nodes)
+        )
+        return {node_id: f"127.0.0.1:{port}" for node_id, port in enumerate(ports, start=1)}
+
+    def _spawn(self, node_id: int) -> None:
+        from node.config import NodeConfig, format_peers, key_for
+
+        node_dir = self._node_dir(node_id)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        props = {key_for(name): str(value) for name, value in self._node_config.items()}
+        props.update({
+            "node.id": str(node_id),
+            "listen": self._addresses[node_id],
+            "data.dir": str(node_dir),
+            "peers": format_peers(self._addresses),
+        })
+        config = NodeConfig.from_properties(props)  # refuses bad settings here, not in a log
+        config_path = node_dir / "node.properties"
+        config_path.write_text("".join(f"{k}={v}\n" for k, v in config.to_properties().items()))
+        command = [sys.executable, "-m", "node", "--config", str(config_path)]
+        if self._exit_with_parent:
+            command += ["--exit-with-parent", str(os.getpid())]
+        package_root = str(Path(tidelog.__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        with self._log_path(node_id).open("ab") as log:
+            self._procs[node_id] = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+        self._paused.discard(node_id)
+        self._record_layout()
+
+    def _record_layout(self) -> None:
+        pids = {str(n): p.pid for n, p in self._procs.items() if p.poll() is None}
+        layout = {"nodes": {str(n): a for n, a in self._addresses.items()}, "pids": pids}
+        path = self._dir / LAYOUT_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(layout, indent=2) + "\n")
+        os.replace(tmp, path)
+
+    def _kill(self, node_id: int) -> None:
+        proc = self._procs.pop(node_id, None)
+        self._paused.discard(node_id)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def _reap(self) -> None:
+        for node_id, proc in list(self._procs.items()):
+            if proc.poll() is not None:
+                del self._procs[node_id]
+                self._paused.discard(node_id)
+
+    def _running(self, node_id: int) -> bool:
+        proc = self._procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def _live(self) -> list[int]:
+        return [n for n in self.node_ids if self._running(n) and n not in self._paused]
+
+    def _signal_group(self, node_id: int, signum: signal.Signals) -> None:
+        proc = self._procs.get(node_id)
+        if proc is None or proc.poll() is not None:
+            raise ClusterError(f"node {node_id} is not running")
+        os.killpg(proc.pid, signum)
+
+    def _known(self, node_id: int) -> int:
+        if node_id not in self._addresses:
+            raise ConfigurationError(f"no node {node_id}; nodes are {self.node_ids}")
+        return node_id
+
+    def _node_dir(self, node_id: int) -> Path:
+        return self._dir / f"node-{node_id}"
+
+    def _log_path(self, node_id: int) -> Path:
+        return self._dir / f"node-{node_id}.log"
+
+    def _log_tail(self, node_id: int) -> str:
+        lines = self.logs(node_id).splitlines()[-_LOG_TAIL_LINES:]
+        return "".join(f"    | {line}\n" for line in lines)
+
+
+def stop_cluster(data_dir: str | os.PathLike[str], timeout: float = _STOP_TIMEOUT_S) -> list[int]:
+    """Gracefully stops the nodes of a (detached) cluster recorded in ``data_dir``; returns the
+    ids of the nodes that were running. A node counts as running while it holds its data-dir
+    lock, so a recycled pid of a long-dead node is never signalled."""
+    from node.server import data_dir_in_use
+
+    root = Path(data_dir)
+    if not (root / LAYOUT_FILE).exists():
+        raise ConfigurationError(f"no cluster recorded in {root} (no {LAYOUT_FILE})")
+    pids = {int(n): pid for n, pid in json.loads((root / LAYOUT_FILE).read_text())["pids"].items()}
+
+    def running(node_id: int) -> bool:
+        return data_dir_in_use(root / f"node-{node_id}")
+
+    victims = {n: pid for n, pid in pids.items() if running(n)}
+    _terminate(victims, running, timeout)
+    return sorted(victims)
+
+
+def _terminate(
+    pids: dict[int, int], running: Callable[[int], bool], timeout: float
+) -> None:
+    """SIGTERM each node's process group, wait until none is ``running``, SIGKILL stragglers."""
+    for pid in pids.values():
+        for signum in (signal.SIGTERM, signal.SIGCONT):  # a paused node must wake to handle it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signum)
+    deadline = time.monotonic() + timeout
+    while any(running(n) for n in pids) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    for node_id, pid in pids.items():
+        if running(node_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+    while any(running(n) for n in pids):
+        time.sleep(_POLL_S)
+
+
+def _read_layout(data_dir: Path) -> dict[int, str]:
+    try:
+        recorded: dict[str, Any] = json.loads((data_dir / LAYOUT_FILE).read_text())
+        return {int(n): str(a) for n, a in recorded["nodes"].items()}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"{data_dir / LAYOUT_FILE} is unreadable: {exc}") from None
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports chosen by the kernel, all held open together so none is handed out twice."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        return [_bind(sock, 0) for sock in socks]
+
+
+def _check_ports_free(addresses: dict[int, str]) -> None:
+    for address in addresses.values():
+        with socket.socket() as sock:
+            _bind(sock, int(address.rpartition(":")[2]))
+
+
+def _bind(sock: socket.socket, port: int) -> int:
+    # SO_REUSEADDR as gRPC sets it: a port in TIME_WAIT from an earlier run is free for a node.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        raise ConfigurationError(f"port {port} on 127.0.0.1 is in use") from None
+    return int(sock.getsockname()[1])
+
+
+@atexit.register
+def _close_all() -> None:
+    for cluster in list(_LIVE):
+        cluster.close()
+
