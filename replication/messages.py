@@ -1,0 +1,127 @@
+"""Messages between the Raft cores of one partition's replicas.
+
+Every message names its partition's group implicitly (the driver routes it) and carries the
+sender's term: a receiver first compares terms, which is how stale leaders learn they were
+deposed. Offsets follow Kafka: ``*_offset`` is an offset that holds a record, ``*_end`` is
+exclusive (a log end offset). Heartbeats are separate from appends so that a driver can coalesce
+the heartbeats of all partitions between two nodes into one network message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replication.log_view import Entry
+
+
+@dataclass(frozen=True, slots=True)
+class PreVoteRequest:
+    """Would you vote for me at ``term``? Sent before a pre-candidate touches its own term, so
+    a node rejoining from a partition cannot force a healthy group into a new election."""
+
+    term: int
+    src: int
+    dst: int
+    log_end_offset: int
+    last_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreVoteResponse:
+    term: int
+    src: int
+    dst: int
+    granted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """``transfer`` marks an election ordered by the old leader (TimeoutNow): voters then ignore
+    their leader lease, which would otherwise make them refuse."""
+
+    term: int
+    src: int
+    dst: int
+    log_end_offset: int
+    last_epoch: int
+    transfer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    term: int
+    src: int
+    dst: int
+    granted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """Raft AppendEntries. ``prev_epoch == NO_EPOCH`` with ``prev_offset >= 0`` means the leader
+    no longer has the batch before ``prev_offset + 1`` (it is below its log start offset): a
+    follower that has not committed up to there restarts its log at ``prev_offset + 1``."""
+
+    term: int
+    src: int
+    dst: int
+    prev_offset: int
+    prev_epoch: int
+    entries: tuple[Entry, ...]
+    leader_hw: int
+    leader_log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    """On success ``match_end`` is the end of the follower's log known to equal the leader's.
+    On rejection the hint is the follower's last offset whose epoch is <= the rejected
+    ``prev_epoch`` (and that epoch): the leader skips a whole epoch per round trip."""
+
+    term: int
+    src: int
+    dst: int
+    success: bool
+    match_end: int = 0
+    rejected_prev: int = 0
+    hint_offset: int = 0
+    hint_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """``leader_hw`` is capped at what this follower is known to hold, so a follower never
+    learns a HW above entries it has not been shown to match."""
+
+    term: int
+    src: int
+    dst: int
+    leader_hw: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    term: int
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """From a leader handing over leadership: campaign now, without pre-vote."""
+
+    term: int
+    src: int
+    dst: int
+
+
+Message = (
+    PreVoteRequest
+    | PreVoteResponse
+    | VoteRequest
+    | VoteResponse
+    | AppendRequest
+    | AppendResponse
+    | Heartbeat
+    | HeartbeatResponse
+    | TimeoutNow
+)

@@ -1,0 +1,684 @@
+"""One partition's Raft group member, as a deterministic state machine (etcd raft's shape).
+
+The core does no I/O, keeps no clock and draws randomness only from the ``random.Random`` it is
+given, so the simulator runs it unchanged. Inputs: ``step(message)``, ``tick()``,
+``propose(data, record_count)``, ``transfer_leadership(target)``. Output: a ``Ready``.
+
+Raft mapped onto Kafka: the Raft index is the offset, the term is the leader epoch stamped on
+every batch, the commit index is the high watermark (HW).
+
+Driver contract, per ``Ready`` (at most one is in flight: ``has_ready()`` is false until the
+previous one is advanced; ``step``/``tick``/``propose`` may be called meanwhile):
+
+1. ``ready.apply_log_writes(log)``: reset, then truncate, then append, in that order.
+2. Persist ``ready.hard_state`` if it is not ``None`` (term, vote, HW).
+3. Make both durable (fsync). Many partitions' Readies may share one fsync (group commit).
+4. Only now send ``ready.messages``: a vote, an append acknowledgement or a message stamped
+   with a new term is a promise that must survive a crash. Persist before send.
+5. Publish ``ready.high_watermark`` (complete acks=all waiters, serve reads), and record
+   ``role``/``leader_id``/``term`` for routing.
+6. ``core.advance(ready)``.
+
+A crash anywhere before step 3 completes loses the whole Ready and nothing was promised.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from replication.log_view import NO_EPOCH, Entry, ReplicaLog
+from replication.messages import (
+    AppendRequest,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    PreVoteRequest,
+    PreVoteResponse,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from replication.raft_log import RaftLog
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre-candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+class NotLeaderError(Exception):
+    """A proposal reached a replica that cannot take it; ``leader_id`` is the best guess."""
+
+    def __init__(self, leader_id: int | None, reason: str = "not the leader") -> None:
+        super().__init__(reason)
+        self.leader_id = leader_id
+
+
+class SafetyViolation(AssertionError):
+    """The core was asked to do something Raft proves impossible (e.g. overwrite a committed
+    entry). Continuing would corrupt data, so it raises, as etcd panics."""
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be durable before any message that depends on it is sent."""
+
+    term: int
+    vote: int | None
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    hard_state: HardState | None
+    reset_to: int | None
+    truncate_to: int | None
+    entries: tuple[Entry, ...]
+    messages: tuple[Message, ...]
+    high_watermark: int
+    role: Role
+    leader_id: int | None
+    term: int
+
+    @property
+    def needs_sync(self) -> bool:
+        return (
+            self.hard_state is not None
+            or self.reset_to is not None
+            or self.truncate_to is not None
+            or bool(self.entries)
+        )
+
+    def apply_log_writes(self, log: ReplicaLog) -> None:
+        if self.reset_to is not None:
+            log.truncate_fully_and_start_at(self.reset_to)
+        if self.truncate_to is not None:
+            log.truncate_to(self.truncate_to)
+        if self.entries:
+            log.append(self.entries)
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Timeouts are in ticks. Flow control bounds what one follower can have in flight, so a
+    slow replica costs the leader bounded memory and one lost message costs one retransmit."""
+
+    election_ticks: int = 10
+    heartbeat_ticks: int = 1
+    max_append_bytes: int = 1 << 20
+    max_inflight_appends: int = 64
+    max_inflight_bytes: int = 8 << 20
+    pre_vote: bool = True
+    check_quorum: bool = True
+
+
+class BatchCodec(Protocol):
+    """The record-batch codec, injected so the core never decodes or re-encodes a batch:
+    ``stamp`` patches offset and epoch into a proposed batch, ``marker`` builds the control
+    batch a new leader appends to commit the entries of earlier epochs."""
+
+    def stamp(self, data: bytes, base_offset: int, epoch: int) -> bytes: ...
+
+    def marker(self, base_offset: int, epoch: int) -> bytes: ...
+
+
+class OpaqueCodec:
+    """Leaves batches as they are; markers are empty. For tests and the simulator."""
+
+    def stamp(self, data: bytes, base_offset: int, epoch: int) -> bytes:
+        return data
+
+    def marker(self, base_offset: int, epoch: int) -> bytes:
+        return b""
+
+
+class MajorityConfig:
+    """The voter set's quorum arithmetic, kept behind two questions (what end offset does a
+    quorum hold, did an election win) so joint consensus can later answer them for two
+    configurations at once without touching the core."""
+
+    def __init__(self, voters: Iterable[int]) -> None:
+        self.voters = tuple(sorted(set(voters)))
+        self.quorum = len(self.voters) // 2 + 1
+
+    def committed_end(self, match_of: Callable[[int], int]) -> int:
+        matches = sorted((match_of(v) for v in self.voters), reverse=True)
+        return matches[self.quorum - 1]
+
+    def vote_result(self, votes: dict[int, bool]) -> bool | None:
+        """True when won, False when lost, None while undecided."""
+        granted = sum(1 for v in self.voters if votes.get(v) is True)
+        if granted >= self.quorum:
+            return True
+        rejected = sum(1 for v in self.voters if votes.get(v) is False)
+        if rejected > len(self.voters) - self.quorum:
+            return False
+        return None
+
+
+class _Progress:
+    """The leader's view of one follower. Probing: one append at a time until the logs are
+    found to match. Replicating: appends are pipelined within the flow-control window."""
+
+    __slots__ = ("inflight", "inflight_bytes", "match", "next", "paused", "recent_active",
+                 "replicating")
+
+    def __init__(self, next_offset: int) -> None:
+        self.match = 0
+        self.next = next_offset
+        self.replicating = False
+        self.paused = False
+        self.recent_active = False
+        self.inflight: deque[tuple[int, int]] = deque()
+        self.inflight_bytes = 0
+
+    def become_probe(self) -> None:
+        self.replicating = False
+        self.paused = False
+        self.next = self.match
+        self.inflight.clear()
+        self.inflight_bytes = 0
+
+    def free_to(self, end: int) -> None:
+        while self.inflight and self.inflight[0][0] <= end:
+            self.inflight_bytes -= self.inflight.popleft()[1]
+
+    def free_first(self) -> None:
+        if self.inflight:
+            self.inflight_bytes -= self.inflight.popleft()[1]
+
+
+class RaftCore:
+    """A replica of one partition. Static membership: ``voters`` is the replica set."""
+
+    def __init__(
+        self,
+        node_id: int,
+        voters: Sequence[int],
+        log: ReplicaLog,
+        rng: random.Random,
+        config: RaftConfig | None = None,
+        hard_state: HardState | None = None,
+        codec: BatchCodec | None = None,
+    ) -> None:
+        self.id = node_id
+        self._config = config or RaftConfig()
+        self._voters = MajorityConfig(voters)
+        self._peers = tuple(v for v in self._voters.voters if v != node_id)
+        self._rng = rng
+        self._codec = codec or OpaqueCodec()
+        self._log = RaftLog(log)
+        hs = hard_state or HardState(0, None, 0)
+        self._term = hs.term
+        self._vote = hs.vote
+        self._hw = max(hs.high_watermark, log.log_start_offset)
+        self._role = Role.FOLLOWER
+        self._leader: int | None = None
+        self._msgs: list[Message] = []
+        self._votes: dict[int, bool] = {}
+        self._progress: dict[int, _Progress] = {}
+        self._transferee: int | None = None
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._randomized_timeout = 0
+        self._reset_randomized_timeout()
+        self._last_hard_state = hs
+        self._last_soft: tuple[Role, int | None] = (self._role, self._leader)
+        self._in_flight: Ready | None = None
+
+    # ---- read-only state -------------------------------------------------------------------
+
+    @property
+    def term(self) -> int:
+        return self._term
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._leader
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.end
+
+    @property
+    def last_epoch(self) -> int:
+        return self._log.last_epoch
+
+    @property
+    def transferring_to(self) -> int | None:
+        return self._transferee
+
+    def epoch_at(self, offset: int) -> int | None:
+        return self._log.epoch_at(offset)
+
+    # ---- inputs ----------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if self._role is Role.LEADER:
+            self._tick_leader()
+            return
+        self._election_elapsed += 1
+        if self._election_elapsed >= self._randomized_timeout and self.id in self._voters.voters:
+            self._election_elapsed = 0
+            self._campaign(pre_vote=self._config.pre_vote, transfer=False)
+
+    def propose(self, data: bytes, record_count: int) -> Entry:
+        """Append one batch of ``record_count`` records; returns the entry with its offsets and
+        epoch. It is committed once a published HW passes ``last_offset`` while the log still
+        holds this epoch there; if leadership is lost first it may be truncated."""
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self._leader)
+        if self._transferee is not None:
+            raise NotLeaderError(self._transferee, "leadership is being transferred")
+        if record_count < 1:
+            raise ValueError("a batch holds at least one record")
+        base = self._log.end
+        entry = Entry(base, base + record_count - 1, self._term,
+                      self._codec.stamp(data, base, self._term))
+        self._log.append((entry,))
+        for peer in self._peers:
+            self._send_append(peer, self._progress[peer], allow_empty=False)
+        return entry
+
+    def transfer_leadership(self, target: int) -> None:
+        """Hand leadership to ``target`` once it holds the whole log (graceful shutdown,
+        balancing). Proposals are refused meanwhile; it gives up after an election timeout."""
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self._leader)
+        if target not in self._progress:
+            raise ValueError(f"{target} is not another voter of this partition")
+        self._transferee = target
+        self._election_elapsed = 0
+        pr = self._progress[target]
+        if pr.match == self._log.end:
+            self._send(TimeoutNow(self._term, self.id, target))
+        else:
+            self._send_append(target, pr, allow_empty=True)
+
+    def step(self, m: Message) -> None:
+        if m.dst != self.id or m.src not in self._voters.voters or m.src == self.id:
+            return
+        if m.term > self._term:
+            if isinstance(m, PreVoteRequest | VoteRequest):
+                forced = isinstance(m, VoteRequest) and m.transfer
+                if not forced and self._in_lease():
+                    # We heard from a live leader within an election timeout: the sender is the
+                    # one cut off, and letting it raise our term would depose a healthy leader.
+                    self._reject_vote(m)
+                    return
+            if not (isinstance(m, PreVoteRequest)
+                    or (isinstance(m, PreVoteResponse) and m.granted)):
+                leader = m.src if isinstance(m, AppendRequest | Heartbeat | TimeoutNow) else None
+                self._become_follower(m.term, leader)
+        elif m.term < self._term:
+            if isinstance(m, AppendRequest | Heartbeat):
+                # A deposed leader that missed the election: our term tells it to step down.
+                self._send(HeartbeatResponse(self._term, self.id, m.src))
+            elif isinstance(m, PreVoteRequest):
+                self._reject_vote(m)
+            return
+
+        if isinstance(m, PreVoteRequest | VoteRequest):
+            self._handle_vote_request(m)
+        elif self._role is Role.LEADER:
+            if isinstance(m, AppendResponse):
+                self._handle_append_response(m)
+            elif isinstance(m, HeartbeatResponse):
+                self._handle_heartbeat_response(m)
+        elif isinstance(m, AppendRequest | Heartbeat):
+            if self._role is not Role.FOLLOWER:
+                self._become_follower(m.term, m.src)
+            self._election_elapsed = 0
+            self._leader = m.src
+            if isinstance(m, AppendRequest):
+                self._handle_append(m)
+            else:
+                self._handle_heartbeat(m)
+        elif isinstance(m, TimeoutNow):
+            if self._role is Role.FOLLOWER:
+                self._campaign(pre_vote=False, transfer=True)
+        elif isinstance(m, PreVoteResponse):
+            if self._role is Role.PRE_CANDIDATE and (not m.granted or m.term == self._term + 1):
+                self._poll(m.src, m.granted)
+        elif isinstance(m, VoteResponse) and self._role is Role.CANDIDATE:
+            self._poll(m.src, m.granted)
+
+    # ---- output ----------------------------------------------------------------------------
+
+    def has_ready(self) -> bool:
+        if self._in_flight is not None:
+            return False
+        return (
+            bool(self._msgs)
+            or self._log.has_writes()
+            or self._hard_state() != self._last_hard_state
+            or (self._role, self._leader) != self._last_soft
+        )
+
+    def ready(self) -> Ready:
+        if self._in_flight is not None:
+            raise RuntimeError("the previous Ready has not been advanced")
+        hs = self._hard_state()
+        reset_to, truncate_to, entries = self._log.take_writes()
+        rd = Ready(
+            hard_state=None if hs == self._last_hard_state else hs,
+            reset_to=reset_to,
+            truncate_to=truncate_to,
+            entries=entries,
+            messages=tuple(self._msgs),
+            high_watermark=self._hw,
+            role=self._role,
+            leader_id=self._leader,
+            term=self._term,
+        )
+        self._msgs = []
+        self._last_hard_state = hs
+        self._last_soft = (self._role, self._leader)
+        self._in_flight = rd
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        """``rd`` is durable and its messages are on their way."""
+        if rd is not self._in_flight:
+            raise RuntimeError("advance() of a Ready that is not the one in flight")
+        self._in_flight = None
+        self._log.stable_to_handed()
+        if self._role is Role.LEADER and self._maybe_commit():
+            self._bcast_append()
+
+    # ---- elections -------------------------------------------------------------------------
+
+    def _hard_state(self) -> HardState:
+        return HardState(self._term, self._vote, self._hw)
+
+    def _reset_randomized_timeout(self) -> None:
+        et = self._config.election_ticks
+        self._randomized_timeout = et + self._rng.randrange(et)
+
+    def _reset(self) -> None:
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._reset_randomized_timeout()
+        self._votes = {}
+        self._progress = {}
+        self._transferee = None
+
+    def _in_lease(self) -> bool:
+        return (
+            self._config.check_quorum
+            and self._leader is not None
+            and self._election_elapsed < self._config.election_ticks
+        )
+
+    def _become_follower(self, term: int, leader: int | None) -> None:
+        if term != self._term:
+            self._term = term
+            self._vote = None
+        self._role = Role.FOLLOWER
+        self._leader = leader
+        self._reset()
+
+    def _campaign(self, pre_vote: bool, transfer: bool) -> None:
+        if pre_vote:
+            self._role = Role.PRE_CANDIDATE
+            term = self._term + 1
+        else:
+            self._term += 1
+            self._vote = self.id
+            self._role = Role.CANDIDATE
+            term = self._term
+        self._leader = None
+        self._reset()
+        self._votes = {self.id: True}
+        if self._voters.vote_result(self._votes):
+            self._election_won()
+            return
+        last_epoch, end = self._log.last_epoch, self._log.end
+        for peer in self._peers:
+            if self._role is Role.PRE_CANDIDATE:
+                self._send(PreVoteRequest(term, self.id, peer, end, last_epoch))
+            else:
+                self._send(VoteRequest(term, self.id, peer, end, last_epoch, transfer))
+
+    def _poll(self, src: int, granted: bool) -> None:
+        self._votes.setdefault(src, granted)
+        result = self._voters.vote_result(self._votes)
+        if result:
+            self._election_won()
+        elif result is False:
+            self._become_follower(self._term, None)
+
+    def _election_won(self) -> None:
+        if self._role is Role.PRE_CANDIDATE:
+            self._campaign(pre_vote=False, transfer=False)
+        else:
+            self._become_leader()
+
+    def _reject_vote(self, m: PreVoteRequest | VoteRequest) -> None:
+        if isinstance(m, PreVoteRequest):
+            self._send(PreVoteResponse(self._term, self.id, m.src, False))
+        else:
+            self._send(VoteResponse(self._term, self.id, m.src, False))
+
+    def _handle_vote_request(self, m: PreVoteRequest | VoteRequest) -> None:
+        pre = isinstance(m, PreVoteRequest)
+        can_vote = (
+            self._vote == m.src
+            or (self._vote is None and self._leader is None)
+            or (pre and m.term > self._term)
+        )
+        up_to_date = (m.last_epoch, m.log_end_offset) >= (self._log.last_epoch, self._log.end)
+        if not (can_vote and up_to_date):
+            self._reject_vote(m)
+        elif pre:
+            self._send(PreVoteResponse(m.term, self.id, m.src, True))
+        else:
+            self._election_elapsed = 0
+            self._vote = m.src
+            self._send(VoteResponse(self._term, self.id, m.src, True))
+
+    # ---- leader ----------------------------------------------------------------------------
+
+    def _become_leader(self) -> None:
+        self._role = Role.LEADER
+        self._leader = self.id
+        self._reset()
+        end = self._log.end
+        self._progress = {p: _Progress(end) for p in self._peers}
+        if self._hw < end:
+            # Entries of earlier epochs commit only by committing one of ours after them.
+            self._log.append((Entry(end, end, self._term, self._codec.marker(end, self._term)),))
+        self._bcast_append()
+
+    def _tick_leader(self) -> None:
+        self._election_elapsed += 1
+        self._heartbeat_elapsed += 1
+        if self._election_elapsed >= self._config.election_ticks:
+            self._election_elapsed = 0
+            if self._config.check_quorum:
+                active = {self.id}
+                for peer, pr in self._progress.items():
+                    if pr.recent_active:
+                        active.add(peer)
+                    pr.recent_active = False
+                if not self._voters.vote_result({v: True for v in active}):
+                    self._become_follower(self._term, None)
+                    return
+            self._transferee = None
+        if self._heartbeat_elapsed >= self._config.heartbeat_ticks:
+            self._heartbeat_elapsed = 0
+            for peer, pr in self._progress.items():
+                self._send(Heartbeat(self._term, self.id, peer, min(self._hw, pr.match)))
+
+    def _send(self, m: Message) -> None:
+        self._msgs.append(m)
+
+    def _send_append(self, peer: int, pr: _Progress, allow_empty: bool) -> bool:
+        cfg = self._config
+        if pr.replicating:
+            if (len(pr.inflight) >= cfg.max_inflight_appends
+                    or pr.inflight_bytes >= cfg.max_inflight_bytes):
+                return False
+        elif pr.paused:
+            return False
+        log = self._log
+        nxt = max(pr.next, log.log_start)
+        entries = log.read(nxt, cfg.max_append_bytes) if nxt < log.end else []
+        if entries:
+            nxt = entries[0].base_offset
+        elif not allow_empty:
+            return False
+        prev_epoch = log.epoch_at(nxt - 1)
+        self._send(AppendRequest(
+            self._term, self.id, peer, nxt - 1, NO_EPOCH if prev_epoch is None else prev_epoch,
+            tuple(entries), self._hw, log.log_start,
+        ))
+        if not pr.replicating:
+            pr.next = nxt
+            pr.paused = True
+        elif entries:
+            size = sum(e.size for e in entries)
+            pr.next = entries[-1].end_offset
+            pr.inflight.append((pr.next, size))
+            pr.inflight_bytes += size
+        return True
+
+    def _bcast_append(self) -> None:
+        for peer in self._peers:
+            self._send_append(peer, self._progress[peer], allow_empty=True)
+
+    def _maybe_commit(self) -> bool:
+        own = self._log.offset
+        progress = self._progress
+        end = self._voters.committed_end(lambda v: own if v == self.id else progress[v].match)
+        # Counting replicas proves commitment only for entries of our own epoch (Raft §5.4.2).
+        if end > self._hw and self._log.epoch_at(end - 1) == self._term:
+            self._hw = end
+            return True
+        return False
+
+    def _handle_append_response(self, m: AppendResponse) -> None:
+        pr = self._progress[m.src]
+        pr.recent_active = True
+        if not m.success:
+            if self._maybe_decrease(pr, m):
+                self._send_append(m.src, pr, allow_empty=True)
+            return
+        if m.match_end < pr.match or (m.match_end == pr.match and pr.replicating):
+            return
+        pr.match = m.match_end
+        pr.paused = False
+        if pr.replicating:
+            pr.next = max(pr.next, pr.match)
+            pr.free_to(pr.match)
+        else:
+            pr.replicating = True
+            pr.next = pr.match
+        if self._maybe_commit():
+            self._bcast_append()
+        while self._send_append(m.src, pr, allow_empty=False):
+            pass
+        if self._transferee == m.src and pr.match == self._log.end:
+            self._send(TimeoutNow(self._term, self.id, m.src))
+
+    def _maybe_decrease(self, pr: _Progress, m: AppendResponse) -> bool:
+        """Move ``next`` back after a rejection; False when the rejection is stale."""
+        if pr.replicating:
+            if m.rejected_prev < pr.match:
+                return False
+            pr.become_probe()
+        elif m.rejected_prev != pr.next - 1:
+            return False
+        if m.hint_epoch == NO_EPOCH:
+            # The follower has nothing after its committed prefix that we could match.
+            x = m.hint_offset
+        else:
+            x, _ = self._log.find_conflict_by_epoch(m.hint_offset, m.hint_epoch)
+        pr.next = max(min(x + 1, m.rejected_prev), pr.match)
+        pr.paused = False
+        return True
+
+    def _handle_heartbeat_response(self, m: HeartbeatResponse) -> None:
+        pr = self._progress[m.src]
+        pr.recent_active = True
+        pr.paused = False
+        if pr.replicating and len(pr.inflight) >= self._config.max_inflight_appends:
+            pr.free_first()
+        if pr.match < self._log.end:
+            # Even with nothing new to send: an append that was lost leaves the follower silent,
+            # and only an append it cannot match makes it say where it really is.
+            self._send_append(m.src, pr, allow_empty=True)
+
+    # ---- follower --------------------------------------------------------------------------
+
+    def _handle_append(self, m: AppendRequest) -> None:
+        log = self._log
+        if m.prev_offset < self._hw - 1:
+            # Everything up to our HW is committed, so it equals the leader's log already.
+            self._send(AppendResponse(self._term, self.id, m.src, True, match_end=self._hw))
+            return
+        if m.prev_offset >= self._hw:
+            if m.prev_epoch == NO_EPOCH:
+                first = m.entries[0] if m.entries else None
+                if first is None or log.epoch_at(first.base_offset) != first.epoch:
+                    # The leader's log starts after our HW and we do not hold its first batch:
+                    # what it deleted was committed, our copy of it is not needed, and what we
+                    # hold after it diverges. Start where the leader's log does (as Kafka).
+                    log.reset(m.prev_offset + 1)
+                    self._hw = m.prev_offset + 1
+                # Else we hold the leader's first batch, so by log matching all before it.
+            elif log.epoch_at(m.prev_offset) != m.prev_epoch:
+                if m.prev_offset >= log.end:
+                    hint_offset, hint_epoch = log.end - 1, log.last_epoch
+                else:
+                    hint_offset, hint_epoch = log.find_conflict_by_epoch(m.prev_offset,
+                                                                         m.prev_epoch)
+                self._send(AppendResponse(
+                    self._term, self.id, m.src, False, rejected_prev=m.prev_offset,
+                    hint_offset=hint_offset, hint_epoch=hint_epoch,
+                ))
+                return
+        entries = m.entries
+        end = log.end
+        i = 0
+        while i < len(entries) and entries[i].base_offset < end:
+            e = entries[i]
+            if log.epoch_at(e.base_offset) != e.epoch:
+                if e.base_offset < self._hw:
+                    raise SafetyViolation(f"node {self.id}: entry at {e.base_offset} conflicts "
+                                          f"below the high watermark {self._hw}")
+                break
+            i += 1
+        if i < len(entries):
+            log.truncate_and_append(entries[i:])
+        last_new = entries[-1].end_offset if entries else m.prev_offset + 1
+        hw = min(m.leader_hw, last_new)
+        if hw > self._hw:
+            self._hw = hw
+        self._send(AppendResponse(self._term, self.id, m.src, True, match_end=last_new))
+
+    def _handle_heartbeat(self, m: Heartbeat) -> None:
+        hw = min(m.leader_hw, self._log.end)
+        if hw > self._hw:
+            self._hw = hw
+        self._send(HeartbeatResponse(self._term, self.id, m.src))

@@ -1,0 +1,580 @@
+"""A deterministic cluster simulator for the Raft core: one seed, one run.
+
+Everything random (derived parameters, network delay/drop/duplication, partitions, crashes,
+disk latency, client behaviour, each core's election timeouts) comes from one
+``random.Random(seed)``, so ``Simulator(SimConfig.derive(seed)).run()`` replays exactly.
+
+A run has three phases: faults (the nemesis injects failures while clients propose), liveness
+(every fault healed: a leader must appear and every client request must commit within a bound
+in ticks), convergence (all replicas reach the same HW; then every acknowledged entry must be in
+every log). Invariants are checked as events happen, against an oracle of committed entries.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import random
+from dataclasses import dataclass, field, fields
+
+from replication.log_view import Entry, MemoryLog
+from replication.messages import Message
+from replication.raft import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
+
+#: Virtual time units per tick of a node's clock (nodes' clocks are skewed around it).
+TICK = 10
+
+_TICK, _DELIVER, _FSYNC, _CLIENT, _NEMESIS, _RESTART, _HEAL_LINKS, _HEAL_ALL, _DEADLINE = range(9)
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Every parameter of a run. ``derive`` draws them from the seed's RNG (``swarm`` also
+    switches fault kinds on or off and picks their rates per seed, so a range of seeds explores
+    many different mixes rather than one average)."""
+
+    seed: int
+    swarm: bool
+    nodes: int
+    fault_ticks: int
+    election_ticks: int
+    heartbeat_ticks: int
+    clock_skew: float
+    net_delay_max: int
+    drop_rate: float
+    dup_rate: float
+    disk_latency_max: int
+    nemesis_interval_ticks: int
+    crash_weight: int
+    partition_weight: int
+    asymmetric_share: float
+    transfer_weight: int
+    retention_weight: int
+    clients: int
+    client_interval: int
+    max_records: int
+    max_payload: int
+    max_append_bytes: int
+    max_inflight_appends: int
+    liveness_requests: int
+    liveness_bound_ticks: int
+
+    @classmethod
+    def derive(
+        cls, rng: random.Random, seed: int, swarm: bool, nodes: int | None = None,
+        fault_ticks: int = 200,
+    ) -> SimConfig:
+        def on(weight: int) -> int:
+            return weight if not swarm or rng.random() < 0.6 else 0
+
+        election_ticks = rng.randint(5, 20) if swarm else 10
+        # A round trip (two delays, two syncs) must fit well inside an election timeout, as in
+        # any deployment; otherwise check-quorum rightly deposes every leader.
+        latency_cap = max(1, election_ticks * TICK // 6)
+        return cls(
+            seed=seed,
+            swarm=swarm,
+            nodes=nodes if nodes is not None else rng.choice((3, 3, 5)) if swarm else 3,
+            fault_ticks=fault_ticks,
+            election_ticks=election_ticks,
+            heartbeat_ticks=rng.randint(1, max(1, election_ticks // 4)) if swarm else 2,
+            clock_skew=rng.uniform(0.0, 0.3) if swarm else 0.1,
+            net_delay_max=rng.randint(1, latency_cap) if swarm else TICK,
+            drop_rate=rng.choice((0.0, rng.uniform(0.0, 0.3))) if swarm else 0.05,
+            dup_rate=rng.choice((0.0, rng.uniform(0.0, 0.2))) if swarm else 0.02,
+            disk_latency_max=rng.randint(0, latency_cap) if swarm else TICK // 2,
+            nemesis_interval_ticks=rng.randint(2, 3 * election_ticks) if swarm else 8,
+            crash_weight=on(rng.randint(1, 5)) if swarm else 2,
+            partition_weight=on(rng.randint(1, 5)) if swarm else 2,
+            asymmetric_share=rng.random() if swarm else 0.3,
+            transfer_weight=on(rng.randint(1, 5)) if swarm else 1,
+            retention_weight=on(rng.randint(1, 5)) if swarm else 1,
+            clients=rng.randint(1, 4) if swarm else 2,
+            client_interval=rng.randint(2, 3 * TICK) if swarm else TICK,
+            max_records=rng.randint(1, 20) if swarm else 5,
+            max_payload=rng.randint(1, 200) if swarm else 40,
+            max_append_bytes=rng.randint(1, 600) if swarm else 256,
+            max_inflight_appends=rng.randint(1, 8) if swarm else 4,
+            liveness_requests=3,
+            liveness_bound_ticks=12 * election_ticks,
+        )
+
+    def describe(self) -> str:
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    ok: bool
+    failure: str = ""
+    events: int = 0
+    ticks: int = 0
+    acked: int = 0
+    elections: list[float] = field(default_factory=list)
+
+
+class _Node:
+    __slots__ = ("core", "hard_state", "id", "in_flight", "incarnation", "log", "pending",
+                 "published_hw", "tick_interval", "up")
+
+    def __init__(self, node_id: int, tick_interval: int) -> None:
+        self.id = node_id
+        self.tick_interval = tick_interval
+        self.log = MemoryLog()
+        self.hard_state = HardState(0, None, 0)
+        self.core: RaftCore | None = None
+        self.in_flight: Ready | None = None
+        self.incarnation = 0
+        self.up = False
+        self.published_hw = 0
+        self.pending: list[tuple[Entry, int, int]] = []  # (entry, client, request id)
+
+
+class _Client:
+    __slots__ = ("budget", "done", "id", "leader_guess", "request", "sent_at")
+
+    def __init__(self, client_id: int) -> None:
+        self.id = client_id
+        self.request = 0  # id of the outstanding request; 0: none
+        self.sent_at: int | None = None  # None: not submitted (or failed), resubmit
+        self.leader_guess = 0
+        self.done = 0
+        self.budget: int | None = None  # requests left in the liveness phase
+
+
+class Simulator:
+    def __init__(self, config: SimConfig, rng: random.Random) -> None:
+        self.cfg = config
+        self.rng = rng
+        self.raft_config = RaftConfig(
+            election_ticks=config.election_ticks,
+            heartbeat_ticks=config.heartbeat_ticks,
+            max_append_bytes=config.max_append_bytes,
+            max_inflight_appends=config.max_inflight_appends,
+        )
+        self.voters = tuple(range(config.nodes))
+        self.quorum = config.nodes // 2 + 1
+        self.nodes = [
+            _Node(i, max(1, round(TICK * (1 + rng.uniform(-config.clock_skew, config.clock_skew)))))
+            for i in self.voters
+        ]
+        self.clients = [_Client(i) for i in range(config.clients)]
+        self.now = 0
+        self.events = 0
+        self._heap: list[tuple[int, int, int, object, int]] = []
+        self._seq = 0
+        self.blocked: frozenset[tuple[int, int]] = frozenset()
+        self._links_gen = 0
+        self.faults_on = True
+        self.drop_rate = config.drop_rate
+        self.finished = False
+        # Oracle: the committed chain (every HW any node published), append registry, acks.
+        self.chain: list[Entry] = []
+        self.chain_bases: list[int] = []
+        self.chain_end = 0
+        self.registry: dict[tuple[int, int], tuple[int, bytes, int | None]] = {}
+        self.leaders: dict[int, int] = {}
+        self.acked: list[Entry] = []
+        self.elections: list[float] = []
+        self._leader_lost_at: int | None = 0
+        self._heal_at = 0
+
+    # ---- scheduling ------------------------------------------------------------------------
+
+    def _at(self, t: int, kind: int, a: object = None, b: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, a, b))
+
+    def run(self) -> SimResult:
+        cfg = self.cfg
+        for node in self.nodes:
+            self._start(node)
+        for c in self.clients:
+            self._at(self.rng.randrange(cfg.client_interval), _CLIENT, c)
+        if cfg.crash_weight + cfg.partition_weight + cfg.transfer_weight + cfg.retention_weight:
+            self._at(cfg.nemesis_interval_ticks * TICK, _NEMESIS)
+        self._heal_at = cfg.fault_ticks * TICK
+        self._at(self._heal_at, _HEAL_ALL)
+        result = SimResult(cfg, ok=True)
+        try:
+            self._loop()
+            self._final_check()
+        except (InvariantViolation, AssertionError, ValueError) as exc:
+            result.ok = False
+            result.failure = f"t={self.now} ({self.now // TICK} ticks): {exc}"
+        result.events = self.events
+        result.ticks = self.now // TICK
+        result.acked = len(self.acked)
+        result.elections = self.elections
+        return result
+
+    def _loop(self) -> None:
+        heap = self._heap
+        pop = heapq.heappop
+        while heap and not self.finished:
+            t, _, kind, a, b = pop(heap)
+            self.now = t
+            self.events += 1
+            if kind == _DELIVER:
+                self._deliver(a)  # type: ignore[arg-type]
+            elif kind == _TICK:
+                self._tick(a, b)  # type: ignore[arg-type]
+            elif kind == _FSYNC:
+                self._fsync_done(a, b)  # type: ignore[arg-type]
+            elif kind == _CLIENT:
+                self._client(a)  # type: ignore[arg-type]
+            elif kind == _NEMESIS:
+                self._nemesis()
+            elif kind == _RESTART:
+                node = self.nodes[b]
+                if not node.up:
+                    self._start(node)
+            elif kind == _HEAL_LINKS:
+                if b == self._links_gen:
+                    self.blocked = frozenset()
+            elif kind == _HEAL_ALL:
+                self._heal_all()
+            else:
+                self._deadline(b)
+        if not self.finished:
+            raise InvariantViolation("the event queue ran dry")
+
+    # ---- nodes -----------------------------------------------------------------------------
+
+    def _start(self, node: _Node) -> None:
+        node.up = True
+        node.incarnation += 1
+        node.core = RaftCore(
+            node.id, self.voters, node.log, random.Random(self.rng.getrandbits(64)),
+            self.raft_config, node.hard_state,
+        )
+        self._at(self.now + self.rng.randrange(1, node.tick_interval + 1), _TICK, node,
+                 node.incarnation)
+
+    def _crash(self, node: _Node) -> None:
+        assert node.core is not None
+        if node.core.role is Role.LEADER and self._leader_lost_at is None:
+            self._leader_lost_at = self.now
+        node.up = False
+        node.core = None
+        node.in_flight = None  # never synced: lost, and nothing in it was promised
+        node.incarnation += 1
+        self._fail_pending(node)
+
+    def _tick(self, node: _Node, incarnation: int) -> None:
+        if node.incarnation != incarnation:
+            return
+        core = node.core
+        assert core is not None
+        was_leader = core.role is Role.LEADER
+        core.tick()
+        if was_leader and core.role is not Role.LEADER and self._leader_lost_at is None:
+            self._leader_lost_at = self.now
+        self._after(node, core)
+        self._at(self.now + node.tick_interval, _TICK, node, incarnation)
+
+    def _deliver(self, m: Message) -> None:
+        node = self.nodes[m.dst]
+        if node.core is None or (m.src, m.dst) in self.blocked:
+            return
+        node.core.step(m)
+        self._after(node, node.core)
+
+    def _after(self, node: _Node, core: RaftCore) -> None:
+        """Invariant checks that concern the core's state, then hand its Ready to the disk."""
+        if core.role is Role.LEADER:
+            term = core.term
+            holder = self.leaders.get(term)
+            if holder is None:
+                self.leaders[term] = node.id
+                self._check_leader_completeness(node, core)
+                if self._leader_lost_at is not None:
+                    self.elections.append((self.now - self._leader_lost_at) / TICK)
+                    self._leader_lost_at = None
+            elif holder != node.id:
+                raise InvariantViolation(f"two leaders in term {term}: {holder} and {node.id}")
+        if node.in_flight is None and core.has_ready():
+            rd = core.ready()
+            if rd.needs_sync:
+                node.in_flight = rd
+                self._at(self.now + self.rng.randint(0, self.cfg.disk_latency_max), _FSYNC,
+                         node, node.incarnation)
+            else:
+                self._complete(node, core, rd)
+
+    def _fsync_done(self, node: _Node, incarnation: int) -> None:
+        if node.incarnation != incarnation or node.in_flight is None:
+            return
+        rd = node.in_flight
+        node.in_flight = None
+        assert node.core is not None
+        self._persist(node, rd)
+        self._complete(node, node.core, rd)
+
+    def _complete(self, node: _Node, core: RaftCore, rd: Ready) -> None:
+        for m in rd.messages:
+            self._send(m)
+        if rd.high_watermark != node.published_hw:
+            self._publish_hw(node, rd.high_watermark)
+        core.advance(rd)
+        self._after(node, core)
+
+    def _send(self, m: Message) -> None:
+        rng = self.rng
+        if self.drop_rate and rng.random() < self.drop_rate:
+            return
+        self._at(self.now + rng.randint(1, self.cfg.net_delay_max), _DELIVER, m)
+        if self.cfg.dup_rate and rng.random() < self.cfg.dup_rate:
+            self._at(self.now + rng.randint(1, self.cfg.net_delay_max), _DELIVER, m)
+
+    # ---- the disk and the oracle -----------------------------------------------------------
+
+    def _chain_epoch(self, offset: int) -> int:
+        i = bisect.bisect_right(self.chain_bases, offset) - 1
+        return self.chain[i].epoch
+
+    def _persist(self, node: _Node, rd: Ready) -> None:
+        log = node.log
+        if rd.reset_to is not None:
+            if rd.reset_to > self.chain_end:
+                raise InvariantViolation(f"node {node.id} reset to {rd.reset_to}, above the "
+                                         f"committed end {self.chain_end}")
+            self._check_not_committed(node, rd.reset_to, "reset")
+        if rd.truncate_to is not None:
+            self._check_not_committed(node, rd.truncate_to, "truncation")
+        if rd.reset_to is not None or rd.truncate_to is not None:
+            rd.apply_log_writes(log)  # also appends: the entries are checked after
+            appended_from = len(log.entries) - len(rd.entries)
+            prev = log.epoch_at(rd.entries[0].base_offset - 1) if rd.entries else None
+            self._register(node, log.entries[appended_from:], prev)
+        elif rd.entries:
+            self._register(node, rd.entries, log.epoch_at(rd.entries[0].base_offset - 1))
+            log.append(rd.entries)
+        if rd.hard_state is not None:
+            node.hard_state = rd.hard_state
+
+    def _check_not_committed(self, node: _Node, offset: int, what: str) -> None:
+        """Removing the entry at ``offset`` must not remove a committed entry. By log matching,
+        if the first removed entry is not the committed one, no later one is either."""
+        if offset >= self.chain_end:
+            return
+        epoch = node.log.epoch_at(offset)
+        if epoch is not None and epoch == self._chain_epoch(offset):
+            raise InvariantViolation(f"node {node.id}: {what} at {offset} removes a committed "
+                                     f"entry (committed end {self.chain_end})")
+
+    def _register(self, node: _Node, entries: object, prev_epoch: int | None) -> None:
+        """Log matching, checked on every append: an (offset, epoch) pair names one batch with
+        one predecessor epoch, on every node, forever."""
+        assert isinstance(entries, tuple | list)
+        registry = self.registry
+        for e in entries:
+            key = (e.base_offset, e.epoch)
+            seen = registry.get(key)
+            if seen is None or seen[2] is None:
+                registry[key] = (e.last_offset, e.data, prev_epoch)
+            # A log that starts at this batch (reset below a leader's log start) cannot say
+            # what preceded it; everything else must agree.
+            if seen is not None and (
+                seen[:2] != (e.last_offset, e.data)
+                or (seen[2] != prev_epoch and seen[2] is not None and prev_epoch is not None)
+            ):
+                raise InvariantViolation(f"log matching: node {node.id} has a different batch at "
+                                         f"offset {e.base_offset} epoch {e.epoch}")
+            prev_epoch = e.epoch
+
+    def _publish_hw(self, node: _Node, hw: int) -> None:
+        if hw < node.published_hw:
+            raise InvariantViolation(f"node {node.id}: HW went back from {node.published_hw} "
+                                     f"to {hw}")
+        log = node.log
+        if hw > log.log_end_offset:
+            raise InvariantViolation(f"node {node.id}: HW {hw} beyond its durable log end "
+                                     f"{log.log_end_offset}")
+        start = max(node.published_hw, log.log_start_offset)
+        node.published_hw = hw
+        if start < hw:
+            for e in log.read(start, 1 << 62):
+                if e.base_offset >= hw:
+                    break
+                self._commit_entry(node, e)
+        if hw > log.log_start_offset:
+            epoch = log.epoch_at(hw - 1)
+            held = 0
+            for other in self.nodes:
+                olog = other.log
+                if olog.log_start_offset >= hw or olog.epoch_at(hw - 1) == epoch:
+                    held += 1
+            if held < self.quorum:
+                raise InvariantViolation(f"node {node.id}: HW {hw} but only {held} durable "
+                                         f"logs hold offset {hw - 1}")
+        self._ack(node, hw)
+
+    def _commit_entry(self, node: _Node, e: Entry) -> None:
+        if e.base_offset >= self.chain_end:
+            if e.base_offset != self.chain_end and self.chain_end:
+                raise InvariantViolation(f"committed chain has a gap at {self.chain_end}")
+            self.chain.append(e)
+            self.chain_bases.append(e.base_offset)
+            self.chain_end = e.end_offset
+            return
+        i = bisect.bisect_right(self.chain_bases, e.base_offset) - 1
+        if i < 0 or self.chain[i] != e:
+            raise InvariantViolation(f"node {node.id} committed a batch at {e.base_offset} "
+                                     f"(epoch {e.epoch}) unlike the committed one")
+
+    def _check_leader_completeness(self, node: _Node, core: RaftCore) -> None:
+        last = self.chain_end - 1
+        if last >= core.log_start_offset and last >= 0:
+            if core.epoch_at(last) != self._chain_epoch(last):
+                raise InvariantViolation(f"leader completeness: node {node.id} leads term "
+                                         f"{core.term} without committed offset {last}")
+
+    # ---- clients ---------------------------------------------------------------------------
+
+    def _ack(self, node: _Node, hw: int) -> None:
+        keep = []
+        for entry, client_id, request in node.pending:
+            if entry.last_offset >= hw:
+                keep.append((entry, client_id, request))
+                continue
+            client = self.clients[client_id]
+            if node.log.entry_at(entry.base_offset) == entry:
+                self.acked.append(entry)
+                if client.request == request:
+                    client.request = 0
+                    client.done += 1
+            elif client.request == request:
+                client.sent_at = None  # truncated by a newer leader: the client retries
+        node.pending = keep
+
+    def _fail_pending(self, node: _Node) -> None:
+        for _, client_id, request in node.pending:
+            client = self.clients[client_id]
+            if client.request == request:
+                client.sent_at = None
+        node.pending = []
+
+    def _client(self, c: _Client) -> None:
+        cfg = self.cfg
+        rng = self.rng
+        if c.request == 0 and (c.budget is None or c.budget > 0):
+            self._seq += 1
+            c.request = self._seq
+            c.sent_at = None
+            if c.budget is not None:
+                c.budget -= 1
+        timeout = 3 * cfg.election_ticks * TICK
+        if c.request and (c.sent_at is None or self.now - c.sent_at > timeout):
+            node = self.nodes[c.leader_guess]
+            core = node.core
+            if core is None:
+                c.leader_guess = rng.randrange(cfg.nodes)
+            else:
+                data = f"c{c.id}r{c.request}:".encode() + b"x" * rng.randrange(cfg.max_payload)
+                try:
+                    entry = core.propose(data, rng.randint(1, cfg.max_records))
+                except NotLeaderError as exc:
+                    guess = exc.leader_id
+                    c.leader_guess = rng.randrange(cfg.nodes) if guess is None else guess
+                else:
+                    c.sent_at = self.now
+                    node.pending.append((entry, c.id, c.request))
+                    self._after(node, core)
+        if c.request or c.budget is None or c.budget > 0:
+            self._at(self.now + rng.randint(1, cfg.client_interval), _CLIENT, c)
+
+    # ---- faults ----------------------------------------------------------------------------
+
+    def _nemesis(self) -> None:
+        if not self.faults_on:
+            return
+        cfg = self.cfg
+        rng = self.rng
+        kinds = (cfg.crash_weight, cfg.partition_weight, cfg.transfer_weight,
+                 cfg.retention_weight)
+        kind = rng.choices(range(4), weights=kinds)[0]
+        duration = rng.randint(1, 4 * cfg.election_ticks) * TICK
+        up = [n for n in self.nodes if n.up]
+        if kind == 0 and up:
+            node = rng.choice(up)
+            self._crash(node)
+            self._at(self.now + duration, _RESTART, None, node.id)
+        elif kind == 1:
+            self._links_gen += 1
+            side = set(rng.sample(self.voters, rng.randint(1, cfg.nodes - 1)))
+            other = [v for v in self.voters if v not in side]
+            pairs = {(a, b) for a in side for b in other}
+            if rng.random() >= cfg.asymmetric_share:
+                pairs |= {(b, a) for a, b in pairs}
+            self.blocked = frozenset(pairs)
+            self._at(self.now + duration, _HEAL_LINKS, None, self._links_gen)
+        elif kind == 2:
+            for n in up:
+                if n.core is not None and n.core.role is Role.LEADER:
+                    target = rng.choice([v for v in self.voters if v != n.id] or [n.id])
+                    if target != n.id:
+                        n.core.transfer_leadership(target)
+                        self._after(n, n.core)
+                    break
+        elif kind == 3:
+            candidates = [n for n in up if n.in_flight is None]
+            if candidates:
+                node = rng.choice(candidates)
+                bases = [e.base_offset for e in node.log.entries[1:]
+                         if e.base_offset < node.published_hw]
+                if bases:
+                    node.log.advance_log_start(rng.choice(bases))
+        self._at(self.now + cfg.nemesis_interval_ticks * TICK, _NEMESIS)
+
+    def _heal_all(self) -> None:
+        self.faults_on = False
+        self.blocked = frozenset()
+        self.drop_rate = 0.0
+        for node in self.nodes:
+            if not node.up:
+                self._start(node)
+        if not any(n.core is not None and n.core.role is Role.LEADER for n in self.nodes):
+            self._leader_lost_at = self.now
+        for c in self.clients:
+            c.budget = self.cfg.liveness_requests
+            if c.request and c.sent_at is None:
+                c.budget -= 0
+            self._at(self.now + 1, _CLIENT, c)
+        self._at(self.now + self.cfg.liveness_bound_ticks * TICK, _DEADLINE, None, 0)
+
+    def _deadline(self, phase: int) -> None:
+        if phase == 0:
+            late = [c.id for c in self.clients if c.request or (c.budget or 0) > 0]
+            if late:
+                raise InvariantViolation(f"liveness: clients {late} still have uncommitted "
+                                         f"requests {self.cfg.liveness_bound_ticks} ticks "
+                                         f"after the faults healed")
+            self._at(self.now + self.cfg.liveness_bound_ticks * TICK, _DEADLINE, None, 1)
+            return
+        hws = {n.published_hw for n in self.nodes}
+        ends = {n.log.log_end_offset for n in self.nodes}
+        if len(hws) != 1 or hws != ends:
+            raise InvariantViolation(f"convergence: HWs {sorted(hws)} and log ends "
+                                     f"{sorted(ends)} differ after healing")
+        self.finished = True
+
+    def _final_check(self) -> None:
+        for entry in self.acked:
+            for node in self.nodes:
+                if entry.base_offset >= node.log.log_start_offset and \
+                        node.log.entry_at(entry.base_offset) != entry:
+                    raise InvariantViolation(f"acknowledged batch at {entry.base_offset} "
+                                             f"(epoch {entry.epoch}) lost on node {node.id}")
+
+
+def run_seed(seed: int, swarm: bool = False, nodes: int | None = None,
+             fault_ticks: int = 200) -> SimResult:
+    rng = random.Random(seed)
+    config = SimConfig.derive(rng, seed, swarm, nodes, fault_ticks)
+    return Simulator(config, rng).run()
