@@ -1,0 +1,45 @@
+"""Tidelog's storage engine: a partition log of segments on local disk (Kafka's log layer).
+
+No network, no asyncio, no replication: the node drives it (appends, flushes, HW updates) and
+the replication layer reads it. It imports only the pure record-batch codec from ``tidelog``.
+"""
+
+from storage.checkpoint import CheckpointFile
+from storage.config import LogConfig
+from storage.epoch import EpochEntry, LeaderEpochFileCache
+from storage.errors import CorruptIndexError, OffsetsOutOfOrderError, UnexpectedAppendOffsetError
+from storage.index import (
+    AbortedTxn,
+    OffsetIndex,
+    OffsetPosition,
+    TimeIndex,
+    TimestampOffset,
+    TransactionIndex,
+    base_offset_from_path,
+)
+from storage.log import Log, LogAppendInfo, SegmentPosition, system_clock_ms
+from storage.segment import CLEANED_SUFFIX, LogSegment, TimestampAndOffset
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "AbortedTxn",
+    "CheckpointFile",
+    "CorruptIndexError",
+    "EpochEntry",
+    "LeaderEpochFileCache",
+    "Log",
+    "LogAppendInfo",
+    "LogConfig",
+    "LogSegment",
+    "OffsetIndex",
+    "OffsetPosition",
+    "OffsetsOutOfOrderError",
+    "SegmentPosition",
+    "TimeIndex",
+    "TimestampAndOffset",
+    "TimestampOffset",
+    "TransactionIndex",
+    "UnexpectedAppendOffsetError",
+    "base_offset_from_path",
+    "system_clock_ms",
+]

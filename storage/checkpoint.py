@@ -1,0 +1,85 @@
+"""Small text files that remember offsets across restarts, in Kafka's checkpoint layout.
+
+Layout (Kafka's ``CheckpointFile``)::
+
+    <version>
+    <number of entries>
+    <entry fields separated by spaces>
+    ...
+
+A checkpoint is only useful if a crash can never leave half of one behind, so a write goes to a
+temporary file that is fsynced and then renamed over the old one, and the directory is fsynced so
+that the rename itself survives a power loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make creations, renames and deletions inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointFile:
+    """One checkpoint file whose entries have `width` fields: a key (a name or an integer)
+    followed by integers."""
+
+    def __init__(self, path: Path, version: int, width: int) -> None:
+        self.path = path
+        self.version = version
+        self.width = width
+
+    def write(self, entries: Iterable[Sequence[object]]) -> None:
+        rows = [" ".join(str(field) for field in entry) for entry in entries]
+        text = "\n".join([str(self.version), str(len(rows)), *rows]) + "\n"
+        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+
+    def read(self) -> list[list[str]] | None:
+        """The entries, or None when the file is missing or malformed (logged).
+
+        A malformed file cannot come from a crash (writes are atomic), only from outside
+        damage; every caller has a safe fallback (recover more, start from the segments), so
+        the damage is reported and the file treated as absent instead of failing the open.
+        """
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("cannot read checkpoint %s: %s", self.path, exc)
+            return None
+        try:
+            if int(lines[0]) != self.version:
+                raise ValueError(f"version {lines[0]}, expected {self.version}")
+            count = int(lines[1])
+            entries = [line.split() for line in lines[2:] if line.strip()]
+            if len(entries) != count or any(len(e) != self.width for e in entries):
+                raise ValueError("entry count or width does not match")
+            for entry in entries:
+                for field in entry[1:]:  # the first field may be a key name
+                    int(field)
+        except (IndexError, ValueError) as exc:
+            log.warning("ignoring malformed checkpoint %s: %s", self.path, exc)
+            return None
+        return entries

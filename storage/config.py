@@ -1,0 +1,143 @@
+"""A partition log's configuration, under Kafka's topic-config names (kafka-reference §5.1).
+
+Topic configs arrive as strings (CreateTopics, `tidelog topic create --config`); they are parsed
+and checked once here, so the log never meets a value it cannot honour. A key this module does not
+know is an error rather than silently ignored: a typo such as ``retention.m`` would otherwise keep
+data forever without anyone noticing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import NamedTuple
+
+from tidelog.errors import InvalidConfigError
+from tidelog.records import TimestampType
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+CLEANUP_DELETE = "delete"
+CLEANUP_COMPACT = "compact"
+
+_TIMESTAMP_TYPES = {
+    "CreateTime": TimestampType.CREATE_TIME,
+    "LogAppendTime": TimestampType.LOG_APPEND_TIME,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Kafka's defaults (kafka-reference §5.1, the snapshot's values) unless a topic overrides."""
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    cleanup_policy: frozenset[str] = frozenset({CLEANUP_DELETE})
+    delete_retention_ms: int = 24 * 3600 * 1000
+    max_message_bytes: int = 1024 * 1024 + 12
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+
+    @property
+    def delete_enabled(self) -> bool:
+        return CLEANUP_DELETE in self.cleanup_policy
+
+    @property
+    def compact_enabled(self) -> bool:
+        return CLEANUP_COMPACT in self.cleanup_policy
+
+    @classmethod
+    def property_names(cls) -> frozenset[str]:
+        """The Kafka names this class understands, for callers that split a topic's configs."""
+        return frozenset(_PROPS)
+
+    @classmethod
+    def from_kafka_props(cls, props: Mapping[str, str]) -> LogConfig:
+        """Parse Kafka-named string properties; anything invalid raises InvalidConfigError."""
+        values: dict[str, object] = {}
+        for name, raw in props.items():
+            prop = _PROPS.get(name)
+            if prop is None:
+                raise InvalidConfigError(f"unknown topic config {name!r}")
+            values[prop.field] = prop.parse(name, raw)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def to_kafka_props(self) -> dict[str, str]:
+        """The inverse of from_kafka_props (for describe-topic and for round-trip tests)."""
+        out: dict[str, str] = {}
+        for name, prop in _PROPS.items():
+            value = getattr(self, prop.field)
+            if isinstance(value, TimestampType):
+                out[name] = next(k for k, v in _TIMESTAMP_TYPES.items() if v is value)
+            elif isinstance(value, frozenset):
+                out[name] = ",".join(sorted(value))
+            else:
+                out[name] = str(value)
+        return out
+
+
+class _Prop(NamedTuple):
+    field: str
+    parse: Callable[[str, str], object]
+
+
+def _integer(minimum: int, maximum: int) -> Callable[[str, str], object]:
+    def parse(name: str, raw: str) -> object:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise InvalidConfigError(f"{name}={raw!r} is not an integer") from None
+        if not minimum <= value <= maximum:
+            raise InvalidConfigError(f"{name}={value} must be in [{minimum}, {maximum}]")
+        return value
+
+    return parse
+
+
+def _timestamp_type(name: str, raw: str) -> object:
+    try:
+        return _TIMESTAMP_TYPES[raw.strip()]
+    except KeyError:
+        raise InvalidConfigError(
+            f"{name}={raw!r} must be one of {', '.join(_TIMESTAMP_TYPES)}"
+        ) from None
+
+
+def _cleanup_policy(name: str, raw: str) -> object:
+    policies = frozenset(p.strip() for p in raw.split(",") if p.strip())
+    if not policies or not policies <= {CLEANUP_DELETE, CLEANUP_COMPACT}:
+        raise InvalidConfigError(f"{name}={raw!r} must be a list of 'delete' and/or 'compact'")
+    return policies
+
+
+# Lower bounds are Kafka's (LogConfig.java); ints that Kafka declares as INT stop at INT_MAX.
+_PROPS: dict[str, _Prop] = {
+    "segment.bytes": _Prop("segment_bytes", _integer(14, INT_MAX)),
+    "segment.ms": _Prop("segment_ms", _integer(1, LONG_MAX)),
+    "segment.index.bytes": _Prop("segment_index_bytes", _integer(4, INT_MAX)),
+    "index.interval.bytes": _Prop("index_interval_bytes", _integer(0, INT_MAX)),
+    "retention.ms": _Prop("retention_ms", _integer(-1, LONG_MAX)),
+    "retention.bytes": _Prop("retention_bytes", _integer(-1, LONG_MAX)),
+    "message.timestamp.type": _Prop("message_timestamp_type", _timestamp_type),
+    "message.timestamp.before.max.ms": _Prop(
+        "message_timestamp_before_max_ms", _integer(0, LONG_MAX)
+    ),
+    "message.timestamp.after.max.ms": _Prop(
+        "message_timestamp_after_max_ms", _integer(0, LONG_MAX)
+    ),
+    "cleanup.policy": _Prop("cleanup_policy", _cleanup_policy),
+    "delete.retention.ms": _Prop("delete_retention_ms", _integer(0, LONG_MAX)),
+    "max.message.bytes": _Prop("max_message_bytes", _integer(0, INT_MAX)),
+    "flush.messages": _Prop("flush_messages", _integer(1, LONG_MAX)),
+    "flush.ms": _Prop("flush_ms", _integer(0, LONG_MAX)),
+}
+
+assert {p.field for p in _PROPS.values()} == {f.name for f in fields(LogConfig)}

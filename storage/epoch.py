@@ -1,0 +1,116 @@
+"""The leader-epoch history of a partition: which epoch started at which offset.
+
+Followers use it to find where their log diverges from a new leader's (Kafka's
+OffsetsForLeaderEpoch, KIP-101), and ListOffsets EARLIEST reports the epoch of its first entry.
+It is kept in the partition directory as Kafka's ``leader-epoch-checkpoint`` and rewritten
+(atomically) on every change, which happens once per election, not per append.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from pathlib import Path
+from typing import NamedTuple
+
+from storage.checkpoint import CheckpointFile
+
+log = logging.getLogger(__name__)
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+class LeaderEpochFileCache:
+    """Epochs strictly increase, and so do their start offsets (Kafka's LeaderEpochFileCache)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._file = CheckpointFile(directory / LEADER_EPOCH_CHECKPOINT, version=0, width=2)
+        rows = self._file.read() or []
+        self._epochs = [int(epoch) for epoch, _ in rows]
+        self._starts = [int(start) for _, start in rows]
+        if not all(
+            a.epoch < b.epoch and a.start_offset <= b.start_offset
+            for a, b in zip(self.entries, self.entries[1:], strict=False)
+        ):
+            log.warning("ignoring non-monotonic %s", self._file.path)
+            self._epochs, self._starts = [], []
+
+    @property
+    def entries(self) -> list[EpochEntry]:
+        return [EpochEntry(e, s) for e, s in zip(self._epochs, self._starts, strict=True)]
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def earliest_entry(self) -> EpochEntry | None:
+        return EpochEntry(self._epochs[0], self._starts[0]) if self._epochs else None
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset`; entries it contradicts (an equal or
+        higher epoch, or a start at or after it) are dropped first, as in Kafka."""
+        if epoch < 0 or start_offset < 0:
+            return
+        if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
+            return
+        keep = len(self._epochs)
+        while keep and (self._epochs[keep - 1] >= epoch or self._starts[keep - 1] >= start_offset):
+            keep -= 1
+        if keep < len(self._epochs):
+            log.warning(
+                "epoch %d at %d replaces later entries %s", epoch, start_offset, self.entries[keep:]
+            )
+        del self._epochs[keep:], self._starts[keep:]
+        self._epochs.append(epoch)
+        self._starts.append(start_offset)
+        self._write()
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch in which `offset` was written, or -1 below the first entry."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> EpochEntry:
+        """Kafka's ``endOffsetFor``: (largest epoch <= requested, the start offset of the first
+        epoch above it), or the log end offset when the requested epoch is the latest."""
+        if requested_epoch == UNDEFINED_EPOCH or not self._epochs:
+            return EpochEntry(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+        if requested_epoch == self._epochs[-1]:
+            return EpochEntry(requested_epoch, log_end_offset)
+        higher = bisect.bisect_right(self._epochs, requested_epoch)
+        if higher == len(self._epochs):
+            return EpochEntry(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+        if higher == 0:
+            return EpochEntry(requested_epoch, self._starts[0])
+        return EpochEntry(self._epochs[higher - 1], self._starts[higher])
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Forget the epochs that start at or after `end_offset` (the log was truncated)."""
+        keep = bisect.bisect_left(self._starts, end_offset)
+        if keep < len(self._epochs):
+            del self._epochs[keep:], self._starts[keep:]
+            self._write()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at `start_offset`: the epoch covering it starts there."""
+        i = bisect.bisect_right(self._starts, start_offset) - 1
+        if i < 0 or (i == 0 and self._starts[0] == start_offset):
+            return
+        del self._epochs[:i], self._starts[:i]
+        self._starts[0] = start_offset
+        self._write()
+
+    def clear(self) -> None:
+        if self._epochs:
+            self._epochs, self._starts = [], []
+            self._write()
+
+    def _write(self) -> None:
+        self._file.write(self.entries)

@@ -1,0 +1,238 @@
+"""Opening a partition directory: what survives a crash, and how little a clean restart reads.
+
+Kafka's ``LogLoader``, reduced to what Tidelog keeps on disk:
+
+* Leftovers of interrupted work go first: checkpoint temp files, segments a cleaner was still
+  writing (``.cleaned``), and a replacement that was already committed (``.swap``) is finished.
+* After a clean shutdown (the marker file exists) nothing is scanned: indexes are loaded and
+  sanity-checked, and only the tail of the active segment after its last index entry is read
+  to find the log end offset. Reopening a cleanly closed 1 GiB log costs milliseconds.
+* After a crash, every segment from the one holding the recovery point onwards is scanned batch
+  by batch (CRC, offsets), its indexes rebuilt. The first invalid batch ends the log: the
+  segment is cut there and every later segment deleted, with a warning naming the file and the
+  position, so exactly the intact prefix survives.
+* Any segment whose indexes are missing or fail their sanity check is recovered the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.checkpoint import TMP_SUFFIX, CheckpointFile, fsync_dir
+from storage.config import LogConfig
+from storage.epoch import LeaderEpochFileCache
+from storage.index import base_offset_from_path
+from storage.segment import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+    segment_file,
+)
+from storage.segments import LogSegments
+from tidelog.errors import CorruptMessageError
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".tidelog_cleanshutdown"
+OFFSETS_CHECKPOINT = "log-offsets-checkpoint"
+LAST_MODIFIED_CHECKPOINT = "segment-last-modified-checkpoint"
+
+RECOVERY_POINT = "recovery-point"
+LOG_START_OFFSET = "log-start-offset"
+HIGH_WATERMARK = "high-watermark"
+
+
+def offsets_checkpoint(directory: Path) -> CheckpointFile:
+    """recovery point, log start offset and high watermark, one ``name value`` line each."""
+    return CheckpointFile(directory / OFFSETS_CHECKPOINT, version=0, width=2)
+
+
+def last_modified_checkpoint(directory: Path) -> CheckpointFile:
+    """``base_offset last_modified_ms size`` per segment; the size tells whether the segment
+    changed after the value was written (then the value is stale)."""
+    return CheckpointFile(directory / LAST_MODIFIED_CHECKPOINT, version=0, width=3)
+
+
+@dataclass
+class LoadedLog:
+    segments: LogSegments
+    log_start_offset: int
+    log_end_offset: int
+    recovery_point: int
+    high_watermark: int
+    epoch_cache: LeaderEpochFileCache
+
+
+class LogLoader:
+    """Turns a partition directory into a consistent LoadedLog (one use per open)."""
+
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+        self.directory = directory
+        self.config = config
+        self.now_ms = now_ms
+
+    def load(self) -> LoadedLog:
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        offsets = {k: int(v) for k, v in offsets_checkpoint(self.directory).read() or []}
+        last_modified = {
+            int(base): (int(ms), int(size))
+            for base, ms, size in last_modified_checkpoint(self.directory).read() or []
+        }
+        epoch_cache = LeaderEpochFileCache(self.directory)
+        self._remove_leftovers()
+        self._complete_swaps()
+        segments, needs_rebuild = self._open_segments()
+        recovery_point = offsets.get(RECOVERY_POINT, 0)
+        first_unclean = len(segments) if clean else segments.floor_index(recovery_point)
+        if not len(segments):
+            base = offsets.get(LOG_START_OFFSET, 0)
+            segments.add(LogSegment.create(self.directory, base, self.config, self.now_ms))
+        recovered = self._recover(segments, first_unclean, needs_rebuild, epoch_cache)
+        for segment in segments:
+            ms, size = last_modified.get(segment.base_offset, (self.now_ms, -1))
+            unchanged = size == segment.size and segment not in recovered
+            segment.last_modified_ms = ms if unchanged else self.now_ms
+        log_end_offset = self._log_end_offset(segments, epoch_cache)
+        log_start_offset = max(offsets.get(LOG_START_OFFSET, 0), segments.first.base_offset)
+        if log_start_offset > log_end_offset:
+            log.warning(
+                "%s: log start offset %d is beyond the log end %d; starting empty there",
+                self.directory,
+                log_start_offset,
+                log_end_offset,
+            )
+            for segment in segments:
+                segments.remove(segment)
+                segment.delete()
+            segments.add(
+                LogSegment.create(self.directory, log_start_offset, self.config, self.now_ms)
+            )
+            epoch_cache.clear()
+            log_end_offset = log_start_offset
+        epoch_cache.truncate_from_end(log_end_offset)
+        epoch_cache.truncate_from_start(log_start_offset)
+        high_watermark = min(max(offsets.get(HIGH_WATERMARK, 0), log_start_offset), log_end_offset)
+        if clean:
+            marker.unlink()
+        fsync_dir(self.directory)
+        return LoadedLog(
+            segments=segments,
+            log_start_offset=log_start_offset,
+            log_end_offset=log_end_offset,
+            recovery_point=min(max(recovery_point, log_start_offset), log_end_offset),
+            high_watermark=high_watermark,
+            epoch_cache=epoch_cache,
+        )
+
+    def _remove_leftovers(self) -> None:
+        """Half-written checkpoints and cleaner output that never became a swap; and the
+        sparse indexes of a swap, which are rebuilt when the swap is completed."""
+        rebuilt = (INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX)
+        for path in self.directory.iterdir():
+            if path.name.endswith((TMP_SUFFIX, CLEANED_SUFFIX, *rebuilt)):
+                log.info("removing leftover %s", path)
+                path.unlink()
+
+    def _complete_swaps(self) -> None:
+        """A ``.log.swap`` is a rewritten segment whose replacement was decided: the segments
+        it covers go, then it takes its final name (Kafka's swap-file recovery)."""
+        for swap_path in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+            base = base_offset_from_path(swap_path)
+            swap, _ = LogSegment.open(
+                self.directory,
+                base,
+                self.config,
+                now_ms=self.now_ms,
+                last_modified_ms=self.now_ms,
+                next_base_offset=None,
+                temp_suffix=SWAP_SUFFIX,
+            )
+            swap.recover(None)
+            end = swap.read_next_offset()
+            for path in self.directory.glob(f"*{LOG_SUFFIX}"):
+                if base <= base_offset_from_path(path) < end:
+                    self._delete_segment_files(base_offset_from_path(path))
+            swap.change_temp_suffix("")
+            swap.close_handles()
+            log.info("completed the replacement of segments [%d, %d)", base, end)
+
+    def _delete_segment_files(self, base: int) -> None:
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX):
+            segment_file(self.directory, base, suffix).unlink(missing_ok=True)
+
+    def _open_segments(self) -> tuple[LogSegments, set[int]]:
+        """The segments in the directory, and the base offsets of those whose indexes must be
+        rebuilt."""
+        bases = sorted(base_offset_from_path(p) for p in self.directory.glob(f"*{LOG_SUFFIX}"))
+        known = set(bases)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            for path in self.directory.glob(f"*{suffix}"):
+                if base_offset_from_path(path) not in known:
+                    log.info("removing index %s without a .log", path)
+                    path.unlink()
+        segments = LogSegments()
+        needs_rebuild: set[int] = set()
+        for i, base in enumerate(bases):
+            segment, rebuild = LogSegment.open(
+                self.directory,
+                base,
+                self.config,
+                now_ms=self.now_ms,
+                last_modified_ms=self.now_ms,
+                next_base_offset=bases[i + 1] if i + 1 < len(bases) else None,
+            )
+            segments.add(segment)
+            if rebuild:
+                needs_rebuild.add(base)
+        return segments, needs_rebuild
+
+    def _recover(
+        self,
+        segments: LogSegments,
+        first_unclean: int,
+        needs_rebuild: set[int],
+        epoch_cache: LeaderEpochFileCache,
+    ) -> list[LogSegment]:
+        """Scan what may not have reached the disk intact; cut the log at the first damage."""
+        recovered: list[LogSegment] = []
+        all_segments = list(segments)
+        for i, segment in enumerate(all_segments):
+            if i < first_unclean and segment.base_offset not in needs_rebuild:
+                continue
+            truncated = segment.recover(epoch_cache)
+            segment.mark_dirty()
+            recovered.append(segment)
+            if truncated:
+                later = all_segments[i + 1 :]
+                log.warning(
+                    "%s: corrupt or torn data at position %d; truncated %d bytes and deleted "
+                    "%d later segments",
+                    segment.log_path,
+                    segment.size,
+                    truncated,
+                    len(later),
+                )
+                for gone in later:
+                    segments.remove(gone)
+                    gone.delete()
+                break
+        return recovered
+
+    def _log_end_offset(self, segments: LogSegments, epoch_cache: LeaderEpochFileCache) -> int:
+        """Read from the active segment's last index entry; a damaged tail (possible even after a
+        clean shutdown, if the disk lost it) is recovered like a crash."""
+        active = segments.active
+        try:
+            return active.read_next_offset()
+        except CorruptMessageError as exc:
+            log.warning("%s; recovering the segment", exc)
+            active.recover(epoch_cache)
+            active.mark_dirty()
+            return active.read_next_offset()

@@ -1,0 +1,697 @@
+"""A partition's log: segments, offsets, lookups, retention and durability (Kafka's UnifiedLog).
+
+Offsets (SPEC §1): ``log_start_offset <= high_watermark <= log_end_offset``, and the
+``recovery_point`` (everything below it is fsynced) never passes the log end offset.
+
+The append path stays on bytes: a leader append is ``validate_batch`` (one pass over the
+record prefixes), ``assign_offsets`` (patch base offset and epoch in place), one positional
+write, and a few integer comparisons for the indexes. Nothing fsyncs except ``flush()``, so the
+caller (the node's writer thread) decides when to pay for durability, once for many appends.
+
+A lock serialises every public method: the writer thread appends while the event loop reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from storage.checkpoint import fsync_dir
+from storage.config import LONG_MAX, LogConfig
+from storage.epoch import LeaderEpochFileCache
+from storage.errors import OffsetsOutOfOrderError, UnexpectedAppendOffsetError
+from storage.loader import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK,
+    LOG_START_OFFSET,
+    RECOVERY_POINT,
+    LogLoader,
+    last_modified_checkpoint,
+    offsets_checkpoint,
+)
+from storage.segment import SWAP_SUFFIX, LogSegment, TimestampAndOffset
+from storage.segments import LogSegments
+from tidelog.errors import (
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    UnsupportedVersionError,
+)
+from tidelog.records import (
+    NO_TIMESTAMP,
+    BatchHeader,
+    TimestampType,
+    assign_offsets,
+    check_crc,
+    iter_batches,
+    read_header,
+    validate_batch,
+)
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+
+#: Special timestamps of the legacy (v0) lookup (kafka-reference §3).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+def system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogAppendInfo(NamedTuple):
+    """What a produce response reports: the offsets given, the append time (-1 with
+    CreateTime) and the log start offset."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+
+
+class SegmentPosition(NamedTuple):
+    """Where the batch holding an offset is: its segment and its byte position there."""
+
+    segment_base_offset: int
+    batch_base_offset: int
+    position: int
+
+
+class Log:
+    """One partition's log in one directory. Open it with ``Log.open``."""
+
+    def __init__(self, directory: Path, config: LogConfig, clock: Clock) -> None:
+        self.directory = directory
+        self._config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        loaded = LogLoader(directory, config, clock()).load()
+        self._segments: LogSegments = loaded.segments
+        self._log_start_offset = loaded.log_start_offset
+        self._log_end_offset = loaded.log_end_offset
+        self._recovery_point = loaded.recovery_point
+        self._high_watermark = loaded.high_watermark
+        self.leader_epoch_cache: LeaderEpochFileCache = loaded.epoch_cache
+        self._dir_dirty = False
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock()
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls, directory: Path, config: LogConfig | None = None, clock: Clock = system_clock_ms
+    ) -> Log:
+        """Open (creating if needed) and recover the log in `directory`."""
+        if not directory.exists():
+            directory.mkdir(parents=True)
+            fsync_dir(directory.parent)
+        return cls(directory, config or LogConfig(), clock)
+
+    # ------------------------------------------------------------------------------------------
+    # State
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """A topic's configs changed; they apply from the next append or retention pass."""
+        with self._lock:
+            self._config = config
+            for segment in self._segments:
+                segment.config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.leader_epoch_cache.latest_epoch
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.active
+
+    @property
+    def size(self) -> int:
+        """Bytes in all segments (what retention.bytes limits)."""
+        with self._lock:
+            return sum(segment.size for segment in self._segments)
+
+    # ------------------------------------------------------------------------------------------
+    # Appending
+
+    def append_as_leader(self, batch: bytes, leader_epoch: int) -> LogAppendInfo:
+        """Validate one produced batch, give it the next offsets and `leader_epoch`, write it.
+
+        Refused, with nothing written: a batch over max.message.bytes (MESSAGE_TOO_LARGE, as
+        Kafka's RecordTooLargeException), one larger than a segment (RECORD_LIST_TOO_LARGE),
+        a malformed one or a CRC mismatch (CORRUPT_MESSAGE), and with CreateTime a record
+        timestamp outside the topic's allowed distance from now (INVALID_TIMESTAMP).
+        A control batch (epoch or transaction marker written by the node itself) is appended
+        as is: it keeps its -1 timestamp, even under LogAppendTime.
+        """
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            self._check_size(len(batch), check_max_message_bytes=True)
+            config = self._config
+            log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+            header = validate_batch(
+                batch,
+                now_ms=now,
+                timestamp_before_max_ms=LONG_MAX
+                if log_append_time
+                else (config.message_timestamp_before_max_ms),
+                timestamp_after_max_ms=LONG_MAX
+                if log_append_time
+                else (config.message_timestamp_after_max_ms),
+            )
+            stamp = now if log_append_time and not header.is_control else None
+            data = assign_offsets(batch, self._log_end_offset, leader_epoch, stamp)
+            header = read_header(data)
+            self._append(data, header, now)
+            self._maybe_flush(now)
+            return LogAppendInfo(
+                header.base_offset,
+                header.last_offset,
+                NO_TIMESTAMP if stamp is None else stamp,
+                self._log_start_offset,
+            )
+
+    def append_as_follower(self, batches: bytes) -> LogAppendInfo:
+        """Append the leader's batches as they are (offsets, epochs, timestamps included).
+
+        The whole set is checked before anything is written: each batch must parse and match
+        its CRC, offsets must strictly increase, and the first batch must not start below the
+        log end offset (the caller truncates first when the logs diverged). A gap above the
+        log end offset is allowed, as a compacted leader's log has gaps.
+        """
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            parsed: list[tuple[int, BatchHeader]] = []
+            next_offset = self._log_end_offset
+            for pos, header in iter_batches(batches):
+                check_crc(batches, pos, header)
+                self._check_size(header.size, check_max_message_bytes=False)
+                if header.base_offset < next_offset:
+                    error = OffsetsOutOfOrderError if parsed else UnexpectedAppendOffsetError
+                    raise error(
+                        f"batch at offset {header.base_offset} appended where offset "
+                        f"{next_offset} or above was expected"
+                    )
+                parsed.append((pos, header))
+                next_offset = header.next_offset
+            if not parsed:
+                return LogAppendInfo(
+                    self._log_end_offset,
+                    self._log_end_offset - 1,
+                    NO_TIMESTAMP,
+                    self._log_start_offset,
+                )
+            view = memoryview(batches)
+            for pos, header in parsed:
+                self._append(view[pos : pos + header.size], header, now)
+            self._maybe_flush(now)
+            return LogAppendInfo(
+                parsed[0][1].base_offset,
+                parsed[-1][1].last_offset,
+                NO_TIMESTAMP,
+                self._log_start_offset,
+            )
+
+    def _check_size(self, size: int, *, check_max_message_bytes: bool) -> None:
+        if check_max_message_bytes and size > self._config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"batch of {size} bytes exceeds max.message.bytes={self._config.max_message_bytes}"
+            )
+        if size > self._config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"batch of {size} bytes exceeds segment.bytes={self._config.segment_bytes}"
+            )
+
+    def _append(self, data: bytes | memoryview, header: BatchHeader, now: int) -> None:
+        segment = self._segments.active
+        if segment.should_roll(len(data), header, now):
+            segment = self._roll(max(header.base_offset, self._log_end_offset), now)
+        epoch = header.partition_leader_epoch
+        if epoch >= 0 and epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(epoch, header.base_offset)
+        segment.append(data, header, now)
+        self._log_end_offset = header.next_offset
+        self._unflushed_messages += header.records_count
+
+    def _maybe_flush(self, now: int) -> None:
+        """flush.messages / flush.ms (off by default: durability is the caller's flush())."""
+        if (
+            self._unflushed_messages >= self._config.flush_messages
+            or now - self._last_flush_ms >= self._config.flush_ms
+        ):
+            self.flush()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active is empty)."""
+        with self._lock:
+            self._check_open()
+            return self._roll(self._log_end_offset, self._clock())
+
+    def _roll(self, base_offset: int, now: int) -> LogSegment:
+        active = self._segments.active
+        if active.size == 0:
+            if active.base_offset == base_offset:
+                return active
+            # Only a follower's batch far above an empty segment gets here (relative offset
+            # overflow): the empty segment is replaced rather than left behind.
+            self._segments.remove(active)
+            active.delete()
+        else:
+            active.on_become_inactive()
+            # Closed segments hold no descriptors; flush() fsyncs them through a fresh one.
+            active.close_handles()
+        segment = LogSegment.create(self.directory, base_offset, self._config, now)
+        self._segments.add(segment)
+        self._dir_dirty = True
+        return segment
+
+    # ------------------------------------------------------------------------------------------
+    # Reading
+
+    def read(
+        self,
+        from_offset: int,
+        max_bytes: int,
+        upper_bound: int | None = None,
+        *,
+        min_one_batch: bool = True,
+    ) -> bytes:
+        """Whole batches (control batches included) from the one holding `from_offset`, each
+        entirely below `upper_bound` (default and cap: the log end offset; HW or LSO for
+        consumers), up to `max_bytes` — but at least one batch if `min_one_batch`, so that a
+        batch larger than the budget can still be fetched (KIP-74).
+
+        The first batch may start before `from_offset`: the reader skips those records.
+        OFFSET_OUT_OF_RANGE below the log start offset or above the log end offset.
+        """
+        with self._lock:
+            self._check_open()
+            if not self._log_start_offset <= from_offset <= self._log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {from_offset} is outside [{self._log_start_offset}, "
+                    f"{self._log_end_offset}]"
+                )
+            bound = (
+                self._log_end_offset
+                if upper_bound is None
+                else min(upper_bound, self._log_end_offset)
+            )
+            parts: list[bytes] = []
+            budget = max_bytes
+            offset = from_offset
+            first = self._segments.floor_index(from_offset)
+            for i in range(first, len(self._segments)):
+                if offset >= bound:
+                    break
+                segment = self._segments[i]
+                data, stopped = segment.read(offset, budget, bound, min_one_batch and not parts)
+                parts.append(data)
+                budget -= len(data)
+                if stopped or budget <= 0:
+                    break
+                offset = self._segments.upper_bound(i, self._log_end_offset)
+            return b"".join(parts)
+
+    def offset_position(self, offset: int) -> SegmentPosition | None:
+        """The batch holding `offset` and where it is; None outside the log."""
+        with self._lock:
+            if not self._log_start_offset <= offset < self._log_end_offset:
+                return None
+            first = self._segments.floor_index(offset)
+            for i in range(first, len(self._segments)):
+                segment = self._segments[i]
+                found = segment.translate_offset(max(offset, segment.base_offset))
+                if found is not None:
+                    return SegmentPosition(
+                        segment.base_offset, found.header.base_offset, found.file_position
+                    )
+            return None
+
+    # ------------------------------------------------------------------------------------------
+    # Lookups (kafka-reference §2.5, §2.6, §3)
+
+    def fetch_offset_by_timestamp(self, target_ms: int) -> TimestampAndOffset | None:
+        """The first record at or after the log start offset whose timestamp is >= target:
+        its own timestamp, its offset, and the epoch of its batch. Control batches never match.
+
+        Unlike Kafka, a segment without timestamps is skipped rather than matched by its
+        last-modified time, and a segment that yields nothing does not end the search: the
+        answer is always the one a linear scan gives. The caller applies the HW/LSO bound.
+        """
+        if target_ms < 0:
+            raise ValueError(f"timestamp {target_ms}: special values are resolved by the caller")
+        with self._lock:
+            start = self._segments.floor_index(self._log_start_offset)
+            for segment in self._segments.first_reaching_timestamp(target_ms, start):
+                found = segment.find_offset_by_timestamp(target_ms, self._log_start_offset)
+                if found is not None:
+                    return found
+            return None
+
+    def fetch_max_timestamp(self) -> TimestampAndOffset | None:
+        """The earliest record with the largest timestamp at or after the log start offset.
+
+        Kafka (§2.5) does not exclude records below the log start offset; Tidelog does, since
+        such an offset could not be fetched.
+        """
+        with self._lock:
+            start = self._segments.floor_index(self._log_start_offset)
+            candidates = list(self._segments)[start:]
+            best: TimestampAndOffset | None = None
+            if self._log_start_offset > candidates[0].base_offset:
+                best = candidates[0].max_timestamp_and_offset(self._log_start_offset)
+                candidates = candidates[1:]
+            best_ts = NO_TIMESTAMP if best is None else best.timestamp
+            winner: LogSegment | None = None
+            for segment in candidates:
+                if segment.max_timestamp_so_far > best_ts:
+                    winner, best_ts = segment, segment.max_timestamp_so_far
+            if winner is not None:
+                return winner.max_timestamp_and_offset(self._log_start_offset)
+            return best
+
+    def fetch_earliest(self) -> TimestampAndOffset:
+        """ListOffsets EARLIEST: the log start offset, with the epoch of the first leader-epoch
+        entry if that entry starts at or below it, else -1 (kafka-reference §2.5)."""
+        with self._lock:
+            first = self.leader_epoch_cache.earliest_entry()
+            epoch = first.epoch if first and first.start_offset <= self._log_start_offset else -1
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset, epoch)
+
+    def offsets_before(
+        self, timestamp: int, max_num_offsets: int, *, cap_at_high_watermark: bool = False
+    ) -> list[int]:
+        """The legacy (v0) lookup, kafka-reference §3 and seed 000: segment base offsets (raised
+        to the log start offset) plus the LEO, picked by each segment's last-modified time,
+        descending. -1 is latest, -2 earliest. With `cap_at_high_watermark` (consumers), the
+        offsets above the HW are replaced by the HW."""
+        if timestamp < EARLIEST_TIMESTAMP:
+            raise UnsupportedVersionError(f"timestamp {timestamp} is not supported by v0")
+        with self._lock:
+            pairs = [
+                (max(s.base_offset, self._log_start_offset), s.last_modified_ms)
+                for s in self._segments
+            ]
+            if self._segments.active.size > 0:
+                pairs.append((self._log_end_offset, self._clock()))
+            if timestamp == LATEST_TIMESTAMP:
+                start = len(pairs) - 1
+            elif timestamp == EARLIEST_TIMESTAMP:
+                start = 0
+            else:
+                start = next(
+                    (i for i in range(len(pairs) - 1, -1, -1) if pairs[i][1] <= timestamp), -1
+                )
+            count = min(max_num_offsets, start + 1)
+            offsets = sorted((pairs[start - j][0] for j in range(count)), reverse=True)
+            hw = self._high_watermark
+            if cap_at_high_watermark and any(o > hw for o in offsets):
+                offsets = [hw, *(o for o in offsets if o <= hw)]
+            return offsets
+
+    # ------------------------------------------------------------------------------------------
+    # High watermark, log start offset, truncation
+
+    def update_high_watermark(self, high_watermark: int) -> int:
+        """Set the HW, clamped into [log start offset, LEO] (a follower taking the leader's)."""
+        with self._lock:
+            self._high_watermark = min(
+                max(high_watermark, self._log_start_offset), self._log_end_offset
+            )
+            return self._high_watermark
+
+    def maybe_increment_high_watermark(self, high_watermark: int) -> bool:
+        """Move the HW forward only (the leader); beyond the LEO is a bug of the caller."""
+        with self._lock:
+            if high_watermark > self._log_end_offset:
+                raise ValueError(
+                    f"high watermark {high_watermark} beyond log end {self._log_end_offset}"
+                )
+            if high_watermark <= self._high_watermark:
+                return False
+            self._high_watermark = high_watermark
+            return True
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        """DeleteRecords, or a follower taking the leader's log start offset: it never passes
+        the HW and never goes back. The segments below it go with the next retention pass."""
+        with self._lock:
+            if new_log_start_offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"log start offset {new_log_start_offset} is above the high watermark "
+                    f"{self._high_watermark}"
+                )
+            if new_log_start_offset <= self._log_start_offset:
+                return False
+            self._advance_log_start_offset(new_log_start_offset)
+            return True
+
+    def _advance_log_start_offset(self, offset: int) -> None:
+        self._log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        self._high_watermark = max(self._high_watermark, offset)
+        self._recovery_point = max(self._recovery_point, offset)
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch holding an offset >= `offset` (a follower whose log diverged).
+
+        Returns False when there is nothing to remove. A batch straddling `offset` goes
+        entirely, so the LEO may end below `offset` (never the case at batch boundaries).
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return False
+            now = self._clock()
+            if self._segments.first.base_offset > offset:
+                self._truncate_fully(offset, now)
+                return True
+            for segment in list(self._segments):
+                if segment.base_offset > offset:
+                    self._segments.remove(segment)
+                    segment.delete()
+                    self._dir_dirty = True
+            active = self._segments.active
+            active.truncate_to(offset, now)
+            self._segments.timestamps_changed()
+            self._log_end_offset = active.read_next_offset()
+            end = self._log_end_offset
+            self.leader_epoch_cache.truncate_from_end(end)
+            self._log_start_offset = min(self._log_start_offset, end)
+            self._high_watermark = min(self._high_watermark, end)
+            self._recovery_point = min(self._recovery_point, end)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop everything; the log restarts empty at `offset`, which becomes log start, LEO
+        and HW (a follower far behind a leader whose log now starts later)."""
+        with self._lock:
+            self._check_open()
+            self._truncate_fully(offset, self._clock())
+
+    def _truncate_fully(self, offset: int, now: int) -> None:
+        for segment in list(self._segments):
+            self._segments.remove(segment)
+            segment.delete()
+        self._segments.add(LogSegment.create(self.directory, offset, self._config, now))
+        self._dir_dirty = True
+        self.leader_epoch_cache.clear()
+        self._log_start_offset = self._log_end_offset = offset
+        self._high_watermark = self._recovery_point = offset
+
+    # ------------------------------------------------------------------------------------------
+    # Retention (kafka-reference §5.9)
+
+    def delete_old_segments(self) -> int:
+        """Delete the prefix of segments that retention allows; returns how many went.
+
+        Segments below the log start offset always go; with cleanup.policy=delete, so do the
+        oldest while the log exceeds retention.bytes and those older than retention.ms.
+        Never a segment reaching the HW; the log start offset moves before files are removed.
+        """
+        with self._lock:
+            self._check_open()
+            deleted = self._delete_segments(lambda segment, upper: upper <= self._log_start_offset)
+            if self._config.delete_enabled:
+                deleted += self._delete_retention_bytes_breached()
+                deleted += self._delete_retention_ms_breached()
+            return deleted
+
+    def _delete_retention_ms_breached(self) -> int:
+        retention_ms = self._config.retention_ms
+        if retention_ms < 0:
+            return 0
+        now = self._clock()
+        return self._delete_segments(
+            lambda segment, upper: now - segment.largest_timestamp > retention_ms
+        )
+
+    def _delete_retention_bytes_breached(self) -> int:
+        retention_bytes = self._config.retention_bytes
+        excess = self.size - retention_bytes
+        if retention_bytes < 0 or excess < 0:
+            return 0
+
+        def breached(segment: LogSegment, upper: int) -> bool:
+            nonlocal excess
+            if excess - segment.size < 0:
+                return False
+            excess -= segment.size
+            return True
+
+        return self._delete_segments(breached)
+
+    def _delete_segments(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+        doomed: list[LogSegment] = []
+        for i, segment in enumerate(self._segments):
+            upper = self._segments.upper_bound(i, self._log_end_offset)
+            is_last = i == len(self._segments) - 1
+            if (
+                self._high_watermark < upper
+                or (is_last and segment.size == 0)
+                or not predicate(segment, upper)
+            ):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self._roll(self._log_end_offset, self._clock())
+        survivor = self._segments[len(doomed)].base_offset
+        if survivor > self._log_start_offset:
+            self._advance_log_start_offset(survivor)
+        for segment in doomed:
+            self._segments.remove(segment)
+            segment.delete()
+        self._dir_dirty = True
+        return len(doomed)
+
+    # ------------------------------------------------------------------------------------------
+    # Durability
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush (and the directory if files were
+        created, renamed or deleted), then move the recovery point to the LEO."""
+        with self._lock:
+            self._check_open()
+            active = self._segments.active
+            for i in range(self._segments.floor_index(self._recovery_point), len(self._segments)):
+                segment = self._segments[i]
+                segment.flush()
+                if segment is not active:
+                    segment.close_handles()
+            if self._dir_dirty:
+                fsync_dir(self.directory)
+                self._dir_dirty = False
+            self._recovery_point = self._log_end_offset
+            self._unflushed_messages = 0
+            self._last_flush_ms = self._clock()
+
+    def checkpoint(self) -> None:
+        """Persist recovery point, log start offset, HW and segment last-modified times (each
+        file replaced atomically). Cheap enough to call every few seconds, as Kafka does."""
+        with self._lock:
+            self._check_open()
+            offsets_checkpoint(self.directory).write(
+                [
+                    (RECOVERY_POINT, self._recovery_point),
+                    (LOG_START_OFFSET, self._log_start_offset),
+                    (HIGH_WATERMARK, self._high_watermark),
+                ]
+            )
+            last_modified_checkpoint(self.directory).write(
+                [(s.base_offset, s.last_modified_ms, s.size) for s in self._segments]
+            )
+
+    def close(self) -> None:
+        """Clean shutdown: final time index entry, flush, checkpoints, then the marker that
+        lets the next open skip recovery."""
+        with self._lock:
+            if self._closed:
+                return
+            self._segments.active.on_become_inactive()
+            self.flush()
+            self.checkpoint()
+            marker = self.directory / CLEAN_SHUTDOWN_FILE
+            marker.touch()
+            fsync_dir(self.directory)
+            for segment in self._segments:
+                segment.close_handles()
+            self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"log {self.directory} is closed")
+
+    # ------------------------------------------------------------------------------------------
+    # Segment replacement (for the cleaner)
+
+    def replace_segments(
+        self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
+    ) -> None:
+        """Atomically replace closed segments by rewritten ones (Kafka's replaceSegments).
+
+        The new segments are written by the caller with the ``.cleaned`` suffix
+        (``LogSegment.create(..., temp_suffix=CLEANED_SUFFIX)``). They are flushed and renamed
+        to ``.swap``: from that moment a crash completes the replacement on the next open.
+        Then the old segments are deleted and the new ones take their final names.
+        """
+        with self._lock:
+            self._check_open()
+            active = self._segments.active
+            if any(s is active for s in old_segments):
+                raise ValueError("the active segment cannot be replaced")
+            for segment in new_segments:
+                segment.flush()
+                segment.change_temp_suffix(SWAP_SUFFIX)
+            fsync_dir(self.directory)
+            for segment in old_segments:
+                self._segments.remove(segment)
+                segment.delete()
+            for segment in new_segments:
+                segment.change_temp_suffix("")
+                segment.close_handles()
+                self._segments.add(segment)
+            fsync_dir(self.directory)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory}, log_start_offset={self._log_start_offset}, "
+            f"high_watermark={self._high_watermark}, log_end_offset={self._log_end_offset})"
+        )
