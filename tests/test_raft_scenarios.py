@@ -1,0 +1,300 @@
+"""One scenario per Raft rule, driven by hand: which messages arrive, and when, is chosen by the
+test, so each rule is exercised in isolation and a regression names the rule it broke."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+
+import pytest
+
+from replication import (
+    NO_EPOCH,
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    HardState,
+    HeartbeatResponse,
+    MemoryLog,
+    Message,
+    NotLeaderError,
+    PreVoteRequest,
+    PreVoteResponse,
+    RaftConfig,
+    RaftCore,
+    Ready,
+    Role,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+
+ELECTION = 10
+Filter = Callable[[Message], bool]
+
+
+class Cluster:
+    """Cores on in-memory logs with a driver that honours the Ready contract; messages move
+    only when the test calls ``settle``."""
+
+    def __init__(self, n: int = 3, logs: dict[int, list[Entry]] | None = None,
+                 hard: dict[int, HardState] | None = None, **config: int) -> None:
+        self.ids = list(range(n))
+        self.config = RaftConfig(election_ticks=ELECTION, heartbeat_ticks=1, **config)
+        self.logs = {i: MemoryLog() for i in self.ids}
+        for i, entries in (logs or {}).items():
+            self.logs[i].append(entries)
+        self.hard = dict(hard or {})
+        self.readies: dict[int, list[Ready]] = {i: [] for i in self.ids}
+        self.cores = {i: self._core(i) for i in self.ids}
+        self.sent: list[Message] = []
+
+    def _core(self, i: int) -> RaftCore:
+        return RaftCore(i, self.ids, self.logs[i], random.Random(i), self.config,
+                        self.hard.get(i))
+
+    def restart(self, i: int) -> RaftCore:
+        self.cores[i] = self._core(i)
+        return self.cores[i]
+
+    def flush(self, i: int) -> list[Message]:
+        core, out = self.cores[i], []
+        while core.has_ready():
+            rd = core.ready()
+            rd.apply_log_writes(self.logs[i])
+            if rd.hard_state is not None:
+                self.hard[i] = rd.hard_state
+            self.readies[i].append(rd)
+            out.extend(rd.messages)
+            core.advance(rd)
+        self.sent.extend(out)
+        return out
+
+    def settle(self, drop: Filter = lambda m: False, limit: int = 10_000,
+               pending: Iterable[Message] = ()) -> None:
+        queue = [*pending, *(m for i in self.ids for m in self.flush(i))]
+        while queue:
+            limit -= 1
+            assert limit > 0, "messages never settled"
+            m = queue.pop(0)
+            if not drop(m):
+                self.cores[m.dst].step(m)
+                queue.extend(self.flush(m.dst))
+
+    def elect(self, i: int, drop: Filter = lambda m: False) -> RaftCore:
+        for _ in range(4 * ELECTION):
+            self.cores[i].tick()
+            self.settle(drop)
+            if self.cores[i].role is Role.LEADER:
+                return self.cores[i]
+        raise AssertionError(f"node {i} was not elected")
+
+    def heartbeat(self, drop: Filter = lambda m: False) -> None:
+        """One leader tick with its heartbeats answered; followers do not tick."""
+        for core in self.cores.values():
+            if core.role is Role.LEADER:
+                core.tick()
+        self.settle(drop)
+
+    def propose(self, leader: int, payloads: Iterable[bytes], drop: Filter = lambda m: False
+                ) -> list[Entry]:
+        out = [self.cores[leader].propose(p, 1) for p in payloads]
+        self.settle(drop)
+        return out
+
+
+def to(node: int) -> Filter:
+    return lambda m: m.dst == node or m.src == node
+
+
+def batches(epochs: Iterable[int], start: int = 0) -> list[Entry]:
+    return [Entry(start + i, start + i, e, f"e{e}o{start + i}".encode())
+            for i, e in enumerate(epochs)]
+
+
+def test_stale_term_is_rejected_and_deposes_the_stale_leader() -> None:
+    c = Cluster()
+    leader = c.elect(0)
+    term = leader.term
+    follower = c.cores[1]
+    stale = AppendRequest(term - 1, 2, 1, -1, NO_EPOCH, tuple(batches([term - 1])), 1, 0)
+    follower.step(stale)
+    replies = c.flush(1)
+    assert follower.log_end_offset == 0 and follower.leader_id == 0
+    assert replies == [HeartbeatResponse(term, 1, 2)]
+    leader.step(HeartbeatResponse(term + 3, 2, 0))
+    assert leader.role is Role.FOLLOWER and leader.term == term + 3
+
+
+def test_one_vote_per_term_survives_a_restart() -> None:
+    c = Cluster()
+    voter = c.cores[2]
+    voter.step(VoteRequest(1, 0, 2, 0, NO_EPOCH))
+    (rd,) = [voter.ready()]
+    # The grant leaves only in the Ready that persists the vote (persist before send).
+    assert rd.hard_state == HardState(1, 0, 0)
+    assert rd.messages == (VoteResponse(1, 2, 0, True),)
+    rd.apply_log_writes(c.logs[2])
+    c.hard[2] = rd.hard_state
+    voter.advance(rd)
+    voter.step(VoteRequest(1, 1, 2, 0, NO_EPOCH))
+    assert c.flush(2) == [VoteResponse(1, 2, 1, False)]
+    restarted = c.restart(2)
+    restarted.step(VoteRequest(1, 1, 2, 0, NO_EPOCH))
+    assert c.flush(2) == [VoteResponse(1, 2, 1, False)]
+    restarted.step(VoteRequest(1, 0, 2, 0, NO_EPOCH))
+    assert c.flush(2) == [VoteResponse(1, 2, 0, True)]
+
+
+@pytest.mark.parametrize(
+    ("last_epoch", "log_end", "granted"),
+    [(1, 10, False), (2, 4, False), (2, 5, True), (2, 9, True), (3, 1, True)],
+)
+def test_vote_needs_a_log_at_least_as_up_to_date(last_epoch: int, log_end: int,
+                                                 granted: bool) -> None:
+    c = Cluster(logs={2: batches([1, 1, 2, 2, 2])}, hard={2: HardState(2, None, 0)})
+    c.cores[2].step(VoteRequest(3, 0, 2, log_end, last_epoch))
+    assert c.flush(2) == [VoteResponse(3, 2, 0, granted)]
+
+
+def test_pre_vote_is_refused_while_the_leader_is_alive() -> None:
+    c = Cluster()
+    leader = c.elect(0)
+    term = leader.term
+    isolated = c.cores[2]
+    for _ in range(2 * ELECTION):  # cut off: it hears nothing and campaigns alone
+        isolated.tick()
+    assert isolated.role is Role.PRE_CANDIDATE and isolated.term == term
+    requests = [m for m in c.flush(2) if isinstance(m, PreVoteRequest)]
+    assert {m.dst for m in requests} == {0, 1} and all(m.term == term + 1 for m in requests)
+    c.cores[1].step(requests[0] if requests[0].dst == 1 else requests[1])
+    assert c.flush(1) == [PreVoteResponse(term, 1, 2, False)]
+    assert c.cores[1].term == term and leader.role is Role.LEADER
+    # Once the lease has run out (no leader heard for an election timeout) it is granted.
+    for _ in range(ELECTION):
+        c.cores[1].tick()
+    c.cores[1].step(PreVoteRequest(term + 1, 2, 1, 0, NO_EPOCH))
+    assert PreVoteResponse(term + 1, 1, 2, True) in c.flush(1)
+
+
+def test_check_quorum_steps_down_a_leader_cut_off_from_the_majority() -> None:
+    c = Cluster()
+    leader = c.elect(0)
+    for _ in range(3 * ELECTION):
+        c.heartbeat(drop=to(2))  # one follower answering: still a majority
+    assert leader.role is Role.LEADER
+    for _ in range(2 * ELECTION):
+        c.heartbeat(drop=lambda m: m.dst == 0)
+    assert leader.role is Role.FOLLOWER and leader.leader_id is None
+    with pytest.raises(NotLeaderError):
+        leader.propose(b"x", 1)
+
+
+def test_new_partition_leader_writes_no_marker() -> None:
+    c = Cluster()
+    leader = c.elect(0)
+    assert leader.log_end_offset == 0
+    (entry,) = c.propose(0, [b"first"])
+    assert entry.base_offset == 0
+    assert leader.high_watermark == 1
+
+
+def test_only_current_term_entries_commit_by_counting() -> None:
+    old = batches([1])
+    c = Cluster(logs={0: old}, hard={i: HardState(1, None, 0) for i in range(3)},
+                max_append_bytes=1)  # one batch per append: the ack of the old entry comes first
+    held: list[Message] = []
+
+    def hold_marker_once_follower_has_old_entry(m: Message) -> bool:
+        if (isinstance(m, AppendRequest) and m.entries and m.entries[0].base_offset == 1
+                and c.logs[1].log_end_offset == 1):
+            held.append(m)
+            return True
+        return m.dst == 2 or m.src == 2
+
+    leader = c.elect(0, drop=hold_marker_once_follower_has_old_entry)
+    marker = c.logs[0].entry_at(1)
+    assert marker is not None and marker.epoch == leader.term > 1 and marker.base_offset == 1
+    assert c.logs[1].entry_at(0) == old[0]  # the old entry is on a majority...
+    assert leader.high_watermark == 0  # ...and still not committed
+    c.cores[1].step(held[0])
+    c.settle(drop=to(2))
+    assert leader.high_watermark == 2
+
+
+def test_diverged_follower_is_truncated_with_a_fast_backtrack() -> None:
+    common = batches([1])
+    follower_log = common + batches([1] * 100, start=1)  # uncommitted tail of epoch 1
+    leader_log = common + batches([2] * 60 + [3] * 60, start=1)
+    c = Cluster(logs={0: leader_log, 1: follower_log, 2: common},
+                hard={0: HardState(3, None, 1), 1: HardState(1, None, 1), 2: HardState(3, 0, 1)})
+    c.elect(0, drop=lambda m: m.dst == 1 or m.src == 1)
+    c.sent.clear()
+    c.settle()
+    c.heartbeat()
+    rejections = [m for m in c.sent if isinstance(m, AppendResponse) and not m.success]
+    assert 1 <= len(rejections) <= 2  # one per epoch to skip, not one per entry
+    assert list(c.logs[1].entries) == list(c.logs[0].entries)
+    assert any(rd.truncate_to == 1 for rd in c.readies[1])
+
+
+def test_leadership_transfer_waits_for_the_target_to_catch_up() -> None:
+    c = Cluster()
+    old = c.elect(0)
+    c.propose(0, [b"a", b"b", b"c"], drop=to(2))
+    assert c.logs[2].log_end_offset == 0
+    old.transfer_leadership(2)
+    with pytest.raises(NotLeaderError):
+        old.propose(b"refused while transferring", 1)
+    ends_at_timeout_now: list[int] = []
+
+    def watch(m: Message) -> bool:
+        if isinstance(m, TimeoutNow):
+            ends_at_timeout_now.append(c.logs[2].log_end_offset)
+        return False
+
+    c.settle(drop=watch)
+    c.heartbeat()
+    assert ends_at_timeout_now == [3]
+    assert c.cores[2].role is Role.LEADER and c.cores[2].term == old.term
+    assert old.role is Role.FOLLOWER and old.leader_id == 2
+
+
+def test_follower_behind_the_leader_log_start_is_reset_to_it() -> None:
+    c = Cluster()
+    c.elect(0)
+    c.propose(0, [b"%d" % i for i in range(6)], drop=to(2))
+    c.logs[0].advance_log_start(4)
+    c.logs[1].advance_log_start(4)
+    c.heartbeat()
+    assert c.logs[2].log_start_offset == 4
+    assert list(c.logs[2].entries) == list(c.logs[0].entries)
+    assert c.cores[2].high_watermark >= 4
+    assert [rd.reset_to for rd in c.readies[2] if rd.reset_to is not None] == [4]
+    # A follower that already holds the leader's first batch keeps its log.
+    assert all(rd.reset_to is None for rd in c.readies[1])
+
+
+def test_flow_control_bounds_appends_in_flight() -> None:
+    c = Cluster(max_inflight_appends=2, max_append_bytes=10)
+    leader = c.elect(0)
+    c.sent.clear()
+    for i in range(8):
+        leader.propose(b"%08d" % i, 1)
+    sent = c.flush(0)
+    appends = [m for m in sent if isinstance(m, AppendRequest) and m.dst == 1]
+    assert len(appends) == 2
+    assert all(sum(e.size for e in m.entries) <= 10 for m in appends)
+    c.settle(pending=sent)
+    assert c.logs[1].log_end_offset == c.logs[2].log_end_offset == 8
+    assert leader.high_watermark == 8
+
+
+def test_follower_holding_the_leader_first_batch_is_not_reset() -> None:
+    log = batches([1] * 6)
+    c = Cluster(logs={1: log}, hard={1: HardState(1, None, 0)})
+    follower = c.cores[1]
+    follower.step(AppendRequest(1, 0, 1, 3, NO_EPOCH, tuple(log[4:]), 6, 4))
+    assert c.flush(1) == [AppendResponse(1, 1, 0, True, match_end=6)]
+    assert list(c.logs[1].entries) == log and c.logs[1].log_start_offset == 0
+    assert follower.high_watermark == 6
