@@ -99,7 +99,7 @@ class LogLoader:
             ms, size = last_modified.get(segment.base_offset, (self.now_ms, -1))
             unchanged = size == segment.size and segment not in recovered
             segment.last_modified_ms = ms if unchanged else self.now_ms
-        log_end_offset = self._log_end_offset(segments, epoch_cache)
+        log_end_offset = segments.active.read_next_offset()
         log_start_offset = max(offsets.get(LOG_START_OFFSET, 0), segments.first.base_offset)
         if log_start_offset > log_end_offset:
             log.warning(
@@ -204,7 +204,8 @@ class LogLoader:
         recovered: list[LogSegment] = []
         all_segments = list(segments)
         for i, segment in enumerate(all_segments):
-            if i < first_unclean and segment.base_offset not in needs_rebuild:
+            trusted = i < first_unclean and segment.base_offset not in needs_rebuild
+            if trusted and self._tail_intact(segment):
                 continue
             truncated = segment.recover(epoch_cache)
             segment.mark_dirty()
@@ -223,16 +224,35 @@ class LogLoader:
                     segments.remove(gone)
                     gone.delete()
                 break
+        self._drop_empty_tail(segments)
         return recovered
 
-    def _log_end_offset(self, segments: LogSegments, epoch_cache: LeaderEpochFileCache) -> int:
-        """Read from the active segment's last index entry; a damaged tail (possible even after a
-        clean shutdown, if the disk lost it) is recovered like a crash."""
-        active = segments.active
+    @staticmethod
+    def _tail_intact(segment: LogSegment) -> bool:
+        """Even a segment that needs no recovery has the batches after its last index entry
+        parsed (a few KiB): a torn end is found now rather than by a reader later."""
         try:
-            return active.read_next_offset()
+            segment.read_next_offset()
         except CorruptMessageError as exc:
             log.warning("%s; recovering the segment", exc)
-            active.recover(epoch_cache)
-            active.mark_dirty()
-            return active.read_next_offset()
+            return False
+        return True
+
+    @staticmethod
+    def _drop_empty_tail(segments: LogSegments) -> None:
+        """A roll creates the next segment at the log end offset, so an empty last segment
+        starting above the previous segment's end means that segment lost its tail in the
+        crash, after the roll reached the disk: the empty segment would leave a hole."""
+        while len(segments) > 1 and segments.active.size == 0:
+            previous_end = segments[len(segments) - 2].read_next_offset()
+            if previous_end >= segments.active.base_offset:
+                return
+            empty = segments.active
+            log.warning(
+                "%s: removing empty segment %d after a segment ending at %d",
+                empty.log_path,
+                empty.base_offset,
+                previous_end,
+            )
+            segments.remove(empty)
+            empty.delete()
