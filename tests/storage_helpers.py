@@ -18,6 +18,7 @@ from tidelog.records import (
     build_batch,
     build_control_batch,
     iter_batches,
+    read_header,
     record_timestamps,
 )
 
@@ -95,3 +96,17 @@ def batch_bounds(log: Log) -> list[tuple[int, int]]:
     """(base offset, last offset) of every batch, from the bytes alone."""
     data = log.read(log.log_start_offset, 1 << 40)
     return [(h.base_offset, h.last_offset) for _, h in iter_batches(data)]
+
+
+def assert_lookups_match_brute_force(log: Log) -> None:
+    """Timestamp, max-timestamp and offset lookups all agree with decoding every record."""
+    rows = all_records(log)
+    for target in range(T0 - 60, T0 + 1010, 7):
+        assert log.fetch_offset_by_timestamp(target) == brute_force_by_timestamp(rows, target)
+    assert log.fetch_max_timestamp() == brute_force_max_timestamp(rows)
+    for offset in range(log.log_start_offset, log.log_end_offset):
+        found = log.offset_position(offset)
+        assert found is not None
+        data = log.read(offset, 1)
+        assert read_header(data).base_offset == found.batch_base_offset
+        assert read_header(data).base_offset <= offset <= read_header(data).last_offset

@@ -13,10 +13,9 @@ from storage_helpers import (
     T0,
     FakeClock,
     all_records,
+    assert_lookups_match_brute_force,
     batch,
     batch_bounds,
-    brute_force_by_timestamp,
-    brute_force_max_timestamp,
     marker,
     open_log,
 )
@@ -264,19 +263,6 @@ def random_log(tmp_path: Path, clock: FakeClock, seed: int, n: int = 300) -> Log
                 batch(stamps, rng.randrange(0, 40)), log.latest_epoch + rng.randrange(2)
             )
     return log
-
-
-def assert_lookups_match_brute_force(log: Log) -> None:
-    rows = all_records(log)
-    for target in range(T0 - 60, T0 + 1010, 7):
-        assert log.fetch_offset_by_timestamp(target) == brute_force_by_timestamp(rows, target)
-    assert log.fetch_max_timestamp() == brute_force_max_timestamp(rows)
-    for offset in range(log.log_start_offset, log.log_end_offset):
-        found = log.offset_position(offset)
-        assert found is not None
-        data = log.read(offset, 1)
-        assert read_header(data).base_offset == found.batch_base_offset
-        assert read_header(data).base_offset <= offset <= read_header(data).last_offset
 
 
 class TestLookups:
