@@ -1,0 +1,159 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RaftEnvelope(_message.Message):
+    __slots__ = ("src", "dst", "messages", "heartbeats", "leaders", "src_address")
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    LEADERS_FIELD_NUMBER: _ClassVar[int]
+    SRC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    src: int
+    dst: int
+    messages: _containers.RepeatedCompositeFieldContainer[PartitionMessage]
+    heartbeats: _containers.RepeatedCompositeFieldContainer[PartitionHeartbeat]
+    leaders: _containers.RepeatedCompositeFieldContainer[LeaderAnnouncement]
+    src_address: str
+    def __init__(self, src: _Optional[int] = ..., dst: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PartitionMessage, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[PartitionHeartbeat, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[LeaderAnnouncement, _Mapping]]] = ..., src_address: _Optional[str] = ...) -> None: ...
+
+class GroupId(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class PartitionMessage(_message.Message):
+    __slots__ = ("group", "term", "pre_vote_request", "pre_vote_response", "vote_request", "vote_response", "append_request", "append_response", "timeout_now")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    PRE_VOTE_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PRE_VOTE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    VOTE_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    VOTE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    APPEND_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    APPEND_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_NOW_FIELD_NUMBER: _ClassVar[int]
+    group: GroupId
+    term: int
+    pre_vote_request: VoteRequest
+    pre_vote_response: VoteResponse
+    vote_request: VoteRequest
+    vote_response: VoteResponse
+    append_request: AppendRequest
+    append_response: AppendResponse
+    timeout_now: TimeoutNow
+    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., term: _Optional[int] = ..., pre_vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., pre_vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., append_request: _Optional[_Union[AppendRequest, _Mapping]] = ..., append_response: _Optional[_Union[AppendResponse, _Mapping]] = ..., timeout_now: _Optional[_Union[TimeoutNow, _Mapping]] = ...) -> None: ...
+
+class VoteRequest(_message.Message):
+    __slots__ = ("log_end_offset", "last_epoch", "transfer")
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    log_end_offset: int
+    last_epoch: int
+    transfer: bool
+    def __init__(self, log_end_offset: _Optional[int] = ..., last_epoch: _Optional[int] = ..., transfer: _Optional[bool] = ...) -> None: ...
+
+class VoteResponse(_message.Message):
+    __slots__ = ("granted",)
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    def __init__(self, granted: _Optional[bool] = ...) -> None: ...
+
+class Entry(_message.Message):
+    __slots__ = ("base_offset", "last_offset", "epoch", "data")
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    base_offset: int
+    last_offset: int
+    epoch: int
+    data: bytes
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("prev_offset", "prev_epoch", "entries", "leader_hw", "leader_log_start_offset")
+    PREV_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PREV_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HW_FIELD_NUMBER: _ClassVar[int]
+    LEADER_LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    prev_offset: int
+    prev_epoch: int
+    entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    leader_hw: int
+    leader_log_start_offset: int
+    def __init__(self, prev_offset: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., leader_hw: _Optional[int] = ..., leader_log_start_offset: _Optional[int] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("success", "match_end", "rejected_prev", "hint_offset", "hint_epoch")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    MATCH_END_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_PREV_FIELD_NUMBER: _ClassVar[int]
+    HINT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HINT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    match_end: int
+    rejected_prev: int
+    hint_offset: int
+    hint_epoch: int
+    def __init__(self, success: _Optional[bool] = ..., match_end: _Optional[int] = ..., rejected_prev: _Optional[int] = ..., hint_offset: _Optional[int] = ..., hint_epoch: _Optional[int] = ...) -> None: ...
+
+class TimeoutNow(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PartitionHeartbeat(_message.Message):
+    __slots__ = ("group", "term", "response", "leader_hw")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HW_FIELD_NUMBER: _ClassVar[int]
+    group: GroupId
+    term: int
+    response: bool
+    leader_hw: int
+    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., term: _Optional[int] = ..., response: _Optional[bool] = ..., leader_hw: _Optional[int] = ...) -> None: ...
+
+class LeaderAnnouncement(_message.Message):
+    __slots__ = ("group", "epoch")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    group: GroupId
+    epoch: int
+    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class StreamSummary(_message.Message):
+    __slots__ = ("envelopes",)
+    ENVELOPES_FIELD_NUMBER: _ClassVar[int]
+    envelopes: int
+    def __init__(self, envelopes: _Optional[int] = ...) -> None: ...
+
+class FetchMetadataRequest(_message.Message):
+    __slots__ = ("from_offset", "node_id")
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    from_offset: int
+    node_id: int
+    def __init__(self, from_offset: _Optional[int] = ..., node_id: _Optional[int] = ...) -> None: ...
+
+class FetchMetadataResponse(_message.Message):
+    __slots__ = ("error_code", "records", "high_watermark", "log_start_offset")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    def __init__(self, error_code: _Optional[int] = ..., records: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
