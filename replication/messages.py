@@ -58,8 +58,9 @@ class VoteResponse:
 @dataclass(frozen=True, slots=True)
 class AppendRequest:
     """Raft AppendEntries. ``prev_epoch == NO_EPOCH`` with ``prev_offset >= 0`` means the leader
-    no longer has the batch before ``prev_offset + 1`` (it is below its log start offset): a
-    follower that has not committed up to there restarts its log at ``prev_offset + 1``."""
+    no longer has the batch before ``prev_offset + 1``, its log start offset: a follower that
+    has not committed up to there and lacks the first batch sent restarts its log at
+    ``prev_offset + 1`` (Kafka's truncate-fully-and-start-at)."""
 
     term: int
     src: int
@@ -68,7 +69,6 @@ class AppendRequest:
     prev_epoch: int
     entries: tuple[Entry, ...]
     leader_hw: int
-    leader_log_start_offset: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -551,7 +551,7 @@ class RaftCore:
         prev_epoch = log.epoch_at(nxt - 1)
         self._send(AppendRequest(
             self._term, self.id, peer, nxt - 1, NO_EPOCH if prev_epoch is None else prev_epoch,
-            tuple(entries), self._hw, log.log_start,
+            tuple(entries), self._hw,
         ))
         if not pr.replicating:
             pr.next = nxt

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from replication.log_view import Entry, MemoryLog
@@ -115,7 +116,10 @@ class SimResult:
     events: int = 0
     ticks: int = 0
     acked: int = 0
+    #: Ticks without a leader: after the faults healed (``elections``, a clean network), and at
+    #: cold start or after a leader crashed or stepped down while faults were on (``failovers``).
     elections: list[float] = field(default_factory=list)
+    failovers: list[float] = field(default_factory=list)
 
 
 class _Node:
@@ -181,7 +185,9 @@ class Simulator:
         self.leaders: dict[int, int] = {}
         self.acked: list[Entry] = []
         self.elections: list[float] = []
+        self.failovers: list[float] = []
         self._leader_lost_at: int | None = 0
+        self._lost_to_fault = True  # the cold start happens under the fault phase's network
         self._heal_at = 0
 
     # ---- scheduling ------------------------------------------------------------------------
@@ -211,6 +217,7 @@ class Simulator:
         result.ticks = self.now // TICK
         result.acked = len(self.acked)
         result.elections = self.elections
+        result.failovers = self.failovers
         return result
 
     def _loop(self) -> None:
@@ -258,13 +265,18 @@ class Simulator:
 
     def _crash(self, node: _Node) -> None:
         assert node.core is not None
-        if node.core.role is Role.LEADER and self._leader_lost_at is None:
-            self._leader_lost_at = self.now
+        if node.core.role is Role.LEADER:
+            self._leader_lost(fault=True)
         node.up = False
         node.core = None
         node.in_flight = None  # never synced: lost, and nothing in it was promised
         node.incarnation += 1
         self._fail_pending(node)
+
+    def _leader_lost(self, fault: bool) -> None:
+        if self._leader_lost_at is None:
+            self._leader_lost_at = self.now
+            self._lost_to_fault = fault
 
     def _tick(self, node: _Node, incarnation: int) -> None:
         if node.incarnation != incarnation:
@@ -273,8 +285,8 @@ class Simulator:
         assert core is not None
         was_leader = core.role is Role.LEADER
         core.tick()
-        if was_leader and core.role is not Role.LEADER and self._leader_lost_at is None:
-            self._leader_lost_at = self.now
+        if was_leader and core.role is not Role.LEADER:
+            self._leader_lost(fault=self.faults_on)
         self._after(node, core)
         self._at(self.now + node.tick_interval, _TICK, node, incarnation)
 
@@ -294,7 +306,8 @@ class Simulator:
                 self.leaders[term] = node.id
                 self._check_leader_completeness(node, core)
                 if self._leader_lost_at is not None:
-                    self.elections.append((self.now - self._leader_lost_at) / TICK)
+                    ticks = (self.now - self._leader_lost_at) / TICK
+                    (self.failovers if self._lost_to_fault else self.elections).append(ticks)
                     self._leader_lost_at = None
             elif holder != node.id:
                 raise InvariantViolation(f"two leaders in term {term}: {holder} and {node.id}")
@@ -368,10 +381,9 @@ class Simulator:
             raise InvariantViolation(f"node {node.id}: {what} at {offset} removes a committed "
                                      f"entry (committed end {self.chain_end})")
 
-    def _register(self, node: _Node, entries: object, prev_epoch: int | None) -> None:
+    def _register(self, node: _Node, entries: Sequence[Entry], prev_epoch: int | None) -> None:
         """Log matching, checked on every append: an (offset, epoch) pair names one batch with
         one predecessor epoch, on every node, forever."""
-        assert isinstance(entries, tuple | list)
         registry = self.registry
         for e in entries:
             key = (e.base_offset, e.epoch)
@@ -430,10 +442,10 @@ class Simulator:
 
     def _check_leader_completeness(self, node: _Node, core: RaftCore) -> None:
         last = self.chain_end - 1
-        if last >= core.log_start_offset and last >= 0:
-            if core.epoch_at(last) != self._chain_epoch(last):
-                raise InvariantViolation(f"leader completeness: node {node.id} leads term "
-                                         f"{core.term} without committed offset {last}")
+        if last >= max(0, core.log_start_offset) and core.epoch_at(last) != self._chain_epoch(
+                last):
+            raise InvariantViolation(f"leader completeness: node {node.id} leads term "
+                                     f"{core.term} without committed offset {last}")
 
     # ---- clients ---------------------------------------------------------------------------
 
@@ -540,11 +552,10 @@ class Simulator:
             if not node.up:
                 self._start(node)
         if not any(n.core is not None and n.core.role is Role.LEADER for n in self.nodes):
-            self._leader_lost_at = self.now
+            self._leader_lost_at = None
+            self._leader_lost(fault=False)
         for c in self.clients:
             c.budget = self.cfg.liveness_requests
-            if c.request and c.sent_at is None:
-                c.budget -= 0
             self._at(self.now + 1, _CLIENT, c)
         self._at(self.now + self.cfg.liveness_bound_ticks * TICK, _DEADLINE, None, 0)
 

@@ -38,9 +38,12 @@ class Cluster:
     only when the test calls ``settle``."""
 
     def __init__(self, n: int = 3, logs: dict[int, list[Entry]] | None = None,
-                 hard: dict[int, HardState] | None = None, **config: int) -> None:
+                 hard: dict[int, HardState] | None = None, max_append_bytes: int = 1 << 20,
+                 max_inflight_appends: int = 64) -> None:
         self.ids = list(range(n))
-        self.config = RaftConfig(election_ticks=ELECTION, heartbeat_ticks=1, **config)
+        self.config = RaftConfig(election_ticks=ELECTION, heartbeat_ticks=1,
+                                 max_append_bytes=max_append_bytes,
+                                 max_inflight_appends=max_inflight_appends)
         self.logs = {i: MemoryLog() for i in self.ids}
         for i, entries in (logs or {}).items():
             self.logs[i].append(entries)
@@ -58,7 +61,8 @@ class Cluster:
         return self.cores[i]
 
     def flush(self, i: int) -> list[Message]:
-        core, out = self.cores[i], []
+        core = self.cores[i]
+        out: list[Message] = []
         while core.has_ready():
             rd = core.ready()
             rd.apply_log_writes(self.logs[i])
@@ -117,7 +121,7 @@ def test_stale_term_is_rejected_and_deposes_the_stale_leader() -> None:
     leader = c.elect(0)
     term = leader.term
     follower = c.cores[1]
-    stale = AppendRequest(term - 1, 2, 1, -1, NO_EPOCH, tuple(batches([term - 1])), 1, 0)
+    stale = AppendRequest(term - 1, 2, 1, -1, NO_EPOCH, tuple(batches([term - 1])), 1)
     follower.step(stale)
     replies = c.flush(1)
     assert follower.log_end_offset == 0 and follower.leader_id == 0
@@ -185,7 +189,7 @@ def test_check_quorum_steps_down_a_leader_cut_off_from_the_majority() -> None:
     assert leader.role is Role.LEADER
     for _ in range(2 * ELECTION):
         c.heartbeat(drop=lambda m: m.dst == 0)
-    assert leader.role is Role.FOLLOWER and leader.leader_id is None
+    assert c.cores[0].role is Role.FOLLOWER and c.cores[0].leader_id is None
     with pytest.raises(NotLeaderError):
         leader.propose(b"x", 1)
 
@@ -294,7 +298,7 @@ def test_follower_holding_the_leader_first_batch_is_not_reset() -> None:
     log = batches([1] * 6)
     c = Cluster(logs={1: log}, hard={1: HardState(1, None, 0)})
     follower = c.cores[1]
-    follower.step(AppendRequest(1, 0, 1, 3, NO_EPOCH, tuple(log[4:]), 6, 4))
+    follower.step(AppendRequest(1, 0, 1, 3, NO_EPOCH, tuple(log[4:]), 6))
     assert c.flush(1) == [AppendResponse(1, 1, 0, True, match_end=6)]
     assert list(c.logs[1].entries) == log and c.logs[1].log_start_offset == 0
     assert follower.high_watermark == 6

@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         elapsed = time.perf_counter() - started
         print(f"events={result.events} simulated_ticks={result.ticks} acked={result.acked} "
-              f"elections={result.elections} events_per_s={result.events / elapsed:.0f}")
+              f"elections={result.elections} failovers={result.failovers} "
+              f"events_per_s={result.events / elapsed:.0f}")
         if not result.ok:
             print(f"FAILED: {result.failure}", file=sys.stderr)
             return 1
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     seeds: range = args.seeds
     failures = events = 0
     elections: list[float] = []
+    failovers: list[float] = []
     items = [(seed, args) for seed in seeds]
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
@@ -96,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     for result in results:
         events += result.events
         elections.extend(result.elections)
+        failovers.extend(result.failovers)
         if not result.ok:
             failures += 1
             print(f"seed {result.config.seed} FAILED: {result.failure}")
@@ -103,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     print(f"seeds={len(seeds)} failures={failures} events={events} "
           f"events_per_s={events / elapsed:.0f} wall_s={elapsed:.1f}")
-    if elections:
-        print(f"election_ticks p50={_percentile(elections, 0.5):.1f} "
-              f"p99={_percentile(elections, 0.99):.1f} samples={len(elections)}")
+    for name, samples in (("election", elections), ("failover", failovers)):
+        if samples:
+            print(f"{name}_ticks p50={_percentile(samples, 0.5):.1f} "
+                  f"p99={_percentile(samples, 0.99):.1f} samples={len(samples)}")
     return 1 if failures else 0

@@ -1,0 +1,111 @@
+"""The simulator over a fixed range of seeds, the regression seeds, and checks that the
+simulator itself would notice a broken core (a checker that never fails proves nothing)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+import pytest
+
+from replication import RaftCore, sim
+from replication.messages import PreVoteRequest, VoteRequest
+from tidelog.commands import sim as sim_command
+
+SEEDS = 500
+CHUNK = 50
+FAULT_TICKS = 120
+REGRESSIONS = Path(__file__).with_name("sim_regression_seeds.txt")
+
+
+def _parse(flags: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    sim_command.configure(parser)
+    return parser.parse_args(shlex.split(flags))
+
+
+def _regression_lines() -> list[str]:
+    lines = (line.split("#")[0].strip() for line in REGRESSIONS.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+@pytest.mark.parametrize("first", range(0, SEEDS, CHUNK))
+def test_seed_range_holds_every_invariant(first: int) -> None:
+    """Even seeds use the default fault mix, odd seeds swarm mode."""
+    failures = []
+    for seed in range(first, first + CHUNK):
+        args = _parse(f"--seed {seed} --ticks {FAULT_TICKS}" + (" --swarm" if seed % 2 else ""))
+        result = sim_command.run_one(seed, args)
+        if not result.ok:
+            failures.append(f"{sim_command.replay_command(seed, args)}: {result.failure}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("line", _regression_lines())
+def test_regression_seed(line: str) -> None:
+    seed, *flags = line.split()
+    args = _parse(f"--seed {seed} {' '.join(flags)}")
+    result = sim_command.run_one(int(seed), args)
+    assert result.ok, f"{sim_command.replay_command(int(seed), args)}: {result.failure}"
+
+
+def test_one_seed_replays_identically() -> None:
+    a = sim.run_seed(7, swarm=True)
+    b = sim.run_seed(7, swarm=True)
+    assert (a.events, a.ticks, a.acked, a.failovers) == (b.events, b.ticks, b.acked, b.failovers)
+    assert a.ok and a.acked > 0 and a.failovers
+
+
+def _first_failure(swarm: bool, limit: int = 60) -> str:
+    for seed in range(limit):
+        result = sim.run_seed(seed, swarm=swarm, fault_ticks=FAULT_TICKS)
+        if not result.ok:
+            return result.failure
+    return ""
+
+
+def test_simulator_catches_a_core_that_votes_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    vote = RaftCore._handle_vote_request
+
+    def forgetful(self: RaftCore, m: PreVoteRequest | VoteRequest) -> None:
+        self._vote = None
+        self._leader = None
+        vote(self, m)
+
+    monkeypatch.setattr(RaftCore, "_handle_vote_request", forgetful)
+    assert "two leaders in term" in _first_failure(swarm=True)
+
+
+def test_simulator_catches_a_core_that_ignores_log_freshness(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    vote = RaftCore._handle_vote_request
+
+    def careless(self: RaftCore, m: PreVoteRequest | VoteRequest) -> None:
+        object.__setattr__(m, "last_epoch", 1 << 40)  # every candidate looks up to date
+        vote(self, m)
+
+    monkeypatch.setattr(RaftCore, "_handle_vote_request", careless)
+    failure = _first_failure(swarm=True)
+    assert "leader completeness" in failure or "committed" in failure
+
+
+def test_cli_prints_parameters_and_the_replay_command(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_command.run(_parse("--seed 5 --ticks 60")) == 0
+    out = capsys.readouterr().out
+    assert "seed=5" in out and "election_ticks=" in out and "drop_rate=" in out
+
+    real_run_seed = sim.run_seed
+
+    def broken(seed: int, **_: object) -> sim.SimResult:
+        result = real_run_seed(seed, fault_ticks=20)
+        result.ok, result.failure = seed != 3, "injected"
+        return result
+
+    monkeypatch.setattr(sim, "run_seed", broken)
+    assert sim_command.run(_parse("--seeds 2:5 --swarm")) == 1
+    out = capsys.readouterr().out
+    assert "seed 3 FAILED: injected" in out
+    assert "replay: tidelog sim --seed 3 --swarm" in out
+    assert "seeds=3 failures=1" in out
