@@ -125,12 +125,14 @@ class PartitionHeartbeat(_message.Message):
     def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., term: _Optional[int] = ..., response: _Optional[bool] = ..., leader_hw: _Optional[int] = ...) -> None: ...
 
 class LeaderAnnouncement(_message.Message):
-    __slots__ = ("group", "epoch")
+    __slots__ = ("group", "epoch", "isr")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
     group: GroupId
     epoch: int
-    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StreamSummary(_message.Message):
     __slots__ = ("envelopes",)
