@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dump-log": ("dump_log", "print the batches, records and index entries of a segment"),
     "storage-demo": ("storage_demo", "write, roll, look up and reopen a partition log on disk"),
     "sim": ("sim", "run the deterministic Raft simulator for one seed or a range of seeds"),
+    "node": ("node", "run one node in the foreground"),
+    "cluster": ("cluster", "start, stop or inspect a local cluster of node processes"),
 }
 
 
