@@ -33,7 +33,8 @@ than a chain of varints, and the few extra bytes per record do not matter at 1 K
 
     4  length          bytes that follow this field
     1  attributes      unused, 0
-    4  offset_delta    offset - base offset (records are dense: 0, 1, 2, ...)
+    4  offset_delta    offset - base offset (dense 0, 1, 2, ... when produced; the cleaner
+                       leaves gaps where it removed records, see `retain_records`)
     8  timestamp_delta timestamp - first_timestamp (signed: CreateTime may go backwards)
     4  key_length      -1 for a null key
     .  key
@@ -46,7 +47,7 @@ than a chain of varints, and the few extra bytes per record do not matter at 1 K
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -73,6 +74,7 @@ _CRC_START = 21
 _CRC_FIELD = struct.Struct(">I")
 _ATTRS_FIELD = struct.Struct(">h")
 _MAX_TS_FIELD = struct.Struct(">q")
+_TS_DELTA_FIELD = struct.Struct(">q")  # in a record, after length, attributes, offset_delta
 _BASE_OFFSET_FIELD = struct.Struct(">q")
 _EPOCH_FIELD = struct.Struct(">i")
 _RECORD_PREFIX = struct.Struct(">iBiqi")  # length, attributes, offset_delta, ts_delta, key_length
@@ -315,7 +317,9 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
         raise CorruptMessageError(f"batch length {header.batch_length} too small at {pos}")
     if pos + header.size > len(buf):
         raise CorruptMessageError(f"batch at position {pos} extends past the end of the data")
-    if header.last_offset_delta < 0 or header.records_count != header.last_offset_delta + 1:
+    # Fewer records than offsets is a compacted batch (its kept records keep their offsets),
+    # down to none at all; only a produced batch must be dense (validate_batch).
+    if not 0 <= header.records_count <= header.last_offset_delta + 1:
         raise CorruptMessageError(f"inconsistent record count in batch at position {pos}")
     return header
 
@@ -358,6 +362,8 @@ def validate_batch(
     header = read_header(buf, 0)
     if header.size != len(buf):
         raise CorruptMessageError("a produce request carries exactly one batch per partition")
+    if header.records_count != header.last_offset_delta + 1:
+        raise CorruptMessageError("a produced batch holds one record per offset")
     check_crc(buf, 0, header)
     pos = HEADER_SIZE
     end = len(buf)
@@ -470,6 +476,72 @@ def decode_records(
             headers.append((h_key, h_value))
         out.append(Record(offset, ts, key, value, tuple(headers)))
     return out
+
+
+class RecordKey(NamedTuple):
+    """What the cleaner needs of a record: where it is, its key, and whether it deletes."""
+
+    offset: int
+    key: bytes | None
+    tombstone: bool
+
+
+def record_keys(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> Iterator[RecordKey]:
+    """Yield offset, key and tombstone flag of each record, without copying values."""
+    unpack_i32 = _I32.unpack_from
+    for rec_pos, offset, _ in _iter_record_prefixes(buf, pos, header):
+        (key_len,) = unpack_i32(buf, rec_pos + 17)
+        key = None if key_len < 0 else bytes(buf[rec_pos + 21 : rec_pos + 21 + key_len])
+        (value_len,) = unpack_i32(buf, rec_pos + 21 + max(key_len, 0))
+        yield RecordKey(offset, key, value_len < 0)
+
+
+def retain_records(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader, keep: Container[int]
+) -> bytes:
+    """The batch at `pos` holding only its records whose offsets are in `keep` (compaction).
+
+    As Kafka's v2 compaction, the base offset and last offset delta stay, so every kept record
+    keeps its offset and the batch still spans the same offsets; a batch left with no record
+    still says where its offsets went. Epoch, producer fields and attributes stay. The first
+    and max timestamps are recomputed because lookups trust them; under LogAppendTime the
+    records read the batch's time, which stays while a record does.
+    """
+    unpack = _RECORD_PREFIX.unpack_from
+    view = memoryview(buf)
+    rec_pos = pos + HEADER_SIZE
+    kept: list[tuple[bytearray, int]] = []
+    for _ in range(header.records_count):
+        length, _attrs, offset_delta, ts_delta, _ = unpack(buf, rec_pos)
+        if header.base_offset + offset_delta in keep:
+            kept.append((bytearray(view[rec_pos : rec_pos + 4 + length]), ts_delta))
+        rec_pos += 4 + length
+    if not kept:
+        first_timestamp = max_timestamp = NO_TIMESTAMP
+    else:
+        first_delta = kept[0][1]
+        first_timestamp = header.first_timestamp + first_delta
+        for record, ts_delta in kept:
+            _TS_DELTA_FIELD.pack_into(record, 9, ts_delta - first_delta)
+        if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            max_timestamp = header.max_timestamp
+        else:
+            max_timestamp = header.first_timestamp + max(ts_delta for _, ts_delta in kept)
+    return _assemble(
+        b"".join(record for record, _ in kept),
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=header.attributes,
+        last_offset_delta=header.last_offset_delta,
+        first_timestamp=first_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        records_count=len(kept),
+    )
 
 
 def control_type_of(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> int:
