@@ -169,29 +169,14 @@ class Log:
     def append_as_leader(self, batch: bytes, leader_epoch: int) -> LogAppendInfo:
         """Validate one produced batch, give it the next offsets and `leader_epoch`, write it.
 
-        Refused, with nothing written: a batch over max.message.bytes (MESSAGE_TOO_LARGE, as
-        Kafka's RecordTooLargeException), one larger than a segment (RECORD_LIST_TOO_LARGE),
-        a malformed one or a CRC mismatch (CORRUPT_MESSAGE), and with CreateTime a record
-        timestamp outside the topic's allowed distance from now (INVALID_TIMESTAMP).
         A control batch (epoch or transaction marker written by the node itself) is appended
         as is: it keeps its -1 timestamp, even under LogAppendTime.
         """
         with self._lock:
             self._check_open()
+            header = self.validate_produced_batch(batch)
             now = self._clock()
-            self._check_size(len(batch), check_max_message_bytes=True)
-            config = self._config
-            log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
-            header = validate_batch(
-                batch,
-                now_ms=now,
-                timestamp_before_max_ms=LONG_MAX
-                if log_append_time
-                else (config.message_timestamp_before_max_ms),
-                timestamp_after_max_ms=LONG_MAX
-                if log_append_time
-                else (config.message_timestamp_after_max_ms),
-            )
+            log_append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
             stamp = now if log_append_time and not header.is_control else None
             data = assign_offsets(batch, self._log_end_offset, leader_epoch, stamp)
             header = read_header(data)
@@ -203,6 +188,30 @@ class Log:
                 NO_TIMESTAMP if stamp is None else stamp,
                 self._log_start_offset,
             )
+
+    def validate_produced_batch(self, batch: bytes) -> BatchHeader:
+        """The leader's checks of a produced batch under this topic's config; nothing is written.
+
+        Refused: a batch over max.message.bytes (MESSAGE_TOO_LARGE, as Kafka's
+        RecordTooLargeException), one larger than a segment (RECORD_LIST_TOO_LARGE), a
+        malformed one or a CRC mismatch (CORRUPT_MESSAGE), and with CreateTime a record
+        timestamp outside the topic's allowed distance from now (INVALID_TIMESTAMP). A
+        replicated leader calls this before proposing, then appends the stamped batch as a
+        follower would.
+        """
+        self._check_size(len(batch), check_max_message_bytes=True)
+        config = self._config
+        log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        return validate_batch(
+            batch,
+            now_ms=self._clock(),
+            timestamp_before_max_ms=LONG_MAX
+            if log_append_time
+            else config.message_timestamp_before_max_ms,
+            timestamp_after_max_ms=LONG_MAX
+            if log_append_time
+            else config.message_timestamp_after_max_ms,
+        )
 
     def append_as_follower(self, batches: bytes) -> LogAppendInfo:
         """Append the leader's batches as they are (offsets, epochs, timestamps included).
