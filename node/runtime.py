@@ -1,57 +1,460 @@
-"""PLACEHOLDER node runtime, until the real one (Raft cores over storage, controller, the
-Tidelog servicer) lands: it serves Metadata from the config alone and answers every other RPC
-with UNIMPLEMENTED, so the process shell, health, reflection and the launchers can be built and
-tested against the final interface.
+"""The node runtime: Raft cores over storage, driven by one event loop, plus the controller.
+
+Everything that touches a core runs on the asyncio loop. Disk work runs on one writer thread:
+each round of the Ready loop collects the Readies of every partition that has one, applies and
+fsyncs them all in a single trip to the thread (group commit: one fsync per touched log per
+round, however many requests arrived meanwhile), and only then sends their messages and
+publishes their high watermarks, which is the core's persist-before-send contract honoured per
+round rather than per entry.
+
+The controller is the partition ``__cluster_metadata-0``, a Raft group over the first min(3, N)
+nodes. Its committed records (topic creations and deletions) are applied in order by every node
+to a `MetadataImage`; nodes outside its quorum pull the committed records from a voter.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from node.config import NodeConfig
-from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
+from node.metadata import METADATA_TOPIC, MetadataImage, TopicInfo, decode_record, encode_record
+from node.partition import PartitionReplica
+from node.transport import PeerLink, RaftTransportServicer, add_message, messages_of
+from replication import AppendResponse, HeartbeatResponse, NotLeaderError, RaftConfig, Ready
+from storage import LogConfig
+from tidelog import errors
+from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
+from tidelog.v1 import raft_pb2_grpc, tidelog_pb2_grpc
 
+log = logging.getLogger("tidelog.node")
 
-class _PlaceholderServicer(tidelog_pb2_grpc.TidelogServicer):
-    def __init__(self, config: NodeConfig) -> None:
-        self._config = config
-
-    async def Metadata(
-        self, request: tidelog_pb2.MetadataRequest, context: grpc.aio.ServicerContext
-    ) -> tidelog_pb2.MetadataResponse:
-        nodes = [
-            tidelog_pb2.Node(node_id=node_id, address=address)
-            for node_id, address in sorted(self._config.peers.items())
-        ]
-        return tidelog_pb2.MetadataResponse(nodes=nodes, controller_id=-1)
-
-
-def _unimplemented(method: str) -> Any:
-    async def handler(self: _PlaceholderServicer, request: Any, context: Any) -> None:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            f"{method} is not implemented yet: this node runs the placeholder runtime",
-        )
-
-    return handler
-
-
-for _method in tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].methods_by_name:
-    if _method != "Metadata":
-        setattr(_PlaceholderServicer, _method, _unimplemented(_method))
+METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
+_ANNOUNCE_EVERY_S = 0.2
+_CHECKPOINT_EVERY_S = 5.0
+_RETENTION_EVERY_S = 5.0
+_METADATA_PULL_EVERY_S = 0.2
+_TRANSFER_WAIT_S = 3.0
 
 
 class NodeRuntime:
     def __init__(self, config: NodeConfig) -> None:
-        self._config = config
+        self.config = config
+        self.node_id = config.node_id
+        self.partitions: dict[TopicPartition, PartitionReplica] = {}
+        self.image = MetadataImage()
+        #: What this node knows of partitions it does not host: tp -> (leader, epoch, isr).
+        self.leaders: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
+        self.metadata_voters = tuple(sorted(config.peers)[: min(3, len(config.peers))])
+        self._links: dict[int, PeerLink] = {}
+        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"disk-{self.node_id}")
+        self._work = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._outbox: dict[int, rpb.RaftEnvelope] = {}
+        self._pending_topics: set[str] = set()
+        self._metadata_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._stopping = False
+        self.raft_config = RaftConfig(
+            election_ticks=max(2, config.election_timeout_ms // config.raft_tick_ms),
+            heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
+        )
+
+    # ---- lifecycle -------------------------------------------------------------------------
 
     def register(self, server: grpc.aio.Server) -> None:
-        tidelog_pb2_grpc.add_TidelogServicer_to_server(_PlaceholderServicer(self._config), server)
+        from node.api import TidelogServicer
+
+        tidelog_pb2_grpc.add_TidelogServicer_to_server(TidelogServicer(self), server)
+        raft_pb2_grpc.add_RaftTransportServicer_to_server(
+            RaftTransportServicer(self.on_envelope, self.fetch_metadata), server
+        )
 
     async def start(self) -> None:
-        self._config.data_dir.mkdir(parents=True, exist_ok=True)
+        """Load every log (metadata first, then the topics it names) before serving."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        for peer_id, address in self.config.peers.items():
+            if peer_id != self.node_id:
+                link = PeerLink(self.node_id, peer_id, address)
+                link.start()
+                self._links[peer_id] = link
+        loop = asyncio.get_running_loop()
+        if self.node_id in self.metadata_voters:
+            await loop.run_in_executor(
+                self._disk, self._open_replica, METADATA_TP, self.metadata_voters, {}
+            )
+            self._apply_committed_metadata()
+        await loop.run_in_executor(self._disk, self._open_assigned_replicas)
+        self._tasks = [
+            asyncio.create_task(self._tick_loop(), name="tick"),
+            asyncio.create_task(self._ready_loop(), name="ready"),
+            asyncio.create_task(self._housekeeping_loop(), name="housekeeping"),
+        ]
+        if self.node_id not in self.metadata_voters:
+            self._tasks.append(asyncio.create_task(self._metadata_pull_loop(), name="md-pull"))
 
     async def stop(self, graceful: bool) -> None:
-        del graceful
+        self._stopping = True
+        if graceful:
+            await self._move_leadership_away()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for link in self._links.values():
+            await link.close()
+        loop = asyncio.get_running_loop()
+        for replica in list(self.partitions.values()):
+            replica.abandon()
+            await loop.run_in_executor(self._disk, replica.log.close)
+        self._disk.shutdown(wait=True)
+
+    async def _move_leadership_away(self) -> None:
+        """Graceful shutdown: hand every led partition to a caught-up follower first."""
+        deadline = time.monotonic() + _TRANSFER_WAIT_S
+        while time.monotonic() < deadline:
+            led = [r for r in self.partitions.values() if r.is_leader and len(r.replicas) > 1]
+            if not led:
+                return
+            for replica in led:
+                if replica.core.transferring_to is None:
+                    target = max(
+                        (r for r in replica.replicas if r != self.node_id),
+                        key=lambda r: r in replica.in_sync_replicas(self.config.replica_lag_max_ms),
+                    )
+                    with contextlib.suppress(NotLeaderError, ValueError):
+                        replica.core.transfer_leadership(target)
+            self._work.set()
+            await asyncio.sleep(self.config.raft_tick_ms / 1000)
+        log.warning("node %d: leadership not moved away in %.1fs", self.node_id, _TRANSFER_WAIT_S)
+
+    def wake(self) -> None:
+        """New proposals are waiting in some core: run a round of the Ready loop."""
+        self._work.set()
+
+    def validate_topic_configs(self, configs: dict[str, str]) -> None:
+        """Raises INVALID_CONFIG (40) for a topic config storage would refuse."""
+        self._log_config(configs)
+
+    # ---- replicas --------------------------------------------------------------------------
+
+    def _log_config(self, topic_configs: dict[str, str]) -> LogConfig:
+        defaults = {
+            "segment.bytes": str(self.config.segment_bytes),
+            "index.interval.bytes": str(self.config.index_interval_bytes),
+            "segment.ms": str(self.config.segment_ms),
+            "retention.ms": str(self.config.retention_ms),
+            "retention.bytes": str(self.config.retention_bytes),
+        }
+        return LogConfig.from_kafka_props({**defaults, **self.config.extra, **topic_configs})
+
+    def _open_replica(
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+    ) -> None:
+        if tp in self.partitions:
+            return
+        directory = self.config.data_dir / f"{tp.topic}-{tp.partition}"
+        seed = hash((self.node_id, tp.topic, tp.partition)) & 0xFFFFFFFF
+        self.partitions[tp] = PartitionReplica(
+            tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config, seed
+        )
+
+    def _open_assigned_replicas(self) -> None:
+        for topic in list(self.image.topics.values()):
+            for p, replicas in enumerate(topic.assignment):
+                if self.node_id in replicas:
+                    self._open_replica(TopicPartition(topic.name, p), replicas, dict(topic.configs))
+
+    def _remove_replica(self, tp: TopicPartition) -> None:
+        """Forget a deleted topic's replica now; its files go on the disk thread, after any
+        round of writes already under way for it."""
+        replica = self.partitions.pop(tp, None)
+        if replica is not None:
+            replica.abandon()
+            self._disk.submit(_delete_replica_files, replica)
+
+    # ---- the Raft driver -------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        interval = self.config.raft_tick_ms / 1000
+        next_tick = time.monotonic()
+        while True:
+            next_tick += interval
+            await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
+            for replica in self.partitions.values():
+                replica.core.tick()
+                replica.observe_role()
+            self._work.set()
+
+    def on_envelope(self, env: rpb.RaftEnvelope) -> None:
+        if env.dst != self.node_id:
+            return
+        for announcement in env.leaders:
+            tp = TopicPartition(announcement.group.topic, announcement.group.partition)
+            known = self.leaders.get(tp)
+            if known is None or announcement.epoch >= known[1]:
+                self.leaders[tp] = (env.src, announcement.epoch, tuple(announcement.isr))
+        for tp, message in messages_of(env):
+            replica = self.partitions.get(tp)
+            if replica is None:
+                continue
+            if replica.is_leader and isinstance(message, AppendResponse) and message.success:
+                replica.record_follower(message.src, message.match_end)
+            elif replica.is_leader and isinstance(message, HeartbeatResponse):
+                replica.record_follower(message.src, None)
+            replica.core.step(message)
+            replica.observe_role()
+        self._work.set()
+
+    async def _ready_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        flush = self.config.log_flush_policy == "always"
+        while True:
+            await self._work.wait()
+            self._work.clear()
+            while True:
+                batch = [(r, r.core.ready()) for r in list(self.partitions.values())
+                         if r.core.has_ready()]
+                if not batch:
+                    break
+                durable = [(r, rd) for r, rd in batch if rd.needs_sync]
+                if durable:
+                    await loop.run_in_executor(self._disk, _persist_all, durable, flush)
+                for replica, rd in batch:
+                    for message in rd.messages:
+                        self._queue_message(replica.tp, message)
+                    replica.publish(rd)
+                    if replica.tp == METADATA_TP:
+                        self._apply_committed_metadata()
+                self._flush_outbox()
+                for replica, rd in batch:
+                    replica.core.advance(rd)
+
+    def _queue_message(self, tp: TopicPartition, message: Any) -> None:
+        env = self._outbox.get(message.dst)
+        if env is None:
+            env = self._outbox[message.dst] = rpb.RaftEnvelope(
+                src=self.node_id, dst=message.dst, src_address=self.config.advertised_address
+            )
+        add_message(env, tp, message)
+
+    def _flush_outbox(self) -> None:
+        for dst, env in self._outbox.items():
+            link = self._links.get(dst)
+            if link is not None:
+                link.send(env)
+        self._outbox = {}
+
+    # ---- housekeeping ----------------------------------------------------------------------
+
+    async def _housekeeping_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_checkpoint = last_retention = time.monotonic()
+        while True:
+            await asyncio.sleep(_ANNOUNCE_EVERY_S)
+            self._announce_leadership()
+            now = time.monotonic()
+            if now - last_checkpoint >= _CHECKPOINT_EVERY_S:
+                last_checkpoint = now
+                await loop.run_in_executor(self._disk, self._checkpoint_all)
+            if now - last_retention >= _RETENTION_EVERY_S:
+                last_retention = now
+                await loop.run_in_executor(self._disk, self._retention_pass)
+
+    def _announce_leadership(self) -> None:
+        """Tell every peer which partitions this node leads, so any node answers Metadata."""
+        led = [r for r in self.partitions.values() if r.is_leader]
+        if not led:
+            return
+        for peer_id, link in self._links.items():
+            env = rpb.RaftEnvelope(
+                src=self.node_id, dst=peer_id, src_address=self.config.advertised_address
+            )
+            for replica in led:
+                env.leaders.add(
+                    group=rpb.GroupId(topic=replica.tp.topic, partition=replica.tp.partition),
+                    epoch=replica.leader_epoch,
+                    isr=replica.in_sync_replicas(self.config.replica_lag_max_ms),
+                )
+            link.send(env)
+
+    def _checkpoint_all(self) -> None:
+        for replica in list(self.partitions.values()):
+            if not replica.closed:
+                replica.log.checkpoint()
+
+    def _retention_pass(self) -> None:
+        for replica in list(self.partitions.values()):
+            if not replica.closed:
+                replica.log.delete_old_segments()
+
+    # ---- routing knowledge -----------------------------------------------------------------
+
+    def leader_of(self, tp: TopicPartition) -> tuple[int, int]:
+        """(leader id, epoch) as this node knows it; (-1, -1) when unknown."""
+        replica = self.partitions.get(tp)
+        if replica is not None and replica.core.leader_id is not None:
+            return replica.core.leader_id, replica.leader_epoch
+        known = self.leaders.get(tp)
+        if known is not None:
+            return known[0], known[1]
+        return -1, -1
+
+    def isr_of(self, tp: TopicPartition) -> list[int]:
+        replica = self.partitions.get(tp)
+        if replica is not None and replica.is_leader:
+            return replica.in_sync_replicas(self.config.replica_lag_max_ms)
+        known = self.leaders.get(tp)
+        return list(known[2]) if known is not None else []
+
+    def address_of(self, node_id: int) -> str:
+        return self.config.peers.get(node_id, "")
+
+    @property
+    def controller_id(self) -> int:
+        return self.leader_of(METADATA_TP)[0]
+
+    # ---- the controller --------------------------------------------------------------------
+
+    def _apply_committed_metadata(self) -> None:
+        """Apply metadata records below the HW, then create or remove local replicas."""
+        replica = self.partitions.get(METADATA_TP)
+        if replica is None:
+            return
+        hw = replica.high_watermark
+        start = max(self.image.applied_offset + 1, replica.log.log_start_offset)
+        if start >= hw:
+            return
+        self._apply_metadata_bytes(replica.log.read(start, 1 << 30, upper_bound=hw))
+
+    def _apply_metadata_bytes(self, data: bytes) -> None:
+        before = dict(self.image.topics)
+        for pos, header in iter_batches(data):
+            if header.is_control:
+                self.image.applied_offset = max(self.image.applied_offset, header.last_offset)
+                continue
+            for record in decode_records(data, pos, header):
+                if record.value is not None:
+                    self.image.apply(record.offset, decode_record(record.value))
+        self._reconcile(before)
+        done = [(o, f) for o, f in self._metadata_waiters if o <= self.image.applied_offset]
+        for item in done:
+            self._metadata_waiters.remove(item)
+            if not item[1].done():
+                item[1].set_result(None)
+
+    def _reconcile(self, before: dict[str, TopicInfo]) -> None:
+        for name, topic in self.image.topics.items():
+            if before.get(name) is topic:
+                continue
+            for p, replicas in enumerate(topic.assignment):
+                if self.node_id in replicas:
+                    self._open_replica(TopicPartition(name, p), replicas, dict(topic.configs))
+        for name, topic in before.items():
+            if self.image.topics.get(name) is not topic:
+                for p in range(topic.partition_count):
+                    tp = TopicPartition(name, p)
+                    self.leaders.pop(tp, None)
+                    self._remove_replica(tp)
+
+    def fetch_metadata(self, request: rpb.FetchMetadataRequest) -> rpb.FetchMetadataResponse:
+        replica = self.partitions.get(METADATA_TP)
+        if replica is None:
+            return rpb.FetchMetadataResponse(error_code=errors.NotControllerError.code)
+        hw = replica.high_watermark
+        start = max(request.from_offset, replica.log.log_start_offset)
+        data = replica.log.read(start, 4 << 20, upper_bound=hw) if start < hw else b""
+        return rpb.FetchMetadataResponse(
+            records=data, high_watermark=hw, log_start_offset=replica.log.log_start_offset
+        )
+
+    async def _metadata_pull_loop(self) -> None:
+        """Nodes outside the metadata quorum pull its committed records from a voter."""
+        channels = {
+            v: grpc.aio.insecure_channel(self.config.peers[v]) for v in self.metadata_voters
+        }
+        try:
+            turn = 0
+            while True:
+                voter = self.metadata_voters[turn % len(self.metadata_voters)]
+                try:
+                    stub = raft_pb2_grpc.RaftTransportStub(channels[voter])
+                    response = await stub.FetchMetadata(
+                        rpb.FetchMetadataRequest(
+                            from_offset=self.image.applied_offset + 1, node_id=self.node_id
+                        ),
+                        timeout=2.0,
+                    )
+                    if response.error_code == 0 and response.records:
+                        self._apply_metadata_bytes(response.records)
+                        continue
+                except grpc.aio.AioRpcError:
+                    turn += 1
+                await asyncio.sleep(_METADATA_PULL_EVERY_S)
+        finally:
+            for channel in channels.values():
+                await channel.close()
+
+    async def propose_metadata(
+        self, plan: Callable[[], dict[str, object]], timeout_s: float
+    ) -> None:
+        """On the controller leader: decide (validate) and commit one metadata record, then wait
+        until this node has applied it. Raises the Kafka error of the decision."""
+        replica = self.partitions.get(METADATA_TP)
+        if replica is None or not replica.is_leader:
+            raise errors.NotControllerError("this node is not the controller")
+        record = plan()
+        name = str(record["name"])
+        if name in self._pending_topics:
+            raise errors.ConcurrentTransactionsError(f"another change to {name!r} is in flight")
+        self._pending_topics.add(name)
+        try:
+            batch = build_batch(
+                [RecordInput(value=encode_record(record), timestamp=int(time.time() * 1000))]
+            )
+            entry, future = replica.propose(batch, acks=-1)
+            assert future is not None
+            await _wait(future, timeout_s)
+            applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._metadata_waiters.append((entry.last_offset, applied))
+            self._apply_committed_metadata()
+            await _wait(applied, timeout_s)
+        finally:
+            self._pending_topics.discard(name)
+
+    def metadata_log_dir(self) -> Path:
+        return self.config.data_dir / f"{METADATA_TOPIC}-0"
+
+
+def _delete_replica_files(replica: PartitionReplica) -> None:
+    replica.log.close()
+    directory = replica.log.directory
+    doomed = directory.with_name(f"{directory.name}.deleted")
+    shutil.rmtree(doomed, ignore_errors=True)
+    directory.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _persist_all(items: list[tuple[PartitionReplica, Ready]], flush: bool) -> None:
+    """On the disk thread: apply and fsync a round of Readies (group commit)."""
+    for replica, rd in items:
+        if not replica.closed:
+            replica.persist(rd, flush)
+
+
+async def _wait(future: Awaitable[None], timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(asyncio.shield(future), timeout_s)
+    except TimeoutError:
+        raise errors.RequestTimedOutError(f"not committed within {timeout_s:.1f}s") from None

@@ -81,18 +81,16 @@ class Entry(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("prev_offset", "prev_epoch", "entries", "leader_hw", "leader_log_start_offset")
+    __slots__ = ("prev_offset", "prev_epoch", "entries", "leader_hw")
     PREV_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PREV_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LEADER_HW_FIELD_NUMBER: _ClassVar[int]
-    LEADER_LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     prev_offset: int
     prev_epoch: int
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     leader_hw: int
-    leader_log_start_offset: int
-    def __init__(self, prev_offset: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., leader_hw: _Optional[int] = ..., leader_log_start_offset: _Optional[int] = ...) -> None: ...
+    def __init__(self, prev_offset: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., leader_hw: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("success", "match_end", "rejected_prev", "hint_offset", "hint_epoch")

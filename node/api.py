@@ -1,0 +1,433 @@
+"""The client-facing gRPC service (tidelog.v1.Tidelog) of a node.
+
+Per-partition problems are Kafka error codes inside the response; a gRPC status is only for a
+request that is malformed as a whole (INVALID_ARGUMENT) or an API not built yet (UNIMPLEMENTED).
+A non-leader answers NOT_LEADER_OR_FOLLOWER with what it knows of the leader (KIP-951).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import grpc
+
+from node.partition import OffsetAnswer, PartitionReplica, is_debug_or_leader
+from node.runtime import NodeRuntime
+from node.transport import CHANNEL_OPTIONS
+from tidelog import errors
+from tidelog.records import TimestampType, read_header
+from tidelog.types import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    LATEST_TIERED_TIMESTAMP,
+    IsolationLevel,
+    TopicPartition,
+)
+from tidelog.v1 import tidelog_pb2 as pb
+from tidelog.v1 import tidelog_pb2_grpc
+
+log = logging.getLogger("tidelog.api")
+
+MAX_FETCH_BYTES = 64 * 1024 * 1024
+_DEFAULT_ADMIN_TIMEOUT_MS = 30_000
+
+
+class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
+    def __init__(self, runtime: NodeRuntime) -> None:
+        self.rt = runtime
+        self._controller_channels: dict[str, grpc.aio.Channel] = {}
+
+    # ---- shared checks ---------------------------------------------------------------------
+
+    def _hint(self, tp: TopicPartition) -> pb.LeaderHint:
+        leader, epoch = self.rt.leader_of(tp)
+        return pb.LeaderHint(
+            leader_id=leader, leader_epoch=epoch, leader_address=self.rt.address_of(leader)
+        )
+
+    def _resolve(
+        self, tp: TopicPartition, current_leader_epoch: int, replica_id: int
+    ) -> PartitionReplica | errors.TidelogError:
+        """The replica that may answer for `tp`, or the error that says why none here may:
+        unknown partition, not a replica here, a mismatched epoch (checked before leadership,
+        SPEC §5), or not the leader (debug requests excepted)."""
+        topic = self.rt.image.topics.get(tp.topic)
+        if topic is None or not 0 <= tp.partition < topic.partition_count:
+            return errors.UnknownTopicOrPartitionError(f"{tp} does not exist")
+        replica = self.rt.partitions.get(tp)
+        if replica is None:
+            return errors.NotLeaderOrFollowerError(
+                f"node {self.rt.node_id} hosts no replica of {tp}"
+            )
+        fenced = replica.check_epoch(current_leader_epoch)
+        if fenced is not None:
+            return fenced
+        if not is_debug_or_leader(replica, replica_id):
+            return errors.NotLeaderOrFollowerError(f"node {self.rt.node_id} does not lead {tp}")
+        return replica
+
+    # ---- Metadata --------------------------------------------------------------------------
+
+    async def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetadataResponse:
+        rt = self.rt
+        response = pb.MetadataResponse(controller_id=rt.controller_id)
+        for node_id, address in sorted(rt.config.peers.items()):
+            response.nodes.add(node_id=node_id, address=address)
+        for name in list(request.topics) or sorted(rt.image.topics):
+            topic = rt.image.topics.get(name)
+            if topic is None:
+                response.topics.add(name=name, error_code=errors.UnknownTopicOrPartitionError.code)
+                continue
+            entry = response.topics.add(name=name, configs=dict(topic.configs))
+            for p, replicas in enumerate(topic.assignment):
+                tp = TopicPartition(name, p)
+                leader, epoch = rt.leader_of(tp)
+                entry.partitions.add(
+                    error_code=0 if leader >= 0 else errors.LeaderNotAvailableError.code,
+                    partition=p,
+                    leader_id=leader,
+                    leader_epoch=epoch,
+                    replicas=replicas,
+                    isr=rt.isr_of(tp),
+                )
+        return response
+
+    # ---- topics ----------------------------------------------------------------------------
+
+    async def CreateTopics(
+        self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateTopicsResponse:
+        forwarded = await self._forward_to_controller("CreateTopics", request)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
+        response = pb.CreateTopicsResponse()
+        for topic in request.topics:
+            result = response.topics.add(
+                name=topic.name,
+                num_partitions=topic.num_partitions,
+                replication_factor=topic.replication_factor,
+            )
+            configs = dict(topic.configs)
+
+            def plan(topic: pb.CreatableTopic = topic, configs: dict[str, str] = configs) -> Any:
+                self.rt.validate_topic_configs(configs)
+                return self.rt.image.plan_create(
+                    topic.name,
+                    topic.num_partitions,
+                    topic.replication_factor,
+                    configs,
+                    sorted(self.rt.config.peers),
+                )
+
+            await self._run_metadata_change(result, plan, request.validate_only, timeout_s)
+        return response
+
+    async def DeleteTopics(
+        self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteTopicsResponse:
+        forwarded = await self._forward_to_controller("DeleteTopics", request)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
+        response = pb.DeleteTopicsResponse()
+        for name in request.topic_names:
+            result = response.topics.add(name=name)
+
+            def plan(name: str = name) -> Any:
+                return self.rt.image.plan_delete(name)
+
+            await self._run_metadata_change(result, plan, False, timeout_s)
+        return response
+
+    async def _run_metadata_change(
+        self, result: Any, plan: Callable[[], Any], validate_only: bool, timeout_s: float
+    ) -> None:
+        try:
+            if validate_only:
+                plan()
+            else:
+                await self.rt.propose_metadata(plan, timeout_s)
+        except errors.TidelogError as exc:
+            result.error_code = exc.code
+            result.error_message = str(exc)
+
+    async def _forward_to_controller(self, method: str, request: Any) -> Any | None:
+        """Admin changes go through the controller leader; any node accepts and forwards them.
+        Returns None when this node is the controller and should handle the request itself."""
+        controller = self.rt.controller_id
+        if controller == self.rt.node_id:
+            return None
+        address = self.rt.address_of(controller)
+        if controller < 0 or not address:
+            return _all_failed(method, request, errors.NotControllerError("no controller known"))
+        channel = self._controller_channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._controller_channels[address] = channel
+        stub = tidelog_pb2_grpc.TidelogStub(channel)
+        try:
+            return await getattr(stub, method)(request, timeout=request.timeout_ms / 1000 or 30)
+        except grpc.aio.AioRpcError as exc:
+            return _all_failed(
+                method, request, errors.NotControllerError(f"controller unreachable: {exc.code()}")
+            )
+
+    # ---- Produce ---------------------------------------------------------------------------
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceResponse:
+        if request.HasField("transactional_id"):
+            await _unsupported(context, "transactional produce")
+        acks = request.acks
+        response = pb.ProduceResponse()
+        pending: list[tuple[Any, PartitionReplica, int, asyncio.Future[None] | None]] = []
+        for topic in request.topics:
+            topic_response = response.topics.add(name=topic.name)
+            for part in topic.partitions:
+                result = topic_response.partitions.add(
+                    partition=part.partition, base_offset=-1, log_append_time_ms=-1
+                )
+                tp = TopicPartition(topic.name, part.partition)
+                if acks not in (0, 1, -1):
+                    _set_error(result, errors.InvalidRequiredAcksError(f"acks={acks}"))
+                    continue
+                resolved = self._resolve(tp, -1, CONSUMER_REPLICA_ID)
+                if isinstance(resolved, errors.TidelogError):
+                    _set_error(result, resolved)
+                    if resolved.code == errors.NotLeaderOrFollowerError.code:
+                        result.current_leader.CopyFrom(self._hint(tp))
+                    continue
+                try:
+                    entry, future = resolved.propose(part.records, acks)
+                except errors.TidelogError as exc:
+                    _set_error(result, exc)
+                    if exc.code == errors.NotLeaderOrFollowerError.code:
+                        result.current_leader.CopyFrom(self._hint(tp))
+                    continue
+                result.base_offset = entry.base_offset
+                header = read_header(entry.data)
+                if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+                    result.log_append_time_ms = header.max_timestamp
+                result.log_start_offset = resolved.log.log_start_offset
+                pending.append((result, resolved, entry.base_offset, future))
+        self.rt.wake()
+        timeout_s = max(request.timeout_ms, 0) / 1000 or 30.0
+        waits = [f for _, _, _, f in pending if f is not None]
+        if waits:
+            await asyncio.wait(waits, timeout=timeout_s)
+        for result, replica, _, future in pending:
+            if future is None:
+                continue
+            if not future.done():
+                future.cancel()
+                _set_error(result, errors.RequestTimedOutError(f"not committed in {timeout_s}s"))
+            elif future.exception() is not None:
+                failure = future.exception()
+                assert isinstance(failure, errors.TidelogError)
+                _set_error(result, failure)
+                if failure.code == errors.NotLeaderOrFollowerError.code:
+                    result.current_leader.CopyFrom(self._hint(replica.tp))
+            else:
+                result.log_start_offset = replica.log.log_start_offset
+        return response
+
+    # ---- Fetch -----------------------------------------------------------------------------
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        if request.replica_id not in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID):
+            await _invalid(context, "replica_id must be -1 (consumer) or -2 (debug)")
+        if request.max_bytes < 0 or request.min_bytes < 0 or request.max_wait_ms < 0:
+            await _invalid(context, "max_bytes, min_bytes and max_wait_ms must be >= 0")
+        try:
+            isolation = IsolationLevel(request.isolation_level)
+        except ValueError:
+            await _invalid(context, f"unknown isolation level {request.isolation_level}")
+        deadline = asyncio.get_running_loop().time() + request.max_wait_ms / 1000
+        while True:
+            response, size, replicas = self._read_fetch(request, isolation)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if size >= max(request.min_bytes, 1) or remaining <= 0 or not replicas:
+                return response
+            waits = [r.wait_for_data() for r in replicas]
+            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waits:
+                waiter.cancel()
+
+    def _read_fetch(
+        self, request: pb.FetchRequest, isolation: IsolationLevel
+    ) -> tuple[pb.FetchResponse, int, list[PartitionReplica]]:
+        response = pb.FetchResponse()
+        budget = min(request.max_bytes or MAX_FETCH_BYTES, MAX_FETCH_BYTES)
+        total = 0
+        served: list[PartitionReplica] = []
+        for topic in request.topics:
+            topic_response = response.topics.add(name=topic.name)
+            for part in topic.partitions:
+                result = topic_response.partitions.add(
+                    partition=part.partition,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                )
+                tp = TopicPartition(topic.name, part.partition)
+                resolved = self._resolve(tp, part.current_leader_epoch, request.replica_id)
+                if isinstance(resolved, errors.TidelogError):
+                    _set_error(result, resolved)
+                    if resolved.code == errors.NotLeaderOrFollowerError.code:
+                        result.current_leader.CopyFrom(self._hint(tp))
+                    continue
+                replica = resolved
+                result.high_watermark = replica.high_watermark
+                result.last_stable_offset = replica.last_stable_offset
+                result.log_start_offset = replica.log.log_start_offset
+                bound = replica.fetch_bound(request.replica_id, isolation)
+                part_max = part.partition_max_bytes if part.partition_max_bytes > 0 else budget
+                log_ = replica.log
+                try:
+                    if not log_.log_start_offset <= part.fetch_offset <= log_.log_end_offset:
+                        raise errors.OffsetOutOfRangeError(
+                            f"offset {part.fetch_offset} is outside the log "
+                            f"[{log_.log_start_offset}, {log_.log_end_offset}]"
+                        )
+                    data = b""
+                    if part.fetch_offset < bound:
+                        data = log_.read(
+                            part.fetch_offset,
+                            min(part_max, max(budget - total, 0)),
+                            upper_bound=bound,
+                            min_one_batch=total == 0,
+                        )
+                except errors.TidelogError as exc:
+                    _set_error(result, exc)
+                    continue
+                result.records = data
+                total += len(data)
+                served.append(replica)
+        return response, total, served
+
+    # ---- ListOffsets -----------------------------------------------------------------------
+
+    async def ListOffsets(
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListOffsetsResponse:
+        try:
+            isolation = IsolationLevel(request.isolation_level)
+        except ValueError:
+            await _invalid(context, f"unknown isolation level {request.isolation_level}")
+        counts = Counter(
+            (topic.name, part.partition) for topic in request.topics for part in topic.partitions
+        )
+        response = pb.ListOffsetsResponse()
+        answered: set[tuple[str, int]] = set()
+        by_topic: dict[str, Any] = {}
+        for topic in request.topics:
+            for part in topic.partitions:
+                key = (topic.name, part.partition)
+                if key in answered:
+                    continue
+                answered.add(key)
+                topic_response = by_topic.get(topic.name)
+                if topic_response is None:
+                    topic_response = by_topic[topic.name] = response.topics.add(name=topic.name)
+                result = topic_response.partitions.add(partition=part.partition)
+                answer = self._list_offset(
+                    TopicPartition(*key), part, request.replica_id, isolation, counts[key] > 1
+                )
+                result.error_code = answer.error_code
+                result.timestamp = answer.timestamp
+                result.offset = answer.offset
+                result.leader_epoch = answer.leader_epoch
+                result.old_style_offsets.extend(answer.old_style_offsets)
+                if answer.error_code == errors.NotLeaderOrFollowerError.code:
+                    result.current_leader.CopyFrom(self._hint(TopicPartition(*key)))
+        return response
+
+    def _list_offset(
+        self,
+        tp: TopicPartition,
+        part: pb.ListOffsetsPartition,
+        replica_id: int,
+        isolation: IsolationLevel,
+        duplicated: bool,
+    ) -> OffsetAnswer:
+        """kafka-reference §2.1-2.2 in order: duplicates, unsupported specials, partition,
+        epoch, leadership; then the replica's own answer."""
+        if duplicated:
+            return _error_answer(errors.InvalidRequestError(f"{tp} appears more than once"))
+        legacy = part.max_num_offsets >= 1
+        lowest_special = -2 if legacy else LATEST_TIERED_TIMESTAMP
+        if part.timestamp < lowest_special:
+            return _error_answer(
+                errors.UnsupportedVersionError(f"timestamp {part.timestamp} is not supported")
+            )
+        resolved = self._resolve(tp, -1 if legacy else part.current_leader_epoch, replica_id)
+        if isinstance(resolved, errors.TidelogError):
+            return _error_answer(resolved)
+        try:
+            return resolved.list_offset(part.timestamp, replica_id, isolation, part.max_num_offsets)
+        except errors.TidelogError as exc:
+            return _error_answer(exc)
+
+    # ---- not built yet ---------------------------------------------------------------------
+
+    async def FindCoordinator(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "FindCoordinator (consumer offsets)")
+
+    async def OffsetCommit(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "OffsetCommit (consumer offsets)")
+
+    async def OffsetFetch(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "OffsetFetch (consumer offsets)")
+
+    async def InitProducerId(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "InitProducerId (idempotent and transactional producing)")
+
+    async def AddPartitionsToTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "AddPartitionsToTxn (transactions)")
+
+    async def EndTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "EndTxn (transactions)")
+
+
+def _set_error(result: Any, exc: errors.TidelogError) -> None:
+    result.error_code = exc.code
+    result.error_message = str(exc)
+
+
+def _error_answer(exc: errors.TidelogError) -> OffsetAnswer:
+    return OffsetAnswer(error_code=exc.code, error_message=str(exc))
+
+
+def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
+    if method == "CreateTopics":
+        response = pb.CreateTopicsResponse()
+        for topic in request.topics:
+            response.topics.add(name=topic.name, error_code=exc.code, error_message=str(exc))
+        return response
+    response_d = pb.DeleteTopicsResponse()
+    for name in request.topic_names:
+        response_d.topics.add(name=name, error_code=exc.code, error_message=str(exc))
+    return response_d
+
+
+async def _unsupported(context: grpc.aio.ServicerContext, what: str) -> NoReturn:
+    await context.abort(
+        grpc.StatusCode.UNIMPLEMENTED, f"{what} is not supported yet by this Tidelog version"
+    )
+    raise AssertionError("unreachable")
+
+
+async def _invalid(context: grpc.aio.ServicerContext, message: str) -> NoReturn:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+    raise AssertionError("unreachable")
+

@@ -1,0 +1,339 @@
+"""One partition replica on a node: its storage log, its Raft core, and what clients see of it.
+
+The node's event loop owns the core (steps, ticks, Readies); this class holds the per-partition
+state the client API needs on top: produce waiters completed by the high watermark (Kafka's
+purgatory, keyed by offset, never polled), fetch long-poll waiters, the in-sync replica view,
+and the ListOffsets rules of SPEC §6 (epoch checks before leadership, bounds by requester,
+the KIP-207 window after a leader change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from node.replica_log import StorageReplicaLog
+from replication import Entry, HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from storage import CheckpointFile, Log, LogConfig, TimestampAndOffset
+from tidelog import errors
+from tidelog.records import (
+    ControlType,
+    TimestampType,
+    assign_offsets,
+    build_control_batch,
+    read_header,
+)
+from tidelog.types import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    IsolationLevel,
+    TopicPartition,
+)
+
+RAFT_STATE_FILE = "raft-state"
+UNKNOWN = -1
+
+
+class NodeCodec:
+    """How the core stamps a proposed batch: offsets and epoch in place, and the broker time
+    for topics using LogAppendTime (control batches keep their -1 timestamp)."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    def stamp(self, data: bytes, base_offset: int, epoch: int) -> bytes:
+        append_time = None
+        log_append = self._log.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        if log_append and not read_header(data).is_control:
+            append_time = time.time_ns() // 1_000_000
+        return assign_offsets(data, base_offset, epoch, append_time)
+
+    def marker(self, base_offset: int, epoch: int) -> bytes:
+        return build_control_batch(
+            ControlType.LEADER_CHANGE, base_offset=base_offset, partition_leader_epoch=epoch
+        )
+
+
+@dataclass(order=True)
+class _ProduceWaiter:
+    last_offset: int
+    epoch: int = field(compare=False)
+    future: asyncio.Future[None] = field(compare=False)
+
+
+@dataclass(frozen=True)
+class OffsetAnswer:
+    """One ListOffsets partition result (SPEC §6): "not found" is error 0 with all -1."""
+
+    error_code: int = 0
+    timestamp: int = UNKNOWN
+    offset: int = UNKNOWN
+    leader_epoch: int = UNKNOWN
+    old_style_offsets: tuple[int, ...] = ()
+    error_message: str = ""
+
+
+class PartitionReplica:
+    """A hosted replica. All methods run on the node's event loop."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        node_id: int,
+        replicas: tuple[int, ...],
+        directory: Path,
+        log_config: LogConfig,
+        raft_config: RaftConfig,
+        seed: int,
+    ) -> None:
+        self.tp = tp
+        self.node_id = node_id
+        self.replicas = replicas
+        self.log = Log.open(directory, log_config)
+        self.replica_log = StorageReplicaLog(self.log)
+        self._state_file = CheckpointFile(directory / RAFT_STATE_FILE, version=0, width=2)
+        term, vote = self._load_term_and_vote()
+        self.persisted_term_vote = (term, vote)
+        self.core = RaftCore(
+            node_id,
+            replicas,
+            self.replica_log,
+            random.Random(seed),
+            raft_config,
+            HardState(term, vote, self.log.high_watermark),
+            NodeCodec(self.log),
+        )
+        #: Start offset of the current leader epoch while this replica leads (KIP-207).
+        self.leader_epoch_start_offset: int | None = None
+        self._led_term = -1
+        self._acks_all: list[_ProduceWaiter] = []
+        self._acks_local: list[_ProduceWaiter] = []
+        self._data_waiters: list[asyncio.Future[None]] = []
+        self._caught_up_ms: dict[int, float] = {}
+        self._match_end: dict[int, int] = {}
+        self.closed = False
+
+    # ---- persistence ---------------------------------------------------------------------
+
+    def _load_term_and_vote(self) -> tuple[int, int | None]:
+        rows = dict((key, int(value)) for key, value in self._state_file.read() or [])
+        vote = rows.get("vote", -1)
+        return rows.get("term", 0), None if vote < 0 else vote
+
+    def persist(self, rd: Ready, flush: bool) -> None:
+        """Apply one Ready's writes and make them durable (runs on the disk thread)."""
+        rd.apply_log_writes(self.replica_log)
+        hs = rd.hard_state
+        if hs is not None and (hs.term, hs.vote) != self.persisted_term_vote:
+            vote = -1 if hs.vote is None else hs.vote
+            self._state_file.write([("term", hs.term), ("vote", vote)])
+            self.persisted_term_vote = (hs.term, hs.vote)
+        if flush and (rd.entries or rd.truncate_to is not None or rd.reset_to is not None):
+            self.log.flush()
+
+    # ---- leadership ----------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core.role is Role.LEADER
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.core.term
+
+    def observe_role(self) -> None:
+        """Called right after every step/tick: when this replica has just won an election, the
+        epoch's start offset is where its marker went (or the LEO when it wrote none)."""
+        core = self.core
+        if core.role is Role.LEADER and self._led_term != core.term:
+            self._led_term = core.term
+            end = core.log_end_offset
+            marker_written = end > core.log_start_offset and core.epoch_at(end - 1) == core.term
+            self.leader_epoch_start_offset = end - 1 if marker_written else end
+            self._caught_up_ms = {}
+        elif core.role is not Role.LEADER and self.leader_epoch_start_offset is not None:
+            self.leader_epoch_start_offset = None
+            self._fail_waiters(errors.NotLeaderOrFollowerError("leadership moved"))
+
+    # ---- high watermark and waiters ------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Offsets below it hold no undecided transaction. Without open transactions (none can
+        exist before transactional producing lands) it is the high watermark."""
+        return self.high_watermark
+
+    def publish(self, rd: Ready) -> None:
+        """After a Ready is durable: expose its HW and complete what it decided."""
+        if rd.high_watermark != self.log.high_watermark:
+            self.log.update_high_watermark(rd.high_watermark)
+        hw = self.log.high_watermark
+        self._complete(self._acks_all, hw)
+        self._complete(self._acks_local, self.log.log_end_offset)
+        if self._data_waiters and (rd.entries or rd.hard_state is not None):
+            self.wake_fetchers()
+
+    def _complete(self, waiters: list[_ProduceWaiter], end: int) -> None:
+        done = 0
+        for waiter in waiters:
+            if waiter.last_offset >= end:
+                break
+            done += 1
+            if waiter.future.done():
+                continue
+            if self.replica_log.epoch_at(waiter.last_offset) == waiter.epoch:
+                waiter.future.set_result(None)
+            else:
+                waiter.future.set_exception(
+                    errors.NotLeaderOrFollowerError("the write was replaced by a newer leader")
+                )
+        del waiters[:done]
+
+    def _fail_waiters(self, exc: errors.TidelogError) -> None:
+        for waiter in self._acks_all + self._acks_local:
+            if not waiter.future.done():
+                waiter.future.set_exception(exc)
+        self._acks_all.clear()
+        self._acks_local.clear()
+
+    def abandon(self) -> None:
+        """Stop serving (on the loop): pending requests fail, the disk thread closes the log."""
+        self.closed = True
+        self._fail_waiters(errors.NotLeaderOrFollowerError("the replica is closing"))
+        self.wake_fetchers()
+
+    # ---- produce -------------------------------------------------------------------------
+
+    def propose(self, batch: bytes, acks: int) -> tuple[Entry, asyncio.Future[None] | None]:
+        """Validate and propose one produced batch; the future completes per `acks`."""
+        self.log.validate_produced_batch(batch)
+        try:
+            entry = self.core.propose(batch, read_header(batch).records_count)
+        except NotLeaderError as exc:
+            raise errors.NotLeaderOrFollowerError(str(exc)) from None
+        if acks == 0:
+            return entry, None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = _ProduceWaiter(entry.last_offset, entry.epoch, future)
+        bisect.insort(self._acks_all if acks == -1 else self._acks_local, waiter)
+        return entry, future
+
+    # ---- fetch ---------------------------------------------------------------------------
+
+    def fetch_bound(self, replica_id: int, isolation: IsolationLevel) -> int:
+        if replica_id == CONSUMER_REPLICA_ID:
+            if isolation is IsolationLevel.READ_COMMITTED:
+                return self.last_stable_offset
+            return self.high_watermark
+        return self.log.log_end_offset
+
+    def wait_for_data(self) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._data_waiters.append(future)
+        return future
+
+    def wake_fetchers(self) -> None:
+        waiters, self._data_waiters = self._data_waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    # ---- in-sync replicas ----------------------------------------------------------------
+
+    def record_follower(self, follower: int, match_end: int | None) -> None:
+        """A follower answered (an append with `match_end`, or a heartbeat with None)."""
+        if match_end is not None:
+            self._match_end[follower] = match_end
+        if self._match_end.get(follower, -1) >= self.core.log_end_offset:
+            self._caught_up_ms[follower] = time.monotonic() * 1000
+
+    def in_sync_replicas(self, lag_max_ms: int) -> list[int]:
+        if not self.is_leader:
+            return []
+        now = time.monotonic() * 1000
+        return [
+            r
+            for r in self.replicas
+            if r == self.node_id or now - self._caught_up_ms.get(r, -1e18) <= lag_max_ms
+        ]
+
+    # ---- ListOffsets (SPEC §6, kafka-reference §2) -----------------------------------------
+
+    def check_epoch(self, current_leader_epoch: int) -> errors.TidelogError | None:
+        """The epoch check that precedes the leadership check (SPEC §5)."""
+        if current_leader_epoch < 0:
+            return None
+        if current_leader_epoch < self.leader_epoch:
+            return errors.FencedLeaderEpochError(
+                f"epoch {current_leader_epoch} is older than {self.leader_epoch}"
+            )
+        if current_leader_epoch > self.leader_epoch:
+            return errors.UnknownLeaderEpochError(
+                f"epoch {current_leader_epoch} is newer than {self.leader_epoch}"
+            )
+        return None
+
+    def list_offset(
+        self, timestamp: int, replica_id: int, isolation: IsolationLevel, max_num_offsets: int
+    ) -> OffsetAnswer:
+        """The answer of this replica, once epoch and leadership checks have passed."""
+        consumer = replica_id == CONSUMER_REPLICA_ID
+        if max_num_offsets >= 1:
+            return OffsetAnswer(
+                old_style_offsets=tuple(
+                    self.log.offsets_before(
+                        timestamp, max_num_offsets, cap_at_high_watermark=consumer
+                    )
+                )
+            )
+        bound = self.fetch_bound(replica_id, isolation)
+        start = self.leader_epoch_start_offset
+        lagging = consumer and start is not None and start > self.high_watermark
+        not_available = OffsetAnswer(
+            error_code=errors.OffsetNotAvailableError.code,
+            error_message="the new leader's high watermark has not reached its epoch start",
+        )
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            earliest = self.log.fetch_earliest()
+            return OffsetAnswer(offset=earliest.offset, leader_epoch=earliest.leader_epoch)
+        if timestamp == LATEST_TIMESTAMP:
+            if lagging:
+                return not_available
+            return OffsetAnswer(offset=bound, leader_epoch=self.leader_epoch)
+        found: TimestampAndOffset | None
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            found = None
+        elif timestamp == MAX_TIMESTAMP:
+            found = self.log.fetch_max_timestamp()
+        elif timestamp >= 0:
+            found = self.log.fetch_offset_by_timestamp(timestamp)
+        else:
+            return OffsetAnswer(
+                error_code=errors.UnsupportedVersionError.code,
+                error_message=f"timestamp {timestamp} is not a supported special value",
+            )
+        if lagging:
+            return not_available
+        if found is None or found.offset >= bound:
+            return OffsetAnswer()
+        return OffsetAnswer(
+            timestamp=found.timestamp, offset=found.offset, leader_epoch=found.leader_epoch
+        )
+
+
+def is_debug_or_leader(replica: PartitionReplica, replica_id: int) -> bool:
+    """Who may answer: the leader, or any replica for a debug request (replica_id -2)."""
+    return replica.is_leader or replica_id == DEBUGGING_REPLICA_ID

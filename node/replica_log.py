@@ -1,0 +1,68 @@
+"""The storage log seen through the Raft core's `ReplicaLog` protocol.
+
+The core reasons in entries (one record batch each, with offsets and an epoch); storage keeps the
+same batches as bytes in segments. This adapter only splits read bytes at batch boundaries and
+joins appended entries back into bytes, so a batch is never decoded or re-encoded on its way
+from the leader's disk to a follower's.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from replication import NO_EPOCH, Entry
+from storage import Log
+from tidelog.records import iter_batches
+
+
+class StorageReplicaLog:
+    """A `replication.ReplicaLog` over a `storage.Log`."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def epoch_at(self, offset: int) -> int | None:
+        if not self.log.log_start_offset <= offset < self.log.log_end_offset:
+            return None
+        epoch = self.log.leader_epoch_cache.epoch_for_offset(offset)
+        return None if epoch < 0 else epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        entries = self.log.leader_epoch_cache.entries
+        i = bisect.bisect_right([e.epoch for e in entries], epoch) - 1
+        if i < 0:
+            return NO_EPOCH, self.log.log_start_offset
+        end = entries[i + 1].start_offset if i + 1 < len(entries) else self.log.log_end_offset
+        return entries[i].epoch, end
+
+    def read(self, from_offset: int, max_bytes: int) -> list[Entry]:
+        if not self.log.log_start_offset <= from_offset < self.log.log_end_offset:
+            return []
+        data = self.log.read(from_offset, max_bytes)
+        return [
+            Entry(
+                header.base_offset,
+                header.last_offset,
+                header.partition_leader_epoch,
+                data[pos : pos + header.size],
+            )
+            for pos, header in iter_batches(data)
+        ]
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        self.log.append_as_follower(b"".join(e.data for e in entries))
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
