@@ -243,12 +243,15 @@ class LocalCluster:
         """SIGKILL: no flush, no goodbye."""
         self._kill(self._known(node_id))
 
-    def stop(self, node_id: int, timeout: float = _STOP_TIMEOUT_S) -> None:
-        """SIGTERM and wait: the node moves its leaderships away first. SIGKILL after timeout."""
+    def stop(self, node_id: int, timeout: float = _STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM and wait: the node moves its leaderships away first. SIGKILL after timeout.
+        Returns the exit code (0 for a clean stop), None when the node was not running."""
         proc = self._procs.get(self._known(node_id))
-        if proc is not None:
-            _terminate({node_id: proc.pid}, self._running, timeout)
-            self._reap()
+        if proc is None:
+            return None
+        _terminate({node_id: proc.pid}, self._running, timeout)
+        self._reap()
+        return proc.returncode
 
     def restart(self, node_id: int, *, wait: bool = True) -> None:
         """Starts the node again on the same address and data dir (stopping it first if it

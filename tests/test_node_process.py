@@ -1,0 +1,285 @@
+"""One node as a real process: config, health, reflection, Metadata, signals, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from node.config import NodeConfig, parse_peers, read_properties
+from tidelog.errors import InvalidConfigError
+from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
+
+pytestmark = pytest.mark.timeout(60)
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE_S = 20.0
+TIDELOG_SERVICE = "tidelog.v1.Tidelog"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+def spawn_node(*args: str, entry: tuple[str, ...] = ("node",)) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", *entry, *args, "--exit-with-parent", str(os.getpid())],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    """Every process a test starts; killed at teardown whatever the outcome."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"node exited ({proc.returncode}) while waiting for {what}:\n"
+                        + (proc.stdout.read() if proc.stdout else ""))
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def health_status(address: str, service: str) -> int | None:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=1
+            )
+        except grpc.RpcError:
+            return None
+    return int(reply.status)
+
+
+def start_serving_node(
+    processes: list[subprocess.Popen[str]], data_dir: Path, *args: str
+) -> tuple[subprocess.Popen[str], str]:
+    """Starts a node on port 0 and returns it with the address it published in node.addr."""
+    proc = spawn_node("--data-dir", str(data_dir), *args)
+    processes.append(proc)
+    addr_file = data_dir / "node.addr"
+    wait_for(addr_file.exists, "node.addr", proc)
+    address = addr_file.read_text().strip()
+    wait_for(lambda: health_status(address, TIDELOG_SERVICE) == SERVING, "SERVING", proc)
+    return proc, address
+
+
+def test_node_serves_health_reflection_and_metadata(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    proc, address = start_serving_node(
+        processes, tmp_path, "--node-id", "1", "--listen", "127.0.0.1:0"
+    )
+    assert address.startswith("127.0.0.1:") and not address.endswith(":0")
+    assert health_status(address, "") == SERVING
+
+    with grpc.insecure_channel(address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        reply = next(iter(stub.ServerReflectionInfo(iter([request]), timeout=5)))
+        services = {s.name for s in reply.list_services_response.service}
+        assert {TIDELOG_SERVICE, "grpc.health.v1.Health"} <= services
+
+        meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
+            tidelog_pb2.MetadataRequest(), timeout=5
+        )
+    # With port 0 and no --peers, the node publishes itself under the address it really bound.
+    assert [(n.node_id, n.address) for n in meta.nodes] == [(1, address)]
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE_S) == 0
+    assert not (tmp_path / "node.addr").exists()
+
+
+def test_config_file_with_flag_and_set_overrides(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    config_file = tmp_path / "node.properties"
+    config_file.write_text(
+        "# a Kafka-style properties file\n"
+        "node.id = 7\n"
+        "listen: 127.0.0.1:0\n"
+        f"data.dir={tmp_path / 'ignored'}\n"
+        "segment.bytes=1048576\n"
+    )
+    data_dir = tmp_path / "data"
+    _, address = start_serving_node(
+        processes, data_dir, "--config", str(config_file), "--node-id", "3",
+        "--set", "segment.bytes=4096",
+    )
+    with grpc.insecure_channel(address) as channel:
+        meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
+            tidelog_pb2.MetadataRequest(), timeout=5
+        )
+    assert [n.node_id for n in meta.nodes] == [3]
+    assert not (tmp_path / "ignored").exists()
+
+    config = NodeConfig.load(config_file, {"node.id": "3", "segment.bytes": "4096"})
+    assert (config.node_id, config.segment_bytes, config.listen) == (3, 4096, "127.0.0.1:0")
+
+
+@pytest.mark.parametrize("entry", [("node",), ("tidelog.cli", "node")], ids=["module", "cli"])
+def test_node_refuses_non_loopback_listen(tmp_path: Path, entry: tuple[str, ...]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", *entry, "--node-id", "1", "--listen", "0.0.0.0:7420",
+         "--data-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=DEADLINE_S,
+    )
+    assert result.returncode == 2
+    assert "'0.0.0.0' is not a loopback address" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_node_refuses_a_held_data_dir_and_a_taken_port(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    _, address = start_serving_node(
+        processes, tmp_path, "--node-id", "1", "--listen", "127.0.0.1:0"
+    )
+    same_dir = subprocess.run(
+        [sys.executable, "-m", "node", "--node-id", "2", "--listen", "127.0.0.1:0",
+         "--data-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=DEADLINE_S,
+    )
+    assert same_dir.returncode == 2
+    assert "is in use by another running node" in same_dir.stderr
+
+    same_port = subprocess.run(
+        [sys.executable, "-m", "node", "--node-id", "2", "--listen", address,
+         "--data-dir", str(tmp_path / "other")],
+        cwd=REPO, capture_output=True, text=True, timeout=DEADLINE_S,
+    )
+    assert same_port.returncode == 2
+    assert f"cannot listen on {address}" in same_port.stderr
+
+
+def test_health_is_not_serving_until_the_runtime_has_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process, with a runtime whose start() blocks until released, so the window between
+    binding and serving is observable."""
+    import node.runtime
+    from node import server
+
+    calls: list[str] = []
+    released = asyncio.Event()
+
+    class SlowRuntime:
+        def __init__(self, config: NodeConfig) -> None:
+            pass
+
+        def register(self, grpc_server: grpc.aio.Server) -> None:
+            pass
+
+        async def start(self) -> None:
+            await released.wait()
+            calls.append("start")
+
+        async def stop(self, graceful: bool) -> None:
+            calls.append(f"stop graceful={graceful}")
+
+    monkeypatch.setattr(node.runtime, "NodeRuntime", SlowRuntime)
+
+    async def scenario() -> int:
+        config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path)
+        serving = asyncio.create_task(server.serve(config))
+        addr_file = tmp_path / "node.addr"
+        while not addr_file.exists():
+            await asyncio.sleep(0.01)
+        async with grpc.aio.insecure_channel(addr_file.read_text().strip()) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+
+            async def status(service: str) -> int:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+                return int(reply.status)
+
+            assert await status("") == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert await status(TIDELOG_SERVICE) == health_pb2.HealthCheckResponse.NOT_SERVING
+            released.set()
+            while await status(TIDELOG_SERVICE) != SERVING:
+                await asyncio.sleep(0.01)
+            assert await status("") == SERVING
+        os.kill(os.getpid(), signal.SIGTERM)  # handled by serve()'s loop signal handler
+        return await serving
+
+    assert asyncio.run(asyncio.wait_for(scenario(), DEADLINE_S)) == 0
+    assert calls == ["start", "stop graceful=True"]
+
+
+# ---- NodeConfig --------------------------------------------------------------------------------
+
+BASE = {"node.id": "1", "listen": "127.0.0.1:7420", "data.dir": "/tmp/x"}
+
+
+def test_config_defaults_and_kafka_keys() -> None:
+    config = NodeConfig.from_properties(
+        {**BASE, "peers": "1=127.0.0.1:7420,2=127.0.0.1:7421", "election.timeout.ms": "400",
+         "log.flush.policy": "never", "cleanup.policy": "compact"}
+    )
+    assert config.peers == {1: "127.0.0.1:7420", 2: "127.0.0.1:7421"}
+    assert (config.election_timeout_ms, config.election_timeout_max_ms) == (400, 800)
+    assert config.log_flush_policy == "never"
+    assert config.extra == {"cleanup.policy": "compact"}
+    assert config.advertised_address == "127.0.0.1:7420"
+    assert NodeConfig.from_properties(config.to_properties()) == config
+
+
+def test_bound_config_publishes_the_real_port() -> None:
+    config = NodeConfig.from_properties({**BASE, "listen": "127.0.0.1:0", "peers": "2=h:1"})
+    bound = config.bound(5555)
+    assert (bound.listen, bound.advertised_address) == ("127.0.0.1:5555", "127.0.0.1:5555")
+    assert bound.peers == {1: "127.0.0.1:5555", 2: "h:1"}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"listen": "10.1.2.3:7420"}, "not a loopback address"),
+        ({"listen": "127.0.0.1"}, "expected HOST:PORT"),
+        ({"node.id": "x"}, "node.id must be an integer"),
+        ({"node.id": ""}, "missing required setting(s): node.id"),
+        ({"segment.byte": "10"}, "did you mean 'segment.bytes'"),
+        ({"log.flush.policy": "sometimes"}, "log.flush.policy must be 'always' or 'never'"),
+        ({"election.timeout.ms": "50"}, "must be > heartbeat.interval.ms"),
+        ({"retention.ms": "-2"}, "retention.ms must be >= -1"),
+        ({"peers": "1:127.0.0.1:7420"}, "expected NODE_ID=HOST:PORT"),
+    ],
+)
+def test_config_refusals_name_the_setting(override: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        NodeConfig.from_properties({**BASE, **override})
+    assert message in str(info.value)
+
+
+def test_properties_file_errors_point_at_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.properties"
+    path.write_text("node.id=1\nthis line has no separator\n")
+    with pytest.raises(InvalidConfigError, match=r"bad\.properties:2"):
+        read_properties(path)
+    with pytest.raises(InvalidConfigError, match="cannot read config file"):
+        read_properties(tmp_path / "missing.properties")
+    with pytest.raises(InvalidConfigError, match="listed twice"):
+        parse_peers("1=a:1,1=b:2")
+
