@@ -232,14 +232,18 @@ class LogSegment:
         with self._reader() as fd:
             return os.pread(fd, size, position)
 
-    def batches_from(self, position: int, chunk_size: int = _SCAN_CHUNK) -> Iterator[ScannedBatch]:
-        """Every batch from `position` to the end, read in chunks of about `chunk_size`.
+    def batches_from(
+        self, position: int, chunk_size: int = _SCAN_CHUNK, limit: int | None = None
+    ) -> Iterator[ScannedBatch]:
+        """Every batch from `position` on, read in chunks of about `chunk_size`; with `limit`,
+        the scan ends quietly before the first batch that does not end by that position.
 
         Raises CorruptMessageError naming the file and position at the first batch that cannot
         be parsed or is cut short by the end of the file. CRCs are not checked here (recovery
         does); a scan that only walks headers must not pay for them.
         """
-        end = self.size
+        file_end = self.size
+        end = file_end if limit is None else min(limit, file_end)
         file_pos = position
         want = chunk_size
         with self._reader() as fd:
@@ -249,8 +253,11 @@ class LogSegment:
                 pos = 0
                 while len(buf) - pos >= LOG_OVERHEAD:
                     batch_size = _BATCH_LENGTH.unpack_from(buf, pos + 8)[0] + LOG_OVERHEAD
-                    if pos + batch_size > len(buf) and file_pos + pos + batch_size <= end:
-                        break  # complete on disk: read it in the next chunk
+                    if pos + batch_size > len(buf):
+                        if file_pos + pos + batch_size <= end:
+                            break  # complete within reach: read it with the next chunk
+                        if end < file_end:
+                            return  # beyond the caller's limit
                     try:
                         header = read_header(buf, pos)
                     except CorruptMessageError as exc:
@@ -261,16 +268,18 @@ class LogSegment:
                     pos += header.size
                 if pos == 0:
                     if len(buf) < LOG_OVERHEAD:
+                        if end < file_end:
+                            return
                         raise CorruptMessageError(
                             f"{self.log_path}: truncated batch at position {file_pos}"
                         )
                     want = _BATCH_LENGTH.unpack_from(buf, 8)[0] + LOG_OVERHEAD
                 file_pos += pos
 
-    def translate_offset(self, offset: int) -> ScannedBatch | None:
+    def translate_offset(self, offset: int, chunk_size: int = _SCAN_CHUNK) -> ScannedBatch | None:
         """The first batch whose last offset is >= `offset`, found from the offset index."""
         start = self.offset_index.lookup(offset).position
-        for batch in self.batches_from(start):
+        for batch in self.batches_from(start, chunk_size):
             if batch.header.last_offset >= offset:
                 return batch
         return None
@@ -281,24 +290,32 @@ class LogSegment:
         """Whole batches from the one holding `start_offset`, each entirely below
         `upper_bound`, up to `max_bytes` (at least one batch if `min_one_batch`). The flag
         says whether the read stopped inside this segment (budget or bound reached)."""
-        first = self.translate_offset(start_offset)
+        # The index entry may be a whole batch before the answer: read enough to pass it.
+        first = self.translate_offset(
+            start_offset, max(_SCAN_CHUNK, 2 * self.config.index_interval_bytes + max_bytes)
+        )
         if first is None:
             return b"", False
-        start = end = first.file_position
-        stopped = False
-        scan = self.batches_from(start, chunk_size=max(max_bytes, _SCAN_CHUNK))
-        chunk, chunk_pos = first.buffer, first.pos
-        for buf, pos, file_position, h in scan:
-            if file_position == start:
-                chunk, chunk_pos = buf, pos
-            too_big = file_position + h.size - start > max_bytes
-            if h.last_offset >= upper_bound or (too_big and not (min_one_batch and end == start)):
-                stopped = True
+        start = first.file_position
+        # One read of exactly the budget: batches that do not fit are never read.
+        limit = start + max(max_bytes, first.header.size if min_one_batch else 0)
+        end = start
+        chunk, chunk_pos = b"", 0
+        for buf, pos, file_position, h in self.batches_from(start, limit - start, limit):
+            if h.last_offset >= upper_bound:
                 break
+            if end == start:
+                chunk, chunk_pos = buf, pos
             end = file_position + h.size
+        else:
+            if end == self.size:
+                return self._slice(chunk, chunk_pos, start, end), False
+        return self._slice(chunk, chunk_pos, start, end), True
+
+    def _slice(self, chunk: bytes, chunk_pos: int, start: int, end: int) -> bytes:
         if chunk_pos + end - start <= len(chunk):
-            return chunk[chunk_pos : chunk_pos + end - start], stopped
-        return self.read_bytes(start, end - start), stopped
+            return chunk[chunk_pos : chunk_pos + end - start]
+        return self.read_bytes(start, end - start)
 
     def find_offset_by_timestamp(
         self, target_ms: int, starting_offset: int
