@@ -36,6 +36,7 @@ from storage.loader import (
 from storage.segment import SWAP_SUFFIX, LogSegment, TimestampAndOffset
 from storage.segments import LogSegments
 from tidelog.errors import (
+    CorruptMessageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -49,6 +50,7 @@ from tidelog.records import (
     check_crc,
     iter_batches,
     read_header,
+    record_keys,
     validate_batch,
 )
 
@@ -195,14 +197,16 @@ class Log:
         Refused: a batch over max.message.bytes (MESSAGE_TOO_LARGE, as Kafka's
         RecordTooLargeException), one larger than a segment (RECORD_LIST_TOO_LARGE), a
         malformed one or a CRC mismatch (CORRUPT_MESSAGE), and with CreateTime a record
-        timestamp outside the topic's allowed distance from now (INVALID_TIMESTAMP). A
+        timestamp outside the topic's allowed distance from now (INVALID_TIMESTAMP), and in a
+        compacted topic a record without a key (CORRUPT_MESSAGE, Kafka's
+        LogValidator.validateKey): the cleaner could never tell which value it replaces. A
         replicated leader calls this before proposing, then appends the stamped batch as a
         follower would.
         """
         self._check_size(len(batch), check_max_message_bytes=True)
         config = self._config
         log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
-        return validate_batch(
+        header = validate_batch(
             batch,
             now_ms=self._clock(),
             timestamp_before_max_ms=LONG_MAX
@@ -212,6 +216,16 @@ class Log:
             if log_append_time
             else config.message_timestamp_after_max_ms,
         )
+        if config.compact_enabled and not header.is_control:
+            # A second pass over the records, paid only by compacted topics (low volume).
+            for record in record_keys(batch, 0, header):
+                if record.key is None:
+                    raise CorruptMessageError(
+                        f"compacted topic partition {self.directory.name} accepts only records "
+                        f"with a key; record {record.offset - header.base_offset} of the batch "
+                        "has none"
+                    )
+        return header
 
     def append_as_follower(self, batches: bytes) -> LogAppendInfo:
         """Append the leader's batches as they are (offsets, epochs, timestamps included).
