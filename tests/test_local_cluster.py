@@ -1,0 +1,226 @@
+"""LocalCluster and ``tidelog cluster``: real node processes, and none left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+import node.runtime
+from tidelog.errors import ConfigurationError, InvalidConfigError
+from tidelog.testing import ClusterError, LocalCluster, probe, stop_cluster
+from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
+
+pytestmark = pytest.mark.timeout(90)
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE_S = 20.0
+#: The placeholder runtime elects no controller; the real one must, and then every test waits
+#: for it as users do.
+CONTROLLER = not getattr(node.runtime, "PLACEHOLDER", False)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs; a zombie does not (an orphan's reaper may be slow or absent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def eventually(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}")
+        time.sleep(0.02)
+
+
+def metadata_node_ids(address: str) -> list[int]:
+    with grpc.insecure_channel(address) as channel:
+        meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
+            tidelog_pb2.MetadataRequest(), timeout=5
+        )
+    return [n.node_id for n in meta.nodes]
+
+
+def test_three_nodes_kill_restart_pause_resume_stop() -> None:
+    with LocalCluster(nodes=3, require_controller=CONTROLLER) as cluster:
+        assert cluster.node_ids == [1, 2, 3]
+        addresses = [cluster.address_of(n) for n in cluster.node_ids]
+        assert cluster.bootstrap == ",".join(addresses)
+        for address in addresses:
+            assert metadata_node_ids(address) == [1, 2, 3]
+        pids = [cluster.pid_of(n) for n in cluster.node_ids]
+
+        cluster.kill(2)
+        assert cluster.pid_of(2) is None and not alive(pids[1] or 0)
+        assert not probe(addresses[1]).serving
+        cluster.restart(2)
+        assert cluster.address_of(2) == addresses[1]
+        assert probe(addresses[1], with_metadata=False).serving
+        assert cluster.pid_of(2) not in pids
+
+        cluster.pause(3)
+        assert not probe(addresses[2], with_metadata=False).serving  # frozen: the call times out
+        cluster.wait_ready(DEADLINE_S)  # a paused node is not waited for
+        cluster.resume(3)
+        assert probe(addresses[2], with_metadata=False).serving
+
+        assert cluster.stop(1) == 0
+        assert cluster.pid_of(1) is None
+        assert "stopping (graceful)" in cluster.logs(1)
+        data_dir = cluster.data_dir
+        live = [p for p in (cluster.pid_of(n) for n in cluster.node_ids) if p is not None]
+    assert not any(alive(pid) for pid in live)
+    assert not data_dir.exists()
+
+
+def test_no_process_survives_an_exception_in_the_block() -> None:
+    pids: list[int] = []
+    with pytest.raises(RuntimeError, match="test failure"), LocalCluster(
+        nodes=2, require_controller=CONTROLLER
+    ) as cluster:
+        cluster.pause(2)  # a stopped process must die too
+        pids = [p for p in (cluster.pid_of(n) for n in cluster.node_ids) if p is not None]
+        raise RuntimeError("test failure")
+    assert len(pids) == 2
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_a_start_failure_reports_the_log_and_leaves_nothing(tmp_path: Path) -> None:
+    cluster = LocalCluster(nodes=2, data_dir=tmp_path, require_controller=CONTROLLER)
+    with pytest.raises(InvalidConfigError, match=r"election\.timeout\.ms"), LocalCluster(
+        nodes=1, data_dir=tmp_path / "bad", election_timeout_ms=10
+    ):
+        pass
+    with cluster:
+        pids = [cluster.pid_of(n) for n in cluster.node_ids]
+        with pytest.raises(ClusterError, match="held by a running cluster"), LocalCluster(
+            nodes=2, data_dir=tmp_path
+        ):
+            pass
+        assert all(alive(pid or 0) for pid in pids)
+    assert not any(alive(pid or 0) for pid in pids)
+
+
+def test_same_data_dir_resumes_with_same_ids_and_addresses(tmp_path: Path) -> None:
+    with LocalCluster(nodes=2, data_dir=tmp_path, require_controller=CONTROLLER) as first:
+        bootstrap = first.bootstrap
+    with LocalCluster(nodes=2, data_dir=tmp_path, require_controller=CONTROLLER) as second:
+        assert second.bootstrap == bootstrap
+    assert tmp_path.exists()
+    with pytest.raises(ConfigurationError, match="holds a 2-node cluster"):
+        LocalCluster(nodes=3, data_dir=tmp_path).start()
+
+
+def test_a_launcher_killed_with_sigkill_leaves_no_node(tmp_path: Path) -> None:
+    launcher = textwrap.dedent(
+        f"""
+        import json, sys
+        from tidelog.testing import LocalCluster
+        cluster = LocalCluster(nodes=3, data_dir={str(tmp_path)!r}, require_controller={CONTROLLER})
+        cluster.__enter__()
+        print(json.dumps([cluster.pid_of(n) for n in cluster.node_ids]), flush=True)
+        sys.stdin.read()
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launcher], cwd=REPO, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        pids = json.loads(proc.stdout.readline())
+        assert len(pids) == 3 and all(alive(pid) for pid in pids)
+        proc.kill()
+        proc.wait()
+        eventually(lambda: not any(alive(pid) for pid in pids), "every node exited")
+    finally:
+        proc.kill()
+        proc.wait()
+        stop_cluster(tmp_path, timeout=1)  # only if the assertion failed: nothing runs otherwise
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
+    wait = "--wait-controller" if CONTROLLER else "--no-wait-controller"
+    data_dir = tmp_path / "cluster"
+    try:
+        up = run_cli("cluster", "up", "--nodes", "3", "--data-dir", str(data_dir),
+                     "--base-port", "0", "--detach", wait)
+        assert up.returncode == 0, up.stderr
+        bootstrap = up.stdout.strip()
+        addresses = bootstrap.split(",")
+        assert len(addresses) == 3
+        assert all(probe(a, with_metadata=False).serving for a in addresses)
+        pids = json.loads((data_dir / "cluster.json").read_text())["pids"].values()
+        assert all(alive(pid) for pid in pids)
+
+        status = run_cli("cluster", "status", "--bootstrap", bootstrap)
+        assert status.returncode == 0, status.stderr
+        for address in addresses:
+            assert address in status.stdout
+
+        again = run_cli("cluster", "up", "--data-dir", str(data_dir), "--base-port", "0",
+                        "--detach", wait)
+        assert again.returncode == 2
+        assert "held by a running cluster" in again.stderr and "Traceback" not in again.stderr
+
+        down = run_cli("cluster", "down", "--data-dir", str(data_dir))
+        assert down.returncode == 0, down.stderr
+        assert "stopped node(s) 1, 2, 3" in down.stdout
+        eventually(lambda: not any(alive(pid) for pid in pids), "every node exited")
+        for node_id in (1, 2, 3):
+            assert "stopping (graceful)" in (data_dir / f"node-{node_id}.log").read_text()
+    finally:
+        if (data_dir / "cluster.json").exists():
+            stop_cluster(data_dir, timeout=1)
+
+
+def test_cluster_status_without_a_reachable_node_is_one_line() -> None:
+    result = run_cli("cluster", "status", "--bootstrap", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("no node reachable at 127.0.0.1:1")
+    assert result.stderr.count("\n") == 1
+
+
+def test_sigterm_to_cluster_up_stops_every_node_gracefully(tmp_path: Path) -> None:
+    wait = "--wait-controller" if CONTROLLER else "--no-wait-controller"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "tidelog.cli", "cluster", "up", "--nodes", "2", "--data-dir",
+         str(tmp_path), "--base-port", "0", wait],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert up.stdout is not None
+        assert len(up.stdout.readline().strip().split(",")) == 2  # printed once ready
+        pids = json.loads((tmp_path / "cluster.json").read_text())["pids"].values()
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=DEADLINE_S) == 0
+        assert not any(alive(pid) for pid in pids)
+        for node_id in (1, 2):
+            assert "stopping (graceful)" in (tmp_path / f"node-{node_id}.log").read_text()
+    finally:
+        up.kill()
+        up.wait()
