@@ -19,7 +19,6 @@ from node.partition import OffsetAnswer, PartitionReplica, is_debug_or_leader
 from node.runtime import NodeRuntime
 from node.transport import CHANNEL_OPTIONS
 from tidelog import errors
-from tidelog.records import TimestampType, read_header
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -173,7 +172,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             self._controller_channels[address] = channel
         stub = tidelog_pb2_grpc.TidelogStub(channel)
         try:
-            return await getattr(stub, method)(request, timeout=request.timeout_ms / 1000 or 30)
+            timeout_s = getattr(request, "timeout_ms", 0) / 1000 or 30.0
+            return await getattr(stub, method)(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             return _all_failed(
                 method, request, errors.NotControllerError(f"controller unreachable: {exc.code()}")
@@ -188,7 +188,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             await _unsupported(context, "transactional produce")
         acks = request.acks
         response = pb.ProduceResponse()
-        pending: list[tuple[Any, PartitionReplica, int, asyncio.Future[None] | None]] = []
+        pending: list[tuple[Any, PartitionReplica, asyncio.Future[None] | None]] = []
         for topic in request.topics:
             topic_response = response.topics.add(name=topic.name)
             for part in topic.partitions:
@@ -206,24 +206,22 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                         result.current_leader.CopyFrom(self._hint(tp))
                     continue
                 try:
-                    entry, future = resolved.propose(part.records, acks)
+                    produced = resolved.propose(part.records, acks)
                 except errors.TidelogError as exc:
                     _set_error(result, exc)
                     if exc.code == errors.NotLeaderOrFollowerError.code:
                         result.current_leader.CopyFrom(self._hint(tp))
                     continue
-                result.base_offset = entry.base_offset
-                header = read_header(entry.data)
-                if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-                    result.log_append_time_ms = header.max_timestamp
+                result.base_offset = produced.base_offset
+                result.log_append_time_ms = produced.log_append_time_ms
                 result.log_start_offset = resolved.log.log_start_offset
-                pending.append((result, resolved, entry.base_offset, future))
+                pending.append((result, resolved, produced.done))
         self.rt.wake()
         timeout_s = max(request.timeout_ms, 0) / 1000 or 30.0
-        waits = [f for _, _, _, f in pending if f is not None]
+        waits = [f for _, _, f in pending if f is not None]
         if waits:
             await asyncio.wait(waits, timeout=timeout_s)
-        for result, replica, _, future in pending:
+        for result, replica, future in pending:
             if future is None:
                 continue
             if not future.done():
@@ -389,8 +387,20 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def OffsetFetch(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await _unsupported(context, "OffsetFetch (consumer offsets)")
 
-    async def InitProducerId(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "InitProducerId (idempotent and transactional producing)")
+    async def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InitProducerIdResponse:
+        """Idempotent producers get a fresh id at epoch 0 from the controller's blocks."""
+        if request.HasField("transactional_id"):
+            await _unsupported(context, "InitProducerId for transactional producers")
+        forwarded = await self._forward_to_controller("InitProducerId", request)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        try:
+            producer_id = await self.rt.allocate_producer_id(_DEFAULT_ADMIN_TIMEOUT_MS / 1000)
+        except errors.TidelogError as exc:
+            return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
+        return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
     async def AddPartitionsToTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await _unsupported(context, "AddPartitionsToTxn (transactions)")
@@ -409,6 +419,8 @@ def _error_answer(exc: errors.TidelogError) -> OffsetAnswer:
 
 
 def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
+    if method == "InitProducerId":
+        return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
     if method == "CreateTopics":
         response = pb.CreateTopicsResponse()
         for topic in request.topics:

@@ -73,6 +73,8 @@ class MetadataImage:
 
     topics: dict[str, TopicInfo] = field(default_factory=dict)
     next_topic_id: int = 1
+    #: Producer ids below this were handed out in blocks to idempotent producers.
+    next_producer_id: int = 0
     applied_offset: int = -1
 
     # -- decisions (controller leader only) ---------------------------------------------------
@@ -125,6 +127,11 @@ class MetadataImage:
             raise InvalidTopicError(f"{name} is an internal topic and cannot be deleted")
         return {"type": "delete_topic", "name": name, "topic_id": self.topics[name].topic_id}
 
+    def plan_allocate_producer_ids(self, count: int) -> dict[str, object]:
+        """A block of producer ids, unique across the cluster and across restarts because the
+        allocation itself is a committed record (Kafka's AllocateProducerIds)."""
+        return {"type": "allocate_producer_ids", "first": self.next_producer_id, "count": count}
+
     def leader_counts(self) -> dict[int, int]:
         """How many partitions prefer each node as leader: new topics fill the least loaded."""
         counts: dict[int, int] = {}
@@ -155,6 +162,9 @@ class MetadataImage:
                     topic_id=topic_id,
                 )
             self.next_topic_id = max(self.next_topic_id, topic_id + 1)
+        elif kind == "allocate_producer_ids":
+            end = int(str(record["first"])) + int(str(record["count"]))
+            self.next_producer_id = max(self.next_producer_id, end)
         elif kind == "delete_topic":
             topic = self.topics.get(str(record["name"]))
             if topic is not None and topic.topic_id == int(str(record["topic_id"])):

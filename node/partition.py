@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from node.producer_state import ProducerStateManager
 from node.replica_log import StorageReplicaLog
-from replication import Entry, HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from replication import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
 from storage import CheckpointFile, Log, LogConfig, TimestampAndOffset
 from tidelog import errors
 from tidelog.records import (
@@ -71,6 +72,15 @@ class _ProduceWaiter:
 
 
 @dataclass(frozen=True)
+class ProduceResult:
+    """Where a produced batch went; `done` completes per acks (None for acks=0)."""
+
+    base_offset: int
+    log_append_time_ms: int
+    done: asyncio.Future[None] | None
+
+
+@dataclass(frozen=True)
 class OffsetAnswer:
     """One ListOffsets partition result (SPEC §6): "not found" is error 0 with all -1."""
 
@@ -115,6 +125,8 @@ class PartitionReplica:
         #: Start offset of the current leader epoch while this replica leads (KIP-207).
         self.leader_epoch_start_offset: int | None = None
         self._led_term = -1
+        #: Idempotent-producer state; None until rebuilt from the log after winning leadership.
+        self._producers: ProducerStateManager | None = None
         self._acks_all: list[_ProduceWaiter] = []
         self._acks_local: list[_ProduceWaiter] = []
         self._data_waiters: list[asyncio.Future[None]] = []
@@ -160,6 +172,7 @@ class PartitionReplica:
             marker_written = end > core.log_start_offset and core.epoch_at(end - 1) == core.term
             self.leader_epoch_start_offset = end - 1 if marker_written else end
             self._caught_up_ms = {}
+            self._producers = None
         elif core.role is not Role.LEADER and self.leader_epoch_start_offset is not None:
             self.leader_epoch_start_offset = None
             self._fail_waiters(errors.NotLeaderOrFollowerError("leadership moved"))
@@ -217,19 +230,50 @@ class PartitionReplica:
 
     # ---- produce -------------------------------------------------------------------------
 
-    def propose(self, batch: bytes, acks: int) -> tuple[Entry, asyncio.Future[None] | None]:
-        """Validate and propose one produced batch; the future completes per `acks`."""
-        self.log.validate_produced_batch(batch)
+    def propose(self, batch: bytes, acks: int) -> ProduceResult:
+        """Validate, deduplicate and propose one produced batch."""
+        header = self.log.validate_produced_batch(batch)
+        producers = self._producer_state()
+        original = producers.check(header)
+        if original is not None:  # a retry of a batch already written: acknowledge, don't write
+            return ProduceResult(
+                original.base_offset,
+                UNKNOWN,
+                self._waiter(original.last_offset, original.leader_epoch, acks),
+            )
         try:
-            entry = self.core.propose(batch, read_header(batch).records_count)
+            entry = self.core.propose(batch, header.records_count)
         except NotLeaderError as exc:
             raise errors.NotLeaderOrFollowerError(str(exc)) from None
+        stamped = read_header(entry.data)
+        producers.update(stamped)
+        append_time = (
+            stamped.max_timestamp
+            if stamped.timestamp_type is TimestampType.LOG_APPEND_TIME
+            else UNKNOWN
+        )
+        return ProduceResult(
+            entry.base_offset, append_time, self._waiter(entry.last_offset, entry.epoch, acks)
+        )
+
+    def _producer_state(self) -> ProducerStateManager:
+        if self._producers is None:
+            if not self.is_leader:
+                raise errors.NotLeaderOrFollowerError(f"not the leader of {self.tp}")
+            if self.log.log_end_offset != self.core.log_end_offset:
+                # Rebuilt from the durable log only once the election's writes are on disk.
+                raise errors.NotEnoughReplicasError("the new leader is still settling its log")
+            self._producers = ProducerStateManager.from_log(self.log)
+        return self._producers
+
+    def _waiter(self, last_offset: int, epoch: int, acks: int) -> asyncio.Future[None] | None:
         if acks == 0:
-            return entry, None
+            return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = _ProduceWaiter(entry.last_offset, entry.epoch, future)
-        bisect.insort(self._acks_all if acks == -1 else self._acks_local, waiter)
-        return entry, future
+        waiters = self._acks_all if acks == -1 else self._acks_local
+        bisect.insort(waiters, _ProduceWaiter(last_offset, epoch, future))
+        self._complete(waiters, self.high_watermark if acks == -1 else self.log.log_end_offset)
+        return future
 
     # ---- fetch ---------------------------------------------------------------------------
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -46,6 +46,7 @@ _CHECKPOINT_EVERY_S = 5.0
 _RETENTION_EVERY_S = 5.0
 _METADATA_PULL_EVERY_S = 0.2
 _TRANSFER_WAIT_S = 3.0
+_PRODUCER_ID_BLOCK = 1000
 
 
 class NodeRuntime:
@@ -65,6 +66,8 @@ class NodeRuntime:
         self._pending_topics: set[str] = set()
         self._metadata_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._stopping = False
+        self._producer_id_lock = asyncio.Lock()
+        self._producer_ids_next = self._producer_ids_end = 0
         self.raft_config = RaftConfig(
             election_ticks=max(2, config.election_timeout_ms // config.raft_tick_ms),
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
@@ -95,13 +98,10 @@ class NodeRuntime:
             )
             self._apply_committed_metadata()
         await loop.run_in_executor(self._disk, self._open_assigned_replicas)
-        self._tasks = [
-            asyncio.create_task(self._tick_loop(), name="tick"),
-            asyncio.create_task(self._ready_loop(), name="ready"),
-            asyncio.create_task(self._housekeeping_loop(), name="housekeeping"),
-        ]
+        loops = [self._tick_loop(), self._ready_loop(), self._housekeeping_loop()]
         if self.node_id not in self.metadata_voters:
-            self._tasks.append(asyncio.create_task(self._metadata_pull_loop(), name="md-pull"))
+            loops.append(self._metadata_pull_loop())
+        self._tasks = [asyncio.create_task(_fail_fast(loop_)) for loop_ in loops]
 
     async def stop(self, graceful: bool) -> None:
         self._stopping = True
@@ -354,6 +354,14 @@ class NodeRuntime:
             if not item[1].done():
                 item[1].set_result(None)
 
+    async def _applied(self, offset: int, timeout_s: float) -> None:
+        """Wait until this node's image includes the metadata record at `offset`."""
+        if offset <= self.image.applied_offset:
+            return
+        applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._metadata_waiters.append((offset, applied))
+        await _wait(applied, timeout_s)
+
     def _reconcile(self, before: dict[str, TopicInfo]) -> None:
         for name, topic in self.image.topics.items():
             if before.get(name) is topic:
@@ -415,7 +423,7 @@ class NodeRuntime:
         if replica is None or not replica.is_leader:
             raise errors.NotControllerError("this node is not the controller")
         record = plan()
-        name = str(record["name"])
+        name = str(record.get("name", record["type"]))
         if name in self._pending_topics:
             raise errors.ConcurrentTransactionsError(f"another change to {name!r} is in flight")
         self._pending_topics.add(name)
@@ -423,18 +431,44 @@ class NodeRuntime:
             batch = build_batch(
                 [RecordInput(value=encode_record(record), timestamp=int(time.time() * 1000))]
             )
-            entry, future = replica.propose(batch, acks=-1)
-            assert future is not None
-            await _wait(future, timeout_s)
-            applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._metadata_waiters.append((entry.last_offset, applied))
+            produced = replica.propose(batch, acks=-1)
+            assert produced.done is not None
+            self.wake()
+            await _wait(produced.done, timeout_s)
             self._apply_committed_metadata()
-            await _wait(applied, timeout_s)
+            await self._applied(produced.base_offset, timeout_s)
         finally:
             self._pending_topics.discard(name)
 
-    def metadata_log_dir(self) -> Path:
-        return self.config.data_dir / f"{METADATA_TOPIC}-0"
+    async def allocate_producer_id(self, timeout_s: float) -> int:
+        """On the controller leader: the next producer id of the block this node holds,
+        committing a new block when it runs out."""
+        async with self._producer_id_lock:
+            if self._producer_ids_next >= self._producer_ids_end:
+                record: dict[str, object] = {}
+
+                def plan() -> dict[str, object]:
+                    record.update(self.image.plan_allocate_producer_ids(_PRODUCER_ID_BLOCK))
+                    return record
+
+                await self.propose_metadata(plan, timeout_s)
+                self._producer_ids_next = int(str(record["first"]))
+                self._producer_ids_end = self._producer_ids_next + _PRODUCER_ID_BLOCK
+            producer_id = self._producer_ids_next
+            self._producer_ids_next += 1
+            return producer_id
+
+
+async def _fail_fast(loop_: Coroutine[Any, Any, None]) -> None:
+    """A driver loop that dies would leave a node that answers but never commits: log the
+    cause and end the process instead (its peers elect around it; a restart recovers)."""
+    try:
+        await loop_
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        log.critical("node driver loop failed; exiting", exc_info=True)
+        os._exit(70)
 
 
 def _delete_replica_files(replica: PartitionReplica) -> None:
