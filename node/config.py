@@ -120,18 +120,10 @@ class NodeConfig:
         """The address to publish: the explicit one, else what the node listens on."""
         return self.advertised or self.listen
 
-    @property
-    def listen_host(self) -> str:
-        return _parse_address("listen", self.listen, loopback_only=True)[0]
-
-    @property
-    def listen_port(self) -> int:
-        return _parse_address("listen", self.listen, loopback_only=True)[1]
-
     def bound(self, port: int) -> NodeConfig:
         """This config once the server has bound ``port`` (which differs when listen asked for
         port 0): the runtime must publish the real address, to peers and in Metadata."""
-        listen = _format_address(self.listen_host, port)
+        listen = _format_address(_parse_address("listen", self.listen, loopback_only=True)[0], port)
         advertised = self.advertised or listen
         peers = dict(self.peers)
         own = peers.get(self.node_id)
@@ -224,12 +216,8 @@ def read_properties(path: Path) -> dict[str, str]:
     return props
 
 
-def parse_address(what: str, address: str) -> tuple[str, int]:
-    """Splits ``host:port`` (``[::1]:port`` for IPv6) with a clear error naming ``what``."""
-    return _parse_address(what, address, loopback_only=False)
-
-
 def _parse_address(what: str, address: str, *, loopback_only: bool) -> tuple[str, int]:
+    """Splits ``host:port`` (``[::1]:port`` for IPv6) with a clear error naming ``what``."""
     host, sep, port_text = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:

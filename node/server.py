@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import fcntl
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +40,7 @@ _PARENT_POLL_S = 0.2
 #: the process regardless (the event loop may be the thing that is stuck).
 _ORPHAN_DEADLINE_S = 5.0
 _SERVER_GRACE_S = 1.0
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 log = logging.getLogger("tidelog.node")
 
@@ -149,6 +152,12 @@ def _start_parent_watchdog(
     """Stops the node once ``parent_pid`` is no longer its parent, so a launcher killed with
     SIGKILL (which runs no cleanup) leaves no orphan. A thread rather than a task, so a wedged
     event loop cannot keep an orphan alive: it exits the process after a deadline."""
+
+    if sys.platform == "linux":
+        # The kernel's own guarantee: SIGKILL when the launcher dies, even while this process is
+        # SIGSTOPped (LocalCluster.pause) and the watchdog thread cannot run. It tracks the
+        # launcher *thread* that spawned us, which for launchers is their main thread.
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
     def watch() -> None:
         # A dead parent re-parents us at once (even while it is an unreaped zombie), which a

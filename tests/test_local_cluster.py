@@ -135,6 +135,7 @@ def test_a_launcher_killed_with_sigkill_leaves_no_node(tmp_path: Path) -> None:
         from tidelog.testing import LocalCluster
         cluster = LocalCluster(nodes=3, data_dir={str(tmp_path)!r}, require_controller={CONTROLLER})
         cluster.__enter__()
+        cluster.pause(3)  # a frozen node cannot watch its parent: the kernel must kill it
         print(json.dumps([cluster.pid_of(n) for n in cluster.node_ids]), flush=True)
         sys.stdin.read()
         """
