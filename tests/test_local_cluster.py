@@ -15,7 +15,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-import node.runtime
 from tidelog.errors import ConfigurationError, InvalidConfigError
 from tidelog.testing import ClusterError, LocalCluster, probe, stop_cluster
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
@@ -24,9 +23,6 @@ pytestmark = pytest.mark.timeout(90)
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 20.0
-#: The placeholder runtime elects no controller; the real one must, and then every test waits
-#: for it as users do.
-CONTROLLER = not getattr(node.runtime, "PLACEHOLDER", False)
 
 
 def alive(pid: int) -> bool:
@@ -59,7 +55,7 @@ def metadata_node_ids(address: str) -> list[int]:
 
 
 def test_three_nodes_kill_restart_pause_resume_stop() -> None:
-    with LocalCluster(nodes=3, require_controller=CONTROLLER) as cluster:
+    with LocalCluster(nodes=3) as cluster:
         assert cluster.node_ids == [1, 2, 3]
         addresses = [cluster.address_of(n) for n in cluster.node_ids]
         assert cluster.bootstrap == ",".join(addresses)
@@ -92,9 +88,7 @@ def test_three_nodes_kill_restart_pause_resume_stop() -> None:
 
 def test_no_process_survives_an_exception_in_the_block() -> None:
     pids: list[int] = []
-    with pytest.raises(RuntimeError, match="test failure"), LocalCluster(
-        nodes=2, require_controller=CONTROLLER
-    ) as cluster:
+    with pytest.raises(RuntimeError, match="test failure"), LocalCluster(nodes=2) as cluster:
         cluster.pause(2)  # a stopped process must die too
         pids = [p for p in (cluster.pid_of(n) for n in cluster.node_ids) if p is not None]
         raise RuntimeError("test failure")
@@ -103,7 +97,7 @@ def test_no_process_survives_an_exception_in_the_block() -> None:
 
 
 def test_a_start_failure_reports_the_log_and_leaves_nothing(tmp_path: Path) -> None:
-    cluster = LocalCluster(nodes=2, data_dir=tmp_path, require_controller=CONTROLLER)
+    cluster = LocalCluster(nodes=2, data_dir=tmp_path)
     with pytest.raises(InvalidConfigError, match=r"election\.timeout\.ms"), LocalCluster(
         nodes=1, data_dir=tmp_path / "bad", election_timeout_ms=10
     ):
@@ -119,9 +113,9 @@ def test_a_start_failure_reports_the_log_and_leaves_nothing(tmp_path: Path) -> N
 
 
 def test_same_data_dir_resumes_with_same_ids_and_addresses(tmp_path: Path) -> None:
-    with LocalCluster(nodes=2, data_dir=tmp_path, require_controller=CONTROLLER) as first:
+    with LocalCluster(nodes=2, data_dir=tmp_path) as first:
         bootstrap = first.bootstrap
-    with LocalCluster(nodes=2, data_dir=tmp_path, require_controller=CONTROLLER) as second:
+    with LocalCluster(nodes=2, data_dir=tmp_path) as second:
         assert second.bootstrap == bootstrap
     assert tmp_path.exists()
     with pytest.raises(ConfigurationError, match="holds a 2-node cluster"):
@@ -133,7 +127,7 @@ def test_a_launcher_killed_with_sigkill_leaves_no_node(tmp_path: Path) -> None:
         f"""
         import json, sys
         from tidelog.testing import LocalCluster
-        cluster = LocalCluster(nodes=3, data_dir={str(tmp_path)!r}, require_controller={CONTROLLER})
+        cluster = LocalCluster(nodes=3, data_dir={str(tmp_path)!r})
         cluster.__enter__()
         cluster.pause(3)  # a frozen node cannot watch its parent: the kernel must kill it
         print(json.dumps([cluster.pid_of(n) for n in cluster.node_ids]), flush=True)
@@ -165,11 +159,10 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
-    wait = "--wait-controller" if CONTROLLER else "--no-wait-controller"
     data_dir = tmp_path / "cluster"
     try:
         up = run_cli("cluster", "up", "--nodes", "3", "--data-dir", str(data_dir),
-                     "--base-port", "0", "--detach", wait)
+                     "--base-port", "0", "--detach")
         assert up.returncode == 0, up.stderr
         bootstrap = up.stdout.strip()
         addresses = bootstrap.split(",")
@@ -184,7 +177,7 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
             assert address in status.stdout
 
         again = run_cli("cluster", "up", "--data-dir", str(data_dir), "--base-port", "0",
-                        "--detach", wait)
+                        "--detach")
         assert again.returncode == 2
         assert "held by a running cluster" in again.stderr and "Traceback" not in again.stderr
 
@@ -207,10 +200,9 @@ def test_cluster_status_without_a_reachable_node_is_one_line() -> None:
 
 
 def test_sigterm_to_cluster_up_stops_every_node_gracefully(tmp_path: Path) -> None:
-    wait = "--wait-controller" if CONTROLLER else "--no-wait-controller"
     up = subprocess.Popen(
         [sys.executable, "-m", "tidelog.cli", "cluster", "up", "--nodes", "2", "--data-dir",
-         str(tmp_path), "--base-port", "0", wait],
+         str(tmp_path), "--base-port", "0"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -31,8 +31,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                     help="return once ready and leave the nodes running (stop: cluster down)")
     up.add_argument("--timeout", type=float, default=30.0,
                     help="seconds to wait for readiness (default 30)")
-    up.add_argument("--wait-controller", action=argparse.BooleanOptionalAction, default=True,
-                    help="readiness also needs a metadata leader (default: yes)")
 
     down = sub.add_parser("down", help="gracefully stop a cluster started with up")
     down.add_argument("--data-dir", type=Path, default=Path("tidelog-data"),
@@ -56,7 +54,6 @@ def _up(args: argparse.Namespace) -> int:
         args.nodes,
         args.data_dir.resolve(),
         args.base_port,
-        require_controller=args.wait_controller,
         exit_with_parent=not args.detach,
     )
     # SIGTERM should stop the nodes as gracefully as Ctrl-C does.
