@@ -47,6 +47,7 @@ _RETENTION_EVERY_S = 5.0
 _METADATA_PULL_EVERY_S = 0.2
 _TRANSFER_WAIT_S = 3.0
 _PRODUCER_ID_BLOCK = 1000
+_BALANCE_EVERY_S = 1.0
 
 
 class NodeRuntime:
@@ -260,11 +261,14 @@ class NodeRuntime:
 
     async def _housekeeping_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        last_checkpoint = last_retention = time.monotonic()
+        last_checkpoint = last_retention = last_balance = time.monotonic()
         while True:
             await asyncio.sleep(_ANNOUNCE_EVERY_S)
             self._announce_leadership()
             now = time.monotonic()
+            if now - last_balance >= _BALANCE_EVERY_S:
+                last_balance = now
+                self._prefer_preferred_leaders()
             if now - last_checkpoint >= _CHECKPOINT_EVERY_S:
                 last_checkpoint = now
                 await loop.run_in_executor(self._disk, self._checkpoint_all)
@@ -288,6 +292,23 @@ class NodeRuntime:
                     isr=replica.in_sync_replicas(self.config.replica_lag_max_ms),
                 )
             link.send(env)
+
+    def _prefer_preferred_leaders(self) -> None:
+        """Hand leadership back to a partition's preferred (first) replica once it is in sync,
+        as Kafka's auto leader rebalance does, so leaders stay spread as assigned."""
+        if self._stopping:
+            return
+        for replica in self.partitions.values():
+            preferred = replica.replicas[0]
+            if (
+                replica.is_leader
+                and preferred != self.node_id
+                and replica.core.transferring_to is None
+                and preferred in replica.in_sync_replicas(self.config.replica_lag_max_ms)
+            ):
+                with contextlib.suppress(NotLeaderError, ValueError):
+                    replica.core.transfer_leadership(preferred)
+        self._work.set()
 
     def _checkpoint_all(self) -> None:
         for replica in list(self.partitions.values()):

@@ -1,0 +1,332 @@
+"""A real 3-node cluster over loopback: replication, leadership, bounds and bad input.
+
+Every test talks raw gRPC to node processes started by `tidelog.testing.LocalCluster`, and each
+cluster is torn down (processes and ports) even when a test fails.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from cluster_helpers import Raw, make_batch, values_of, wait_for
+from tidelog.records import RecordInput, build_batch
+from tidelog.testing import LocalCluster
+from tidelog.v1 import tidelog_pb2 as pb
+
+pytestmark = pytest.mark.timeout(180)
+
+NOT_LEADER = 6
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(3) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def raw(cluster: LocalCluster) -> Iterator[Raw]:
+    r = Raw(cluster)
+    yield r
+    r.close()
+
+
+def test_produce_acks_all_then_fetch_back_from_every_partition(raw: Raw) -> None:
+    raw.create_topic("events", 3, 3)
+    leaders = raw.wait_leaders("events", 3)
+    for p, leader in enumerate(leaders):
+        values = [f"p{p}-{i}".encode() for i in range(50)]
+        first = raw.produce(leader, "events", p, make_batch(values[:20]))
+        second = raw.produce(leader, "events", p, make_batch(values[20:]))
+        assert (first.error_code, first.base_offset) == (0, 0)
+        assert (second.error_code, second.base_offset) == (0, 20)
+        fetched = values_of(raw.fetch_all(leader, "events", p))
+        assert fetched == list(enumerate(values))
+    md = raw.metadata(leaders[0], "events")
+    assert all(sorted(p.replicas) == [1, 2, 3] for p in md.partitions)
+    assert len({p.replicas[0] for p in md.partitions}) == 3, "preferred leaders are spread"
+    wait_for(
+        lambda: all(
+            p.leader_id == p.replicas[0] for p in raw.metadata(leaders[0], "events").partitions
+        ),
+        what="leadership to move to the preferred replicas",
+    )
+
+
+def test_a_follower_answers_not_leader_with_the_leaders_hint(raw: Raw) -> None:
+    raw.create_topic("hinted", 1, 3)
+    leader = raw.wait_leaders("hinted", 1)[0]
+    md = raw.metadata(leader, "hinted").partitions[0]
+    for follower in (n for n in (1, 2, 3) if n != leader):
+        answers = [
+            raw.produce(follower, "hinted", 0, make_batch([b"x"])),
+            raw.fetch(follower, "hinted", 0, 0),
+            raw.list_offset(follower, "hinted", 0, -1),
+        ]
+        for answer in answers:
+            assert answer.error_code == NOT_LEADER
+            assert answer.current_leader.leader_id == leader
+            assert answer.current_leader.leader_epoch == md.leader_epoch
+            assert answer.current_leader.leader_address == raw.cluster.address_of(leader)
+
+
+def test_leader_epoch_fencing_comes_before_the_leadership_check(raw: Raw) -> None:
+    raw.create_topic("fenced", 1, 3)
+    leader = raw.wait_leaders("fenced", 1)[0]
+    epoch = raw.metadata(leader, "fenced").partitions[0].leader_epoch
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    for node in (leader, follower):
+        assert raw.list_offset(node, "fenced", 0, -1, epoch=epoch - 1).error_code == 74
+        assert raw.list_offset(node, "fenced", 0, -1, epoch=epoch + 1).error_code == 75
+        assert raw.fetch(node, "fenced", 0, 0, epoch=epoch + 1).error_code == 75
+    ok = raw.list_offset(leader, "fenced", 0, -1, epoch=epoch)
+    assert (ok.error_code, ok.leader_epoch) == (0, epoch)
+
+
+def test_legacy_lookup_lists_segment_bases_over_several_segments(raw: Raw) -> None:
+    raw.create_topic("legacy", 1, 3, segment_bytes="2048")
+    leader = raw.wait_leaders("legacy", 1)[0]
+    for i in range(8):
+        assert raw.produce(leader, "legacy", 0, make_batch([bytes(300)] * 2)).error_code == 0
+    answer = raw.list_offset(leader, "legacy", 0, -1, max_num_offsets=100)
+    offsets = list(answer.old_style_offsets)
+    assert offsets == sorted(offsets, reverse=True)
+    assert offsets[0] == 16 and offsets[-1] == 0 and len(offsets) >= 3
+    earliest = raw.list_offset(leader, "legacy", 0, -2, max_num_offsets=10)
+    assert list(earliest.old_style_offsets) == [0]
+
+
+def test_bad_input_gets_error_codes_and_the_node_keeps_serving(raw: Raw) -> None:
+    raw.create_topic("strict", 2, 3)
+    leader = raw.wait_leaders("strict", 2)[0]
+    stub = raw.stub(leader)
+    assert raw.produce(leader, "strict", -1, make_batch([b"x"])).error_code == 3
+    assert raw.produce(leader, "strict", 7, make_batch([b"x"])).error_code == 3
+    assert raw.produce(leader, "missing", 0, make_batch([b"x"])).error_code == 3
+    assert raw.produce(leader, "strict", 0, b"\x00garbage").error_code == 2
+    assert raw.produce(leader, "strict", 0, make_batch([b"x"]), acks=5).error_code == 21
+    huge = build_batch([RecordInput(bytes(2 << 20), None, int(time.time() * 1000))])
+    assert raw.produce(leader, "strict", 0, huge).error_code == 10
+    created = stub.CreateTopics(
+        pb.CreateTopicsRequest(
+            topics=[
+                pb.CreatableTopic(name="", num_partitions=1, replication_factor=1),
+                pb.CreatableTopic(name="zero", num_partitions=0, replication_factor=1),
+                pb.CreatableTopic(name="wide", num_partitions=1, replication_factor=4),
+                pb.CreatableTopic(name="strict", num_partitions=1, replication_factor=1),
+                pb.CreatableTopic(
+                    name="badcfg", num_partitions=1, replication_factor=1,
+                    configs={"retention.m": "5"},
+                ),
+            ],
+            timeout_ms=10_000,
+        ),
+        timeout=15,
+    )
+    assert [t.error_code for t in created.topics] == [17, 37, 38, 36, 40]
+    assert all(t.error_message for t in created.topics)
+    for bad in (
+        pb.FetchRequest(replica_id=5, max_bytes=100),
+        pb.FetchRequest(replica_id=-1, max_bytes=-1),
+        pb.FetchRequest(replica_id=-1, isolation_level=9),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Fetch(bad, timeout=5)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    absurd = raw.fetch(leader, "strict", 0, 0, max_bytes=2**31 - 1)
+    assert absurd.error_code == 0
+    assert raw.fetch(leader, "strict", 0, 10**9).error_code == 1
+    assert raw.list_offset(leader, "strict", 0, -9).error_code == 35
+    duplicated = stub.ListOffsets(
+        pb.ListOffsetsRequest(
+            replica_id=-1,
+            topics=[
+                pb.ListOffsetsTopic(
+                    name="strict",
+                    partitions=[
+                        pb.ListOffsetsPartition(partition=0, timestamp=-1, current_leader_epoch=-1),
+                        pb.ListOffsetsPartition(partition=0, timestamp=-2, current_leader_epoch=-1),
+                    ],
+                )
+            ],
+        ),
+        timeout=5,
+    )
+    assert [p.error_code for p in duplicated.topics[0].partitions] == [42]
+    with pytest.raises(grpc.RpcError) as unsupported:
+        stub.OffsetCommit(pb.OffsetCommitRequest(group_id="g"), timeout=5)
+    assert unsupported.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "not supported yet" in (unsupported.value.details() or "")
+    still = raw.produce(leader, "strict", 0, make_batch([b"fine"]))
+    assert (still.error_code, still.base_offset) == (0, 0)
+
+
+def test_restarted_follower_catches_up_to_an_identical_log(raw: Raw) -> None:
+    cluster = raw.cluster
+    raw.create_topic("catchup", 1, 3)
+    leader = raw.wait_leaders("catchup", 1)[0]
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    raw.produce(leader, "catchup", 0, make_batch([b"before"] * 10))
+    cluster.kill(follower)
+    for i in range(20):
+        assert raw.produce(leader, "catchup", 0, make_batch([b"during%d" % i] * 5)).error_code == 0
+    cluster.restart(follower)
+    hw = raw.list_offset(leader, "catchup", 0, -1).offset
+    assert hw == 110
+
+    def caught_up() -> bool:
+        return raw.list_offset(follower, "catchup", 0, -1, replica_id=-2).offset >= hw
+
+    wait_for(caught_up, what="the restarted follower to reach the HW")
+    leader_log = raw.fetch_all(leader, "catchup", 0, replica_id=-2)
+    follower_log = raw.fetch_all(follower, "catchup", 0, replica_id=-2)
+    assert follower_log == leader_log
+    assert len(values_of(leader_log)) == 110
+
+
+def test_sigkill_of_the_leader_under_load_loses_nothing_acknowledged(raw: Raw) -> None:
+    cluster = raw.cluster
+    raw.create_topic("load", 1, 3)
+    first_leader = raw.wait_leaders("load", 1)[0]
+    first_epoch = raw.metadata(first_leader, "load").partitions[0].leader_epoch
+    acked: dict[int, bytes] = {}
+    latest_seen: list[tuple[int, int]] = []  # (answering epoch, offset)
+    not_available: list[int] = []  # epochs that answered OFFSET_NOT_AVAILABLE
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def current_leader() -> int:
+        for node in cluster.node_ids:
+            if cluster.is_running(node):
+                with_leader = raw.metadata(node, "load").partitions[0].leader_id
+                if with_leader >= 0 and cluster.is_running(with_leader):
+                    return with_leader
+        return -1
+
+    def producer() -> None:
+        i = 0
+        try:
+            while not stop.is_set():
+                value = f"v{i}".encode()
+                leader = current_leader()
+                if leader < 0:
+                    continue
+                try:
+                    result = raw.produce(leader, "load", 0, make_batch([value]), timeout_ms=3000)
+                except grpc.RpcError:
+                    continue
+                if result.error_code == 0:
+                    acked[result.base_offset] = value
+                    i += 1
+        except BaseException as exc:  # surfaced by the main thread
+            errors.append(exc)
+
+    def watcher() -> None:
+        try:
+            while not stop.is_set():
+                leader = current_leader()
+                if leader < 0:
+                    continue
+                try:
+                    answer = raw.list_offset(leader, "load", 0, -1)
+                except grpc.RpcError:
+                    continue
+                if answer.error_code == 0:
+                    latest_seen.append((answer.leader_epoch, answer.offset))
+                elif answer.error_code == 78:
+                    not_available.append(raw.metadata(leader, "load").partitions[0].leader_epoch)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=producer), threading.Thread(target=watcher)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: len(acked) >= 50, what="writes before the kill")
+        cluster.kill(first_leader)
+        new_leader = wait_for(
+            lambda: (lambda n: n if n not in (-1, first_leader) else None)(current_leader()),
+            what="a new leader",
+        )
+        count_at_kill = len(acked)
+        wait_for(lambda: len(acked) >= count_at_kill + 50, what="writes after the election")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not errors, errors
+    cluster.restart(first_leader)
+    new_epoch = raw.metadata(new_leader, "load").partitions[0].leader_epoch
+    assert new_epoch > first_epoch
+    final = dict(values_of(raw.fetch_all(new_leader, "load", 0)))
+    missing = {o: v for o, v in acked.items() if final.get(o) != v}
+    assert not missing, f"acknowledged writes lost: {sorted(missing)[:10]}"
+    offsets = [o for _, o in latest_seen]
+    assert offsets == sorted(offsets), "a consumer saw the latest offset go backwards"
+    assert all(epoch > first_epoch for epoch in not_available), not_available
+
+
+def test_records_not_yet_committed_are_invisible_to_consumers() -> None:
+    # Long election timeouts: with both followers paused the leader must stay leader (check-
+    # quorum would depose it after one election timeout) while the test looks at it.
+    with LocalCluster(3, election_timeout_ms=4000) as cluster:
+        raw = Raw(cluster)
+        try:
+            raw.create_topic("pending", 1, 3)
+            leader = raw.wait_leaders("pending", 1)[0]
+            assert raw.produce(leader, "pending", 0, make_batch([b"a"] * 5)).error_code == 0
+            followers = [n for n in cluster.node_ids if n != leader]
+            for f in followers:
+                cluster.pause(f)
+            try:
+                written = raw.produce(leader, "pending", 0, make_batch([b"b"] * 3), acks=1)
+                assert (written.error_code, written.base_offset) == (0, 5)
+                consumer = raw.list_offset(leader, "pending", 0, -1)
+                committed = raw.list_offset(leader, "pending", 0, -1, isolation=1)
+                debug = raw.list_offset(leader, "pending", 0, -1, replica_id=-2)
+                replica = raw.list_offset(leader, "pending", 0, -1, replica_id=followers[0])
+                assert (consumer.offset, committed.offset) == (5, 5)
+                assert (debug.offset, replica.offset) == (8, 8)
+                by_time = raw.list_offset(leader, "pending", 0, 0)
+                assert by_time.offset == 0
+                assert [o for o, _ in values_of(raw.fetch_all(leader, "pending", 0))] == list(
+                    range(5)
+                )
+                debug_view = values_of(raw.fetch_all(leader, "pending", 0, replica_id=-2))
+                assert [o for o, _ in debug_view] == list(range(8))
+            finally:
+                for f in followers:
+                    cluster.resume(f)
+            wait_for(
+                lambda: raw.list_offset(leader, "pending", 0, -1).offset == 8,
+                what="the HW to pass the written records once followers return",
+            )
+        finally:
+            raw.close()
+
+
+@pytest.mark.timeout(240)
+def test_whole_cluster_restart_keeps_topics_and_committed_data(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data_dir = tmp_path / "cluster"
+    with LocalCluster(3, data_dir=data_dir) as cluster:
+        raw = Raw(cluster)
+        raw.create_topic("durable", 2, 3)
+        leaders = raw.wait_leaders("durable", 2)
+        for p, leader in enumerate(leaders):
+            assert raw.produce(leader, "durable", p, make_batch([b"d%d" % p] * 7)).error_code == 0
+        raw.close()
+    with LocalCluster(3, data_dir=data_dir) as cluster:
+        raw = Raw(cluster)
+        try:
+            leaders = raw.wait_leaders("durable", 2)
+            for p, leader in enumerate(leaders):
+                values = [v for _, v in values_of(raw.fetch_all(leader, "durable", p))]
+                assert values == [b"d%d" % p] * 7
+                assert raw.produce(leader, "durable", p, make_batch([b"more"])).error_code == 0
+        finally:
+            raw.close()
