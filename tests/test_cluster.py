@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-
 from cluster_helpers import Raw, make_batch, values_of, wait_for
+
 from tidelog.records import RecordInput, build_batch
 from tidelog.testing import LocalCluster
 from tidelog.v1 import tidelog_pb2 as pb
@@ -91,7 +91,7 @@ def test_leader_epoch_fencing_comes_before_the_leadership_check(raw: Raw) -> Non
 def test_legacy_lookup_lists_segment_bases_over_several_segments(raw: Raw) -> None:
     raw.create_topic("legacy", 1, 3, segment_bytes="2048")
     leader = raw.wait_leaders("legacy", 1)[0]
-    for i in range(8):
+    for _ in range(8):
         assert raw.produce(leader, "legacy", 0, make_batch([bytes(300)] * 2)).error_code == 0
     answer = raw.list_offset(leader, "legacy", 0, -1, max_num_offsets=100)
     offsets = list(answer.old_style_offsets)
