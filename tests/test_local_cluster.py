@@ -171,10 +171,34 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
         pids = json.loads((data_dir / "cluster.json").read_text())["pids"].values()
         assert all(alive(pid) for pid in pids)
 
+        with grpc.insecure_channel(addresses[0]) as channel:
+            stub = tidelog_pb2_grpc.TidelogStub(channel)
+            created = stub.CreateTopics(
+                tidelog_pb2.CreateTopicsRequest(
+                    topics=[tidelog_pb2.CreatableTopic(
+                        name="events", num_partitions=2, replication_factor=3
+                    )],
+                    timeout_ms=10_000,
+                ),
+                timeout=15,
+            )
+            assert [t.error_code for t in created.topics] == [0], created
+
+            def leaders() -> dict[int, int]:
+                meta = stub.Metadata(tidelog_pb2.MetadataRequest(topics=["events"]), timeout=5)
+                return {p.partition: p.leader_id for t in meta.topics for p in t.partitions}
+
+            eventually(lambda: all(leader >= 0 for leader in leaders().values()), "leaders")
         status = run_cli("cluster", "status", "--bootstrap", bootstrap)
         assert status.returncode == 0, status.stderr
         for address in addresses:
             assert address in status.stdout
+        assert "(controller)" in status.stdout
+        partition_lines = [line.split() for line in status.stdout.splitlines()
+                           if line.startswith("events ")]
+        assert [(int(cols[1]), int(cols[2]) >= 0) for cols in partition_lines] == [
+            (0, True), (1, True)
+        ]
 
         again = run_cli("cluster", "up", "--data-dir", str(data_dir), "--base-port", "0",
                         "--detach")
