@@ -1,7 +1,74 @@
 """Tidelog: a Kafka-style replicated, partitioned log.
 
 This package is everything a user imports: the record-batch codec, errors, the client library,
-the CLI and the test harness. Importing it never imports the server packages or pyspark.
+the CLI and the test harness. Importing it never imports the server packages or pyspark, and
+the client modules load on first use of their names (``from tidelog import Client``).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tidelog.errors import ConfigurationError, NodeUnavailableError, TidelogError
+from tidelog.types import (
+    ConsumerRecord,
+    IsolationLevel,
+    ListOffsetsResult,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    OffsetSpec,
+    RecordMetadata,
+    TopicPartition,
+)
+
+if TYPE_CHECKING:
+    from tidelog.client import Client, ClientConfig, ClusterDescription
+    from tidelog.consumer import Consumer, ConsumerConfig
+    from tidelog.metadata import PartitionInfo, TopicInfo
+    from tidelog.producer import Producer, ProducerConfig
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Client": "tidelog.client",
+    "ClientConfig": "tidelog.client",
+    "ClusterDescription": "tidelog.client",
+    "Consumer": "tidelog.consumer",
+    "ConsumerConfig": "tidelog.consumer",
+    "PartitionInfo": "tidelog.metadata",
+    "TopicInfo": "tidelog.metadata",
+    "Producer": "tidelog.producer",
+    "ProducerConfig": "tidelog.producer",
+}
+
+__all__ = [
+    "Client",
+    "ClientConfig",
+    "ClusterDescription",
+    "ConfigurationError",
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerRecord",
+    "IsolationLevel",
+    "ListOffsetsResult",
+    "NodeUnavailableError",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "OffsetSpec",
+    "PartitionInfo",
+    "Producer",
+    "ProducerConfig",
+    "RecordMetadata",
+    "TidelogError",
+    "TopicInfo",
+    "TopicPartition",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Load the client modules (and grpc) only when a program uses them."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tidelog' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,339 @@
+"""The consumer of manually assigned partitions: positions, Fetch long polls, offset lookups.
+
+``poll()`` fetches from every assigned partition's leader at once (one Fetch per leader) and
+decodes the batches only here, at the end of the path (design notes). Control batches (epoch
+markers, transaction markers) advance the position but are never returned; under
+read_committed, batches of aborted transactions are dropped with Kafka's algorithm (the
+aborted list of the answer, closed by each producer's ABORT marker). Retriable errors never
+reach the caller of poll(): they refresh metadata (or follow a leader hint) and the poll goes
+on until its timeout. Positions follow Kafka: ``seek_to_beginning``/``seek_to_end`` and
+``auto_offset_reset`` are resolved lazily, when a position is next needed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tidelog import wire
+from tidelog.errors import (
+    ConfigurationError,
+    OffsetOutOfRangeError,
+    TidelogError,
+    UnsupportedVersionError,
+)
+from tidelog.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    ControlType,
+    control_type_of,
+    decode_records,
+    read_header,
+)
+from tidelog.retry import Deadline
+from tidelog.types import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ConsumerRecord,
+    IsolationLevel,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+
+if TYPE_CHECKING:
+    from tidelog.client import Client
+
+_RESETS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "none": None}
+#: A Fetch RPC may take its long-poll wait plus this much.
+_RPC_SLACK_S = 5.0
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """A consumer's settings, with Kafka's names and defaults; picklable."""
+
+    group_id: str | None = None
+    isolation_level: IsolationLevel | str = "read_uncommitted"
+    #: Where a partition without a position starts: "latest", "earliest" or "none" (raise).
+    auto_offset_reset: str = "latest"
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    max_partition_fetch_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        IsolationLevel.parse(self.isolation_level)
+        if self.auto_offset_reset not in _RESETS:
+            raise ConfigurationError(
+                f"auto_offset_reset must be latest, earliest or none, got "
+                f"{self.auto_offset_reset!r}"
+            )
+        if self.fetch_max_wait_ms < 0 or self.fetch_min_bytes < 0:
+            raise ConfigurationError("fetch_max_wait_ms and fetch_min_bytes must be >= 0")
+        if self.fetch_max_bytes < 1 or self.max_partition_fetch_bytes < 1:
+            raise ConfigurationError("fetch_max_bytes and max_partition_fetch_bytes must be >= 1")
+
+
+class Consumer:
+    """Reads assigned partitions from their positions. Calls are serialised by a lock, so
+    sharing one consumer between threads is safe (if rarely useful)."""
+
+    def __init__(self, client: Client, config: ConsumerConfig) -> None:
+        self.client = client
+        self.config = config
+        self.isolation_level = IsolationLevel.parse(config.isolation_level)
+        self._lock = threading.RLock()
+        #: Assigned partitions -> next offset to return; None until resolved.
+        self._positions: dict[TopicPartition, int | None] = {}
+        #: Pending seek_to_beginning/seek_to_end, by ListOffsets spec.
+        self._resets: dict[TopicPartition, int] = {}
+        self._failed_rounds = 0
+
+    # ---- assignment and positions ------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment; partitions kept keep their positions."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        with self._lock:
+            self._positions = {tp: self._positions.get(tp) for tp in wanted}
+            self._resets = {tp: s for tp, s in self._resets.items() if tp in self._positions}
+
+    def assignment(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._positions)
+
+    def _assigned(self, tp: TopicPartition) -> TopicPartition:
+        tp = TopicPartition(*tp)
+        if tp not in self._positions:
+            raise ConfigurationError(f"{tp} is not assigned to this consumer")
+        return tp
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        if offset < 0:
+            raise ConfigurationError(f"an offset must be >= 0, got {offset}")
+        with self._lock:
+            tp = self._assigned(partition)
+            self._positions[tp] = offset
+            self._resets.pop(tp, None)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._seek_lazily(partitions, EARLIEST_TIMESTAMP)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._seek_lazily(partitions, LATEST_TIMESTAMP)
+
+    def _seek_lazily(self, partitions: Iterable[TopicPartition], spec: int) -> None:
+        """Kafka evaluates these at the next poll() or position(); so do we. No partitions
+        means every assigned one."""
+        with self._lock:
+            for tp in [self._assigned(tp) for tp in partitions] or list(self._positions):
+                self._positions[tp] = None
+                self._resets[tp] = spec
+
+    def position(self, partition: TopicPartition, *, timeout_ms: int | None = None) -> int:
+        """The offset of the next record poll() returns for the partition."""
+        with self._lock:
+            tp = self._assigned(partition)
+            self._resolve_positions(self.client.deadline(timeout_ms))
+            position = self._positions[tp]
+            assert position is not None
+            return position
+
+    def _resolve_positions(self, deadline: Deadline) -> None:
+        missing = [tp for tp, pos in self._positions.items() if pos is None]
+        if not missing:
+            return
+        specs: dict[TopicPartition, int] = {}
+        for tp in missing:
+            spec = self._resets.get(tp, _RESETS[self.config.auto_offset_reset])
+            if spec is None:
+                raise OffsetOutOfRangeError(
+                    f"{tp}: no position and auto_offset_reset is 'none'; seek() first"
+                )
+            specs[tp] = spec
+        found = self.client.list_offsets(
+            specs, self.isolation_level, timeout_ms=max(int(deadline.remaining() * 1000), 1)
+        )
+        for tp, result in found.items():
+            self._positions[tp] = result.offset
+            self._resets.pop(tp, None)
+
+    # ---- offset lookups ----------------------------------------------------------------------
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The first offset at or after each timestamp; None when no record matches."""
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise ConfigurationError(f"{tp}: a timestamp must be >= 0, got {ts}")
+        found = self.client.list_offsets(timestamps, self.isolation_level, timeout_ms=timeout_ms)
+        return {
+            tp: None if r.offset < 0 else OffsetAndTimestamp(
+                r.offset, r.timestamp, None if r.leader_epoch < 0 else r.leader_epoch
+            )
+            for tp, r in found.items()
+        }
+
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        return self._offsets(partitions, EARLIEST_TIMESTAMP, timeout_ms)
+
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """The high watermark (read_uncommitted) or last stable offset (read_committed)."""
+        return self._offsets(partitions, LATEST_TIMESTAMP, timeout_ms)
+
+    def _offsets(
+        self, partitions: Iterable[TopicPartition], spec: int, timeout_ms: int | None
+    ) -> dict[TopicPartition, int]:
+        found = self.client.list_offsets(
+            dict.fromkeys(partitions, spec), self.isolation_level, timeout_ms=timeout_ms
+        )
+        return {tp: r.offset for tp, r in found.items()}
+
+    # ---- committed offsets (not yet) ---------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        raise UnsupportedVersionError(
+            "consumer offsets (commit) are not supported yet by this Tidelog version; "
+            "keep positions yourself (position(), seek()) until they land (SPEC §8)"
+        )
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        raise UnsupportedVersionError(
+            "consumer offsets (committed) are not supported yet by this Tidelog version; "
+            "keep positions yourself (position(), seek()) until they land (SPEC §8)"
+        )
+
+    # ---- poll --------------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
+        """Records from the assigned partitions' positions; an empty list when none arrived
+        within `timeout_ms`. Only non-retriable errors raise (naming the partition)."""
+        deadline = Deadline(timeout_ms)
+        with self._lock:
+            while True:
+                try:
+                    self._resolve_positions(self.client.deadline())
+                    records, refresh = self._fetch_round(deadline)
+                except TidelogError as exc:
+                    if not exc.retriable:
+                        raise
+                    records, refresh = [], True
+                if records or deadline.expired:
+                    return records
+                if refresh:
+                    self._failed_rounds += 1
+                    time.sleep(min(self.client.backoff.delay_s(self._failed_rounds),
+                                   deadline.remaining()))
+                    try:
+                        self.client.refresh_metadata()
+                    except TidelogError as exc:
+                        if not exc.retriable:
+                            raise
+                else:
+                    self._failed_rounds = 0
+
+    def _fetch_round(self, deadline: Deadline) -> tuple[list[ConsumerRecord], bool]:
+        """One Fetch per leader, all in flight together; (records, whether to refresh)."""
+        metadata = self.client.metadata
+        by_leader: dict[int, dict[TopicPartition, wire.FetchPosition]] = defaultdict(dict)
+        refresh = False
+        for tp, position in self._positions.items():
+            leader = metadata.leader_for(tp)
+            if leader is None or position is None:
+                refresh = True
+                continue
+            by_leader[leader][tp] = wire.FetchPosition(position, metadata.leader_epoch(tp))
+        max_wait_ms = min(self.config.fetch_max_wait_ms, int(deadline.remaining() * 1000))
+        calls = {
+            node: (
+                positions,
+                self.client.call_async(
+                    node,
+                    "Fetch",
+                    wire.fetch_request(
+                        positions,
+                        isolation=self.isolation_level,
+                        max_wait_ms=max_wait_ms,
+                        min_bytes=self.config.fetch_min_bytes,
+                        max_bytes=self.config.fetch_max_bytes,
+                        partition_max_bytes=self.config.max_partition_fetch_bytes,
+                    ),
+                    max_wait_ms / 1000 + _RPC_SLACK_S,
+                ),
+            )
+            for node, positions in by_leader.items()
+        }
+        records: list[ConsumerRecord] = []
+        for node, (positions, future) in calls.items():
+            try:
+                answers = wire.parse_fetch(self.client.result_of(future, node))
+            except TidelogError as exc:
+                answers = {tp: wire.Failure(exc) for tp in positions}
+            for tp, sent in positions.items():
+                answer = answers.get(tp)
+                if isinstance(answer, wire.FetchAnswer):
+                    if self._positions.get(tp) == sent.offset:  # not re-seeked meanwhile
+                        records += self._take(tp, sent.offset, answer)
+                elif isinstance(answer, wire.Failure):
+                    refresh |= self._on_failure(tp, answer)
+        return records, refresh
+
+    def _on_failure(self, tp: TopicPartition, failure: wire.Failure) -> bool:
+        if isinstance(failure.error, OffsetOutOfRangeError):
+            if _RESETS[self.config.auto_offset_reset] is None:
+                raise failure.error
+            self._positions[tp] = None  # auto_offset_reset at the next round
+            return False
+        return self.client.react(tp, failure)[0]
+
+    def _take(
+        self, tp: TopicPartition, position: int, answer: wire.FetchAnswer
+    ) -> list[ConsumerRecord]:
+        """Decode the answer's batches from `position`, advancing it past control batches and
+        (read_committed) aborted ones."""
+        data = answer.records
+        committed_only = self.isolation_level is IsolationLevel.READ_COMMITTED
+        aborted = [(first, pid) for pid, first in answer.aborted] if committed_only else []
+        heapq.heapify(aborted)
+        aborted_producers: set[int] = set()
+        out: list[ConsumerRecord] = []
+        pos = 0
+        while len(data) - pos >= HEADER_SIZE:
+            header = read_header(data, pos) if pos + _batch_size(data, pos) <= len(data) else None
+            if header is None:
+                break  # a partial batch at the end of a size-capped answer
+            if header.next_offset > position:
+                while aborted and aborted[0][0] <= header.last_offset:
+                    aborted_producers.add(heapq.heappop(aborted)[1])
+                if header.is_control:
+                    if control_type_of(data, pos, header) == ControlType.ABORT:
+                        aborted_producers.discard(header.producer_id)
+                elif not (header.is_transactional and header.producer_id in aborted_producers):
+                    out += [
+                        ConsumerRecord(
+                            tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
+                            r.headers, header.partition_leader_epoch,
+                        )
+                        for r in decode_records(data, pos, header)
+                        if r.offset >= position
+                    ]
+                position = header.next_offset
+            pos += header.size
+        self._positions[tp] = position
+        return out
+
+
+def _batch_size(data: bytes, pos: int) -> int:
+    """The whole size of the batch at `pos`, read from its length field."""
+    return int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True) + LOG_OVERHEAD

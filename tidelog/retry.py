@@ -1,0 +1,135 @@
+"""When and how the client retries, decided by the errors' flags and never by their names.
+
+* A non-retriable error raises at once, naming its partition.
+* A retriable error is retried after a backoff: exponential from ``retry_backoff_ms`` (100 ms)
+  to ``retry_backoff_max_ms`` (1 s) with +-20% jitter, Kafka's defaults and formula
+  (``ExponentialBackoff``), never sleeping past the call's deadline.
+* An ``invalid_metadata`` error (the leader moved, the node is down) also asks for a metadata
+  refresh before the retry, unless the error carried a newer leader hint: then the retry goes
+  straight to the hinted leader, without a refresh and without a backoff (KIP-951).
+* Only the failed partitions are retried; the ones that succeeded keep their answers.
+* At the deadline, RequestTimedOutError names the partitions still failing and why.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import tenacity
+
+from tidelog.errors import RequestTimedOutError, TidelogError
+from tidelog.types import TopicPartition
+
+T = TypeVar("T")
+
+DEFAULT_RETRY_BACKOFF_MS = 100
+DEFAULT_RETRY_BACKOFF_MAX_MS = 1000
+BACKOFF_JITTER = 0.2
+
+
+class Deadline:
+    """An absolute point on the monotonic clock that bounds a whole call and its retries."""
+
+    __slots__ = ("at", "timeout_ms")
+
+    def __init__(self, timeout_ms: float) -> None:
+        self.timeout_ms = timeout_ms
+        self.at = time.monotonic() + timeout_ms / 1000
+
+    def remaining(self) -> float:
+        """Seconds left, never negative."""
+        return max(self.at - time.monotonic(), 0.0)
+
+    @property
+    def expired(self) -> bool:
+        return time.monotonic() >= self.at
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Kafka's ExponentialBackoff: initial * 2**(attempt-1), capped, times 1 +- jitter."""
+
+    initial_ms: float = DEFAULT_RETRY_BACKOFF_MS
+    max_ms: float = DEFAULT_RETRY_BACKOFF_MAX_MS
+    jitter: float = BACKOFF_JITTER
+
+    def delay_s(self, attempt: int) -> float:
+        """The pause after failed attempt number `attempt` (1-based), in seconds."""
+        base = min(self.initial_ms * 2.0 ** max(attempt - 1, 0), self.max_ms)
+        return float(base * random.uniform(1 - self.jitter, 1 + self.jitter) / 1000)
+
+
+class PartitionsFailed(TidelogError):
+    """Some partitions of an attempt failed with retriable errors; raised between attempts only.
+
+    ``refresh``: at least one failure needs fresh metadata. ``immediate``: every failure came
+    with a newer leader hint, so the retry need not wait.
+    """
+
+    name = "PARTITIONS_FAILED"
+    retriable = True
+
+    def __init__(
+        self, failures: Mapping[TopicPartition, TidelogError], *, refresh: bool, immediate: bool
+    ) -> None:
+        self.failures = dict(failures)
+        self.refresh = refresh
+        self.immediate = immediate
+        super().__init__(describe_failures(self.failures))
+
+
+def describe_failures(failures: Mapping[TopicPartition, BaseException]) -> str:
+    return "; ".join(f"{tp}: {exc}" for tp, exc in sorted(failures.items()))
+
+
+class _Wait(tenacity.wait.wait_base):
+    def __init__(self, backoff: Backoff, deadline: Deadline) -> None:
+        self._backoff = backoff
+        self._deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        outcome = retry_state.outcome
+        failure = outcome.exception() if outcome is not None else None
+        if isinstance(failure, PartitionsFailed) and failure.immediate:
+            return 0.0
+        return min(self._backoff.delay_s(retry_state.attempt_number), self._deadline.remaining())
+
+
+class _StopAtDeadline(tenacity.stop.stop_base):
+    def __init__(self, deadline: Deadline) -> None:
+        self._deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self._deadline.expired
+
+
+def _is_retriable(exc: BaseException) -> bool:
+    return isinstance(exc, TidelogError) and exc.retriable
+
+
+def call_with_retry(
+    attempt: Callable[[], T], *, what: str, deadline: Deadline, backoff: Backoff
+) -> T:
+    """Run `attempt` until it returns, raises a non-retriable error, or the deadline passes.
+
+    `attempt` itself refreshes metadata when the previous failure asked for it (it knows which
+    partitions it still needs); this loop only decides whether and when to call it again.
+    """
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_is_retriable),
+        wait=_Wait(backoff, deadline),
+        stop=_StopAtDeadline(deadline),
+        reraise=True,
+    )
+    try:
+        return retrying(attempt)
+    except TidelogError as exc:
+        if not exc.retriable:
+            raise
+        raise RequestTimedOutError(
+            f"{what} did not succeed within {deadline.timeout_ms:g} ms; still failing: {exc}"
+        ) from exc

@@ -1,0 +1,293 @@
+"""Every conversion between the client's Python values and tidelog.v1 protobuf messages.
+
+Kept in one module so that the rest of the client reasons about TopicPartition, error objects
+and leader hints, never about message shapes; a per-partition answer comes out either as a
+plain value or as a `Failure` (the error, named after its partition, and the leader hint).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tidelog.errors import TidelogError, for_code
+from tidelog.metadata import LeaderHint, MetadataSnapshot, PartitionInfo, TopicInfo
+from tidelog.types import IsolationLevel, TopicPartition
+from tidelog.v1 import tidelog_pb2 as pb
+
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    error: TidelogError
+    hint: LeaderHint | None = None
+
+
+def error_for(code: int, message: str, subject: object) -> TidelogError:
+    """The error object for a Kafka code, its message naming the partition (or topic)."""
+    cls = for_code(code)
+    return cls(f"{subject}: {message or cls.description}")
+
+
+def _hint(message: Any) -> LeaderHint | None:
+    if message.leader_id < 0:
+        return None
+    return LeaderHint(message.leader_id, message.leader_epoch, message.leader_address)
+
+
+def _by_topic(items: Mapping[TopicPartition, V]) -> dict[str, list[tuple[int, V]]]:
+    grouped: dict[str, list[tuple[int, V]]] = defaultdict(list)
+    for tp, value in items.items():
+        grouped[tp.topic].append((tp.partition, value))
+    return grouped
+
+
+# ---- Metadata ---------------------------------------------------------------------------------
+
+
+def metadata_request(topics: Iterable[str] = ()) -> pb.MetadataRequest:
+    return pb.MetadataRequest(topics=list(topics))
+
+
+def parse_metadata(response: pb.MetadataResponse) -> MetadataSnapshot:
+    topics = {
+        t.name: TopicInfo(
+            name=t.name,
+            partitions=tuple(
+                PartitionInfo(
+                    leader=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    replicas=tuple(p.replicas),
+                    isr=tuple(p.isr),
+                    error_code=p.error_code,
+                )
+                for p in sorted(t.partitions, key=lambda p: p.partition)
+            ),
+            configs=dict(t.configs),
+            is_internal=t.is_internal,
+            error_code=t.error_code,
+        )
+        for t in response.topics
+    }
+    return MetadataSnapshot(
+        nodes={n.node_id: n.address for n in response.nodes},
+        controller_id=response.controller_id,
+        topics=topics,
+    )
+
+
+# ---- CreateTopics / DeleteTopics --------------------------------------------------------------
+
+
+def create_topics_request(
+    name: str, partitions: int, replication_factor: int, config: Mapping[str, str], timeout_ms: int
+) -> pb.CreateTopicsRequest:
+    topic = pb.CreatableTopic(
+        name=name,
+        num_partitions=partitions,
+        replication_factor=replication_factor,
+        configs={k: str(v) for k, v in config.items()},
+    )
+    return pb.CreateTopicsRequest(topics=[topic], timeout_ms=timeout_ms)
+
+
+def delete_topics_request(names: Iterable[str], timeout_ms: int) -> pb.DeleteTopicsRequest:
+    return pb.DeleteTopicsRequest(topic_names=list(names), timeout_ms=timeout_ms)
+
+
+def parse_topic_results(
+    response: pb.CreateTopicsResponse | pb.DeleteTopicsResponse,
+) -> dict[str, TidelogError | None]:
+    return {
+        t.name: error_for(t.error_code, t.error_message, f"topic {t.name!r}")
+        if t.error_code
+        else None
+        for t in response.topics
+    }
+
+
+# ---- ListOffsets ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetLookup:
+    """One partition's ListOffsets question: a spec timestamp, or a legacy count >= 1."""
+
+    timestamp: int
+    current_leader_epoch: int = -1
+    max_num_offsets: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAnswer:
+    offset: int
+    timestamp: int
+    leader_epoch: int
+    old_style_offsets: tuple[int, ...] = ()
+
+
+def list_offsets_request(
+    lookups: Mapping[TopicPartition, OffsetLookup], isolation: IsolationLevel, replica_id: int
+) -> pb.ListOffsetsRequest:
+    return pb.ListOffsetsRequest(
+        replica_id=replica_id,
+        isolation_level=int(isolation),
+        topics=[
+            pb.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    pb.ListOffsetsPartition(
+                        partition=p,
+                        current_leader_epoch=q.current_leader_epoch,
+                        timestamp=q.timestamp,
+                        max_num_offsets=q.max_num_offsets,
+                    )
+                    for p, q in parts
+                ],
+            )
+            for topic, parts in _by_topic(lookups).items()
+        ],
+    )
+
+
+def parse_list_offsets(
+    response: pb.ListOffsetsResponse,
+) -> dict[TopicPartition, OffsetAnswer | Failure]:
+    out: dict[TopicPartition, OffsetAnswer | Failure] = {}
+    for topic in response.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition)
+            if p.error_code:
+                # ListOffsets answers carry no message field: the code's description is it.
+                out[tp] = Failure(error_for(p.error_code, "", tp), _hint(p.current_leader))
+            else:
+                out[tp] = OffsetAnswer(
+                    p.offset, p.timestamp, p.leader_epoch, tuple(p.old_style_offsets)
+                )
+    return out
+
+
+# ---- Produce ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceAnswer:
+    base_offset: int
+    log_append_time_ms: int
+
+
+def produce_request(
+    batches: Mapping[TopicPartition, bytes], acks: int, timeout_ms: int
+) -> pb.ProduceRequest:
+    return pb.ProduceRequest(
+        acks=acks,
+        timeout_ms=timeout_ms,
+        topics=[
+            pb.TopicProduceData(
+                name=topic,
+                partitions=[pb.PartitionProduceData(partition=p, records=b) for p, b in parts],
+            )
+            for topic, parts in _by_topic(batches).items()
+        ],
+    )
+
+
+def parse_produce(response: pb.ProduceResponse) -> dict[TopicPartition, ProduceAnswer | Failure]:
+    out: dict[TopicPartition, ProduceAnswer | Failure] = {}
+    for topic in response.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition)
+            if p.error_code:
+                error = error_for(p.error_code, p.error_message, tp)
+                out[tp] = Failure(error, _hint(p.current_leader))
+            else:
+                out[tp] = ProduceAnswer(p.base_offset, p.log_append_time_ms)
+    return out
+
+
+# ---- Fetch ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPosition:
+    offset: int
+    current_leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    records: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    #: (producer_id, first_offset) of aborted transactions overlapping the records.
+    aborted: tuple[tuple[int, int], ...]
+
+
+def fetch_request(
+    positions: Mapping[TopicPartition, FetchPosition],
+    *,
+    isolation: IsolationLevel,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    partition_max_bytes: int,
+) -> pb.FetchRequest:
+    return pb.FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=int(isolation),
+        topics=[
+            pb.FetchTopic(
+                name=topic,
+                partitions=[
+                    pb.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=pos.current_leader_epoch,
+                        fetch_offset=pos.offset,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p, pos in parts
+                ],
+            )
+            for topic, parts in _by_topic(positions).items()
+        ],
+    )
+
+
+def parse_fetch(response: pb.FetchResponse) -> dict[TopicPartition, FetchAnswer | Failure]:
+    out: dict[TopicPartition, FetchAnswer | Failure] = {}
+    for topic in response.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition)
+            if p.error_code:
+                error = error_for(p.error_code, p.error_message, tp)
+                out[tp] = Failure(error, _hint(p.current_leader))
+            else:
+                out[tp] = FetchAnswer(
+                    p.records,
+                    p.high_watermark,
+                    p.last_stable_offset,
+                    p.log_start_offset,
+                    tuple((a.producer_id, a.first_offset) for a in p.aborted_transactions),
+                )
+    return out
+
+
+# ---- InitProducerId ---------------------------------------------------------------------------
+
+
+def init_producer_id_request(producer_id: int, producer_epoch: int) -> pb.InitProducerIdRequest:
+    return pb.InitProducerIdRequest(producer_id=producer_id, producer_epoch=producer_epoch)
+
+
+def parse_init_producer_id(response: pb.InitProducerIdResponse) -> tuple[int, int]:
+    """(producer id, epoch); raises the error of a failed answer."""
+    if response.error_code:
+        raise error_for(response.error_code, "", "InitProducerId")
+    return response.producer_id, response.producer_epoch
