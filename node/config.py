@@ -39,6 +39,7 @@ KEYS: dict[str, str] = {
     "raft.tick.ms": "raft_tick_ms",
     "log.flush.policy": "log_flush_policy",
     "replica.lag.max.ms": "replica_lag_max_ms",
+    "test.drop.produce.response.rate": "test_drop_produce_response_rate",
 }
 _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
 _REQUIRED = ("node.id", "listen", "data.dir")
@@ -74,6 +75,9 @@ class NodeConfig:
     log_flush_policy: FlushPolicy = "always"
     #: A follower that has not caught up with the leader for this long leaves the ISR.
     replica_lag_max_ms: int = 30_000
+    #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
+    #: committed, to prove that idempotent retries write nothing twice.
+    test_drop_produce_response_rate: float = 0.0
     #: Topic defaults (Kafka topic-config names), applied to topics created without an override.
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -106,6 +110,10 @@ class NodeConfig:
             f"log.flush.policy must be 'always' or 'never', got {self.log_flush_policy!r}",
         )
         _require(self.replica_lag_max_ms >= 1, "replica.lag.max.ms must be >= 1")
+        _require(
+            0.0 <= self.test_drop_produce_response_rate <= 1.0,
+            "test.drop.produce.response.rate must be within 0..1",
+        )
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         object.__setattr__(self, "peers", dict(self.peers))
         object.__setattr__(self, "extra", dict(self.extra))
@@ -250,6 +258,11 @@ def _convert(key: str, name: str, value: str) -> Any:
         return parse_peers(value)
     if name in ("listen", "advertised", "log_flush_policy"):
         return value
+    if name == "test_drop_produce_response_rate":
+        try:
+            return float(value)
+        except ValueError:
+            raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
     try:
         return int(value)
     except ValueError:
