@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -235,6 +236,10 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                     result.current_leader.CopyFrom(self._hint(replica.tp))
             else:
                 result.log_start_offset = replica.log.log_start_offset
+        drop_rate = self.rt.config.test_drop_produce_response_rate
+        if drop_rate and pending and random.random() < drop_rate:
+            # Tests only: the writes are done, the client never hears so and must retry.
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "test: produce response dropped")
         return response
 
     # ---- Fetch -----------------------------------------------------------------------------
