@@ -1,0 +1,157 @@
+"""Client pieces that need no cluster: the error flags against Kafka's exception hierarchy, the
+backoff formula, the metadata merge rules, and pickling of configurations."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from tidelog import Client, ProducerConfig, TopicPartition, errors
+from tidelog.consumer import ConsumerConfig
+from tidelog.metadata import ClusterMetadata, LeaderHint, MetadataSnapshot, PartitionInfo, TopicInfo
+from tidelog.retry import Backoff
+
+# Kafka's Java client (kafka-reference §4.3, clients/.../common/errors/): name ->
+# (retriable, invalid_metadata). InvalidMetadataException extends RetriableException.
+KAFKA_FLAGS: dict[str, tuple[bool, bool]] = {
+    # InvalidMetadataException subclasses
+    "UNKNOWN_TOPIC_OR_PARTITION": (True, True),
+    "NOT_LEADER_OR_FOLLOWER": (True, True),
+    "REPLICA_NOT_AVAILABLE": (True, True),
+    "FENCED_LEADER_EPOCH": (True, True),
+    "LEADER_NOT_AVAILABLE": (True, True),
+    "KAFKA_STORAGE_ERROR": (True, True),
+    "NETWORK_EXCEPTION": (True, True),
+    # plain RetriableException
+    "UNKNOWN_LEADER_EPOCH": (True, False),
+    "OFFSET_NOT_AVAILABLE": (True, False),
+    "COORDINATOR_LOAD_IN_PROGRESS": (True, False),
+    "COORDINATOR_NOT_AVAILABLE": (True, False),
+    "NOT_COORDINATOR": (True, False),
+    "UNSTABLE_OFFSET_COMMIT": (True, False),
+    "REQUEST_TIMED_OUT": (True, False),
+    "NOT_ENOUGH_REPLICAS": (True, False),
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": (True, False),
+    "CORRUPT_MESSAGE": (True, False),
+    "CONCURRENT_TRANSACTIONS": (True, False),
+    "NOT_CONTROLLER": (True, False),
+    # ApiException, not retriable
+    "UNKNOWN_SERVER_ERROR": (False, False),
+    "OFFSET_OUT_OF_RANGE": (False, False),
+    "INVALID_FETCH_SIZE": (False, False),
+    "BROKER_NOT_AVAILABLE": (False, False),
+    "MESSAGE_TOO_LARGE": (False, False),
+    "OFFSET_METADATA_TOO_LARGE": (False, False),
+    "INVALID_TOPIC_EXCEPTION": (False, False),
+    "RECORD_LIST_TOO_LARGE": (False, False),
+    "INVALID_REQUIRED_ACKS": (False, False),
+    "ILLEGAL_GENERATION": (False, False),
+    "INVALID_GROUP_ID": (False, False),
+    "UNKNOWN_MEMBER_ID": (False, False),
+    "REBALANCE_IN_PROGRESS": (False, False),
+    "INVALID_COMMIT_OFFSET_SIZE": (False, False),
+    "TOPIC_AUTHORIZATION_FAILED": (False, False),
+    "GROUP_AUTHORIZATION_FAILED": (False, False),
+    "INVALID_TIMESTAMP": (False, False),
+    "UNSUPPORTED_VERSION": (False, False),
+    "TOPIC_ALREADY_EXISTS": (False, False),
+    "INVALID_PARTITIONS": (False, False),
+    "INVALID_REPLICATION_FACTOR": (False, False),
+    "INVALID_REPLICA_ASSIGNMENT": (False, False),
+    "INVALID_CONFIG": (False, False),
+    "INVALID_REQUEST": (False, False),
+    "UNSUPPORTED_FOR_MESSAGE_FORMAT": (False, False),
+    "OUT_OF_ORDER_SEQUENCE_NUMBER": (False, False),
+    "DUPLICATE_SEQUENCE_NUMBER": (False, False),
+    "INVALID_PRODUCER_EPOCH": (False, False),
+    "INVALID_TXN_STATE": (False, False),
+    "INVALID_PRODUCER_ID_MAPPING": (False, False),
+    "INVALID_TRANSACTION_TIMEOUT": (False, False),
+    "UNKNOWN_PRODUCER_ID": (False, False),
+    "GROUP_ID_NOT_FOUND": (False, False),
+    "FENCED_INSTANCE_ID": (False, False),
+    "PRODUCER_FENCED": (False, False),
+}
+
+
+@pytest.mark.parametrize("cls", errors.all_errors(), ids=lambda c: c.name)
+def test_error_flags_match_kafka(cls: type[errors.TidelogError]) -> None:
+    assert cls.name in KAFKA_FLAGS, f"{cls.name} has no entry in the Kafka table"
+    assert (cls.retriable, cls.invalid_metadata) == KAFKA_FLAGS[cls.name]
+    assert errors.for_code(cls.code) is cls
+
+
+def test_transport_errors_are_retriable_and_invalidate_metadata() -> None:
+    assert errors.NodeUnavailableError.retriable
+    assert errors.NodeUnavailableError.invalid_metadata
+    assert not errors.ConfigurationError.retriable
+
+
+def test_backoff_is_exponential_capped_and_jittered_by_20_percent() -> None:
+    backoff = Backoff(100, 1000, 0.2)
+    for attempt, base in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.0), (12, 1.0)]:
+        delays = [backoff.delay_s(attempt) for _ in range(200)]
+        assert all(base * 0.8 - 1e-9 <= d <= base * 1.2 + 1e-9 for d in delays)
+        assert max(delays) - min(delays) > 0  # jittered
+
+
+def _snapshot(leader: int, epoch: int, partitions: int = 2) -> MetadataSnapshot:
+    parts = tuple(PartitionInfo(leader, epoch, (1, 2, 3)) for _ in range(partitions))
+    return MetadataSnapshot(
+        nodes={1: "h:1", 2: "h:2", 3: "h:3"},
+        controller_id=1,
+        topics={"t": TopicInfo("t", parts)},
+    )
+
+
+def test_metadata_keeps_newer_epochs_and_counts_versions() -> None:
+    meta = ClusterMetadata()
+    tp = TopicPartition("t", 0)
+    assert meta.leader_for(tp) is None and meta.version == 0
+    meta.update(_snapshot(leader=2, epoch=5))
+    assert (meta.leader_for(tp), meta.leader_epoch(tp), meta.version) == (2, 5, 1)
+    meta.update(_snapshot(leader=1, epoch=4))  # a node that missed the election
+    assert (meta.leader_for(tp), meta.leader_epoch(tp), meta.version) == (2, 5, 2)
+    meta.update(_snapshot(leader=3, epoch=6))
+    assert meta.leader_for(tp) == 3
+    assert meta.partition_count("t") == 2 and meta.partition_count("nope") is None
+
+
+def test_leader_hints_apply_only_when_newer_and_invalidation_forgets_a_node() -> None:
+    meta = ClusterMetadata()
+    tp = TopicPartition("t", 1)
+    meta.update(_snapshot(leader=2, epoch=5))
+    assert not meta.apply_hint(tp, LeaderHint(1, 4, "h:1"))
+    assert not meta.apply_hint(tp, LeaderHint(2, 5, "h:2"))
+    assert not meta.apply_hint(tp, LeaderHint(-1, -1, ""))
+    assert meta.apply_hint(tp, LeaderHint(3, 6, "h:3"))
+    assert (meta.leader_for(tp), meta.leader_epoch(tp)) == (3, 6)
+    assert meta.leader_for(TopicPartition("t", 0)) == 2  # the other partition is untouched
+    meta.invalidate_node(3)
+    assert meta.leader_for(tp) is None and meta.leader_epoch(tp) == 6
+    assert meta.available_partitions("t") == [0]
+
+
+def test_configurations_pickle() -> None:
+    client = Client("127.0.0.1:1,127.0.0.1:2", request_timeout_ms=1234)
+    copy = pickle.loads(pickle.dumps(client))
+    assert isinstance(copy, Client) and copy is not client
+    assert copy.config == client.config and copy.config.bootstrap == ("127.0.0.1:1", "127.0.0.1:2")
+    for config in (ProducerConfig(linger_ms=7), ConsumerConfig(group_id="g")):
+        assert pickle.loads(pickle.dumps(config)) == config
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"acks": 2}, {"acks": 1, "idempotent": True}, {"max_in_flight": 6}, {"batch_size": 0}],
+)
+def test_bad_producer_settings_are_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(errors.ConfigurationError):
+        ProducerConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_idempotence_defaults_on_only_with_acks_all() -> None:
+    assert ProducerConfig().idempotence
+    assert not ProducerConfig(acks=1).idempotence
+    assert not ProducerConfig(idempotent=False).idempotence
