@@ -132,11 +132,18 @@ class LogLoader:
         )
 
     def _remove_leftovers(self) -> None:
-        """Half-written checkpoints and cleaner output that never became a swap; and the
-        sparse indexes of a swap, which are rebuilt when the swap is completed."""
+        """Half-written checkpoints and cleaner output that never became a swap (a segment's
+        files are renamed to ``.swap`` before its .log, so a ``.txnindex.swap`` without its
+        ``.log.swap`` is such output); and the sparse indexes of a swap, which are rebuilt
+        when the swap is completed."""
         rebuilt = (INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX)
         for path in self.directory.iterdir():
-            if path.name.endswith((TMP_SUFFIX, CLEANED_SUFFIX, *rebuilt)):
+            unfinished = path.name.endswith(TXN_INDEX_SUFFIX + SWAP_SUFFIX) and not (
+                segment_file(
+                    self.directory, base_offset_from_path(path), LOG_SUFFIX, SWAP_SUFFIX
+                ).exists()
+            )
+            if unfinished or path.name.endswith((TMP_SUFFIX, CLEANED_SUFFIX, *rebuilt)):
                 log.info("removing leftover %s", path)
                 path.unlink()
 
@@ -145,6 +152,11 @@ class LogLoader:
         it covers go, then it takes its final name (Kafka's swap-file recovery)."""
         for swap_path in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
             base = base_offset_from_path(swap_path)
+            final_txn = segment_file(self.directory, base, TXN_INDEX_SUFFIX)
+            if final_txn.exists() and not segment_file(self.directory, base, LOG_SUFFIX).exists():
+                # The swap was taking its final names (the .log last) when it stopped, after
+                # the old segments had gone with their .log last: this file is the swap's.
+                final_txn.replace(segment_file(self.directory, base, TXN_INDEX_SUFFIX, SWAP_SUFFIX))
             swap, _ = LogSegment.open(
                 self.directory,
                 base,
