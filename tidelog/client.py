@@ -271,7 +271,9 @@ class Client:
                 )
             except NodeUnavailableError as exc:
                 failures.append(str(exc))
-        raise NodeUnavailableError("no node answered Metadata: " + "; ".join(failures))
+        raise NodeUnavailableError(
+            "no node answered Metadata: " + ("; ".join(failures) or "the deadline passed")
+        )
 
     def ensure_metadata(self, deadline: Deadline) -> None:
         if self.metadata.version == 0:
@@ -333,7 +335,15 @@ class Client:
         def attempt() -> dict[TopicPartition, A]:
             pending = [tp for tp in wanted if tp not in results]
             if state.refresh or any(self.metadata.leader_for(tp) is None for tp in pending):
-                self.refresh_metadata(deadline, state.seen_version)
+                try:
+                    self.refresh_metadata(deadline, state.seen_version)
+                except TidelogError as exc:
+                    if not exc.retriable:
+                        raise
+                    # Keep naming the partitions: they are what the caller waits for.
+                    raise PartitionsFailed(
+                        dict.fromkeys(pending, exc), refresh=True, immediate=False
+                    ) from exc
             state.seen_version = self.metadata.version
             failures: dict[TopicPartition, wire.Failure] = {}
             by_leader: dict[int, list[TopicPartition]] = defaultdict(list)

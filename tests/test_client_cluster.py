@@ -1,0 +1,206 @@
+"""The client library against a real 3-node cluster (one per module): admin, produce and
+consume, offset lookups under both isolation levels, errors, and leader kills in the middle of
+loops of list_offsets, send and poll that no caller may notice."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition, errors
+from tidelog.consumer import Consumer
+from tidelog.hashing import partition_for_key
+from tidelog.testing import LocalCluster
+from tidelog.types import ConsumerRecord
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(3) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap, request_timeout_ms=30_000) as c:
+        yield c
+
+
+def _drain(consumer: Consumer, expected: int, timeout_s: float = 30.0) -> list[ConsumerRecord]:
+    """Poll until `expected` records came (or the deadline: the caller's assert shows it)."""
+    got: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < expected and time.monotonic() < deadline:
+        got += consumer.poll(timeout_ms=500)
+    return got
+
+
+def test_admin_create_describe_delete(client: Client, cluster: LocalCluster) -> None:
+    client.create_topic(
+        "admin-t", partitions=2, replication_factor=3, config={"segment.bytes": 1 << 20}
+    )
+    info = client.describe_topics(["admin-t"])["admin-t"]
+    assert len(info.partitions) == 2 and all(p.leader in cluster.node_ids for p in info.partitions)
+    assert info.configs.get("segment.bytes") == str(1 << 20)
+    assert "admin-t" in client.list_topics()
+    with pytest.raises(errors.TopicAlreadyExistsError, match="admin-t"):
+        client.create_topic("admin-t", partitions=2, replication_factor=3)
+    with pytest.raises(errors.InvalidReplicationFactorError):
+        client.create_topic("admin-bad", partitions=1, replication_factor=5)
+    described = client.describe_cluster()
+    assert sorted(described.nodes) == cluster.node_ids
+    assert described.controller_id in cluster.node_ids
+    client.delete_topic("admin-t")
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        client.describe_topics(["admin-t"])
+
+
+def test_produce_and_consume_keep_keys_headers_timestamps_and_order(client: Client) -> None:
+    client.create_topic("roundtrip", partitions=3, replication_factor=3)
+    base_ts = int(time.time() * 1000)
+    with client.producer(linger_ms=2, batch_size=2048) as producer:
+        futures = [
+            producer.send(
+                "roundtrip", b"v%d" % i, key=b"k%d" % (i % 11), timestamp_ms=base_ts + i,
+                headers=[("h", b"%d" % i), ("none", None)],
+            )
+            for i in range(600)
+        ]
+        null_keyed = [producer.send("roundtrip", b"n%d" % i) for i in range(50)]
+        producer.flush()
+    metas = [f.result() for f in futures]
+    for i, meta in enumerate(metas):
+        assert meta.partition == partition_for_key(b"k%d" % (i % 11), 3)
+        assert meta.timestamp == base_ts + i and meta.offset >= 0
+    assert all(f.result().offset >= 0 for f in null_keyed)
+    consumer = client.consumer()
+    tps = [TopicPartition("roundtrip", p) for p in range(3)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    records = _drain(consumer, 650)
+    assert len(records) == 650
+    by_value = {r.value: r for r in records}
+    for i, meta in enumerate(metas):
+        record = by_value[b"v%d" % i]
+        assert (record.partition, record.offset, record.timestamp) == (
+            meta.partition, meta.offset, meta.timestamp
+        )
+        assert record.key == b"k%d" % (i % 11)
+        assert record.headers == (("h", b"%d" % i), ("none", None))
+    for tp in tps:
+        offsets = [r.offset for r in records if r.partition == tp.partition]
+        assert offsets == sorted(offsets)
+        assert consumer.position(tp) == client.list_offsets({tp: OffsetSpec.latest()})[tp].offset
+
+
+def test_non_idempotent_acks_1_producer(client: Client) -> None:
+    client.create_topic("acks1", partitions=1, replication_factor=3)
+    with client.producer(acks=1) as producer:
+        assert producer.producer_id == (-1, -1)
+        offsets = [producer.send("acks1", b"x%d" % i).result(timeout=30).offset for i in range(20)]
+    assert offsets == list(range(20))
+
+
+def test_offset_lookups_and_consumer_positions(client: Client) -> None:
+    client.create_topic("lookups", partitions=2, replication_factor=3)
+    base_ts = int(time.time() * 1000) - 60_000
+    with client.producer() as producer:
+        for i in range(100):
+            producer.send("lookups", b"%d" % i, partition=i % 2, timestamp_ms=base_ts + i * 10)
+    tps = [TopicPartition("lookups", p) for p in range(2)]
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = client.consumer(isolation_level=isolation)
+        level = IsolationLevel.parse(isolation)
+        earliest = client.list_offsets(dict.fromkeys(tps, OffsetSpec.earliest()), level)
+        latest = client.list_offsets(dict.fromkeys(tps, OffsetSpec.latest()), level)
+        assert consumer.beginning_offsets(tps) == {tp: r.offset for tp, r in earliest.items()}
+        assert consumer.end_offsets(tps) == {tp: r.offset for tp, r in latest.items()}
+        assert consumer.end_offsets(tps) == dict.fromkeys(tps, 50)
+        found = consumer.offsets_for_times({tps[0]: base_ts + 15, tps[1]: base_ts + 10**9})
+        assert found[tps[0]] is not None
+        assert (found[tps[0]].offset, found[tps[0]].timestamp) == (1, base_ts + 20)
+        assert found[tps[1]] is None
+    assert client.legacy_offsets_before(tps[0], -1, 10) == [50, 0]
+    consumer = client.consumer(auto_offset_reset="earliest")
+    consumer.assign(tps[:1])
+    assert consumer.position(tps[0]) == 0
+    consumer.seek(tps[0], 40)
+    assert [r.offset for r in _drain(consumer, 10)] == list(range(40, 50))
+    consumer.seek_to_end(tps[0])
+    assert consumer.position(tps[0]) == 50
+    latest_consumer = client.consumer()
+    latest_consumer.assign(tps[1:])
+    assert latest_consumer.poll(timeout_ms=200) == []
+    assert latest_consumer.position(tps[1]) == 50
+
+
+def test_errors_name_their_partition_and_raise_at_once(client: Client) -> None:
+    client.create_topic("errs", partitions=1, replication_factor=3)
+    tp = TopicPartition("errs", 0)
+    with pytest.raises(errors.UnsupportedVersionError, match="errs-0"):
+        client.list_offsets({tp: OffsetSpec(-7)})
+    consumer = client.consumer(auto_offset_reset="none")
+    consumer.assign([tp])
+    with pytest.raises(errors.OffsetOutOfRangeError, match="errs-0"):
+        consumer.poll(timeout_ms=100)
+    consumer.seek(tp, 1000)
+    with pytest.raises(errors.OffsetOutOfRangeError, match="errs-0"):
+        consumer.poll(timeout_ms=1000)
+    with pytest.raises(errors.UnsupportedVersionError, match="not supported yet"):
+        consumer.commit()
+    with pytest.raises(errors.UnsupportedVersionError, match="not supported yet"):
+        consumer.committed([tp])
+    with pytest.raises(errors.RequestTimedOutError, match="no-such-topic"):
+        client.list_offsets({TopicPartition("no-such-topic", 0): -1}, timeout_ms=500)
+
+
+def test_a_pickled_client_works_on_its_own_connections(client: Client) -> None:
+    client.create_topic("pickled", partitions=1, replication_factor=3)
+    with pickle.loads(pickle.dumps(client)) as copy:
+        assert copy.config == client.config
+        tp = TopicPartition("pickled", 0)
+        assert copy.list_offsets({tp: OffsetSpec.latest()})[tp].offset == 0
+
+
+def test_leader_kills_during_lookups_sends_and_polls_reach_no_caller(
+    client: Client, cluster: LocalCluster
+) -> None:
+    """Every call in the loops succeeds across two elections; refreshes stay bounded."""
+    topic = "failover"
+    client.create_topic(topic, partitions=3, replication_factor=3)
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    consumer = client.consumer(auto_offset_reset="earliest")
+    consumer.assign(tps)
+    refreshes_before = client.metadata_refreshes
+    producer = client.producer(linger_ms=1)
+    sent = received = 0
+    seen: list[ConsumerRecord] = []
+    for victim_partition in (0, 1):
+        victim = cluster.leader_of((topic, victim_partition))
+        assert victim is not None
+        cluster.kill(victim)
+        epoch_before = client.metadata.leader_epoch(tps[victim_partition])
+        rounds_after_election = 0
+        while rounds_after_election < 5:
+            offsets = client.list_offsets(dict.fromkeys(tps, OffsetSpec.latest()))
+            assert all(r.offset >= 0 for r in offsets.values())
+            futures = [producer.send(topic, b"%d" % (sent + i), partition=i % 3) for i in range(30)]
+            producer.flush()
+            assert all(f.result().offset >= 0 for f in futures)
+            sent += len(futures)
+            polled = consumer.poll(timeout_ms=300)
+            seen += polled
+            received += len(polled)
+            if client.metadata.leader_epoch(tps[victim_partition]) > epoch_before:
+                rounds_after_election += 1
+        cluster.restart(victim)
+    producer.close()
+    seen += _drain(consumer, sent - received)
+    assert sorted(int(r.value or b"") for r in seen) == list(range(sent))
+    refreshes = client.metadata_refreshes - refreshes_before
+    assert 1 <= refreshes <= 100, refreshes
