@@ -163,6 +163,8 @@ class Producer:
         self._needs_producer_id = config.idempotence
         self._refresh_wanted = False
         self._refresh_at = 0.0
+        #: Batches sent again after a retriable error (Kafka's record-retry metric, by batch).
+        self.retries = 0
         self._init_at = 0.0
         self._serial = itertools.count()
         self._sender = threading.Thread(target=self._run, name="tidelog-producer", daemon=True)
@@ -480,6 +482,7 @@ class Producer:
             refresh, immediate = self.client.react(batch.tp, failure)
         self._refresh_wanted |= refresh
         batch.attempts += 1
+        self.retries += 1
         state.in_flight.remove(batch)
         serials = [b.serial for b in state.queue]
         state.queue.insert(bisect.bisect_right(serials, batch.serial), batch)
