@@ -7,4 +7,4 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,spark]'
