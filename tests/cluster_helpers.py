@@ -88,6 +88,16 @@ class Raw:
         )
         assert response.topics[0].error_code == 0, response
         self.wait_leaders(name, partitions)
+        # Nodes hand leadership to the preferred replica once it is in sync; wait for that so
+        # a test's leader does not move under it by balancing.
+        wait_for(
+            lambda: all(
+                p.leader_id == p.replicas[0]
+                for p in self.metadata(self.cluster.node_ids[0], name).partitions
+            ),
+            what=f"preferred leaders of {name}",
+        )
+        self.wait_leaders(name, partitions)
 
     def wait_leaders(self, topic: str, partitions: int, timeout: float = 15.0) -> list[int]:
         """Leaders of every partition once all live nodes agree on them."""
