@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import select
 import shutil
 import signal
@@ -285,15 +286,15 @@ def _free_port() -> int:
 def _read_line(process: subprocess.Popen[bytes], deadline: float) -> bytes:
     assert process.stdout is not None
     line = b""
-    while not line.endswith(b"\n"):
+    while b"\n" not in line:
         ready, _, _ = select.select([process.stdout], [], [], max(deadline - time.monotonic(), 0))
         if not ready:
             raise TimeoutError("toxiproxy server did not report its port in time")
-        byte = process.stdout.read(1)
-        if not byte:
+        data = os.read(process.stdout.fileno(), 256)  # unbuffered: select sees the rest
+        if not data:
             raise RuntimeError(f"toxiproxy server exited with {process.wait()} before listening")
-        line += byte
-    return line
+        line += data
+    return line.partition(b"\n")[0]
 
 
 def _wait_until_answering(handle: ToxiproxyHandle, deadline: float) -> None:
