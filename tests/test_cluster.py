@@ -336,3 +336,29 @@ def test_whole_cluster_restart_keeps_topics_and_committed_data(tmp_path) -> None
                 assert raw.produce(leader, "durable", p, make_batch([b"more"])).error_code == 0
         finally:
             raw.close()
+
+
+def test_cluster_status_shows_offsets_per_replica(raw: Raw) -> None:
+    import subprocess
+    import sys
+
+    raw.create_topic("statused", 1, 3)
+    leader = raw.wait_leaders("statused", 1)[0]
+    assert raw.produce(leader, "statused", 0, make_batch([b"s"] * 4)).error_code == 0
+    wait_for(
+        lambda: all(
+            raw.list_offset(n, "statused", 0, -1, replica_id=-2).offset == 4
+            for n in raw.cluster.node_ids
+        ),
+        what="every replica to hold the records",
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "cluster", "status",
+         "--bootstrap", raw.cluster.bootstrap],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    rows = [line.split() for line in out.splitlines() if line.startswith("statused ")]
+    per_replica = [r for r in rows if r[3] in ("leader", "follower")]
+    assert sorted(int(r[2]) for r in per_replica) == [1, 2, 3]
+    assert [r[3] for r in per_replica].count("leader") == 1
+    assert all(r[-1] == "4" for r in per_replica), out  # LEO of every replica

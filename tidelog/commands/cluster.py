@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tidelog.testing import LocalCluster
@@ -142,7 +142,59 @@ def _status(args: argparse.Namespace) -> int:
                 f"{_ids(p.replicas):<12} {_ids(p.isr)}"
                 + (f"  error {p.error_code}" if p.error_code else "")
             )
+    addresses = {node.node_id: node.address for node in meta.nodes}
+    print()
+    print(f"{'TOPIC':<24} {'PART':>4} {'REPLICA':>7} {'ROLE':<8} {'START':>8} {'HW':>8} "
+          f"{'LSO':>8} {'LEO':>8}")
+    channels = {a: grpc.insecure_channel(a) for a in addresses.values()}
+    try:
+        for topic in sorted(meta.topics, key=lambda t: t.name):
+            for p in topic.partitions:
+                for replica in p.replicas:
+                    stub = tidelog_pb2_grpc.TidelogStub(channels[addresses[replica]])
+                    role = "leader" if replica == p.leader_id else "follower"
+                    state = _replica_offsets(stub, topic.name, p.partition)
+                    cells = " ".join(f"{v:>8}" for v in state) if state else "unreachable"
+                    print(f"{topic.name:<24} {p.partition:>4} {replica:>7} {role:<8} {cells}")
+    finally:
+        for channel in channels.values():
+            channel.close()
     return 0
+
+
+def _replica_offsets(stub: Any, topic: str, partition: int) -> tuple[int, int, int, int] | None:
+    """(log start, HW, LSO, LEO) as one replica holds them, through debug requests
+    (replica_id -2), which any replica answers."""
+    import grpc
+
+    from tidelog.v1 import tidelog_pb2 as pb
+
+    try:
+        listed = stub.ListOffsets(
+            pb.ListOffsetsRequest(
+                replica_id=-2,
+                topics=[pb.ListOffsetsTopic(name=topic, partitions=[
+                    pb.ListOffsetsPartition(partition=partition, timestamp=-1,
+                                            current_leader_epoch=-1)])],
+            ),
+            timeout=5.0,
+        ).topics[0].partitions[0]
+        leo = listed.offset
+        fetched = stub.Fetch(
+            pb.FetchRequest(
+                replica_id=-2,
+                max_bytes=1,
+                topics=[pb.FetchTopic(name=topic, partitions=[
+                    pb.FetchPartition(partition=partition, fetch_offset=leo,
+                                      current_leader_epoch=-1)])],
+            ),
+            timeout=5.0,
+        ).topics[0].partitions[0]
+    except grpc.RpcError:
+        return None
+    if listed.error_code or fetched.error_code:
+        return None
+    return (fetched.log_start_offset, fetched.high_watermark, fetched.last_stable_offset, leo)
 
 
 def _ids(ids: Iterable[int]) -> str:
