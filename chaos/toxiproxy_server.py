@@ -566,6 +566,13 @@ def _decode(body: bytes) -> Any:
         raise _bad_body(str(exc)) from exc
 
 
+def _object(body: bytes) -> dict[str, Any]:
+    data = _decode(body)
+    if not isinstance(data, dict):
+        raise _bad_body("expected a JSON object")
+    return data
+
+
 def _field(data: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     value = data.get(key, default)
     if value is None:
@@ -747,7 +754,7 @@ class ToxiproxyServer:
         return proxy
 
     async def _create_proxy(self, body: bytes) -> _Response:
-        name, listen, upstream, enabled = self._parse_proxy(_decode(body))
+        name, listen, upstream, enabled = self._parse_proxy(_object(body))
         async with self._lock:
             if name in self.proxies:
                 raise ApiError("proxy already exists", 409)
@@ -780,11 +787,9 @@ class ToxiproxyServer:
         return 200, self._proxy(name).to_json()
 
     async def _update_proxy(self, name: str, body: bytes) -> _Response:
-        data = _decode(body)
-        if not isinstance(data, dict):
-            raise _bad_body("expected a JSON object")
         async with self._lock:
             proxy = self._proxy(name)
+            data = _object(body)
             listen = _field(data, "listen", str, proxy.listen) or proxy.listen
             upstream = _field(data, "upstream", str, proxy.upstream) or proxy.upstream
             enabled = _field(data, "enabled", bool, proxy.enabled)
@@ -816,10 +821,8 @@ class ToxiproxyServer:
         return 200, self._toxic(self._proxy(name), toxic).to_json()
 
     async def _create_toxic(self, name: str, body: bytes) -> _Response:
-        proxy = self._proxy(name)
-        data = _decode(body)
-        if not isinstance(data, dict):
-            raise _bad_body("expected a JSON object")
+        self._proxy(name)  # an unknown proxy is a 404 whatever the body, as in Go
+        data = _object(body)
         stream = _field(data, "stream", str, "downstream").lower()
         if stream not in DIRECTIONS:
             raise ApiError("stream was invalid, can be either upstream or downstream", 400)
@@ -841,12 +844,10 @@ class ToxiproxyServer:
         return 200, toxic.to_json()
 
     async def _update_toxic(self, name: str, toxic_name: str, body: bytes) -> _Response:
-        data = _decode(body)
-        if not isinstance(data, dict):
-            raise _bad_body("expected a JSON object")
         async with self._lock:
             proxy = self._proxy(name)
             current = self._toxic(proxy, toxic_name)
+            data = _object(body)
             toxic = Toxic(
                 current.name, current.type, current.stream,
                 _parse_toxicity(data.get("toxicity", current.toxicity)),
