@@ -1,0 +1,566 @@
+"""Cluster benchmarks on a real 3-node cluster, each figure beside a baseline from the same run.
+
+* produce: acks=all throughput of 1 KiB records in batches of 256 to 6 partitions with
+  replication factor 3 (default node settings: fsync before acknowledging), several requests in
+  flight per partition, against one-hop gRPC bidi streaming of the same batches, with the same
+  window of messages in flight, to a bench-local server in another process that keeps nothing.
+  Goal: ratio >= 0.25.
+* list-offsets: p50/p99 latency of ListOffsets by timestamp on a partition with data spread
+  over many segments, beside the baseline: the gRPC health check of the same node (same process,
+  event loop and channel, no work). An empty echo on the bench-local server and ListOffsets
+  "latest" (no lookup) are printed for context. Goal: p50 ratio <= 1.5.
+* failover: SIGKILL of a partition leader to the first acks=all produce that the new leader
+  acknowledges, found by polling Metadata of the live nodes and retrying; the node restarts and
+  catches up, and its preferred leadership returns, before the next kill. Goal: p50 <= 1 s,
+  p99 <= 2 s.
+
+Run: ``.venv/bin/python bench/cluster.py [--quick]``. ``--quick`` uses tiny sizes (seconds) so
+that a smoke test keeps this script working; its figures mean little. The figures are printed,
+never asserted: exit 1 only when something went wrong (errors, wrong answers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+# Run as a script, this file's directory comes first on sys.path, where bench/storage.py would
+# shadow the storage package the nodes' code imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+import grpc  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+
+from tidelog.records import RecordInput, build_batch  # noqa: E402
+from tidelog.testing import LocalCluster  # noqa: E402
+from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
+from tidelog.v1 import tidelog_pb2_grpc  # noqa: E402
+
+MIB = 1024 * 1024
+RECORD_BYTES = 1024
+SINK_METHOD = "/bench.Baseline/Sink"
+ECHO_METHOD = "/bench.Baseline/Echo"
+#: Short reconnect backoff (Kafka's reconnect.backoff.ms is 50 ms): after a kill and restart,
+#: gRPC's default (1 s, growing) would measure the client's patience, not the cluster.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 250),
+    ("grpc.max_send_message_length", 64 * MIB),
+    ("grpc.max_receive_message_length", 64 * MIB),
+]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    partitions: int
+    records_per_batch: int
+    inflight: int  # produce requests in flight per partition
+    warmup_s: float
+    produce_s: float
+    lookup_bytes: int  # data in the ListOffsets partition
+    latency_samples: int
+    kills: int
+
+
+FULL = Sizes(6, 256, 4, 3.0, 15.0, 64 * MIB, 2000, 24)
+QUICK = Sizes(6, 16, 2, 0.3, 1.0, 1 * MIB, 50, 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--inflight", type=int, help="produce requests in flight per partition")
+    parser.add_argument("--kills", type=int, help="leader kills in the failover benchmark")
+    parser.add_argument("--seconds", type=float, help="produce measurement time (after warm-up)")
+    parser.add_argument("--only", choices=("produce", "list-offsets", "failover"),
+                        help="run one benchmark (to profile it)")
+    parser.add_argument("--baseline-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.baseline_server:
+        asyncio.run(serve_baseline())
+        return 0
+    sizes = QUICK if args.quick else FULL
+    overrides = {k: v for k, v in (("inflight", args.inflight), ("kills", args.kills),
+                                   ("produce_s", args.seconds)) if v}
+    sizes = Sizes(**{**sizes.__dict__, **overrides})
+    print(f"# tidelog cluster benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(f"# {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"grpcio {grpc.__version__}; 3 nodes and this client share the cores")
+    print("# load average before the run (other work on this machine skews every figure): "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    ok = True
+    with BaselineServer() as baseline:
+        if args.only in (None, "produce"):
+            baseline_mib_s = bench_baseline_stream(baseline.address, sizes)
+        with LocalCluster(3) as cluster:
+            if args.only in (None, "produce"):
+                ok &= bench_produce(cluster, sizes, baseline_mib_s)
+            if args.only in (None, "list-offsets"):
+                ok &= bench_list_offsets(cluster, baseline.address, sizes)
+            if args.only in (None, "failover"):
+                ok &= bench_failover(cluster, sizes)
+    if args.quick:
+        print("# --quick: sizes too small for the goals to mean anything")
+    return 0 if ok else 1
+
+
+def verdict(ok: bool) -> str:
+    return "OK" if ok else "MISSED"
+
+
+def percentile(samples: list[float], q: int) -> float:
+    """The q-th percentile, interpolated between the nearest samples."""
+    if len(samples) == 1:
+        return samples[0]
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
+
+
+def make_batch(records: int, timestamp_ms: int, value: bytes) -> bytes:
+    return build_batch([RecordInput(value, None, timestamp_ms + i) for i in range(records)])
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ----------------------------------------------------------------------------------------------
+# The bench-local baseline server: one gRPC hop, no storage, no replication
+
+
+class BaselineServer:
+    """This script with ``--baseline-server`` in a child process, so that the server does not
+    share the client's GIL (a node does not either)."""
+
+    def __enter__(self) -> BaselineServer:
+        self._proc = subprocess.Popen(
+            [sys.executable, __file__, "--baseline-server"],
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        )
+        assert self._proc.stdout is not None
+        port = self._proc.stdout.readline().strip()
+        if not port.isdigit():
+            self._proc.kill()
+            raise RuntimeError(f"the baseline server did not start (said {port!r})")
+        self.address = f"127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._proc.kill()
+        self._proc.wait()
+
+
+async def serve_baseline() -> None:
+    """``Sink``: a bidi stream that answers every message with an empty one; ``Echo``: unary,
+    returns its request. Bytes in and out, no protobuf: the cheapest gRPC can be."""
+
+    async def sink(requests: object, context: grpc.aio.ServicerContext) -> object:
+        async for _ in requests:  # type: ignore[attr-defined]
+            yield b""
+
+    async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return request
+
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bench.Baseline", {
+        "Sink": grpc.stream_stream_rpc_method_handler(sink),
+        "Echo": grpc.unary_unary_rpc_method_handler(echo),
+    })])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    await server.wait_for_termination()
+
+
+# ----------------------------------------------------------------------------------------------
+# Produce throughput
+
+
+class Window:
+    """Counts completions between the end of the warm-up and the deadline."""
+
+    def __init__(self, warmup_s: float, measure_s: float) -> None:
+        self.start = time.perf_counter() + warmup_s
+        self.end = self.start + measure_s
+        self.completed = 0
+
+    def open(self) -> bool:
+        return time.perf_counter() < self.end
+
+    def complete(self) -> None:
+        if self.start <= time.perf_counter() <= self.end:
+            self.completed += 1
+
+    def per_second(self, unit: float) -> float:
+        return self.completed * unit / (self.end - self.start)
+
+
+def bench_baseline_stream(address: str, sizes: Sizes) -> float:
+    """MiB/s of produce-sized batches over one bidi stream, as many in flight as the produce
+    benchmark keeps in flight in total."""
+    batch = make_batch(sizes.records_per_batch, now_ms(), random.randbytes(RECORD_BYTES))
+    window_size = sizes.partitions * sizes.inflight
+
+    async def run() -> Window:
+        async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+            call = channel.stream_stream(SINK_METHOD)()
+            window = Window(sizes.warmup_s, sizes.produce_s)
+            slots = asyncio.Semaphore(window_size)
+
+            async def write() -> None:
+                while window.open():
+                    await slots.acquire()
+                    await call.write(batch)
+                await call.done_writing()
+
+            writer = asyncio.create_task(write())
+            async for _ in call:
+                slots.release()
+                window.complete()
+            await writer
+            return window
+
+    window = asyncio.run(run())
+    mib_s = window.per_second(len(batch) / MIB)
+    print(f"\n## produce: {sizes.records_per_batch} x {RECORD_BYTES} B records per batch "
+          f"({len(batch)} B), {window_size} batches in flight, {sizes.produce_s:g} s after "
+          f"{sizes.warmup_s:g} s warm-up")
+    print(f"baseline gRPC bidi stream, one hop, no storage: {mib_s:8.1f} MiB/s "
+          f"{mib_s * MIB / len(batch) * sizes.records_per_batch:10.0f} records/s")
+    return mib_s
+
+
+def bench_produce(cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float) -> bool:
+    topic = "bench-produce"
+    create_topic(cluster, topic, sizes.partitions)
+    leaders = wait_leaders(cluster, topic, sizes.partitions)
+    batch = make_batch(sizes.records_per_batch, now_ms(), random.randbytes(RECORD_BYTES))
+    errors: Counter[str] = Counter()
+
+    async def run() -> Window:
+        channels = {
+            n: grpc.aio.insecure_channel(cluster.address_of(n), options=CHANNEL_OPTIONS)
+            for n in cluster.node_ids
+        }
+        stubs = {p: tidelog_pb2_grpc.TidelogStub(channels[n]) for p, n in enumerate(leaders)}
+        window = Window(sizes.warmup_s, sizes.produce_s)
+
+        async def produce(partition: int) -> None:
+            request = pb.ProduceRequest(acks=-1, timeout_ms=30_000, topics=[pb.TopicProduceData(
+                name=topic, partitions=[pb.PartitionProduceData(partition=partition,
+                                                                records=batch)],
+            )])
+            while window.open():
+                try:
+                    response = await stubs[partition].Produce(request, timeout=35)
+                except grpc.aio.AioRpcError as exc:
+                    errors[exc.code().name] += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                result = response.topics[0].partitions[0]
+                if result.error_code == 0:
+                    window.complete()
+                    continue
+                errors[f"error {result.error_code}"] += 1
+                hint = result.current_leader
+                if hint.leader_id in channels:  # the leader moved: follow it
+                    stubs[partition] = tidelog_pb2_grpc.TidelogStub(channels[hint.leader_id])
+                await asyncio.sleep(0.05)
+
+        try:
+            await asyncio.gather(*(
+                produce(p) for p in range(sizes.partitions) for _ in range(sizes.inflight)
+            ))
+        finally:
+            for channel in channels.values():
+                await channel.close()
+        return window
+
+    window = asyncio.run(run())
+    mib_s = window.per_second(len(batch) / MIB)
+    records_s = window.per_second(sizes.records_per_batch)
+    print(f"tidelog acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x {sizes.inflight} "
+          f"in flight (leaders on nodes {sorted(set(leaders))}): {mib_s:8.1f} MiB/s "
+          f"{records_s:10.0f} records/s")
+    if errors:
+        print(f"produce errors (retried): {dict(errors)}")
+    ratio = mib_s / baseline_mib_s
+    print(f"ratio produce MiB/s tidelog/baseline: {ratio:.2f} (goal >= 0.25) "
+          f"{verdict(ratio >= 0.25)}")
+    return window.completed > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# ListOffsets latency
+
+
+def bench_list_offsets(cluster: LocalCluster, baseline_address: str, sizes: Sizes) -> bool:
+    """Records are timestamped ``t0 + offset`` so that every answer can be checked."""
+    topic = "bench-lookup"
+    records_per_batch = 64
+    segment_bytes = max(sizes.lookup_bytes // 64, 4 * records_per_batch * (RECORD_BYTES + 100))
+    create_topic(cluster, topic, 1, {"segment.bytes": str(segment_bytes)})
+    leader = wait_leaders(cluster, topic, 1)[0]
+    value = random.randbytes(RECORD_BYTES)
+    batches = max(1, sizes.lookup_bytes // (records_per_batch * RECORD_BYTES))
+    t0 = now_ms() - 86_400_000
+    stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, leader))
+    for b in range(batches):
+        offset = b * records_per_batch
+        result = produce_one(stub, topic, 0, make_batch(records_per_batch, t0 + offset, value))
+        if result.error_code != 0 or result.base_offset != offset:
+            print(f"lookup data: produce failed: {result}", file=sys.stderr)
+            return False
+    end = batches * records_per_batch
+    health = health_pb2_grpc.HealthStub(channel_to(cluster, leader))
+    with grpc.insecure_channel(baseline_address, options=CHANNEL_OPTIONS) as baseline_channel:
+        echo = baseline_channel.unary_unary(ECHO_METHOD)
+        wrong: list[str] = []
+        rng = random.Random(7)
+
+        def by_timestamp() -> None:
+            target = rng.randrange(end)
+            answer = list_offsets(stub, topic, t0 + target)
+            if (answer.error_code, answer.offset) != (0, target):
+                wrong.append(f"timestamp {t0 + target}: {answer}")
+
+        calls: dict[str, Callable[[], object]] = {
+            "ListOffsets by timestamp": by_timestamp,
+            "node health check (baseline)": lambda: health.Check(
+                health_pb2.HealthCheckRequest(), timeout=5),
+            "ListOffsets latest": lambda: list_offsets(stub, topic, -1),
+            "bench-local empty echo": lambda: echo(b"", timeout=5),
+        }
+        samples = interleaved_latencies(calls, sizes.latency_samples)
+    print(f"\n## ListOffsets: {end} records of {RECORD_BYTES} B in {segment_bytes // 1024} KiB "
+          f"segments on leader node {leader}, {sizes.latency_samples} sequential calls of each "
+          "kind, interleaved")
+    print(f"{'call':<32} {'p50 us':>8} {'p99 us':>8}")
+    for name, values in samples.items():
+        print(f"{name:<32} {percentile(values, 50) * 1e6:8.0f} {percentile(values, 99) * 1e6:8.0f}")
+    for line in wrong[:5]:
+        print(f"WRONG ANSWER: {line}", file=sys.stderr)
+    lookup = samples["ListOffsets by timestamp"]
+    base = samples["node health check (baseline)"]
+    ratio = percentile(lookup, 50) / percentile(base, 50)
+    ratio99 = percentile(lookup, 99) / percentile(base, 99)
+    echo_ratio = percentile(lookup, 50) / percentile(samples["bench-local empty echo"], 50)
+    print(f"ratio ListOffsets/health check p99: {ratio99:.2f}; p50 vs bench-local echo: "
+          f"{echo_ratio:.2f}")
+    print(f"ratio ListOffsets/health check p50: {ratio:.2f} (goal <= 1.5) {verdict(ratio <= 1.5)}")
+    return not wrong
+
+
+def interleaved_latencies(
+    calls: dict[str, Callable[[], object]], count: int
+) -> dict[str, list[float]]:
+    """Seconds per call; the kinds take turns so that they share the same conditions."""
+    for call in calls.values():  # warm-up: connections, caches
+        for _ in range(20):
+            call()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    clock = time.perf_counter
+    for _ in range(count):
+        for name, call in calls.items():
+            started = clock()
+            call()
+            samples[name].append(clock() - started)
+    return samples
+
+
+# ----------------------------------------------------------------------------------------------
+# Failover
+
+
+def bench_failover(cluster: LocalCluster, sizes: Sizes) -> bool:
+    """Partitions with their preferred leaders on different nodes; kill ``i`` targets partition
+    ``i % 3``, so every node dies in turn (the controller too, some of the time)."""
+    topic = "bench-failover"
+    partitions = len(cluster.node_ids)
+    create_topic(cluster, topic, partitions)
+    wait_leaders(cluster, topic, partitions)
+    value = random.randbytes(RECORD_BYTES)
+    times: list[float] = []
+    print(f"\n## failover: SIGKILL of the leader -> first acks=all produce acknowledged, "
+          f"{sizes.kills} kills, default node settings")
+    for kill in range(sizes.kills):
+        partition = kill % partitions
+        leader, epoch = settle(cluster, topic, partition, value)
+        started = time.perf_counter()
+        cluster.kill(leader)
+        new_leader = produce_after_failover(cluster, topic, partition, leader, epoch, value)
+        elapsed = time.perf_counter() - started
+        times.append(elapsed)
+        print(f"kill {kill + 1:>2}: partition {partition}, node {leader} -> node {new_leader}: "
+              f"{elapsed * 1000:7.1f} ms", flush=True)
+        cluster.restart(leader)
+    p50, p99 = percentile(times, 50), percentile(times, 99)
+    print(f"failover p50: {p50 * 1000:.0f} ms, p99: {p99 * 1000:.0f} ms, max: "
+          f"{max(times) * 1000:.0f} ms over {len(times)} kills (goal p50 <= 1000 ms, "
+          f"p99 <= 2000 ms) {verdict(p50 <= 1 and p99 <= 2)}")
+    return True
+
+
+def settle(cluster: LocalCluster, topic: str, partition: int, value: bytes) -> tuple[int, int]:
+    """Waits until every node runs and agrees on the partition's leader, that leader is its
+    preferred replica, an acks=all produce succeeds and every replica has the same log end.
+    Returns (leader, epoch)."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        views = [partition_view(cluster, n, topic, partition) for n in cluster.node_ids]
+        if any(v is None for v in views) or len({(v.leader_id, v.leader_epoch) for v in views
+                                                  if v is not None}) != 1:
+            continue
+        view = views[0]
+        assert view is not None
+        if view.leader_id != view.replicas[0]:
+            continue  # the preferred leader is back soon; killing it again is the point
+        stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, view.leader_id))
+        try:
+            if produce_one(stub, topic, partition, make_batch(1, now_ms(), value)).error_code:
+                continue
+            ends = {list_offsets(tidelog_pb2_grpc.TidelogStub(channel_to(cluster, n)), topic,
+                                 -1, partition=partition, replica_id=-2).offset
+                    for n in cluster.node_ids}
+        except grpc.RpcError:
+            continue
+        if len(ends) == 1:
+            return view.leader_id, view.leader_epoch
+    raise RuntimeError(f"{topic}-{partition} did not settle within 90 s")
+
+
+def produce_after_failover(
+    cluster: LocalCluster, topic: str, partition: int, dead: int, old_epoch: int, value: bytes
+) -> int:
+    """What a client does: ask the live nodes who leads now (the highest epoch wins), produce
+    there, retry on any failure. Returns the new leader."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        best: tuple[int, int] | None = None
+        for node in cluster.node_ids:
+            if node == dead:
+                continue
+            try:
+                view = partition_view(cluster, node, topic, partition, timeout=0.5)
+            except grpc.RpcError:
+                continue
+            if view is not None and view.leader_id not in (-1, dead) and (
+                view.leader_epoch > old_epoch
+            ):
+                best = max(best or (-1, -1), (view.leader_epoch, view.leader_id))
+        if best is not None:
+            stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, best[1]))
+            try:
+                result = produce_one(stub, topic, partition, make_batch(1, now_ms(), value),
+                                     timeout_ms=2000)
+                if result.error_code == 0:
+                    return best[1]
+            except grpc.RpcError:
+                pass
+        time.sleep(0.005)
+    raise RuntimeError(f"no acks=all produce to {topic}-{partition} within 30 s of the kill")
+
+
+# ----------------------------------------------------------------------------------------------
+# Raw gRPC calls (as tests/cluster_helpers.py, with channels that reconnect quickly)
+
+_CHANNELS: dict[str, grpc.Channel] = {}
+
+
+def channel_to(cluster: LocalCluster, node: int) -> grpc.Channel:
+    address = cluster.address_of(node)
+    channel = _CHANNELS.get(address)
+    if channel is None:
+        channel = _CHANNELS[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    return channel
+
+
+def create_topic(
+    cluster: LocalCluster, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
+    stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, cluster.node_ids[0]))
+    response = stub.CreateTopics(pb.CreateTopicsRequest(
+        topics=[pb.CreatableTopic(name=name, num_partitions=partitions, replication_factor=3,
+                                  configs=configs or {})],
+        timeout_ms=15_000,
+    ), timeout=20)
+    if response.topics[0].error_code:
+        raise RuntimeError(f"creating {name}: {response.topics[0]}")
+
+
+def partition_view(
+    cluster: LocalCluster, node: int, topic: str, partition: int, timeout: float = 5
+) -> pb.PartitionMetadata | None:
+    stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, node))
+    meta: pb.TopicMetadata = stub.Metadata(
+        pb.MetadataRequest(topics=[topic]), timeout=timeout).topics[0]
+    for p in meta.partitions:
+        if p.partition == partition and p.error_code == 0 and p.leader_id >= 0:
+            return p
+    return None
+
+
+def wait_leaders(cluster: LocalCluster, topic: str, partitions: int) -> list[int]:
+    """Leaders of every partition once every node names the same ones, preferably the
+    preferred replicas: the nodes move leadership there soon after creation, which would
+    disturb a measurement. A loaded machine may keep them elsewhere; after a while, any
+    agreed leaders do."""
+    started = time.monotonic()
+    leaders: list[list[int | None]] = []
+    while time.monotonic() < started + 30:
+        try:
+            views = [[partition_view(cluster, n, topic, p) for p in range(partitions)]
+                     for n in cluster.node_ids]
+        except grpc.RpcError:
+            views = []
+        leaders = [[None if v is None else v.leader_id for v in view] for view in views]
+        agreed = bool(leaders) and None not in leaders[0] and all(
+            x == leaders[0] for x in leaders)
+        preferred = agreed and all(v is not None and v.leader_id == v.replicas[0]
+                                   for v in views[0])
+        if preferred or (agreed and time.monotonic() > started + 10):
+            return [int(x) for x in leaders[0] if x is not None]
+        time.sleep(0.05)
+    raise RuntimeError(f"the leaders of {topic} were not agreed within 30 s: {leaders}")
+
+
+def produce_one(
+    stub: tidelog_pb2_grpc.TidelogStub, topic: str, partition: int, batch: bytes,
+    timeout_ms: int = 10_000,
+) -> pb.PartitionProduceResponse:
+    response = stub.Produce(pb.ProduceRequest(acks=-1, timeout_ms=timeout_ms, topics=[
+        pb.TopicProduceData(name=topic, partitions=[
+            pb.PartitionProduceData(partition=partition, records=batch)])
+    ]), timeout=timeout_ms / 1000 + 5)
+    result: pb.PartitionProduceResponse = response.topics[0].partitions[0]
+    return result
+
+
+def list_offsets(
+    stub: tidelog_pb2_grpc.TidelogStub, topic: str, timestamp: int, *, partition: int = 0,
+    replica_id: int = -1,
+) -> pb.ListOffsetsPartitionResponse:
+    response = stub.ListOffsets(pb.ListOffsetsRequest(replica_id=replica_id, topics=[
+        pb.ListOffsetsTopic(name=topic, partitions=[
+            pb.ListOffsetsPartition(partition=partition, timestamp=timestamp,
+                                    current_leader_epoch=-1)])
+    ]), timeout=5)
+    result: pb.ListOffsetsPartitionResponse = response.topics[0].partitions[0]
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
