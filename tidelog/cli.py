@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("sim", "run the deterministic Raft simulator for one seed or a range of seeds"),
     "node": ("node", "run one node in the foreground"),
     "cluster": ("cluster", "start, stop or inspect a local cluster of node processes"),
+    "demo": ("demo", "a guided tour: a local cluster, offsets by time, a leader failover"),
+    "topic": ("topic", "create, list, describe or delete topics"),
+    "produce": ("produce", "send records from arguments or standard input"),
+    "consume": ("consume", "print records from a position"),
+    "offsets": ("offsets", "earliest, latest, max-timestamp or by-time offsets per partition"),
 }
 
 

@@ -1,0 +1,69 @@
+"""What the operator commands share: the --bootstrap option, a client, and time parsing."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from tidelog.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tidelog.client import Client
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:7420"
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("TIDELOG_BOOTSTRAP", DEFAULT_BOOTSTRAP),
+        help="HOST:PORT[,HOST:PORT...] of any nodes (default: $TIDELOG_BOOTSTRAP or "
+        f"{DEFAULT_BOOTSTRAP}, the address `tidelog cluster up` prints)",
+    )
+    parser.add_argument(
+        "--timeout-ms", type=int, default=30_000, help="overall deadline of each call"
+    )
+
+
+def client_for(args: argparse.Namespace) -> Client:
+    from tidelog.client import Client
+
+    return Client(args.bootstrap, request_timeout_ms=args.timeout_ms)
+
+
+def parse_time(text: str) -> int:
+    """A ListOffsets spec from the command line: earliest, latest, max, epoch milliseconds,
+    or an ISO-8601 time (a time without a zone is UTC)."""
+    specials = {"earliest": -2, "latest": -1, "max": -3}
+    lowered = text.strip().lower()
+    if lowered in specials:
+        return specials[lowered]
+    if lowered.lstrip("-").isdigit():
+        value = int(lowered)
+        if value < 0:
+            raise ConfigurationError(
+                f"--time {text}: use earliest, latest or max instead of negative numbers"
+            )
+        return value
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigurationError(
+            f"--time {text!r}: expected earliest, latest, max, milliseconds since the epoch "
+            "or an ISO-8601 time such as 2026-11-22T10:00:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def parse_configs(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"--config {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,62 @@
+"""``tidelog produce TOPIC``: send records from arguments or standard input (one per line)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+from tidelog.commands._common import add_bootstrap, client_for
+from tidelog.types import RecordMetadata
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("topic")
+    parser.add_argument("values", nargs="*",
+                        help="record values; none means read lines from standard input")
+    parser.add_argument("--key", default=None, help="the key of every record")
+    parser.add_argument("--key-separator", default=None, metavar="SEP",
+                        help="split each line into KEY SEP VALUE (like kafka-console-producer)")
+    parser.add_argument("--partition", type=int, default=None)
+    parser.add_argument("--timestamp", type=int, default=None, help="CreateTime in ms")
+    parser.add_argument("--acks", choices=["0", "1", "all"], default="all")
+    add_bootstrap(parser)
+
+
+def _records(args: argparse.Namespace) -> Iterator[tuple[bytes | None, bytes]]:
+    lines = args.values or (line.rstrip("\n") for line in sys.stdin)
+    for line in lines:
+        key = args.key
+        value = line
+        if args.key_separator is not None and args.key_separator in line:
+            key, value = line.split(args.key_separator, 1)
+        yield (None if key is None else key.encode()), value.encode()
+
+
+def run(args: argparse.Namespace) -> int:
+    client = client_for(args)
+    producer = client.producer(acks=args.acks)
+    futures: list[Future[RecordMetadata]] = []
+    try:
+        for key, value in _records(args):
+            futures.append(producer.send(
+                args.topic, value, key=key, partition=args.partition,
+                timestamp_ms=args.timestamp,
+            ))
+            if len(futures) % 10_000 == 0:
+                print(f"sent {len(futures)} records...", file=sys.stderr)
+        producer.flush()
+        per_partition: dict[int, list[int]] = {}
+        for future in futures:
+            meta = future.result()
+            per_partition.setdefault(meta.partition, []).append(meta.offset)
+    finally:
+        producer.close()
+        client.close()
+    for partition, offsets in sorted(per_partition.items()):
+        print(f"{args.topic}:{partition}: {len(offsets)} record(s) at offsets "
+              f"{min(offsets)}..{max(offsets)}")
+    if not futures:
+        print("nothing to send", file=sys.stderr)
+    return 0

@@ -1,0 +1,64 @@
+"""``tidelog topic create|list|describe|delete``: topic administration over the client."""
+
+from __future__ import annotations
+
+import argparse
+
+from tidelog.commands._common import add_bootstrap, client_for, parse_configs
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    create = sub.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=None,
+                        help="default: min(3, number of nodes)")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a topic config such as segment.bytes=1048576 (repeatable)")
+    add_bootstrap(create)
+    listing = sub.add_parser("list", help="list topics")
+    add_bootstrap(listing)
+    describe = sub.add_parser("describe", help="partitions, leaders, replicas and configs")
+    describe.add_argument("names", nargs="*", help="topics to describe (default: all)")
+    add_bootstrap(describe)
+    delete = sub.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("name")
+    add_bootstrap(delete)
+
+
+def run(args: argparse.Namespace) -> int:
+    client = client_for(args)
+    try:
+        if args.action == "create":
+            client.create_topic(
+                args.name,
+                partitions=args.partitions,
+                replication_factor=args.replication_factor,
+                config=parse_configs(args.config),
+            )
+            print(f"created topic {args.name} with {args.partitions} partition(s)")
+        elif args.action == "list":
+            for name in client.list_topics():
+                print(name)
+        elif args.action == "describe":
+            topics = client.describe_topics(args.names or None)
+            for name, info in topics.items():
+                configs = ", ".join(f"{k}={v}" for k, v in sorted(info.configs.items()))
+                print(f"{name}  partitions={len(info.partitions)}  {configs}".rstrip())
+                for index, p in enumerate(info.partitions):
+                    print(
+                        f"  partition {index}: leader {p.leader} epoch {p.leader_epoch}"
+                        f"  replicas {_ids(p.replicas)}  isr {_ids(p.isr)}"
+                    )
+        else:
+            client.delete_topic(args.name)
+            print(f"deleted topic {args.name}")
+    finally:
+        client.close()
+    return 0
+
+
+def _ids(ids: tuple[int, ...] | list[int]) -> str:
+    return ",".join(map(str, ids))
