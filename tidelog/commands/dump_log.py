@@ -181,7 +181,8 @@ def _dump_records(
     ts_name = _timestamp_type_name(h)
     try:
         records = decode_records(buf, pos, h)
-        control = control_type_of(buf, pos, h) if h.is_control else None
+        # a compacted control batch may have lost its record
+        control = control_type_of(buf, pos, h) if h.is_control and records else None
     except (CorruptMessageError, struct.error, UnicodeDecodeError) as exc:
         return [f"{path}: records of the batch at position {position} do not decode: {exc}"]
     for r in records:
