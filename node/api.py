@@ -77,8 +77,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     ) -> pb.MetadataResponse:
         rt = self.rt
         response = pb.MetadataResponse(controller_id=rt.controller_id)
-        for node_id, address in sorted(rt.config.peers.items()):
-            response.nodes.add(node_id=node_id, address=address)
+        for node_id in sorted(rt.config.peers):
+            response.nodes.add(node_id=node_id, address=rt.address_of(node_id))
         for name in list(request.topics) or sorted(rt.image.topics):
             topic = rt.image.topics.get(name)
             if topic is None:

@@ -29,6 +29,7 @@ KEYS: dict[str, str] = {
     "advertised.address": "advertised",
     "data.dir": "data_dir",
     "peers": "peers",
+    "client.addresses": "client_addresses",
     "segment.bytes": "segment_bytes",
     "index.interval.bytes": "index_interval_bytes",
     "segment.ms": "segment_ms",
@@ -78,6 +79,9 @@ class NodeConfig:
     #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
     #: committed, to prove that idempotent retries write nothing twice.
     test_drop_produce_response_rate: float = 0.0
+    #: node_id -> the address clients should dial for that node (Metadata, leader hints), when
+    #: it differs from the address peers use: chaos runs put a proxy on every link.
+    client_addresses: Mapping[int, str] = field(default_factory=dict)
     #: Topic defaults (Kafka topic-config names), applied to topics created without an override.
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -115,13 +119,22 @@ class NodeConfig:
             "test.drop.produce.response.rate must be within 0..1",
         )
         object.__setattr__(self, "data_dir", Path(self.data_dir))
+        for node, address in self.client_addresses.items():
+            _parse_address(f"client.addresses: address of node {node}", address,
+                           loopback_only=False)
         object.__setattr__(self, "peers", dict(self.peers))
+        object.__setattr__(self, "client_addresses", dict(self.client_addresses))
         object.__setattr__(self, "extra", dict(self.extra))
 
     @property
     def election_timeout_max_ms(self) -> int:
         """Randomized timeouts are drawn below this bound (2x the minimum, as etcd does)."""
         return 2 * self.election_timeout_ms
+
+    def client_address_of(self, node_id: int) -> str:
+        """Where a client reaches `node_id`: its advertised client address, else its peer
+        address."""
+        return self.client_addresses.get(node_id) or self.peers.get(node_id, "")
 
     @property
     def advertised_address(self) -> str:
@@ -167,7 +180,7 @@ class NodeConfig:
         props: dict[str, str] = {}
         for name, key in _FIELD_TO_KEY.items():
             value = getattr(self, name)
-            if name == "peers":
+            if name in ("peers", "client_addresses"):
                 value = format_peers(value)
             if value != "":
                 props[key] = str(value)
@@ -254,7 +267,7 @@ def _is_loopback(host: str) -> bool:
 def _convert(key: str, name: str, value: str) -> Any:
     if name == "data_dir":
         return Path(value)
-    if name == "peers":
+    if name in ("peers", "client_addresses"):
         return parse_peers(value)
     if name in ("listen", "advertised", "log_flush_policy"):
         return value

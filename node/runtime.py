@@ -253,9 +253,7 @@ class NodeRuntime:
     def _queue_message(self, tp: TopicPartition, message: Any) -> None:
         env = self._outbox.get(message.dst)
         if env is None:
-            env = self._outbox[message.dst] = rpb.RaftEnvelope(
-                src=self.node_id, dst=message.dst, src_address=self.config.advertised_address
-            )
+            env = self._outbox[message.dst] = rpb.RaftEnvelope(src=self.node_id, dst=message.dst)
         add_message(env, tp, message)
 
     def _flush_outbox(self) -> None:
@@ -290,9 +288,7 @@ class NodeRuntime:
         if not led:
             return
         for peer_id, link in self._links.items():
-            env = rpb.RaftEnvelope(
-                src=self.node_id, dst=peer_id, src_address=self.config.advertised_address
-            )
+            env = rpb.RaftEnvelope(src=self.node_id, dst=peer_id)
             for replica in led:
                 env.leaders.add(
                     group=rpb.GroupId(topic=replica.tp.topic, partition=replica.tp.partition),
@@ -348,7 +344,8 @@ class NodeRuntime:
         return list(known[2]) if known is not None else []
 
     def address_of(self, node_id: int) -> str:
-        return self.config.peers.get(node_id, "")
+        """The address a client should use for `node_id` (Metadata, leader hints)."""
+        return self.config.client_address_of(node_id)
 
     @property
     def controller_id(self) -> int:

@@ -7,20 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RaftEnvelope(_message.Message):
-    __slots__ = ("src", "dst", "messages", "heartbeats", "leaders", "src_address")
+    __slots__ = ("src", "dst", "messages", "heartbeats", "leaders")
     SRC_FIELD_NUMBER: _ClassVar[int]
     DST_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
     LEADERS_FIELD_NUMBER: _ClassVar[int]
-    SRC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     src: int
     dst: int
     messages: _containers.RepeatedCompositeFieldContainer[PartitionMessage]
     heartbeats: _containers.RepeatedCompositeFieldContainer[PartitionHeartbeat]
     leaders: _containers.RepeatedCompositeFieldContainer[LeaderAnnouncement]
-    src_address: str
-    def __init__(self, src: _Optional[int] = ..., dst: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PartitionMessage, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[PartitionHeartbeat, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[LeaderAnnouncement, _Mapping]]] = ..., src_address: _Optional[str] = ...) -> None: ...
+    def __init__(self, src: _Optional[int] = ..., dst: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PartitionMessage, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[PartitionHeartbeat, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[LeaderAnnouncement, _Mapping]]] = ...) -> None: ...
 
 class GroupId(_message.Message):
     __slots__ = ("topic", "partition")
