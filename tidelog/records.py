@@ -413,14 +413,24 @@ def assign_offsets(
     With `log_append_time_ms` the batch switches to LogAppendTime: the timestamp-type bit and
     max_timestamp change, which are covered by the CRC, so the CRC is recomputed (as in Kafka).
     """
+    if log_append_time_ms is None:
+        # The hot path: one copy of the batch (join), not two (bytearray, then bytes).
+        view = memoryview(buf)
+        return b"".join(
+            (
+                _BASE_OFFSET_FIELD.pack(base_offset),
+                view[8:12],
+                _EPOCH_FIELD.pack(partition_leader_epoch),
+                view[16:],
+            )
+        )
     out = bytearray(buf)
     _BASE_OFFSET_FIELD.pack_into(out, 0, base_offset)
     _EPOCH_FIELD.pack_into(out, 12, partition_leader_epoch)
-    if log_append_time_ms is not None:
-        (attributes,) = _ATTRS_FIELD.unpack_from(out, 21)
-        _ATTRS_FIELD.pack_into(out, 21, attributes | ATTR_TIMESTAMP_TYPE)
-        _MAX_TS_FIELD.pack_into(out, 35, log_append_time_ms)
-        _CRC_FIELD.pack_into(out, 17, _crc32c.crc32c(memoryview(out)[_CRC_START:]))
+    (attributes,) = _ATTRS_FIELD.unpack_from(out, 21)
+    _ATTRS_FIELD.pack_into(out, 21, attributes | ATTR_TIMESTAMP_TYPE)
+    _MAX_TS_FIELD.pack_into(out, 35, log_append_time_ms)
+    _CRC_FIELD.pack_into(out, 17, _crc32c.crc32c(memoryview(out)[_CRC_START:]))
     return bytes(out)
 
 
@@ -528,7 +538,7 @@ def retain_records(
         if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
             max_timestamp = header.max_timestamp
         else:
-            max_timestamp = header.first_timestamp + max(ts_delta for _, ts_delta in kept)
+            max_timestamp = header.max_timestamp
     return _assemble(
         b"".join(record for record, _ in kept),
         base_offset=header.base_offset,
