@@ -517,7 +517,7 @@ class Simulator:
             node = rng.choice(up)
             self._crash(node)
             self._at(self.now + duration, _RESTART, None, node.id)
-        elif kind == 1:
+        elif kind == 1 and cfg.nodes > 1:
             self._links_gen += 1
             side = set(rng.sample(self.voters, rng.randint(1, cfg.nodes - 1)))
             other = [v for v in self.voters if v not in side]
