@@ -538,7 +538,7 @@ def retain_records(
         if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
             max_timestamp = header.max_timestamp
         else:
-            max_timestamp = header.max_timestamp
+            max_timestamp = header.first_timestamp + max(ts_delta for _, ts_delta in kept)
     return _assemble(
         b"".join(record for record, _ in kept),
         base_offset=header.base_offset,
