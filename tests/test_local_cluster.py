@@ -194,8 +194,9 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
         for address in addresses:
             assert address in status.stdout
         assert "(controller)" in status.stdout
-        partition_lines = [line.split() for line in status.stdout.splitlines()
-                           if line.startswith("events ")]
+        # The partition table (leader, epoch, replicas, ISR), before the per-replica one.
+        partition_lines = [cols for cols in (line.split() for line in status.stdout.splitlines())
+                           if cols[:1] == ["events"] and cols[3] not in ("leader", "follower")]
         assert [(int(cols[1]), int(cols[2]) >= 0) for cols in partition_lines] == [
             (0, True), (1, True)
         ]
