@@ -34,7 +34,7 @@ import tidelog
 from tidelog.errors import ConfigurationError, TidelogError
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
-__all__ = ["ClusterError", "LocalCluster", "NodeStatus", "probe", "stop_cluster"]
+__all__ = ["ClusterError", "LocalCluster", "NodeRoutes", "NodeStatus", "probe", "stop_cluster"]
 
 LAYOUT_FILE = "cluster.json"
 _TIDELOG_SERVICE = tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name
@@ -89,6 +89,15 @@ def probe(address: str, *, with_metadata: bool = True) -> NodeStatus:
         controller = meta.controller_id
         known = f"controller {controller}" if controller >= 0 else "no controller"
         return NodeStatus(address, True, controller, f"SERVING, {known}")
+
+
+@dataclass(frozen=True)
+class NodeRoutes:
+    """Where one node dials each node (itself included) and which address it tells clients to
+    dial per node, when these are not the nodes' own: chaos runs put a proxy on every link."""
+
+    peers: dict[int, str]
+    client_addresses: dict[int, str]
 
 
 class LocalCluster:
@@ -237,6 +246,11 @@ class LocalCluster:
                     best = candidate if best is None else max(best, candidate)
         return None if best is None else best[1]
 
+    def routes(self, node_id: int) -> NodeRoutes | None:
+        """The links a node is started with; None means every node's own address. A subclass
+        overrides it to route links through proxies (see ``chaos.cluster``)."""
+        return None
+
     # -- faults ------------------------------------------------------------------------------
 
     def kill(self, node_id: int) -> None:
@@ -358,6 +372,10 @@ class LocalCluster:
             "data.dir": str(node_dir),
             "peers": format_peers(self._addresses),
         })
+        routes = self.routes(node_id)
+        if routes is not None:
+            props["peers"] = format_peers(routes.peers)
+            props["client.addresses"] = format_peers(routes.client_addresses)
         config = NodeConfig.from_properties(props)  # refuses bad settings here, not in a log
         config_path = node_dir / "node.properties"
         config_path.write_text("".join(f"{k}={v}\n" for k, v in config.to_properties().items()))
