@@ -4,6 +4,7 @@ HW bound, tombstones, control and transactional batches, merging) and its crash 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -254,9 +255,7 @@ class TestNullKeys:
     ) -> None:
         log = compacted_log(tmp_path, clock, cleanup_policy=frozenset({"delete"}))
         append_all(log, [build_batch([RecordInput(b"x", None, T0)]), keyed(("a", "1"))])
-        log.config = log.config.__class__(
-            cleanup_policy=COMPACT, segment_bytes=log.config.segment_bytes
-        )
+        log.config = dataclasses.replace(log.config, cleanup_policy=COMPACT)
         append_all(log, [keyed(("b", "1"))])
         clean(log, clock.now)
         assert contents(log) == [(1, "a", "1"), (2, "b", "1")]

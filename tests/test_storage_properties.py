@@ -31,7 +31,14 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from storage_helpers import T0, FakeClock, assert_lookups_match_brute_force, marker, open_log
+from storage_helpers import (
+    T0,
+    FakeClock,
+    assert_lookups_match_brute_force,
+    batch_bounds,
+    marker,
+    open_log,
+)
 
 from storage import Log
 from storage.cleaner import LogCleaner
@@ -199,7 +206,11 @@ class LogMachine(RuleBasedStateMachine):
         if not self.compacted:
             return
         rows = log_rows(self.log)
-        newest = {r.key: o for o, r in sorted(rows.items()) if o < hw and not r.control}
+        # the cleaner's map holds the records of whole batches below the HW
+        committed = {
+            o for base, last in batch_bounds(self.log) if last < hw for o in range(base, last + 1)
+        }
+        newest = {r.key: o for o, r in sorted(rows.items()) if o in committed and not r.control}
         for offset, row in rows.items():
             if offset < cleanable_end and not row.control:
                 assert newest[row.key] == offset, f"older value of {row.key!r} at {offset} kept"
