@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "produce": ("produce", "send records from arguments or standard input"),
     "consume": ("consume", "print records from a position"),
     "offsets": ("offsets", "earliest, latest, max-timestamp or by-time offsets per partition"),
+    "chaos": ("chaos", "run a workload under injected faults and check every invariant"),
 }
 
 

@@ -1,0 +1,372 @@
+"""The checker: what the history and the healed cluster's logs must agree on.
+
+It runs after the nemesis healed everything and the workload drained. The final state is read
+from every replica with debug fetches (replica_id -2: the whole local log, control batches
+included), straight from the nodes, not through the proxies. The reference log of a partition
+is its leader's, up to the leader's high watermark: by then every acknowledged write must be
+there, once, at the offset it was acknowledged with.
+
+A write that ended ``unknown`` may or may not be in the log; one that ended ``ok`` must be. A
+ListOffsets answer is checked against the final log: everything below a latest answer was
+committed at that moment, so it must still be there (answer <= final HW), and a by-time answer
+must be the first record at or after its target in the final log (below the answer, the log was
+committed, hence unchanged since).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from chaos.history import OK, UNKNOWN, Op, operations
+from tidelog import wire
+from tidelog.records import decode_records, iter_batches
+from tidelog.testing import LocalCluster
+from tidelog.types import DEBUGGING_REPLICA_ID, IsolationLevel, TopicPartition
+from tidelog.v1 import tidelog_pb2_grpc
+
+__all__ = ["FinalState", "Invariant", "ReplicaLog", "check", "read_final_state"]
+
+_EXAMPLES = 5
+_FETCH_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Batch:
+    base_offset: int
+    last_offset: int
+    epoch: int
+    control: bool
+    raw: bytes
+    #: (offset, value, timestamp) of each data record.
+    records: tuple[tuple[int, str, int], ...]
+
+
+@dataclass(frozen=True)
+class ReplicaLog:
+    """One replica's whole local log as a debug fetch returns it."""
+
+    node: int
+    high_watermark: int
+    log_start_offset: int
+    batches: tuple[Batch, ...]
+    error: str = ""
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.batches[-1].last_offset + 1 if self.batches else self.log_start_offset
+
+
+@dataclass
+class FinalState:
+    #: partition -> node -> its replica's log.
+    replicas: dict[int, dict[int, ReplicaLog]]
+    #: partition -> the node that led it when the state was read.
+    leaders: dict[int, int | None]
+    #: Seconds the replicas took to agree after the drain (None: they never did).
+    converged_after: float | None
+
+    def reference(self, partition: int) -> ReplicaLog | None:
+        """The leader's log, else the replica with the highest HW."""
+        replicas = self.replicas[partition]
+        leader = self.leaders.get(partition)
+        if leader in replicas and not replicas[leader].error:
+            return replicas[leader]
+        readable = [r for r in replicas.values() if not r.error]
+        return max(readable, key=lambda r: r.high_watermark, default=None)
+
+
+def _read_replica(channel: grpc.Channel, node: int, tp: TopicPartition) -> ReplicaLog:
+    stub = tidelog_pb2_grpc.TidelogStub(channel)
+    batches: list[Batch] = []
+    offset = 0
+    hw = start = -1
+    while True:
+        request = wire.fetch_request(
+            {tp: wire.FetchPosition(offset, -1)}, isolation=IsolationLevel.READ_UNCOMMITTED,
+            max_wait_ms=0, min_bytes=0, max_bytes=_FETCH_BYTES, partition_max_bytes=_FETCH_BYTES,
+        )
+        request.replica_id = DEBUGGING_REPLICA_ID
+        answer = wire.parse_fetch(stub.Fetch(request, timeout=10))[tp]
+        if isinstance(answer, wire.Failure):
+            return ReplicaLog(node, hw, start, tuple(batches), str(answer.error))
+        hw, start = answer.high_watermark, answer.log_start_offset
+        if offset == 0 and start > 0:
+            offset = start
+            continue
+        data = answer.records
+        if not data:
+            return ReplicaLog(node, hw, start, tuple(batches))
+        for pos, header in iter_batches(data):
+            records = () if header.is_control else tuple(
+                (r.offset, (r.value or b"").decode(errors="replace"), r.timestamp)
+                for r in decode_records(data, pos, header)
+            )
+            batches.append(Batch(header.base_offset, header.last_offset,
+                                 header.partition_leader_epoch, header.is_control,
+                                 bytes(data[pos:pos + header.size]), records))
+            offset = header.next_offset
+
+
+def read_final_state(cluster: LocalCluster, topic: str, partitions: int,
+                     timeout_s: float = 60.0) -> FinalState:
+    """Waits until every partition has a leader and all its replicas hold the same log with the
+    HW at its end (the drain wrote nothing more), then returns what each replica holds; at the
+    deadline, returns what there is and the checker reports the difference."""
+    started = time.monotonic()
+    channels = {n: grpc.insecure_channel(cluster.address_of(n)) for n in cluster.node_ids}
+    try:
+        while True:
+            leaders = {p: cluster.leader_of((topic, p)) for p in range(partitions)}
+            replicas: dict[int, dict[int, ReplicaLog]] = {}
+            for p in range(partitions):
+                replicas[p] = {}
+                for node, channel in channels.items():
+                    try:
+                        replicas[p][node] = _read_replica(channel, node, TopicPartition(topic, p))
+                    except grpc.RpcError as exc:
+                        replicas[p][node] = ReplicaLog(node, -1, -1, (), f"{exc.code().name}")
+            converged = all(
+                leaders[p] is not None and len({
+                    (r.high_watermark, r.log_end_offset, r.error) for r in replicas[p].values()
+                }) == 1 and all(r.high_watermark == r.log_end_offset for r in replicas[p].values())
+                for p in range(partitions)
+            )
+            elapsed = time.monotonic() - started
+            if converged or elapsed > timeout_s:
+                return FinalState(replicas, leaders, elapsed if converged else None)
+            time.sleep(0.5)
+    finally:
+        for channel in channels.values():
+            channel.close()
+
+
+@dataclass
+class Invariant:
+    name: str
+    description: str
+    violations: list[str] = field(default_factory=list)
+    count: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.count == 0
+
+    def fail(self, message: str) -> None:
+        self.count += 1
+        if len(self.violations) < _EXAMPLES:
+            self.violations.append(message)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "description": self.description,
+                "violations": self.count, "examples": self.violations}
+
+
+def _committed(log: ReplicaLog) -> list[Batch]:
+    return [b for b in log.batches if b.last_offset < log.high_watermark]
+
+
+def check(entries: list[dict[str, Any]], final: FinalState) -> list[Invariant]:
+    """Every invariant of issue 6 (offset-commit linearizability waits for consumer offsets)."""
+    lost = Invariant("no_lost_acknowledged_writes",
+                     "every acknowledged write is in the final log at its acknowledged offset")
+    duplicates = Invariant("no_duplicates", "no value appears twice in the final log")
+    one_offset = Invariant(
+        "no_value_at_two_offsets",
+        "acks, consumer reads and the final log put each value at one offset and each offset "
+        "holds one value; the log holds only values that were written")
+    dense = Invariant("offsets_dense_and_monotonic",
+                      "each replica's batches (control batches included) cover its log "
+                      "without gaps or overlaps, in increasing order")
+    identical = Invariant("replicas_identical_up_to_hw",
+                          "every replica holds the same batches, byte for byte, below the HW")
+    bounded = Invariant(
+        "list_offsets_bounded_and_consistent",
+        "latest answers <= final HW; by-time, max and earliest answers agree with a scan of "
+        "the final log")
+    monotonic = Invariant("latest_never_decreases_per_client",
+                          "the latest offsets one client sees for a partition never go down")
+    one_leader = Invariant("one_leader_per_epoch",
+                           "writes acknowledged in one leader epoch were acknowledged by one "
+                           "node")
+    invariants = [lost, duplicates, one_offset, dense, identical, bounded, monotonic, one_leader]
+
+    logs: dict[int, dict[int, tuple[str, int]]] = {}  # partition -> offset -> (value, ts)
+    epochs: dict[int, dict[int, int]] = {}  # partition -> offset -> batch epoch
+    hws: dict[int, int] = {}
+    for partition, replicas in sorted(final.replicas.items()):
+        reference = final.reference(partition)
+        if reference is None:
+            identical.fail(f"partition {partition}: no replica could be read")
+            continue
+        hws[partition] = reference.high_watermark
+        logs[partition], epochs[partition] = {}, {}
+        for batch in _committed(reference):
+            for offset in range(batch.base_offset, batch.last_offset + 1):
+                epochs[partition][offset] = batch.epoch
+            for offset, value, timestamp in batch.records:
+                logs[partition][offset] = (value, timestamp)
+        _check_dense(partition, replicas.values(), dense)
+        _check_identical(partition, reference, replicas.values(), identical)
+
+    written = {op.invoke["value"] for op in operations(entries, "write")}
+    where: dict[str, tuple[int, int]] = {}
+    for partition, log in logs.items():
+        for offset, (value, _) in log.items():
+            if value in where:
+                duplicates.fail(f"{value!r} at p{partition}@{offset} and "
+                                f"p{where[value][0]}@{where[value][1]}")
+            else:
+                where[value] = (partition, offset)
+            if value not in written:
+                one_offset.fail(f"p{partition}@{offset} holds {value!r}, which nobody wrote")
+
+    ackers: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for op in operations(entries, "write"):
+        if op.outcome != OK:
+            continue
+        value, partition, offset = op.get("value"), op.get("partition"), op.get("offset")
+        if partition not in logs:
+            continue
+        found = where.get(value)
+        if found is None:
+            lost.fail(f"{value!r} acknowledged at p{partition}@{offset} by node "
+                      f"{op.get('node')} is not in the final log (HW {hws[partition]})")
+            continue
+        if offset >= 0 and found != (partition, offset):
+            one_offset.fail(f"{value!r} acknowledged at p{partition}@{offset}, final log has it "
+                            f"at p{found[0]}@{found[1]}")
+        if offset >= 0 and op.get("single_send") and op.get("node") is not None:
+            ackers[(partition, epochs[partition][offset])].add(op.get("node"))
+    for (partition, epoch), nodes in sorted(ackers.items()):
+        if len(nodes) > 1:
+            one_leader.fail(f"p{partition} epoch {epoch}: writes acknowledged by nodes "
+                            f"{sorted(nodes)}")
+
+    for op in operations(entries, "poll"):
+        if op.outcome != OK or op.get("partition") not in logs:
+            continue
+        log = logs[op.get("partition")]
+        for offset, value in op.get("records"):
+            held = log.get(offset)
+            if held is None or held[0] != value:
+                one_offset.fail(f"{op.invoke['process']} read {value!r} at "
+                                f"p{op.get('partition')}@{offset}; the final log has "
+                                f"{held[0] if held else 'nothing'!r} there")
+
+    starts = {p: r.log_start_offset for p in hws if (r := final.reference(p)) is not None}
+    _check_lookups(list(operations(entries, "list_offsets")), logs, hws, starts, bounded,
+                   monotonic)
+    return invariants
+
+
+def _check_dense(partition: int, replicas: Iterable[ReplicaLog], dense: Invariant) -> None:
+    for replica in replicas:
+        expected = replica.log_start_offset
+        for batch in replica.batches:
+            if batch.base_offset != expected or batch.last_offset < batch.base_offset:
+                dense.fail(f"p{partition} node {replica.node}: batch [{batch.base_offset}, "
+                           f"{batch.last_offset}] after offset {expected - 1}")
+            offsets = [r[0] for r in batch.records]
+            if offsets and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
+                dense.fail(f"p{partition} node {replica.node}: records of batch "
+                           f"{batch.base_offset} at offsets {offsets[:10]}...")
+            expected = batch.last_offset + 1
+
+
+def _check_identical(partition: int, reference: ReplicaLog, replicas: Iterable[ReplicaLog],
+                     identical: Invariant) -> None:
+    wanted = _committed(reference)
+    for replica in replicas:
+        if replica.error:
+            identical.fail(f"p{partition} node {replica.node} unreadable: {replica.error}")
+            continue
+        mine = [b for b in replica.batches if b.last_offset < reference.high_watermark]
+        if len(mine) != len(wanted):
+            identical.fail(f"p{partition} node {replica.node} holds {len(mine)} batches below "
+                           f"HW {reference.high_watermark}, the leader {len(wanted)}")
+            continue
+        for theirs, ours in zip(wanted, mine, strict=True):
+            if theirs.raw != ours.raw:
+                identical.fail(f"p{partition} node {replica.node}: batch at {ours.base_offset} "
+                               f"(epoch {ours.epoch}) differs from node {reference.node}'s "
+                               f"(epoch {theirs.epoch})")
+                break
+
+
+class _Scan:
+    """A partition's committed records in offset order, with running maximum timestamps, so
+    "first record at or after T" is a bisection rather than a scan per lookup."""
+
+    def __init__(self, log: dict[int, tuple[str, int]]) -> None:
+        self.offsets = sorted(log)
+        self.timestamps = [log[o][1] for o in self.offsets]
+        self.running_max = list(itertools.accumulate(self.timestamps, max))
+
+    def first_at_or_after(self, target: int) -> int | None:
+        i = bisect.bisect_left(self.running_max, target)
+        return self.offsets[i] if i < len(self.offsets) else None
+
+    def latest_below(self, offset: int) -> int | None:
+        """The largest timestamp of the records below ``offset``."""
+        i = bisect.bisect_left(self.offsets, offset)
+        return self.running_max[i - 1] if i > 0 else None
+
+
+def _check_lookups(lookups: list[Op], logs: dict[int, dict[int, tuple[str, int]]],
+                   hws: dict[int, int], starts: dict[int, int], bounded: Invariant,
+                   monotonic: Invariant) -> None:
+    scans = {p: _Scan(log) for p, log in logs.items()}
+    latest_seen: dict[tuple[str, int, str], int] = {}
+    for op in sorted(lookups, key=lambda o: o.end or o.start):
+        if op.outcome != OK or op.get("partition") not in logs:
+            continue
+        partition, kind, offset = op.get("partition"), op.get("lookup"), op.get("offset")
+        log, hw, scan = logs[partition], hws[partition], scans[partition]
+        key = (op.invoke["process"], partition, op.get("isolation"))
+        who = f"{key[0]} p{partition} {kind} ({key[2]}, node {op.get('node')})"
+        if kind == "latest":
+            if offset > hw:
+                bounded.fail(f"{who} answered {offset} > final HW {hw}")
+            if offset < latest_seen.get(key, 0):
+                monotonic.fail(f"{who}: {offset} after {latest_seen[key]}")
+            latest_seen[key] = max(offset, latest_seen.get(key, 0))
+        elif kind == "earliest":
+            if offset != starts[partition]:
+                bounded.fail(f"{who} answered {offset}, the log starts at {starts[partition]}")
+        elif offset >= 0:
+            held = log.get(offset)
+            if offset >= hw or held is None or held[1] != op.get("timestamp"):
+                bounded.fail(f"{who} answered {offset} (timestamp {op.get('timestamp')}); the "
+                             f"final log has {held} there, HW {hw}")
+            elif kind == "timestamp":
+                first = scan.first_at_or_after(op.get("target"))
+                if first != offset:
+                    bounded.fail(f"{who} target {op.get('target')} answered {offset}; the first "
+                                 f"record at or after it in the final log is at {first}")
+            elif kind == "max":
+                below = scan.latest_below(offset)
+                if below is not None and below > held[1]:
+                    bounded.fail(f"{who} answered {offset} (timestamp {held[1]}), yet a record "
+                                 f"below it has the later timestamp {below}")
+        elif kind == "timestamp":
+            # Nothing found: every record at or after the target was at or above the bound,
+            # which was at least the latest offset this client had already seen.
+            first = scan.first_at_or_after(op.get("target"))
+            if first is not None and first < latest_seen.get(key, 0):
+                bounded.fail(f"{who} target {op.get('target')} found nothing, yet offset "
+                             f"{first} matches and this client had seen latest {latest_seen[key]}")
+
+
+def summarize_writes(entries: list[dict[str, Any]]) -> dict[str, int]:
+    counts = {"ok": 0, "unknown": 0, "fail": 0}
+    for op in operations(entries, "write"):
+        counts[op.outcome if op.outcome in counts else UNKNOWN] += 1
+    return counts

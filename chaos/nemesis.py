@@ -1,0 +1,200 @@
+"""Faults, and a schedule of them derived from a seed.
+
+Each fault is applied, held, then healed, one at a time, so every effect in the history can be
+traced to one cause. Choices that depend on the run (who leads a partition right now) are made
+when the fault starts; everything else (which fault, which partition, how long, which links,
+how slow) comes from the seeded schedule, so the same seed replays the same plan.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.cluster import ProxiedCluster
+from chaos.history import History
+from tidelog.types import TopicPartition
+
+__all__ = ["NEMESES", "Fault", "NemesisRunner", "schedule"]
+
+#: Every fault kind, as named on the command line.
+NEMESES = (
+    "kill-leader", "kill-random", "pause", "isolate-leader", "partition", "latency", "bandwidth",
+)
+#: Faults that leave a partition without its leader: their recovery times are reported.
+LEADER_FAULTS = ("kill-leader", "isolate-leader")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planned fault: when it starts (seconds into the run), how long it holds, and the
+    seeded choices it needs (partition, node draw, cut mode, link subset, rates)."""
+
+    kind: str
+    at: float
+    hold: float
+    partition: int
+    draw: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def schedule(seed: int, kinds: list[str], duration: float, partitions: int,
+             interval: tuple[float, float], hold: tuple[float, float]) -> list[Fault]:
+    """The faults of a run: quiet ``interval``, fault for ``hold``, repeated until ``duration``
+    (the last fault heals before it)."""
+    unknown = sorted(set(kinds) - set(NEMESES))
+    if unknown or not kinds:
+        raise ValueError(f"unknown nemesis {', '.join(unknown) or '(none)'}; "
+                         f"choose from {', '.join(NEMESES)}")
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    now = rng.uniform(*interval)
+    while True:
+        kind = rng.choice(kinds)
+        length = rng.uniform(*hold)
+        if now + length > duration:
+            return faults
+        params: dict[str, Any] = {}
+        if kind in ("isolate-leader", "partition"):
+            params["mode"] = rng.choice(["refuse", "blackhole"])
+        elif kind == "latency":
+            params["latency"] = rng.randint(20, 200)
+            params["jitter"] = rng.randint(5, 100)
+            params["share"] = rng.uniform(0.3, 1.0)
+        elif kind == "bandwidth":
+            params["rate"] = rng.randint(16, 256)  # KB/s
+            params["share"] = rng.uniform(0.3, 1.0)
+        elif kind == "pause":
+            params["leader"] = rng.random() < 0.5
+        faults.append(Fault(kind, now, length, rng.randrange(partitions), rng.random(), params))
+        now += length + rng.uniform(*interval)
+
+
+class NemesisRunner:
+    """Plays a schedule against a cluster; ``heal_all`` undoes whatever is left.
+
+    It runs on the calling thread, never on a thread of its own: a node asks the kernel to
+    kill it when the thread that started it exits (PR_SET_PDEATHSIG, see ``node.server``), so
+    a node restarted from a short-lived thread would die with that thread."""
+
+    def __init__(self, cluster: ProxiedCluster, topic: str, faults: list[Fault],
+                 history: History) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.faults = faults
+        self.history = history
+        self._killed: set[int] = set()
+        self._paused: set[int] = set()
+        self.applied = 0
+
+    def run(self, duration: float) -> None:
+        """Applies, holds and heals each fault on time, then waits out ``duration``."""
+        started = time.monotonic()
+        for fault in self.faults:
+            time.sleep(max(0.0, started + fault.at - time.monotonic()))
+            heal = self._apply(fault)
+            time.sleep(fault.hold)
+            heal()
+        time.sleep(max(0.0, started + duration - time.monotonic()))
+
+    def _record(self, fault: Fault, phase: str, **fields: Any) -> None:
+        self.history.info("nemesis", fault.kind, phase=phase, partition=fault.partition,
+                          **fields)
+
+    def _pick(self, fault: Fault, nodes: list[int]) -> int:
+        return nodes[int(fault.draw * len(nodes)) % len(nodes)]
+
+    def _leader(self, fault: Fault) -> int:
+        """The partition's leader now, else a seeded pick (an election is under way)."""
+        leader = self.cluster.leader_of(TopicPartition(self.topic, fault.partition))
+        return leader if leader is not None else self._pick(fault, self.cluster.node_ids)
+
+    def _apply(self, fault: Fault) -> Callable[[], None]:
+        """Starts one fault and returns what heals it."""
+        cluster = self.cluster
+        self.applied += 1
+        kind = fault.kind
+        if kind in ("kill-leader", "kill-random"):
+            node = self._leader(fault) if kind == "kill-leader" else self._pick(
+                fault, cluster.node_ids)
+            cluster.kill(node)
+            self._killed.add(node)
+            self._record(fault, "start", node=node)
+
+            def restart() -> None:
+                cluster.restart(node, wait=False)
+                self._killed.discard(node)
+                self._record(fault, "stop", node=node)
+
+            return restart
+        if kind == "pause":
+            node = self._leader(fault) if fault.params["leader"] else self._pick(
+                fault, cluster.node_ids)
+            cluster.pause(node)
+            self._paused.add(node)
+            self._record(fault, "start", node=node)
+
+            def resume() -> None:
+                cluster.resume(node)
+                self._paused.discard(node)
+                self._record(fault, "stop", node=node)
+
+            return resume
+        if kind in ("isolate-leader", "partition"):
+            node = self._leader(fault) if kind == "isolate-leader" else self._pick(
+                fault, cluster.node_ids)
+            rest = [n for n in cluster.node_ids if n != node]
+            # A minority of one for three nodes; for five, the victim and one more.
+            group = [node, *rest[: (len(cluster.node_ids) - 1) // 2 - 1]]
+            others = [n for n in cluster.node_ids if n not in group]
+            links = cluster.links_between(group, others)
+            self._cut(links, fault.params["mode"])
+            self._record(fault, "start", node=node, nodes=group, mode=fault.params["mode"])
+            return lambda: self._restore(fault, links, node=node, nodes=group)
+        if kind in ("latency", "bandwidth"):
+            rng = random.Random(fault.draw)
+            every = cluster.all_peer_links() + [f"client-n{n}" for n in cluster.node_ids]
+            links = sorted(rng.sample(every, max(1, round(len(every) * fault.params["share"]))))
+            attributes = (
+                {"latency": fault.params["latency"], "jitter": fault.params["jitter"]}
+                if kind == "latency" else {"rate": fault.params["rate"]}
+            )
+            for link in links:
+                for stream in ("upstream", "downstream"):
+                    cluster.proxies.add_toxic(link, kind, name=f"{kind}_{stream}",
+                                              stream=stream, attributes=attributes)
+            self._record(fault, "start", links=links, **attributes)
+            return lambda: self._restore(fault, links)
+        raise ValueError(f"unknown nemesis {kind}")
+
+    def _cut(self, links: list[str], mode: str) -> None:
+        """``refuse`` closes the links and refuses new connections (a crash-like cut);
+        ``blackhole`` keeps them open and drops every byte (a silent partition)."""
+        for link in links:
+            if mode == "refuse":
+                self.cluster.proxies.disable(link)
+            else:
+                for stream in ("upstream", "downstream"):
+                    self.cluster.proxies.add_toxic(link, "timeout", name=f"cut_{stream}",
+                                                   stream=stream, attributes={"timeout": 0})
+
+    def _restore(self, fault: Fault, links: list[str], **fields: Any) -> None:
+        for link in links:
+            self.cluster.proxies.enable(link)
+            for toxic in self.cluster.proxies.toxics(link):
+                self.cluster.proxies.remove_toxic(link, toxic.name)
+        self._record(fault, "stop", links=links, **fields)
+
+    def heal_all(self) -> None:
+        """Every proxy clean and enabled, every node running and awake."""
+        self.cluster.proxies.reset()
+        for node in sorted(self._paused):
+            self.cluster.resume(node)
+        for node in sorted(self._killed):
+            self.cluster.restart(node, wait=False)
+        self._paused.clear()
+        self._killed.clear()
+        self.history.info("nemesis", "heal", phase="stop")

@@ -1,0 +1,215 @@
+"""The report of a chaos run: a verdict per invariant, counts, unavailability, and a timeline.
+
+Unavailability of a partition is measured from the client's side: a gap between two successful
+acknowledgements (or from the first write to the first acknowledgement) while writes to it were
+waiting. After each leader fault, recovery is the time from the fault to the first
+acknowledgement of a write sent after it; these are the figures quoted for failover.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import FinalState, Invariant, summarize_writes
+from chaos.history import INFO, OK, operations
+from chaos.nemesis import LEADER_FAULTS
+
+__all__ = ["Report", "build", "write"]
+
+#: Gaps between acknowledgements shorter than this are the workload's pace, not an outage.
+_GAP_S = 0.5
+
+
+@dataclass
+class Report:
+    replay: str
+    invariants: list[Invariant]
+    writes: dict[str, int]
+    reads: dict[str, int]
+    nemesis_events: dict[str, int]
+    elections: int
+    #: partition -> {"max_s", "total_s"}
+    unavailability: dict[int, dict[str, float]]
+    #: fault kind -> recovery seconds of each occurrence
+    recovery: dict[str, list[float]]
+    converged_after: float | None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(i.ok for i in self.invariants) and not self.errors
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "replay": self.replay,
+            "invariants": [i.to_json() for i in self.invariants],
+            "offset_commit_linearizability": "n/a: consumer offsets do not exist yet",
+            "writes": self.writes, "reads": self.reads, "nemesis_events": self.nemesis_events,
+            "elections": self.elections,
+            "unavailability_s": {str(p): v for p, v in self.unavailability.items()},
+            "recovery_s": {k: {"count": len(v), "p50": percentile(v, 0.5),
+                               "p99": percentile(v, 0.99), "all": v}
+                           for k, v in self.recovery.items()},
+            "replicas_converged_after_s": self.converged_after,
+            "errors": self.errors,
+        }
+
+    def text(self) -> str:
+        lines = [f"verdict: {'PASS' if self.ok else 'FAIL'}"]
+        for inv in self.invariants:
+            lines.append(f"  {'ok  ' if inv.ok else 'FAIL'} {inv.name}: {inv.description}")
+            lines += [f"         {v}" for v in inv.violations]
+            if inv.count > len(inv.violations):
+                lines.append(f"         ... {inv.count} violations in all")
+        lines.append("  n/a  offset-commit linearizability: consumer offsets do not exist yet")
+        lines += [f"  ERROR {e}" for e in self.errors]
+        writes = ", ".join(f"{k} {v}" for k, v in self.writes.items())
+        reads = ", ".join(f"{k} {v}" for k, v in self.reads.items())
+        events = ", ".join(f"{k} {v}" for k, v in sorted(self.nemesis_events.items()))
+        lines += [f"writes: {writes}", f"reads: {reads}",
+                  f"nemesis events: {sum(self.nemesis_events.values())} ({events or 'none'})",
+                  f"elections (leader epochs gained): {self.elections}"]
+        for p, u in sorted(self.unavailability.items()):
+            lines.append(f"unavailability p{p}: max {u['max_s']:.2f}s, total {u['total_s']:.2f}s")
+        for kind, values in sorted(self.recovery.items()):
+            lines.append(f"recovery after {kind}: p50 {percentile(values, 0.5):.2f}s, "
+                         f"p99 {percentile(values, 0.99):.2f}s over {len(values)}")
+        lines.append(f"replay: {self.replay}")
+        return "\n".join(lines)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def build(replay: str, entries: list[dict[str, Any]], invariants: list[Invariant],
+          final: FinalState, *, elections: int, errors: list[str]) -> Report:
+    reads: Counter[str] = Counter()
+    for f in ("list_offsets", "poll"):
+        for op in operations(entries, f):
+            reads[f"{f} {op.outcome}"] += 1
+    faults = [e for e in entries if e["type"] == INFO and e["process"] == "nemesis"
+              and e.get("phase") == "start"]
+    return Report(
+        replay=replay, invariants=invariants, writes=summarize_writes(entries),
+        reads=dict(sorted(reads.items())),
+        nemesis_events=dict(Counter(e["f"] for e in faults)), elections=elections,
+        unavailability=_unavailability(entries), recovery=_recovery(entries, faults),
+        converged_after=final.converged_after, errors=errors,
+    )
+
+
+def _unavailability(entries: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    writes = list(operations(entries, "write"))
+    out: dict[int, dict[str, float]] = {}
+    for partition in sorted({op.invoke["partition"] for op in writes}):
+        mine = [op for op in writes if op.invoke["partition"] == partition]
+        acks = sorted(op.end for op in mine if op.outcome == OK and op.end is not None)
+        invokes = sorted(op.start for op in mine)
+        gaps: list[float] = []
+        previous = invokes[0] if invokes else 0.0
+        for ack in acks:
+            # Only time while a write was waiting counts: the first invoke after the last ack.
+            waiting_since = _first_at_or_after(invokes, previous)
+            if waiting_since is not None and ack - waiting_since > _GAP_S:
+                gaps.append(ack - waiting_since)
+            previous = ack
+        out[partition] = {"max_s": max(gaps, default=0.0), "total_s": sum(gaps)}
+    return out
+
+
+def _first_at_or_after(values: list[float], t: float) -> float | None:
+    i = bisect.bisect_left(values, t)
+    return values[i] if i < len(values) else None
+
+
+def _recovery(entries: list[dict[str, Any]], faults: list[dict[str, Any]]
+              ) -> dict[str, list[float]]:
+    by_partition: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for op in operations(entries, "write"):
+        if op.outcome == OK and op.end is not None:
+            by_partition[op.invoke["partition"]].append((op.start, op.end))
+    out: dict[str, list[float]] = defaultdict(list)
+    for fault in faults:
+        if fault["f"] not in LEADER_FAULTS:
+            continue
+        after = [end for start, end in by_partition[fault["partition"]] if start >= fault["mono"]]
+        if after:
+            out[fault["f"]].append(round(min(after) - fault["mono"], 3))
+    return dict(out)
+
+
+def write(report: Report, entries: list[dict[str, Any]], out: Path) -> None:
+    (out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    (out / "report.txt").write_text(report.text() + "\n")
+    timeline(entries, out / "timeline.png")
+
+
+_COLOURS = {
+    "kill-leader": "tab:red", "kill-random": "tab:orange", "pause": "tab:purple",
+    "isolate-leader": "tab:brown", "partition": "tab:pink", "latency": "tab:olive",
+    "bandwidth": "tab:cyan",
+}
+
+
+def timeline(entries: list[dict[str, Any]], path: Path) -> None:
+    """Acknowledged writes per second and write latency over time, faults shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    origin = min((e["mono"] for e in entries), default=0.0)
+    writes = list(operations(entries, "write"))
+    oks = [op for op in writes if op.outcome == OK and op.end is not None]
+    bad = [op for op in writes if op.outcome != OK]
+    end = max((e["mono"] for e in entries), default=origin) - origin
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 7), sharex=True,
+                                      gridspec_kw={"height_ratios": [1, 1]})
+    bins = max(1, int(end) + 1)
+    per_partition: dict[int, list[float]] = defaultdict(list)
+    for op in oks:
+        per_partition[op.invoke["partition"]].append((op.end or 0.0) - origin)
+    for partition, times in sorted(per_partition.items()):
+        top.hist(times, bins=bins, range=(0, bins), histtype="step", linewidth=1.2,
+                 label=f"p{partition} acks/s")
+    if bad:
+        top.hist([op.start - origin for op in bad], bins=bins, range=(0, bins),
+                 histtype="stepfilled", alpha=0.4, color="black",
+                 label="unknown/failed writes (by send time)")
+    top.set_ylabel("acknowledged writes / s")
+    top.set_title("Tidelog chaos run: throughput and acks=all write latency")
+    bottom.scatter([(op.end or 0.0) - origin for op in oks],
+                   [max((op.end or 0.0) - op.start, 1e-4) * 1000 for op in oks],
+                   s=3, alpha=0.4, color="tab:blue", label="write latency (at ack)")
+    bottom.set_yscale("log")
+    bottom.set_ylabel("latency (ms, log)")
+    bottom.set_xlabel("seconds since start")
+    starts: dict[tuple[str, int], float] = {}
+    labelled: set[str] = set()
+    for e in entries:
+        if e["type"] != INFO or e["process"] != "nemesis" or e["f"] == "heal":
+            continue
+        key = (e["f"], e.get("partition", 0))
+        if e.get("phase") == "start":
+            starts[key] = e["mono"] - origin
+        elif key in starts:
+            begin = starts.pop(key)
+            label = e["f"] if e["f"] not in labelled else None
+            labelled.add(e["f"])
+            for axis in (top, bottom):
+                axis.axvspan(begin, e["mono"] - origin, color=_COLOURS.get(e["f"], "grey"),
+                             alpha=0.25, label=label if axis is top else None)
+    top.legend(loc="upper left", fontsize=8, ncol=4)
+    bottom.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,82 @@
+"""``tidelog chaos run``: a real-process chaos test (issue 6, SPEC §3).
+
+The run's plan is a function of its flags (the seed draws the faults), so the command it prints
+replays it; exit 0 only when every invariant held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tidelog.errors import ConfigurationError
+
+
+def _span(text: str) -> tuple[float, float]:
+    try:
+        low, high = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX seconds, got {text!r}") from None
+    if not 0 < low <= high:
+        raise argparse.ArgumentTypeError(f"need 0 < MIN <= MAX, got {text!r}")
+    return low, high
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    run = sub.add_parser("run", help="run a workload under faults, check it, write a report")
+    run.add_argument("--duration", type=float, default=60.0,
+                     help="seconds of workload under faults (default 60)")
+    run.add_argument("--nemesis", default="kill-leader,partition,latency",
+                     help="comma-separated faults: kill-leader, kill-random, pause, "
+                     "isolate-leader, partition, latency, bandwidth, or all "
+                     "(default kill-leader,partition,latency)")
+    run.add_argument("--seed", type=int, default=0, help="draws the fault schedule (default 0)")
+    run.add_argument("--out", type=Path, default=Path("chaos-out"),
+                     help="directory for history, report, timeline and node logs")
+    run.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
+    run.add_argument("--partitions", type=int, default=3, help="partitions written (default 3)")
+    run.add_argument("--rate", type=float, default=100.0, help="writes per second (default 100)")
+    run.add_argument("--interval", type=_span, default=(2.0, 5.0), metavar="MIN:MAX",
+                     help="quiet seconds between faults (default 2:5)")
+    run.add_argument("--hold", type=_span, default=(2.0, 6.0), metavar="MIN:MAX",
+                     help="seconds each fault lasts (default 2:6)")
+    run.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                     help="a node setting for every node, e.g. election.timeout.ms=500")
+
+
+def run(args: argparse.Namespace) -> int:
+    from chaos.nemesis import NEMESES
+    from chaos.run import RunConfig
+    from chaos.run import run as run_chaos
+
+    kinds = list(NEMESES) if args.nemesis == "all" else [
+        k.strip() for k in args.nemesis.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(NEMESES))
+    if unknown or not kinds:
+        raise ConfigurationError(
+            f"unknown nemesis {', '.join(unknown) or '(none)'}; choose from {', '.join(NEMESES)}"
+        )
+    if args.nodes < 3 or args.partitions < 1 or args.rate <= 0 or args.duration <= 0:
+        raise ConfigurationError("need --nodes >= 3, --partitions >= 1, --rate > 0, --duration > 0")
+    config = RunConfig(
+        seed=args.seed, duration=args.duration, nemeses=tuple(kinds), out=args.out,
+        nodes=args.nodes, partitions=args.partitions, rate=args.rate,
+        interval=args.interval, hold=args.hold, node_options=dict(args.set),
+    )
+    print(f"chaos run: {config.replay_command()}", flush=True)
+    report = run_chaos(config, progress=lambda line: print(line, flush=True))
+    print(report.text())
+    print(f"history, report and timeline in {config.out}/")
+    if not report.ok:
+        print(f"FAILED; replay with: {config.replay_command()}", file=sys.stderr)
+    return 0 if report.ok else 1
