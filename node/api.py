@@ -188,6 +188,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         if request.HasField("transactional_id"):
             await _unsupported(context, "transactional produce")
         acks = request.acks
+        if acks == -1 and self.rt.config.test_ack_before_commit:
+            acks = 1  # the planted bug of the chaos suite's self-test (tests only)
         response = pb.ProduceResponse()
         pending: list[tuple[Any, PartitionReplica, asyncio.Future[None] | None]] = []
         for topic in request.topics:

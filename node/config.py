@@ -41,6 +41,7 @@ KEYS: dict[str, str] = {
     "log.flush.policy": "log_flush_policy",
     "replica.lag.max.ms": "replica_lag_max_ms",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
+    "test.ack.before.commit": "test_ack_before_commit",
 }
 _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
 _REQUIRED = ("node.id", "listen", "data.dir")
@@ -79,6 +80,9 @@ class NodeConfig:
     #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
     #: committed, to prove that idempotent retries write nothing twice.
     test_drop_produce_response_rate: float = 0.0
+    #: Tests only, a planted bug: acks=all is acknowledged once the leader wrote the batch
+    #: (as acks=1), not once it committed, so the chaos checker can show it catches data loss.
+    test_ack_before_commit: bool = False
     #: node_id -> the address clients should dial for that node (Metadata, leader hints), when
     #: it differs from the address peers use: chaos runs put a proxy on every link.
     client_addresses: Mapping[int, str] = field(default_factory=dict)
@@ -271,6 +275,10 @@ def _convert(key: str, name: str, value: str) -> Any:
         return parse_peers(value)
     if name in ("listen", "advertised", "log_flush_policy"):
         return value
+    if name == "test_ack_before_commit":
+        if value.lower() not in ("true", "false"):
+            raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
+        return value.lower() == "true"
     if name == "test_drop_produce_response_rate":
         try:
             return float(value)
