@@ -32,6 +32,7 @@ from node.partition import PartitionReplica
 from node.transport import PeerLink, RaftTransportServicer, add_message, messages_of
 from replication import AppendResponse, HeartbeatResponse, NotLeaderError, RaftConfig, Ready
 from storage import LogConfig
+from storage.cleaner import LogCleaner
 from tidelog import errors
 from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
 from tidelog.types import TopicPartition
@@ -235,12 +236,14 @@ class NodeRuntime:
                          if r.core.has_ready()]
                 if not batch:
                     break
-                # A Ready that writes nothing promises nothing new about this node's disk (what
+                # A Ready that writes nothing (a new HW alone is not written, see
+                # `PartitionReplica.writes`) promises nothing new about this node's disk (what
                 # came before it is durable: a core has one Ready in flight at most), so it
                 # completes now rather than after other partitions' fsyncs: heartbeats and
-                # their answers never wait for a slow disk, which would cost elections.
-                durable = [(r, rd) for r, rd in batch if rd.needs_sync]
-                self._complete_round([(r, rd) for r, rd in batch if not rd.needs_sync])
+                # their answers never wait for a slow disk, which would cost elections, and a
+                # HW that advances completes acks=all requests without waiting for one.
+                durable = [(r, rd) for r, rd in batch if r.writes(rd)]
+                self._complete_round([(r, rd) for r, rd in batch if not r.writes(rd)])
                 if durable:
                     await loop.run_in_executor(
                         self._disk, _persist_all, durable, flush, self._flushers
@@ -329,9 +332,14 @@ class NodeRuntime:
                 replica.log.checkpoint()
 
     def _retention_pass(self) -> None:
+        """Retention and, for compacted topics, a cleaner pass bounded by the last stable
+        offset; on the disk thread, which is the only writer of every log."""
+        now_ms = int(time.time() * 1000)
         for replica in list(self.partitions.values()):
             if not replica.closed:
                 replica.log.delete_old_segments()
+                if replica.log.config.compact_enabled:
+                    LogCleaner(replica.log).clean(now_ms, replica.last_stable_offset)
 
     # ---- routing knowledge -----------------------------------------------------------------
 

@@ -362,3 +362,29 @@ def test_cluster_status_shows_offsets_per_replica(raw: Raw) -> None:
     assert sorted(int(r[2]) for r in per_replica) == [1, 2, 3]
     assert [r[3] for r in per_replica].count("leader") == 1
     assert all(r[-1] == "4" for r in per_replica), out  # LEO of every replica
+
+
+def test_compacted_topic_keeps_the_newest_value_per_key_at_its_offset(raw: Raw) -> None:
+    raw.create_topic("compacted", 1, 3, cleanup_policy="compact", segment_bytes="600")
+    leader = raw.wait_leaders("compacted", 1)[0]
+    written: dict[bytes, tuple[int, bytes]] = {}
+    now = int(time.time() * 1000)
+    for i in range(60):
+        key, value = b"k%d" % (i % 5), b"v%d" % i
+        batch = build_batch([RecordInput(value, key, now)])
+        result = raw.produce(leader, "compacted", 0, batch)
+        assert result.error_code == 0
+        written[key] = (result.base_offset, value)
+
+    def compacted() -> list[tuple[int, bytes | None]] | None:
+        records = values_of(raw.fetch_all(leader, "compacted", 0))
+        return records if len(records) < 30 else None
+
+    records = wait_for(compacted, timeout=30, what="the cleaner to compact closed segments")
+    by_offset = dict(records)
+    for offset, value in written.values():
+        assert by_offset.get(offset) == value, "the newest value of a key moved or vanished"
+    offsets = [o for o, _ in records]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    keyless = build_batch([RecordInput(b"no key", None, now)])
+    assert raw.produce(leader, "compacted", 0, keyless).error_code == 2
