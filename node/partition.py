@@ -141,6 +141,18 @@ class PartitionReplica:
         vote = rows.get("vote", -1)
         return rows.get("term", 0), None if vote < 0 else vote
 
+    def writes(self, rd: Ready) -> bool:
+        """Whether `persist` has anything to write for `rd` (read on the loop between rounds).
+        A new high watermark alone is not written: `Log.checkpoint` saves it every few seconds,
+        as Kafka does, because a restarted replica learns it again from the leader."""
+        hs = rd.hard_state
+        return (
+            bool(rd.entries)
+            or rd.truncate_to is not None
+            or rd.reset_to is not None
+            or (hs is not None and (hs.term, hs.vote) != self.persisted_term_vote)
+        )
+
     def persist(self, rd: Ready, flush: bool) -> None:
         """Apply one Ready's writes and make them durable (runs on the disk thread)."""
         rd.apply_log_writes(self.replica_log)
