@@ -20,7 +20,7 @@ from tidelog.v1 import tidelog_pb2_grpc
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
+def wait_for(condition: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
     """Poll until `condition` returns something truthy; fail with `what` at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
@@ -99,7 +99,7 @@ class Raw:
         )
         self.wait_leaders(name, partitions)
 
-    def wait_leaders(self, topic: str, partitions: int, timeout: float = 15.0) -> list[int]:
+    def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> list[int]:
         """Leaders of every partition once all live nodes agree on them."""
 
         def agreed() -> list[int] | None:
