@@ -125,7 +125,7 @@ class NemesisRunner:
             self._record(fault, "start", node=node)
 
             def restart() -> None:
-                cluster.restart(node, wait=False)
+                cluster.restart(node)  # the fault ends when the node serves again
                 self._killed.discard(node)
                 self._record(fault, "stop", node=node)
 

@@ -1,0 +1,69 @@
+"""The chaos suite in CI: a few short runs, each under one family of faults, must hold every
+invariant; and a run against a planted bug (acks=all acknowledged before commit) must fail,
+naming lost acknowledged writes, so the suite is known to be able to fail.
+
+Longer runs are for ``tidelog chaos run`` (chaos/README.md); these stay within about three
+minutes on a slow two-core machine.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from chaos.nemesis import schedule
+from chaos.run import RunConfig, run
+from tidelog.cli import build_parser
+
+pytestmark = pytest.mark.timeout(180)
+
+SCENARIOS = {
+    "kill-leader": ("kill-leader", "kill-random"),
+    "isolate-leader": ("isolate-leader",),
+    "partition-latency": ("partition", "latency", "bandwidth"),
+    "pause": ("pause",),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
+    config = RunConfig(seed=6, duration=18, nemeses=SCENARIOS[name], out=tmp_path,
+                       interval=(1.5, 3.0), hold=(2.0, 4.0))
+    report = run(config)
+    assert report.ok, report.text()
+    assert sum(report.nemesis_events.values()) >= 2, report.text()
+    assert report.writes["ok"] > 500, report.text()
+    assert (tmp_path / "timeline.png").stat().st_size > 0
+
+
+def test_checker_catches_acks_before_commit(tmp_path: Path) -> None:
+    config = RunConfig(seed=3, duration=15, nemeses=("isolate-leader",), out=tmp_path,
+                       interval=(1.0, 2.0), hold=(2.0, 3.0),
+                       node_options={"test.ack.before.commit": "true"})
+    report = run(config)
+    assert not report.ok
+    failed = {i.name for i in report.invariants if not i.ok}
+    assert "no_lost_acknowledged_writes" in failed, report.text()
+    assert "FAIL no_lost_acknowledged_writes" in (tmp_path / "report.txt").read_text()
+
+
+def test_schedule_is_a_function_of_the_seed() -> None:
+    plan = schedule(11, ["kill-leader", "latency", "partition"], 60, 3, (1, 2), (1, 3))
+    assert plan == schedule(11, ["kill-leader", "latency", "partition"], 60, 3, (1, 2), (1, 3))
+    assert plan != schedule(12, ["kill-leader", "latency", "partition"], 60, 3, (1, 2), (1, 3))
+    assert all(f.at + f.hold <= 60 for f in plan)
+    assert {f.kind for f in plan} == {"kill-leader", "latency", "partition"}
+    with pytest.raises(ValueError, match="unknown nemesis"):
+        schedule(1, ["flood"], 60, 3, (1, 2), (1, 3))
+
+
+def test_replay_command_parses_back_to_the_same_run(tmp_path: Path) -> None:
+    config = RunConfig(seed=5, duration=30, nemeses=("pause", "latency"), out=tmp_path,
+                       rate=50, interval=(1, 2), node_options={"election.timeout.ms": "500"})
+    args = build_parser().parse_args(shlex.split(config.replay_command())[1:])
+    assert (args.seed, args.duration, args.nemesis, args.out) == (5, 30, "pause,latency",
+                                                                  tmp_path)
+    assert (args.rate, args.interval, args.hold) == (50, (1, 2), (2, 6))
+    assert dict(args.set) == {"election.timeout.ms": "500"}
