@@ -115,7 +115,7 @@ def _read_replica(channel: grpc.Channel, node: int, tp: TopicPartition) -> Repli
             offset = header.next_offset
 
 
-def read_final_state(cluster: LocalCluster, topic: str, partitions: int,
+def read_final_state(cluster: LocalCluster, topic: str, assignment: dict[int, tuple[int, ...]],
                      timeout_s: float = 60.0) -> FinalState:
     """Waits until every partition has a leader and all its replicas hold the same log with the
     HW at its end (the drain wrote nothing more), then returns what each replica holds; at the
@@ -124,11 +124,12 @@ def read_final_state(cluster: LocalCluster, topic: str, partitions: int,
     channels = {n: grpc.insecure_channel(cluster.address_of(n)) for n in cluster.node_ids}
     try:
         while True:
-            leaders = {p: cluster.leader_of((topic, p)) for p in range(partitions)}
+            leaders = {p: cluster.leader_of((topic, p)) for p in assignment}
             replicas: dict[int, dict[int, ReplicaLog]] = {}
-            for p in range(partitions):
+            for p, nodes in assignment.items():
                 replicas[p] = {}
-                for node, channel in channels.items():
+                for node in nodes:
+                    channel = channels[node]
                     try:
                         replicas[p][node] = _read_replica(channel, node, TopicPartition(topic, p))
                     except grpc.RpcError as exc:
@@ -137,7 +138,7 @@ def read_final_state(cluster: LocalCluster, topic: str, partitions: int,
                 leaders[p] is not None and len({
                     (r.high_watermark, r.log_end_offset, r.error) for r in replicas[p].values()
                 }) == 1 and all(r.high_watermark == r.log_end_offset for r in replicas[p].values())
-                for p in range(partitions)
+                for p in assignment
             )
             elapsed = time.monotonic() - started
             if converged or elapsed > timeout_s:

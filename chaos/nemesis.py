@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.cluster import ProxiedCluster
+from chaos.cluster import ProxiedCluster, client_link
 from chaos.history import History
 from tidelog.types import TopicPartition
 
@@ -156,7 +156,7 @@ class NemesisRunner:
             return lambda: self._restore(fault, links, node=node, nodes=group)
         if kind in ("latency", "bandwidth"):
             rng = random.Random(fault.draw)
-            every = cluster.all_peer_links() + [f"client-n{n}" for n in cluster.node_ids]
+            every = cluster.all_peer_links() + [client_link(n) for n in cluster.node_ids]
             links = sorted(rng.sample(every, max(1, round(len(every) * fault.params["share"]))))
             attributes = (
                 {"latency": fault.params["latency"], "jitter": fault.params["jitter"]}

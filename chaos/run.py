@@ -83,6 +83,8 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
             with Client(cluster.bootstrap) as admin:
                 admin.create_topic(TOPIC, partitions=config.partitions,
                                    replication_factor=min(3, config.nodes))
+                info = admin.describe_topics([TOPIC])[TOPIC]
+                assignment = {p: part.replicas for p, part in enumerate(info.partitions)}
                 epochs_before = _epochs(admin)
             nemesis = NemesisRunner(cluster, TOPIC, faults, history)
             workload.start()
@@ -96,7 +98,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
             workload.stop_writes(drain_timeout_s=60)
             workload.stop_reads()
             history.info("run", "drained")
-            final = read_final_state(cluster, TOPIC, config.partitions)
+            final = read_final_state(cluster, TOPIC, assignment)
             with Client(cluster.bootstrap) as admin:
                 epochs_after = _epochs(admin)
         finally:

@@ -211,8 +211,10 @@ class Workload:
                 single_send=ack is not None and ack.single_send, **fields,
             )
             return
-        # Retries hide whether an earlier attempt reached the log: only an error that cannot
-        # follow a write (a refusal the producer never retried) is a certain failure.
+        # A timeout or a lost connection may hide a write that happened: unknown. A refusal the
+        # producer does not retry (a bad batch, an unknown topic) is taken as a failure; the
+        # checker never counts a "failed" value it finds in the log against the cluster, since
+        # an earlier, retried attempt of the same batch may have written it.
         certain = isinstance(exc, TidelogError) and not exc.retriable
         self.history.complete(op, process, "write", FAIL if certain else UNKNOWN,
                               error=str(exc), **fields)
