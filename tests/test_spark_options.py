@@ -244,3 +244,49 @@ def test_options_pickle_for_executors() -> None:
         startingOffsets='{"events":{"0":1}}', **{"tidelog.isolation.level": "read_committed"}
     )
     assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_arrow_batches_match_sparks_conversion_of_the_schema(include_headers: bool) -> None:
+    """Spark accepts a read()'s Arrow batches only when their schema equals its own conversion
+    of the source's schema; a mismatch would fail every read at run time."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from tidelog.spark.io import arrow_schema
+    from tidelog.spark.source import source_schema
+
+    expected = to_arrow_schema(source_schema(include_headers), timezone="UTC")
+    assert arrow_schema(include_headers).equals(expected)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "topic_option", "match"),
+    [
+        ("key binary", True, "Required attribute 'value' not found"),
+        ("value int", True, "value attribute type must be a string or binary"),
+        ("value binary, key int", True, "key attribute type must be a string or binary"),
+        ("value binary", False, "topic option required when no 'topic' attribute"),
+        ("value binary, topic binary", False, "topic attribute type must be a string"),
+        ("value binary, partition long", True, "partition attribute type must be an int"),
+        ("value binary, headers array<string>", True, "headers attribute type must be"),
+    ],
+)
+def test_sink_schema_is_checked_like_sparks_kafka_sink(
+    ddl: str, topic_option: bool, match: str
+) -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql import types as T
+
+    from tidelog.spark.source import check_sink_schema
+
+    fields = []
+    for column in ddl.split(", "):
+        name, kind = column.split(" ")
+        data_type = {
+            "binary": T.BinaryType(), "int": T.IntegerType(), "long": T.LongType(),
+            "string": T.StringType(), "array<string>": T.ArrayType(T.StringType()),
+        }[kind]
+        fields.append(T.StructField(name, data_type))
+    with pytest.raises(ConfigurationError, match=match):
+        check_sink_schema(T.StructType(fields), has_topic_option=topic_option)

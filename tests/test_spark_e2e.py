@@ -1,0 +1,276 @@
+"""The tidelog data source in a real Spark (local[2]) against real node processes: batch reads by
+offsets and by time under both isolation levels, streaming with availableNow and a restart from
+the checkpoint, batch and streaming writes, data loss. Kept few and small: Spark jobs are slow
+on two cores. One session for the run (conftest_spark), one cluster for this module."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tidelog import Client, TopicPartition
+from tidelog.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = pytest.mark.slow
+
+EVENTS = 300
+PARTITIONS = 3
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+#: Recent enough that the default retention (a week) keeps it.
+BASE_TS = (int(time.time()) - 3600) * 1000
+
+
+def event(i: int) -> dict[str, Any]:
+    """Record i of topic "events": partition i % 3, offset i // 3, one second apart."""
+    return {
+        "key": b"k%d" % i,
+        "value": b"v%d" % i,
+        "partition": i % PARTITIONS,
+        "offset": i // PARTITIONS,
+        "ts": BASE_TS + i * 1000,
+        "headers": [("n", str(i).encode())],
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(nodes=1) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap) as c:
+        c.create_topic("events", partitions=PARTITIONS, replication_factor=1)
+        with c.producer() as producer:
+            for i in range(EVENTS):
+                e = event(i)
+                producer.send("events", e["value"], key=e["key"], partition=e["partition"],
+                              timestamp_ms=e["ts"], headers=e["headers"])
+        yield c
+
+
+def produce(client: Client, topic: str, values: list[bytes], partitions: int) -> None:
+    with client.producer() as producer:
+        for i, value in enumerate(values):
+            producer.send(topic, value, partition=i % partitions)
+
+
+def read(spark: SparkSession, cluster: LocalCluster, **options: str) -> DataFrame:
+    reader = spark.read.format("tidelog").option("tidelog.bootstrap.servers", cluster.bootstrap)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def consume_all(client: Client, topic: str, partitions: int) -> list[Any]:
+    consumer = client.consumer(auto_offset_reset="earliest")
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    end = consumer.end_offsets(tps)
+    records = []
+    while any(consumer.position(tp) < end[tp] for tp in tps):
+        records += consumer.poll(timeout_ms=1000)
+    return records
+
+
+def test_bad_options_fail_at_load(spark: SparkSession, cluster: LocalCluster) -> None:
+    with pytest.raises(Exception, match="Only one of the following options"):
+        read(spark, cluster, subscribe="events", assign='{"events":[0]}')
+
+
+def test_batch_read_by_offsets(spark: SparkSession, cluster: LocalCluster, client: Client) -> None:
+    df = read(spark, cluster, subscribe="events", includeHeaders="true")
+    rows = df.selectExpr(
+        "key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts",
+        "timestampType", "headers",
+    ).collect()
+    assert len(rows) == EVENTS
+    by_position = {(r.partition, r.offset): r for r in rows}
+    for i in range(EVENTS):
+        e = event(i)
+        row = by_position[e["partition"], e["offset"]]
+        assert (row.key, row.value, row.topic, row.ts, row.timestampType) == (
+            e["key"], e["value"], "events", e["ts"], 0
+        )
+        assert [(h.key, h.value) for h in row.headers] == e["headers"]
+
+    # JSON bounds with -2/-1, split into more Spark partitions than topic-partitions.
+    ranged = read(
+        spark, cluster, subscribe="events", minPartitions="4",
+        startingOffsets='{"events":{"0":5,"1":-2,"2":-2}}',
+        endingOffsets='{"events":{"0":10,"1":-1,"2":3}}',
+    )
+    assert ranged.rdd.getNumPartitions() == 6  # sizes 5, 100, 3 -> 1 + 4 + 1 pieces
+    got = sorted((r.partition, r.offset) for r in ranged.select("partition", "offset").collect())
+    want = [(0, o) for o in range(5, 10)] + [(1, o) for o in range(100)]
+    want += [(2, o) for o in range(3)]
+    assert got == want
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_batch_read_by_timestamp(
+    spark: SparkSession, cluster: LocalCluster, client: Client, isolation: str
+) -> None:
+    """KIP-79: a window [150 s, 240 s) after BASE_TS is records 150..239 in every partition.
+    Without open transactions read_committed's bound (the LSO) equals the HW, so both levels
+    read the same records."""
+    window = read(
+        spark, cluster, subscribe="events",
+        startingTimestamp=str(BASE_TS + 150_000), endingTimestamp=str(BASE_TS + 240_000),
+        **{"tidelog.isolation.level": isolation},
+    )
+    values = {r.value for r in window.select("value").collect()}
+    assert values == {b"v%d" % i for i in range(150, 240)}
+
+    last = read(
+        spark, cluster, assign='{"events":[1]}',
+        startingOffsetsByTimestamp=f'{{"events":{{"1":{BASE_TS + 297_000}}}}}',
+        **{"kafka.isolation.level": isolation},
+    )
+    assert [(r.partition, r.offset) for r in last.select("partition", "offset").collect()] == [
+        (1, 99)
+    ]
+
+
+def test_streaming_available_now_and_restart(
+    spark: SparkSession, cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    client.create_topic("stream", partitions=2, replication_factor=1)
+    produce(client, "stream", [b"a%d" % i for i in range(200)], 2)
+    seen: list[list[tuple[int, int]]] = []
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("tidelog")
+            .option("tidelog.bootstrap.servers", cluster.bootstrap)
+            .option("subscribe", "stream")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "120")
+            .load()
+            .writeStream.foreachBatch(
+                lambda df, _: seen.append(
+                    [(r.partition, r.offset) for r in df.select("partition", "offset").collect()]
+                )
+            )
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(180)
+        assert query.exception() is None
+
+    run()
+    first = [p for batch in seen for p in batch]
+    assert sorted(first) == [(p, o) for p in range(2) for o in range(100)]
+    assert len([b for b in seen if b]) >= 2  # maxOffsetsPerTrigger split the backlog
+    assert all(len(batch) <= 121 for batch in seen)
+
+    produce(client, "stream", [b"b%d" % i for i in range(60)], 2)
+    seen.clear()
+    run()
+    again = [p for batch in seen for p in batch]
+    assert sorted(again) == [(p, o) for p in range(2) for o in range(100, 130)]
+
+
+def test_batch_and_streaming_write(
+    spark: SparkSession, cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    client.create_topic("written", partitions=2, replication_factor=1)
+    rows = [(b"k%d" % i, f"v{i}", i % 2, [("h", b"%d" % i)]) for i in range(50)]
+    df = spark.createDataFrame(
+        rows, "key binary, value string, partition int, "
+        "headers array<struct<key:string,value:binary>>",
+    )
+    (df.write.format("tidelog").mode("append")
+     .option("tidelog.bootstrap.servers", cluster.bootstrap).option("topic", "written").save())
+    written = consume_all(client, "written", 2)
+    assert sorted((r.key, r.value, r.partition, r.headers) for r in written) == sorted(
+        (k, v.encode(), p, (("h", h[0][1]),)) for k, v, p, h in rows
+    )
+
+    with pytest.raises(Exception, match="Overwrite not allowed"):
+        (df.write.format("tidelog").mode("overwrite")
+         .option("tidelog.bootstrap.servers", cluster.bootstrap).option("topic", "written").save())
+
+    client.create_topic("copied", partitions=1, replication_factor=1)
+    query = (
+        spark.readStream.format("tidelog")
+        .option("tidelog.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", "events").option("startingOffsets", "earliest").load()
+        .selectExpr("key", "value", "'copied' AS topic")
+        .writeStream.format("tidelog")
+        .option("tidelog.bootstrap.servers", cluster.bootstrap)
+        .option("checkpointLocation", str(tmp_path / "copy-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    copied = consume_all(client, "copied", 1)
+    assert sorted(r.value for r in copied) == sorted(event(i)["value"] for i in range(EVENTS))
+
+
+def test_data_loss_fails_or_skips(
+    spark: SparkSession, cluster: LocalCluster, client: Client
+) -> None:
+    """Retention removes the head of the log; a read from offset 0 then meets lost offsets."""
+    client.create_topic(
+        "lossy", partitions=1, replication_factor=1,
+        config={"segment.bytes": "1024", "retention.bytes": "2048"},
+    )
+    produce(client, "lossy", [b"x" * 50 for _ in range(200)], 1)
+    tp = TopicPartition("lossy", 0)
+    deadline = time.monotonic() + 60
+    while client.list_offsets({tp: -2})[tp].offset == 0:  # retention runs every 5 s
+        assert time.monotonic() < deadline, "retention never deleted a segment"
+        time.sleep(0.5)
+    earliest = client.list_offsets({tp: -2})[tp].offset
+    latest = client.list_offsets({tp: -1})[tp].offset
+
+    from_zero = '{"lossy":{"0":0}}'
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        read(spark, cluster, subscribe="lossy", startingOffsets=from_zero).collect()
+
+    rows = read(spark, cluster, subscribe="lossy", startingOffsets=from_zero,
+                failOnDataLoss="false").select("offset").collect()
+    offsets = [r.offset for r in rows]
+    assert offsets and min(offsets) >= earliest
+    assert sorted(offsets) == list(range(min(offsets), latest))
+
+
+def test_example_pipeline(
+    spark: SparkSession, cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    """examples/pipeline.py end to end on a small demo topic: the aggregate in Parquet and in
+    the output topic agree with the records stamped inside the window."""
+    spec = importlib.util.spec_from_file_location("pipeline", EXAMPLES / "pipeline.py")
+    assert spec is not None and spec.loader is not None
+    pipeline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pipeline)
+
+    end_ms = (int(time.time()) // 60) * 60_000
+    pipeline.produce_demo_data(client, "page-views", 600, end_ms)  # one view every 6 s
+    start_ms = end_ms - 30 * 60_000
+    rows = pipeline.run(spark, cluster.bootstrap, "page-views", "per-minute", tmp_path / "out",
+                        start_ms, start_ms + 10 * 60_000)
+    assert rows > 0
+    table = (
+        spark.read.parquet(str(tmp_path / "out"))
+        .selectExpr("unix_millis(minute) AS ms", "views").collect()
+    )
+    assert len(table) == rows
+    assert sum(r.views for r in table) == 100  # 10 minutes of one view every 6 s
+    assert {r.ms for r in table} == {start_ms + m * 60_000 for m in range(10)}
+    published = consume_all(client, "per-minute", 1)
+    assert len(published) == rows
+    assert sum(json.loads(r.value)["views"] for r in published) == 100
