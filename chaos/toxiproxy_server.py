@@ -121,7 +121,10 @@ async def _bind(
 def _set_nodelay(writer: asyncio.StreamWriter) -> None:
     sock = writer.get_extra_info("socket")
     if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A peer that reset the connection as it was accepted (a node killed mid-dial) has
+        # already had its socket closed; the link's reader sees the EOF and tears it down.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 @dataclass
