@@ -6,6 +6,7 @@ cluster is torn down (processes and ports) even when a test fails.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -208,10 +209,14 @@ def test_sigkill_of_the_leader_under_load_loses_nothing_acknowledged(raw: Raw) -
 
     def current_leader() -> int:
         for node in cluster.node_ids:
-            if cluster.is_running(node):
+            if not cluster.is_running(node):
+                continue
+            try:
                 with_leader = raw.metadata(node, "load").partitions[0].leader_id
-                if with_leader >= 0 and cluster.is_running(with_leader):
-                    return with_leader
+            except grpc.RpcError:  # the node died between the check and the call
+                continue
+            if with_leader >= 0 and cluster.is_running(with_leader):
+                return with_leader
         return -1
 
     def producer() -> None:
@@ -245,7 +250,9 @@ def test_sigkill_of_the_leader_under_load_loses_nothing_acknowledged(raw: Raw) -
                 if answer.error_code == 0:
                     latest_seen.append((answer.leader_epoch, answer.offset))
                 elif answer.error_code == 78:
-                    not_available.append(raw.metadata(leader, "load").partitions[0].leader_epoch)
+                    with contextlib.suppress(grpc.RpcError):
+                        md = raw.metadata(leader, "load")
+                        not_available.append(md.partitions[0].leader_epoch)
         except BaseException as exc:
             errors.append(exc)
 
