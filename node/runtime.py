@@ -30,7 +30,14 @@ from node.config import NodeConfig
 from node.metadata import METADATA_TOPIC, MetadataImage, TopicInfo, decode_record, encode_record
 from node.partition import PartitionReplica
 from node.transport import PeerLink, RaftTransportServicer, add_message, messages_of
-from replication import AppendResponse, HeartbeatResponse, NotLeaderError, RaftConfig, Ready
+from replication import (
+    AppendResponse,
+    HeartbeatResponse,
+    NotLeaderError,
+    RaftConfig,
+    Ready,
+    Role,
+)
 from storage import LogConfig
 from storage.cleaner import LogCleaner
 from tidelog import errors
@@ -245,16 +252,34 @@ class NodeRuntime:
                 durable = [(r, rd) for r, rd in batch if r.writes(rd)]
                 self._complete_round([(r, rd) for r, rd in batch if not r.writes(rd)])
                 if durable:
+                    # A leader's appends go out before its own fsync, so that the followers'
+                    # fsyncs overlap it instead of following it (Raft thesis §10.2.1, as etcd
+                    # does): the core counts its own replica only up to its durable prefix, so
+                    # a commit still takes a majority of fsynced copies. Acknowledgements and
+                    # votes (any Ready of a follower or candidate) still wait for the disk.
+                    early: list[tuple[PartitionReplica, Ready]] = []
+                    late: list[tuple[PartitionReplica, Ready]] = []
+                    for item in durable:
+                        (early if _promises_nothing(*item) else late).append(item)
+                    for replica, rd in early:
+                        for message in rd.messages:
+                            self._queue_message(replica.tp, message)
+                    self._flush_outbox()
                     await loop.run_in_executor(
                         self._disk, _persist_all, durable, flush, self._flushers
                     )
-                    self._complete_round(durable)
+                    self._complete_round(early, sent=True)
+                    self._complete_round(late)
 
-    def _complete_round(self, items: list[tuple[PartitionReplica, Ready]]) -> None:
-        """The Readies are durable: send their messages, publish, advance the cores."""
+    def _complete_round(
+        self, items: list[tuple[PartitionReplica, Ready]], sent: bool = False
+    ) -> None:
+        """The Readies are durable: send their messages (unless `sent` already), publish,
+        advance the cores."""
         for replica, rd in items:
-            for message in rd.messages:
-                self._queue_message(replica.tp, message)
+            if not sent:
+                for message in rd.messages:
+                    self._queue_message(replica.tp, message)
             replica.publish(rd)
             if replica.tp == METADATA_TP:
                 self._apply_committed_metadata()
@@ -521,6 +546,20 @@ def _delete_replica_files(replica: PartitionReplica) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
     directory.rename(doomed)
     shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _promises_nothing(replica: PartitionReplica, rd: Ready) -> bool:
+    """Whether `rd`'s messages may leave before `rd` is durable: those of a leader that keeps
+    the term and vote already on disk and truncates nothing, i.e. appends and heartbeats
+    (a node cannot stop leading and lead again within one term, so nothing in `rd` was
+    decided in another role)."""
+    hs = rd.hard_state
+    return (
+        rd.role is Role.LEADER
+        and rd.truncate_to is None
+        and rd.reset_to is None
+        and (hs is None or (hs.term, hs.vote) == replica.persisted_term_vote)
+    )
 
 
 def _persist_all(
