@@ -342,7 +342,8 @@ class NodeRuntime:
         for replica in self.partitions.values():
             preferred = replica.replicas[0]
             if (
-                replica.is_leader
+                replica.tp != METADATA_TP  # the controller stays put, as Kafka's does
+                and replica.is_leader
                 and preferred != self.node_id
                 and replica.core.transferring_to is None
                 and preferred in replica.in_sync_replicas(self.config.replica_lag_max_ms)
@@ -499,7 +500,10 @@ class NodeRuntime:
             batch = build_batch(
                 [RecordInput(value=encode_record(record), timestamp=int(time.time() * 1000))]
             )
-            produced = replica.propose(batch, acks=-1)
+            try:
+                produced = replica.propose(batch, acks=-1)
+            except errors.NotLeaderOrFollowerError as exc:
+                raise errors.NotControllerError(str(exc)) from None
             assert produced.done is not None
             self.wake()
             await _wait(produced.done, timeout_s)

@@ -71,8 +71,29 @@ class Raw:
         return self.stub(node_id).Metadata(pb.MetadataRequest(topics=[topic]), timeout=5).topics[0]
 
     def create_topic(self, name: str, partitions: int, rf: int, **configs: str) -> None:
+        def created() -> pb.CreateTopicsResponse | None:
+            answer = self._create(name, partitions, rf, configs)
+            return None if answer.topics[0].error_code == 41 else answer  # NOT_CONTROLLER
+
+        response = wait_for(created, what=f"a controller to create {name}")
+        assert response.topics[0].error_code == 0, response
+        self.wait_leaders(name, partitions)
+        # Nodes hand leadership to the preferred replica once it is in sync; wait for that so
+        # a test's leader does not move under it by balancing.
+        wait_for(
+            lambda: all(
+                p.leader_id == p.replicas[0]
+                for p in self.metadata(self.cluster.node_ids[0], name).partitions
+            ),
+            what=f"preferred leaders of {name}",
+        )
+        self.wait_leaders(name, partitions)
+
+    def _create(
+        self, name: str, partitions: int, rf: int, configs: dict[str, str]
+    ) -> pb.CreateTopicsResponse:
         node = self.cluster.node_ids[0]
-        response = self.stub(node).CreateTopics(
+        return self.stub(node).CreateTopics(
             pb.CreateTopicsRequest(
                 topics=[
                     pb.CreatableTopic(
@@ -86,18 +107,6 @@ class Raw:
             ),
             timeout=20,
         )
-        assert response.topics[0].error_code == 0, response
-        self.wait_leaders(name, partitions)
-        # Nodes hand leadership to the preferred replica once it is in sync; wait for that so
-        # a test's leader does not move under it by balancing.
-        wait_for(
-            lambda: all(
-                p.leader_id == p.replicas[0]
-                for p in self.metadata(self.cluster.node_ids[0], name).partitions
-            ),
-            what=f"preferred leaders of {name}",
-        )
-        self.wait_leaders(name, partitions)
 
     def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> list[int]:
         """Leaders of every partition once all live nodes agree on them."""
