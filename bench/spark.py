@@ -80,6 +80,7 @@ def main() -> int:
     records, rounds = (2_000, 1) if args.quick else (args.records, args.rounds)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from tidelog.spark import TidelogDataSource

@@ -30,6 +30,7 @@ def spark() -> Iterator[SparkSession]:
     # Workers must run this venv's interpreter, which has tidelog installed (editable).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from tidelog.spark import TidelogDataSource

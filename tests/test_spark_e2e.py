@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from tidelog.testing import LocalCluster
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +64,24 @@ def produce(client: Client, topic: str, values: list[bytes], partitions: int) ->
     with client.producer() as producer:
         for i, value in enumerate(values):
             producer.send(topic, value, partition=i % partitions)
+
+
+def run_available_now(build: Callable[[], DataStreamWriter], attempts: int = 3) -> None:
+    """Run a streaming query with trigger availableNow to its end.
+
+    Spark gives the Python process that drives a streaming source a fixed 10 s to start and
+    connect back (PythonWorkerFactory); on a machine loaded by other work that can pass, failing
+    the query while it is still INITIALIZING, before any offset is logged. Only that failure is
+    retried; any other fails the test."""
+    for attempt in range(attempts):
+        query = build().trigger(availableNow=True).start()
+        try:
+            assert query.awaitTermination(300), "the query did not finish in 300 s"
+            return
+        except Exception as exc:
+            starting = "failed to connect back" in str(exc) and "State: INITIALIZING" in str(exc)
+            if not starting or attempt == attempts - 1:
+                raise
 
 
 def read(spark: SparkSession, cluster: LocalCluster, **options: str) -> DataFrame:
@@ -150,8 +169,8 @@ def test_streaming_available_now_and_restart(
     seen: list[list[tuple[int, int]]] = []
 
     def run() -> None:
-        query = (
-            spark.readStream.format("tidelog")
+        run_available_now(
+            lambda: spark.readStream.format("tidelog")
             .option("tidelog.bootstrap.servers", cluster.bootstrap)
             .option("subscribe", "stream")
             .option("startingOffsets", "earliest")
@@ -163,11 +182,7 @@ def test_streaming_available_now_and_restart(
                 )
             )
             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
         )
-        assert query.awaitTermination(180)
-        assert query.exception() is None
 
     run()
     first = [p for batch in seen for p in batch]
@@ -203,19 +218,15 @@ def test_batch_and_streaming_write(
          .option("tidelog.bootstrap.servers", cluster.bootstrap).option("topic", "written").save())
 
     client.create_topic("copied", partitions=1, replication_factor=1)
-    query = (
-        spark.readStream.format("tidelog")
+    run_available_now(
+        lambda: spark.readStream.format("tidelog")
         .option("tidelog.bootstrap.servers", cluster.bootstrap)
         .option("subscribe", "events").option("startingOffsets", "earliest").load()
         .selectExpr("key", "value", "'copied' AS topic")
         .writeStream.format("tidelog")
         .option("tidelog.bootstrap.servers", cluster.bootstrap)
         .option("checkpointLocation", str(tmp_path / "copy-checkpoint"))
-        .trigger(availableNow=True)
-        .start()
     )
-    assert query.awaitTermination(180)
-    assert query.exception() is None
     copied = consume_all(client, "copied", 1)
     assert sorted(r.value for r in copied) == sorted(event(i)["value"] for i in range(EVENTS))
 
@@ -228,7 +239,9 @@ def test_data_loss_fails_or_skips(
         "lossy", partitions=1, replication_factor=1,
         config={"segment.bytes": "1024", "retention.bytes": "2048"},
     )
-    produce(client, "lossy", [b"x" * 50 for _ in range(200)], 1)
+    with client.producer() as producer:
+        for _ in range(200):  # one batch each, so that they spread over many small segments
+            producer.send("lossy", b"x" * 50).result()
     tp = TopicPartition("lossy", 0)
     deadline = time.monotonic() + 60
     while client.list_offsets({tp: -2})[tp].offset == 0:  # retention runs every 5 s
