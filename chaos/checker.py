@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -44,9 +46,16 @@ class Batch:
     last_offset: int
     epoch: int
     control: bool
+    #: (producer id, producer epoch, base sequence): what idempotence deduplicates by.
+    producer: tuple[int, int, int]
     raw: bytes
     #: (offset, value, timestamp) of each data record.
     records: tuple[tuple[int, str, int], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base": self.base_offset, "last": self.last_offset, "epoch": self.epoch,
+                "control": self.control, "producer": list(self.producer),
+                "values": [r[1] for r in self.records]}
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,22 @@ class FinalState:
     leaders: dict[int, int | None]
     #: Seconds the replicas took to agree after the drain (None: they never did).
     converged_after: float | None
+
+    def dump(self, path: Path) -> None:
+        """Every replica's batches as JSON lines, to study a failure after the cluster is gone
+        (the history says what clients saw; this says where it landed and under which producer
+        epoch and sequence)."""
+        with path.open("w", encoding="utf-8") as file:
+            for partition, replicas in sorted(self.replicas.items()):
+                for node, log in sorted(replicas.items()):
+                    file.write(json.dumps({
+                        "partition": partition, "node": node, "hw": log.high_watermark,
+                        "log_start": log.log_start_offset, "error": log.error,
+                        "leader": self.leaders.get(partition) == node,
+                    }) + "\n")
+                    for batch in log.batches:
+                        file.write(json.dumps({"partition": partition, "node": node,
+                                               **batch.to_json()}) + "\n")
 
     def reference(self, partition: int) -> ReplicaLog | None:
         """The leader's log, else the replica with the highest HW."""
@@ -111,6 +136,8 @@ def _read_replica(channel: grpc.Channel, node: int, tp: TopicPartition) -> Repli
             )
             batches.append(Batch(header.base_offset, header.last_offset,
                                  header.partition_leader_epoch, header.is_control,
+                                 (header.producer_id, header.producer_epoch,
+                                  header.base_sequence),
                                  bytes(data[pos:pos + header.size]), records))
             offset = header.next_offset
 

@@ -172,19 +172,21 @@ def timeline(entries: list[dict[str, Any]], path: Path) -> None:
     oks = [op for op in writes if op.outcome == OK and op.end is not None]
     bad = [op for op in writes if op.outcome != OK]
     end = max((e["mono"] for e in entries), default=origin) - origin
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 7), sharex=True,
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(16, 7), sharex=True,
                                       gridspec_kw={"height_ratios": [1, 1]})
-    bins = max(1, int(end) + 1)
+    width = max(1, round(end / 300))  # seconds per bin: about 300 bins whatever the length
+    bins = max(1, int(end / width) + 1)
+    span = bins * width
     per_partition: dict[int, list[float]] = defaultdict(list)
     for op in oks:
         per_partition[op.invoke["partition"]].append((op.end or 0.0) - origin)
     for partition, times in sorted(per_partition.items()):
-        top.hist(times, bins=bins, range=(0, bins), histtype="step", linewidth=1.2,
-                 label=f"p{partition} acks/s")
+        top.hist(times, bins=bins, range=(0, span), histtype="step", linewidth=1.2,
+                 label=f"p{partition} acks/s", weights=[1 / width] * len(times))
     if bad:
-        top.hist([op.start - origin for op in bad], bins=bins, range=(0, bins),
-                 histtype="stepfilled", alpha=0.4, color="black",
-                 label="unknown/failed writes (by send time)")
+        top.hist([op.start - origin for op in bad], bins=bins, range=(0, span),
+                 histtype="stepfilled", alpha=0.6, color="black",
+                 label="unknown/failed writes/s (by send time)", weights=[1 / width] * len(bad))
     top.set_ylabel("acknowledged writes / s")
     top.set_title("Tidelog chaos run: throughput and acks=all write latency")
     bottom.scatter([(op.end or 0.0) - origin for op in oks],
@@ -208,8 +210,8 @@ def timeline(entries: list[dict[str, Any]], path: Path) -> None:
             for axis in (top, bottom):
                 axis.axvspan(begin, e["mono"] - origin, color=_COLOURS.get(e["f"], "grey"),
                              alpha=0.25, label=label if axis is top else None)
-    top.legend(loc="upper left", fontsize=8, ncol=4)
-    bottom.legend(loc="upper left", fontsize=8)
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -35,6 +35,8 @@ class RunConfig:
     nodes: int = 3
     partitions: int = 3
     rate: float = 100.0
+    #: The producers' delivery.timeout.ms: shorter means more writes end unknown.
+    delivery_timeout_ms: int = 20_000
     #: Quiet seconds between two faults, drawn uniformly from this range.
     interval: tuple[float, float] = (2.0, 5.0)
     #: Seconds each fault holds, drawn uniformly from this range.
@@ -52,6 +54,7 @@ class RunConfig:
             ("--nodes", self.nodes, defaults.nodes),
             ("--partitions", self.partitions, defaults.partitions),
             ("--rate", self.rate, defaults.rate),
+            ("--delivery-timeout-ms", self.delivery_timeout_ms, defaults.delivery_timeout_ms),
             ("--interval", self.interval, defaults.interval),
             ("--hold", self.hold, defaults.hold),
         ):
@@ -74,7 +77,8 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
     ) as cluster:
         workload = Workload(
             cluster.client_bootstrap,
-            WorkloadConfig(TOPIC, config.partitions, rate=config.rate, seed=config.seed),
+            WorkloadConfig(TOPIC, config.partitions, rate=config.rate, seed=config.seed,
+                           delivery_timeout_ms=config.delivery_timeout_ms),
             history,
         )
         try:
@@ -106,6 +110,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
             history.close()
             for node in cluster.node_ids:
                 (config.out / f"node-{node}.log").write_text(cluster.logs(node))
+    final.dump(config.out / "final-logs.jsonl")
     entries = load(history.path)
     invariants = check(entries, final)
     result = report_mod.build(

@@ -46,6 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
     run.add_argument("--partitions", type=int, default=3, help="partitions written (default 3)")
     run.add_argument("--rate", type=float, default=100.0, help="writes per second (default 100)")
+    run.add_argument("--delivery-timeout-ms", type=int, default=20_000,
+                     help="the producers' delivery timeout; past it a write is unknown "
+                     "(default 20000)")
     run.add_argument("--interval", type=_span, default=(2.0, 5.0), metavar="MIN:MAX",
                      help="quiet seconds between faults (default 2:5)")
     run.add_argument("--hold", type=_span, default=(2.0, 6.0), metavar="MIN:MAX",
@@ -71,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     config = RunConfig(
         seed=args.seed, duration=args.duration, nemeses=tuple(kinds), out=args.out,
         nodes=args.nodes, partitions=args.partitions, rate=args.rate,
+        delivery_timeout_ms=args.delivery_timeout_ms,
         interval=args.interval, hold=args.hold, node_options=dict(args.set),
     )
     print(f"chaos run: {config.replay_command()}", flush=True)
