@@ -250,7 +250,6 @@ def test_options_pickle_for_executors() -> None:
 def test_arrow_batches_match_sparks_conversion_of_the_schema(include_headers: bool) -> None:
     """Spark accepts a read()'s Arrow batches only when their schema equals its own conversion
     of the source's schema; a mismatch would fail every read at run time."""
-    pytest.importorskip("pyspark")
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from tidelog.spark.io import arrow_schema
@@ -275,7 +274,6 @@ def test_arrow_batches_match_sparks_conversion_of_the_schema(include_headers: bo
 def test_sink_schema_is_checked_like_sparks_kafka_sink(
     ddl: str, topic_option: bool, match: str
 ) -> None:
-    pytest.importorskip("pyspark")
     from pyspark.sql import types as T
 
     from tidelog.spark.source import check_sink_schema

@@ -188,6 +188,8 @@ class TidelogBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.bounds = options.batch_bounds()
+        if options.max_offsets_per_trigger is not None:
+            log.warning("maxOffsetsPerTrigger option ignored in batch queries")
 
     def partitions(self) -> list[InputPartition]:
         options = self.options
