@@ -40,6 +40,8 @@ KEYS: dict[str, str] = {
     "raft.tick.ms": "raft_tick_ms",
     "log.flush.policy": "log_flush_policy",
     "replica.lag.max.ms": "replica_lag_max_ms",
+    "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+    "leader.imbalance.check.interval.ms": "leader_imbalance_check_interval_ms",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
     "test.ack.before.commit": "test_ack_before_commit",
 }
@@ -77,6 +79,11 @@ class NodeConfig:
     log_flush_policy: FlushPolicy = "always"
     #: A follower that has not caught up with the leader for this long leaves the ISR.
     replica_lag_max_ms: int = 30_000
+    #: Hand leadership back to each partition's preferred replica once it is in sync (Kafka's
+    #: auto leader rebalance), checked every leader.imbalance.check.interval.ms (Kafka checks
+    #: every 5 minutes; a laptop cluster settles faster).
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 1000
     #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
     #: committed, to prove that idempotent retries write nothing twice.
     test_drop_produce_response_rate: float = 0.0
@@ -118,6 +125,10 @@ class NodeConfig:
             f"log.flush.policy must be 'always' or 'never', got {self.log_flush_policy!r}",
         )
         _require(self.replica_lag_max_ms >= 1, "replica.lag.max.ms must be >= 1")
+        _require(
+            self.leader_imbalance_check_interval_ms >= 1,
+            "leader.imbalance.check.interval.ms must be >= 1",
+        )
         _require(
             0.0 <= self.test_drop_produce_response_rate <= 1.0,
             "test.drop.produce.response.rate must be within 0..1",
@@ -276,6 +287,10 @@ def _convert(key: str, name: str, value: str) -> Any:
     if name in ("listen", "advertised", "log_flush_policy"):
         return value
     if name == "test_ack_before_commit":
+        if value.lower() not in ("true", "false"):
+            raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
+        return value.lower() == "true"
+    if name == "auto_leader_rebalance_enable":
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"

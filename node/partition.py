@@ -131,7 +131,6 @@ class PartitionReplica:
         self._acks_local: list[_ProduceWaiter] = []
         self._data_waiters: list[asyncio.Future[None]] = []
         self._caught_up_ms: dict[int, float] = {}
-        self._match_end: dict[int, int] = {}
         self.closed = False
 
     # ---- persistence ---------------------------------------------------------------------
@@ -309,11 +308,10 @@ class PartitionReplica:
 
     # ---- in-sync replicas ----------------------------------------------------------------
 
-    def record_follower(self, follower: int, match_end: int | None) -> None:
-        """A follower answered (an append with `match_end`, or a heartbeat with None)."""
-        if match_end is not None:
-            self._match_end[follower] = match_end
-        if self._match_end.get(follower, -1) >= self.core.log_end_offset:
+    def record_follower(self, follower: int) -> None:
+        """A follower answered this leader (after the core stepped the answer): it is in sync
+        while what it holds reaches the leader's log end."""
+        if self.core.match_of(follower) >= self.core.log_end_offset:
             self._caught_up_ms[follower] = time.monotonic() * 1000
 
     def in_sync_replicas(self, lag_max_ms: int) -> list[int]:

@@ -55,7 +55,6 @@ _RETENTION_EVERY_S = 5.0
 _METADATA_PULL_EVERY_S = 0.2
 _TRANSFER_WAIT_S = 3.0
 _PRODUCER_ID_BLOCK = 1000
-_BALANCE_EVERY_S = 1.0
 _FLUSH_THREADS = 8
 
 
@@ -202,10 +201,13 @@ class NodeRuntime:
     # ---- the Raft driver -------------------------------------------------------------------
 
     async def _tick_loop(self) -> None:
+        """One tick per interval. Ticks a stalled loop missed are dropped, not replayed back
+        to back: a node that was starved of CPU for 300 ms must not count 30 ticks at once
+        and start an election against a leader whose heartbeats are merely queued."""
         interval = self.config.raft_tick_ms / 1000
         next_tick = time.monotonic()
         while True:
-            next_tick += interval
+            next_tick = max(next_tick + interval, time.monotonic())
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
             for replica in self.partitions.values():
                 replica.core.tick()
@@ -224,12 +226,10 @@ class NodeRuntime:
             replica = self.partitions.get(tp)
             if replica is None:
                 continue
-            if replica.is_leader and isinstance(message, AppendResponse) and message.success:
-                replica.record_follower(message.src, message.match_end)
-            elif replica.is_leader and isinstance(message, HeartbeatResponse):
-                replica.record_follower(message.src, None)
             replica.core.step(message)
             replica.observe_role()
+            if replica.is_leader and isinstance(message, AppendResponse | HeartbeatResponse):
+                replica.record_follower(message.src)
         self._work.set()
 
     async def _ready_loop(self) -> None:
@@ -309,7 +309,8 @@ class NodeRuntime:
             await asyncio.sleep(_ANNOUNCE_EVERY_S)
             self._announce_leadership()
             now = time.monotonic()
-            if now - last_balance >= _BALANCE_EVERY_S:
+            balance_every_s = self.config.leader_imbalance_check_interval_ms / 1000
+            if self.config.auto_leader_rebalance_enable and now - last_balance >= balance_every_s:
                 last_balance = now
                 self._prefer_preferred_leaders()
             if now - last_checkpoint >= _CHECKPOINT_EVERY_S:

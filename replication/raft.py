@@ -271,6 +271,12 @@ class RaftCore:
     def epoch_at(self, offset: int) -> int | None:
         return self._log.epoch_at(offset)
 
+    def match_of(self, peer: int) -> int:
+        """How much of this leader's log `peer` is known to hold (its matched end offset); the
+        driver reports in-sync replicas from it. 0 when unknown or when not the leader."""
+        progress = self._progress.get(peer) if self._role is Role.LEADER else None
+        return 0 if progress is None else progress.match
+
     # ---- inputs ----------------------------------------------------------------------------
 
     def tick(self) -> None:

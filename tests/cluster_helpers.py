@@ -78,16 +78,6 @@ class Raw:
         response = wait_for(created, what=f"a controller to create {name}")
         assert response.topics[0].error_code == 0, response
         self.wait_leaders(name, partitions)
-        # Nodes hand leadership to the preferred replica once it is in sync; wait for that so
-        # a test's leader does not move under it by balancing.
-        wait_for(
-            lambda: all(
-                p.leader_id == p.replicas[0]
-                for p in self.metadata(self.cluster.node_ids[0], name).partitions
-            ),
-            what=f"preferred leaders of {name}",
-        )
-        self.wait_leaders(name, partitions)
 
     def _create(
         self, name: str, partitions: int, rf: int, configs: dict[str, str]

@@ -26,7 +26,9 @@ NOT_LEADER = 6
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(3) as c:
+    # No automatic leader rebalancing: these tests pin a partition's leader and talk raw
+    # protocol to it (test_preferred_leaders_take_leadership_back covers the balancing).
+    with LocalCluster(3, auto_leader_rebalance_enable=False) as c:
         yield c
 
 
@@ -51,12 +53,32 @@ def test_produce_acks_all_then_fetch_back_from_every_partition(raw: Raw) -> None
     md = raw.metadata(leaders[0], "events")
     assert all(sorted(p.replicas) == [1, 2, 3] for p in md.partitions)
     assert len({p.replicas[0] for p in md.partitions}) == 3, "preferred leaders are spread"
-    wait_for(
-        lambda: all(
-            p.leader_id == p.replicas[0] for p in raw.metadata(leaders[0], "events").partitions
-        ),
-        what="leadership to move to the preferred replicas",
-    )
+
+
+def test_preferred_leaders_take_leadership_back() -> None:
+    with LocalCluster(3, leader_imbalance_check_interval_ms=500) as cluster:
+        raw = Raw(cluster)
+        try:
+            raw.create_topic("balanced", 3, 3)
+            preferred = [p.replicas[0] for p in raw.metadata(1, "balanced").partitions]
+            assert sorted(preferred) == [1, 2, 3]
+            wait_for(
+                lambda: raw.wait_leaders("balanced", 3) == preferred,
+                timeout=60,
+                what="leadership to move to the preferred replicas",
+            )
+            victim = preferred[0]
+            cluster.kill(victim)
+            wait_for(lambda: raw.wait_leaders("balanced", 3)[0] != victim, timeout=60,
+                     what="a new leader for partition 0")
+            cluster.restart(victim)
+            wait_for(
+                lambda: raw.wait_leaders("balanced", 3) == preferred,
+                timeout=60,
+                what="the restarted preferred replica to lead again",
+            )
+        finally:
+            raw.close()
 
 
 def test_a_follower_answers_not_leader_with_the_leaders_hint(raw: Raw) -> None:
