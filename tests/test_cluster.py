@@ -312,7 +312,7 @@ def test_sigkill_of_the_leader_under_load_loses_nothing_acknowledged(raw: Raw) -
 def test_records_not_yet_committed_are_invisible_to_consumers() -> None:
     # Long election timeouts: with both followers paused the leader must stay leader (check-
     # quorum would depose it after one election timeout) while the test looks at it.
-    with LocalCluster(3, election_timeout_ms=4000) as cluster:
+    with LocalCluster(3, election_timeout_ms=4000, auto_leader_rebalance_enable=False) as cluster:
         raw = Raw(cluster)
         try:
             raw.create_topic("pending", 1, 3)
@@ -351,14 +351,14 @@ def test_records_not_yet_committed_are_invisible_to_consumers() -> None:
 @pytest.mark.timeout(240)
 def test_whole_cluster_restart_keeps_topics_and_committed_data(tmp_path) -> None:  # type: ignore[no-untyped-def]
     data_dir = tmp_path / "cluster"
-    with LocalCluster(3, data_dir=data_dir) as cluster:
+    with LocalCluster(3, data_dir=data_dir, auto_leader_rebalance_enable=False) as cluster:
         raw = Raw(cluster)
         raw.create_topic("durable", 2, 3)
         leaders = raw.wait_leaders("durable", 2)
         for p, leader in enumerate(leaders):
             assert raw.produce(leader, "durable", p, make_batch([b"d%d" % p] * 7)).error_code == 0
         raw.close()
-    with LocalCluster(3, data_dir=data_dir) as cluster:
+    with LocalCluster(3, data_dir=data_dir, auto_leader_rebalance_enable=False) as cluster:
         raw = Raw(cluster)
         try:
             leaders = raw.wait_leaders("durable", 2)
