@@ -7,9 +7,11 @@ prints. ``--jobs`` spreads a range over processes; results do not depend on it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import sys
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tidelog.errors import TidelogError
@@ -90,19 +92,29 @@ def run(args: argparse.Namespace) -> int:
     elections: list[float] = []
     failovers: list[float] = []
     items = [(seed, args) for seed in seeds]
-    if args.jobs > 1:
-        with multiprocessing.Pool(args.jobs) as pool:
-            results = list(pool.imap(_job, items, chunksize=8))
-    else:
-        results = [_job(item) for item in items]
-    for result in results:
-        events += result.events
-        elections.extend(result.elections)
-        failovers.extend(result.failovers)
-        if not result.ok:
-            failures += 1
-            print(f"seed {result.config.seed} FAILED: {result.failure}")
-            print(f"  replay: {replay_command(result.config.seed, args)}")
+    with contextlib.ExitStack() as stack:
+        if args.jobs > 1:
+            pool = stack.enter_context(multiprocessing.Pool(args.jobs))
+            results: Iterable[SimResult] = pool.imap(_job, items, chunksize=8)
+        else:
+            results = map(_job, items)
+        tty = sys.stderr.isatty()
+        step = max(1, len(items) // (100 if tty else 10))
+        for done, result in enumerate(results, 1):
+            events += result.events
+            elections.extend(result.elections)
+            failovers.extend(result.failovers)
+            if not result.ok:
+                failures += 1
+                print(f"seed {result.config.seed} FAILED: {result.failure}", flush=True)
+                print(f"  replay: {replay_command(result.config.seed, args)}", flush=True)
+            if len(items) >= 100 and (done % step == 0 or done == len(items)):
+                # Progress on stderr, so the summary on stdout stays machine-readable.
+                print(f"{chr(13) if tty else ''}{done}/{len(items)} seeds, {failures} failed, "
+                      f"{time.perf_counter() - started:.0f}s", end="" if tty else "\n",
+                      file=sys.stderr, flush=True)
+        if len(items) >= 100 and tty:
+            print(file=sys.stderr)
     elapsed = time.perf_counter() - started
     print(f"seeds={len(seeds)} failures={failures} events={events} "
           f"events_per_s={events / elapsed:.0f} wall_s={elapsed:.1f}")
