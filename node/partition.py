@@ -161,7 +161,7 @@ class PartitionReplica:
             self._state_file.write([("term", hs.term), ("vote", vote)])
             self.persisted_term_vote = (hs.term, hs.vote)
         if flush and (rd.entries or rd.truncate_to is not None or rd.reset_to is not None):
-            self.log.flush()
+            self.log.sync_data()
 
     # ---- leadership ----------------------------------------------------------------------
 

@@ -646,6 +646,21 @@ class Log:
             self._unflushed_messages = 0
             self._last_flush_ms = self._clock()
 
+    def sync_data(self) -> None:
+        """fsync the batches written since the last sync (and the directory if files were
+        created or removed): what an acknowledgement needs, one fsync per touched file.
+
+        Unlike `flush`, the indexes are not synced and the recovery point does not move, so a
+        crash before the next `flush` recovers from the old recovery point, re-indexing the
+        synced batches: per-write durability without three fsyncs per write."""
+        with self._lock:
+            self._check_open()
+            for i in range(self._segments.floor_index(self._recovery_point), len(self._segments)):
+                self._segments[i].sync_data()
+            if self._dir_dirty:
+                fsync_dir(self.directory)
+                self._dir_dirty = False
+
     def checkpoint(self) -> None:
         """Persist recovery point, log start offset, HW and segment last-modified times (each
         file replaced atomically). Cheap enough to call every few seconds, as Kafka does."""

@@ -575,13 +575,18 @@ class LogSegment:
     # ------------------------------------------------------------------------------------------
     # Files
 
-    def flush(self) -> None:
-        """fsync the .log and the indexes (an index below the recovery point is trusted on
-        the next open, so it must be as durable as the data it points into)."""
+    def sync_data(self) -> None:
+        """fsync the .log only: what makes appended batches durable. The indexes can always be
+        rebuilt from it, so they wait for `flush`."""
         if self._dirty:
             with self._reader() as fd:
                 os.fsync(fd)
             self._dirty = False
+
+    def flush(self) -> None:
+        """fsync the .log and the indexes (an index below the recovery point is trusted on
+        the next open, so it must be as durable as the data it points into)."""
+        self.sync_data()
         self.offset_index.file.flush()
         self.time_index.file.flush()
         self.txn_index.file.flush()
