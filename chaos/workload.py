@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import itertools
 import random
 import threading
 import time
@@ -172,7 +173,7 @@ class Workload:
             self._pending[process] = pending
         interval = self.config.producers / self.config.rate
         next_at = time.monotonic()
-        for n in range(1 << 62):
+        for n in itertools.count():
             if self._stop_writes.is_set():
                 break
             next_at += interval
