@@ -110,7 +110,9 @@ class LocalCluster:
     ``**{"segment.bytes": 1024}``); other names are topic defaults.
     ``require_controller``: readiness also needs every live node to know a metadata leader.
     ``exit_with_parent`` False lets the nodes outlive this process (``tidelog cluster up
-    --detach``); otherwise they stop when it dies, however it dies.
+    --detach``); otherwise they stop when it dies, however it dies, and also when the *thread*
+    that started them ends (the kernel's parent-death signal follows the thread): start and
+    restart nodes from a thread that lives as long as they should.
     """
 
     def __init__(
