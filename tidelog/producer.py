@@ -523,6 +523,14 @@ class Producer:
         with self._cond:
             self._producer_id, self._producer_epoch = producer_id, epoch
             for state in self._partitions.values():
+                # A batch already sent under the old epoch may be in the log with its answer
+                # lost; renumbered under the new epoch the leader could not recognise it and
+                # would write it twice. Its outcome is unknown: fail it, as Kafka does.
+                for batch in [b for b in state.queue if b.attempts > 0]:
+                    self._fail(batch, RequestTimedOutError(
+                        f"{batch.tp}: outcome unknown (sent, never acknowledged) when the "
+                        f"producer had to take a new epoch; not resent, to avoid a duplicate"
+                    ))
                 state.next_sequence = state.acked_sequence = 0
                 for batch in state.queue:
                     batch.sequence = None
