@@ -80,27 +80,32 @@ def test_lost_acknowledgements_and_leader_kills_write_each_record_once_in_order(
 
 def test_a_new_producer_epoch_never_writes_a_sent_batch_twice() -> None:
     """Most answers lost and a short delivery timeout: batches time out with their outcome
-    unknown and the producer must take a new epoch. Batches it had already sent are failed,
-    not renumbered under the new epoch (the leader could not recognise them and would write
-    them again), so no value is in the log twice."""
+    unknown and the producer must take a new epoch while the other partition's batch, already
+    written but unacknowledged, waits for a retry. That batch must be failed, not renumbered
+    under the new epoch (the leader could not recognise it and would write it again)."""
     with LocalCluster(1, **{"test.drop.produce.response.rate": 0.8}) as c:
         client = Client(c.bootstrap)
         try:
-            client.create_topic("epochs", partitions=1, replication_factor=1)
-            producer = client.producer(acks="all", delivery_timeout_ms=1500, linger_ms=0)
-            futures = [producer.send("epochs", b"v%d" % i, partition=0) for i in range(300)]
+            client.create_topic("epochs", partitions=2, replication_factor=1)
+            producer = client.producer(acks="all", delivery_timeout_ms=1500, linger_ms=1)
+            futures = []
+            for i in range(1500):
+                futures.append(producer.send("epochs", b"v%d" % i, partition=i % 2))
+                time.sleep(0.005)  # pacing the workload, not synchronisation
             producer.flush(timeout_ms=60_000)
-            failed = sum(1 for f in futures if f.exception() is not None)
             producer.close()
-            tp = TopicPartition("epochs", 0)
-            end = client.list_offsets({tp: OffsetSpec.latest()})[tp].offset
+            tps = [TopicPartition("epochs", p) for p in range(2)]
+            ends = client.list_offsets({tp: OffsetSpec.latest() for tp in tps})
             consumer = client.consumer(auto_offset_reset="earliest")
-            consumer.assign([tp])
+            consumer.assign(tps)
             values: list[bytes | None] = []
-            while consumer.position(tp) < end:
+            deadline = time.monotonic() + 60
+            while any(consumer.position(tp) < ends[tp].offset for tp in tps):
+                assert time.monotonic() < deadline, "could not read the log back"
                 values.extend(r.value for r in consumer.poll(timeout_ms=500))
         finally:
             client.close()
+    failed = sum(1 for f in futures if f.exception() is not None)
     assert failed > 0, "the scenario did not force a new producer epoch"
-    duplicates = {v for v in values if values.count(v) > 1}
-    assert not duplicates, f"written twice: {sorted(duplicates)[:10]}"
+    duplicates = sorted({v for v in values if values.count(v) > 1})
+    assert not duplicates, f"written twice: {duplicates[:10]}"
