@@ -8,7 +8,7 @@ plain value or as a `Failure` (the error, named after its partition, and the lea
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -153,21 +153,31 @@ def list_offsets_request(
     )
 
 
-def parse_list_offsets(
-    response: pb.ListOffsetsResponse,
-) -> dict[TopicPartition, OffsetAnswer | Failure]:
-    out: dict[TopicPartition, OffsetAnswer | Failure] = {}
+def _per_partition(
+    response: Any, answer: Callable[[Any], V]
+) -> dict[TopicPartition, V | Failure]:
+    """Each partition of a Produce, Fetch or ListOffsets response: its answer, or its error with
+    the leader hint it came with (ListOffsets answers carry no message: the code's description
+    is it)."""
+    out: dict[TopicPartition, V | Failure] = {}
     for topic in response.topics:
         for p in topic.partitions:
             tp = TopicPartition(topic.name, p.partition)
             if p.error_code:
-                # ListOffsets answers carry no message field: the code's description is it.
-                out[tp] = Failure(error_for(p.error_code, "", tp), _hint(p.current_leader))
+                message = getattr(p, "error_message", "")
+                out[tp] = Failure(error_for(p.error_code, message, tp), _hint(p.current_leader))
             else:
-                out[tp] = OffsetAnswer(
-                    p.offset, p.timestamp, p.leader_epoch, tuple(p.old_style_offsets)
-                )
+                out[tp] = answer(p)
     return out
+
+
+def parse_list_offsets(
+    response: pb.ListOffsetsResponse,
+) -> dict[TopicPartition, OffsetAnswer | Failure]:
+    return _per_partition(
+        response,
+        lambda p: OffsetAnswer(p.offset, p.timestamp, p.leader_epoch, tuple(p.old_style_offsets)),
+    )
 
 
 # ---- Produce ----------------------------------------------------------------------------------
@@ -196,16 +206,9 @@ def produce_request(
 
 
 def parse_produce(response: pb.ProduceResponse) -> dict[TopicPartition, ProduceAnswer | Failure]:
-    out: dict[TopicPartition, ProduceAnswer | Failure] = {}
-    for topic in response.topics:
-        for p in topic.partitions:
-            tp = TopicPartition(topic.name, p.partition)
-            if p.error_code:
-                error = error_for(p.error_code, p.error_message, tp)
-                out[tp] = Failure(error, _hint(p.current_leader))
-            else:
-                out[tp] = ProduceAnswer(p.base_offset, p.log_append_time_ms)
-    return out
+    return _per_partition(
+        response, lambda p: ProduceAnswer(p.base_offset, p.log_append_time_ms)
+    )
 
 
 # ---- Fetch ------------------------------------------------------------------------------------
@@ -261,22 +264,16 @@ def fetch_request(
 
 
 def parse_fetch(response: pb.FetchResponse) -> dict[TopicPartition, FetchAnswer | Failure]:
-    out: dict[TopicPartition, FetchAnswer | Failure] = {}
-    for topic in response.topics:
-        for p in topic.partitions:
-            tp = TopicPartition(topic.name, p.partition)
-            if p.error_code:
-                error = error_for(p.error_code, p.error_message, tp)
-                out[tp] = Failure(error, _hint(p.current_leader))
-            else:
-                out[tp] = FetchAnswer(
-                    p.records,
-                    p.high_watermark,
-                    p.last_stable_offset,
-                    p.log_start_offset,
-                    tuple((a.producer_id, a.first_offset) for a in p.aborted_transactions),
-                )
-    return out
+    return _per_partition(
+        response,
+        lambda p: FetchAnswer(
+            p.records,
+            p.high_watermark,
+            p.last_stable_offset,
+            p.log_start_offset,
+            tuple((a.producer_id, a.first_offset) for a in p.aborted_transactions),
+        ),
+    )
 
 
 # ---- InitProducerId ---------------------------------------------------------------------------
