@@ -79,21 +79,9 @@ def main() -> int:
     args = parser.parse_args()
     records, rounds = (2_000, 1) if args.quick else (args.records, args.rounds)
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from tidelog.spark import local_session
 
-    from tidelog.spark import TidelogDataSource
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(TidelogDataSource)
+    spark = local_session("tidelog-bench")
     try:
         with LocalCluster(nodes=1) as cluster, Client(cluster.bootstrap) as client:
             started = time.perf_counter()

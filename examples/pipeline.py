@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
 import sys
 import time
@@ -137,19 +136,9 @@ def main() -> int:
         with Client(args.bootstrap) as client:
             produce_demo_data(client, args.topic, args.demo_data, now_ms)
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from tidelog.spark import local_session
 
-    from tidelog.spark import TidelogDataSource
-
-    spark = (
-        SparkSession.builder.master("local[2]").appName("tidelog-pipeline")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(TidelogDataSource)
+    spark = local_session("tidelog-pipeline")
     try:
         print(f"window {datetime.fromtimestamp(start_ms / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC, "
               f"{args.minutes} min, of topic {args.topic}:")

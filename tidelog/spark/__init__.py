@@ -19,12 +19,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tidelog.spark.session import local_session
     from tidelog.spark.source import TidelogDataSource
 
-__all__ = ["TidelogDataSource"]
+__all__ = ["TidelogDataSource", "local_session"]
+
+_LAZY = {"TidelogDataSource": "tidelog.spark.source", "local_session": "tidelog.spark.session"}
 
 
 def __getattr__(name: str) -> Any:
-    if name != "TidelogDataSource":
+    module = _LAZY.get(name)
+    if module is None:
         raise AttributeError(f"module 'tidelog.spark' has no attribute {name!r}")
-    return importlib.import_module("tidelog.spark.source").TidelogDataSource
+    return getattr(importlib.import_module(module), name)
