@@ -34,6 +34,19 @@ class Entry:
         return len(self.data)
 
 
+def take_within(entries: Sequence[Entry], first: int, max_bytes: int) -> list[Entry]:
+    """`entries[first]`, then the following entries while their sizes fit in `max_bytes`:
+    a read always returns at least one batch, so an oversized batch still moves (KIP-74)."""
+    out = [entries[first]]
+    budget = max_bytes - entries[first].size
+    for e in entries[first + 1 :]:
+        budget -= e.size
+        if budget < 0:
+            break
+        out.append(e)
+    return out
+
+
 class ReplicaLog(Protocol):
     """What the core reads from a replica's log, and what a driver calls to apply a ``Ready``.
 
@@ -121,14 +134,7 @@ class MemoryLog:
         i = self._index(from_offset)
         if i is None:
             return []
-        out = [self._entries[i]]
-        budget = max_bytes - self._entries[i].size
-        for e in self._entries[i + 1 :]:
-            budget -= e.size
-            if budget < 0:
-                break
-            out.append(e)
-        return out
+        return take_within(self._entries, i, max_bytes)
 
     def append(self, entries: Sequence[Entry]) -> None:
         for e in entries:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from replication.log_view import NO_EPOCH, Entry, ReplicaLog
+from replication.log_view import NO_EPOCH, Entry, ReplicaLog, take_within
 
 
 def _base(e: Entry) -> int:
@@ -88,14 +88,7 @@ class RaftLog:
         i = bisect.bisect_right(self.unstable, from_offset, key=_base) - 1
         if i < 0:
             return []
-        out = [self.unstable[i]]
-        budget = max_bytes - self.unstable[i].size
-        for e in self.unstable[i + 1 :]:
-            budget -= e.size
-            if budget < 0:
-                break
-            out.append(e)
-        return out
+        return take_within(self.unstable, i, max_bytes)
 
     def append(self, entries: Sequence[Entry]) -> None:
         self.unstable.extend(entries)
