@@ -15,7 +15,6 @@ import itertools
 import random
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +22,9 @@ from chaos.history import FAIL, OK, UNKNOWN, History
 from tidelog import wire
 from tidelog.client import Client
 from tidelog.errors import TidelogError
+from tidelog.producer import RecordFuture
 from tidelog.records import read_header
-from tidelog.types import IsolationLevel, OffsetSpec, RecordMetadata, TopicPartition
+from tidelog.types import IsolationLevel, OffsetSpec, TopicPartition
 
 __all__ = ["AckInfo", "TracingClient", "Workload", "WorkloadConfig"]
 
@@ -131,7 +131,7 @@ class Workload:
         self._stop_reads = threading.Event()
         self._threads: list[threading.Thread] = []
         self._clients: list[TracingClient] = []
-        self._pending: dict[str, set[Future[RecordMetadata]]] = {}
+        self._pending: dict[str, set[RecordFuture]] = {}
         self._pending_lock = threading.Lock()
         self._producers: list[Any] = []
         self.errors: list[str] = []
@@ -168,7 +168,7 @@ class Workload:
             delivery_timeout_ms=self.config.delivery_timeout_ms,
         )
         self._producers.append(producer)
-        pending: set[Future[RecordMetadata]] = set()
+        pending: set[RecordFuture] = set()
         with self._pending_lock:
             self._pending[process] = pending
         interval = self.config.producers / self.config.rate
@@ -197,8 +197,8 @@ class Workload:
             )
 
     def _written(self, process: str, client: TracingClient, op: int, tp: TopicPartition,
-                 value: str, pending: set[Future[RecordMetadata]],
-                 future: Future[RecordMetadata]) -> None:
+                 value: str, pending: set[RecordFuture],
+                 future: RecordFuture) -> None:
         with self._pending_lock:
             pending.discard(future)
         fields: dict[str, Any] = {"partition": tp.partition, "value": value}

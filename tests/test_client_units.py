@@ -7,9 +7,10 @@ import pickle
 
 import pytest
 
-from tidelog import Client, ProducerConfig, TopicPartition, errors
+from tidelog import Client, ProducerConfig, RecordMetadata, TopicPartition, errors
 from tidelog.consumer import ConsumerConfig
 from tidelog.metadata import ClusterMetadata, LeaderHint, MetadataSnapshot, PartitionInfo, TopicInfo
+from tidelog.records import RecordInput, batch_header, build_batch, encode_record
 from tidelog.retry import Backoff
 
 # Kafka's Java client (kafka-reference §4.3, clients/.../common/errors/): name ->
@@ -155,3 +156,78 @@ def test_idempotence_defaults_on_only_with_acks_all() -> None:
     assert ProducerConfig().idempotence
     assert not ProducerConfig(acks=1).idempotence
     assert not ProducerConfig(idempotent=False).idempotence
+
+
+def test_serialized_produce_request_equals_the_generated_encoding() -> None:
+    from tidelog import wire
+    from tidelog.v1 import tidelog_pb2 as pb
+
+    first = build_batch([RecordInput(b"v" * 300, b"k", 1)])
+    second = build_batch([RecordInput(bytes(range(256)) * 40, None, 2)] * 3)
+    batches = {
+        TopicPartition("a", 0): (first[:61], first[61:]),
+        TopicPartition("a", 7): (second,),
+        TopicPartition("b" * 200, 3): (second[:10], second[10:]),
+    }
+    data = wire.serialized_produce_request(batches, acks=-1, timeout_ms=30_000)
+    expected = pb.ProduceRequest(acks=-1, timeout_ms=30_000, topics=[
+        pb.TopicProduceData(name="a", partitions=[
+            pb.PartitionProduceData(partition=0, records=first),
+            pb.PartitionProduceData(partition=7, records=second),
+        ]),
+        pb.TopicProduceData(name="b" * 200, partitions=[
+            pb.PartitionProduceData(partition=3, records=second),
+        ]),
+    ])
+    assert pb.ProduceRequest.FromString(data) == expected
+    assert data == expected.SerializeToString()
+
+
+def test_producer_encoding_equals_build_batch() -> None:
+    """The producer encodes each record at send() and frames the body later; the bytes must
+    be those of `build_batch` for the same records, keyed, keyless and with headers."""
+    records = [
+        RecordInput(b"value", None, 1000),
+        RecordInput(None, b"key", 1003),
+        RecordInput(b"x" * 5000, b"k2", 999, (("h", b"1"), ("empty", None))),
+    ]
+    parts: list[bytes] = []
+    sizes = [encode_record(parts, i, r.timestamp - 1000, r.key, r.value, r.headers)
+             for i, r in enumerate(records)]
+    body = b"".join(parts)
+    assert sum(sizes) == len(body)
+    header = batch_header(body, base_offset=0, partition_leader_epoch=-1, attributes=0,
+                          last_offset_delta=2, first_timestamp=1000, max_timestamp=1003,
+                          producer_id=5, producer_epoch=1, base_sequence=9, records_count=3)
+    expected = build_batch(records, producer_id=5, producer_epoch=1, base_sequence=9)
+    assert header + body == expected
+
+
+def test_record_future_shares_its_batch_outcome() -> None:
+    import threading
+
+    from tidelog.producer import RecordFuture, _Batch
+
+    batch = _Batch(TopicPartition("t", 2), 0.0, 1.0, 0, threading.RLock())
+    futures = [RecordFuture(batch, i, 100 + i) for i in range(3)]
+    seen: list[object] = []
+    futures[0].add_done_callback(seen.append)
+    assert not futures[1].done() and futures[1].running() and not futures[1].cancel()
+    with pytest.raises(TimeoutError):
+        futures[1].result(timeout=0.01)
+    batch.base_offset = 40
+    batch.resolve()
+    assert seen == [futures[0]]
+    assert [f.result() for f in futures] == [
+        RecordMetadata("t", 2, 40 + i, 100 + i) for i in range(3)
+    ]
+    futures[2].add_done_callback(seen.append)  # already done: runs at once
+    assert seen == [futures[0], futures[2]]
+
+    failed = _Batch(TopicPartition("t", 0), 0.0, 1.0, 1, threading.RLock())
+    failed.error = errors.RequestTimedOutError("t-0: not delivered")
+    failed.resolve()
+    future = RecordFuture(failed, 0, 5)
+    assert isinstance(future.exception(), errors.RequestTimedOutError)
+    with pytest.raises(errors.RequestTimedOutError):
+        future.result()

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tidelog.client import Client, ClientConfig, ClusterDescription
     from tidelog.consumer import Consumer, ConsumerConfig
     from tidelog.metadata import PartitionInfo, TopicInfo
-    from tidelog.producer import Producer, ProducerConfig
+    from tidelog.producer import Producer, ProducerConfig, RecordFuture
 
 __version__ = "0.1.0"
 
@@ -40,6 +40,7 @@ _LAZY = {
     "TopicInfo": "tidelog.metadata",
     "Producer": "tidelog.producer",
     "ProducerConfig": "tidelog.producer",
+    "RecordFuture": "tidelog.producer",
 }
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "PartitionInfo",
     "Producer",
     "ProducerConfig",
+    "RecordFuture",
     "RecordMetadata",
     "TidelogError",
     "TopicInfo",

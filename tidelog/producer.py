@@ -25,12 +25,12 @@ from __future__ import annotations
 import bisect
 import contextlib
 import itertools
+import logging
 import random
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,12 +44,21 @@ from tidelog.errors import (
     UnknownProducerIdError,
 )
 from tidelog.hashing import partition_for_key
-from tidelog.records import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, RecordInput, build_batch
+from tidelog.records import (
+    HEADER_SIZE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    batch_header,
+    encode_record,
+)
 from tidelog.retry import Deadline
 from tidelog.types import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from tidelog.client import Client
+
+log = logging.getLogger("tidelog.producer")
 
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
 _RECORD_OVERHEAD = 29  # fixed bytes per record in the batch format (tidelog.records)
@@ -109,15 +118,26 @@ class _Batch:
     deadline: float
     #: Creation order, which is also sequence order within a partition.
     serial: int
-    records: list[RecordInput] = field(default_factory=list)
-    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    #: Guards `callbacks` against the completion (the producer's lock).
+    lock: threading.RLock
+    #: The records, encoded as they were sent: pieces of the batch body, joined when it leaves.
+    parts: list[bytes] = field(default_factory=list)
+    body: bytes = b""
+    count: int = 0
+    first_timestamp: int = 0
+    max_timestamp: int = -1
     size: int = HEADER_SIZE
     #: Base sequence once numbered (first drained); None before, and again after a reset.
     sequence: int | None = None
-    data: bytes | None = None
-    #: (producer id, epoch, sequence) that `data` was built with.
+    header: bytes = b""
+    #: (producer id, epoch, sequence) that `header` was built with.
     built_for: tuple[int, int, int] | None = None
     attempts: int = 0
+    #: The outcome, shared by the batch's records, set before `done`.
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    error: BaseException | None = None
+    callbacks: list[Callable[[], object]] | None = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -125,15 +145,90 @@ class _Batch:
         """Once drained a batch takes no more records (it may come back as a retry)."""
         return self.attempts > 0 or self.sequence is not None
 
+    def add_callback(self, callback: Callable[[], object]) -> None:
+        with self.lock:
+            if self.callbacks is not None:
+                self.callbacks.append(callback)
+                return
+        callback()
+
+    def resolve(self) -> None:
+        """Publish the outcome (under the producer's lock) and run the records' callbacks."""
+        self.done.set()
+        callbacks, self.callbacks = self.callbacks or [], None
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # as concurrent.futures does: a callback's failure is logged
+                log.exception("a send() callback failed")
+
+
+class RecordFuture:
+    """What `send()` returns: the record's RecordMetadata once its batch is acknowledged, or
+    the error that failed it (Kafka's FutureRecordMetadata). The records of a batch share one
+    outcome, so a future is a pair of slots, not a `concurrent.futures.Future` with its own
+    lock and condition: at tens of thousands of records per second those cost more than
+    encoding the record. It offers the `Future` methods a caller uses; it cannot be
+    cancelled."""
+
+    __slots__ = ("_batch", "_index", "_timestamp")
+
+    def __init__(self, batch: _Batch, index: int, timestamp: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp = timestamp
+
+    def done(self) -> bool:
+        return self._batch.done.is_set()
+
+    def running(self) -> bool:
+        return not self._batch.done.is_set()
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._batch.done.wait(timeout):
+            raise TimeoutError(f"{self._batch.tp}: not acknowledged within {timeout} s")
+        return self._batch.error
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        batch = self._batch
+        offset = -1 if batch.base_offset < 0 else batch.base_offset + self._index
+        timestamp = batch.log_append_time_ms if batch.log_append_time_ms >= 0 else self._timestamp
+        return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp)
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
+        """`fn(future)` once the outcome is known: at once if it is, else on the producer's
+        sender thread (keep it short)."""
+        self._batch.add_callback(lambda: fn(self))
+
 
 @dataclass(eq=False)
 class _Partition:
+    tp: TopicPartition
     queue: deque[_Batch] = field(default_factory=deque)
     in_flight: list[_Batch] = field(default_factory=list)
     next_sequence: int = 0
     #: The sequence after the last acknowledged batch: the batch carrying it is "next".
     acked_sequence: int = 0
     retry_at: float = 0.0
+
+
+@dataclass(eq=False)
+class _Topic:
+    """What send() needs of a topic, found with one dict lookup by name."""
+
+    partitions: list[_Partition | None]
+    #: Kafka's sticky partitioner: the partition keyless records go to, and their bytes.
+    sticky: int = -1
+    sticky_bytes: int = 0
 
 
 @dataclass(eq=False)
@@ -150,9 +245,11 @@ class Producer:
         self.client = client
         self.config = config
         self._acks = config.acks_value
-        self._cond = threading.Condition()
+        #: send() takes the lock itself, not through the Condition's Python-level wrapper.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._partitions: dict[TopicPartition, _Partition] = {}
-        self._sticky: dict[str, tuple[int, int]] = {}
+        self._topics: dict[str, _Topic] = {}
         self._buffered = 0
         self._completions: list[_Sent] = []
         self._flushing = 0
@@ -180,76 +277,105 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record; the future gives its RecordMetadata once acknowledged (per acks)
-        or the error that failed it, naming the partition."""
+        or the error that failed it, naming the partition.
+
+        This is the producer's per-record cost, so it does the least it can: the record is
+        encoded into its batch's body at once (no object per record survives the call but
+        the future) and everything per batch waits for the sender thread."""
         if self._closing:
             raise ConfigurationError("send() on a closed producer")
-        for name, data in (("value", value), ("key", key)):
-            if data is not None and not isinstance(data, bytes | bytearray | memoryview):
-                raise ConfigurationError(f"{name} must be bytes or None, got {type(data).__name__}")
-        block = Deadline(self.config.max_block_ms)
-        count = self.client.partitions_for(topic, block)
-        sticky = key is None and partition is None
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes("value", value)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes("key", key)
+        count = self.client.metadata.partition_count(topic)
+        if count is None:
+            count = self.client.partitions_for(topic, Deadline(self.config.max_block_ms))
         if partition is None:
-            partition = (
-                partition_for_key(bytes(key), count) if key is not None
-                else self._sticky_partition(topic, count)
-            )
+            if key is not None:
+                partition = partition_for_key(key, count)
         elif not 0 <= partition < count:
             raise ConfigurationError(f"topic {topic!r} has no partition {partition} ({count})")
-        record = RecordInput(
-            None if value is None else bytes(value),
-            None if key is None else bytes(key),
-            int(time.time() * 1000) if timestamp_ms is None else timestamp_ms,
-            tuple(headers or ()),
+        timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        size = _RECORD_OVERHEAD + (0 if value is None else len(value)) + (
+            0 if key is None else len(key)
         )
-        size = _RECORD_OVERHEAD + len(record.key or b"") + len(record.value or b"") + sum(
-            8 + len(k) + len(v or b"") for k, v in record.headers
-        )
-        future: Future[RecordMetadata] = Future()
-        tp = TopicPartition(topic, partition)
-        with self._cond:
-            while self._buffered > 0 and self._buffered + size > self.config.buffer_memory:
-                if not self._cond.wait(block.remaining()) and block.expired:
-                    raise RequestTimedOutError(
-                        f"{tp}: no room in the producer buffer within {self.config.max_block_ms} ms"
-                    )
-            self._buffered += size
-            if sticky and partition == self._sticky.get(topic, (-1, 0))[0]:
-                self._sticky[topic] = (partition, self._sticky[topic][1] + size)
-            state = self._partitions.get(tp)
-            if state is None:
-                state = self._partitions[tp] = _Partition()
-            batch = state.queue[-1] if state.queue else None
+        if headers:
+            size += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
+        batch_size = self.config.batch_size
+        with self._lock:
+            if self._buffered > 0 and self._buffered + size > self.config.buffer_memory:
+                self._wait_for_room(topic, size)
+            topic_state = self._topics.get(topic)
+            if topic_state is None or len(topic_state.partitions) != count:
+                topic_state = self._topic(topic, count)
+            if partition is None:
+                if not 0 <= topic_state.sticky < count or topic_state.sticky_bytes >= batch_size:
+                    self._move_sticky(topic, topic_state, count)
+                partition = topic_state.sticky
+                topic_state.sticky_bytes += size
+            state = topic_state.partitions[partition] or self._partition(topic, partition)
+            queue = state.queue
+            batch = queue[-1] if queue else None
             wake = False
-            if batch is None or batch.sealed or batch.size + size > self.config.batch_size:
-                now = time.monotonic()
-                batch = _Batch(
-                    tp, now, now + self.config.delivery_timeout_ms / 1000, next(self._serial)
-                )
-                state.queue.append(batch)
-                wake = len(state.queue) > 1 or self.config.linger_ms == 0 or not state.in_flight
-            batch.records.append(record)
-            batch.futures.append(future)
+            if batch is None or batch.sealed or batch.size + size > batch_size:
+                batch = self._open_batch(state, timestamp)
+                wake = len(queue) > 1 or self.config.linger_ms == 0 or not state.in_flight
+            index = batch.count
+            encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value,
+                          headers or ())
+            batch.count = index + 1
             batch.size += size
-            if wake or batch.size >= self.config.batch_size:
+            if timestamp > batch.max_timestamp:
+                batch.max_timestamp = timestamp
+            self._buffered += size
+            if wake or batch.size >= batch_size:
                 self._cond.notify_all()
-        return future
+        return RecordFuture(batch, index, timestamp)
 
-    def _sticky_partition(self, topic: str, count: int) -> int:
-        """Kafka's sticky partitioner for null keys: stay on one partition for about a batch's
-        worth of bytes, then move to another one that has a leader."""
-        with self._cond:
-            current, produced = self._sticky.get(topic, (-1, 0))
-            if 0 <= current < count and produced < self.config.batch_size:
-                return current
-            choices = [p for p in self.client.metadata.available_partitions(topic) if p < count]
-            if len(choices) > 1 and current in choices:
-                choices.remove(current)
-            chosen = random.choice(choices) if choices else random.randrange(count)
-            self._sticky[topic] = (chosen, 0)
-            return chosen
+    def _topic(self, topic: str, count: int) -> _Topic:
+        """The topic's send() state, (re)made when its partition count changes."""
+        known = self._topics.get(topic)
+        partitions = [self._partitions.get(TopicPartition(topic, p)) for p in range(count)]
+        state = self._topics[topic] = _Topic(partitions)
+        if known is not None:
+            state.sticky, state.sticky_bytes = known.sticky, known.sticky_bytes
+        return state
+
+    def _partition(self, topic: str, partition: int) -> _Partition:
+        tp = TopicPartition(topic, partition)
+        state = self._partitions[tp] = _Partition(tp)
+        self._topics[topic].partitions[partition] = state
+        return state
+
+    def _open_batch(self, state: _Partition, timestamp: int) -> _Batch:
+        now = time.monotonic()
+        batch = _Batch(state.tp, now, now + self.config.delivery_timeout_ms / 1000,
+                       next(self._serial), self._lock, first_timestamp=timestamp)
+        state.queue.append(batch)
+        return batch
+
+    def _wait_for_room(self, topic: str, size: int) -> None:
+        """Block (up to max_block_ms) until the buffer has room for `size` more bytes."""
+        block = Deadline(self.config.max_block_ms)
+        while self._buffered > 0 and self._buffered + size > self.config.buffer_memory:
+            if not self._cond.wait(block.remaining()) and block.expired:
+                raise RequestTimedOutError(
+                    f"{topic}: no room in the producer buffer within "
+                    f"{self.config.max_block_ms} ms"
+                )
+
+    def _move_sticky(self, topic: str, state: _Topic, count: int) -> None:
+        """Kafka's sticky partitioner for null keys: after about a batch's worth of bytes on
+        one partition, move to another one that has a leader."""
+        current = state.sticky
+        choices = [p for p in self.client.metadata.available_partitions(topic) if p < count]
+        if len(choices) > 1 and current in choices:
+            choices.remove(current)
+        state.sticky = random.choice(choices) if choices else random.randrange(count)
+        state.sticky_bytes = 0
 
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send everything queued now, lingering or not, and wait until it is acknowledged or
@@ -361,7 +487,7 @@ class Producer:
             state.queue.popleft()
             if self.config.idempotence and head.sequence is None:
                 head.sequence = state.next_sequence
-                state.next_sequence = (state.next_sequence + len(head.records)) % _SEQUENCE_WRAP
+                state.next_sequence = (state.next_sequence + head.count) % _SEQUENCE_WRAP
             state.in_flight.append(head)
             ready.append(head)
         return ready, wake_at
@@ -375,12 +501,12 @@ class Producer:
             by_leader.setdefault(-1 if leader is None else leader, {})[batch.tp] = batch
         timeout_ms = self.client.config.request_timeout_ms
         for node, group in by_leader.items():
-            request = wire.produce_request(
-                {tp: b.data or b"" for tp, b in group.items()}, self._acks, timeout_ms
+            request = wire.serialized_produce_request(
+                {tp: (b.header, b.body) for tp, b in group.items()}, self._acks, timeout_ms
             )
             try:
                 future = self.client.call_async(
-                    node, "Produce", request, timeout_ms / 1000 + _RPC_SLACK_S
+                    node, "ProduceSerialized", request, timeout_ms / 1000 + _RPC_SLACK_S
                 )
             except TidelogError as exc:  # the leader vanished from the metadata meanwhile
                 with self._cond:
@@ -391,14 +517,25 @@ class Producer:
             future.add_done_callback(lambda _f, sent=sent: self._completed(sent))
 
     def _build(self, batch: _Batch) -> None:
-        stamp = (self._producer_id, self._producer_epoch, -1 if batch.sequence is None
-                 else batch.sequence)
-        if batch.data is None or batch.built_for != stamp:
-            batch.data = build_batch(
-                batch.records,
+        """Frame the batch's encoded records for the producer id, epoch and sequence it
+        leaves with (framed again when a new epoch renumbers it)."""
+        stamp = (self._producer_id, self._producer_epoch,
+                 NO_SEQUENCE if batch.sequence is None else batch.sequence)
+        if batch.built_for != stamp:
+            if batch.parts:
+                batch.body, batch.parts = b"".join(batch.parts), []
+            batch.header = batch_header(
+                batch.body,
+                base_offset=0,
+                partition_leader_epoch=-1,
+                attributes=0,
+                last_offset_delta=batch.count - 1,
+                first_timestamp=batch.first_timestamp,
+                max_timestamp=batch.max_timestamp,
                 producer_id=stamp[0],
                 producer_epoch=stamp[1],
                 base_sequence=stamp[2],
+                records_count=batch.count,
             )
             batch.built_for = stamp
 
@@ -431,19 +568,16 @@ class Producer:
         state = self._state(batch)
         state.in_flight.remove(batch)
         if batch.sequence is not None:
-            end = (batch.sequence + len(batch.records)) % _SEQUENCE_WRAP
+            end = (batch.sequence + batch.count) % _SEQUENCE_WRAP
             if _seq_after(end, state.acked_sequence):
                 state.acked_sequence = end
-        tp = batch.tp
-        for i, (record, future) in enumerate(zip(batch.records, batch.futures, strict=True)):
-            offset = -1 if base_offset < 0 else base_offset + i
-            timestamp = log_append_time_ms if log_append_time_ms >= 0 else record.timestamp
-            future.set_result(RecordMetadata(tp.topic, tp.partition, offset, timestamp))
+        batch.base_offset, batch.log_append_time_ms = base_offset, log_append_time_ms
         self._finish(batch)
 
     def _finish(self, batch: _Batch) -> None:
         self._buffered -= batch.size - HEADER_SIZE
-        batch.done.set()
+        batch.parts, batch.body = [], b""
+        batch.resolve()
         self._cond.notify_all()
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
@@ -454,8 +588,7 @@ class Producer:
             state.queue.remove(batch)
         if batch.sequence is not None:
             self._needs_producer_id = True  # its sequence numbers are now a gap
-        for future in batch.futures:
-            future.set_exception(error)
+        batch.error = error
         self._finish(batch)
 
     def _on_failure(self, batch: _Batch, failure: wire.Failure, now: float) -> None:
@@ -544,6 +677,12 @@ def _explain_init_failure(exc: TidelogError) -> TidelogError:
         f"idempotent producing needs InitProducerId, which this cluster does not support "
         f"({exc}); create the producer with idempotent=False"
     )
+
+
+def _as_bytes(name: str, data: object) -> bytes:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ConfigurationError(f"{name} must be bytes or None, got {type(data).__name__}")
+    return bytes(data)
 
 
 def _seq_after(a: int, b: int) -> bool:

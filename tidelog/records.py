@@ -78,6 +78,8 @@ _TS_DELTA_FIELD = struct.Struct(">q")  # in a record, after length, attributes, 
 _BASE_OFFSET_FIELD = struct.Struct(">q")
 _EPOCH_FIELD = struct.Struct(">i")
 _RECORD_PREFIX = struct.Struct(">iBiqi")  # length, attributes, offset_delta, ts_delta, key_length
+_RECORD_PREFIX_NO_KEY = struct.Struct(">iBiqii")  # ... key_length -1, value_length
+_NO_HEADERS = bytes(4)  # a header count of 0
 _I32 = struct.Struct(">i")
 _RECORD_FIXED = 4 + 1 + 4 + 8 + 4 + 4 + 4  # every fixed field of a record with no key/value/headers
 
@@ -157,19 +159,28 @@ class Record:
 # Building batches (producer side)
 
 
-def _encode_record(
+def encode_record(
     out: list[bytes],
     offset_delta: int,
     timestamp_delta: int,
     key: bytes | None,
     value: bytes | None,
-    headers: Sequence[tuple[str, bytes | None]],
-) -> None:
-    body: list[bytes] = []
-    size = _RECORD_FIXED - 4
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> int:
+    """Append one record's pieces to `out` (joined later into a batch body) and return their
+    size. Public so that the producer can encode each record once, when it is sent, and only
+    frame the joined body when the batch leaves (`assemble_batch`)."""
     key_len = -1 if key is None else len(key)
     value_len = -1 if value is None else len(value)
-    size += max(key_len, 0) + max(value_len, 0)
+    size = _RECORD_FIXED - 4 + max(key_len, 0) + max(value_len, 0)
+    if key is None and not headers:  # the common record: three pieces
+        out.append(_RECORD_PREFIX_NO_KEY.pack(size, 0, offset_delta, timestamp_delta, -1,
+                                              value_len))
+        if value is not None:
+            out.append(value)
+        out.append(_NO_HEADERS)
+        return size + 4
+    body: list[bytes] = []
     for h_key, h_value in headers:
         encoded = h_key.encode()
         body.append(_I32.pack(len(encoded)))
@@ -186,6 +197,7 @@ def _encode_record(
         out.append(value)
     out.append(_I32.pack(len(headers)))
     out.extend(body)
+    return size + 4
 
 
 class RecordInput(NamedTuple):
@@ -216,11 +228,11 @@ def build_batch(
     parts: list[bytes] = []
     for delta, rec in enumerate(records):
         max_timestamp = max(max_timestamp, rec.timestamp)
-        _encode_record(
+        encode_record(
             parts, delta, rec.timestamp - first_timestamp, rec.key, rec.value, rec.headers
         )
     attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
-    return _assemble(
+    return assemble_batch(
         b"".join(parts),
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
@@ -235,7 +247,12 @@ def build_batch(
     )
 
 
-def _assemble(
+def assemble_batch(body: bytes, **fields: int) -> bytes:
+    """A whole batch: `body` (encoded records) framed by `batch_header`."""
+    return batch_header(body, **fields) + body
+
+
+def batch_header(
     body: bytes,
     *,
     base_offset: int,
@@ -249,6 +266,9 @@ def _assemble(
     base_sequence: int,
     records_count: int,
 ) -> bytes:
+    """The header (with the CRC) that frames `body` as a batch. Separate from the body so that
+    a producer re-stamps a retried batch (new epoch or sequence) without touching its records
+    and hands header and body on as pieces, joined only into the request."""
     header = bytearray(
         _HEADER.pack(
             base_offset,
@@ -268,7 +288,7 @@ def _assemble(
     )
     crc = _crc32c.crc32c(body, _crc32c.crc32c(bytes(header[_CRC_START:])))
     _CRC_FIELD.pack_into(header, 17, crc)
-    return bytes(header) + body
+    return bytes(header)
 
 
 def build_control_batch(
@@ -539,7 +559,7 @@ def retain_records(
             max_timestamp = header.max_timestamp
         else:
             max_timestamp = header.first_timestamp + max(ts_delta for _, ts_delta in kept)
-    return _assemble(
+    return assemble_batch(
         b"".join(record for record, _ in kept),
         base_offset=header.base_offset,
         partition_leader_epoch=header.partition_leader_epoch,

@@ -8,7 +8,7 @@ plain value or as a `Failure` (the error, named after its partition, and the lea
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -189,20 +189,43 @@ class ProduceAnswer:
     log_append_time_ms: int
 
 
-def produce_request(
-    batches: Mapping[TopicPartition, bytes], acks: int, timeout_ms: int
-) -> pb.ProduceRequest:
-    return pb.ProduceRequest(
-        acks=acks,
-        timeout_ms=timeout_ms,
-        topics=[
-            pb.TopicProduceData(
-                name=topic,
-                partitions=[pb.PartitionProduceData(partition=p, records=b) for p, b in parts],
-            )
-            for topic, parts in _by_topic(batches).items()
-        ],
-    )
+def serialized_produce_request(
+    batches: Mapping[TopicPartition, Sequence[bytes]], acks: int, timeout_ms: int
+) -> bytes:
+    """A ProduceRequest, serialized, for `batches` given as pieces (a batch's header and
+    body). Through the generated code each batch would be copied three times (into the
+    message, out of it, and by gRPC); here the pieces are joined into the request once. The
+    small fields are still encoded by the generated code; only the length-delimited nesting of
+    the records is written by hand (protobuf merges fields of one message that arrive in
+    parts, so the concatenation parses as one message; tests compare it with the generated
+    encoding)."""
+    pieces = [pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms).SerializeToString()]
+    for topic, parts in _by_topic(batches).items():
+        topic_head = pb.TopicProduceData(name=topic).SerializeToString()
+        topic_pieces: list[bytes] = []
+        for partition, data in parts:
+            size = sum(len(piece) for piece in data)
+            head = (pb.PartitionProduceData(partition=partition).SerializeToString()
+                    + _RECORDS_TAG + _varint(size))
+            topic_pieces += (_PARTITIONS_TAG, _varint(len(head) + size), head, *data)
+        topic_size = len(topic_head) + sum(len(piece) for piece in topic_pieces)
+        pieces += (_TOPICS_TAG, _varint(topic_size), topic_head, *topic_pieces)
+    return b"".join(pieces)
+
+
+# Field keys (number << 3 | wire type 2, length-delimited) of the nested Produce fields.
+_TOPICS_TAG = bytes([pb.ProduceRequest.TOPICS_FIELD_NUMBER << 3 | 2])
+_PARTITIONS_TAG = bytes([pb.TopicProduceData.PARTITIONS_FIELD_NUMBER << 3 | 2])
+_RECORDS_TAG = bytes([pb.PartitionProduceData.RECORDS_FIELD_NUMBER << 3 | 2])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def parse_produce(response: pb.ProduceResponse) -> dict[TopicPartition, ProduceAnswer | Failure]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
-from concurrent.futures import Future
 
 from tidelog.commands._common import add_bootstrap, client_for
-from tidelog.types import RecordMetadata
+from tidelog.producer import RecordFuture
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +36,7 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[bytes | None, bytes]]:
 def run(args: argparse.Namespace) -> int:
     client = client_for(args)
     producer = client.producer(acks=args.acks)
-    futures: list[Future[RecordMetadata]] = []
+    futures: list[RecordFuture] = []
     try:
         for key, value in _records(args):
             futures.append(producer.send(

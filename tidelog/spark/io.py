@@ -14,7 +14,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import asdict
 
 import pyarrow as pa
@@ -22,9 +21,10 @@ import pyarrow as pa
 from tidelog.client import Client
 from tidelog.consumer import Consumer
 from tidelog.errors import OffsetOutOfRangeError, RequestTimedOutError, TidelogError
+from tidelog.producer import RecordFuture
 from tidelog.spark.options import SinkOptions, SourceOptions
 from tidelog.spark.planning import OffsetRange, report_data_loss
-from tidelog.types import ConsumerRecord, RecordMetadata, TopicPartition
+from tidelog.types import ConsumerRecord, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> in
     written = 0
     with Client.from_config(options.client) as client:
         producer = client.producer(**asdict(options.producer))
-        pending: deque[tuple[str, Future[RecordMetadata]]] = deque()
+        pending: deque[tuple[str, RecordFuture]] = deque()
         try:
             for batch in batches:
                 for topic, value, key, partition, headers in _rows(batch, options.topic):
@@ -154,7 +154,7 @@ def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> in
     return written
 
 
-def _acknowledged(topic: str, future: Future[RecordMetadata]) -> int:
+def _acknowledged(topic: str, future: RecordFuture) -> int:
     try:
         future.result()
     except TidelogError as exc:
