@@ -1,124 +1,109 @@
-"""Produce throughput through the client library against the raw gRPC figure, same cluster,
-same run.
+"""Produce throughput through the client library against the raw cluster figure of
+bench/cluster.py, same cluster, same run.
 
-* raw: pre-built batches (the client's batch size of 1 KiB records) sent by blocking Produce
-  calls with acks=-1, one thread per partition, so one call in flight per partition.
-* client: ``producer.send()`` of the same records (idempotent, acks=all, batched by the
-  producer) spread over the same number of partitions, then ``flush()``.
+* raw: ``raw_produce`` from bench/cluster.py, unchanged: pre-built batches of 256 x 1 KiB
+  records, acks=all, 6 partitions, 4 Produce requests in flight per partition, by raw gRPC.
+* client: ``producer.send()`` of the same 1 KiB records, one call per record, with the
+  producer's defaults (idempotent, acks=all, sticky partitioner over the same 6 partitions)
+  except ``batch_size``, set so that a batch holds the same 256 records, and
+  ``max_in_flight`` 4, the raw side's depth. Timed from the first ``send()`` of the measured
+  records to the end of ``flush()``, after a warm-up of the same length as the raw side's.
 
 The two alternate over several rounds (the machine is shared, so its load drifts) and the
 ratio is the median of the rounds' ratios. Goal: client / raw >= 0.8.
 
-Run: ``.venv/bin/python bench/client.py [--quick] [--records N] [--rounds R]``.
-``--quick`` uses tiny sizes so a smoke test can keep the script working; its figures mean
-little.
+Run: ``.venv/bin/python bench/client.py [--quick] [--rounds R] [--seconds S]``. ``--quick``
+uses tiny sizes so a smoke test can keep the script working; its figures mean little.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 # Run as a script, this file's directory comes first on sys.path; keep the repository's.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
-import grpc  # noqa: E402
-
 from tidelog import Client  # noqa: E402
-from tidelog.records import RecordInput, build_batch  # noqa: E402
+from tidelog.records import HEADER_SIZE  # noqa: E402
 from tidelog.testing import LocalCluster  # noqa: E402
-from tidelog.types import TopicPartition  # noqa: E402
-from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
-from tidelog.v1 import tidelog_pb2_grpc  # noqa: E402
-
-VALUE = os.urandom(1024)
 
 
-def raw_throughput(client: Client, topic: str, partitions: int, records: int,
-                   per_batch: int) -> float:
-    """Records/s of pre-built batches, one blocking Produce per partition at a time."""
-    now = int(time.time() * 1000)
-    batch = build_batch([RecordInput(VALUE, None, now) for _ in range(per_batch)])
-    batches_each = max(records // (per_batch * partitions), 1)
-    errors: list[str] = []
-
-    def run(partition: int) -> None:
-        tp = TopicPartition(topic, partition)
-        leader = client.metadata.leader_for(tp)
-        address = client.metadata.address_of(leader) if leader is not None else None
-        assert address is not None, f"no leader for {tp}"
-        channel = grpc.insecure_channel(address)
-        stub = tidelog_pb2_grpc.TidelogStub(channel)
-        request = pb.ProduceRequest(acks=-1, timeout_ms=30_000, topics=[pb.TopicProduceData(
-            name=topic, partitions=[pb.PartitionProduceData(partition=partition, records=batch)]
-        )])
-        with channel:
-            for _ in range(batches_each):
-                answer = stub.Produce(request, timeout=60)
-                code = answer.topics[0].partitions[0].error_code
-                if code:
-                    errors.append(f"{tp}: error {code}")
-                    return
-
-    threads = [threading.Thread(target=run, args=(p,)) for p in range(partitions)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise SystemExit("raw produce failed: " + "; ".join(errors))
-    return batches_each * per_batch * partitions / elapsed
+def _load_cluster_bench() -> Any:
+    """bench/cluster.py as a module (bench/ is a directory of scripts, not a package)."""
+    path = Path(__file__).with_name("cluster.py")
+    spec = importlib.util.spec_from_file_location("bench_cluster", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
 
 
-def client_throughput(client: Client, topic: str, partitions: int, records: int,
-                      batch_size: int) -> float:
-    with client.producer(acks="all", idempotent=True, batch_size=batch_size) as producer:
-        producer.send(topic, VALUE, partition=0).result()  # InitProducerId outside the timing
-        start = time.perf_counter()
-        futures = [producer.send(topic, VALUE, partition=i % partitions) for i in range(records)]
+cluster_bench = _load_cluster_bench()
+RECORD_OVERHEAD = 29  # bytes of framing per record in the batch format
+
+
+def client_throughput(client: Client, topic: str, sizes: Any, rate_hint: float) -> float:
+    """Records/s through ``send()``; about ``rate_hint * produce_s`` records measured."""
+    value = os.urandom(cluster_bench.RECORD_BYTES)
+    per_batch = sizes.records_per_batch
+    batch_size = HEADER_SIZE + per_batch * (len(value) + RECORD_OVERHEAD)
+    client.create_topic(topic, partitions=sizes.partitions, replication_factor=3)
+    with client.producer(batch_size=batch_size, max_in_flight=sizes.inflight) as producer:
+        send = producer.send
+        warmup_end = time.perf_counter() + sizes.warmup_s
+        while time.perf_counter() < warmup_end:
+            for _ in range(per_batch):
+                send(topic, value)
         producer.flush()
-        elapsed = time.perf_counter() - start
-    for future in futures:
-        future.result()
-    return records / elapsed
+        count = max(int(rate_hint * sizes.produce_s), per_batch)
+        started = time.perf_counter()
+        futures = [send(topic, value) for _ in range(count)]
+        producer.flush()
+        elapsed = time.perf_counter() - started
+    failed = sum(1 for f in futures if f.exception() is not None)
+    if failed:
+        raise SystemExit(f"client producer: {failed} of {count} records failed: "
+                         f"{next(f.exception() for f in futures if f.exception())}")
+    return count / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
-    parser.add_argument("--records", type=int, default=60_000)
-    parser.add_argument("--partitions", type=int, default=3)
-    parser.add_argument("--batch-kib", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, help="measured seconds per side and round")
     args = parser.parse_args()
-    records = 600 if args.quick else args.records // args.rounds
-    batch_size = args.batch_kib * 1024
-    per_batch = batch_size // (len(VALUE) + 29)
+    sizes = cluster_bench.QUICK if args.quick else cluster_bench.FULL
+    if args.seconds:
+        sizes = type(sizes)(**{**sizes.__dict__, "produce_s": args.seconds})
+    rounds: list[tuple[float, float]] = []
+    print(f"# {sizes.partitions} partitions, replication 3, acks=all, batches of "
+          f"{sizes.records_per_batch} x {cluster_bench.RECORD_BYTES} B records, "
+          f"{sizes.inflight} in flight per partition; load average before: "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     with LocalCluster(3) as cluster, Client(cluster.bootstrap) as client:
-        for topic in ("bench-raw", "bench-client"):
-            client.create_topic(topic, partitions=args.partitions, replication_factor=3)
-        rounds = []
-        for _ in range(args.rounds):
-            raw = raw_throughput(client, "bench-raw", args.partitions, records, per_batch)
-            ours = client_throughput(client, "bench-client", args.partitions, records, batch_size)
-            rounds.append((raw, ours))
-    mib = len(VALUE) / (1024 * 1024)
-    print(f"records: {records} x 1 KiB per round, {args.rounds} rounds, {args.partitions} "
-          f"partitions, replication 3, acks=all, batches of {per_batch} records "
-          f"({args.batch_kib} KiB)")
-    for raw, ours in rounds:
-        print(f"raw gRPC Produce (pre-built batches): {raw:,.0f} records/s "
-              f"({raw * mib:.1f} MiB/s); client producer (idempotent, batched): "
-              f"{ours:,.0f} records/s ({ours * mib:.1f} MiB/s)")
+        for r in range(args.rounds):
+            raw = cluster_bench.raw_produce(cluster, f"bench-raw-{r}", sizes)
+            if raw.errors:
+                print(f"raw produce errors (retried): {dict(raw.errors)}")
+            ours = client_throughput(client, f"bench-client-{r}", sizes, raw.records_s)
+            rounds.append((raw.records_s, ours))
+            print(f"round {r + 1}: raw Produce (bench/cluster.py): {raw.records_s:,.0f} records/s "
+                  f"({raw.mib_s:.1f} MiB/s); client producer: {ours:,.0f} records/s; "
+                  f"ratio {ours / raw.records_s:.2f}", flush=True)
     ratio = statistics.median(ours / raw for raw, ours in rounds)
-    print(f"ratio client/raw: {ratio:.2f} (goal >= 0.8)")
+    verdict = "OK" if ratio >= 0.8 else "MISSED"
+    print(f"ratio client/raw: {ratio:.2f} (goal >= 0.8) {verdict}")
+    if args.quick:
+        print("# --quick: sizes too small for the goal to mean anything")
 
 
 if __name__ == "__main__":

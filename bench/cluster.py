@@ -242,8 +242,22 @@ def bench_baseline_stream(address: str, sizes: Sizes) -> float:
     return mib_s
 
 
-def bench_produce(cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float) -> bool:
-    topic = "bench-produce"
+@dataclass
+class RawProduce:
+    """What `raw_produce` measured."""
+
+    mib_s: float
+    records_s: float
+    completed: int
+    leaders: list[int]
+    errors: Counter[str]
+
+
+def raw_produce(cluster: LocalCluster, topic: str, sizes: Sizes) -> RawProduce:
+    """acks=all Produce of one pre-built batch per request, ``sizes.inflight`` requests in
+    flight per partition, each partition's requests sent to its leader (followed when it
+    moves): the cluster's throughput with no client library in the way. bench/client.py
+    measures the client library against this same function."""
     create_topic(cluster, topic, sizes.partitions)
     leaders = wait_leaders(cluster, topic, sizes.partitions)
     batch = make_batch(sizes.records_per_batch, now_ms(), random.randbytes(RECORD_BYTES))
@@ -289,17 +303,22 @@ def bench_produce(cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float) ->
         return window
 
     window = asyncio.run(run())
-    mib_s = window.per_second(len(batch) / MIB)
-    records_s = window.per_second(sizes.records_per_batch)
+    return RawProduce(window.per_second(len(batch) / MIB),
+                      window.per_second(sizes.records_per_batch), window.completed, leaders,
+                      errors)
+
+
+def bench_produce(cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float) -> bool:
+    raw = raw_produce(cluster, "bench-produce", sizes)
     print(f"tidelog acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x {sizes.inflight} "
-          f"in flight (leaders on nodes {sorted(set(leaders))}): {mib_s:8.1f} MiB/s "
-          f"{records_s:10.0f} records/s")
-    if errors:
-        print(f"produce errors (retried): {dict(errors)}")
-    ratio = mib_s / baseline_mib_s
+          f"in flight (leaders on nodes {sorted(set(raw.leaders))}): {raw.mib_s:8.1f} MiB/s "
+          f"{raw.records_s:10.0f} records/s")
+    if raw.errors:
+        print(f"produce errors (retried): {dict(raw.errors)}")
+    ratio = raw.mib_s / baseline_mib_s
     print(f"ratio produce MiB/s tidelog/baseline: {ratio:.2f} (goal >= 0.25) "
           f"{verdict(ratio >= 0.25)}")
-    return window.completed > 0
+    return raw.completed > 0
 
 
 # ----------------------------------------------------------------------------------------------
