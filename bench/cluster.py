@@ -43,6 +43,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
+from tidelog import Client  # noqa: E402
 from tidelog.records import RecordInput, build_batch  # noqa: E402
 from tidelog.testing import LocalCluster  # noqa: E402
 from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
@@ -510,14 +511,11 @@ def channel_to(cluster: LocalCluster, node: int) -> grpc.Channel:
 def create_topic(
     cluster: LocalCluster, name: str, partitions: int, configs: dict[str, str] | None = None
 ) -> None:
-    stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, cluster.node_ids[0]))
-    response = stub.CreateTopics(pb.CreateTopicsRequest(
-        topics=[pb.CreatableTopic(name=name, num_partitions=partitions, replication_factor=3,
-                                  configs=configs or {})],
-        timeout_ms=15_000,
-    ), timeout=20)
-    if response.topics[0].error_code:
-        raise RuntimeError(f"creating {name}: {response.topics[0]}")
+    """Through the client library, which retries while the controller moves (the benchmarks
+    load the machine enough for elections to happen)."""
+    with Client(cluster.bootstrap) as client:
+        client.create_topic(name, partitions=partitions, replication_factor=3,
+                            config=configs or {})
 
 
 def partition_view(

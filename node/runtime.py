@@ -510,7 +510,10 @@ class NodeRuntime:
                 raise errors.NotControllerError(str(exc)) from None
             assert produced.done is not None
             self.wake()
-            await _wait(produced.done, timeout_s)
+            try:
+                await _wait(produced.done, timeout_s)
+            except errors.NotLeaderOrFollowerError as exc:  # deposed before it committed
+                raise errors.NotControllerError(str(exc)) from None
             self._apply_committed_metadata()
             await self._applied(produced.base_offset, timeout_s)
         finally:

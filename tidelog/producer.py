@@ -133,17 +133,14 @@ class _Batch:
     #: (producer id, epoch, sequence) that `header` was built with.
     built_for: tuple[int, int, int] | None = None
     attempts: int = 0
+    #: Once drained a batch takes no more records (it may come back as a retry).
+    sealed: bool = False
     #: The outcome, shared by the batch's records, set before `done`.
     base_offset: int = -1
     log_append_time_ms: int = -1
     error: BaseException | None = None
     callbacks: list[Callable[[], object]] | None = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def sealed(self) -> bool:
-        """Once drained a batch takes no more records (it may come back as a retry)."""
-        return self.attempts > 0 or self.sequence is not None
 
     def add_callback(self, callback: Callable[[], object]) -> None:
         with self.lock:
@@ -245,6 +242,10 @@ class Producer:
         self.client = client
         self.config = config
         self._acks = config.acks_value
+        # send()'s hot settings as plain attributes, one lookup each.
+        self._batch_size = config.batch_size
+        self._buffer_memory = config.buffer_memory
+        self._linger_ms = config.linger_ms
         #: send() takes the lock itself, not through the Condition's Python-level wrapper.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -262,6 +263,10 @@ class Producer:
         self._refresh_at = 0.0
         #: Batches sent again after a retriable error (Kafka's record-retry metric, by batch).
         self.retries = 0
+        #: Records acknowledged and records failed so far (Kafka's record-send-total and
+        #: record-error-total), for callers that check a stream without keeping its futures.
+        self.records_acknowledged = 0
+        self.records_failed = 0
         self._init_at = 0.0
         self._serial = itertools.count()
         self._sender = threading.Thread(target=self._run, name="tidelog-producer", daemon=True)
@@ -304,9 +309,9 @@ class Producer:
         )
         if headers:
             size += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
-        batch_size = self.config.batch_size
+        batch_size = self._batch_size
         with self._lock:
-            if self._buffered > 0 and self._buffered + size > self.config.buffer_memory:
+            if self._buffered + size > self._buffer_memory and self._buffered > 0:
                 self._wait_for_room(topic, size)
             topic_state = self._topics.get(topic)
             if topic_state is None or len(topic_state.partitions) != count:
@@ -322,7 +327,7 @@ class Producer:
             wake = False
             if batch is None or batch.sealed or batch.size + size > batch_size:
                 batch = self._open_batch(state, timestamp)
-                wake = len(queue) > 1 or self.config.linger_ms == 0 or not state.in_flight
+                wake = len(queue) > 1 or not self._linger_ms or not state.in_flight
             index = batch.count
             encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value,
                           headers or ())
@@ -485,6 +490,7 @@ class Producer:
                 wake_at = min(wake_at, now + self.client.backoff.delay_s(1))
                 continue
             state.queue.popleft()
+            head.sealed = True
             if self.config.idempotence and head.sequence is None:
                 head.sequence = state.next_sequence
                 state.next_sequence = (state.next_sequence + head.count) % _SEQUENCE_WRAP
@@ -572,6 +578,7 @@ class Producer:
             if _seq_after(end, state.acked_sequence):
                 state.acked_sequence = end
         batch.base_offset, batch.log_append_time_ms = base_offset, log_append_time_ms
+        self.records_acknowledged += batch.count
         self._finish(batch)
 
     def _finish(self, batch: _Batch) -> None:
@@ -589,6 +596,7 @@ class Producer:
         if batch.sequence is not None:
             self._needs_producer_id = True  # its sequence numbers are now a gap
         batch.error = error
+        self.records_failed += batch.count
         self._finish(batch)
 
     def _on_failure(self, batch: _Batch, failure: wire.Failure, now: float) -> None:
