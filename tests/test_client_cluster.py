@@ -4,6 +4,7 @@ loops of list_offsets, send and poll that no caller may notice."""
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition, errors
 from tidelog.consumer import Consumer
 from tidelog.hashing import partition_for_key
+from tidelog.records import HEADER_SIZE
 from tidelog.testing import LocalCluster
 from tidelog.types import ConsumerRecord
 
@@ -204,3 +206,21 @@ def test_leader_kills_during_lookups_sends_and_polls_reach_no_caller(
     assert sorted(int(r.value or b"") for r in seen) == list(range(sent))
     refreshes = client.metadata_refreshes - refreshes_before
     assert 1 <= refreshes <= 100, refreshes
+
+
+def test_sticky_partitioner_fills_a_batch_then_moves(client: Client) -> None:
+    """Keyless records fill one partition's batch; the record that would open a second batch
+    there moves to another partition instead (KIP-480), so no stray one-record batches."""
+    client.create_topic("sticky", partitions=4, replication_factor=3)
+    per_batch = 10
+    batch_size = HEADER_SIZE + per_batch * (29 + 100)
+    with client.producer(linger_ms=60_000, batch_size=batch_size) as producer:
+        futures = [producer.send("sticky", bytes(100)) for _ in range(95)]
+        producer.flush()
+    metas = [f.result() for f in futures]
+    runs = [metas[i:i + per_batch] for i in range(0, len(metas), per_batch)]
+    for run in runs:
+        assert len({m.partition for m in run}) == 1, [m.partition for m in metas]
+        assert [m.offset for m in run] == list(range(run[0].offset, run[0].offset + len(run)))
+    for before, after in itertools.pairwise(runs):
+        assert before[0].partition != after[0].partition

@@ -223,9 +223,8 @@ class _Topic:
     """What send() needs of a topic, found with one dict lookup by name."""
 
     partitions: list[_Partition | None]
-    #: Kafka's sticky partitioner: the partition keyless records go to, and their bytes.
+    #: Kafka's sticky partitioner: the partition keyless records go to.
     sticky: int = -1
-    sticky_bytes: int = 0
 
 
 @dataclass(eq=False)
@@ -316,18 +315,23 @@ class Producer:
             topic_state = self._topics.get(topic)
             if topic_state is None or len(topic_state.partitions) != count:
                 topic_state = self._topic(topic, count)
+            sticky = partition is None
             if partition is None:
-                if not 0 <= topic_state.sticky < count or topic_state.sticky_bytes >= batch_size:
-                    self._move_sticky(topic, topic_state, count)
                 partition = topic_state.sticky
-                topic_state.sticky_bytes += size
+                if not 0 <= partition < count:
+                    partition = self._move_sticky(topic, topic_state, count)
+                    sticky = False  # moved already
             state = topic_state.partitions[partition] or self._partition(topic, partition)
-            queue = state.queue
-            batch = queue[-1] if queue else None
+            batch = state.queue[-1] if state.queue else None
             wake = False
             if batch is None or batch.sealed or batch.size + size > batch_size:
-                batch = self._open_batch(state, timestamp)
-                wake = len(queue) > 1 or not self._linger_ms or not state.in_flight
+                if sticky:  # KIP-480: fill another partition, not a second batch on this one
+                    partition = self._move_sticky(topic, topic_state, count)
+                    state = topic_state.partitions[partition] or self._partition(topic, partition)
+                    batch = state.queue[-1] if state.queue else None
+                if batch is None or batch.sealed or batch.size + size > batch_size:
+                    batch = self._open_batch(state, timestamp)
+                    wake = len(state.queue) > 1 or not self._linger_ms or not state.in_flight
             index = batch.count
             encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value,
                           headers or ())
@@ -346,7 +350,7 @@ class Producer:
         partitions = [self._partitions.get(TopicPartition(topic, p)) for p in range(count)]
         state = self._topics[topic] = _Topic(partitions)
         if known is not None:
-            state.sticky, state.sticky_bytes = known.sticky, known.sticky_bytes
+            state.sticky = known.sticky
         return state
 
     def _partition(self, topic: str, partition: int) -> _Partition:
@@ -372,15 +376,16 @@ class Producer:
                     f"{self.config.max_block_ms} ms"
                 )
 
-    def _move_sticky(self, topic: str, state: _Topic, count: int) -> None:
-        """Kafka's sticky partitioner for null keys: after about a batch's worth of bytes on
-        one partition, move to another one that has a leader."""
+    def _move_sticky(self, topic: str, state: _Topic, count: int) -> int:
+        """Kafka's sticky partitioner for null keys (KIP-480): keyless records fill one
+        partition's batch; when it has no room, they move to another partition that has a
+        leader rather than open a second, small batch on the same one."""
         current = state.sticky
         choices = [p for p in self.client.metadata.available_partitions(topic) if p < count]
         if len(choices) > 1 and current in choices:
             choices.remove(current)
         state.sticky = random.choice(choices) if choices else random.randrange(count)
-        state.sticky_bytes = 0
+        return state.sticky
 
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send everything queued now, lingering or not, and wait until it is acknowledged or
