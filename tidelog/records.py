@@ -170,16 +170,14 @@ def encode_record(
     """Append one record's pieces to `out` (joined later into a batch body) and return their
     size. Public so that the producer can encode each record once, when it is sent, and only
     frame the joined body when the batch leaves (`assemble_batch`)."""
+    if key is None and value is not None and not headers:  # the common record: 3 pieces
+        size = _RECORD_FIXED - 4 + len(value)
+        out += (_RECORD_PREFIX_NO_KEY.pack(size, 0, offset_delta, timestamp_delta, -1,
+                                           len(value)), value, _NO_HEADERS)
+        return size + 4
     key_len = -1 if key is None else len(key)
     value_len = -1 if value is None else len(value)
     size = _RECORD_FIXED - 4 + max(key_len, 0) + max(value_len, 0)
-    if key is None and not headers:  # the common record: three pieces
-        out.append(_RECORD_PREFIX_NO_KEY.pack(size, 0, offset_delta, timestamp_delta, -1,
-                                              value_len))
-        if value is not None:
-            out.append(value)
-        out.append(_NO_HEADERS)
-        return size + 4
     body: list[bytes] = []
     for h_key, h_value in headers:
         encoded = h_key.encode()
