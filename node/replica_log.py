@@ -1,9 +1,9 @@
 """The storage log seen through the Raft core's `ReplicaLog` protocol.
 
 The core reasons in entries (one record batch each, with offsets and an epoch); storage keeps the
-same batches as bytes in segments. This adapter only splits read bytes at batch boundaries and
-joins appended entries back into bytes, so a batch is never decoded or re-encoded on its way
-from the leader's disk to a follower's.
+same batches as bytes in segments. This adapter only splits read bytes at batch boundaries
+(views, not copies) and joins appended entries back into bytes, so a batch is never decoded or
+re-encoded on its way from the leader's disk to a follower's.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class StorageReplicaLog:
     def read(self, from_offset: int, max_bytes: int) -> list[Entry]:
         if not self.log.log_start_offset <= from_offset < self.log.log_end_offset:
             return []
-        data = self.log.read(from_offset, max_bytes)
+        data = memoryview(self.log.read(from_offset, max_bytes))
         return [
             Entry(
                 header.base_offset,
@@ -59,7 +59,9 @@ class StorageReplicaLog:
         ]
 
     def append(self, entries: Sequence[Entry]) -> None:
-        self.log.append_as_follower(b"".join(e.data for e in entries))
+        # One entry (the usual append) is written straight from the received message.
+        data = entries[0].data if len(entries) == 1 else b"".join(e.data for e in entries)
+        self.log.append_as_follower(data)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

@@ -29,7 +29,7 @@ import grpc
 from node.config import NodeConfig
 from node.metadata import METADATA_TOPIC, MetadataImage, TopicInfo, decode_record, encode_record
 from node.partition import PartitionReplica
-from node.transport import PeerLink, RaftTransportServicer, add_message, messages_of
+from node.transport import Outgoing, PeerLink, add_raft_transport, messages_of
 from replication import (
     AppendResponse,
     HeartbeatResponse,
@@ -75,7 +75,7 @@ class NodeRuntime:
         )
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._outbox: dict[int, rpb.RaftEnvelope] = {}
+        self._outbox: dict[int, Outgoing] = {}
         self._pending_topics: set[str] = set()
         self._metadata_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._stopping = False
@@ -92,9 +92,7 @@ class NodeRuntime:
         from node.api import TidelogServicer
 
         tidelog_pb2_grpc.add_TidelogServicer_to_server(TidelogServicer(self), server)
-        raft_pb2_grpc.add_RaftTransportServicer_to_server(
-            RaftTransportServicer(self.on_envelope, self.fetch_metadata), server
-        )
+        add_raft_transport(server, self.on_envelope, self.fetch_metadata)
 
     async def start(self) -> None:
         """Load every log (metadata first, then the topics it names) before serving."""
@@ -214,7 +212,7 @@ class NodeRuntime:
                 replica.observe_role()
             self._work.set()
 
-    def on_envelope(self, env: rpb.RaftEnvelope) -> None:
+    def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
         if env.dst != self.node_id:
             return
         for announcement in env.leaders:
@@ -222,7 +220,7 @@ class NodeRuntime:
             known = self.leaders.get(tp)
             if known is None or announcement.epoch >= known[1]:
                 self.leaders[tp] = (env.src, announcement.epoch, tuple(announcement.isr))
-        for tp, message in messages_of(env):
+        for tp, message in messages_of(env, payload):
             replica = self.partitions.get(tp)
             if replica is None:
                 continue
@@ -251,7 +249,9 @@ class NodeRuntime:
                 # HW that advances completes acks=all requests without waiting for one.
                 durable = [(r, rd) for r, rd in batch if r.writes(rd)]
                 self._complete_round([(r, rd) for r, rd in batch if not r.writes(rd)])
-                if durable:
+                if not durable:
+                    self._flush_outbox()
+                else:
                     # A leader's appends go out before its own fsync, so that the followers'
                     # fsyncs overlap it instead of following it (Raft thesis §10.2.1, as etcd
                     # does): the core counts its own replica only up to its durable prefix, so
@@ -270,12 +270,14 @@ class NodeRuntime:
                     )
                     self._complete_round(early, sent=True)
                     self._complete_round(late)
+                    self._flush_outbox()
 
     def _complete_round(
         self, items: list[tuple[PartitionReplica, Ready]], sent: bool = False
     ) -> None:
-        """The Readies are durable: send their messages (unless `sent` already), publish,
-        advance the cores."""
+        """The Readies are durable: queue their messages (unless `sent` already), publish,
+        advance the cores. The caller flushes the outbox, so that a round's messages to a
+        peer travel as one frame."""
         for replica, rd in items:
             if not sent:
                 for message in rd.messages:
@@ -283,21 +285,20 @@ class NodeRuntime:
             replica.publish(rd)
             if replica.tp == METADATA_TP:
                 self._apply_committed_metadata()
-        self._flush_outbox()
         for replica, rd in items:
             replica.core.advance(rd)
 
     def _queue_message(self, tp: TopicPartition, message: Any) -> None:
-        env = self._outbox.get(message.dst)
-        if env is None:
-            env = self._outbox[message.dst] = rpb.RaftEnvelope(src=self.node_id, dst=message.dst)
-        add_message(env, tp, message)
+        outgoing = self._outbox.get(message.dst)
+        if outgoing is None:
+            outgoing = self._outbox[message.dst] = Outgoing(self.node_id, message.dst)
+        outgoing.add(tp, message)
 
     def _flush_outbox(self) -> None:
-        for dst, env in self._outbox.items():
+        for dst, outgoing in self._outbox.items():
             link = self._links.get(dst)
             if link is not None:
-                link.send(env)
+                link.send(outgoing)
         self._outbox = {}
 
     # ---- housekeeping ----------------------------------------------------------------------
@@ -326,14 +327,14 @@ class NodeRuntime:
         if not led:
             return
         for peer_id, link in self._links.items():
-            env = rpb.RaftEnvelope(src=self.node_id, dst=peer_id)
+            outgoing = Outgoing(self.node_id, peer_id)
             for replica in led:
-                env.leaders.add(
+                outgoing.env.leaders.add(
                     group=rpb.GroupId(topic=replica.tp.topic, partition=replica.tp.partition),
                     epoch=replica.leader_epoch,
                     isr=replica.in_sync_replicas(self.config.replica_lag_max_ms),
                 )
-            link.send(env)
+            link.send(outgoing)
 
     def _prefer_preferred_leaders(self) -> None:
         """Hand leadership back to a partition's preferred (first) replica once it is in sync,

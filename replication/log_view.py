@@ -23,7 +23,8 @@ class Entry:
     base_offset: int
     last_offset: int
     epoch: int
-    data: bytes
+    #: A view when the bytes are part of a larger buffer (a received message, a disk read).
+    data: bytes | memoryview
 
     @property
     def end_offset(self) -> int:

@@ -389,7 +389,7 @@ class Simulator:
             key = (e.base_offset, e.epoch)
             seen = registry.get(key)
             if seen is None or seen[2] is None:
-                registry[key] = (e.last_offset, e.data, prev_epoch)
+                registry[key] = (e.last_offset, bytes(e.data), prev_epoch)
             # A log that starts at this batch (reset below a leader's log start) cannot say
             # what preceded it; everything else must agree.
             if seen is not None and (

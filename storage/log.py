@@ -227,7 +227,7 @@ class Log:
                     )
         return header
 
-    def append_as_follower(self, batches: bytes) -> LogAppendInfo:
+    def append_as_follower(self, batches: bytes | memoryview) -> LogAppendInfo:
         """Append the leader's batches as they are (offsets, epochs, timestamps included).
 
         The whole set is checked before anything is written: each batch must parse and match

@@ -206,10 +206,10 @@ def serialized_produce_request(
         for partition, data in parts:
             size = sum(len(piece) for piece in data)
             head = (pb.PartitionProduceData(partition=partition).SerializeToString()
-                    + _RECORDS_TAG + _varint(size))
-            topic_pieces += (_PARTITIONS_TAG, _varint(len(head) + size), head, *data)
+                    + _RECORDS_TAG + varint(size))
+            topic_pieces += (_PARTITIONS_TAG, varint(len(head) + size), head, *data)
         topic_size = len(topic_head) + sum(len(piece) for piece in topic_pieces)
-        pieces += (_TOPICS_TAG, _varint(topic_size), topic_head, *topic_pieces)
+        pieces += (_TOPICS_TAG, varint(topic_size), topic_head, *topic_pieces)
     return b"".join(pieces)
 
 
@@ -219,7 +219,8 @@ _PARTITIONS_TAG = bytes([pb.TopicProduceData.PARTITIONS_FIELD_NUMBER << 3 | 2])
 _RECORDS_TAG = bytes([pb.PartitionProduceData.RECORDS_FIELD_NUMBER << 3 | 2])
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative int (also the nodes' frame lengths)."""
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)

@@ -67,16 +67,16 @@ class VoteResponse(_message.Message):
     def __init__(self, granted: _Optional[bool] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("base_offset", "last_offset", "epoch", "data")
+    __slots__ = ("base_offset", "last_offset", "epoch", "size")
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
-    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
     base_offset: int
     last_offset: int
     epoch: int
-    data: bytes
-    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    size: int
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
     __slots__ = ("prev_offset", "prev_epoch", "entries", "leader_hw")

@@ -52,7 +52,12 @@ class RaftTransportServicer:
     """
 
     def Stream(self, request_iterator, context):
-        """A stream of envelopes from one peer; it stays open while both nodes live.
+        """A stream of envelopes from one peer; it stays open while both nodes live. Each stream
+        message is one or more frames, and a frame is a varint length, a RaftEnvelope of that
+        many bytes, then the batches of the envelope's entries back to back, in the order the
+        entries appear (Entry.size bytes each). The batches travel outside the protobuf message so
+        that no node copies a batch into or out of one: a follower writes the bytes it received.
+        The request type names the frame's header; nodes serialize and parse frames themselves.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
