@@ -31,6 +31,7 @@ from tidelog.records import (
     NO_TIMESTAMP,
     BatchHeader,
     crc_matches,
+    first_record_reaching,
     read_header,
     record_timestamps,
 )
@@ -97,6 +98,10 @@ class LogSegment:
         self.base_offset = base_offset
         self.config = config
         self.size = size
+        #: The largest batch this segment has seen written or read (in memory only): scans
+        #: read at least two such batches at a time, so that a lookup landing in a segment of
+        #: large batches costs one pread, not a short read and a re-read per batch.
+        self._largest_batch = 0
         self.offset_index = offset_index
         self.time_index = time_index
         self.txn_index = txn_index
@@ -245,6 +250,7 @@ class LogSegment:
         file_end = self.size
         end = file_end if limit is None else min(limit, file_end)
         file_pos = position
+        chunk_size = max(chunk_size, 2 * self._largest_batch)
         want = chunk_size
         with self._reader() as fd:
             while file_pos < end:
@@ -274,6 +280,9 @@ class LogSegment:
                             f"{self.log_path}: truncated batch at position {file_pos}"
                         )
                     want = _BATCH_LENGTH.unpack_from(buf, 8)[0] + LOG_OVERHEAD
+                    self._largest_batch = max(self._largest_batch, want)
+                    chunk_size = max(chunk_size, 2 * want)
+                    want = chunk_size
                 file_pos += pos
 
     def translate_offset(self, offset: int, chunk_size: int = _SCAN_CHUNK) -> ScannedBatch | None:
@@ -331,9 +340,9 @@ class LogSegment:
         for buf, pos, _, header in self.batches_from(position):
             if batch_max_timestamp(header) < target_ms or header.last_offset < starting_offset:
                 continue
-            for offset, timestamp in record_timestamps(buf, pos, header):
-                if timestamp >= target_ms and offset >= starting_offset:
-                    return TimestampAndOffset(timestamp, offset, header.partition_leader_epoch)
+            found = first_record_reaching(buf, pos, header, target_ms, starting_offset)
+            if found is not None:
+                return TimestampAndOffset(found[1], found[0], header.partition_leader_epoch)
         return None
 
     def max_timestamp_and_offset(self, starting_offset: int) -> TimestampAndOffset | None:
@@ -465,6 +474,8 @@ class LogSegment:
         if position == 0:
             self._rolling_based_timestamp = batch_max_timestamp(header)
         self.size = position + len(data)
+        if len(data) > self._largest_batch:
+            self._largest_batch = len(data)
         self._index_batch(position, header)
         self.last_modified_ms = now_ms
         self._dirty = True

@@ -466,6 +466,26 @@ def _iter_record_prefixes(
         rec_pos += 4 + length
 
 
+def first_record_reaching(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader, target_ms: int,
+    min_offset: int,
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the batch's first record at or after `min_offset` whose
+    timestamp is >= `target_ms`, or None. A plain loop rather than `record_timestamps`: it is
+    the inner loop of every lookup by timestamp, where generators cost as much as the rest."""
+    unpack = _RECORD_PREFIX.unpack_from
+    base, first_ts = header.base_offset, header.first_timestamp
+    log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
+    rec_pos = pos + HEADER_SIZE
+    for _ in range(header.records_count):
+        length, _attrs, offset_delta, ts_delta, _ = unpack(buf, rec_pos)
+        ts = header.max_timestamp if log_append else first_ts + ts_delta
+        if ts >= target_ms and base + offset_delta >= min_offset:
+            return base + offset_delta, ts
+        rec_pos += 4 + length
+    return None
+
+
 def record_timestamps(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> Iterator[tuple[int, int]]:
