@@ -227,6 +227,8 @@ class _Topic:
     partitions: list[_Partition | None]
     #: Kafka's sticky partitioner: the partition keyless records go to.
     sticky: int = -1
+    #: The metadata version `partitions` was sized for.
+    version: int = -1
 
 
 @dataclass(eq=False)
@@ -296,9 +298,15 @@ class Producer:
             value = _as_bytes("value", value)
         if key is not None and type(key) is not bytes:
             key = _as_bytes("key", key)
-        count = self.client.metadata.partition_count(topic)
-        if count is None:
-            count = self.client.partitions_for(topic, Deadline(self.config.max_block_ms))
+        metadata = self.client.metadata
+        version = metadata.version
+        known = self._topics.get(topic)
+        if known is not None and known.version == version:
+            count = len(known.partitions)  # a count changes only with a metadata update
+        else:
+            count = metadata.partition_count(topic) or self.client.partitions_for(
+                topic, Deadline(self.config.max_block_ms)
+            )
         if partition is None:
             if key is not None:
                 partition = partition_for_key(key, count)
@@ -317,6 +325,7 @@ class Producer:
             topic_state = self._topics.get(topic)
             if topic_state is None or len(topic_state.partitions) != count:
                 topic_state = self._topic(topic, count)
+            topic_state.version = version
             sticky = partition is None
             if partition is None:
                 partition = topic_state.sticky
