@@ -181,15 +181,23 @@ async def serve_baseline() -> None:
     async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return request
 
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bench.Baseline", {
+    server = await start_local_server("bench.Baseline", {
         "Sink": grpc.stream_stream_rpc_method_handler(sink),
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
-    })])
+    })
+    await server.wait_for_termination()
+
+
+async def start_local_server(
+    service: str, handlers: dict[str, grpc.RpcMethodHandler]
+) -> grpc.aio.Server:
+    """A bench-local gRPC server on a free loopback port, which it prints for its parent."""
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(service, handlers)])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(port, flush=True)
-    await server.wait_for_termination()
+    return server
 
 
 # ----------------------------------------------------------------------------------------------
@@ -285,23 +293,19 @@ async def serve_relay_node() -> None:
         async for _ in requests:  # type: ignore[attr-defined]
             yield b""
 
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bench.Relay", {
+    server = await start_local_server("bench.Relay", {
         "Relay": grpc.unary_unary_rpc_method_handler(relay),
         "Sink": grpc.stream_stream_rpc_method_handler(sink),
-    })])
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    print(port, flush=True)
+    })
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    tasks = []
+    readers = []  # referenced, so that the tasks live as long as the server
     for peer in line.split():
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{peer}", options=CHANNEL_OPTIONS)
         call = channel.stream_stream("/bench.Relay/Sink")()
         queue: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
         peers.append(call)
         pending.append(queue)
-        tasks.append(asyncio.create_task(acknowledgements(call, queue)))
+        readers.append(asyncio.create_task(acknowledgements(call, queue)))
     await server.wait_for_termination()
 
 
