@@ -32,7 +32,7 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
 from tidelog import Client  # noqa: E402
-from tidelog.records import HEADER_SIZE  # noqa: E402
+from tidelog.records import HEADER_SIZE, RECORD_OVERHEAD  # noqa: E402
 from tidelog.testing import LocalCluster  # noqa: E402
 
 
@@ -48,7 +48,6 @@ def _load_cluster_bench() -> Any:
 
 
 cluster_bench = _load_cluster_bench()
-RECORD_OVERHEAD = 29  # bytes of framing per record in the batch format
 
 
 def client_throughput(client: Client, topic: str, sizes: Any, rate_hint: float) -> float:

@@ -14,7 +14,7 @@ import pytest
 from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition, errors
 from tidelog.consumer import Consumer
 from tidelog.hashing import partition_for_key
-from tidelog.records import HEADER_SIZE
+from tidelog.records import HEADER_SIZE, RECORD_OVERHEAD
 from tidelog.testing import LocalCluster
 from tidelog.types import ConsumerRecord
 
@@ -213,7 +213,7 @@ def test_sticky_partitioner_fills_a_batch_then_moves(client: Client) -> None:
     there moves to another partition instead (KIP-480), so no stray one-record batches."""
     client.create_topic("sticky", partitions=4, replication_factor=3)
     per_batch = 10
-    batch_size = HEADER_SIZE + per_batch * (29 + 100)
+    batch_size = HEADER_SIZE + per_batch * (RECORD_OVERHEAD + 100)
     with client.producer(linger_ms=60_000, batch_size=batch_size) as producer:
         futures = [producer.send("sticky", bytes(100)) for _ in range(95)]
         producer.flush()

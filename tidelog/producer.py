@@ -51,6 +51,7 @@ from tidelog.records import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    RECORD_OVERHEAD,
     batch_header,
     encode_record,
 )
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.producer")
 
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
-_RECORD_OVERHEAD = 29  # fixed bytes per record in the batch format (tidelog.records)
 _SEQUENCE_WRAP = 1 << 31
 #: The sender's longest sleep when nothing is due; wakeups normally come from notifications.
 _IDLE_S = 0.5
@@ -313,7 +313,7 @@ class Producer:
         elif not 0 <= partition < count:
             raise ConfigurationError(f"topic {topic!r} has no partition {partition} ({count})")
         timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        size = _RECORD_OVERHEAD + (0 if value is None else len(value)) + (
+        size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
             0 if key is None else len(key)
         )
         if headers:

@@ -81,7 +81,9 @@ _RECORD_PREFIX = struct.Struct(">iBiqi")  # length, attributes, offset_delta, ts
 _RECORD_PREFIX_NO_KEY = struct.Struct(">iBiqii")  # ... key_length -1, value_length
 _NO_HEADERS = bytes(4)  # a header count of 0
 _I32 = struct.Struct(">i")
-_RECORD_FIXED = 4 + 1 + 4 + 8 + 4 + 4 + 4  # every fixed field of a record with no key/value/headers
+#: Bytes of every record beyond its key, value and headers (all its fixed fields): what a
+#: producer counts per record against its batch size.
+RECORD_OVERHEAD = 4 + 1 + 4 + 8 + 4 + 4 + 4
 
 
 class TimestampType(IntEnum):
@@ -171,13 +173,13 @@ def encode_record(
     size. Public so that the producer can encode each record once, when it is sent, and only
     frame the joined body when the batch leaves (`assemble_batch`)."""
     if key is None and value is not None and not headers:  # the common record: 3 pieces
-        size = _RECORD_FIXED - 4 + len(value)
+        size = RECORD_OVERHEAD - 4 + len(value)
         out += (_RECORD_PREFIX_NO_KEY.pack(size, 0, offset_delta, timestamp_delta, -1,
                                            len(value)), value, _NO_HEADERS)
         return size + 4
     key_len = -1 if key is None else len(key)
     value_len = -1 if value is None else len(value)
-    size = _RECORD_FIXED - 4 + max(key_len, 0) + max(value_len, 0)
+    size = RECORD_OVERHEAD - 4 + max(key_len, 0) + max(value_len, 0)
     body: list[bytes] = []
     for h_key, h_value in headers:
         encoded = h_key.encode()
@@ -391,7 +393,7 @@ def validate_batch(
     try:
         while pos < end:
             length, _attrs, offset_delta, ts_delta, _key_len = unpack(buf, pos)
-            if offset_delta != expected_delta or length < _RECORD_FIXED - 4:
+            if offset_delta != expected_delta or length < RECORD_OVERHEAD - 4:
                 raise CorruptMessageError(f"malformed record {expected_delta} in batch")
             if ts_delta > max_delta:
                 max_delta = ts_delta
