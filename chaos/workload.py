@@ -20,11 +20,12 @@ from typing import Any
 
 from chaos.history import FAIL, OK, UNKNOWN, History
 from tidelog import wire
-from tidelog.client import Client
+from tidelog.client import Client, LoopCalls
 from tidelog.errors import TidelogError
 from tidelog.producer import RecordFuture
 from tidelog.records import read_header
 from tidelog.types import IsolationLevel, OffsetSpec, TopicPartition
+from tidelog.v1 import tidelog_pb2 as pb
 
 __all__ = ["AckInfo", "TracingClient", "Workload", "WorkloadConfig"]
 
@@ -47,8 +48,8 @@ class TracingClient(Client):
     """A Client that remembers which node answered: the last answer of each thread (the caller
     of a synchronous lookup reads it right after) and, for Produce, every acknowledged offset.
 
-    Produce answers reach ``result_of`` on the producer's sender thread before it completes the
-    records' futures, so the futures' callbacks find their offsets here."""
+    Produce answers reach ``_TracingLoopCalls`` on the producer's sender thread before it
+    completes the records' futures, so the futures' callbacks find their offsets here."""
 
     def __init__(self, bootstrap: str, **kwargs: Any) -> None:
         super().__init__(bootstrap, **kwargs)
@@ -58,8 +59,6 @@ class TracingClient(Client):
         self._sends: collections.Counter[tuple[TopicPartition, int, int, int]] = (
             collections.Counter()
         )
-        #: id(grpc future) -> the batches of that Produce request, by partition.
-        self._requests: dict[int, dict[TopicPartition, tuple[int, int, int, int]]] = {}
         self._acks: dict[tuple[TopicPartition, int], AckInfo] = {}
 
     @property
@@ -67,41 +66,59 @@ class TracingClient(Client):
         """The node that answered this thread's last request."""
         return getattr(self._local, "node", None)
 
-    def call_async(self, node_id: int, method: str, request: Any, timeout_s: float) -> Any:
-        future = super().call_async(node_id, method, request, timeout_s)
-        if method == "Produce":
-            batches = {}
-            for topic in request.topics:
-                for part in topic.partitions:
-                    header = read_header(part.records)
-                    tp = TopicPartition(topic.name, part.partition)
-                    batches[tp] = (header.producer_id, header.producer_epoch,
-                                   header.base_sequence, header.records_count)
-            with self._lock:
-                for tp, (pid, epoch, sequence, _) in batches.items():
-                    self._sends[(tp, pid, epoch, sequence)] += 1
-                self._requests[id(future)] = batches
-        return future
-
     def result_of(self, future: Any, node_id: int) -> Any:
-        with self._lock:
-            batches = self._requests.pop(id(future), None)
         response = super().result_of(future, node_id)
         self._local.node = node_id
-        if batches is not None:
-            with self._lock:
-                for tp, answer in wire.parse_produce(response).items():
-                    if not isinstance(answer, wire.ProduceAnswer) or answer.base_offset < 0:
-                        continue
-                    pid, epoch, sequence, count = batches[tp]
-                    info = AckInfo(node_id, self._sends[(tp, pid, epoch, sequence)] == 1)
-                    for offset in range(answer.base_offset, answer.base_offset + count):
-                        self._acks[(tp, offset)] = info
         return response
+
+    def loop_calls(self) -> LoopCalls:
+        return _TracingLoopCalls(self)
+
+    def note_produce(self, request: bytes) -> dict[TopicPartition, tuple[int, int, int, int]]:
+        """Count the sends of each batch of a serialized Produce request; return the batches'
+        (producer id, epoch, base sequence, record count) by partition."""
+        batches = {}
+        for topic in pb.ProduceRequest.FromString(request).topics:
+            for part in topic.partitions:
+                header = read_header(part.records)
+                batches[TopicPartition(topic.name, part.partition)] = (
+                    header.producer_id, header.producer_epoch, header.base_sequence,
+                    header.records_count,
+                )
+        with self._lock:
+            for tp, (pid, epoch, sequence, _) in batches.items():
+                self._sends[(tp, pid, epoch, sequence)] += 1
+        return batches
+
+    def note_acks(
+        self, node_id: int, batches: dict[TopicPartition, tuple[int, int, int, int]],
+        response: Any,
+    ) -> None:
+        with self._lock:
+            for tp, answer in wire.parse_produce(response).items():
+                if not isinstance(answer, wire.ProduceAnswer) or answer.base_offset < 0:
+                    continue
+                pid, epoch, sequence, count = batches[tp]
+                info = AckInfo(node_id, self._sends[(tp, pid, epoch, sequence)] == 1)
+                for offset in range(answer.base_offset, answer.base_offset + count):
+                    self._acks[(tp, offset)] = info
 
     def take_ack(self, tp: TopicPartition, offset: int) -> AckInfo | None:
         with self._lock:
             return self._acks.pop((tp, offset), None)
+
+
+class _TracingLoopCalls(LoopCalls):
+    """The producer's calls, each Produce noted by the TracingClient."""
+
+    client: TracingClient
+
+    async def call(self, node_id: int, method: str, request: Any, timeout_s: float) -> Any:
+        batches = self.client.note_produce(request) if method == "ProduceSerialized" else None
+        response = await super().call(node_id, method, request, timeout_s)
+        if batches is not None:
+            self.client.note_acks(node_id, batches, response)
+        return response
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.history import OK, load, operations
 from chaos.nemesis import schedule
 from chaos.run import RunConfig, run
 from tidelog.cli import build_parser
@@ -36,6 +37,12 @@ def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
     assert sum(report.nemesis_events.values()) >= 2, report.text()
     assert report.writes["ok"] > 500, report.text()
     assert (tmp_path / "timeline.png").stat().st_size > 0
+    # one_leader_per_epoch compares the nodes that acknowledged writes: the workload must
+    # know them, or that invariant holds vacuously.
+    writes = [op for op in operations(load(tmp_path / "history.jsonl"), "write")
+              if op.outcome == OK]
+    traced = [op for op in writes if op.get("node") is not None]
+    assert len(traced) > 0.9 * len(writes), f"{len(traced)} of {len(writes)} writes traced"
 
 
 def test_checker_catches_acks_before_commit(tmp_path: Path) -> None:

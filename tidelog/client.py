@@ -75,11 +75,45 @@ class _NodeStub(tidelog_pb2_grpc.TidelogStub):
 
     _PRODUCE = "/{}/Produce".format(tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name)
 
-    def __init__(self, channel: grpc.Channel) -> None:
+    def __init__(self, channel: grpc.Channel | grpc.aio.Channel) -> None:
         super().__init__(channel)  # type: ignore[no-untyped-call]  # generated code
         self.ProduceSerialized = channel.unary_unary(
             self._PRODUCE, response_deserializer=tidelog_pb2.ProduceResponse.FromString
         )
+
+
+class LoopCalls:
+    """A client's RPCs from one asyncio event loop, over grpc.aio channels (one per node,
+    bound to that loop; errors translated as `Client.call`'s). The producer's sender uses
+    them rather than a synchronous channel's `future()`: that hands each call's completion to
+    a polling thread which gRPC starts afresh whenever no call is in flight, and a sender
+    under load makes it do so many times a second; on the loop a completion is a callback."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._stubs: dict[str, _NodeStub] = {}
+        self._channels: list[grpc.aio.Channel] = []
+
+    async def call(self, node_id: int, method: str, request: Any, timeout_s: float) -> Any:
+        address = self.client.metadata.address_of(node_id)
+        if address is None:
+            raise LeaderNotAvailableError(f"node {node_id} is not in the cluster metadata")
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            self._channels.append(channel)
+            stub = self._stubs[address] = _NodeStub(channel)
+        try:
+            return await getattr(stub, method)(request, timeout=max(timeout_s, 0.001))
+        except grpc.RpcError as exc:
+            raise self.client.translate(exc, node_id, address) from None
+
+    async def close(self) -> None:
+        """Close the channels, cancelling what is still in flight."""
+        for channel in self._channels:
+            await channel.close()
+        self._channels.clear()
+        self._stubs.clear()
 
 
 @dataclass(frozen=True)
@@ -238,6 +272,10 @@ class Client:
             return future.result()
         except grpc.RpcError as exc:
             raise self.translate(exc, node_id, self.metadata.address_of(node_id) or "?") from None
+
+    def loop_calls(self) -> LoopCalls:
+        """RPCs for one asyncio event loop (the producer's sender thread runs one)."""
+        return LoopCalls(self)
 
     # ---- metadata --------------------------------------------------------------------------
 

@@ -3,10 +3,10 @@ and Sender.
 
 ``send()`` only encodes the record into its partition's open batch (the storage format's
 record bytes) and returns a future that shares the batch's outcome; it never waits for the
-network. One sender thread per producer drains ready batches (full, lingered ``linger_ms``, or
-flushed), frames each with its header and joins them straight into a serialized Produce, one per
-leader node carrying one batch per partition; answers come back on gRPC's threads and are
-handed to the sender, which alone changes the partitions' state. Per record that is a few
+network. One sender thread per producer, running an asyncio loop of its own, drains ready
+batches (full, lingered ``linger_ms``, or flushed), frames each with its header and joins them
+straight into a serialized Produce, one per leader node carrying one batch per partition, sent
+over grpc.aio; the answers are handled on that loop as they arrive. Per record that is a few
 microseconds of Python, which is what a producer's throughput is made of.
 
 Idempotence (on by default with acks=all): the producer gets an id and epoch from
@@ -24,6 +24,7 @@ leaves a gap, handled the same way.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import contextlib
 import itertools
@@ -34,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidelog import wire
 from tidelog.errors import (
@@ -59,7 +60,7 @@ from tidelog.retry import Deadline
 from tidelog.types import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.client import Client, LoopCalls
 
 log = logging.getLogger("tidelog.producer")
 
@@ -135,7 +136,7 @@ class _Batch:
     #: (producer id, epoch, sequence) that `header` was built with.
     built_for: tuple[int, int, int] | None = None
     attempts: int = 0
-    #: Once drained a batch takes no more records (it may come back as a retry).
+    #: Takes no more records: full, or drained (it may come back as a retry).
     sealed: bool = False
     #: The outcome, shared by the batch's records, set before `done`.
     base_offset: int = -1
@@ -229,13 +230,8 @@ class _Topic:
     sticky: int = -1
     #: The metadata version `partitions` was sized for.
     version: int = -1
-
-
-@dataclass(eq=False)
-class _Sent:
-    node: int
-    batches: dict[TopicPartition, _Batch]
-    future: Any
+    #: The sticky partition's open batch, where send()'s fast path appends.
+    open: _Batch | None = None
 
 
 class Producer:
@@ -255,7 +251,6 @@ class Producer:
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._topics: dict[str, _Topic] = {}
         self._buffered = 0
-        self._completions: list[_Sent] = []
         self._flushing = 0
         self._closing = False
         self._force_close = False
@@ -272,6 +267,12 @@ class Producer:
         self.records_failed = 0
         self._init_at = 0.0
         self._serial = itertools.count()
+        #: The sender thread's event loop, made here so that send() can wake it at once.
+        self._loop = asyncio.new_event_loop()
+        self._wakeup = asyncio.Event()
+        self._wake_pending = False
+        #: The Produce calls in flight (the loop keeps only weak references to its tasks).
+        self._calls: set[asyncio.Task[None]] = set()
         self._sender = threading.Thread(target=self._run, name="tidelog-producer", daemon=True)
         self._sender.start()
 
@@ -291,9 +292,34 @@ class Producer:
 
         This is the producer's per-record cost, so it does the least it can: the record is
         encoded into its batch's body at once (no object per record survives the call but
-        the future) and everything per batch waits for the sender thread."""
+        the future) and everything per batch waits for the sender thread. A keyless record
+        with no partition or headers, the common one, goes straight into the batch the
+        sticky partitioner has open for its topic, when that has room: one dict lookup."""
         if self._closing:
             raise ConfigurationError("send() on a closed producer")
+        if key is None and partition is None and not headers and type(value) is bytes:
+            timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+            size = RECORD_OVERHEAD + len(value)
+            with self._lock:
+                known = self._topics.get(topic)
+                batch = None if known is None else known.open
+                if (batch is not None and not batch.sealed
+                        and batch.size + size <= self._batch_size
+                        and self._buffered + size <= self._buffer_memory):
+                    return self._append(batch, timestamp, None, value, (), size)
+        return self._send_general(topic, value, key, partition, timestamp_ms, headers)
+
+    def _send_general(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+    ) -> RecordFuture:
+        """Any record: checks its input, finds the partition (opening the topic's state on its
+        first record), and opens a new batch when the current one has no room."""
         if value is not None and type(value) is not bytes:
             value = _as_bytes("value", value)
         if key is not None and type(key) is not bytes:
@@ -318,7 +344,6 @@ class Producer:
         )
         if headers:
             size += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
-        batch_size = self._batch_size
         with self._lock:
             if self._buffered + size > self._buffer_memory and self._buffered > 0:
                 self._wait_for_room(topic, size)
@@ -333,26 +358,53 @@ class Producer:
                     partition = self._move_sticky(topic, topic_state, count)
                     sticky = False  # moved already
             state = topic_state.partitions[partition] or self._partition(topic, partition)
-            batch = state.queue[-1] if state.queue else None
-            wake = False
-            if batch is None or batch.sealed or batch.size + size > batch_size:
-                if sticky:  # KIP-480: fill another partition, not a second batch on this one
-                    partition = self._move_sticky(topic, topic_state, count)
-                    state = topic_state.partitions[partition] or self._partition(topic, partition)
-                    batch = state.queue[-1] if state.queue else None
-                if batch is None or batch.sealed or batch.size + size > batch_size:
-                    batch = self._open_batch(state, timestamp)
-                    wake = len(state.queue) > 1 or not self._linger_ms or not state.in_flight
-            index = batch.count
-            encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value,
-                          headers or ())
-            batch.count = index + 1
-            batch.size += size
-            if timestamp > batch.max_timestamp:
-                batch.max_timestamp = timestamp
-            self._buffered += size
-            if wake or batch.size >= batch_size:
-                self._cond.notify_all()
+            batch = self._batch_with_room(state, size)
+            if batch is None and sticky:
+                # KIP-480: fill another partition rather than open a second batch on this one.
+                partition = self._move_sticky(topic, topic_state, count)
+                state = topic_state.partitions[partition] or self._partition(topic, partition)
+                batch = self._batch_with_room(state, size)
+            if batch is None:
+                batch = self._open_batch(state, timestamp)
+                if len(state.queue) > 1 or not self._linger_ms or not state.in_flight:
+                    self._wake_sender()
+            if partition == topic_state.sticky:
+                topic_state.open = batch
+            return self._append(batch, timestamp, key, value, headers or (), size)
+
+    def _batch_with_room(self, state: _Partition, size: int) -> _Batch | None:
+        """The partition's open batch if `size` more bytes fit in it. One they do not fit is
+        sealed: it is full, so it leaves now rather than when it has lingered."""
+        batch = state.queue[-1] if state.queue else None
+        if batch is None or batch.sealed:
+            return None
+        if batch.size + size > self._batch_size:
+            batch.sealed = True
+            self._wake_sender()
+            return None
+        return batch
+
+    def _append(
+        self,
+        batch: _Batch,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        size: int,
+    ) -> RecordFuture:
+        """Encode the record into `batch` (under the lock); the sender is woken when the batch
+        is full."""
+        index = batch.count
+        encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value, headers)
+        batch.count = index + 1
+        batch.size += size
+        if timestamp > batch.max_timestamp:
+            batch.max_timestamp = timestamp
+        self._buffered += size
+        if batch.size >= self._batch_size:
+            batch.sealed = True
+            self._wake_sender()
         return RecordFuture(batch, index, timestamp)
 
     def _topic(self, topic: str, count: int) -> _Topic:
@@ -405,7 +457,7 @@ class Producer:
         with self._cond:
             pending = [b for s in self._partitions.values() for b in (*s.queue, *s.in_flight)]
             self._flushing += 1
-            self._cond.notify_all()
+            self._wake_sender()
         try:
             for batch in pending:
                 if not batch.done.wait(None if deadline is None else deadline.remaining()):
@@ -419,12 +471,12 @@ class Producer:
         still queued at the timeout fail."""
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
+            self._wake_sender()
         self._sender.join(None if timeout_ms is None else timeout_ms / 1000)
         if self._sender.is_alive():
             with self._cond:
                 self._force_close = True
-                self._cond.notify_all()
+                self._wake_sender()
             self._sender.join()
 
     def __enter__(self) -> Producer:
@@ -440,46 +492,73 @@ class Producer:
 
     # ---- the sender thread -------------------------------------------------------------------
 
+    def _wake_sender(self) -> None:
+        """(Under the lock.) Make the sender look again, from any thread; one wakeup is
+        pending at a time, so a burst of full batches costs one."""
+        if not self._wake_pending:
+            self._wake_pending = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the sender is gone
+                self._loop.call_soon_threadsafe(self._wakeup.set)
+
     def _run(self) -> None:
-        """One round: take answers, expire, then (outside the lock) get a producer id, refresh
-        metadata or send, whichever is due; else sleep until the next linger or backoff ends.
-        Refreshes are spaced by the retry backoff so an election does not cause a storm."""
-        while True:
-            init = refresh = False
-            ready: list[_Batch] = []
-            with self._cond:
-                self._handle_completions()
-                if self._force_close:
-                    self._fail_all(RequestTimedOutError("the producer was closed before delivery"))
-                    return
-                queued = any(s.queue for s in self._partitions.values())
-                in_flight = any(s.in_flight for s in self._partitions.values())
-                if self._closing and not queued and not in_flight:
-                    return
-                now = time.monotonic()
-                self._expire(now)
-                wake_at = now + _IDLE_S
-                if self._needs_producer_id and queued:
-                    init = not in_flight and now >= self._init_at
-                    wake_at = max(self._init_at, now) if not in_flight else wake_at
-                else:
-                    ready, wake_at = self._ready(now)
-                if self._refresh_wanted:
-                    if now >= self._refresh_at:
-                        refresh, self._refresh_wanted = True, False
-                        self._refresh_at = now + self.client.backoff.delay_s(1)
+        """The sender thread: its own asyncio loop, so that Produce calls go over grpc.aio
+        and their answers are handled on this thread as they arrive."""
+        try:
+            self._loop.run_until_complete(self._send_loop())
+            self._loop.run_until_complete(self._loop.shutdown_default_executor())
+        finally:
+            self._loop.close()
+
+    async def _send_loop(self) -> None:
+        """One round: expire, then get a producer id, refresh metadata (both off the loop, in
+        a worker thread) or send, whichever is due; else sleep until woken or until the next
+        linger or backoff ends. Refreshes are spaced by the retry backoff so an election does
+        not cause a storm."""
+        calls = self.client.loop_calls()
+        try:
+            while True:
+                init = refresh = False
+                ready: list[_Batch] = []
+                with self._lock:
+                    self._wake_pending = False
+                    self._wakeup.clear()
+                    if self._force_close:
+                        self._fail_all(
+                            RequestTimedOutError("the producer was closed before delivery")
+                        )
+                        return
+                    queued = any(s.queue for s in self._partitions.values())
+                    in_flight = any(s.in_flight for s in self._partitions.values())
+                    if self._closing and not queued and not in_flight:
+                        return
+                    now = time.monotonic()
+                    self._expire(now)
+                    wake_at = now + _IDLE_S
+                    if self._needs_producer_id and queued:
+                        init = not in_flight and now >= self._init_at
+                        wake_at = max(self._init_at, now) if not in_flight else wake_at
                     else:
-                        wake_at = min(wake_at, self._refresh_at)
+                        ready, wake_at = self._ready(now)
+                    if self._refresh_wanted:
+                        if now >= self._refresh_at:
+                            refresh, self._refresh_wanted = True, False
+                            self._refresh_at = now + self.client.backoff.delay_s(1)
+                        else:
+                            wake_at = min(wake_at, self._refresh_at)
+                if init:
+                    await asyncio.to_thread(self._init_producer_id)
+                if refresh:
+                    await asyncio.to_thread(self._refresh)
+                if ready:
+                    self._send(ready, calls)
                 if not (init or refresh or ready):
-                    if not self._completions:
-                        self._cond.wait(min(max(wake_at - now, 0.0), _IDLE_S))
-                    continue
-            if init:
-                self._init_producer_id()
-            if refresh:
-                self._refresh()
-            if ready:
-                self._send(ready)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(max(wake_at - now, 0.0), _IDLE_S)):
+                            await self._wakeup.wait()
+        finally:
+            for task in self._calls:
+                task.cancel()
+            await calls.close()
 
     def _ready(self, now: float) -> tuple[list[_Batch], float]:
         """Pop the batches to send now (numbering them); also when to look again."""
@@ -497,8 +576,8 @@ class Producer:
                 wake_at = min(wake_at, state.retry_at)
                 continue
             due = head.created + linger
-            full = len(state.queue) > 1 or head.size >= self.config.batch_size
-            if not (draining or full or head.sealed or due <= now):
+            # A batch is sealed once full (or once sent, when it comes back as a retry).
+            if not (draining or head.sealed or due <= now):
                 wake_at = min(wake_at, due)
                 continue
             if self.client.metadata.leader_for(tp) is None:
@@ -514,8 +593,8 @@ class Producer:
             ready.append(head)
         return ready, wake_at
 
-    def _send(self, batches: list[_Batch]) -> None:
-        """Build (outside the lock) and send one Produce per leader."""
+    def _send(self, batches: list[_Batch], calls: LoopCalls) -> None:
+        """Build (outside the lock) and start one Produce per leader."""
         by_leader: dict[int, dict[TopicPartition, _Batch]] = {}
         for batch in batches:
             self._build(batch)
@@ -526,17 +605,38 @@ class Producer:
             request = wire.serialized_produce_request(
                 {tp: (b.header, b.body) for tp, b in group.items()}, self._acks, timeout_ms
             )
-            try:
-                future = self.client.call_async(
-                    node, "ProduceSerialized", request, timeout_ms / 1000 + _RPC_SLACK_S
-                )
-            except TidelogError as exc:  # the leader vanished from the metadata meanwhile
-                with self._cond:
-                    for batch in group.values():
-                        self._on_failure(batch, wire.Failure(exc), time.monotonic())
-                continue
-            sent = _Sent(node, group, future)
-            future.add_done_callback(lambda _f, sent=sent: self._completed(sent))
+            task = self._loop.create_task(
+                self._produce(calls, node, group, request, timeout_ms / 1000 + _RPC_SLACK_S)
+            )
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+
+    async def _produce(
+        self,
+        calls: LoopCalls,
+        node: int,
+        batches: dict[TopicPartition, _Batch],
+        request: bytes,
+        timeout_s: float,
+    ) -> None:
+        """One Produce request and what its answer does to each of its batches."""
+        try:
+            answers = wire.parse_produce(
+                await calls.call(node, "ProduceSerialized", request, timeout_s)
+            )
+        except TidelogError as exc:
+            answers = {tp: wire.Failure(exc) for tp in batches}
+        with self._lock:
+            now = time.monotonic()
+            for tp, batch in batches.items():
+                answer = answers.get(tp)
+                if isinstance(answer, wire.ProduceAnswer):
+                    self._complete(batch, answer.base_offset, answer.log_append_time_ms)
+                elif isinstance(answer, wire.Failure):
+                    self._on_failure(batch, answer, now)
+                else:
+                    self._on_failure(batch, wire.Failure(TidelogError(f"{tp}: no answer")), now)
+            self._wakeup.set()
 
     def _build(self, batch: _Batch) -> None:
         """Frame the batch's encoded records for the producer id, epoch and sequence it
@@ -560,28 +660,6 @@ class Producer:
                 records_count=batch.count,
             )
             batch.built_for = stamp
-
-    def _completed(self, sent: _Sent) -> None:
-        with self._cond:
-            self._completions.append(sent)
-            self._cond.notify_all()
-
-    def _handle_completions(self) -> None:
-        completions, self._completions = self._completions, []
-        now = time.monotonic()
-        for sent in completions:
-            try:
-                answers = wire.parse_produce(self.client.result_of(sent.future, sent.node))
-            except TidelogError as exc:
-                answers = {tp: wire.Failure(exc) for tp in sent.batches}
-            for tp, batch in sent.batches.items():
-                answer = answers.get(tp)
-                if isinstance(answer, wire.ProduceAnswer):
-                    self._complete(batch, answer.base_offset, answer.log_append_time_ms)
-                elif isinstance(answer, wire.Failure):
-                    self._on_failure(batch, answer, now)
-                else:
-                    self._on_failure(batch, wire.Failure(TidelogError(f"{tp}: no answer")), now)
 
     def _state(self, batch: _Batch) -> _Partition:
         return self._partitions[batch.tp]
