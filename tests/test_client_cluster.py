@@ -100,6 +100,37 @@ def test_produce_and_consume_keep_keys_headers_timestamps_and_order(client: Clie
         assert consumer.position(tp) == client.list_offsets({tp: OffsetSpec.latest()})[tp].offset
 
 
+def test_send_takes_any_bytes_like_and_rejects_the_rest(client: Client) -> None:
+    """send() has a fast path for keyless bytes values; the other forms take the general one
+    and must come back the same."""
+    client.create_topic("bytes-like", partitions=2, replication_factor=3)
+    with client.producer(linger_ms=1) as producer:
+        sent = [
+            producer.send("bytes-like", bytearray(b"ba"), key=memoryview(b"mk")),
+            producer.send("bytes-like", memoryview(b"mv"), partition=1),
+            producer.send("bytes-like", b"plain", partition=0),
+            producer.send("bytes-like", None, key=b"tombstone"),
+            producer.send("bytes-like", b"sticky"),
+        ]
+        with pytest.raises(errors.ConfigurationError, match="value must be bytes"):
+            producer.send("bytes-like", "text")  # type: ignore[arg-type]
+        with pytest.raises(errors.ConfigurationError, match="key must be bytes"):
+            producer.send("bytes-like", b"v", key=7)  # type: ignore[arg-type]
+        with pytest.raises(errors.ConfigurationError, match="no partition 2"):
+            producer.send("bytes-like", b"v", partition=2)
+        producer.flush()
+        # The producer still works after the refusals (no lock left held).
+        assert producer.send("bytes-like", b"after").result(timeout=30).offset >= 0
+    metas = [f.result() for f in sent]
+    assert metas[1].partition == 1 and metas[2].partition == 0
+    consumer = client.consumer()
+    consumer.assign([TopicPartition("bytes-like", p) for p in range(2)])
+    consumer.seek_to_beginning()
+    got = {(r.key, r.value) for r in _drain(consumer, 6)}
+    assert got == {(b"mk", b"ba"), (None, b"mv"), (None, b"plain"), (b"tombstone", None),
+                   (None, b"sticky"), (None, b"after")}
+
+
 def test_non_idempotent_acks_1_producer(client: Client) -> None:
     client.create_topic("acks1", partitions=1, replication_factor=3)
     with client.producer(acks=1) as producer:

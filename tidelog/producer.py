@@ -49,12 +49,14 @@ from tidelog.errors import (
 from tidelog.hashing import partition_for_key
 from tidelog.records import (
     HEADER_SIZE,
+    NO_HEADERS,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     RECORD_OVERHEAD,
     batch_header,
     encode_record,
+    pack_plain_record_prefix,
 )
 from tidelog.retry import Deadline
 from tidelog.types import RecordMetadata, TopicPartition
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from tidelog.client import Client, LoopCalls
 
 log = logging.getLogger("tidelog.producer")
+_time_ns = time.time_ns
 
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
 _SEQUENCE_WRAP = 1 << 31
@@ -288,7 +291,8 @@ class Producer:
         headers: Sequence[tuple[str, bytes | None]] | None = None,
     ) -> RecordFuture:
         """Queue one record; the future gives its RecordMetadata once acknowledged (per acks)
-        or the error that failed it, naming the partition.
+        or the error that failed it, naming the partition. A bytearray or memoryview key or
+        value is copied to bytes.
 
         This is the producer's per-record cost, so it does the least it can: the record is
         encoded into its batch's body at once (no object per record survives the call but
@@ -297,33 +301,57 @@ class Producer:
         sticky partitioner has open for its topic, when that has room: one dict lookup."""
         if self._closing:
             raise ConfigurationError("send() on a closed producer")
-        if key is None and partition is None and not headers and type(value) is bytes:
-            timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-            size = RECORD_OVERHEAD + len(value)
-            with self._lock:
-                known = self._topics.get(topic)
-                batch = None if known is None else known.open
-                if (batch is not None and not batch.sealed
-                        and batch.size + size <= self._batch_size
-                        and self._buffered + size <= self._buffer_memory):
-                    return self._append(batch, timestamp, None, value, (), size)
-        return self._send_general(topic, value, key, partition, timestamp_ms, headers)
+        timestamp = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        plain = key is None and not headers and type(value) is bytes
+        if not plain:
+            value, key = _checked_bytes("value", value), _checked_bytes("key", key)
+        lock = self._lock
+        if plain and partition is None:
+            size = RECORD_OVERHEAD + len(value)  # type: ignore[arg-type]  # plain: bytes
+            lock.acquire()  # (not `with`: its method lookups cost as much as the lock)
+            known = self._topics.get(topic)
+            batch = None if known is None else known.open
+            if (batch is None or batch.sealed or batch.size + size > self._batch_size
+                    or self._buffered + size > self._buffer_memory):
+                lock.release()
+                batch, size = self._choose_batch(topic, value, key, partition, timestamp, headers)
+        else:
+            batch, size = self._choose_batch(topic, value, key, partition, timestamp, headers)
+        try:  # the lock is held
+            index = batch.count
+            if plain:
+                batch.parts += (
+                    pack_plain_record_prefix(size - 4, 0, index, timestamp - batch.first_timestamp,
+                                             -1, size - RECORD_OVERHEAD),
+                    value, NO_HEADERS,
+                )  # type: ignore[arg-type]  # plain: value is bytes
+            else:
+                encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value,
+                              headers or ())
+            batch.count = index + 1
+            batch.size += size
+            if timestamp > batch.max_timestamp:
+                batch.max_timestamp = timestamp
+            self._buffered += size
+            if batch.size >= self._batch_size:
+                batch.sealed = True
+                self._wake_sender()
+            return RecordFuture(batch, index, timestamp)
+        finally:
+            lock.release()
 
-    def _send_general(
+    def _choose_batch(
         self,
         topic: str,
         value: bytes | None,
         key: bytes | None,
         partition: int | None,
-        timestamp_ms: int | None,
+        timestamp: int,
         headers: Sequence[tuple[str, bytes | None]] | None,
-    ) -> RecordFuture:
-        """Any record: checks its input, finds the partition (opening the topic's state on its
-        first record), and opens a new batch when the current one has no room."""
-        if value is not None and type(value) is not bytes:
-            value = _as_bytes("value", value)
-        if key is not None and type(key) is not bytes:
-            key = _as_bytes("key", key)
+    ) -> tuple[_Batch, int]:
+        """The batch for any record, and the record's size: checks the input, finds the
+        partition (opening the topic's state on its first record), opens a new batch when the
+        current one has no room. Returns holding the lock, which the caller releases."""
         metadata = self.client.metadata
         version = metadata.version
         known = self._topics.get(topic)
@@ -338,13 +366,13 @@ class Producer:
                 partition = partition_for_key(key, count)
         elif not 0 <= partition < count:
             raise ConfigurationError(f"topic {topic!r} has no partition {partition} ({count})")
-        timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
             0 if key is None else len(key)
         )
         if headers:
             size += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
-        with self._lock:
+        self._lock.acquire()
+        try:
             if self._buffered + size > self._buffer_memory and self._buffered > 0:
                 self._wait_for_room(topic, size)
             topic_state = self._topics.get(topic)
@@ -370,7 +398,10 @@ class Producer:
                     self._wake_sender()
             if partition == topic_state.sticky:
                 topic_state.open = batch
-            return self._append(batch, timestamp, key, value, headers or (), size)
+        except BaseException:
+            self._lock.release()
+            raise
+        return batch, size
 
     def _batch_with_room(self, state: _Partition, size: int) -> _Batch | None:
         """The partition's open batch if `size` more bytes fit in it. One they do not fit is
@@ -383,29 +414,6 @@ class Producer:
             self._wake_sender()
             return None
         return batch
-
-    def _append(
-        self,
-        batch: _Batch,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        size: int,
-    ) -> RecordFuture:
-        """Encode the record into `batch` (under the lock); the sender is woken when the batch
-        is full."""
-        index = batch.count
-        encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value, headers)
-        batch.count = index + 1
-        batch.size += size
-        if timestamp > batch.max_timestamp:
-            batch.max_timestamp = timestamp
-        self._buffered += size
-        if batch.size >= self._batch_size:
-            batch.sealed = True
-            self._wake_sender()
-        return RecordFuture(batch, index, timestamp)
 
     def _topic(self, topic: str, count: int) -> _Topic:
         """The topic's send() state, (re)made when its partition count changes."""
@@ -781,7 +789,9 @@ def _explain_init_failure(exc: TidelogError) -> TidelogError:
     )
 
 
-def _as_bytes(name: str, data: object) -> bytes:
+def _checked_bytes(name: str, data: object) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ConfigurationError(f"{name} must be bytes or None, got {type(data).__name__}")
     return bytes(data)

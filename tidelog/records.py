@@ -78,8 +78,12 @@ _TS_DELTA_FIELD = struct.Struct(">q")  # in a record, after length, attributes, 
 _BASE_OFFSET_FIELD = struct.Struct(">q")
 _EPOCH_FIELD = struct.Struct(">i")
 _RECORD_PREFIX = struct.Struct(">iBiqi")  # length, attributes, offset_delta, ts_delta, key_length
-_RECORD_PREFIX_NO_KEY = struct.Struct(">iBiqii")  # ... key_length -1, value_length
-_NO_HEADERS = bytes(4)  # a header count of 0
+#: A keyless record with a value and no headers, the common one, is 3 pieces: this prefix
+#: packed with (length, attributes 0, offset_delta, timestamp_delta, key_length -1,
+#: value_length), the value, and NO_HEADERS. Public for the producer's send(), which encodes
+#: such records inline (a call per record is a measurable part of its cost).
+pack_plain_record_prefix = struct.Struct(">iBiqii").pack
+NO_HEADERS = bytes(4)  # a header count of 0
 _I32 = struct.Struct(">i")
 #: Bytes of every record beyond its key, value and headers (all its fixed fields): what a
 #: producer counts per record against its batch size.
@@ -174,8 +178,8 @@ def encode_record(
     frame the joined body when the batch leaves (`assemble_batch`)."""
     if key is None and value is not None and not headers:  # the common record: 3 pieces
         size = RECORD_OVERHEAD - 4 + len(value)
-        out += (_RECORD_PREFIX_NO_KEY.pack(size, 0, offset_delta, timestamp_delta, -1,
-                                           len(value)), value, _NO_HEADERS)
+        out += (pack_plain_record_prefix(size, 0, offset_delta, timestamp_delta, -1, len(value)),
+                value, NO_HEADERS)
         return size + 4
     key_len = -1 if key is None else len(key)
     value_len = -1 if value is None else len(value)
