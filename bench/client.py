@@ -84,7 +84,7 @@ def client_throughput(client: Client, topic: str, sizes: Any, rate_hint: float) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, help="measured seconds per side and round")
     args = parser.parse_args()
     sizes = cluster_bench.QUICK if args.quick else cluster_bench.FULL
