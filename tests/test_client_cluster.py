@@ -255,3 +255,20 @@ def test_sticky_partitioner_fills_a_batch_then_moves(client: Client) -> None:
         assert [m.offset for m in run] == list(range(run[0].offset, run[0].offset + len(run)))
     for before, after in itertools.pairwise(runs):
         assert before[0].partition != after[0].partition
+
+
+def test_a_full_batch_leaves_without_waiting_for_linger(client: Client) -> None:
+    """A batch the next record does not fit is sent at once, even when linger_ms has long to
+    run and the sticky partitioner has moved on: the first batch is acknowledged within a
+    timeout shorter than the linger, with no flush()."""
+    client.create_topic("full-leaves", partitions=2, replication_factor=3)
+    per_batch = 10
+    # Room for 10 records and a half: the batch is never filled to the byte.
+    batch_size = HEADER_SIZE + per_batch * (RECORD_OVERHEAD + 100) + 60
+    with client.producer(linger_ms=120_000, batch_size=batch_size) as producer:
+        futures = [producer.send("full-leaves", bytes(100)) for _ in range(per_batch + 1)]
+        assert futures[0].result(timeout=60).offset == 0
+        assert futures[per_batch - 1].done()
+        assert not futures[per_batch].done()  # the next batch lingers
+        producer.flush()
+        assert futures[per_batch].result().offset >= 0
