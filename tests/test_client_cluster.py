@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import threading
 import time
 from collections.abc import Iterator
 
@@ -159,6 +160,9 @@ def test_offset_lookups_and_consumer_positions(client: Client) -> None:
         assert (found[tps[0]].offset, found[tps[0]].timestamp) == (1, base_ts + 20)
         assert found[tps[1]] is None
     assert client.legacy_offsets_before(tps[0], -1, 10) == [50, 0]
+    # A debug lookup (replica_id -2) is bounded by the log end offset; all 50 are written.
+    debug = client.list_offsets(dict.fromkeys(tps, OffsetSpec.latest()), replica_id=-2)
+    assert {tp: r.offset for tp, r in debug.items()} == dict.fromkeys(tps, 50)
     consumer = client.consumer(auto_offset_reset="earliest")
     consumer.assign(tps[:1])
     assert consumer.position(tps[0]) == 0
@@ -272,3 +276,31 @@ def test_a_full_batch_leaves_without_waiting_for_linger(client: Client) -> None:
         assert not futures[per_batch].done()  # the next batch lingers
         producer.flush()
         assert futures[per_batch].result().offset >= 0
+
+
+def test_concurrent_refreshes_merge_into_one_metadata_call(cluster: LocalCluster) -> None:
+    """Threads that all saw the same metadata version and ask for a refresh at once share one
+    Metadata call: those that come while it runs wait for it, those that come after it find
+    the newer version."""
+    with Client(cluster.bootstrap) as client:
+        client.list_topics()  # metadata loaded
+        seen = client.metadata.version
+        before = client.metadata_refreshes
+        barrier = threading.Barrier(8)
+        errors_seen: list[BaseException] = []
+
+        def refresh() -> None:
+            try:
+                barrier.wait(timeout=30)
+                client.refresh_metadata(seen_version=seen)
+            except BaseException as exc:  # reported by the assertion below
+                errors_seen.append(exc)
+
+        threads = [threading.Thread(target=refresh) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors_seen
+        assert client.metadata_refreshes - before == 1
+        assert client.metadata.version > seen
