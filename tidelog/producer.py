@@ -732,9 +732,12 @@ class Producer:
         state.retry_at = now if immediate else now + self.client.backoff.delay_s(batch.attempts)
 
     def _expire(self, now: float) -> None:
-        """Fail queued batches past their delivery timeout (in-flight ones wait for answers)."""
+        """Fail queued batches past their delivery timeout (in-flight ones wait for answers).
+        A queue is in creation order (retries go back by serial), so deadlines rise along it
+        and each round looks at the heads only."""
         for state in self._partitions.values():
-            for batch in [b for b in state.queue if b.deadline <= now]:
+            while state.queue and state.queue[0].deadline <= now:
+                batch = state.queue[0]
                 self._fail(batch, RequestTimedOutError(
                     f"{batch.tp}: not delivered within {self.config.delivery_timeout_ms} ms"
                 ))
