@@ -34,14 +34,14 @@ from pathlib import Path
 # shadow the storage package it measures.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
-from storage import Log, LogConfig, TimestampAndOffset  # noqa: E402
-from storage.loader import CLEAN_SHUTDOWN_FILE, OFFSETS_CHECKPOINT  # noqa: E402
 from tidelog.records import (  # noqa: E402
     RecordInput,
     build_batch,
     iter_batches,
     record_timestamps,
 )
+from tidelog.storage import Log, LogConfig, TimestampAndOffset  # noqa: E402
+from tidelog.storage.loader import CLEAN_SHUTDOWN_FILE, OFFSETS_CHECKPOINT  # noqa: E402
 
 MIB = 1024 * 1024
 T0 = 1_700_000_000_000

@@ -27,8 +27,8 @@ from typing import Any
 
 import grpc
 
-from chaos.history import OK, UNKNOWN, Op, operations
 from tidelog import wire
+from tidelog.chaos.history import OK, UNKNOWN, Op, operations
 from tidelog.records import decode_records, iter_batches
 from tidelog.testing import LocalCluster
 from tidelog.types import DEBUGGING_REPLICA_ID, IsolationLevel, TopicPartition

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from chaos.toxiproxy import ToxiproxyClient
+from tidelog.chaos.toxiproxy import ToxiproxyClient
 from tidelog.testing import LocalCluster, NodeRoutes
 
 __all__ = ["ProxiedCluster", "client_link", "peer_link"]

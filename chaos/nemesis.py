@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.cluster import ProxiedCluster, client_link
-from chaos.history import History
+from tidelog.chaos.cluster import ProxiedCluster, client_link
+from tidelog.chaos.history import History
 from tidelog.types import TopicPartition
 
 __all__ = ["NEMESES", "Fault", "NemesisRunner", "schedule"]

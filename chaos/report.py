@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import FinalState, Invariant, summarize_writes
-from chaos.history import INFO, OK, operations
-from chaos.nemesis import LEADER_FAULTS
+from tidelog.chaos.checker import FinalState, Invariant, summarize_writes
+from tidelog.chaos.history import INFO, OK, operations
+from tidelog.chaos.nemesis import LEADER_FAULTS
 
 __all__ = ["Report", "build", "write"]
 

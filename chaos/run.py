@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos import report as report_mod
-from chaos.checker import check, read_final_state
-from chaos.cluster import ProxiedCluster
-from chaos.history import History, load
-from chaos.nemesis import NemesisRunner, schedule
-from chaos.toxiproxy import start_toxiproxy
-from chaos.workload import Workload, WorkloadConfig
+from tidelog.chaos import report as report_mod
+from tidelog.chaos.checker import check, read_final_state
+from tidelog.chaos.cluster import ProxiedCluster
+from tidelog.chaos.history import History, load
+from tidelog.chaos.nemesis import NemesisRunner, schedule
+from tidelog.chaos.toxiproxy import start_toxiproxy
+from tidelog.chaos.workload import Workload, WorkloadConfig
 from tidelog.client import Client
 
 __all__ = ["RunConfig", "run"]

@@ -317,7 +317,7 @@ def start_toxiproxy(seed: int) -> ToxiproxyHandle:
     binary = shutil.which("toxiproxy-server")
     if binary is None:
         process = subprocess.Popen(
-            [sys.executable, "-m", "chaos.toxiproxy_server", "--host", "127.0.0.1",
+            [sys.executable, "-m", "tidelog.chaos.toxiproxy_server", "--host", "127.0.0.1",
              "--port", "0", "--seed", str(seed)],
             cwd=_REPO, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent(),

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.history import FAIL, OK, UNKNOWN, History
 from tidelog import wire
+from tidelog.chaos.history import FAIL, OK, UNKNOWN, History
 from tidelog.client import Client, LoopCalls
 from tidelog.errors import TidelogError
 from tidelog.producer import RecordFuture

@@ -1,4 +1,4 @@
-"""``python -m node``: the node process entry point that launchers spawn.
+"""``python -m tidelog.node``: the node process entry point that launchers spawn.
 
 Same flags and errors as ``tidelog node``, but without building the whole CLI: a launcher
 starting many nodes should not pay for (or depend on) every other command's imports.
@@ -14,7 +14,7 @@ from tidelog.errors import TidelogError
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m node", description=node.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tidelog.node", description=node.__doc__)
     node.configure(parser)
     args = parser.parse_args()
     try:

@@ -16,10 +16,10 @@ from typing import Any, NoReturn
 
 import grpc
 
-from node.partition import OffsetAnswer, PartitionReplica, is_debug_or_leader
-from node.runtime import NodeRuntime
-from node.transport import CHANNEL_OPTIONS
 from tidelog import errors
+from tidelog.node.partition import OffsetAnswer, PartitionReplica, is_debug_or_leader
+from tidelog.node.runtime import NodeRuntime
+from tidelog.node.transport import CHANNEL_OPTIONS
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,

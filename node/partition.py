@@ -16,11 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.producer_state import ProducerStateManager
-from node.replica_log import StorageReplicaLog
-from replication import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
-from storage import CheckpointFile, Log, LogConfig, TimestampAndOffset
 from tidelog import errors
+from tidelog.node.producer_state import ProducerStateManager
+from tidelog.node.replica_log import StorageReplicaLog
 from tidelog.records import (
     ControlType,
     TimestampType,
@@ -28,6 +26,8 @@ from tidelog.records import (
     build_control_batch,
     read_header,
 )
+from tidelog.replication import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from tidelog.storage import CheckpointFile, Log, LogConfig, TimestampAndOffset
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,

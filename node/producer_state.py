@@ -14,9 +14,9 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from storage import Log
 from tidelog import errors
 from tidelog.records import NO_PRODUCER_ID, BatchHeader
+from tidelog.storage import Log
 
 #: Kafka keeps the metadata of the last five batches per producer (max.in.flight = 5).
 BATCHES_TO_RETAIN = 5

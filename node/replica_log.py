@@ -11,9 +11,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from replication import NO_EPOCH, Entry
-from storage import Log
 from tidelog.records import iter_batches
+from tidelog.replication import NO_EPOCH, Entry
+from tidelog.storage import Log
 
 
 class StorageReplicaLog:

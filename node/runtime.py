@@ -26,11 +26,19 @@ from typing import Any
 
 import grpc
 
-from node.config import NodeConfig
-from node.metadata import METADATA_TOPIC, MetadataImage, TopicInfo, decode_record, encode_record
-from node.partition import PartitionReplica
-from node.transport import Outgoing, PeerLink, add_raft_transport, messages_of
-from replication import (
+from tidelog import errors
+from tidelog.node.config import NodeConfig
+from tidelog.node.metadata import (
+    METADATA_TOPIC,
+    MetadataImage,
+    TopicInfo,
+    decode_record,
+    encode_record,
+)
+from tidelog.node.partition import PartitionReplica
+from tidelog.node.transport import Outgoing, PeerLink, add_raft_transport, messages_of
+from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.replication import (
     AppendResponse,
     HeartbeatResponse,
     NotLeaderError,
@@ -38,10 +46,8 @@ from replication import (
     Ready,
     Role,
 )
-from storage import LogConfig
-from storage.cleaner import LogCleaner
-from tidelog import errors
-from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.storage import LogConfig
+from tidelog.storage.cleaner import LogCleaner
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
 from tidelog.v1 import raft_pb2_grpc, tidelog_pb2_grpc
@@ -89,7 +95,7 @@ class NodeRuntime:
     # ---- lifecycle -------------------------------------------------------------------------
 
     def register(self, server: grpc.aio.Server) -> None:
-        from node.api import TidelogServicer
+        from tidelog.node.api import TidelogServicer
 
         tidelog_pb2_grpc.add_TidelogServicer_to_server(TidelogServicer(self), server)
         add_raft_transport(server, self.on_envelope, self.fetch_metadata)

@@ -24,8 +24,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from node.config import NodeConfig
 from tidelog.errors import InvalidConfigError
+from tidelog.node.config import NodeConfig
 from tidelog.v1 import tidelog_pb2
 
 #: Holds an exclusive flock while a node runs, so two nodes never share a data dir and a
@@ -48,7 +48,7 @@ log = logging.getLogger("tidelog.node")
 async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> int:
     """Runs one node until SIGTERM/SIGINT (graceful) or until ``exit_with_parent`` is no longer
     this process's parent (immediate). Returns the process exit code."""
-    from node.runtime import NodeRuntime  # the runtime is heavy; config errors come first
+    from tidelog.node.runtime import NodeRuntime  # the runtime is heavy; config errors come first
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with _hold_data_dir(config.data_dir):

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 import grpc
 from google.protobuf.message import DecodeError
 
-from replication import (
+from tidelog.replication import (
     AppendRequest,
     AppendResponse,
     Entry,

@@ -1,7 +1,7 @@
 """Per-partition Raft: a deterministic consensus core (``raft``) and its simulator (``sim``)."""
 
-from replication.log_view import NO_EPOCH, Entry, MemoryLog, ReplicaLog
-from replication.messages import (
+from tidelog.replication.log_view import NO_EPOCH, Entry, MemoryLog, ReplicaLog
+from tidelog.replication.messages import (
     AppendRequest,
     AppendResponse,
     Heartbeat,
@@ -13,7 +13,7 @@ from replication.messages import (
     VoteRequest,
     VoteResponse,
 )
-from replication.raft import (
+from tidelog.replication.raft import (
     BatchCodec,
     HardState,
     NotLeaderError,

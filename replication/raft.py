@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from replication.log_view import NO_EPOCH, Entry, ReplicaLog
-from replication.messages import (
+from tidelog.replication.log_view import NO_EPOCH, Entry, ReplicaLog
+from tidelog.replication.messages import (
     AppendRequest,
     AppendResponse,
     Heartbeat,
@@ -44,7 +44,7 @@ from replication.messages import (
     VoteRequest,
     VoteResponse,
 )
-from replication.raft_log import RaftLog
+from tidelog.replication.raft_log import RaftLog
 
 
 class Role(enum.Enum):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from replication.log_view import NO_EPOCH, Entry, ReplicaLog, take_within
+from tidelog.replication.log_view import NO_EPOCH, Entry, ReplicaLog, take_within
 
 
 def _base(e: Entry) -> int:

@@ -18,9 +18,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-from replication.log_view import Entry, MemoryLog
-from replication.messages import Message
-from replication.raft import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from tidelog.replication.log_view import Entry, MemoryLog
+from tidelog.replication.messages import Message
+from tidelog.replication.raft import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
 
 #: Virtual time units per tick of a node's clock (nodes' clocks are skewed around it).
 TICK = 10

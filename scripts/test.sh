@@ -8,5 +8,7 @@ echo "== ruff"
 .venv/bin/ruff check .
 echo "== mypy"
 .venv/bin/mypy
+echo "== import layers"
+.venv/bin/lint-imports
 echo "== pytest"
 exec .venv/bin/python -m pytest "$@"

@@ -4,11 +4,15 @@ No network, no asyncio, no replication: the node drives it (appends, flushes, HW
 the replication layer reads it. It imports only the pure record-batch codec from ``tidelog``.
 """
 
-from storage.checkpoint import CheckpointFile
-from storage.config import LogConfig
-from storage.epoch import EpochEntry, LeaderEpochFileCache
-from storage.errors import CorruptIndexError, OffsetsOutOfOrderError, UnexpectedAppendOffsetError
-from storage.index import (
+from tidelog.storage.checkpoint import CheckpointFile
+from tidelog.storage.config import LogConfig
+from tidelog.storage.epoch import EpochEntry, LeaderEpochFileCache
+from tidelog.storage.errors import (
+    CorruptIndexError,
+    OffsetsOutOfOrderError,
+    UnexpectedAppendOffsetError,
+)
+from tidelog.storage.index import (
     AbortedTxn,
     OffsetIndex,
     OffsetPosition,
@@ -17,8 +21,8 @@ from storage.index import (
     TransactionIndex,
     base_offset_from_path,
 )
-from storage.log import Log, LogAppendInfo, SegmentPosition, system_clock_ms
-from storage.segment import CLEANED_SUFFIX, LogSegment, TimestampAndOffset
+from tidelog.storage.log import Log, LogAppendInfo, SegmentPosition, system_clock_ms
+from tidelog.storage.segment import CLEANED_SUFFIX, LogSegment, TimestampAndOffset
 
 __all__ = [
     "CLEANED_SUFFIX",

@@ -40,9 +40,6 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from storage.index import INT32_MAX
-from storage.log import Log
-from storage.segment import CLEANED_SUFFIX, LogSegment
 from tidelog.records import (
     BatchHeader,
     iter_batches,
@@ -50,6 +47,9 @@ from tidelog.records import (
     record_keys,
     retain_records,
 )
+from tidelog.storage.index import INT32_MAX
+from tidelog.storage.log import Log
+from tidelog.storage.segment import CLEANED_SUFFIX, LogSegment
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import NamedTuple
 
-from storage.checkpoint import CheckpointFile
+from tidelog.storage.checkpoint import CheckpointFile
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from storage.errors import CorruptIndexError
+from tidelog.storage.errors import CorruptIndexError
 
 INT32_MAX = 2**31 - 1
 _BIG_ENDIAN_HOST = sys.byteorder == "big"

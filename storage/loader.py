@@ -20,11 +20,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.checkpoint import TMP_SUFFIX, CheckpointFile, fsync_dir
-from storage.config import LogConfig
-from storage.epoch import LeaderEpochFileCache
-from storage.index import base_offset_from_path
-from storage.segment import (
+from tidelog.errors import CorruptMessageError
+from tidelog.storage.checkpoint import TMP_SUFFIX, CheckpointFile, fsync_dir
+from tidelog.storage.config import LogConfig
+from tidelog.storage.epoch import LeaderEpochFileCache
+from tidelog.storage.index import base_offset_from_path
+from tidelog.storage.segment import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -34,8 +35,7 @@ from storage.segment import (
     LogSegment,
     segment_file,
 )
-from storage.segments import LogSegments
-from tidelog.errors import CorruptMessageError
+from tidelog.storage.segments import LogSegments
 
 log = logging.getLogger(__name__)
 

@@ -20,21 +20,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from storage.checkpoint import fsync_dir
-from storage.config import LONG_MAX, LogConfig
-from storage.epoch import LeaderEpochFileCache
-from storage.errors import OffsetsOutOfOrderError, UnexpectedAppendOffsetError
-from storage.loader import (
-    CLEAN_SHUTDOWN_FILE,
-    HIGH_WATERMARK,
-    LOG_START_OFFSET,
-    RECOVERY_POINT,
-    LogLoader,
-    last_modified_checkpoint,
-    offsets_checkpoint,
-)
-from storage.segment import SWAP_SUFFIX, LogSegment, TimestampAndOffset
-from storage.segments import LogSegments
 from tidelog.errors import (
     CorruptMessageError,
     MessageTooLargeError,
@@ -53,6 +38,21 @@ from tidelog.records import (
     record_keys,
     validate_batch,
 )
+from tidelog.storage.checkpoint import fsync_dir
+from tidelog.storage.config import LONG_MAX, LogConfig
+from tidelog.storage.epoch import LeaderEpochFileCache
+from tidelog.storage.errors import OffsetsOutOfOrderError, UnexpectedAppendOffsetError
+from tidelog.storage.loader import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK,
+    LOG_START_OFFSET,
+    RECOVERY_POINT,
+    LogLoader,
+    last_modified_checkpoint,
+    offsets_checkpoint,
+)
+from tidelog.storage.segment import SWAP_SUFFIX, LogSegment, TimestampAndOffset
+from tidelog.storage.segments import LogSegments
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from storage.config import LogConfig
-from storage.epoch import LeaderEpochFileCache
-from storage.errors import CorruptIndexError
-from storage.index import (
-    INT32_MAX,
-    OffsetIndex,
-    TimeIndex,
-    TransactionIndex,
-)
 from tidelog.errors import CorruptMessageError
 from tidelog.records import (
     LOG_OVERHEAD,
@@ -34,6 +25,15 @@ from tidelog.records import (
     first_record_reaching,
     read_header,
     record_timestamps,
+)
+from tidelog.storage.config import LogConfig
+from tidelog.storage.epoch import LeaderEpochFileCache
+from tidelog.storage.errors import CorruptIndexError
+from tidelog.storage.index import (
+    INT32_MAX,
+    OffsetIndex,
+    TimeIndex,
+    TransactionIndex,
 )
 
 log = logging.getLogger(__name__)

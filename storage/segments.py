@@ -6,7 +6,7 @@ import bisect
 import itertools
 from collections.abc import Iterator
 
-from storage.segment import LogSegment
+from tidelog.storage.segment import LogSegment
 
 
 class LogSegments:

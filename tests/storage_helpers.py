@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from storage import Log, LogConfig, TimestampAndOffset
 from tidelog.records import (
     ControlType,
     RecordInput,
@@ -21,6 +20,7 @@ from tidelog.records import (
     read_header,
     record_timestamps,
 )
+from tidelog.storage import Log, LogConfig, TimestampAndOffset
 
 T0 = 1_700_000_000_000
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.history import OK, load, operations
-from chaos.nemesis import schedule
-from chaos.run import RunConfig, run
+from tidelog.chaos.history import OK, load, operations
+from tidelog.chaos.nemesis import schedule
+from tidelog.chaos.run import RunConfig, run
 from tidelog.cli import build_parser
 
 pytestmark = pytest.mark.timeout(180)

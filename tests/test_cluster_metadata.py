@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 
-from node.metadata import MetadataImage, assign_replicas, decode_record, encode_record
 from tidelog.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -15,6 +14,7 @@ from tidelog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.node.metadata import MetadataImage, assign_replicas, decode_record, encode_record
 
 NODES = [1, 2, 3]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from storage_helpers import T0, FakeClock, batch, marker, open_log
 
-from storage import AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 from tidelog.cli import main
 from tidelog.records import RecordInput, build_batch, iter_batches
+from tidelog.storage import AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = {"segment_bytes": 1500, "index_interval_bytes": 150}

@@ -16,8 +16,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from node.config import NodeConfig, parse_peers, read_properties
 from tidelog.errors import InvalidConfigError
+from tidelog.node.config import NodeConfig, parse_peers, read_properties
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
 pytestmark = pytest.mark.timeout(60)
@@ -28,7 +28,7 @@ TIDELOG_SERVICE = "tidelog.v1.Tidelog"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
-def spawn_node(*args: str, entry: tuple[str, ...] = ("node",)) -> subprocess.Popen[str]:
+def spawn_node(*args: str, entry: tuple[str, ...] = ("tidelog.node",)) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", *entry, *args, "--exit-with-parent", str(os.getpid())],
         cwd=REPO,
@@ -139,7 +139,9 @@ def test_config_file_with_flag_and_set_overrides(
     assert (config.node_id, config.segment_bytes, config.listen) == (3, 4096, "127.0.0.1:0")
 
 
-@pytest.mark.parametrize("entry", [("node",), ("tidelog.cli", "node")], ids=["module", "cli"])
+@pytest.mark.parametrize(
+    "entry", [("tidelog.node",), ("tidelog.cli", "node")], ids=["module", "cli"]
+)
 def test_node_refuses_non_loopback_listen(tmp_path: Path, entry: tuple[str, ...]) -> None:
     result = subprocess.run(
         [sys.executable, "-m", *entry, "--node-id", "1", "--listen", "0.0.0.0:7420",
@@ -159,7 +161,7 @@ def test_node_refuses_a_held_data_dir_and_a_taken_port(
         processes, tmp_path, "--node-id", "1", "--listen", "127.0.0.1:0"
     )
     same_dir = subprocess.run(
-        [sys.executable, "-m", "node", "--node-id", "2", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "tidelog.node", "--node-id", "2", "--listen", "127.0.0.1:0",
          "--data-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=DEADLINE_S,
     )
@@ -167,7 +169,7 @@ def test_node_refuses_a_held_data_dir_and_a_taken_port(
     assert "is in use by another running node" in same_dir.stderr
 
     same_port = subprocess.run(
-        [sys.executable, "-m", "node", "--node-id", "2", "--listen", address,
+        [sys.executable, "-m", "tidelog.node", "--node-id", "2", "--listen", address,
          "--data-dir", str(tmp_path / "other")],
         cwd=REPO, capture_output=True, text=True, timeout=DEADLINE_S,
     )
@@ -180,8 +182,8 @@ def test_health_is_not_serving_until_the_runtime_has_started(
 ) -> None:
     """In-process, with a runtime whose start() blocks until released, so the window between
     binding and serving is observable."""
-    import node.runtime
-    from node import server
+    import tidelog.node.runtime
+    from tidelog.node import server
 
     calls: list[str] = []
     released = asyncio.Event()
@@ -200,7 +202,7 @@ def test_health_is_not_serving_until_the_runtime_has_started(
         async def stop(self, graceful: bool) -> None:
             calls.append(f"stop graceful={graceful}")
 
-    monkeypatch.setattr(node.runtime, "NodeRuntime", SlowRuntime)
+    monkeypatch.setattr(tidelog.node.runtime, "NodeRuntime", SlowRuntime)
 
     async def scenario() -> int:
         config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from replication import (
+from tidelog.replication import (
     NO_EPOCH,
     AppendRequest,
     AppendResponse,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from replication import RaftCore, sim
-from replication.messages import PreVoteRequest, VoteRequest
 from tidelog.commands import sim as sim_command
+from tidelog.replication import RaftCore, sim
+from tidelog.replication.messages import PreVoteRequest, VoteRequest
 
 SEEDS = 500
 CHUNK = 50

@@ -19,8 +19,6 @@ from storage_helpers import (
     open_log,
 )
 
-from storage import CLEANED_SUFFIX, AbortedTxn, Log
-from storage.cleaner import CleanerStats, LogCleaner
 from tidelog.errors import CorruptMessageError
 from tidelog.records import (
     ControlType,
@@ -37,6 +35,8 @@ from tidelog.records import (
     retain_records,
     validate_batch,
 )
+from tidelog.storage import CLEANED_SUFFIX, AbortedTxn, Log
+from tidelog.storage.cleaner import CleanerStats, LogCleaner
 
 COMPACT = frozenset({"compact"})
 DAY = 24 * 3600 * 1000

@@ -24,9 +24,9 @@ from storage_helpers import (
     open_log,
 )
 
-from storage import Log, TimestampAndOffset
 from tidelog.errors import CorruptMessageError
 from tidelog.records import iter_batches
+from tidelog.storage import Log, TimestampAndOffset
 
 CONFIG = {"segment_bytes": 1500, "index_interval_bytes": 150}
 

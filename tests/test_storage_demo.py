@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from storage import Log
+from tidelog.storage import Log
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import (
+from tidelog.storage import (
     AbortedTxn,
     CorruptIndexError,
     OffsetIndex,

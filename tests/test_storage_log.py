@@ -21,16 +21,6 @@ from storage_helpers import (
     open_log,
 )
 
-from storage import (
-    CLEANED_SUFFIX,
-    Log,
-    LogConfig,
-    LogSegment,
-    OffsetsOutOfOrderError,
-    TimestampAndOffset,
-    UnexpectedAppendOffsetError,
-)
-from storage.loader import CLEAN_SHUTDOWN_FILE
 from tidelog.errors import (
     CorruptMessageError,
     InvalidConfigError,
@@ -41,6 +31,16 @@ from tidelog.errors import (
     UnsupportedVersionError,
 )
 from tidelog.records import TimestampType, crc_matches, iter_batches, read_header
+from tidelog.storage import (
+    CLEANED_SUFFIX,
+    Log,
+    LogConfig,
+    LogSegment,
+    OffsetsOutOfOrderError,
+    TimestampAndOffset,
+    UnexpectedAppendOffsetError,
+)
+from tidelog.storage.loader import CLEAN_SHUTDOWN_FILE
 
 
 @pytest.fixture

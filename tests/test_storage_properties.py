@@ -40,10 +40,10 @@ from storage_helpers import (
     open_log,
 )
 
-from storage import Log
-from storage.cleaner import LogCleaner
 from tidelog.errors import CorruptMessageError
 from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.storage import Log
+from tidelog.storage.cleaner import LogCleaner
 
 EXAMPLES = int(os.environ.get("TIDELOG_HYPOTHESIS_EXAMPLES", "30"))
 KEYS = [b"a", b"b", b"c", None]  # few keys: batches and segments share them

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from storage_helpers import FakeClock, batch, marker, open_log
 
-from storage import LogConfig, LogSegment, OffsetPosition, TimestampAndOffset
-from storage.index import INT32_MAX
 from tidelog.records import read_header
+from tidelog.storage import LogConfig, LogSegment, OffsetPosition, TimestampAndOffset
+from tidelog.storage.index import INT32_MAX
 
 SIZE_ONE = len(batch([1]))  # every one-record batch of the default value size
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from chaos.toxiproxy import (
+from tidelog.chaos.toxiproxy import (
     InvalidToxic,
     NotFound,
     ProxyExists,
@@ -22,7 +22,7 @@ from chaos.toxiproxy import (
     ToxiproxyClient,
     start_toxiproxy,
 )
-from chaos.toxiproxy_server import ServerThread
+from tidelog.chaos.toxiproxy_server import ServerThread
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from node.transport import Outgoing, frames, messages_of
-from replication import (
+from tidelog.node.transport import Outgoing, frames, messages_of
+from tidelog.records import RecordInput, build_batch
+from tidelog.replication import (
     AppendRequest,
     AppendResponse,
     Entry,
@@ -19,7 +20,6 @@ from replication import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.records import RecordInput, build_batch
 from tidelog.types import TopicPartition
 
 A, B = TopicPartition("a", 0), TopicPartition("b", 3)

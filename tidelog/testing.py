@@ -163,7 +163,7 @@ class LocalCluster:
 
     def start(self) -> None:
         """Spawns every node without waiting for readiness (see :meth:`wait_ready`)."""
-        from node.server import data_dir_in_use
+        from tidelog.node.server import data_dir_in_use
 
         self._dir.mkdir(parents=True, exist_ok=True)
         self._addresses = self._layout()
@@ -363,7 +363,7 @@ class LocalCluster:
         return {node_id: f"127.0.0.1:{port}" for node_id, port in enumerate(ports, start=1)}
 
     def _spawn(self, node_id: int) -> None:
-        from node.config import NodeConfig, format_peers, key_for
+        from tidelog.node.config import NodeConfig, format_peers, key_for
 
         node_dir = self._node_dir(node_id)
         node_dir.mkdir(parents=True, exist_ok=True)
@@ -381,7 +381,7 @@ class LocalCluster:
         config = NodeConfig.from_properties(props)  # refuses bad settings here, not in a log
         config_path = node_dir / "node.properties"
         config_path.write_text("".join(f"{k}={v}\n" for k, v in config.to_properties().items()))
-        command = [sys.executable, "-m", "node", "--config", str(config_path)]
+        command = [sys.executable, "-m", "tidelog.node", "--config", str(config_path)]
         if self._exit_with_parent:
             command += ["--exit-with-parent", str(os.getpid())]
         package_root = str(Path(tidelog.__file__).resolve().parent.parent)
@@ -454,7 +454,7 @@ def stop_cluster(data_dir: str | os.PathLike[str], timeout: float = _STOP_TIMEOU
     """Gracefully stops the nodes of a (detached) cluster recorded in ``data_dir``; returns the
     ids of the nodes that were running. A node counts as running while it holds its data-dir
     lock, so a recycled pid of a long-dead node is never signalled."""
-    from node.server import data_dir_in_use
+    from tidelog.node.server import data_dir_in_use
 
     root = Path(data_dir)
     if not (root / LAYOUT_FILE).exists():

@@ -58,9 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from chaos.nemesis import NEMESES
-    from chaos.run import RunConfig
-    from chaos.run import run as run_chaos
+    from tidelog.chaos.nemesis import NEMESES
+    from tidelog.chaos.run import RunConfig
+    from tidelog.chaos.run import run as run_chaos
 
     kinds = list(NEMESES) if args.nemesis == "all" else [
         k.strip() for k in args.nemesis.split(",") if k.strip()]

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, TextIO
 from tidelog.errors import CorruptMessageError
 
 if TYPE_CHECKING:
-    from storage import LogSegment, OffsetPosition, TimestampOffset
     from tidelog.records import BatchHeader
+    from tidelog.storage import LogSegment, OffsetPosition, TimestampOffset
 
 _PREVIEW_BYTES = 24
 _LOG_SUFFIX = ".log"
@@ -98,7 +98,7 @@ def _dump(path: Path, deep: bool, index_sanity_check: bool, out: TextIO) -> list
 def _read_only_segment(log_path: Path) -> LogSegment:
     """A LogSegment over an existing .log whose indexes live only in memory (empty), so that
     scanning it reuses the storage engine's batch reader without touching any file."""
-    from storage import (
+    from tidelog.storage import (
         LogConfig,
         LogSegment,
         OffsetIndex,
@@ -228,7 +228,7 @@ def _preview(data: bytes | None) -> str:
 
 
 def _whole_entries_problem(path: Path) -> list[str]:
-    from storage import OffsetIndex, TimeIndex, TransactionIndex
+    from tidelog.storage import OffsetIndex, TimeIndex, TransactionIndex
 
     entry_size = {
         ".index": OffsetIndex.ENTRY.size,
@@ -243,7 +243,7 @@ def _whole_entries_problem(path: Path) -> list[str]:
 
 
 def _dump_index(path: Path, out: TextIO) -> list[str]:
-    from storage import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
+    from tidelog.storage import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
 
     if path.suffix == ".index":
         for offset, position in OffsetIndex.read_entries(path):
@@ -278,7 +278,7 @@ class _LogFacts:
 
 
 def _scan(segment: LogSegment, positions: set[int], last_offsets: set[int]) -> _LogFacts:
-    from storage.segment import batch_max_timestamp
+    from tidelog.storage.segment import batch_max_timestamp
 
     facts = _LogFacts(next_offset=segment.base_offset)
     try:
@@ -301,7 +301,7 @@ def _check_indexes(
     must name the last offset of the batch starting at its position (kafka-reference §5.4); a
     time index entry (T, O) must have O end a batch whose max timestamp is T, and entries must
     grow (§5.5). Damage in the .log is reported too unless the .log dump already did."""
-    from storage import OffsetIndex, TimeIndex
+    from tidelog.storage import OffsetIndex, TimeIndex
 
     segment = _read_only_segment(log_path)
     paths = list(index_paths)
@@ -372,7 +372,7 @@ def _check_time_index(
 def _check_txn_index(path: Path, base_offset: int, facts: _LogFacts) -> list[str]:
     """An aborted transaction is indexed in the segment holding its ABORT marker, its last
     offset (kafka-reference §5.7)."""
-    from storage import CorruptIndexError, TransactionIndex
+    from tidelog.storage import CorruptIndexError, TransactionIndex
 
     try:
         txns = TransactionIndex.read_entries(path)

@@ -47,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from node.config import NodeConfig
-    from node.server import serve
     from tidelog.errors import InvalidConfigError
+    from tidelog.node.config import NodeConfig
+    from tidelog.node.server import serve
 
     overrides = {key: str(getattr(args, dest)) for dest, key in _FLAG_KEYS.items()
                  if getattr(args, dest) is not None}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from tidelog.errors import TidelogError
 
 if TYPE_CHECKING:
-    from replication.sim import SimResult
+    from tidelog.replication.sim import SimResult
 
 
 def _seed_range(text: str) -> range:
@@ -55,7 +55,7 @@ def replay_command(seed: int, args: argparse.Namespace) -> str:
 
 
 def run_one(seed: int, args: argparse.Namespace) -> SimResult:
-    from replication.sim import run_seed
+    from tidelog.replication.sim import run_seed
 
     if args.nodes is not None and args.nodes < 1:
         raise TidelogError("--nodes must be at least 1")

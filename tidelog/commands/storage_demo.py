@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from storage import Log, TimestampAndOffset
+    from tidelog.storage import Log, TimestampAndOffset
 
 START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 RECORDS = 6000
@@ -60,7 +60,7 @@ class _SimulatedClock:
 
 
 def _tour(directory: Path, *, keep: bool) -> int:
-    from storage import Log, LogConfig
+    from tidelog.storage import Log, LogConfig
 
     config = LogConfig(segment_bytes=SEGMENT_BYTES)
     clock = _SimulatedClock()
@@ -168,7 +168,7 @@ def _answer(found: TimestampAndOffset | None) -> str:
 
 def _lookups(log: Log) -> dict[str, str]:
     """What ListOffsets answers (SPEC §6) before any HW/LSO bound, plus the legacy v0 list."""
-    from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+    from tidelog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
     earliest = log.fetch_earliest()
     mid = _ts(RECORDS // 3) + 500
