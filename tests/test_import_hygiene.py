@@ -38,7 +38,7 @@ def test_proto_is_not_a_python_package() -> None:
     "tidelog.cli",  # the CLI's server commands import the servers when they run
 ])
 def test_importing_the_client_side_pulls_in_no_server_package(modules: str) -> None:
-    servers = tuple(f"tidelog.{name}" for name in SERVER_PACKAGES) + ("pyspark",)
+    servers = (*(f"tidelog.{name}" for name in SERVER_PACKAGES), "pyspark")
     code = (
         f"import sys, {modules};"
         f"bad = [m for m in {servers!r} if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
