@@ -21,7 +21,7 @@ from typing import Any
 from tidelog import wire
 from tidelog.chaos.history import FAIL, OK, UNKNOWN, History
 from tidelog.client import Client, LoopCalls
-from tidelog.errors import TidelogError
+from tidelog.errors import RetriableError, TidelogError
 from tidelog.producer import RecordFuture
 from tidelog.records import read_header
 from tidelog.types import IsolationLevel, OffsetSpec, TopicPartition
@@ -233,7 +233,7 @@ class Workload:
         # producer does not retry (a bad batch, an unknown topic) is taken as a failure; the
         # checker never counts a "failed" value it finds in the log against the cluster, since
         # an earlier, retried attempt of the same batch may have written it.
-        certain = isinstance(exc, TidelogError) and not exc.retriable
+        certain = isinstance(exc, TidelogError) and not isinstance(exc, RetriableError)
         self.history.complete(op, process, "write", FAIL if certain else UNKNOWN,
                               error=str(exc), **fields)
 

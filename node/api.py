@@ -205,14 +205,14 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 resolved = self._resolve(tp, -1, CONSUMER_REPLICA_ID)
                 if isinstance(resolved, errors.TidelogError):
                     _set_error(result, resolved)
-                    if resolved.code == errors.NotLeaderOrFollowerError.code:
+                    if isinstance(resolved, errors.NotLeaderOrFollowerError):
                         result.current_leader.CopyFrom(self._hint(tp))
                     continue
                 try:
                     produced = resolved.propose(part.records, acks)
                 except errors.TidelogError as exc:
                     _set_error(result, exc)
-                    if exc.code == errors.NotLeaderOrFollowerError.code:
+                    if isinstance(exc, errors.NotLeaderOrFollowerError):
                         result.current_leader.CopyFrom(self._hint(tp))
                     continue
                 result.base_offset = produced.base_offset
@@ -234,7 +234,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 failure = future.exception()
                 assert isinstance(failure, errors.TidelogError)
                 _set_error(result, failure)
-                if failure.code == errors.NotLeaderOrFollowerError.code:
+                if isinstance(failure, errors.NotLeaderOrFollowerError):
                     result.current_leader.CopyFrom(self._hint(replica.tp))
             else:
                 result.log_start_offset = replica.log.log_start_offset
@@ -288,7 +288,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 resolved = self._resolve(tp, part.current_leader_epoch, request.replica_id)
                 if isinstance(resolved, errors.TidelogError):
                     _set_error(result, resolved)
-                    if resolved.code == errors.NotLeaderOrFollowerError.code:
+                    if isinstance(resolved, errors.NotLeaderOrFollowerError):
                         result.current_leader.CopyFrom(self._hint(tp))
                     continue
                 replica = resolved
@@ -353,7 +353,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 result.offset = answer.offset
                 result.leader_epoch = answer.leader_epoch
                 result.old_style_offsets.extend(answer.old_style_offsets)
-                if answer.error_code == errors.NotLeaderOrFollowerError.code:
+                if errors.for_code(answer.error_code) is errors.NotLeaderOrFollowerError:
                     result.current_leader.CopyFrom(self._hint(TopicPartition(*key)))
         return response
 

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import grpc
 
+from tidelog.errors import NotControllerError, for_code
 from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
 from tidelog.testing import LocalCluster
 from tidelog.v1 import tidelog_pb2 as pb
@@ -73,7 +74,7 @@ class Raw:
     def create_topic(self, name: str, partitions: int, rf: int, **configs: str) -> None:
         def created() -> pb.CreateTopicsResponse | None:
             answer = self._create(name, partitions, rf, configs)
-            return None if answer.topics[0].error_code == 41 else answer  # NOT_CONTROLLER
+            return None if for_code(answer.topics[0].error_code) is NotControllerError else answer
 
         response = wait_for(created, what=f"a controller to create {name}")
         assert response.topics[0].error_code == 0, response

@@ -15,6 +15,7 @@ import grpc
 import pytest
 from cluster_helpers import Raw, make_batch, values_of, wait_for
 
+from tidelog.errors import OffsetNotAvailableError, for_code
 from tidelog.records import RecordInput, build_batch
 from tidelog.testing import LocalCluster
 from tidelog.v1 import tidelog_pb2 as pb
@@ -271,7 +272,7 @@ def test_sigkill_of_the_leader_under_load_loses_nothing_acknowledged(raw: Raw) -
                     continue
                 if answer.error_code == 0:
                     latest_seen.append((answer.leader_epoch, answer.offset))
-                elif answer.error_code == 78:
+                elif for_code(answer.error_code) is OffsetNotAvailableError:
                     with contextlib.suppress(grpc.RpcError):
                         md = raw.metadata(leader, "load")
                         not_available.append(md.partitions[0].leader_epoch)

@@ -21,9 +21,11 @@ import grpc
 from tidelog import wire
 from tidelog.errors import (
     ConfigurationError,
+    InvalidMetadataError,
     InvalidRequestError,
     LeaderNotAvailableError,
     NodeUnavailableError,
+    RetriableError,
     TidelogError,
     TopicAlreadyExistsError,
     UnknownServerError,
@@ -361,9 +363,9 @@ class Client:
         is not retriable. A newer leader hint is adopted, which is what allows retrying at
         once without a refresh."""
         error = failure.error
-        if not error.retriable:
+        if not isinstance(error, RetriableError):
             raise error
-        if not error.invalid_metadata:
+        if not isinstance(error, InvalidMetadataError):
             return False, False
         if failure.hint is not None and self.metadata.apply_hint(tp, failure.hint):
             return False, True
@@ -389,9 +391,7 @@ class Client:
             if state.refresh or any(self.metadata.leader_for(tp) is None for tp in pending):
                 try:
                     self.refresh_metadata(deadline, state.seen_version)
-                except TidelogError as exc:
-                    if not exc.retriable:
-                        raise
+                except RetriableError as exc:
                     # Keep naming the partitions: they are what the caller waits for.
                     raise PartitionsFailed(
                         dict.fromkeys(pending, exc), refresh=True, immediate=False
@@ -472,7 +472,7 @@ class Client:
             error = wire.parse_topic_results(response).get(name)
             if error is None or (attempts > 1 and isinstance(error, already)):
                 return
-            state.refresh = error.retriable
+            state.refresh = isinstance(error, RetriableError)
             raise error
 
         call_with_retry(attempt, what=f"{method} {name!r}", deadline=deadline,
@@ -639,8 +639,8 @@ class Client:
             )
             try:
                 return wire.parse_init_producer_id(response)
-            except TidelogError as exc:
-                state.refresh = exc.retriable
+            except RetriableError:
+                state.refresh = True
                 raise
 
         return call_with_retry(

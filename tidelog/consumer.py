@@ -12,6 +12,7 @@ on until its timeout. Positions follow Kafka: ``seek_to_beginning``/``seek_to_en
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import threading
 import time
@@ -24,6 +25,7 @@ from tidelog import wire
 from tidelog.errors import (
     ConfigurationError,
     OffsetOutOfRangeError,
+    RetriableError,
     TidelogError,
     UnsupportedVersionError,
 )
@@ -225,9 +227,7 @@ class Consumer:
                 try:
                     self._resolve_positions(self.client.deadline())
                     records, refresh = self._fetch_round(deadline)
-                except TidelogError as exc:
-                    if not exc.retriable:
-                        raise
+                except RetriableError:
                     records, refresh = [], True
                 if records or deadline.expired:
                     return records
@@ -235,11 +235,8 @@ class Consumer:
                     self._failed_rounds += 1
                     time.sleep(min(self.client.backoff.delay_s(self._failed_rounds),
                                    deadline.remaining()))
-                    try:
+                    with contextlib.suppress(RetriableError):
                         self.client.refresh_metadata()
-                    except TidelogError as exc:
-                        if not exc.retriable:
-                            raise
                 else:
                     self._failed_rounds = 0
 

@@ -41,10 +41,13 @@ from tidelog import wire
 from tidelog.errors import (
     ConfigurationError,
     DuplicateSequenceNumberError,
+    InvalidMetadataError,
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
+    RetriableError,
     TidelogError,
     UnknownProducerIdError,
+    UnsupportedVersionError,
 )
 from tidelog.hashing import partition_for_key
 from tidelog.records import (
@@ -707,7 +710,7 @@ class Producer:
         if isinstance(error, DuplicateSequenceNumberError):
             self._complete(batch, -1, -1)
             return
-        retriable = error.retriable
+        retriable = isinstance(error, RetriableError)
         if isinstance(error, OutOfOrderSequenceNumberError | UnknownProducerIdError):
             retriable = True
             if batch.sequence == state.acked_sequence:
@@ -721,7 +724,7 @@ class Producer:
             self._fail(batch, error)
             return
         refresh, immediate = False, False
-        if error.invalid_metadata:
+        if isinstance(error, InvalidMetadataError):
             refresh, immediate = self.client.react(batch.tp, failure)
         self._refresh_wanted |= refresh
         batch.attempts += 1
@@ -761,7 +764,7 @@ class Producer:
             )
         except TidelogError as exc:
             with self._cond:
-                if exc.retriable:
+                if isinstance(exc, RetriableError):
                     self._init_at = time.monotonic() + self.client.backoff.delay_s(1)
                 else:
                     self._fail_all(_explain_init_failure(exc))
@@ -784,7 +787,7 @@ class Producer:
 
 
 def _explain_init_failure(exc: TidelogError) -> TidelogError:
-    if exc.code == -1 or exc.name != "UNSUPPORTED_VERSION":
+    if not isinstance(exc, UnsupportedVersionError):
         return exc
     return type(exc)(
         f"idempotent producing needs InitProducerId, which this cluster does not support "

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import tenacity
 
-from tidelog.errors import RequestTimedOutError, TidelogError
+from tidelog.errors import RequestTimedOutError, RetriableError, TidelogError
 from tidelog.types import TopicPartition
 
 T = TypeVar("T")
@@ -63,7 +63,7 @@ class Backoff:
         return float(base * random.uniform(1 - self.jitter, 1 + self.jitter) / 1000)
 
 
-class PartitionsFailed(TidelogError):
+class PartitionsFailed(RetriableError):
     """Some partitions of an attempt failed with retriable errors; raised between attempts only.
 
     ``refresh``: at least one failure needs fresh metadata. ``immediate``: every failure came
@@ -71,7 +71,6 @@ class PartitionsFailed(TidelogError):
     """
 
     name = "PARTITIONS_FAILED"
-    retriable = True
 
     def __init__(
         self, failures: Mapping[TopicPartition, TidelogError], *, refresh: bool, immediate: bool
@@ -108,7 +107,7 @@ class _StopAtDeadline(tenacity.stop.stop_base):
 
 
 def _is_retriable(exc: BaseException) -> bool:
-    return isinstance(exc, TidelogError) and exc.retriable
+    return isinstance(exc, RetriableError)
 
 
 def call_with_retry(
@@ -127,9 +126,7 @@ def call_with_retry(
     )
     try:
         return retrying(attempt)
-    except TidelogError as exc:
-        if not exc.retriable:
-            raise
+    except RetriableError as exc:
         raise RequestTimedOutError(
             f"{what} did not succeed within {deadline.timeout_ms:g} ms; still failing: {exc}"
         ) from exc

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from tidelog.client import Client
-from tidelog.errors import TidelogError
+from tidelog.errors import RetriableError
 from tidelog.spark.options import LATEST, SourceOptions
 from tidelog.types import TopicPartition
 
@@ -78,8 +78,8 @@ class ClusterLookup:
         while True:
             try:
                 return call()
-            except TidelogError as exc:
-                if not exc.retriable or attempt >= self._options.fetch_retries:
+            except RetriableError:
+                if attempt >= self._options.fetch_retries:
                     raise
             attempt += 1
             time.sleep(self._options.fetch_retry_interval_ms / 1000)
