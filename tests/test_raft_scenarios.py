@@ -28,14 +28,51 @@ from tidelog.replication import (
     VoteRequest,
     VoteResponse,
 )
+from tidelog.replication.driver import DrivenReplica, Driver, Leadership, TermVote
 
 ELECTION = 10
 Filter = Callable[[Message], bool]
 
 
+class _Port:
+    """Collects what the driver sends and publishes; messages move only when a test says."""
+
+    def __init__(self, ids: Iterable[int]) -> None:
+        self.out: list[Message] = []
+        self.readies: dict[int, list[Ready]] = {i: [] for i in ids}
+        self.leaderships: dict[int, list[Leadership]] = {i: [] for i in ids}
+
+    def send(self, key: int, message: Message) -> None:
+        self.out.append(message)
+
+    def flush(self) -> None:
+        pass
+
+    def publish(self, key: int, rd: Ready) -> None:
+        self.readies[key].append(rd)
+
+    def leadership(self, key: int, change: Leadership) -> None:
+        self.leaderships[key].append(change)
+
+
+class _MemoryStore:
+    """A replica's store in memory: durable as soon as applied."""
+
+    def __init__(self, log: MemoryLog, hard: dict[int, HardState], node: int) -> None:
+        self.log, self.hard, self.node = log, hard, node
+
+    def apply(self, rd: Ready, term_vote: TermVote | None) -> None:
+        rd.apply_log_writes(self.log)
+        if term_vote is not None:
+            self.hard[self.node] = HardState(*term_vote, rd.high_watermark)
+
+    def sync(self) -> None:
+        pass
+
+
 class Cluster:
-    """Cores on in-memory logs with a driver that honours the Ready contract; messages move
-    only when the test calls ``settle``."""
+    """Cores on in-memory logs under the one driver (`tidelog.replication.driver`); messages
+    move only when the test calls ``settle``."""
 
     def __init__(self, n: int = 3, logs: dict[int, list[Entry]] | None = None,
                  hard: dict[int, HardState] | None = None, max_append_bytes: int = 1 << 20,
@@ -48,29 +85,29 @@ class Cluster:
         for i, entries in (logs or {}).items():
             self.logs[i].append(entries)
         self.hard = dict(hard or {})
-        self.readies: dict[int, list[Ready]] = {i: [] for i in self.ids}
-        self.cores = {i: self._core(i) for i in self.ids}
+        self.port = _Port(self.ids)
+        self.readies = self.port.readies
+        self.driver: Driver[int] = Driver(self.port)
+        self.replicas: dict[int, DrivenReplica] = {}
+        self.cores: dict[int, RaftCore] = {}
+        for i in self.ids:
+            self.restart(i)
         self.sent: list[Message] = []
 
-    def _core(self, i: int) -> RaftCore:
-        return RaftCore(i, self.ids, self.logs[i], random.Random(i), self.config,
-                        self.hard.get(i))
-
     def restart(self, i: int) -> RaftCore:
-        self.cores[i] = self._core(i)
-        return self.cores[i]
+        hs = self.hard.get(i, HardState(0, None, 0))
+        core = RaftCore(i, self.ids, self.logs[i], random.Random(i), self.config, hs)
+        self.replicas[i] = DrivenReplica(core, _MemoryStore(self.logs[i], self.hard, i), hs)
+        self.cores[i] = core
+        return core
 
     def flush(self, i: int) -> list[Message]:
-        core = self.cores[i]
-        out: list[Message] = []
-        while core.has_ready():
-            rd = core.ready()
-            rd.apply_log_writes(self.logs[i])
-            if rd.hard_state is not None:
-                self.hard[i] = rd.hard_state
-            self.readies[i].append(rd)
-            out.extend(rd.messages)
-            core.advance(rd)
+        """Run node i's driver until its core has no Ready; what it sent."""
+        while (rnd := self.driver.begin([(i, self.replicas[i])])) is not None:
+            for write in rnd.writes:
+                write.persist()
+            self.driver.complete(rnd)
+        out, self.port.out = self.port.out, []
         self.sent.extend(out)
         return out
 
@@ -134,13 +171,14 @@ def test_one_vote_per_term_survives_a_restart() -> None:
     c = Cluster()
     voter = c.cores[2]
     voter.step(VoteRequest(1, 0, 2, 0, NO_EPOCH))
-    (rd,) = [voter.ready()]
-    # The grant leaves only in the Ready that persists the vote (persist before send).
-    assert rd.hard_state == HardState(1, 0, 0)
-    assert rd.messages == (VoteResponse(1, 2, 0, True),)
-    rd.apply_log_writes(c.logs[2])
-    c.hard[2] = rd.hard_state
-    voter.advance(rd)
+    rnd = c.driver.begin([(2, c.replicas[2])])
+    assert rnd is not None
+    (write,) = rnd.writes
+    # The grant leaves only once the vote is durable (persist before send).
+    assert write.term_vote == (1, 0) and c.port.out == []
+    write.persist()
+    c.driver.complete(rnd)
+    assert c.flush(2) == [VoteResponse(1, 2, 0, True)]
     voter.step(VoteRequest(1, 1, 2, 0, NO_EPOCH))
     assert c.flush(2) == [VoteResponse(1, 2, 1, False)]
     restarted = c.restart(2)
@@ -148,6 +186,24 @@ def test_one_vote_per_term_survives_a_restart() -> None:
     assert c.flush(2) == [VoteResponse(1, 2, 1, False)]
     restarted.step(VoteRequest(1, 0, 2, 0, NO_EPOCH))
     assert c.flush(2) == [VoteResponse(1, 2, 0, True)]
+
+
+def test_leader_appends_leave_before_its_fsync_acknowledgements_after() -> None:
+    c = Cluster()
+    leader = c.elect(0)
+    leader.propose(b"x", 1)
+    rnd = c.driver.begin([(0, c.replicas[0])])
+    assert rnd is not None and len(rnd.writes) == 1
+    appends = [m for m in c.port.out if isinstance(m, AppendRequest)]
+    assert {m.dst for m in appends} == {1, 2}  # sent while the leader's write is not durable
+    c.port.out.clear()
+    c.cores[1].step(appends[0] if appends[0].dst == 1 else appends[1])
+    follower = c.driver.begin([(1, c.replicas[1])])
+    assert follower is not None and c.port.out == []  # the acknowledgement waits for the disk
+    for write in follower.writes:
+        write.persist()
+    c.driver.complete(follower)
+    assert c.port.out == [AppendResponse(leader.term, 1, 0, True, match_end=1)]
 
 
 @pytest.mark.parametrize(
@@ -192,12 +248,15 @@ def test_check_quorum_steps_down_a_leader_cut_off_from_the_majority() -> None:
     assert c.cores[0].role is Role.FOLLOWER and c.cores[0].leader_id is None
     with pytest.raises(NotLeaderError):
         leader.propose(b"x", 1)
+    # The driver saw both changes of role in the Readies.
+    assert c.port.leaderships[0] == [Leadership(leader.term, 0), Leadership(leader.term, None)]
 
 
 def test_new_partition_leader_writes_no_marker() -> None:
     c = Cluster()
     leader = c.elect(0)
     assert leader.log_end_offset == 0
+    assert c.port.leaderships[0] == [Leadership(leader.term, 0)]  # the epoch starts at 0
     (entry,) = c.propose(0, [b"first"])
     assert entry.base_offset == 0
     assert leader.high_watermark == 1
@@ -219,6 +278,7 @@ def test_only_current_term_entries_commit_by_counting() -> None:
     leader = c.elect(0, drop=hold_marker_once_follower_has_old_entry)
     marker = c.logs[0].entry_at(1)
     assert marker is not None and marker.epoch == leader.term > 1 and marker.base_offset == 1
+    assert c.port.leaderships[0] == [Leadership(leader.term, 1)]  # the epoch starts at its marker
     assert c.logs[1].entry_at(0) == old[0]  # the old entry is on a majority...
     assert leader.high_watermark == 0  # ...and still not committed
     c.cores[1].step(held[0])
