@@ -17,8 +17,11 @@ from typing import Any, NoReturn
 import grpc
 
 from tidelog import errors
+from tidelog.node.config import NodeConfig
+from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.partition import OffsetAnswer, PartitionReplica, is_debug_or_leader
-from tidelog.node.runtime import NodeRuntime
+from tidelog.node.replicas import ReplicaSet
+from tidelog.node.routing import Routing
 from tidelog.node.transport import CHANNEL_OPTIONS
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
@@ -37,16 +40,25 @@ _DEFAULT_ADMIN_TIMEOUT_MS = 30_000
 
 
 class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
-    def __init__(self, runtime: NodeRuntime) -> None:
-        self.rt = runtime
+    def __init__(
+        self,
+        config: NodeConfig,
+        replicas: ReplicaSet,
+        routing: Routing,
+        controller: ControllerDriver,
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.routing = routing
+        self.controller = controller
         self._controller_channels: dict[str, grpc.aio.Channel] = {}
 
     # ---- shared checks ---------------------------------------------------------------------
 
     def _hint(self, tp: TopicPartition) -> pb.LeaderHint:
-        leader, epoch = self.rt.leader_of(tp)
+        leader, epoch = self.routing.leader_of(tp)
         return pb.LeaderHint(
-            leader_id=leader, leader_epoch=epoch, leader_address=self.rt.address_of(leader)
+            leader_id=leader, leader_epoch=epoch, leader_address=self.routing.address_of(leader)
         )
 
     def _resolve(
@@ -55,19 +67,21 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         """The replica that may answer for `tp`, or the error that says why none here may:
         unknown partition, not a replica here, a mismatched epoch (checked before leadership,
         SPEC §5), or not the leader (debug requests excepted)."""
-        topic = self.rt.image.topics.get(tp.topic)
+        topic = self.controller.image.topics.get(tp.topic)
         if topic is None or not 0 <= tp.partition < topic.partition_count:
             return errors.UnknownTopicOrPartitionError(f"{tp} does not exist")
-        replica = self.rt.partitions.get(tp)
+        replica = self.replicas.partitions.get(tp)
         if replica is None:
             return errors.NotLeaderOrFollowerError(
-                f"node {self.rt.node_id} hosts no replica of {tp}"
+                f"node {self.config.node_id} hosts no replica of {tp}"
             )
         fenced = replica.check_epoch(current_leader_epoch)
         if fenced is not None:
             return fenced
         if not is_debug_or_leader(replica, replica_id):
-            return errors.NotLeaderOrFollowerError(f"node {self.rt.node_id} does not lead {tp}")
+            return errors.NotLeaderOrFollowerError(
+                f"node {self.config.node_id} does not lead {tp}"
+            )
         return replica
 
     # ---- Metadata --------------------------------------------------------------------------
@@ -75,26 +89,26 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
-        rt = self.rt
-        response = pb.MetadataResponse(controller_id=rt.controller_id)
-        for node_id in sorted(rt.config.peers):
-            response.nodes.add(node_id=node_id, address=rt.address_of(node_id))
-        for name in list(request.topics) or sorted(rt.image.topics):
-            topic = rt.image.topics.get(name)
+        routing = self.routing
+        response = pb.MetadataResponse(controller_id=routing.controller_id)
+        for node_id in sorted(self.config.peers):
+            response.nodes.add(node_id=node_id, address=routing.address_of(node_id))
+        for name in list(request.topics) or sorted(self.controller.image.topics):
+            topic = self.controller.image.topics.get(name)
             if topic is None:
                 response.topics.add(name=name, error_code=errors.UnknownTopicOrPartitionError.code)
                 continue
             entry = response.topics.add(name=name, configs=dict(topic.configs))
             for p, replicas in enumerate(topic.assignment):
                 tp = TopicPartition(name, p)
-                leader, epoch = rt.leader_of(tp)
+                leader, epoch = routing.leader_of(tp)
                 entry.partitions.add(
                     error_code=0 if leader >= 0 else errors.LeaderNotAvailableError.code,
                     partition=p,
                     leader_id=leader,
                     leader_epoch=epoch,
                     replicas=replicas,
-                    isr=rt.isr_of(tp),
+                    isr=routing.isr_of(tp),
                 )
         return response
 
@@ -117,13 +131,13 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             configs = dict(topic.configs)
 
             def plan(topic: pb.CreatableTopic = topic, configs: dict[str, str] = configs) -> Any:
-                self.rt.validate_topic_configs(configs)
-                return self.rt.image.plan_create(
+                self.replicas.validate_topic_configs(configs)
+                return self.controller.image.plan_create(
                     topic.name,
                     topic.num_partitions,
                     topic.replication_factor,
                     configs,
-                    sorted(self.rt.config.peers),
+                    sorted(self.config.peers),
                 )
 
             await self._run_metadata_change(result, plan, request.validate_only, timeout_s)
@@ -141,7 +155,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             result = response.topics.add(name=name)
 
             def plan(name: str = name) -> Any:
-                return self.rt.image.plan_delete(name)
+                return self.controller.image.plan_delete(name)
 
             await self._run_metadata_change(result, plan, False, timeout_s)
         return response
@@ -153,7 +167,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             if validate_only:
                 plan()
             else:
-                await self.rt.propose_metadata(plan, timeout_s)
+                await self.controller.propose_metadata(plan, timeout_s)
         except errors.TidelogError as exc:
             result.error_code = exc.code
             result.error_message = str(exc)
@@ -161,10 +175,10 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def _forward_to_controller(self, method: str, request: Any) -> Any | None:
         """Admin changes go through the controller leader; any node accepts and forwards them.
         Returns None when this node is the controller and should handle the request itself."""
-        controller = self.rt.controller_id
-        if controller == self.rt.node_id:
+        controller = self.routing.controller_id
+        if controller == self.config.node_id:
             return None
-        address = self.rt.address_of(controller)
+        address = self.routing.address_of(controller)
         if controller < 0 or not address:
             return _all_failed(method, request, errors.NotControllerError("no controller known"))
         channel = self._controller_channels.get(address)
@@ -188,7 +202,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         if request.HasField("transactional_id"):
             await _unsupported(context, "transactional produce")
         acks = request.acks
-        if acks == -1 and self.rt.config.test_ack_before_commit:
+        if acks == -1 and self.config.test_ack_before_commit:
             acks = 1  # the planted bug of the chaos suite's self-test (tests only)
         response = pb.ProduceResponse()
         pending: list[tuple[Any, PartitionReplica, asyncio.Future[None] | None]] = []
@@ -219,7 +233,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 result.log_append_time_ms = produced.log_append_time_ms
                 result.log_start_offset = resolved.log.log_start_offset
                 pending.append((result, resolved, produced.done))
-        self.rt.wake()
+        self.replicas.wake()
         timeout_s = max(request.timeout_ms, 0) / 1000 or 30.0
         waits = [f for _, _, f in pending if f is not None]
         if waits:
@@ -238,7 +252,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                     result.current_leader.CopyFrom(self._hint(replica.tp))
             else:
                 result.log_start_offset = replica.log.log_start_offset
-        drop_rate = self.rt.config.test_drop_produce_response_rate
+        drop_rate = self.config.test_drop_produce_response_rate
         if drop_rate and pending and random.random() < drop_rate:
             # Tests only: the writes are done, the client never hears so and must retry.
             await context.abort(grpc.StatusCode.UNAVAILABLE, "test: produce response dropped")
@@ -404,7 +418,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
         try:
-            producer_id = await self.rt.allocate_producer_id(_DEFAULT_ADMIN_TIMEOUT_MS / 1000)
+            producer_id = await self.controller.allocate_producer_id(
+                _DEFAULT_ADMIN_TIMEOUT_MS / 1000
+            )
         except errors.TidelogError as exc:
             return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

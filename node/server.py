@@ -2,7 +2,8 @@
 
 The shell owns what every node needs whatever the runtime does: the data-dir lock, binding,
 health (NOT_SERVING until the logs are loaded), reflection, publishing the bound address,
-signals, and dying with its launcher.
+signals, and dying with its launcher. It also wires the runtime's parts to the gRPC services,
+so the client API and the runtime never import each other.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ log = logging.getLogger("tidelog.node")
 async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> int:
     """Runs one node until SIGTERM/SIGINT (graceful) or until ``exit_with_parent`` is no longer
     this process's parent (immediate). Returns the process exit code."""
-    from tidelog.node.runtime import NodeRuntime  # the runtime is heavy; config errors come first
+    # The runtime is heavy; config errors come first.
+    from tidelog.node.api import TidelogServicer
+    from tidelog.node.runtime import NodeRuntime
+    from tidelog.node.transport import add_raft_transport
+    from tidelog.v1 import tidelog_pb2_grpc
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with _hold_data_dir(config.data_dir):
@@ -68,7 +73,10 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             [TIDELOG_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server
         )
         runtime = NodeRuntime(config)
-        runtime.register(server)
+        tidelog_pb2_grpc.add_TidelogServicer_to_server(
+            TidelogServicer(config, runtime.replicas, runtime.routing, runtime.controller), server
+        )
+        add_raft_transport(server, runtime.on_envelope, runtime.controller.fetch_metadata)
 
         stopping = asyncio.Event()
         graceful = True

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -190,9 +191,11 @@ def test_health_is_not_serving_until_the_runtime_has_started(
 
     class SlowRuntime:
         def __init__(self, config: NodeConfig) -> None:
-            pass
+            # Only wired to the services by the server, never called before start().
+            self.replicas = self.routing = None
+            self.controller = SimpleNamespace(fetch_metadata=None)
 
-        def register(self, grpc_server: grpc.aio.Server) -> None:
+        def on_envelope(self, env: object, payload: memoryview) -> None:
             pass
 
         async def start(self) -> None:

@@ -1,0 +1,223 @@
+"""The node side of the controller: drives the metadata state machine over its Raft log.
+
+The controller is the partition ``__cluster_metadata-0``, a Raft group over the first min(3, N)
+nodes. Its committed records (topic creations and deletions, producer-id blocks) are applied in
+order by every node to a `MetadataImage`, and each node then opens or removes its replicas;
+nodes outside the quorum pull the committed records from a voter. On the controller leader,
+admin requests are decided by the image and proposed as records here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from tidelog import errors
+from tidelog.node.config import NodeConfig
+from tidelog.node.metadata import (
+    METADATA_TOPIC,
+    MetadataImage,
+    TopicInfo,
+    decode_record,
+    encode_record,
+)
+from tidelog.node.replicas import ReplicaSet
+from tidelog.node.routing import Routing
+from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
+from tidelog.v1 import raft_pb2_grpc
+
+METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
+_METADATA_PULL_EVERY_S = 0.2
+_PRODUCER_ID_BLOCK = 1000
+
+
+class ControllerDriver:
+    def __init__(self, config: NodeConfig, replicas: ReplicaSet, routing: Routing) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.replicas = replicas
+        self.routing = routing
+        self.image = MetadataImage()
+        self.voters = tuple(sorted(config.peers)[: min(3, len(config.peers))])
+        self._pending_topics: set[str] = set()
+        self._metadata_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._producer_id_lock = asyncio.Lock()
+        self._producer_ids_next = self._producer_ids_end = 0
+        replicas.on_published(METADATA_TP, self._apply_committed_metadata)
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    async def load(self) -> None:
+        """Open the metadata log (on a voter) and apply it, then the replicas it assigns here."""
+        loop = asyncio.get_running_loop()
+        if self.is_voter:
+            await loop.run_in_executor(
+                self.replicas.disk, self.replicas.open_replica, METADATA_TP, self.voters, {}
+            )
+            self._apply_committed_metadata()
+        await loop.run_in_executor(self.replicas.disk, self._open_assigned_replicas)
+
+    def _open_assigned_replicas(self) -> None:
+        for topic in list(self.image.topics.values()):
+            for p, replicas in enumerate(topic.assignment):
+                if self.node_id in replicas:
+                    self.replicas.open_replica(
+                        TopicPartition(topic.name, p), replicas, dict(topic.configs)
+                    )
+
+    # ---- applying committed records --------------------------------------------------------
+
+    def _apply_committed_metadata(self) -> None:
+        """Apply metadata records below the HW, then create or remove local replicas."""
+        replica = self.replicas.partitions.get(METADATA_TP)
+        if replica is None:
+            return
+        hw = replica.high_watermark
+        start = max(self.image.applied_offset + 1, replica.log.log_start_offset)
+        if start >= hw:
+            return
+        self._apply_metadata_bytes(replica.log.read(start, 1 << 30, upper_bound=hw))
+
+    def _apply_metadata_bytes(self, data: bytes) -> None:
+        before = dict(self.image.topics)
+        for pos, header in iter_batches(data):
+            if header.is_control:
+                self.image.applied_offset = max(self.image.applied_offset, header.last_offset)
+                continue
+            for record in decode_records(data, pos, header):
+                if record.value is not None:
+                    self.image.apply(record.offset, decode_record(record.value))
+        self._reconcile(before)
+        done = [(o, f) for o, f in self._metadata_waiters if o <= self.image.applied_offset]
+        for item in done:
+            self._metadata_waiters.remove(item)
+            if not item[1].done():
+                item[1].set_result(None)
+
+    async def _applied(self, offset: int, timeout_s: float) -> None:
+        """Wait until this node's image includes the metadata record at `offset`."""
+        if offset <= self.image.applied_offset:
+            return
+        applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._metadata_waiters.append((offset, applied))
+        await _wait(applied, timeout_s)
+
+    def _reconcile(self, before: dict[str, TopicInfo]) -> None:
+        for name, topic in self.image.topics.items():
+            if before.get(name) is topic:
+                continue
+            for p, replicas in enumerate(topic.assignment):
+                if self.node_id in replicas:
+                    self.replicas.open_replica(
+                        TopicPartition(name, p), replicas, dict(topic.configs)
+                    )
+        for name, topic in before.items():
+            if self.image.topics.get(name) is not topic:
+                for p in range(topic.partition_count):
+                    tp = TopicPartition(name, p)
+                    self.routing.forget(tp)
+                    self.replicas.remove_replica(tp)
+
+    # ---- non-voters pull ---------------------------------------------------------------------
+
+    def fetch_metadata(self, request: rpb.FetchMetadataRequest) -> rpb.FetchMetadataResponse:
+        replica = self.replicas.partitions.get(METADATA_TP)
+        if replica is None:
+            return rpb.FetchMetadataResponse(error_code=errors.NotControllerError.code)
+        hw = replica.high_watermark
+        start = max(request.from_offset, replica.log.log_start_offset)
+        data = replica.log.read(start, 4 << 20, upper_bound=hw) if start < hw else b""
+        return rpb.FetchMetadataResponse(
+            records=data, high_watermark=hw, log_start_offset=replica.log.log_start_offset
+        )
+
+    async def pull_loop(self) -> None:
+        """Nodes outside the metadata quorum pull its committed records from a voter."""
+        channels = {v: grpc.aio.insecure_channel(self.config.peers[v]) for v in self.voters}
+        try:
+            turn = 0
+            while True:
+                voter = self.voters[turn % len(self.voters)]
+                try:
+                    stub = raft_pb2_grpc.RaftTransportStub(channels[voter])
+                    response = await stub.FetchMetadata(
+                        rpb.FetchMetadataRequest(
+                            from_offset=self.image.applied_offset + 1, node_id=self.node_id
+                        ),
+                        timeout=2.0,
+                    )
+                    if response.error_code == 0 and response.records:
+                        self._apply_metadata_bytes(response.records)
+                        continue
+                except grpc.aio.AioRpcError:
+                    turn += 1
+                await asyncio.sleep(_METADATA_PULL_EVERY_S)
+        finally:
+            for channel in channels.values():
+                await channel.close()
+
+    # ---- proposing (the controller leader) ---------------------------------------------------
+
+    async def propose_metadata(
+        self, plan: Callable[[], dict[str, object]], timeout_s: float
+    ) -> None:
+        """On the controller leader: decide (validate) and commit one metadata record, then wait
+        until this node has applied it. Raises the Kafka error of the decision."""
+        replica = self.replicas.partitions.get(METADATA_TP)
+        if replica is None or not replica.is_leader:
+            raise errors.NotControllerError("this node is not the controller")
+        record = plan()
+        name = str(record.get("name", record["type"]))
+        if name in self._pending_topics:
+            raise errors.ConcurrentTransactionsError(f"another change to {name!r} is in flight")
+        self._pending_topics.add(name)
+        try:
+            batch = build_batch(
+                [RecordInput(value=encode_record(record), timestamp=int(time.time() * 1000))]
+            )
+            try:
+                produced = replica.propose(batch, acks=-1)
+            except errors.NotLeaderOrFollowerError as exc:
+                raise errors.NotControllerError(str(exc)) from None
+            assert produced.done is not None
+            self.replicas.wake()
+            try:
+                await _wait(produced.done, timeout_s)
+            except errors.NotLeaderOrFollowerError as exc:  # deposed before it committed
+                raise errors.NotControllerError(str(exc)) from None
+            self._apply_committed_metadata()
+            await self._applied(produced.base_offset, timeout_s)
+        finally:
+            self._pending_topics.discard(name)
+
+    async def allocate_producer_id(self, timeout_s: float) -> int:
+        """On the controller leader: the next producer id of the block this node holds,
+        committing a new block when it runs out."""
+        async with self._producer_id_lock:
+            if self._producer_ids_next >= self._producer_ids_end:
+                record: dict[str, object] = {}
+
+                def plan() -> dict[str, object]:
+                    record.update(self.image.plan_allocate_producer_ids(_PRODUCER_ID_BLOCK))
+                    return record
+
+                await self.propose_metadata(plan, timeout_s)
+                self._producer_ids_next = int(str(record["first"]))
+                self._producer_ids_end = self._producer_ids_next + _PRODUCER_ID_BLOCK
+            producer_id = self._producer_ids_next
+            self._producer_ids_next += 1
+            return producer_id
+
+
+async def _wait(future: Awaitable[None], timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(asyncio.shield(future), timeout_s)
+    except TimeoutError:
+        raise errors.RequestTimedOutError(f"not committed within {timeout_s:.1f}s") from None

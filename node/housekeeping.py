@@ -1,0 +1,104 @@
+"""A node's periodic chores over its replicas: leadership announcements, preferred leaders,
+checkpoints, retention and log cleaning.
+
+None of it is on a request's path; the disk work runs on the replica set's disk thread, the
+only writer of every log, between rounds of the Ready loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from tidelog.node.config import NodeConfig
+from tidelog.node.replicas import ReplicaSet
+from tidelog.node.transport import Outgoing
+from tidelog.replication import NotLeaderError
+from tidelog.storage.cleaner import LogCleaner
+from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
+
+_ANNOUNCE_EVERY_S = 0.2
+_CHECKPOINT_EVERY_S = 5.0
+_RETENTION_EVERY_S = 5.0
+
+
+class Housekeeping:
+    def __init__(
+        self, config: NodeConfig, replicas: ReplicaSet, controller_tp: TopicPartition
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self._controller_tp = controller_tp
+        #: Set once the node is stopping: leadership then only moves away, never back.
+        self.stopping = False
+
+    async def loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_checkpoint = last_retention = last_balance = time.monotonic()
+        while True:
+            await asyncio.sleep(_ANNOUNCE_EVERY_S)
+            self._announce_leadership()
+            now = time.monotonic()
+            balance_every_s = self.config.leader_imbalance_check_interval_ms / 1000
+            if self.config.auto_leader_rebalance_enable and now - last_balance >= balance_every_s:
+                last_balance = now
+                self._prefer_preferred_leaders()
+            if now - last_checkpoint >= _CHECKPOINT_EVERY_S:
+                last_checkpoint = now
+                await loop.run_in_executor(self.replicas.disk, self._checkpoint_all)
+            if now - last_retention >= _RETENTION_EVERY_S:
+                last_retention = now
+                await loop.run_in_executor(self.replicas.disk, self._retention_pass)
+
+    def _announce_leadership(self) -> None:
+        """Tell every peer which partitions this node leads, so any node answers Metadata."""
+        led = [r for r in self.replicas.partitions.values() if r.is_leader]
+        if not led:
+            return
+        for peer_id, link in self.replicas.links.items():
+            outgoing = Outgoing(self.config.node_id, peer_id)
+            for replica in led:
+                outgoing.env.leaders.add(
+                    group=rpb.GroupId(topic=replica.tp.topic, partition=replica.tp.partition),
+                    epoch=replica.leader_epoch,
+                    isr=replica.in_sync_replicas(self.config.replica_lag_max_ms),
+                )
+            link.send(outgoing)
+
+    def _prefer_preferred_leaders(self) -> None:
+        """Hand leadership back to a partition's preferred (first) replica once it is in sync,
+        as Kafka's auto leader rebalance does, so leaders stay spread as assigned."""
+        if self.stopping:
+            return
+        for replica in self.replicas.partitions.values():
+            preferred = replica.replicas[0]
+            if (
+                replica.tp != self._controller_tp  # the controller stays put, as Kafka's does
+                and replica.is_leader
+                and preferred != self.config.node_id
+                and replica.core.transferring_to is None
+                and preferred in replica.in_sync_replicas(self.config.replica_lag_max_ms)
+            ):
+                with contextlib.suppress(NotLeaderError, ValueError):
+                    replica.core.transfer_leadership(preferred)
+        self.replicas.wake()
+
+    def _checkpoint_all(self) -> None:
+        """Every few seconds, as Kafka's flusher: indexes synced, the recovery point moved up
+        to what is on disk, and the offsets checkpointed, so a crash recovers little."""
+        for replica in list(self.replicas.partitions.values()):
+            if not replica.closed:
+                replica.log.flush()
+                replica.log.checkpoint()
+
+    def _retention_pass(self) -> None:
+        """Retention and, for compacted topics, a cleaner pass bounded by the last stable
+        offset; on the disk thread, which is the only writer of every log."""
+        now_ms = int(time.time() * 1000)
+        for replica in list(self.replicas.partitions.values()):
+            if not replica.closed:
+                replica.log.delete_old_segments()
+                if replica.log.config.compact_enabled:
+                    LogCleaner(replica.log).clean(now_ms, replica.last_stable_offset)

@@ -1,0 +1,262 @@
+"""The replicas a node hosts and the loops that drive their Raft cores.
+
+Everything that touches a core runs on the asyncio loop. Disk work runs on one writer thread:
+each round of the Ready loop collects the Readies of every partition that has one, applies and
+fsyncs them all in a single trip to the thread (group commit: one fsync per touched log per
+round, however many requests arrived meanwhile), and only then sends their messages and
+publishes their high watermarks, which is the core's persist-before-send contract honoured per
+round rather than per entry.
+
+What happens once a partition's Ready is published (the controller applying its committed
+records) is not this module's business: a hook registered with `on_published` runs then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tidelog.node.config import NodeConfig
+from tidelog.node.partition import PartitionReplica
+from tidelog.node.transport import Outgoing, PeerLink, messages_of
+from tidelog.replication import AppendResponse, HeartbeatResponse, RaftConfig, Ready, Role
+from tidelog.storage import LogConfig
+from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
+
+_FLUSH_THREADS = 8
+
+
+class ReplicaSet:
+    """The hosted replicas, the links to peers, the disk thread, and the tick and Ready loops."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.partitions: dict[TopicPartition, PartitionReplica] = {}
+        self.links: dict[int, PeerLink] = {}
+        #: The only writer of every log: Ready rounds, replica creation and deletion,
+        #: checkpoints and retention all run here, one after another.
+        self.disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"disk-{self.node_id}")
+        #: Helpers of the disk thread for one round of writes: see `_persist_all`.
+        self._flushers = ThreadPoolExecutor(
+            max_workers=_FLUSH_THREADS, thread_name_prefix=f"flush-{self.node_id}"
+        )
+        self._work = asyncio.Event()
+        self._outbox: dict[int, Outgoing] = {}
+        self._published_hooks: dict[TopicPartition, Callable[[], None]] = {}
+        self.raft_config = RaftConfig(
+            election_ticks=max(2, config.election_timeout_ms // config.raft_tick_ms),
+            heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
+        )
+
+    def start_links(self) -> None:
+        for peer_id, address in self.config.peers.items():
+            if peer_id != self.node_id:
+                link = PeerLink(self.node_id, peer_id, address)
+                link.start()
+                self.links[peer_id] = link
+
+    async def close(self) -> None:
+        """After the loops stopped: close the links, then every log on the disk thread."""
+        for link in self.links.values():
+            await link.close()
+        loop = asyncio.get_running_loop()
+        for replica in list(self.partitions.values()):
+            replica.abandon()
+            await loop.run_in_executor(self.disk, replica.log.close)
+        self.disk.shutdown(wait=True)
+        self._flushers.shutdown(wait=True)
+
+    def wake(self) -> None:
+        """New proposals are waiting in some core: run a round of the Ready loop."""
+        self._work.set()
+
+    def on_published(self, tp: TopicPartition, hook: Callable[[], None]) -> None:
+        """Run `hook` on the loop each time a Ready of `tp` has been published."""
+        self._published_hooks[tp] = hook
+
+    # ---- replicas --------------------------------------------------------------------------
+
+    def validate_topic_configs(self, configs: dict[str, str]) -> None:
+        """Raises INVALID_CONFIG (40) for a topic config storage would refuse."""
+        self._log_config(configs)
+
+    def _log_config(self, topic_configs: dict[str, str]) -> LogConfig:
+        defaults = {
+            "segment.bytes": str(self.config.segment_bytes),
+            "index.interval.bytes": str(self.config.index_interval_bytes),
+            "segment.ms": str(self.config.segment_ms),
+            "retention.ms": str(self.config.retention_ms),
+            "retention.bytes": str(self.config.retention_bytes),
+        }
+        return LogConfig.from_kafka_props({**defaults, **self.config.extra, **topic_configs})
+
+    def open_replica(
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+    ) -> None:
+        if tp in self.partitions:
+            return
+        directory = self.config.data_dir / f"{tp.topic}-{tp.partition}"
+        seed = hash((self.node_id, tp.topic, tp.partition)) & 0xFFFFFFFF
+        self.partitions[tp] = PartitionReplica(
+            tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config, seed
+        )
+
+    def remove_replica(self, tp: TopicPartition) -> None:
+        """Forget a deleted topic's replica now; its files go on the disk thread, after any
+        round of writes already under way for it."""
+        replica = self.partitions.pop(tp, None)
+        if replica is not None:
+            replica.abandon()
+            self.disk.submit(_delete_replica_files, replica)
+
+    # ---- the Raft driver -------------------------------------------------------------------
+
+    async def tick_loop(self) -> None:
+        """One tick per interval. Ticks a stalled loop missed are dropped, not replayed back
+        to back: a node that was starved of CPU for 300 ms must not count 30 ticks at once
+        and start an election against a leader whose heartbeats are merely queued."""
+        interval = self.config.raft_tick_ms / 1000
+        next_tick = time.monotonic()
+        while True:
+            next_tick = max(next_tick + interval, time.monotonic())
+            await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
+            for replica in self.partitions.values():
+                replica.core.tick()
+                replica.observe_role()
+            self._work.set()
+
+    def step(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
+        """Step the Raft messages of one envelope addressed to this node into their cores."""
+        for tp, message in messages_of(env, payload):
+            replica = self.partitions.get(tp)
+            if replica is None:
+                continue
+            replica.core.step(message)
+            replica.observe_role()
+            if replica.is_leader and isinstance(message, AppendResponse | HeartbeatResponse):
+                replica.record_follower(message.src)
+        self._work.set()
+
+    async def ready_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        flush = self.config.log_flush_policy == "always"
+        while True:
+            await self._work.wait()
+            self._work.clear()
+            while True:
+                batch = [(r, r.core.ready()) for r in list(self.partitions.values())
+                         if r.core.has_ready()]
+                if not batch:
+                    break
+                # A Ready that writes nothing (a new HW alone is not written, see
+                # `PartitionReplica.writes`) promises nothing new about this node's disk (what
+                # came before it is durable: a core has one Ready in flight at most), so it
+                # completes now rather than after other partitions' fsyncs: heartbeats and
+                # their answers never wait for a slow disk, which would cost elections, and a
+                # HW that advances completes acks=all requests without waiting for one.
+                durable = [(r, rd) for r, rd in batch if r.writes(rd)]
+                self._complete_round([(r, rd) for r, rd in batch if not r.writes(rd)])
+                if not durable:
+                    self._flush_outbox()
+                else:
+                    # A leader's appends go out before its own fsync, so that the followers'
+                    # fsyncs overlap it instead of following it (Raft thesis §10.2.1, as etcd
+                    # does): the core counts its own replica only up to its durable prefix, so
+                    # a commit still takes a majority of fsynced copies. Acknowledgements and
+                    # votes (any Ready of a follower or candidate) still wait for the disk.
+                    early: list[tuple[PartitionReplica, Ready]] = []
+                    late: list[tuple[PartitionReplica, Ready]] = []
+                    for item in durable:
+                        (early if _promises_nothing(*item) else late).append(item)
+                    for replica, rd in early:
+                        for message in rd.messages:
+                            self._queue_message(replica.tp, message)
+                    self._flush_outbox()
+                    await loop.run_in_executor(
+                        self.disk, _persist_all, durable, flush, self._flushers
+                    )
+                    self._complete_round(early, sent=True)
+                    self._complete_round(late)
+                    self._flush_outbox()
+
+    def _complete_round(
+        self, items: list[tuple[PartitionReplica, Ready]], sent: bool = False
+    ) -> None:
+        """The Readies are durable: queue their messages (unless `sent` already), publish,
+        advance the cores. The caller flushes the outbox, so that a round's messages to a
+        peer travel as one frame."""
+        for replica, rd in items:
+            if not sent:
+                for message in rd.messages:
+                    self._queue_message(replica.tp, message)
+            replica.publish(rd)
+            hook = self._published_hooks.get(replica.tp)
+            if hook is not None:
+                hook()
+        for replica, rd in items:
+            replica.core.advance(rd)
+
+    def _queue_message(self, tp: TopicPartition, message: Any) -> None:
+        outgoing = self._outbox.get(message.dst)
+        if outgoing is None:
+            outgoing = self._outbox[message.dst] = Outgoing(self.node_id, message.dst)
+        outgoing.add(tp, message)
+
+    def _flush_outbox(self) -> None:
+        for dst, outgoing in self._outbox.items():
+            link = self.links.get(dst)
+            if link is not None:
+                link.send(outgoing)
+        self._outbox = {}
+
+
+def _delete_replica_files(replica: PartitionReplica) -> None:
+    replica.log.close()
+    directory = replica.log.directory
+    doomed = directory.with_name(f"{directory.name}.deleted")
+    shutil.rmtree(doomed, ignore_errors=True)
+    directory.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _promises_nothing(replica: PartitionReplica, rd: Ready) -> bool:
+    """Whether `rd`'s messages may leave before `rd` is durable: those of a leader that keeps
+    the term and vote already on disk and truncates nothing, i.e. appends and heartbeats
+    (a node cannot stop leading and lead again within one term, so nothing in `rd` was
+    decided in another role)."""
+    hs = rd.hard_state
+    return (
+        rd.role is Role.LEADER
+        and rd.truncate_to is None
+        and rd.reset_to is None
+        and (hs is None or (hs.term, hs.vote) == replica.persisted_term_vote)
+    )
+
+
+def _persist_all(
+    items: list[tuple[PartitionReplica, Ready]], flush: bool, flushers: ThreadPoolExecutor
+) -> None:
+    """On the disk thread: apply and fsync a round of Readies (group commit).
+
+    The partitions' writes and fsyncs run side by side on `flushers`: one after another, a
+    round costs the sum of a few fsyncs per partition (several ms each on a busy VM), while
+    ext4 folds concurrent fsyncs into one journal commit. The disk thread still waits for the
+    whole round, so work it runs later (deleting a replica, closing a log) never overlaps it,
+    and the loop sends nothing of the round before all of it is durable."""
+
+    def persist(item: tuple[PartitionReplica, Ready]) -> None:
+        replica, rd = item
+        if not replica.closed:
+            replica.persist(rd, flush)
+
+    if len(items) == 1:
+        persist(items[0])
+        return
+    for _ in flushers.map(persist, items):  # re-raises the first failure
+        pass

@@ -1,0 +1,66 @@
+"""What a node knows of where partitions are led, so that any node answers Metadata.
+
+A hosted replica knows its leader from its own core; for the others, the leaders' periodic
+announcements (see `Housekeeping`) are remembered here, the newest epoch winning. A stale
+answer costs a client one NOT_LEADER_OR_FOLLOWER with a hint, never a wrong write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from tidelog.node.config import NodeConfig
+from tidelog.node.partition import PartitionReplica
+from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
+
+
+class Routing:
+    def __init__(
+        self,
+        config: NodeConfig,
+        partitions: Mapping[TopicPartition, PartitionReplica],
+        controller_tp: TopicPartition,
+    ) -> None:
+        self.config = config
+        self._partitions = partitions
+        self._controller_tp = controller_tp
+        #: What this node knows of partitions it does not host: tp -> (leader, epoch, isr).
+        self.leaders: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
+
+    def learn(self, src: int, announcements: Iterable[rpb.LeaderAnnouncement]) -> None:
+        """Leadership announcements received from node `src`; an older epoch never wins."""
+        for announcement in announcements:
+            tp = TopicPartition(announcement.group.topic, announcement.group.partition)
+            known = self.leaders.get(tp)
+            if known is None or announcement.epoch >= known[1]:
+                self.leaders[tp] = (src, announcement.epoch, tuple(announcement.isr))
+
+    def forget(self, tp: TopicPartition) -> None:
+        """The partition's topic was deleted."""
+        self.leaders.pop(tp, None)
+
+    def leader_of(self, tp: TopicPartition) -> tuple[int, int]:
+        """(leader id, epoch) as this node knows it; (-1, -1) when unknown."""
+        replica = self._partitions.get(tp)
+        if replica is not None and replica.core.leader_id is not None:
+            return replica.core.leader_id, replica.leader_epoch
+        known = self.leaders.get(tp)
+        if known is not None:
+            return known[0], known[1]
+        return -1, -1
+
+    def isr_of(self, tp: TopicPartition) -> list[int]:
+        replica = self._partitions.get(tp)
+        if replica is not None and replica.is_leader:
+            return replica.in_sync_replicas(self.config.replica_lag_max_ms)
+        known = self.leaders.get(tp)
+        return list(known[2]) if known is not None else []
+
+    def address_of(self, node_id: int) -> str:
+        """The address a client should use for `node_id` (Metadata, leader hints)."""
+        return self.config.client_address_of(node_id)
+
+    @property
+    def controller_id(self) -> int:
+        return self.leader_of(self._controller_tp)[0]
