@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 import random
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from tidelog.types import (
     IsolationLevel,
     TopicPartition,
 )
+
+log = logging.getLogger(__name__)
 
 RAFT_STATE_FILE = "raft-state"
 UNKNOWN = -1
@@ -110,7 +113,9 @@ class PartitionReplica:
         self.replicas = replicas
         self.log = Log.open(directory, log_config)
         self.replica_log = StorageReplicaLog(self.log)
-        self._state_file = CheckpointFile(directory / RAFT_STATE_FILE, version=0, width=2)
+        self._state_file = CheckpointFile(
+            directory / RAFT_STATE_FILE, version=0, width=2, named=True
+        )
         term, vote = self._load_term_and_vote()
         self.persisted_term_vote = (term, vote)
         self.core = RaftCore(
@@ -137,8 +142,11 @@ class PartitionReplica:
 
     def _load_term_and_vote(self) -> tuple[int, int | None]:
         rows = dict((key, int(value)) for key, value in self._state_file.read() or [])
-        vote = rows.get("vote", -1)
-        return rows.get("term", 0), None if vote < 0 else vote
+        term, vote = rows.get("term", 0), rows.get("vote", -1)
+        if term < 0 or vote < -1 or not rows.keys() <= {"term", "vote"}:
+            log.warning("%s: ignoring invalid %s %s", self.tp, RAFT_STATE_FILE, rows)
+            return 0, None
+        return term, None if vote < 0 else vote
 
     def writes(self, rd: Ready) -> bool:
         """Whether `persist` has anything to write for `rd` (read on the loop between rounds).

@@ -34,13 +34,14 @@ def fsync_dir(path: Path) -> None:
 
 
 class CheckpointFile:
-    """One checkpoint file whose entries have `width` fields: a key (a name or an integer)
-    followed by integers."""
+    """One checkpoint file whose entries have `width` fields: integers, except the first one
+    when the entries are `named` (``name value`` lines)."""
 
-    def __init__(self, path: Path, version: int, width: int) -> None:
+    def __init__(self, path: Path, version: int, width: int, *, named: bool = False) -> None:
         self.path = path
         self.version = version
         self.width = width
+        self.named = named
 
     def write(self, entries: Iterable[Sequence[object]]) -> None:
         rows = [" ".join(str(field) for field in entry) for entry in entries]
@@ -76,8 +77,9 @@ class CheckpointFile:
             entries = [line.split() for line in lines[2:] if line.strip()]
             if len(entries) != count or any(len(e) != self.width for e in entries):
                 raise ValueError("entry count or width does not match")
+            first = 1 if self.named else 0
             for entry in entries:
-                for field in entry[1:]:  # the first field may be a key name
+                for field in entry[first:]:
                     int(field)
         except (IndexError, ValueError) as exc:
             log.warning("ignoring malformed checkpoint %s: %s", self.path, exc)

@@ -32,15 +32,19 @@ class LeaderEpochFileCache:
 
     def __init__(self, directory: Path) -> None:
         self._file = CheckpointFile(directory / LEADER_EPOCH_CHECKPOINT, version=0, width=2)
-        rows = self._file.read() or []
-        self._epochs = [int(epoch) for epoch, _ in rows]
-        self._starts = [int(start) for _, start in rows]
-        if not all(
+        rows = self._file.read()
+        #: The file is missing or was unusable: the history must be rebuilt from the batches.
+        self.needs_rebuild = rows is None
+        self._epochs = [int(epoch) for epoch, _ in rows or []]
+        self._starts = [int(start) for _, start in rows or []]
+        valid = all(e >= 0 for e in self._epochs) and all(s >= 0 for s in self._starts)
+        if not valid or not all(
             a.epoch < b.epoch and a.start_offset <= b.start_offset
             for a, b in zip(self.entries, self.entries[1:], strict=False)
         ):
-            log.warning("ignoring non-monotonic %s", self._file.path)
+            log.warning("ignoring invalid %s (negative or non-monotonic)", self._file.path)
             self._epochs, self._starts = [], []
+            self.needs_rebuild = True
 
     @property
     def entries(self) -> list[EpochEntry]:

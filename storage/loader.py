@@ -50,7 +50,7 @@ HIGH_WATERMARK = "high-watermark"
 
 def offsets_checkpoint(directory: Path) -> CheckpointFile:
     """recovery point, log start offset and high watermark, one ``name value`` line each."""
-    return CheckpointFile(directory / OFFSETS_CHECKPOINT, version=0, width=2)
+    return CheckpointFile(directory / OFFSETS_CHECKPOINT, version=0, width=2, named=True)
 
 
 def last_modified_checkpoint(directory: Path) -> CheckpointFile:
@@ -80,10 +80,11 @@ class LogLoader:
     def load(self) -> LoadedLog:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        offsets = {k: int(v) for k, v in offsets_checkpoint(self.directory).read() or []}
+        offsets = self._read_offsets()
         last_modified = {
             int(base): (int(ms), int(size))
             for base, ms, size in last_modified_checkpoint(self.directory).read() or []
+            if 0 <= int(ms) <= self.now_ms
         }
         epoch_cache = LeaderEpochFileCache(self.directory)
         self._remove_leftovers()
@@ -116,6 +117,8 @@ class LogLoader:
             )
             epoch_cache.clear()
             log_end_offset = log_start_offset
+        if epoch_cache.needs_rebuild and log_end_offset > segments.first.base_offset:
+            self._rebuild_epochs(segments, epoch_cache)
         epoch_cache.truncate_from_end(log_end_offset)
         epoch_cache.truncate_from_start(log_start_offset)
         high_watermark = min(max(offsets.get(HIGH_WATERMARK, 0), log_start_offset), log_end_offset)
@@ -130,6 +133,38 @@ class LogLoader:
             high_watermark=high_watermark,
             epoch_cache=epoch_cache,
         )
+
+    def _read_offsets(self) -> dict[str, int]:
+        """The offsets checkpoint, or nothing (a full recovery) when its values cannot be
+        the log's: a negative offset, an unknown name, a high watermark below the start."""
+        offsets = {k: int(v) for k, v in offsets_checkpoint(self.directory).read() or []}
+        if (
+            any(v < 0 for v in offsets.values())
+            or not offsets.keys() <= {RECOVERY_POINT, LOG_START_OFFSET, HIGH_WATERMARK}
+            or offsets.get(HIGH_WATERMARK, 0) < offsets.get(LOG_START_OFFSET, 0)
+        ):
+            log.warning(
+                "%s: ignoring invalid %s %s", self.directory, OFFSETS_CHECKPOINT, offsets
+            )
+            return {}
+        return offsets
+
+    @staticmethod
+    def _rebuild_epochs(segments: LogSegments, epoch_cache: LeaderEpochFileCache) -> None:
+        """The leader-epoch file was missing or unusable while the log holds batches: the
+        history is read back from the batch headers (every batch carries its epoch), since
+        without it replication could not match this log against a leader's."""
+        epoch_cache.clear()
+        try:
+            for segment in segments:
+                for batch in segment.batches_from(0):
+                    epoch = batch.header.partition_leader_epoch
+                    if epoch > epoch_cache.latest_epoch:
+                        epoch_cache.assign(epoch, batch.header.base_offset)
+        except CorruptMessageError as exc:
+            log.warning("rebuilding the leader epochs stopped early: %s", exc)
+        if epoch_cache.entries:
+            log.warning("rebuilt the leader-epoch history from the log: %s", epoch_cache.entries)
 
     def _remove_leftovers(self) -> None:
         """Half-written checkpoints and cleaner output that never became a swap (a segment's
