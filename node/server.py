@@ -76,7 +76,9 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
             TidelogServicer(config, runtime.replicas, runtime.routing, runtime.controller), server
         )
-        add_raft_transport(server, runtime.on_envelope, runtime.controller.fetch_metadata)
+        close_inbound = add_raft_transport(
+            server, runtime.on_envelope, runtime.controller.fetch_metadata
+        )
 
         stopping = asyncio.Event()
         graceful = True
@@ -106,6 +108,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             await health_servicer.enter_graceful_shutdown()
             await runtime.stop(graceful=graceful)
         finally:
+            close_inbound()
             await server.stop(_SERVER_GRACE_S if graceful else 0)
             addr_path.unlink(missing_ok=True)
     log.info("node %d stopped", config.node_id)

@@ -267,23 +267,46 @@ def add_raft_transport(
     server: grpc.aio.Server,
     on_envelope: Callable[[pb.RaftEnvelope, memoryview], None],
     fetch_metadata: Callable[[pb.FetchMetadataRequest], pb.FetchMetadataResponse],
-) -> None:
+) -> Callable[[], None]:
     """Serve the RaftTransport service: Stream takes its messages as bytes (it parses the
-    frames itself), FetchMetadata is plain protobuf."""
+    frames itself), FetchMetadata is plain protobuf.
+
+    Returns the function that ends the inbound streams before the server stops: a peer's
+    stream never ends by itself, and one that the server cancels at the end of its grace
+    period is logged by gRPC as an unhandled error with a traceback."""
+    inbound: set[asyncio.Task[object]] = set()
+    closing = False
 
     async def stream(
         messages: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> pb.StreamSummary:
         count = 0
-        async for message in messages:
-            try:
-                for env, payload in frames(message):
-                    count += 1
-                    on_envelope(env, payload)
-            except (DecodeError, ValueError) as exc:  # a peer's bug must not crash this node
-                log.warning("dropping a malformed Raft stream: %s", exc)
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed frame: {exc}")
+        task = asyncio.current_task()
+        assert task is not None
+        inbound.add(task)
+        try:
+            async for message in messages:
+                try:
+                    for env, payload in frames(message):
+                        count += 1
+                        on_envelope(env, payload)
+                except (DecodeError, ValueError) as exc:  # a peer's bug must not crash this node
+                    log.warning("dropping a malformed Raft stream: %s", exc)
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT, f"malformed frame: {exc}"
+                    )
+        except asyncio.CancelledError:
+            if not closing:
+                raise
+        finally:
+            inbound.discard(task)
         return pb.StreamSummary(envelopes=count)
+
+    def close_inbound() -> None:
+        nonlocal closing
+        closing = True
+        for task in list(inbound):
+            task.cancel()
 
     async def fetch(
         request: pb.FetchMetadataRequest, context: grpc.aio.ServicerContext
@@ -300,6 +323,7 @@ def add_raft_transport(
             response_serializer=pb.FetchMetadataResponse.SerializeToString,
         ),
     })])
+    return close_inbound
 
 
 def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:

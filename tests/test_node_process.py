@@ -288,3 +288,30 @@ def test_properties_file_errors_point_at_the_line(tmp_path: Path) -> None:
     with pytest.raises(InvalidConfigError, match="listed twice"):
         parse_peers("1=a:1,1=b:2")
 
+
+
+def test_sigterm_leaves_no_traceback_in_the_log() -> None:
+    """A SIGTERMed node whose peers still stream to it stops without gRPC logging the
+    cancelled inbound streams as unhandled errors."""
+    from cluster_helpers import wait_for as wait_until
+
+    from tidelog import Client
+    from tidelog.testing import LocalCluster
+
+    with LocalCluster(3) as cluster:
+        client = Client(cluster.bootstrap)
+        try:
+            client.create_topic("t", partitions=3, replication_factor=3)
+            producer = client.producer(acks="all")
+            for i in range(50):
+                producer.send("t", b"%d" % i)
+            producer.flush()
+            producer.close()
+        finally:
+            client.close()
+        node = cluster.node_ids[0]
+        wait_until(lambda: "serving" in cluster.logs(node), what="the node log")
+        assert cluster.stop(node) == 0
+        logs = cluster.logs(node)
+        assert "stopped" in logs
+        assert "Traceback" not in logs, logs
