@@ -1,10 +1,12 @@
-"""The node side of the controller: drives the metadata state machine over its Raft log.
+"""The node side of the controller: drives its state machine (`coordinator.controller`)
+over its Raft log.
 
 The controller is the partition ``__cluster_metadata-0``, a Raft group over the first min(3, N)
 nodes. Its committed records (topic creations and deletions, producer-id blocks) are applied in
 order by every node to a `MetadataImage`, and each node then opens or removes its replicas;
 nodes outside the quorum pull the committed records from a voter. On the controller leader,
-admin requests are decided by the image and proposed as records here.
+admin requests are decided by the image and proposed as records here. The state machine holds
+the rules; this module holds the I/O, the waiting and the producer-id block being handed out.
 """
 
 from __future__ import annotations
@@ -16,22 +18,20 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from tidelog import errors
-from tidelog.node.config import NodeConfig
-from tidelog.node.metadata import (
-    METADATA_TOPIC,
-    MetadataImage,
-    TopicInfo,
-    decode_record,
+from tidelog.coordinator.controller import METADATA_TP, MetadataImage, TopicInfo
+from tidelog.coordinator.metadata_records import (
+    MetadataRecord,
+    ProducerIdsRecord,
     encode_record,
 )
+from tidelog.node.config import NodeConfig
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
-from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.records import RecordInput, build_batch
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
 from tidelog.v1 import raft_pb2_grpc
 
-METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
 _METADATA_PULL_EVERY_S = 0.2
 _PRODUCER_ID_BLOCK = 1000
 
@@ -87,13 +87,7 @@ class ControllerDriver:
 
     def _apply_metadata_bytes(self, data: bytes) -> None:
         before = dict(self.image.topics)
-        for pos, header in iter_batches(data):
-            if header.is_control:
-                self.image.applied_offset = max(self.image.applied_offset, header.last_offset)
-                continue
-            for record in decode_records(data, pos, header):
-                if record.value is not None:
-                    self.image.apply(record.offset, decode_record(record.value))
+        self.image.apply_batches(data)
         self._reconcile(before)
         done = [(o, f) for o, f in self._metadata_waiters if o <= self.image.applied_offset]
         for item in done:
@@ -166,15 +160,16 @@ class ControllerDriver:
     # ---- proposing (the controller leader) ---------------------------------------------------
 
     async def propose_metadata(
-        self, plan: Callable[[], dict[str, object]], timeout_s: float
-    ) -> None:
+        self, plan: Callable[[], MetadataRecord], timeout_s: float
+    ) -> MetadataRecord:
         """On the controller leader: decide (validate) and commit one metadata record, then wait
-        until this node has applied it. Raises the Kafka error of the decision."""
+        until this node has applied it; returns the record. Raises the Kafka error of the
+        decision."""
         replica = self.replicas.partitions.get(METADATA_TP)
         if replica is None or not replica.is_leader:
             raise errors.NotControllerError("this node is not the controller")
         record = plan()
-        name = str(record.get("name", record["type"]))
+        name = record.subject
         if name in self._pending_topics:
             raise errors.ConcurrentTransactionsError(f"another change to {name!r} is in flight")
         self._pending_topics.add(name)
@@ -194,6 +189,7 @@ class ControllerDriver:
                 raise errors.NotControllerError(str(exc)) from None
             self._apply_committed_metadata()
             await self._applied(produced.base_offset, timeout_s)
+            return record
         finally:
             self._pending_topics.discard(name)
 
@@ -202,15 +198,12 @@ class ControllerDriver:
         committing a new block when it runs out."""
         async with self._producer_id_lock:
             if self._producer_ids_next >= self._producer_ids_end:
-                record: dict[str, object] = {}
-
-                def plan() -> dict[str, object]:
-                    record.update(self.image.plan_allocate_producer_ids(_PRODUCER_ID_BLOCK))
-                    return record
-
-                await self.propose_metadata(plan, timeout_s)
-                self._producer_ids_next = int(str(record["first"]))
-                self._producer_ids_end = self._producer_ids_next + _PRODUCER_ID_BLOCK
+                block = await self.propose_metadata(
+                    lambda: self.image.plan_allocate_producer_ids(_PRODUCER_ID_BLOCK), timeout_s
+                )
+                assert isinstance(block, ProducerIdsRecord)
+                self._producer_ids_next = block.first
+                self._producer_ids_end = block.first + block.count
             producer_id = self._producer_ids_next
             self._producer_ids_next += 1
             return producer_id

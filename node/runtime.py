@@ -16,8 +16,9 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
-from tidelog.node.controller_driver import METADATA_TP, ControllerDriver
+from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.housekeeping import Housekeeping
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing

@@ -7,6 +7,8 @@ from collections import Counter
 
 import pytest
 
+from tidelog.coordinator.controller import MetadataImage, assign_replicas
+from tidelog.coordinator.metadata_records import decode_record, encode_record
 from tidelog.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -14,7 +16,6 @@ from tidelog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.node.metadata import MetadataImage, assign_replicas, decode_record, encode_record
 
 NODES = [1, 2, 3]
 

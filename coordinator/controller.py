@@ -1,31 +1,44 @@
-"""The cluster metadata image and the records of the replicated metadata log (the controller).
+"""The controller's state machine: the cluster metadata image and the decisions made on it.
 
-Topic creation and deletion are records in a Raft-replicated log; every node applies the
-committed records in order to the same image, so after any crash all nodes agree on topics,
-configs and replica assignments (SPEC §7). Everything here is pure: decisions (validation,
-replica assignment) are made once by the controller leader before it proposes a record, and the
-record carries the outcome, so applying it never depends on the applying node.
+Topic creation and deletion, and blocks of producer ids, are records in a Raft-replicated log
+(`metadata_records`); every node applies the committed records in order to the same image, so
+after any crash all nodes agree on topics, configs and replica assignments (SPEC §7).
+
+Deterministic, like the Raft core: no I/O, no clock, no threads, no event loop. Decisions
+(validation, replica assignment) are made once, by the controller leader, before it proposes a
+record, and the record carries the outcome, so applying it never depends on the applying node.
+The node's `ControllerDriver` feeds committed bytes in and proposes the records decided here.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tidelog.coordinator.metadata_records import (
+    MetadataRecord,
+    MetadataRecordError,
+    ProducerIdsRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    decode_record,
+)
 from tidelog.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
-    TidelogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.records import decode_records, iter_batches
+from tidelog.types import TopicPartition
 
 METADATA_TOPIC = "__cluster_metadata"
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC})
+#: The controller's Raft group: the one partition of the metadata topic.
+METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -88,7 +101,7 @@ class MetadataImage:
         node_ids: Sequence[int],
         *,
         allow_internal: bool = False,
-    ) -> dict[str, object]:
+    ) -> TopicRecord:
         """Validate a creation and return the record to propose; raises the Kafka error."""
         validate_topic_name(name)
         if name in INTERNAL_TOPICS and not allow_internal:
@@ -112,25 +125,19 @@ class MetadataImage:
         assignment = assign_replicas(
             num_partitions, replication_factor, sorted(node_ids), self.leader_counts()
         )
-        return {
-            "type": "create_topic",
-            "name": name,
-            "topic_id": self.next_topic_id,
-            "assignment": [list(replicas) for replicas in assignment],
-            "configs": dict(configs),
-        }
+        return TopicRecord(name, self.next_topic_id, tuple(assignment), dict(configs))
 
-    def plan_delete(self, name: str) -> dict[str, object]:
+    def plan_delete(self, name: str) -> RemoveTopicRecord:
         if name not in self.topics:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{name} is an internal topic and cannot be deleted")
-        return {"type": "delete_topic", "name": name, "topic_id": self.topics[name].topic_id}
+        return RemoveTopicRecord(name, self.topics[name].topic_id)
 
-    def plan_allocate_producer_ids(self, count: int) -> dict[str, object]:
+    def plan_allocate_producer_ids(self, count: int) -> ProducerIdsRecord:
         """A block of producer ids, unique across the cluster and across restarts because the
         allocation itself is a committed record (Kafka's AllocateProducerIds)."""
-        return {"type": "allocate_producer_ids", "first": self.next_producer_id, "count": count}
+        return ProducerIdsRecord(self.next_producer_id, count)
 
     def leader_counts(self) -> dict[int, int]:
         """How many partitions prefer each node as leader: new topics fill the least loaded."""
@@ -142,47 +149,41 @@ class MetadataImage:
 
     # -- application (every node) -------------------------------------------------------------
 
-    def apply(self, offset: int, record: Mapping[str, object]) -> None:
+    def apply(self, offset: int, record: MetadataRecord) -> None:
         """Apply one committed record. Records are idempotent by offset (replays are skipped)."""
         if offset <= self.applied_offset:
             return
         self.applied_offset = offset
-        kind = record.get("type")
-        if kind == "create_topic":
-            name = str(record["name"])
-            raw_assignment = record["assignment"]
-            raw_configs = record["configs"]
-            assert isinstance(raw_assignment, list) and isinstance(raw_configs, dict)
-            topic_id = int(str(record["topic_id"]))
-            if name not in self.topics:
-                self.topics[name] = TopicInfo(
-                    name=name,
-                    assignment=tuple(tuple(int(n) for n in r) for r in raw_assignment),
-                    configs={str(k): str(v) for k, v in raw_configs.items()},
-                    topic_id=topic_id,
+        if isinstance(record, TopicRecord):
+            if record.name not in self.topics:
+                self.topics[record.name] = TopicInfo(
+                    record.name, record.assignment, dict(record.configs), record.topic_id
                 )
-            self.next_topic_id = max(self.next_topic_id, topic_id + 1)
-        elif kind == "allocate_producer_ids":
-            end = int(str(record["first"])) + int(str(record["count"]))
-            self.next_producer_id = max(self.next_producer_id, end)
-        elif kind == "delete_topic":
-            topic = self.topics.get(str(record["name"]))
-            if topic is not None and topic.topic_id == int(str(record["topic_id"])):
+            self.next_topic_id = max(self.next_topic_id, record.topic_id + 1)
+        elif isinstance(record, ProducerIdsRecord):
+            self.next_producer_id = max(self.next_producer_id, record.first + record.count)
+        else:
+            topic = self.topics.get(record.name)
+            if topic is not None and topic.topic_id == record.topic_id:
                 del self.topics[topic.name]
 
-
-def encode_record(record: Mapping[str, object]) -> bytes:
-    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-
-
-def decode_record(value: bytes) -> dict[str, object]:
-    try:
-        decoded = json.loads(value)
-    except ValueError as exc:
-        raise TidelogError(f"undecodable metadata record: {exc}") from exc
-    if not isinstance(decoded, dict):
-        raise TidelogError("metadata record is not an object")
-    return decoded
+    def apply_batches(self, data: bytes | memoryview) -> None:
+        """Apply committed batches of the metadata log, as read from it. Control batches (the
+        leader-change markers) hold no record but move the applied offset past them."""
+        for pos, header in iter_batches(data):
+            if header.is_control:
+                self.applied_offset = max(self.applied_offset, header.last_offset)
+                continue
+            for record in decode_records(data, pos, header):
+                if record.value is None:
+                    raise MetadataRecordError(f"metadata record at offset {record.offset} is null")
+                try:
+                    decoded = decode_record(record.value)
+                except MetadataRecordError as exc:
+                    raise MetadataRecordError(
+                        f"metadata record at offset {record.offset}: {exc}"
+                    ) from None
+                self.apply(record.offset, decoded)
 
 
 def assign_replicas(
