@@ -3,6 +3,16 @@
 Per-partition problems are Kafka error codes inside the response; a gRPC status is only for a
 request that is malformed as a whole (INVALID_ARGUMENT) or an API not built yet (UNIMPLEMENTED).
 A non-leader answers NOT_LEADER_OR_FOLLOWER with what it knows of the leader (KIP-951).
+
+Three rules hold for every request, so that no handler can forget them:
+
+* an ``optional`` field left unset means what the proto comment says (a consumer, no epoch
+  check, acks=all), read through :func:`_or_unset`: proto3 reads an unset field as 0, which for
+  these fields is a different, meaningful value;
+* a partition (or topic) named twice in one request gets INVALID_REQUEST (42) and one result,
+  and nothing is done for it (:func:`_each_once`);
+* a per-partition error answer says -1 for every offset it cannot vouch for, and carries the
+  leader hint exactly with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (:meth:`_fail`).
 """
 
 from __future__ import annotations
@@ -10,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import Counter
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -37,6 +46,23 @@ log = logging.getLogger("tidelog.api")
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 _DEFAULT_ADMIN_TIMEOUT_MS = 30_000
+#: What an unset ProduceRequest.acks means: all, the Kafka producer's default.
+_DEFAULT_ACKS = -1
+#: The current_leader_epoch that skips the epoch check (Kafka's -1), what unset means.
+_NO_EPOCH_CHECK = -1
+#: The errors whose answers carry the leader hint (KIP-951).
+_HINTED_CODES = frozenset(
+    {errors.NotLeaderOrFollowerError.code, errors.FencedLeaderEpochError.code}
+)
+#: The fields of each per-partition answer that say -1 ("unknown") whenever it carries an error,
+#: as in Kafka's error answers.
+_UNKNOWN_ON_ERROR: dict[type, tuple[str, ...]] = {
+    pb.PartitionProduceResponse: ("base_offset", "log_append_time_ms", "log_start_offset"),
+    pb.FetchPartitionData: ("high_watermark", "last_stable_offset", "log_start_offset"),
+    pb.ListOffsetsPartitionResponse: ("timestamp", "offset", "leader_epoch"),
+}
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
@@ -60,6 +86,18 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         return pb.LeaderHint(
             leader_id=leader, leader_epoch=epoch, leader_address=self.routing.address_of(leader)
         )
+
+    def _fail(self, result: Any, tp: TopicPartition, exc: errors.TidelogError) -> None:
+        """Turn one partition's answer into an error answer: the code and its explanation,
+        -1 for the offsets it carried, and the leader hint with the errors that call for one."""
+        code = result.error_code = exc.code
+        result.error_message = str(exc)
+        for name in _UNKNOWN_ON_ERROR[type(result)]:
+            setattr(result, name, -1)
+        if code in _HINTED_CODES:
+            result.current_leader.CopyFrom(self._hint(tp))
+        else:
+            result.ClearField("current_leader")
 
     def _resolve(
         self, tp: TopicPartition, current_leader_epoch: int, replica_id: int
@@ -93,7 +131,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         response = pb.MetadataResponse(controller_id=routing.controller_id)
         for node_id in sorted(self.config.peers):
             response.nodes.add(node_id=node_id, address=routing.address_of(node_id))
-        for name in list(request.topics) or sorted(self.controller.image.topics):
+        for name in dict.fromkeys(request.topics) or sorted(self.controller.image.topics):
             topic = self.controller.image.topics.get(name)
             if topic is None:
                 response.topics.add(name=name, error_code=errors.UnknownTopicOrPartitionError.code)
@@ -122,25 +160,38 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             return forwarded  # type: ignore[no-any-return]
         timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
         response = pb.CreateTopicsResponse()
-        for topic in request.topics:
+        topics, twice = _each_once((topic.name, topic) for topic in request.topics)
+        config = self.config
+        for topic in topics.values():
+            # Kafka: -1 (and, here, unset) takes the node's default; 0 is refused by the plan.
+            partitions = _or_unset(topic, "num_partitions", -1)
+            factor = _or_unset(topic, "replication_factor", -1)
             result = response.topics.add(
                 name=topic.name,
-                num_partitions=topic.num_partitions,
-                replication_factor=topic.replication_factor,
+                num_partitions=config.num_partitions if partitions == -1 else partitions,
+                replication_factor=(
+                    config.default_replication_factor if factor == -1 else factor
+                ),
             )
             configs = dict(topic.configs)
 
-            def plan(topic: pb.CreatableTopic = topic, configs: dict[str, str] = configs) -> Any:
+            def plan(
+                result: Any = result, name: str = topic.name, configs: dict[str, str] = configs
+            ) -> Any:
+                if name in twice:
+                    raise errors.InvalidRequestError(f"topic {name!r} appears more than once")
                 self.replicas.validate_topic_configs(configs)
                 return self.controller.image.plan_create(
-                    topic.name,
-                    topic.num_partitions,
-                    topic.replication_factor,
+                    name,
+                    result.num_partitions,
+                    result.replication_factor,
                     configs,
                     sorted(self.config.peers),
                 )
 
             await self._run_metadata_change(result, plan, request.validate_only, timeout_s)
+            if result.error_code:
+                result.num_partitions = result.replication_factor = -1
         return response
 
     async def DeleteTopics(
@@ -151,10 +202,13 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             return forwarded  # type: ignore[no-any-return]
         timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
         response = pb.DeleteTopicsResponse()
-        for name in request.topic_names:
+        names, twice = _each_once((name, name) for name in request.topic_names)
+        for name in names:
             result = response.topics.add(name=name)
 
             def plan(name: str = name) -> Any:
+                if name in twice:
+                    raise errors.InvalidRequestError(f"topic {name!r} appears more than once")
                 return self.controller.image.plan_delete(name)
 
             await self._run_metadata_change(result, plan, False, timeout_s)
@@ -201,38 +255,36 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     ) -> pb.ProduceResponse:
         if request.HasField("transactional_id"):
             await _unsupported(context, "transactional produce")
-        acks = request.acks
+        acks = _or_unset(request, "acks", _DEFAULT_ACKS)
         if acks == -1 and self.config.test_ack_before_commit:
             acks = 1  # the planted bug of the chaos suite's self-test (tests only)
         response = pb.ProduceResponse()
+        answers = _Answers(response)
+        parts, twice = _each_once(_partitions(request.topics))
         pending: list[tuple[Any, PartitionReplica, asyncio.Future[None] | None]] = []
-        for topic in request.topics:
-            topic_response = response.topics.add(name=topic.name)
-            for part in topic.partitions:
-                result = topic_response.partitions.add(
-                    partition=part.partition, base_offset=-1, log_append_time_ms=-1
-                )
-                tp = TopicPartition(topic.name, part.partition)
-                if acks not in (0, 1, -1):
-                    _set_error(result, errors.InvalidRequiredAcksError(f"acks={acks}"))
-                    continue
-                resolved = self._resolve(tp, -1, CONSUMER_REPLICA_ID)
-                if isinstance(resolved, errors.TidelogError):
-                    _set_error(result, resolved)
-                    if isinstance(resolved, errors.NotLeaderOrFollowerError):
-                        result.current_leader.CopyFrom(self._hint(tp))
-                    continue
-                try:
-                    produced = resolved.propose(part.records, acks)
-                except errors.TidelogError as exc:
-                    _set_error(result, exc)
-                    if isinstance(exc, errors.NotLeaderOrFollowerError):
-                        result.current_leader.CopyFrom(self._hint(tp))
-                    continue
-                result.base_offset = produced.base_offset
-                result.log_append_time_ms = produced.log_append_time_ms
-                result.log_start_offset = resolved.log.log_start_offset
-                pending.append((result, resolved, produced.done))
+        for tp, part in parts.items():
+            result = answers.add(tp)
+            if tp in twice:
+                self._fail(result, tp, errors.InvalidRequestError(
+                    f"{tp} appears more than once; none of its batches was written"
+                ))
+                continue
+            if acks not in (0, 1, -1):
+                self._fail(result, tp, errors.InvalidRequiredAcksError(f"acks={acks}"))
+                continue
+            resolved = self._resolve(tp, _NO_EPOCH_CHECK, CONSUMER_REPLICA_ID)
+            if isinstance(resolved, errors.TidelogError):
+                self._fail(result, tp, resolved)
+                continue
+            try:
+                produced = resolved.propose(part.records, acks)
+            except errors.TidelogError as exc:
+                self._fail(result, tp, exc)
+                continue
+            result.base_offset = produced.base_offset
+            result.log_append_time_ms = produced.log_append_time_ms
+            result.log_start_offset = resolved.log.log_start_offset
+            pending.append((result, resolved, produced.done))
         self.replicas.wake()
         timeout_s = max(request.timeout_ms, 0) / 1000 or 30.0
         waits = [f for _, _, f in pending if f is not None]
@@ -243,13 +295,12 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 continue
             if not future.done():
                 future.cancel()
-                _set_error(result, errors.RequestTimedOutError(f"not committed in {timeout_s}s"))
+                timed_out = errors.RequestTimedOutError(f"not committed in {timeout_s}s")
+                self._fail(result, replica.tp, timed_out)
             elif future.exception() is not None:
                 failure = future.exception()
                 assert isinstance(failure, errors.TidelogError)
-                _set_error(result, failure)
-                if isinstance(failure, errors.NotLeaderOrFollowerError):
-                    result.current_leader.CopyFrom(self._hint(replica.tp))
+                self._fail(result, replica.tp, failure)
             else:
                 result.log_start_offset = replica.log.log_start_offset
         drop_rate = self.config.test_drop_produce_response_rate
@@ -263,7 +314,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
-        if request.replica_id not in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID):
+        replica_id = _or_unset(request, "replica_id", CONSUMER_REPLICA_ID)
+        if replica_id not in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID):
             await _invalid(context, "replica_id must be -1 (consumer) or -2 (debug)")
         if request.max_bytes < 0 or request.min_bytes < 0 or request.max_wait_ms < 0:
             await _invalid(context, "max_bytes, min_bytes and max_wait_ms must be >= 0")
@@ -273,9 +325,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             await _invalid(context, f"unknown isolation level {request.isolation_level}")
         deadline = asyncio.get_running_loop().time() + request.max_wait_ms / 1000
         while True:
-            response, size, replicas = self._read_fetch(request, isolation)
+            response, size, replicas = self._read_fetch(request, replica_id, isolation)
             remaining = deadline - asyncio.get_running_loop().time()
-            if size >= max(request.min_bytes, 1) or remaining <= 0 or not replicas:
+            # Kafka answers at once when what it has reaches min_bytes, so min_bytes 0 never
+            # waits.
+            if size >= request.min_bytes or remaining <= 0 or not replicas:
                 return response
             waits = [r.wait_for_data() for r in replicas]
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
@@ -283,55 +337,51 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 waiter.cancel()
 
     def _read_fetch(
-        self, request: pb.FetchRequest, isolation: IsolationLevel
+        self, request: pb.FetchRequest, replica_id: int, isolation: IsolationLevel
     ) -> tuple[pb.FetchResponse, int, list[PartitionReplica]]:
         response = pb.FetchResponse()
+        answers = _Answers(response)
         budget = min(request.max_bytes or MAX_FETCH_BYTES, MAX_FETCH_BYTES)
         total = 0
         served: list[PartitionReplica] = []
-        for topic in request.topics:
-            topic_response = response.topics.add(name=topic.name)
-            for part in topic.partitions:
-                result = topic_response.partitions.add(
-                    partition=part.partition,
-                    high_watermark=-1,
-                    last_stable_offset=-1,
-                    log_start_offset=-1,
-                )
-                tp = TopicPartition(topic.name, part.partition)
-                resolved = self._resolve(tp, part.current_leader_epoch, request.replica_id)
-                if isinstance(resolved, errors.TidelogError):
-                    _set_error(result, resolved)
-                    if isinstance(resolved, errors.NotLeaderOrFollowerError):
-                        result.current_leader.CopyFrom(self._hint(tp))
-                    continue
-                replica = resolved
-                result.high_watermark = replica.high_watermark
-                result.last_stable_offset = replica.last_stable_offset
-                result.log_start_offset = replica.log.log_start_offset
-                bound = replica.fetch_bound(request.replica_id, isolation)
-                part_max = part.partition_max_bytes if part.partition_max_bytes > 0 else budget
-                log_ = replica.log
-                try:
-                    if not log_.log_start_offset <= part.fetch_offset <= log_.log_end_offset:
-                        raise errors.OffsetOutOfRangeError(
-                            f"offset {part.fetch_offset} is outside the log "
-                            f"[{log_.log_start_offset}, {log_.log_end_offset}]"
-                        )
-                    data = b""
-                    if part.fetch_offset < bound:
-                        data = log_.read(
-                            part.fetch_offset,
-                            min(part_max, max(budget - total, 0)),
-                            upper_bound=bound,
-                            min_one_batch=total == 0,
-                        )
-                except errors.TidelogError as exc:
-                    _set_error(result, exc)
-                    continue
-                result.records = data
-                total += len(data)
-                served.append(replica)
+        parts, twice = _each_once(_partitions(request.topics))
+        for tp, part in parts.items():
+            result = answers.add(tp)
+            if tp in twice:
+                self._fail(result, tp, errors.InvalidRequestError(f"{tp} appears more than once"))
+                continue
+            epoch = _or_unset(part, "current_leader_epoch", _NO_EPOCH_CHECK)
+            resolved = self._resolve(tp, epoch, replica_id)
+            if isinstance(resolved, errors.TidelogError):
+                self._fail(result, tp, resolved)
+                continue
+            replica = resolved
+            bound = replica.fetch_bound(replica_id, isolation)
+            part_max = part.partition_max_bytes if part.partition_max_bytes > 0 else budget
+            log_ = replica.log
+            try:
+                if not log_.log_start_offset <= part.fetch_offset <= log_.log_end_offset:
+                    raise errors.OffsetOutOfRangeError(
+                        f"offset {part.fetch_offset} is outside the log "
+                        f"[{log_.log_start_offset}, {log_.log_end_offset}]"
+                    )
+                data = b""
+                if part.fetch_offset < bound:
+                    data = log_.read(
+                        part.fetch_offset,
+                        min(part_max, max(budget - total, 0)),
+                        upper_bound=bound,
+                        min_one_batch=total == 0,
+                    )
+            except errors.TidelogError as exc:
+                self._fail(result, tp, exc)
+                continue
+            result.high_watermark = replica.high_watermark
+            result.last_stable_offset = replica.last_stable_offset
+            result.log_start_offset = log_.log_start_offset
+            result.records = data
+            total += len(data)
+            served.append(replica)
         return response, total, served
 
     # ---- ListOffsets -----------------------------------------------------------------------
@@ -343,32 +393,21 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             isolation = IsolationLevel(request.isolation_level)
         except ValueError:
             await _invalid(context, f"unknown isolation level {request.isolation_level}")
-        counts = Counter(
-            (topic.name, part.partition) for topic in request.topics for part in topic.partitions
-        )
+        replica_id = _or_unset(request, "replica_id", CONSUMER_REPLICA_ID)
         response = pb.ListOffsetsResponse()
-        answered: set[tuple[str, int]] = set()
-        by_topic: dict[str, Any] = {}
-        for topic in request.topics:
-            for part in topic.partitions:
-                key = (topic.name, part.partition)
-                if key in answered:
-                    continue
-                answered.add(key)
-                topic_response = by_topic.get(topic.name)
-                if topic_response is None:
-                    topic_response = by_topic[topic.name] = response.topics.add(name=topic.name)
-                result = topic_response.partitions.add(partition=part.partition)
-                answer = self._list_offset(
-                    TopicPartition(*key), part, request.replica_id, isolation, counts[key] > 1
-                )
-                result.error_code = answer.error_code
-                result.timestamp = answer.timestamp
-                result.offset = answer.offset
-                result.leader_epoch = answer.leader_epoch
-                result.old_style_offsets.extend(answer.old_style_offsets)
-                if errors.for_code(answer.error_code) is errors.NotLeaderOrFollowerError:
-                    result.current_leader.CopyFrom(self._hint(TopicPartition(*key)))
+        answers = _Answers(response)
+        parts, twice = _each_once(_partitions(request.topics))
+        for tp, part in parts.items():
+            result = answers.add(tp)
+            try:
+                answer = self._list_offset(tp, part, replica_id, isolation, tp in twice)
+            except errors.TidelogError as exc:
+                self._fail(result, tp, exc)
+                continue
+            result.timestamp = answer.timestamp
+            result.offset = answer.offset
+            result.leader_epoch = answer.leader_epoch
+            result.old_style_offsets.extend(answer.old_style_offsets)
         return response
 
     def _list_offset(
@@ -380,22 +419,20 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         duplicated: bool,
     ) -> OffsetAnswer:
         """kafka-reference §2.1-2.2 in order: duplicates, unsupported specials, partition,
-        epoch, leadership; then the replica's own answer."""
+        epoch, leadership; then the replica's own answer. Raises the partition's error."""
         if duplicated:
-            return _error_answer(errors.InvalidRequestError(f"{tp} appears more than once"))
+            raise errors.InvalidRequestError(f"{tp} appears more than once")
         legacy = part.max_num_offsets >= 1
         lowest_special = -2 if legacy else LATEST_TIERED_TIMESTAMP
         if part.timestamp < lowest_special:
-            return _error_answer(
-                errors.UnsupportedVersionError(f"timestamp {part.timestamp} is not supported")
-            )
-        resolved = self._resolve(tp, -1 if legacy else part.current_leader_epoch, replica_id)
+            raise errors.UnsupportedVersionError(f"timestamp {part.timestamp} is not supported")
+        epoch = _NO_EPOCH_CHECK if legacy else _or_unset(
+            part, "current_leader_epoch", _NO_EPOCH_CHECK
+        )
+        resolved = self._resolve(tp, epoch, replica_id)
         if isinstance(resolved, errors.TidelogError):
-            return _error_answer(resolved)
-        try:
-            return resolved.list_offset(part.timestamp, replica_id, isolation, part.max_num_offsets)
-        except errors.TidelogError as exc:
-            return _error_answer(exc)
+            raise resolved
+        return resolved.list_offset(part.timestamp, replica_id, isolation, part.max_num_offsets)
 
     # ---- not built yet ---------------------------------------------------------------------
 
@@ -432,13 +469,43 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         await _unsupported(context, "EndTxn (transactions)")
 
 
-def _set_error(result: Any, exc: errors.TidelogError) -> None:
-    result.error_code = exc.code
-    result.error_message = str(exc)
+def _or_unset(message: Any, field: str, unset: int) -> int:
+    """An ``optional`` field's value, or `unset`, what its proto comment says a request that
+    leaves it out means (proto3 alone would read it as 0)."""
+    return getattr(message, field) if message.HasField(field) else unset
 
 
-def _error_answer(exc: errors.TidelogError) -> OffsetAnswer:
-    return OffsetAnswer(error_code=exc.code, error_message=str(exc))
+def _each_once(items: Iterable[tuple[K, V]]) -> tuple[dict[K, V], set[K]]:
+    """What a request names, each once with its first entry and in request order (one answer
+    each), and the keys it names more than once (INVALID_REQUEST for those, kafka-reference
+    §2.1: a partition listed twice in a Produce would otherwise be appended twice)."""
+    firsts: dict[K, V] = {}
+    twice: set[K] = set()
+    for key, item in items:
+        if key in firsts:
+            twice.add(key)
+        else:
+            firsts[key] = item
+    return firsts, twice
+
+
+def _partitions(topics: Iterable[Any]) -> Iterator[tuple[TopicPartition, Any]]:
+    return ((TopicPartition(t.name, p.partition), p) for t in topics for p in t.partitions)
+
+
+class _Answers:
+    """The per-partition answers of a Produce, Fetch or ListOffsets response, one topic entry
+    per topic name however the request spread its partitions."""
+
+    def __init__(self, response: Any) -> None:
+        self._topics = response.topics
+        self._by_name: dict[str, Any] = {}
+
+    def add(self, tp: TopicPartition) -> Any:
+        entry = self._by_name.get(tp.topic)
+        if entry is None:
+            entry = self._by_name[tp.topic] = self._topics.add(name=tp.topic)
+        return entry.partitions.add(partition=tp.partition)
 
 
 def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
@@ -446,11 +513,17 @@ def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
         return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
     if method == "CreateTopics":
         response = pb.CreateTopicsResponse()
-        for topic in request.topics:
-            response.topics.add(name=topic.name, error_code=exc.code, error_message=str(exc))
+        for name in dict.fromkeys(topic.name for topic in request.topics):
+            response.topics.add(
+                name=name,
+                error_code=exc.code,
+                error_message=str(exc),
+                num_partitions=-1,
+                replication_factor=-1,
+            )
         return response
     response_d = pb.DeleteTopicsResponse()
-    for name in request.topic_names:
+    for name in dict.fromkeys(request.topic_names):
         response_d.topics.add(name=name, error_code=exc.code, error_message=str(exc))
     return response_d
 

@@ -35,6 +35,8 @@ KEYS: dict[str, str] = {
     "segment.ms": "segment_ms",
     "retention.ms": "retention_ms",
     "retention.bytes": "retention_bytes",
+    "num.partitions": "num_partitions",
+    "default.replication.factor": "default_replication_factor",
     "election.timeout.ms": "election_timeout_ms",
     "heartbeat.interval.ms": "heartbeat_interval_ms",
     "raft.tick.ms": "raft_tick_ms",
@@ -70,6 +72,10 @@ class NodeConfig:
     #: -1 keeps data forever, as in Kafka.
     retention_ms: int = _WEEK_MS
     retention_bytes: int = -1
+    #: What CreateTopics uses for a topic that leaves its partition count or replication
+    #: factor unset (or -1), as Kafka's settings of these names (both default to 1 there too).
+    num_partitions: int = 1
+    default_replication_factor: int = 1
     #: The minimum election timeout; each election draws from [min, 2 * min).
     election_timeout_ms: int = 300
     heartbeat_interval_ms: int = 50
@@ -109,6 +115,8 @@ class NodeConfig:
         _require(self.segment_ms >= 1, "segment.ms must be >= 1")
         _require(self.retention_ms >= -1, "retention.ms must be >= -1 (-1: keep forever)")
         _require(self.retention_bytes >= -1, "retention.bytes must be >= -1 (-1: no limit)")
+        _require(self.num_partitions >= 1, "num.partitions must be >= 1")
+        _require(self.default_replication_factor >= 1, "default.replication.factor must be >= 1")
         _require(self.raft_tick_ms >= 1, "raft.tick.ms must be >= 1")
         _require(
             self.heartbeat_interval_ms >= self.raft_tick_ms,

@@ -85,14 +85,12 @@ class ProduceResult:
 
 @dataclass(frozen=True)
 class OffsetAnswer:
-    """One ListOffsets partition result (SPEC §6): "not found" is error 0 with all -1."""
+    """One ListOffsets partition result (SPEC §6): "not found" is all -1 (errors are raised)."""
 
-    error_code: int = 0
     timestamp: int = UNKNOWN
     offset: int = UNKNOWN
     leader_epoch: int = UNKNOWN
     old_style_offsets: tuple[int, ...] = ()
-    error_message: str = ""
 
 
 class PartitionReplica:
@@ -351,7 +349,8 @@ class PartitionReplica:
     def list_offset(
         self, timestamp: int, replica_id: int, isolation: IsolationLevel, max_num_offsets: int
     ) -> OffsetAnswer:
-        """The answer of this replica, once epoch and leadership checks have passed."""
+        """The answer of this replica, once epoch and leadership checks have passed; raises
+        OFFSET_NOT_AVAILABLE and UNSUPPORTED_VERSION."""
         consumer = replica_id == CONSUMER_REPLICA_ID
         if max_num_offsets >= 1:
             return OffsetAnswer(
@@ -364,16 +363,15 @@ class PartitionReplica:
         bound = self.fetch_bound(replica_id, isolation)
         start = self.leader_epoch_start_offset
         lagging = consumer and start is not None and start > self.high_watermark
-        not_available = OffsetAnswer(
-            error_code=errors.OffsetNotAvailableError.code,
-            error_message="the new leader's high watermark has not reached its epoch start",
+        not_available = errors.OffsetNotAvailableError(
+            "the new leader's high watermark has not reached its epoch start"
         )
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             earliest = self.log.fetch_earliest()
             return OffsetAnswer(offset=earliest.offset, leader_epoch=earliest.leader_epoch)
         if timestamp == LATEST_TIMESTAMP:
             if lagging:
-                return not_available
+                raise not_available
             return OffsetAnswer(offset=bound, leader_epoch=self.leader_epoch)
         found: TimestampAndOffset | None
         if timestamp == LATEST_TIERED_TIMESTAMP:
@@ -383,12 +381,11 @@ class PartitionReplica:
         elif timestamp >= 0:
             found = self.log.fetch_offset_by_timestamp(timestamp)
         else:
-            return OffsetAnswer(
-                error_code=errors.UnsupportedVersionError.code,
-                error_message=f"timestamp {timestamp} is not a supported special value",
+            raise errors.UnsupportedVersionError(
+                f"timestamp {timestamp} is not a supported special value"
             )
         if lagging:
-            return not_available
+            raise not_available
         if found is None or found.offset >= bound:
             return OffsetAnswer()
         return OffsetAnswer(

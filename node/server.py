@@ -1,9 +1,10 @@
 """The node process: a grpc.aio server around a :class:`~node.runtime.NodeRuntime`.
 
 The shell owns what every node needs whatever the runtime does: the data-dir lock, binding,
-health (NOT_SERVING until the logs are loaded), reflection, publishing the bound address,
-signals, and dying with its launcher. It also wires the runtime's parts to the gRPC services,
-so the client API and the runtime never import each other.
+health (NOT_SERVING until the logs are loaded), reflection (v1 and v1alpha), refusing request
+bodies that do not parse, publishing the bound address, signals, and dying with its launcher.
+It also wires the runtime's parts to the gRPC services, so the client API and the runtime never
+import each other.
 """
 
 from __future__ import annotations
@@ -12,18 +13,21 @@ import asyncio
 import contextlib
 import ctypes
 import fcntl
+import inspect
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
@@ -42,6 +46,9 @@ _PARENT_POLL_S = 0.2
 _ORPHAN_DEADLINE_S = 5.0
 _SERVER_GRACE_S = 1.0
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+#: At most one log line per this many seconds about request bodies that do not parse: a client
+#: (or a scanner) sending garbage must not fill the log with a line per request.
+MALFORMED_LOG_INTERVAL_S = 60.0
 
 log = logging.getLogger("tidelog.node")
 
@@ -57,7 +64,9 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with _hold_data_dir(config.data_dir):
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0)], interceptors=[RejectMalformedRequests()]
+        )
         try:
             port = server.add_insecure_port(config.listen)
         except RuntimeError:
@@ -69,9 +78,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         for service in (health.OVERALL_HEALTH, TIDELOG_SERVICE):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            [TIDELOG_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-        )
+        _enable_reflection([TIDELOG_SERVICE, health.SERVICE_NAME], server)
         runtime = NodeRuntime(config)
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
             TidelogServicer(config, runtime.replicas, runtime.routing, runtime.controller), server
@@ -113,6 +120,138 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             addr_path.unlink(missing_ok=True)
     log.info("node %d stopped", config.node_id)
     return 0
+
+
+class RejectMalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Answers INVALID_ARGUMENT to a request body that does not parse, for every method that
+    has grpc parse its requests, with at most one log line per MALFORMED_LOG_INTERVAL_S.
+
+    Left to grpc, a parse failure is an "unexpected" servicer exception: status UNKNOWN and a
+    traceback in the log per request. So the handler each method had gets its parsing moved
+    into the method: the bytes are parsed there, and a failure aborts the call."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._next_log = 0.0
+        self._unlogged = 0
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method
+        handler = self._handlers.get(method)
+        if handler is None:
+            found = await continuation(handler_call_details)
+            if found is None:  # an unknown method: grpc answers UNIMPLEMENTED; nothing cached
+                return found
+            handler = self._handlers[method] = self._parsing_inside(method, found)
+        return handler
+
+    def _parsing_inside(self, method: str, handler: Any) -> Any:
+        deserialize = handler.request_deserializer
+        if deserialize is None:  # the method takes bytes and parses them itself
+            return handler
+
+        async def parse(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return deserialize(raw)
+            except Exception as exc:  # whatever the parser raises, the bytes are at fault
+                await self._reject(method, context, exc)
+
+        async def parse_each(
+            raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            async for raw in raws:
+                yield await parse(raw, context)
+
+        async def request_of(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+            if handler.request_streaming:
+                return parse_each(arg, context)
+            return await parse(arg, context)
+
+        kind = "{}_{}".format(
+            "stream" if handler.request_streaming else "unary",
+            "stream" if handler.response_streaming else "unary",
+        )
+        behavior = getattr(handler, kind)
+        wrapped: Callable[..., Any]
+        if inspect.isasyncgenfunction(behavior):
+
+            async def wrapped(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+                async for response in behavior(await request_of(arg, context), context):
+                    yield response
+
+        else:
+
+            async def wrapped(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+                return await behavior(await request_of(arg, context), context)
+
+        return handler._replace(request_deserializer=None, **{kind: wrapped})
+
+    async def _reject(
+        self, method: str, context: grpc.aio.ServicerContext, exc: Exception
+    ) -> NoReturn:
+        now = time.monotonic()
+        if now >= self._next_log:
+            self._next_log = now + MALFORMED_LOG_INTERVAL_S
+            earlier, self._unlogged = self._unlogged, 0
+            log.warning(
+                "malformed request to %s from %s: %s (%d more since the last such line; at "
+                "most one line every %g s)",
+                method, context.peer(), exc, earlier, MALFORMED_LOG_INTERVAL_S,
+            )
+        else:
+            self._unlogged += 1
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request body: {exc}")
+        raise AssertionError("unreachable")
+
+
+def _enable_reflection(services: list[str], server: grpc.aio.Server) -> None:
+    """Serves server reflection as grpc.reflection.v1 and v1alpha (SPEC §5): current tools
+    (grpcurl, Postman) ask for v1 first, older ones for v1alpha. grpcio-reflection ships
+    v1alpha only; v1 is the same service under another package name with the same messages
+    field for field, so one servicer answers both, and v1's descriptor, derived from v1alpha's,
+    lets a client look v1 itself up too."""
+    v1_service = _register_reflection_v1()
+    servicer = reflection.aio.ReflectionServicer(
+        [*services, reflection.SERVICE_NAME, v1_service]
+    )
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    method = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler(v1_service, {"ServerReflectionInfo": method})]
+    )
+
+
+def _register_reflection_v1() -> str:
+    """Adds grpc/reflection/v1/reflection.proto, made from v1alpha's descriptor by renaming
+    the package, to the default descriptor pool (once); returns the v1 service's full name."""
+    old, new = reflection_pb2.DESCRIPTOR.package, "grpc.reflection.v1"
+    name = "grpc/reflection/v1/reflection.proto"
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName(name)
+    except KeyError:
+        proto = descriptor_pb2.FileDescriptorProto()
+        reflection_pb2.DESCRIPTOR.CopyToProto(proto)
+        proto.name, proto.package = name, new
+        proto.ClearField("options")
+        for message in proto.message_type:
+            for field in message.field:
+                if field.HasField("type_name"):  # scalars have none (and must keep it unset)
+                    field.type_name = field.type_name.replace(f".{old}.", f".{new}.")
+        for service in proto.service:
+            for rpc in service.method:
+                rpc.input_type = rpc.input_type.replace(f".{old}.", f".{new}.")
+                rpc.output_type = rpc.output_type.replace(f".{old}.", f".{new}.")
+        pool.AddSerializedFile(proto.SerializeToString())
+    return f"{new}.ServerReflection"
 
 
 def data_dir_in_use(data_dir: Path) -> bool:

@@ -25,6 +25,7 @@ from tidelog.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
     NodeUnavailableError,
+    RequestTimedOutError,
     RetriableError,
     TidelogError,
     TopicAlreadyExistsError,
@@ -352,9 +353,16 @@ class Client:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} is not in the metadata")
             return found
 
-        return call_with_retry(
-            attempt, what=f"Metadata for {topic!r}", deadline=deadline, backoff=self.backoff
-        )
+        try:
+            return call_with_retry(
+                attempt, what=f"Metadata for {topic!r}", deadline=deadline, backoff=self.backoff
+            )
+        except RequestTimedOutError as exc:
+            if not isinstance(exc.__cause__, UnknownTopicOrPartitionError):
+                raise  # no node answered: that is the news
+            raise RequestTimedOutError(  # Kafka's wording
+                f"topic {topic!r} not present in metadata after {deadline.timeout_ms:g} ms"
+            ) from exc.__cause__
 
     # ---- how a partition's failure changes the plan ------------------------------------------
 

@@ -99,11 +99,15 @@ class _Wait(tenacity.wait.wait_base):
 
 
 class _StopAtDeadline(tenacity.stop.stop_base):
+    """Stops when the pause before the next attempt would reach the deadline: an attempt with
+    no time left can only fail for lack of time, and its failure ("the deadline passed") would
+    hide the one that kept the call failing."""
+
     def __init__(self, deadline: Deadline) -> None:
         self._deadline = deadline
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
-        return self._deadline.expired
+        return self._deadline.remaining() <= retry_state.upcoming_sleep
 
 
 def _is_retriable(exc: BaseException) -> bool:

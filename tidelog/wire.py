@@ -32,10 +32,13 @@ def error_for(code: int, message: str, subject: object) -> TidelogError:
     return cls(f"{subject}: {message or cls.description}")
 
 
-def _hint(message: Any) -> LeaderHint | None:
-    if message.leader_id < 0:
+def _hint(answer: Any) -> LeaderHint | None:
+    """The answer's leader hint; None when it carries none (an absent message field reads as
+    leader 0, epoch 0) or the node knew no leader."""
+    if not answer.HasField("current_leader") or answer.current_leader.leader_id < 0:
         return None
-    return LeaderHint(message.leader_id, message.leader_epoch, message.leader_address)
+    hint = answer.current_leader
+    return LeaderHint(hint.leader_id, hint.leader_epoch, hint.leader_address)
 
 
 def _by_topic(items: Mapping[TopicPartition, V]) -> dict[str, list[tuple[int, V]]]:
@@ -157,15 +160,13 @@ def _per_partition(
     response: Any, answer: Callable[[Any], V]
 ) -> dict[TopicPartition, V | Failure]:
     """Each partition of a Produce, Fetch or ListOffsets response: its answer, or its error with
-    the leader hint it came with (ListOffsets answers carry no message: the code's description
-    is it)."""
+    the leader hint it came with."""
     out: dict[TopicPartition, V | Failure] = {}
     for topic in response.topics:
         for p in topic.partitions:
             tp = TopicPartition(topic.name, p.partition)
             if p.error_code:
-                message = getattr(p, "error_message", "")
-                out[tp] = Failure(error_for(p.error_code, message, tp), _hint(p.current_leader))
+                out[tp] = Failure(error_for(p.error_code, p.error_message, tp), _hint(p))
             else:
                 out[tp] = answer(p)
     return out

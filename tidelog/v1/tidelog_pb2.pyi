@@ -335,7 +335,7 @@ class ListOffsetsTopicResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ListOffsetsPartitionResponse, _Mapping]]] = ...) -> None: ...
 
 class ListOffsetsPartitionResponse(_message.Message):
-    __slots__ = ("partition", "error_code", "timestamp", "offset", "leader_epoch", "old_style_offsets", "current_leader")
+    __slots__ = ("partition", "error_code", "timestamp", "offset", "leader_epoch", "old_style_offsets", "current_leader", "error_message")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
@@ -343,6 +343,7 @@ class ListOffsetsPartitionResponse(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     OLD_STYLE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     CURRENT_LEADER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     partition: int
     error_code: int
     timestamp: int
@@ -350,7 +351,8 @@ class ListOffsetsPartitionResponse(_message.Message):
     leader_epoch: int
     old_style_offsets: _containers.RepeatedScalarFieldContainer[int]
     current_leader: LeaderHint
-    def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[int] = ..., timestamp: _Optional[int] = ..., offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., old_style_offsets: _Optional[_Iterable[int]] = ..., current_leader: _Optional[_Union[LeaderHint, _Mapping]] = ...) -> None: ...
+    error_message: str
+    def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[int] = ..., timestamp: _Optional[int] = ..., offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., old_style_offsets: _Optional[_Iterable[int]] = ..., current_leader: _Optional[_Union[LeaderHint, _Mapping]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class FindCoordinatorRequest(_message.Message):
     __slots__ = ("key", "key_type")
