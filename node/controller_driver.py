@@ -12,6 +12,8 @@ the rules; this module holds the I/O, the waiting and the producer-id block bein
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -34,6 +36,11 @@ from tidelog.v1 import raft_pb2_grpc
 
 _METADATA_PULL_EVERY_S = 0.2
 _PRODUCER_ID_BLOCK = 1000
+#: How long one voter may take to report its metadata high watermark at start.
+_CATCH_UP_CALL_S = 1.0
+_PULL_CALL_S = 2.0
+
+log = logging.getLogger("tidelog.node")
 
 
 class ControllerDriver:
@@ -140,15 +147,7 @@ class ControllerDriver:
             while True:
                 voter = self.voters[turn % len(self.voters)]
                 try:
-                    stub = raft_pb2_grpc.RaftTransportStub(channels[voter])
-                    response = await stub.FetchMetadata(
-                        rpb.FetchMetadataRequest(
-                            from_offset=self.image.applied_offset + 1, node_id=self.node_id
-                        ),
-                        timeout=2.0,
-                    )
-                    if response.error_code == 0 and response.records:
-                        self._apply_metadata_bytes(response.records)
+                    if await self._pull(channels[voter], _PULL_CALL_S):
                         continue
                 except grpc.aio.AioRpcError:
                     turn += 1
@@ -156,6 +155,63 @@ class ControllerDriver:
         finally:
             for channel in channels.values():
                 await channel.close()
+
+    # ---- catching up before serving -----------------------------------------------------------
+
+    async def catch_up(self, timeout_s: float) -> None:
+        """Return once this node's image holds every metadata record the other voters had
+        committed when asked (each that answers within a second is asked: a freshly restarted
+        one may lag the leader). A restarted voter's own high watermark is the one it last
+        checkpointed, so without this a node restarted right after a topic was created reports
+        SERVING and answers UNKNOWN_TOPIC_OR_PARTITION for it until the leader's next message
+        (or the next election, if the leader is unreachable). Committed records are the same
+        on every voter, so they are pulled as non-voters pull them. When no other voter answers
+        within `timeout_s` (the rest of the quorum is down too), the node serves what it has
+        and says so."""
+        others = [v for v in self.voters if v != self.node_id]
+        if not others:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        channels = [grpc.aio.insecure_channel(self.config.peers[v]) for v in others]
+        try:
+            while loop.time() < deadline:
+                answered = False
+                for channel in channels:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    with contextlib.suppress(grpc.aio.AioRpcError):
+                        while (pulled := await self._pull(
+                                channel, min(_CATCH_UP_CALL_S, remaining))):
+                            pass
+                        answered = answered or pulled is False
+                if answered:
+                    return
+                await asyncio.sleep(_METADATA_PULL_EVERY_S)
+        finally:
+            for channel in channels:
+                await channel.close()
+        log.warning("node %d: no metadata voter answered in %.1fs; serving the metadata it has "
+                    "(applied up to offset %d)", self.node_id, timeout_s,
+                    self.image.applied_offset)
+
+    async def _pull(self, channel: grpc.aio.Channel, timeout_s: float) -> bool | None:
+        """Pull and apply the committed metadata records after this node's image from a
+        voter: True when some came (there may be more), False when the voter had none beyond
+        it, None when the voter cannot answer (it holds no metadata replica yet)."""
+        response = await raft_pb2_grpc.RaftTransportStub(channel).FetchMetadata(
+            rpb.FetchMetadataRequest(
+                from_offset=self.image.applied_offset + 1, node_id=self.node_id
+            ),
+            timeout=timeout_s,
+        )
+        if response.error_code != 0:
+            return None
+        if not response.records:
+            return False
+        self._apply_metadata_bytes(response.records)
+        return True
 
     # ---- proposing (the controller leader) ---------------------------------------------------
 

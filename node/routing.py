@@ -41,14 +41,20 @@ class Routing:
         self.leaders.pop(tp, None)
 
     def leader_of(self, tp: TopicPartition) -> tuple[int, int]:
-        """(leader id, epoch) as this node knows it; (-1, -1) when unknown."""
+        """(leader id, epoch) of the newest epoch this node knows, from its own replica's core
+        or from announcements, whichever is newer; (-1, epoch) while that epoch's leader is
+        unknown (an election is under way: naming the previous epoch's leader would send
+        clients to a node that no longer leads, perhaps a dead one); (-1, -1) when nothing
+        is known."""
+        leader, epoch = -1, -1
         replica = self._partitions.get(tp)
-        if replica is not None and replica.core.leader_id is not None:
-            return replica.core.leader_id, replica.leader_epoch
+        if replica is not None:
+            core = replica.core
+            leader, epoch = (-1 if core.leader_id is None else core.leader_id), core.term
         known = self.leaders.get(tp)
-        if known is not None:
-            return known[0], known[1]
-        return -1, -1
+        if known is not None and (known[1] > epoch or (known[1] == epoch and leader < 0)):
+            leader, epoch = known[0], known[1]
+        return leader, epoch
 
     def isr_of(self, tp: TopicPartition) -> list[int]:
         replica = self._partitions.get(tp)

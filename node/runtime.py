@@ -28,6 +28,7 @@ from tidelog.v1 import raft_pb2 as rpb
 log = logging.getLogger("tidelog.node")
 
 _TRANSFER_WAIT_S = 3.0
+_METADATA_CATCH_UP_S = 10.0
 
 
 class NodeRuntime:
@@ -48,7 +49,9 @@ class NodeRuntime:
         self.replicas.step(env, payload)
 
     async def start(self) -> None:
-        """Load every log (metadata first, then the topics it names) before serving."""
+        """Load every log (metadata first, then the topics it names), run the loops, and
+        return once the metadata is as current as the controller's committed state: the
+        server reports SERVING only then."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.replicas.start_links()
         await self.controller.load()
@@ -56,6 +59,7 @@ class NodeRuntime:
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())
         self._tasks = [asyncio.create_task(_fail_fast(loop_)) for loop_ in loops]
+        await self.controller.catch_up(_METADATA_CATCH_UP_S)
 
     async def stop(self, graceful: bool) -> None:
         self.housekeeping.stopping = True
