@@ -249,7 +249,7 @@ class PartitionReplica:
 
     def propose(self, batch: bytes, acks: int) -> ProduceResult:
         """Validate, deduplicate and propose one produced batch."""
-        header = self.log.validate_produced_batch(batch)
+        header = self.log.validate_produced_batch(batch, from_client=True)
         producers = self._producer_state()
         original = producers.check(header)
         if original is not None:  # a retry of a batch already written: acknowledge, don't write

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tidelog.errors import (
-    CorruptMessageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -35,7 +34,6 @@ from tidelog.records import (
     check_crc,
     iter_batches,
     read_header,
-    record_keys,
     validate_batch,
 )
 from tidelog.storage.checkpoint import fsync_dir
@@ -172,11 +170,13 @@ class Log:
         """Validate one produced batch, give it the next offsets and `leader_epoch`, write it.
 
         A control batch (epoch or transaction marker written by the node itself) is appended
-        as is: it keeps its -1 timestamp, even under LogAppendTime.
+        as is: it keeps its -1 timestamp, even under LogAppendTime. This is the node's own
+        append, so the producer-only rules are not applied; a client's batch reaches the log
+        through the node's propose path, which validates it with `from_client=True`.
         """
         with self._lock:
             self._check_open()
-            header = self.validate_produced_batch(batch)
+            header = self.validate_produced_batch(batch, from_client=False)
             now = self._clock()
             log_append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
             stamp = now if log_append_time and not header.is_control else None
@@ -191,7 +191,7 @@ class Log:
                 self._log_start_offset,
             )
 
-    def validate_produced_batch(self, batch: bytes) -> BatchHeader:
+    def validate_produced_batch(self, batch: bytes, *, from_client: bool) -> BatchHeader:
         """The leader's checks of a produced batch under this topic's config; nothing is written.
 
         Refused: a batch over max.message.bytes (MESSAGE_TOO_LARGE, as Kafka's
@@ -199,14 +199,15 @@ class Log:
         malformed one or a CRC mismatch (CORRUPT_MESSAGE), and with CreateTime a record
         timestamp outside the topic's allowed distance from now (INVALID_TIMESTAMP), and in a
         compacted topic a record without a key (CORRUPT_MESSAGE, Kafka's
-        LogValidator.validateKey): the cleaner could never tell which value it replaces. A
+        LogValidator.validateKey): the cleaner could never tell which value it replaces. With
+        `from_client`, what only a producer may not write as well (`validate_batch`). A
         replicated leader calls this before proposing, then appends the stamped batch as a
         follower would.
         """
         self._check_size(len(batch), check_max_message_bytes=True)
         config = self._config
         log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
-        header = validate_batch(
+        return validate_batch(
             batch,
             now_ms=self._clock(),
             timestamp_before_max_ms=LONG_MAX
@@ -215,17 +216,9 @@ class Log:
             timestamp_after_max_ms=LONG_MAX
             if log_append_time
             else config.message_timestamp_after_max_ms,
+            from_client=from_client,
+            require_keys=config.compact_enabled,
         )
-        if config.compact_enabled and not header.is_control:
-            # A second pass over the records, paid only by compacted topics (low volume).
-            for record in record_keys(batch, 0, header):
-                if record.key is None:
-                    raise CorruptMessageError(
-                        f"compacted topic partition {self.directory.name} accepts only records "
-                        f"with a key; record {record.offset - header.base_offset} of the batch "
-                        "has none"
-                    )
-        return header
 
     def append_as_follower(self, batches: bytes | memoryview) -> LogAppendInfo:
         """Append the leader's batches as they are (offsets, epochs, timestamps included).

@@ -8,8 +8,15 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from record_helpers import T, forge_batch, forge_header, forge_record, kafka_v2_record
 
-from tidelog.errors import CorruptMessageError, InvalidTimestampError
+from tidelog.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    InvalidTxnStateError,
+    UnsupportedCompressionTypeError,
+)
 from tidelog.records import (
     HEADER_SIZE,
     NO_TIMESTAMP,
@@ -23,18 +30,34 @@ from tidelog.records import (
     control_type_of,
     crc_matches,
     decode_records,
+    first_record_reaching,
     iter_batches,
     read_header,
+    record_keys,
     record_timestamps,
+    retain_records,
     validate_batch,
 )
 
 UNBOUNDED = 2**62
 
 
-def _validate(buf: bytes, now_ms: int = 10_000, before: int = UNBOUNDED, after: int = UNBOUNDED):
+def _validate(
+    buf: bytes,
+    now_ms: int = 10_000,
+    before: int = UNBOUNDED,
+    after: int = UNBOUNDED,
+    *,
+    from_client: bool = False,
+    require_keys: bool = False,
+):
     return validate_batch(
-        buf, now_ms=now_ms, timestamp_before_max_ms=before, timestamp_after_max_ms=after
+        buf,
+        now_ms=now_ms,
+        timestamp_before_max_ms=before,
+        timestamp_after_max_ms=after,
+        from_client=from_client,
+        require_keys=require_keys,
     )
 
 
@@ -159,3 +182,148 @@ def test_iter_batches_walks_concatenated_batches() -> None:
     assert positions == [(0, 0, 2), (len(a), 3, 4)]
     with pytest.raises(CorruptMessageError):
         list(iter_batches(a + b[:-1]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Record framing: a batch whose CRC is right but whose records lie is refused before it is
+# written, and never decodes to garbage or a raw exception.
+
+LYING_RECORDS = {
+    "key length past the record": (forge_record(key=b"k", key_len=1000), "key length 1000"),
+    "key length below -1": (forge_record(key=b"", key_len=-7), "key length -7"),
+    "value length past the record": (forge_record(value_len=4096), "value length 4096"),
+    "value length below -1": (forge_record(value=b"", value_len=-3), "value length -3"),
+    "absurd header count": (forge_record(headers=struct.pack(">i", 2**31 - 1)), "header count"),
+    "negative header count": (forge_record(headers=struct.pack(">i", -1)), "header count -1"),
+    "header key length past the record": (
+        forge_record(headers=struct.pack(">i", 1) + forge_header(b"h", b"x", key_len=77)),
+        "header 0 key length 77",
+    ),
+    "null header key": (
+        forge_record(headers=struct.pack(">i", 1) + forge_header(b"", b"x", key_len=-1)),
+        "header 0 key length -1",
+    ),
+    "header key not UTF-8": (
+        forge_record(headers=struct.pack(">i", 1) + forge_header(b"\xff\xfe", b"x")),
+        "header 0 key is not UTF-8",
+    ),
+    "header value length past the record": (
+        forge_record(headers=struct.pack(">iib", 1, 1, ord("h")) + struct.pack(">i", 9)),
+        "header 0 value length 9",
+    ),
+    "length longer than the fields": (forge_record(extra=3), "end 3 bytes before"),
+    "length shorter than the fields": (forge_record(extra=-2), "length"),
+    "record attributes set": (forge_record(attributes=1), "attributes 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LYING_RECORDS))
+def test_a_record_lying_about_its_framing_is_refused_and_never_decodes(case: str) -> None:
+    """The good record before the liar makes the point of the bug: today's leader acknowledges
+    the batch, then every consumer of the partition fails on it."""
+    liar, what = LYING_RECORDS[case]
+    liar = liar[:5] + struct.pack(">i", 1) + liar[9:]  # the second record: offset delta 1
+    buf = forge_batch(forge_record(value=b"good"), liar)
+    header = read_header(buf)
+    check_crc(buf, 0, header)
+    with pytest.raises(CorruptMessageError, match=f"malformed record 1 of the batch: .*{what}"):
+        _validate(buf)
+    for reader in (decode_records, record_keys, lambda b, p, h: retain_records(b, p, h, {1})):
+        with pytest.raises(CorruptMessageError, match="malformed record 1"):
+            list(reader(buf, 0, header))
+
+
+def test_absurd_record_counts_are_refused_before_any_record_is_read() -> None:
+    buf = forge_batch(forge_record(), count=2**31 - 1)
+    with pytest.raises(CorruptMessageError, match="claims 2147483647 records"):
+        _validate(buf)
+    with pytest.raises(CorruptMessageError, match="claims"):
+        decode_records(buf, 0, read_header(buf))
+
+
+def test_the_first_record_carries_first_timestamp() -> None:
+    """Otherwise first_timestamp and max_timestamp could name a time no record has."""
+    buf = forge_batch(forge_record(ts_delta=-5), max_timestamp=T)
+    with pytest.raises(CorruptMessageError, match=r"malformed record 0 .*timestamp delta is not 0"):
+        _validate(buf)
+
+
+def test_records_that_do_not_fill_the_batch_are_refused() -> None:
+    buf = forge_batch(forge_record(), forge_record(offset_delta=1), count=1)
+    with pytest.raises(CorruptMessageError, match="follow the last of the batch's 1 records"):
+        _validate(buf)
+
+
+def test_a_batch_without_records_is_refused() -> None:
+    with pytest.raises(CorruptMessageError, match="at least one"):
+        _validate(forge_batch(count=0))
+
+
+def test_a_compacted_topic_refuses_a_keyless_record_in_the_same_pass() -> None:
+    buf = build_batch([RecordInput(b"x", b"k", T), RecordInput(b"y", None, T)])
+    _validate(buf)
+    with pytest.raises(CorruptMessageError, match="record 1 of the batch has none"):
+        _validate(buf, require_keys=True)
+    _validate(build_control_batch(ControlType.LEADER_CHANGE), require_keys=True)
+
+
+def test_lookups_by_timestamp_stop_at_a_record_length_that_leaves_the_batch() -> None:
+    buf = forge_batch(forge_record(), forge_record(offset_delta=1, extra=500)[:-500])
+    header = read_header(buf)
+    with pytest.raises(CorruptMessageError, match="malformed record 1"):
+        list(record_timestamps(buf + bytes(1000), 0, header))
+    with pytest.raises(CorruptMessageError, match="malformed record 1"):
+        first_record_reaching(buf + bytes(1000), 0, header, T + 1, 0)
+
+
+# ---- what only a producer may not write ------------------------------------------------------
+
+
+def test_clients_may_not_write_control_batches() -> None:
+    buf = build_control_batch(ControlType.COMMIT, producer_id=5, producer_epoch=0)
+    _validate(buf)  # the node's own markers
+    with pytest.raises(InvalidRecordError, match="control batches") as err:
+        _validate(buf, from_client=True)
+    assert err.value.code == 87
+
+
+def test_transactional_batches_outside_a_transaction_are_refused() -> None:
+    buf = build_batch(
+        [RecordInput(b"v", None, T)], producer_id=5, producer_epoch=0, base_sequence=0,
+        transactional=True,
+    )
+    with pytest.raises(InvalidTxnStateError, match="ongoing transaction") as err:
+        _validate(buf, from_client=True)
+    assert err.value.code == 48
+
+
+@pytest.mark.parametrize(("codec", "name"), [(1, "gzip"), (2, "snappy"), (3, "lz4"), (4, "zstd"),
+                                             (7, "unknown codec 7")])
+def test_compressed_batches_get_unsupported_compression_type(codec: int, name: str) -> None:
+    buf = forge_batch(forge_record(), attributes=codec)
+    with pytest.raises(UnsupportedCompressionTypeError, match=name) as err:
+        _validate(buf)
+    assert err.value.code == 76
+    with pytest.raises(UnsupportedCompressionTypeError):
+        decode_records(buf, 0, read_header(buf))
+
+
+def test_attribute_bits_without_a_meaning_are_refused_from_clients() -> None:
+    with pytest.raises(InvalidRecordError, match="0x0040"):
+        _validate(forge_batch(forge_record(), attributes=0x40), from_client=True)
+
+
+def test_a_producer_id_needs_a_base_sequence() -> None:
+    buf = build_batch([RecordInput(b"v", None, T)], producer_id=5, producer_epoch=0)
+    with pytest.raises(InvalidRecordError, match="without a base sequence"):
+        _validate(buf, from_client=True)
+
+
+def test_a_kafka_v2_batch_with_varint_records_is_refused_as_such() -> None:
+    """Same header, same magic 2: only the records differ, and the error must say so."""
+    buf = forge_batch(kafka_v2_record(0, b"hello"), kafka_v2_record(1, b"kafka"))
+    check_crc(buf, 0, read_header(buf))
+    with pytest.raises(CorruptMessageError, match="Kafka's v2 record encoding"):
+        _validate(buf, from_client=True)
+    with pytest.raises(CorruptMessageError, match="Kafka's v2 record encoding"):
+        decode_records(buf, 0, read_header(buf))

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import crc32c
 import pytest
 from storage_helpers import (
     T0,
@@ -21,6 +23,7 @@ from storage_helpers import (
 
 from tidelog.errors import CorruptMessageError
 from tidelog.records import (
+    HEADER_SIZE,
     ControlType,
     Record,
     RecordInput,
@@ -149,7 +152,11 @@ class TestRetainRecords:
         gapped = retain_records(data, 0, read_header(data), {100, 102})
         with pytest.raises(CorruptMessageError, match="one record per offset"):
             validate_batch(
-                gapped, now_ms=T0, timestamp_before_max_ms=DAY, timestamp_after_max_ms=DAY
+                gapped,
+                now_ms=T0,
+                timestamp_before_max_ms=DAY,
+                timestamp_after_max_ms=DAY,
+                from_client=True,
             )
 
 
@@ -249,6 +256,20 @@ class TestNullKeys:
             log.append_as_leader(data, 0)
         assert log.log_end_offset == 0
         log.append_as_leader(marker(), 0)  # a control record's key is not the user's
+
+    def test_a_lying_key_length_is_refused_not_a_crash(
+        self, tmp_path: Path, clock: FakeClock
+    ) -> None:
+        """The compacted produce path read keys before their lengths were checked: a key
+        length past the record raised struct.error (gRPC UNKNOWN at the node)."""
+        log = compacted_log(tmp_path, clock, segment_bytes=10**6)
+        data = bytearray(build_batch([RecordInput(b"x", b"k", T0), RecordInput(b"y", b"k", T0)]))
+        second = HEADER_SIZE + 4 + struct.unpack_from(">i", data, HEADER_SIZE)[0]
+        struct.pack_into(">i", data, second + 17, 1 << 20)  # the second record's key length
+        struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+        with pytest.raises(CorruptMessageError, match=r"malformed record 1 .*key length 1048576"):
+            log.validate_produced_batch(bytes(data), from_client=True)
+        assert log.log_end_offset == 0
 
     def test_accepted_without_compaction_and_dropped_by_a_later_cleaner(
         self, tmp_path: Path, clock: FakeClock

@@ -15,7 +15,8 @@ Layout (all integers big-endian), in the spirit of Kafka's v2 batch::
     12      4     partition_leader_epoch   epoch of the leader that appended it
     16      1     magic                    format version (MAGIC)
     17      4     crc                      CRC32C of everything from `attributes` to the end
-    21      2     attributes               bit 3 timestamp type, bit 4 transactional, bit 5 control
+    21      2     attributes               bits 0-2 compression (always 0: none), bit 3
+                                           timestamp type, bit 4 transactional, bit 5 control
     23      4     last_offset_delta        last offset - base offset
     27      8     first_timestamp          timestamp of the first record
     35      8     max_timestamp            largest record timestamp (or the log-append time)
@@ -54,7 +55,14 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
-from tidelog.errors import CorruptMessageError, InvalidTimestampError
+from tidelog.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    InvalidTxnStateError,
+    TidelogError,
+    UnsupportedCompressionTypeError,
+)
 
 MAGIC = 2
 NO_TIMESTAMP = -1
@@ -63,9 +71,14 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
+ATTR_COMPRESSION = 0x07  # Kafka's codec bits; Tidelog writes 0 (none) and reads nothing else
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+#: Every attribute bit with a meaning; a producer setting another one is refused.
+ATTR_DEFINED = ATTR_COMPRESSION | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
+#: Kafka's codec numbers, for the message that refuses them.
+_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = _HEADER.size  # 61
@@ -82,12 +95,15 @@ _RECORD_PREFIX = struct.Struct(">iBiqi")  # length, attributes, offset_delta, ts
 #: packed with (length, attributes 0, offset_delta, timestamp_delta, key_length -1,
 #: value_length), the value, and NO_HEADERS. Public for the producer's send(), which encodes
 #: such records inline (a call per record is a measurable part of its cost).
-pack_plain_record_prefix = struct.Struct(">iBiqii").pack
+_PLAIN_RECORD_PREFIX = struct.Struct(">iBiqii")
+pack_plain_record_prefix = _PLAIN_RECORD_PREFIX.pack
 NO_HEADERS = bytes(4)  # a header count of 0
 _I32 = struct.Struct(">i")
 #: Bytes of every record beyond its key, value and headers (all its fixed fields): what a
 #: producer counts per record against its batch size.
 RECORD_OVERHEAD = 4 + 1 + 4 + 8 + 4 + 4 + 4
+_MIN_RECORD_LENGTH = RECORD_OVERHEAD - 4  # a record's `length` with no key, value or header
+_KEY_AT = 21  # where a record's key starts, relative to the record
 
 
 class TimestampType(IntEnum):
@@ -375,42 +391,46 @@ def validate_batch(
     now_ms: int,
     timestamp_before_max_ms: int,
     timestamp_after_max_ms: int,
+    from_client: bool,
+    require_keys: bool = False,
 ) -> BatchHeader:
     """Check a produced batch completely before the leader appends it.
 
-    The whole buffer must be exactly one batch with a good CRC, records whose lengths tile the
-    body exactly, offset deltas 0..n-1, a max_timestamp equal to the largest record timestamp,
-    and (for CreateTime) every timestamp within the topic's allowed distance from `now_ms`.
-    One `struct` call per record and no objects: this runs on every produce.
+    The whole buffer must be exactly one batch with a good CRC, records that pass
+    `validate_records` with offset deltas 0..n-1, a max_timestamp equal to the largest record
+    timestamp, and (for CreateTime) every timestamp within the topic's allowed distance from
+    `now_ms`. `require_keys` (compacted topics) refuses a record without a key in the same pass.
+
+    `from_client` adds what only a producer may not do, as Kafka's LogValidator does for
+    AppendOrigin.CLIENT: a control batch (INVALID_RECORD: markers are the node's to write, and
+    a forged one would hide the records after it from read_committed consumers), attribute
+    bits with no meaning (INVALID_RECORD), a producer id without a base sequence
+    (INVALID_RECORD), and a transactional batch (INVALID_TXN_STATE, what Kafka answers a
+    transactional write to a partition that is not in an ongoing transaction (KIP-890): no
+    Tidelog transaction can be ongoing until transactions exist, and a transactional batch
+    with no marker ever deciding it would hold the last stable offset back for good).
     """
     header = read_header(buf, 0)
     if header.size != len(buf):
         raise CorruptMessageError("a produce request carries exactly one batch per partition")
-    if header.records_count != header.last_offset_delta + 1:
-        raise CorruptMessageError("a produced batch holds one record per offset")
     check_crc(buf, 0, header)
-    pos = HEADER_SIZE
-    end = len(buf)
-    min_delta = max_delta = 0
-    unpack = _RECORD_PREFIX.unpack_from
-    expected_delta = 0
-    try:
-        while pos < end:
-            length, _attrs, offset_delta, ts_delta, _key_len = unpack(buf, pos)
-            if offset_delta != expected_delta or length < RECORD_OVERHEAD - 4:
-                raise CorruptMessageError(f"malformed record {expected_delta} in batch")
-            if ts_delta > max_delta:
-                max_delta = ts_delta
-            elif ts_delta < min_delta:
-                min_delta = ts_delta
-            pos += 4 + length
-            expected_delta += 1
-    except struct.error as exc:
-        raise CorruptMessageError("record extends past the end of the batch") from exc
-    if pos != end or expected_delta != header.records_count:
-        raise CorruptMessageError("record lengths do not match the batch length")
+    if from_client:
+        _check_client_batch(header)
+    if header.records_count < 1 or header.records_count != header.last_offset_delta + 1:
+        raise CorruptMessageError(
+            f"a produced batch holds one record per offset and at least one: "
+            f"{header.records_count} records for last_offset_delta {header.last_offset_delta}"
+        )
+    # Offset deltas strictly increasing within 0..last_offset_delta, one record per offset:
+    # exactly 0, 1, ..., n-1.
+    min_delta, max_delta = validate_records(
+        buf, 0, header, require_keys=require_keys and not header.is_control
+    )
     if header.first_timestamp + max_delta != header.max_timestamp:
-        raise CorruptMessageError("max_timestamp does not match the records")
+        raise CorruptMessageError(
+            f"max_timestamp {header.max_timestamp} does not match the records' largest "
+            f"timestamp {header.first_timestamp + max_delta}"
+        )
     if not header.is_control:
         earliest = header.first_timestamp + min_delta
         if earliest < now_ms - timestamp_before_max_ms:
@@ -424,6 +444,232 @@ def validate_batch(
                 f"{timestamp_after_max_ms} ms after the broker time {now_ms}"
             )
     return header
+
+
+def _check_client_batch(header: BatchHeader) -> None:
+    """The producer-only rules of `validate_batch`."""
+    if header.attributes & ~ATTR_DEFINED:
+        raise InvalidRecordError(
+            f"batch attributes {header.attributes:#06x} set bits with no meaning "
+            f"(defined: {ATTR_DEFINED:#04x})"
+        )
+    if header.is_control:
+        raise InvalidRecordError(
+            "clients may not write control batches (attribute 0x20): markers are written by "
+            "the partition leader"
+        )
+    if header.is_transactional:
+        raise InvalidTxnStateError(
+            "a transactional batch (attribute 0x10) needs an ongoing transaction, and this "
+            "Tidelog version has none to be part of; produce without the transactional bit"
+        )
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"producer id {header.producer_id} without a base sequence ({header.base_sequence})"
+        )
+
+
+def validate_records(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    *,
+    require_keys: bool = False,
+) -> tuple[int, int]:
+    """Check the framing of every record of the batch at `pos`; return the smallest and
+    largest timestamp delta (0 included: the first record's).
+
+    The one place that decides whether a batch's records can be read: every reader of record
+    contents (`decode_records`, `record_keys`, `retain_records`) calls it first and may then
+    trust every length, and the leader calls it (through `validate_batch`) before a batch is
+    appended, so a batch whose CRC is right but whose lengths lie never reaches a log. Each
+    record must lie inside the batch, with lengths that tile it exactly (key and value -1 for
+    null or >= 0, header count >= 0, header keys non-null UTF-8, header values -1 or >= 0),
+    attributes 0, offset deltas strictly increasing within last_offset_delta, and the first
+    record's timestamp delta 0; the records fill the batch exactly. `require_keys` (compacted
+    topics) refuses a record without a key in the same pass.
+    A batch compressed with a Kafka codec is refused (UNSUPPORTED_COMPRESSION_TYPE); anything
+    else raises CorruptMessageError naming the record and the field.
+
+    No value is copied and no object is built per record (header keys are decoded to check
+    their UTF-8): `struct.unpack_from` at computed offsets, as this runs on every produce.
+    """
+    compression = header.attributes & ATTR_COMPRESSION
+    if compression:
+        codec = _CODEC_NAMES.get(compression, f"unknown codec {compression}")
+        raise UnsupportedCompressionTypeError(
+            f"the batch is compressed ({codec}); Tidelog implements no compression, so "
+            "batches must be sent uncompressed (attribute bits 0-2 zero)"
+        )
+    start = pos + HEADER_SIZE
+    end = pos + header.size
+    try:
+        return _walk_records(buf, start, end, header, require_keys)
+    except CorruptMessageError:
+        if _is_kafka_varint_body(buf, start, end, header.records_count):
+            raise CorruptMessageError(
+                "the batch has Kafka's v2 record encoding (varint lengths); Tidelog batches "
+                "use magic 2 with fixed-width big-endian record fields instead"
+            ) from None
+        raise
+
+
+def _walk_records(
+    buf: bytes | bytearray | memoryview,
+    rec_pos: int,
+    end: int,
+    header: BatchHeader,
+    require_keys: bool,
+) -> tuple[int, int]:
+    count = header.records_count
+    if count * RECORD_OVERHEAD > end - rec_pos:
+        raise CorruptMessageError(
+            f"the batch claims {count} records, but its {end - rec_pos} bytes of records hold "
+            f"at most {(end - rec_pos) // RECORD_OVERHEAD}"
+        )
+    if count and _TS_DELTA_FIELD.unpack_from(buf, rec_pos + 9)[0]:
+        raise _malformed(0, "its timestamp delta is not 0 (first_timestamp is its time)")
+    # The prefix read with the value length that follows it when the key is null (the common
+    # record); a record with a key has its value length read again after the key.
+    unpack_prefix = _PLAIN_RECORD_PREFIX.unpack_from
+    unpack_i32 = _I32.unpack_from
+    last_offset_delta = header.last_offset_delta
+    previous = -1
+    min_ts = max_ts = 0
+    index = 0
+    try:
+        # One combined test per group of fields; which one failed is worked out only then.
+        for index in range(count):
+            length, attributes, offset_delta, ts_delta, key_len, value_len = unpack_prefix(
+                buf, rec_pos
+            )
+            rec_end = rec_pos + 4 + length
+            if (
+                length < _MIN_RECORD_LENGTH or rec_end > end or attributes
+                or not previous < offset_delta <= last_offset_delta
+            ):
+                raise _bad_prefix(index, length, end - rec_pos - 4, attributes, offset_delta,
+                                  previous, last_offset_delta)
+            previous = offset_delta
+            if ts_delta > max_ts:
+                max_ts = ts_delta
+            elif ts_delta < min_ts:
+                min_ts = ts_delta
+            if key_len == -1 and not require_keys:
+                cursor = rec_pos + _KEY_AT + 4
+            elif key_len >= 0:
+                cursor = rec_pos + _KEY_AT + key_len
+                if cursor + 8 > rec_end:
+                    raise _malformed(index, f"key length {key_len} runs past the record's end")
+                (value_len,) = unpack_i32(buf, cursor)
+                cursor += 4
+            else:
+                raise _bad_key(index, key_len)
+            if value_len > 0:
+                cursor += value_len
+            elif value_len < -1:
+                raise _malformed(index, f"value length {value_len}")
+            if cursor + 4 > rec_end:
+                raise _malformed(index, f"value length {value_len} runs past the record's end")
+            (header_count,) = unpack_i32(buf, cursor)
+            cursor += 4
+            if header_count:
+                cursor = _walk_headers(buf, cursor, rec_end, header_count, index)
+            if cursor != rec_end:
+                raise _malformed(
+                    index, f"its fields end {rec_end - cursor} bytes before its length says"
+                )
+            rec_pos = rec_end
+    except struct.error:  # a prefix read past the end of `buf` itself
+        raise _malformed(index, "it starts too close to the end of the data") from None
+    if rec_pos != end:
+        raise CorruptMessageError(
+            f"{end - rec_pos} bytes follow the last of the batch's {count} records"
+        )
+    return min_ts, max_ts
+
+
+def _bad_prefix(
+    index: int, length: int, room: int, attributes: int, offset_delta: int, previous: int,
+    last_offset_delta: int,
+) -> TidelogError:
+    """Say which of a record's fixed fields `_walk_records` found wrong."""
+    if not _MIN_RECORD_LENGTH <= length <= room:
+        return _malformed(index, f"length {length} does not fit the batch ({room} bytes left)")
+    if attributes:
+        return _malformed(index, f"attributes {attributes} (records have none; must be 0)")
+    return _malformed(
+        index,
+        f"offset delta {offset_delta} is not above {previous} and at most last_offset_delta "
+        f"{last_offset_delta}",
+    )
+
+
+def _bad_key(index: int, key_len: int) -> TidelogError:
+    if key_len == -1:
+        return CorruptMessageError(
+            f"a compacted topic accepts only records with a key; record {index} of the batch "
+            "has none"
+        )
+    return _malformed(index, f"key length {key_len}")
+
+
+def _walk_headers(
+    buf: bytes | bytearray | memoryview, cursor: int, rec_end: int, count: int, index: int
+) -> int:
+    """Check a record's headers from `cursor` (past the count); return where they end."""
+    if not 0 <= count <= (rec_end - cursor) // 8:
+        raise _malformed(index, f"header count {count} does not fit the record")
+    unpack_i32 = _I32.unpack_from
+    for n in range(count):
+        if cursor + 8 > rec_end:
+            raise _malformed(index, f"header {n} runs past the record's end")
+        (key_len,) = unpack_i32(buf, cursor)
+        cursor += 4
+        if not 0 <= key_len <= rec_end - cursor - 4:
+            raise _malformed(index, f"header {n} key length {key_len}")
+        try:
+            str(buf[cursor : cursor + key_len], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise _malformed(index, f"header {n} key is not UTF-8 ({exc.reason})") from None
+        cursor += key_len
+        (value_len,) = unpack_i32(buf, cursor)
+        cursor += 4
+        if not -1 <= value_len <= rec_end - cursor:
+            raise _malformed(index, f"header {n} value length {value_len}")
+        if value_len > 0:
+            cursor += value_len
+    return cursor
+
+
+def _malformed(index: int, what: str) -> TidelogError:
+    return CorruptMessageError(f"malformed record {index} of the batch: {what}")
+
+
+def _is_kafka_varint_body(
+    buf: bytes | bytearray | memoryview, pos: int, end: int, count: int
+) -> bool:
+    """Whether the records from `pos` to `end` read as `count` records of Kafka's v2 encoding
+    (zigzag varint length, attributes byte 0, ...): only to say so when refusing them."""
+    if count < 1:
+        return False
+    for _ in range(count):
+        length = 0
+        for shift in range(0, 35, 7):
+            if pos >= end:
+                return False
+            byte = buf[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                break
+        else:
+            return False
+        length = (length >> 1) ^ -(length & 1)
+        if length < 1 or pos + length > end or buf[pos] != 0:
+            return False
+        pos += length
+    return pos == end
 
 
 def assign_offsets(
@@ -461,12 +707,20 @@ def assign_offsets(
 def _iter_record_prefixes(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> Iterator[tuple[int, int, int]]:
-    """Yield (record position, offset, timestamp) of each record without decoding payloads."""
+    """Yield (record position, offset, timestamp) of each record without decoding payloads.
+
+    Only each record's length is checked (it must fit the batch), which is all this walk
+    relies on; readers of keys, values or headers call `validate_records` first."""
     unpack = _RECORD_PREFIX.unpack_from
     rec_pos = pos + HEADER_SIZE
+    end = pos + header.size
     log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
-    for _ in range(header.records_count):
+    for index in range(header.records_count):
+        if rec_pos + RECORD_OVERHEAD > end:
+            raise _malformed(index, "it starts too close to the end of the batch to hold one")
         length, _attrs, offset_delta, ts_delta, _ = unpack(buf, rec_pos)
+        if length < _MIN_RECORD_LENGTH or rec_pos + 4 + length > end:
+            raise _malformed(index, f"length {length} does not fit the batch")
         ts = header.max_timestamp if log_append else header.first_timestamp + ts_delta
         yield rec_pos, header.base_offset + offset_delta, ts
         rec_pos += 4 + length
@@ -478,13 +732,19 @@ def first_record_reaching(
 ) -> tuple[int, int] | None:
     """(offset, timestamp) of the batch's first record at or after `min_offset` whose
     timestamp is >= `target_ms`, or None. A plain loop rather than `record_timestamps`: it is
-    the inner loop of every lookup by timestamp, where generators cost as much as the rest."""
+    the inner loop of every lookup by timestamp, where generators cost as much as the rest.
+    It checks what it relies on as `_iter_record_prefixes` does."""
     unpack = _RECORD_PREFIX.unpack_from
     base, first_ts = header.base_offset, header.first_timestamp
     log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
     rec_pos = pos + HEADER_SIZE
-    for _ in range(header.records_count):
+    end = pos + header.size
+    for index in range(header.records_count):
+        if rec_pos + RECORD_OVERHEAD > end:
+            raise _malformed(index, "it starts too close to the end of the batch to hold one")
         length, _attrs, offset_delta, ts_delta, _ = unpack(buf, rec_pos)
+        if length < _MIN_RECORD_LENGTH or rec_pos + 4 + length > end:
+            raise _malformed(index, f"length {length} does not fit the batch")
         ts = header.max_timestamp if log_append else first_ts + ts_delta
         if ts >= target_ms and base + offset_delta >= min_offset:
             return base + offset_delta, ts
@@ -503,12 +763,14 @@ def record_timestamps(
 def decode_records(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> list[Record]:
-    """Decode every record of the batch at `pos` (consumer side)."""
+    """Decode every record of the batch at `pos` (consumer side), after `validate_records`
+    (so a lying length raises CorruptMessageError instead of decoding garbage)."""
+    validate_records(buf, pos, header)
     out: list[Record] = []
     data = bytes(memoryview(buf)[pos : pos + header.size])
     unpack_i32 = _I32.unpack_from
     for rec_pos, offset, ts in _iter_record_prefixes(data, 0, header):
-        cursor = rec_pos + 21
+        cursor = rec_pos + _KEY_AT
         (key_len,) = unpack_i32(data, cursor - 4)
         key = None if key_len < 0 else data[cursor : cursor + key_len]
         cursor += max(key_len, 0)
@@ -544,11 +806,13 @@ def record_keys(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> Iterator[RecordKey]:
     """Yield offset, key and tombstone flag of each record, without copying values."""
+    validate_records(buf, pos, header)
     unpack_i32 = _I32.unpack_from
     for rec_pos, offset, _ in _iter_record_prefixes(buf, pos, header):
-        (key_len,) = unpack_i32(buf, rec_pos + 17)
-        key = None if key_len < 0 else bytes(buf[rec_pos + 21 : rec_pos + 21 + key_len])
-        (value_len,) = unpack_i32(buf, rec_pos + 21 + max(key_len, 0))
+        key_at = rec_pos + _KEY_AT
+        (key_len,) = unpack_i32(buf, key_at - 4)
+        key = None if key_len < 0 else bytes(buf[key_at : key_at + key_len])
+        (value_len,) = unpack_i32(buf, key_at + max(key_len, 0))
         yield RecordKey(offset, key, value_len < 0)
 
 
@@ -563,6 +827,7 @@ def retain_records(
     and max timestamps are recomputed because lookups trust them; under LogAppendTime the
     records read the batch's time, which stays while a record does.
     """
+    validate_records(buf, pos, header)
     unpack = _RECORD_PREFIX.unpack_from
     view = memoryview(buf)
     rec_pos = pos + HEADER_SIZE

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import struct
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from tidelog.errors import CorruptMessageError
+from tidelog.errors import CorruptMessageError, UnsupportedCompressionTypeError
 
 if TYPE_CHECKING:
     from tidelog.records import BatchHeader
@@ -183,7 +182,7 @@ def _dump_records(
         records = decode_records(buf, pos, h)
         # a compacted control batch may have lost its record
         control = control_type_of(buf, pos, h) if h.is_control and records else None
-    except (CorruptMessageError, struct.error, UnicodeDecodeError) as exc:
+    except (CorruptMessageError, UnsupportedCompressionTypeError) as exc:
         return [f"{path}: records of the batch at position {position} do not decode: {exc}"]
     for r in records:
         if control is not None:

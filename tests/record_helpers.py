@@ -1,0 +1,77 @@
+"""Batches laid out by hand, so that any field can lie while the CRC stays right: what a
+buggy or hostile producer can send. Shared by the codec, cluster and fuzz tests."""
+
+from __future__ import annotations
+
+import struct
+
+from tidelog.records import assemble_batch
+
+T = 10_000
+
+
+def forge_record(
+    *,
+    key: bytes | None = None,
+    value: bytes | None = b"v",
+    headers: bytes = bytes(4),
+    key_len: int | None = None,
+    value_len: int | None = None,
+    offset_delta: int = 0,
+    ts_delta: int = 0,
+    attributes: int = 0,
+    extra: int = 0,
+) -> bytes:
+    """One record laid out by hand, so that any field can lie: `key_len`/`value_len` override
+    the true lengths, `headers` is the raw count-and-headers tail, `extra` adjusts `length` (and
+    when positive adds that many bytes after the fields)."""
+    if key_len is None:
+        key_len = -1 if key is None else len(key)
+    if value_len is None:
+        value_len = -1 if value is None else len(value)
+    body = struct.pack(">i", key_len) + (key or b"")
+    body += struct.pack(">i", value_len) + (value or b"") + headers
+    rest = struct.pack(">Biq", attributes, offset_delta, ts_delta) + body
+    return struct.pack(">i", len(rest) + extra) + rest + bytes(max(extra, 0))
+
+
+def forge_batch(
+    *records: bytes, count: int | None = None, attributes: int = 0, **kw: int
+) -> bytes:
+    """A batch framing `records` with a correct CRC: only the structure can catch a lie."""
+    n = len(records) if count is None else count
+    fields = {
+        "base_offset": 0, "partition_leader_epoch": -1, "attributes": attributes,
+        "last_offset_delta": n - 1, "first_timestamp": T, "max_timestamp": T,
+        "producer_id": -1, "producer_epoch": -1, "base_sequence": -1, "records_count": n,
+    }
+    fields.update(kw)
+    return assemble_batch(b"".join(records), **fields)
+
+
+def forge_header(key: bytes, value: bytes | None, key_len: int | None = None) -> bytes:
+    """One header (key and value) laid out by hand; `key_len` overrides the true length."""
+    k = struct.pack(">i", len(key) if key_len is None else key_len) + key
+    v = struct.pack(">i", -1) if value is None else struct.pack(">i", len(value)) + value
+    return k + v
+
+
+def kafka_varint(n: int) -> bytes:
+    """Kafka's zigzag varint, written here from the protocol description (test only)."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        byte, z = z & 0x7F, z >> 7
+        out.append(byte | (0x80 if z else 0))
+        if not z:
+            return bytes(out)
+
+
+def kafka_v2_record(offset_delta: int, value: bytes) -> bytes:
+    """One record of Kafka's v2 encoding: attributes, timestamp delta, offset delta, a null key,
+    the value and no headers, prefixed by its varint length."""
+    body = b"".join((
+        b"\x00", kafka_varint(0), kafka_varint(offset_delta), kafka_varint(-1),
+        kafka_varint(len(value)), value, kafka_varint(0),
+    ))
+    return kafka_varint(len(body)) + body
