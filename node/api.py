@@ -78,6 +78,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.routing = routing
         self.controller = controller
         self._controller_channels: dict[str, grpc.aio.Channel] = {}
+        #: Tests only: draws for the test hooks, seeded so that a failing run replays.
+        self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
 
     # ---- shared checks ---------------------------------------------------------------------
 
@@ -304,7 +306,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             else:
                 result.log_start_offset = replica.log.log_start_offset
         drop_rate = self.config.test_drop_produce_response_rate
-        if drop_rate and pending and random.random() < drop_rate:
+        if drop_rate and pending and self._test_rng.random() < drop_rate:
             # Tests only: the writes are done, the client never hears so and must retry.
             await context.abort(grpc.StatusCode.UNAVAILABLE, "test: produce response dropped")
         return response

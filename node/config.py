@@ -46,6 +46,7 @@ KEYS: dict[str, str] = {
     "leader.imbalance.check.interval.ms": "leader_imbalance_check_interval_ms",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
     "test.ack.before.commit": "test_ack_before_commit",
+    "test.seed": "test_seed",
 }
 _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
 _REQUIRED = ("node.id", "listen", "data.dir")
@@ -93,6 +94,9 @@ class NodeConfig:
     #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
     #: committed, to prove that idempotent retries write nothing twice.
     test_drop_produce_response_rate: float = 0.0
+    #: Tests only: the seed of the node's test hooks' generator (with the node id), so that a
+    #: run that drops Produce answers replays the same drops.
+    test_seed: int = 0
     #: Tests only, a planted bug: acks=all is acknowledged once the leader wrote the batch
     #: (as acks=1), not once it committed, so the chaos checker can show it catches data loss.
     test_ack_before_commit: bool = False

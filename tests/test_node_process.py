@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -315,3 +316,22 @@ def test_sigterm_leaves_no_traceback_in_the_log() -> None:
         logs = cluster.logs(node)
         assert "stopped" in logs
         assert "Traceback" not in logs, logs
+
+
+def test_the_produce_test_hook_draws_from_a_seeded_generator(tmp_path: Path) -> None:
+    """`test.drop.produce.response.rate` decides with a generator seeded by `test.seed` and the
+    node id, so a run that drops answers replays; the global generator is left alone."""
+    from tidelog.node.api import TidelogServicer
+
+    def draws(seed: int, node_id: int) -> list[float]:
+        config = NodeConfig.from_properties({
+            **BASE, "node.id": str(node_id), "data.dir": str(tmp_path), "test.seed": str(seed),
+        })
+        servicer = TidelogServicer(config, None, None, None)  # type: ignore[arg-type]
+        return [servicer._test_rng.random() for _ in range(5)]
+
+    random.seed(3)
+    state = random.getstate()
+    assert draws(7, 1) == draws(7, 1)
+    assert draws(7, 1) != draws(8, 1) and draws(7, 1) != draws(7, 2)
+    assert random.getstate() == state
