@@ -124,6 +124,7 @@ class PartitionReplica:
             raft_config,
             HardState(term, vote, self.log.high_watermark),
             NodeCodec(self.log),
+            repair_floor=self.log.repair_floor,
         )
         #: Start offset of the current leader epoch while this replica leads (KIP-207).
         self.leader_epoch_start_offset: int | None = None

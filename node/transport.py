@@ -122,6 +122,7 @@ def add_message(
         resp.rejected_prev = m.rejected_prev
         resp.hint_offset = m.hint_offset
         resp.hint_epoch = m.hint_epoch
+        resp.lost = m.lost
     elif isinstance(m, TimeoutNow):
         pm.timeout_now.SetInParent()
     else:  # pragma: no cover - the Message union is closed
@@ -191,7 +192,7 @@ def messages_of(
             r = pm.append_response
             yield tp, AppendResponse(
                 term, src, dst, r.success, r.match_end, r.rejected_prev, r.hint_offset,
-                r.hint_epoch,
+                r.hint_epoch, r.lost,
             )
         elif kind == "timeout_now":
             yield tp, TimeoutNow(term, src, dst)

@@ -75,7 +75,12 @@ class AppendRequest:
 class AppendResponse:
     """On success ``match_end`` is the end of the follower's log known to equal the leader's.
     On rejection the hint is the follower's last offset whose epoch is <= the rejected
-    ``prev_epoch`` (and that epoch): the leader skips a whole epoch per round trip."""
+    ``prev_epoch`` (and that epoch): the leader skips a whole epoch per round trip.
+
+    ``lost`` (with ``success`` False) is the answer to a heartbeat whose HW the follower's log
+    does not reach: it acknowledged more than it holds now (its storage lost data), so the
+    leader's match for it is wrong and ``match_end`` is where its log really ends. A rejection
+    cannot say this: a stale one looks the same and is ignored."""
 
     term: int
     src: int
@@ -85,6 +90,7 @@ class AppendResponse:
     rejected_prev: int = 0
     hint_offset: int = 0
     hint_epoch: int = 0
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)

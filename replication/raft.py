@@ -208,7 +208,11 @@ class RaftCore:
         config: RaftConfig | None = None,
         hard_state: HardState | None = None,
         codec: BatchCodec | None = None,
+        repair_floor: tuple[int, int] | None = None,
     ) -> None:
+        """``repair_floor`` is (last epoch, log end offset) of a log this replica is known to
+        have held when storage lost part of it since (found at startup). Until its log is
+        back there, it is damaged (see `damaged`)."""
         self.id = node_id
         self._config = config or RaftConfig()
         self._voters = MajorityConfig(voters)
@@ -233,6 +237,8 @@ class RaftCore:
         self._last_hard_state = hs
         self._last_soft: tuple[Role, int | None] = (self._role, self._leader)
         self._in_flight: Ready | None = None
+        self._floor = repair_floor
+        self._check_repaired()
 
     # ---- read-only state -------------------------------------------------------------------
 
@@ -265,6 +271,14 @@ class RaftCore:
         return self._log.last_epoch
 
     @property
+    def damaged(self) -> bool:
+        """This replica's storage lost entries it held (Protocol-Aware Recovery, FAST'18). It
+        follows and accepts appends, which repair it, but never campaigns, and it votes as if
+        its log still ended where it did: a vote by its shorter log could elect a leader that
+        lacks committed entries only the lost part held."""
+        return self._floor is not None
+
+    @property
     def transferring_to(self) -> int | None:
         return self._transferee
 
@@ -284,7 +298,8 @@ class RaftCore:
             self._tick_leader()
             return
         self._election_elapsed += 1
-        if self._election_elapsed >= self._randomized_timeout and self.id in self._voters.voters:
+        if (self._election_elapsed >= self._randomized_timeout and self.id in self._voters.voters
+                and self._floor is None):
             self._election_elapsed = 0
             self._campaign(pre_vote=self._config.pre_vote, transfer=False)
 
@@ -361,7 +376,7 @@ class RaftCore:
             else:
                 self._handle_heartbeat(m)
         elif isinstance(m, TimeoutNow):
-            if self._role is Role.FOLLOWER:
+            if self._role is Role.FOLLOWER and self._floor is None:
                 self._campaign(pre_vote=False, transfer=True)
         elif isinstance(m, PreVoteResponse):
             if self._role is Role.PRE_CANDIDATE and (not m.granted or m.term == self._term + 1):
@@ -493,7 +508,10 @@ class RaftCore:
             or (self._vote is None and self._leader is None)
             or (pre and m.term > self._term)
         )
-        up_to_date = (m.last_epoch, m.log_end_offset) >= (self._log.last_epoch, self._log.end)
+        ours = (self._log.last_epoch, self._log.end)
+        if self._floor is not None:
+            ours = max(ours, self._floor)
+        up_to_date = (m.last_epoch, m.log_end_offset) >= ours
         if not (can_vote and up_to_date):
             self._reject_vote(m)
         elif pre:
@@ -586,6 +604,13 @@ class RaftCore:
     def _handle_append_response(self, m: AppendResponse) -> None:
         pr = self._progress[m.src]
         pr.recent_active = True
+        if m.lost:
+            if m.match_end < pr.match:
+                # Its log is a prefix of what it acknowledged: probe from where it ends.
+                pr.match = m.match_end
+                pr.become_probe()
+                self._send_append(m.src, pr, allow_empty=True)
+            return
         if not m.success:
             if self._maybe_decrease(pr, m):
                 self._send_append(m.src, pr, allow_empty=True)
@@ -682,9 +707,21 @@ class RaftCore:
         if hw > self._hw:
             self._hw = hw
         self._send(AppendResponse(self._term, self.id, m.src, True, match_end=last_new))
+        self._check_repaired()
 
     def _handle_heartbeat(self, m: Heartbeat) -> None:
-        hw = min(m.leader_hw, self._log.end)
-        if hw > self._hw:
-            self._hw = hw
+        log = self._log
+        if m.leader_hw > log.end:
+            # The HW is capped at what we acknowledged, and a log only loses acknowledged
+            # entries to storage damage: tell the leader, whose match for us is now wrong.
+            self._send(AppendResponse(self._term, self.id, m.src, False, match_end=log.end,
+                                      lost=True))
+            return
+        if m.leader_hw > self._hw:
+            self._hw = m.leader_hw
         self._send(HeartbeatResponse(self._term, self.id, m.src))
+        self._check_repaired()
+
+    def _check_repaired(self) -> None:
+        if self._floor is not None and (self._log.last_epoch, self._log.end) >= self._floor:
+            self._floor = None

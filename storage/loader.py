@@ -46,6 +46,12 @@ LAST_MODIFIED_CHECKPOINT = "segment-last-modified-checkpoint"
 RECOVERY_POINT = "recovery-point"
 LOG_START_OFFSET = "log-start-offset"
 HIGH_WATERMARK = "high-watermark"
+#: Where the log is known to have reached durably: the recovery point and the epoch of the
+#: batch before it, or, while the log is damaged, the position it held before (see
+#: `LoadedLog.repair_floor`). Absent from checkpoints written before they existed.
+DURABLE_END = "durable-end"
+DURABLE_END_EPOCH = "durable-end-epoch"
+_OFFSET_KEYS = {RECOVERY_POINT, LOG_START_OFFSET, HIGH_WATERMARK, DURABLE_END, DURABLE_END_EPOCH}
 
 
 def offsets_checkpoint(directory: Path) -> CheckpointFile:
@@ -67,6 +73,9 @@ class LoadedLog:
     recovery_point: int
     high_watermark: int
     epoch_cache: LeaderEpochFileCache
+    #: (last epoch, log end offset) that the checkpoint says this log durably held when the
+    #: log now ends before it: storage lost acknowledged batches. None for an intact log.
+    repair_floor: tuple[int, int] | None
 
 
 class LogLoader:
@@ -122,6 +131,20 @@ class LogLoader:
         epoch_cache.truncate_from_end(log_end_offset)
         epoch_cache.truncate_from_start(log_start_offset)
         high_watermark = min(max(offsets.get(HIGH_WATERMARK, 0), log_start_offset), log_end_offset)
+        repair_floor = None
+        if DURABLE_END in offsets and DURABLE_END_EPOCH in offsets:
+            floor = (offsets[DURABLE_END_EPOCH], offsets[DURABLE_END])
+            if (epoch_cache.latest_epoch, log_end_offset) < floor:
+                log.warning(
+                    "%s: the log ends at %d (epoch %d) but held offsets up to %d (epoch %d): "
+                    "batches were lost; this replica is damaged until a leader repairs it",
+                    self.directory,
+                    log_end_offset,
+                    epoch_cache.latest_epoch,
+                    floor[1],
+                    floor[0],
+                )
+                repair_floor = floor
         if clean:
             marker.unlink()
         fsync_dir(self.directory)
@@ -132,6 +155,7 @@ class LogLoader:
             recovery_point=min(max(recovery_point, log_start_offset), log_end_offset),
             high_watermark=high_watermark,
             epoch_cache=epoch_cache,
+            repair_floor=repair_floor,
         )
 
     def _read_offsets(self) -> dict[str, int]:
@@ -139,8 +163,9 @@ class LogLoader:
         the log's: a negative offset, an unknown name, a high watermark below the start."""
         offsets = {k: int(v) for k, v in offsets_checkpoint(self.directory).read() or []}
         if (
-            any(v < 0 for v in offsets.values())
-            or not offsets.keys() <= {RECOVERY_POINT, LOG_START_OFFSET, HIGH_WATERMARK}
+            any(v < 0 for k, v in offsets.items() if k != DURABLE_END_EPOCH)
+            or offsets.get(DURABLE_END_EPOCH, -1) < -1
+            or not offsets.keys() <= _OFFSET_KEYS
             or offsets.get(HIGH_WATERMARK, 0) < offsets.get(LOG_START_OFFSET, 0)
         ):
             log.warning(

@@ -42,6 +42,8 @@ from tidelog.storage.epoch import LeaderEpochFileCache
 from tidelog.storage.errors import OffsetsOutOfOrderError, UnexpectedAppendOffsetError
 from tidelog.storage.loader import (
     CLEAN_SHUTDOWN_FILE,
+    DURABLE_END,
+    DURABLE_END_EPOCH,
     HIGH_WATERMARK,
     LOG_START_OFFSET,
     RECOVERY_POINT,
@@ -98,6 +100,7 @@ class Log:
         self._recovery_point = loaded.recovery_point
         self._high_watermark = loaded.high_watermark
         self.leader_epoch_cache: LeaderEpochFileCache = loaded.epoch_cache
+        self._repair_floor = loaded.repair_floor
         self._dir_dirty = False
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
@@ -143,6 +146,13 @@ class Log:
     @property
     def recovery_point(self) -> int:
         return self._recovery_point
+
+    @property
+    def repair_floor(self) -> tuple[int, int] | None:
+        """(epoch, end offset) this log durably held before storage lost part of it, while
+        its durable part has not reached that again; None for an intact log. It survives
+        restarts (checkpointed) until a flush passes it."""
+        return self._repair_floor
 
     @property
     def latest_epoch(self) -> int:
@@ -532,6 +542,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, end)
             self._high_watermark = min(self._high_watermark, end)
             self._recovery_point = min(self._recovery_point, end)
+            self._write_offsets_checkpoint()
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -550,6 +561,7 @@ class Log:
         self.leader_epoch_cache.clear()
         self._log_start_offset = self._log_end_offset = offset
         self._high_watermark = self._recovery_point = offset
+        self._write_offsets_checkpoint()
 
     # ------------------------------------------------------------------------------------------
     # Retention (kafka-reference §5.9)
@@ -659,16 +671,33 @@ class Log:
         file replaced atomically). Cheap enough to call every few seconds, as Kafka does."""
         with self._lock:
             self._check_open()
-            offsets_checkpoint(self.directory).write(
-                [
-                    (RECOVERY_POINT, self._recovery_point),
-                    (LOG_START_OFFSET, self._log_start_offset),
-                    (HIGH_WATERMARK, self._high_watermark),
-                ]
-            )
+            self._write_offsets_checkpoint()
             last_modified_checkpoint(self.directory).write(
                 [(s.base_offset, s.last_modified_ms, s.size) for s in self._segments]
             )
+
+    def _write_offsets_checkpoint(self) -> None:
+        """Also after a truncation: the durable end it records must never be above what the
+        log holds, or the next open would take a legitimately shortened log for a damaged
+        one."""
+        durable = self._recovery_point
+        epoch = self.leader_epoch_cache.epoch_for_offset(durable - 1)
+        end = (epoch, durable)
+        if self._repair_floor is not None:
+            if end >= self._repair_floor:
+                log.info("%s: repaired up to %s", self.directory, self._repair_floor)
+                self._repair_floor = None
+            else:
+                end = self._repair_floor
+        offsets_checkpoint(self.directory).write(
+            [
+                (RECOVERY_POINT, self._recovery_point),
+                (LOG_START_OFFSET, self._log_start_offset),
+                (HIGH_WATERMARK, self._high_watermark),
+                (DURABLE_END, end[1]),
+                (DURABLE_END_EPOCH, end[0]),
+            ]
+        )
 
     def close(self) -> None:
         """Clean shutdown: final time index entry, flush, checkpoints, then the marker that

@@ -149,3 +149,41 @@ def test_garbage_raft_state_is_ignored(
     assert replica.core.term == 0
     assert RAFT_STATE_FILE in caplog.text
     replica.log.close()
+
+
+def _segment_files(log: Log) -> list[Path]:
+    return sorted(log.directory.glob("*.log"))
+
+
+def test_a_log_that_lost_durable_batches_knows_its_repair_floor(tmp_path: Path) -> None:
+    log = _written(tmp_path / "log")
+    floor = (log.latest_epoch, log.log_end_offset)
+    log.close()
+    middle = _segment_files(log)[len(_segment_files(log)) // 2]
+    middle.write_bytes(middle.read_bytes()[: middle.stat().st_size // 2])  # its index fails
+    damaged = Log.open(log.directory, LogConfig(**CONFIG), FakeClock())  # type: ignore[arg-type]
+    assert damaged.log_end_offset < floor[1]
+    assert damaged.repair_floor == floor
+    # The floor survives restarts until the log is durably past it again.
+    damaged.flush()
+    damaged.checkpoint()
+    damaged.close()
+    again = Log.open(log.directory, LogConfig(**CONFIG), FakeClock())  # type: ignore[arg-type]
+    assert again.repair_floor == floor
+    while again.log_end_offset < floor[1]:
+        again.append_as_leader(batch([T0], 20), floor[0])
+    again.flush()
+    again.checkpoint()
+    assert again.repair_floor is None
+    again.close()
+    assert Log.open(log.directory, LogConfig(**CONFIG), FakeClock()).repair_floor is None  # type: ignore[arg-type]
+
+
+def test_a_truncated_log_is_not_taken_for_a_damaged_one(tmp_path: Path) -> None:
+    log = _written(tmp_path / "log")
+    log.truncate_to(log.log_end_offset // 2)  # a follower dropping a diverged tail
+    shutil.copytree(log.directory, tmp_path / "crashed")  # no flush, no checkpoint since
+    log.close()
+    crashed = Log.open(tmp_path / "crashed", LogConfig(**CONFIG), FakeClock())  # type: ignore[arg-type]
+    assert crashed.repair_floor is None
+    crashed.close()

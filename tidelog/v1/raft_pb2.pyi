@@ -91,18 +91,20 @@ class AppendRequest(_message.Message):
     def __init__(self, prev_offset: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., leader_hw: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
-    __slots__ = ("success", "match_end", "rejected_prev", "hint_offset", "hint_epoch")
+    __slots__ = ("success", "match_end", "rejected_prev", "hint_offset", "hint_epoch", "lost")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     MATCH_END_FIELD_NUMBER: _ClassVar[int]
     REJECTED_PREV_FIELD_NUMBER: _ClassVar[int]
     HINT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     HINT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
     success: bool
     match_end: int
     rejected_prev: int
     hint_offset: int
     hint_epoch: int
-    def __init__(self, success: _Optional[bool] = ..., match_end: _Optional[int] = ..., rejected_prev: _Optional[int] = ..., hint_offset: _Optional[int] = ..., hint_epoch: _Optional[int] = ...) -> None: ...
+    lost: bool
+    def __init__(self, success: _Optional[bool] = ..., match_end: _Optional[int] = ..., rejected_prev: _Optional[int] = ..., hint_offset: _Optional[int] = ..., hint_epoch: _Optional[int] = ..., lost: _Optional[bool] = ...) -> None: ...
 
 class TimeoutNow(_message.Message):
     __slots__ = ()

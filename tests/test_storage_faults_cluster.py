@@ -1,0 +1,120 @@
+"""Storage faults on real nodes: replicas restarted with segments cut short while they were down.
+
+The damage is what a bad disk or an operator's mistake leaves: a segment file shorter than it
+was. The node finds it at startup (the segment's index points past its end), keeps the intact
+prefix, and must then be repaired from the others without losing any acknowledged record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster_helpers import Raw, make_batch, values_of, wait_for
+
+from tidelog.testing import LocalCluster
+from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
+
+pytestmark = pytest.mark.timeout(180)
+
+TOPIC = "damaged"
+SEGMENT_BYTES = 2048
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[LocalCluster, Raw]]:
+    with LocalCluster(3, replica_lag_max_ms=2000) as c:
+        raw = Raw(c)
+        try:
+            yield c, raw
+        finally:
+            raw.close()
+
+
+def log_end(raw: Raw, node: int) -> int:
+    answer = raw.list_offset(node, TOPIC, 0, LATEST_TIMESTAMP, replica_id=DEBUGGING_REPLICA_ID)
+    assert answer.error_code == 0, answer
+    return answer.offset
+
+
+def produce(raw: Raw, count: int, start: int = 0) -> dict[int, bytes]:
+    """`count` acknowledged (acks=all) batches of 4 records; the acknowledged values by
+    offset."""
+    acked: dict[int, bytes] = {}
+    for i in range(start, start + count):
+        values = [b"%06d-%d" % (i, j) + bytes(40) for j in range(4)]
+
+        def sent(values: list[bytes] = values) -> int | None:
+            leader = raw.wait_leaders(TOPIC, 1)[0]
+            answer = raw.produce(leader, TOPIC, 0, make_batch(values))
+            return answer.base_offset + 1 if answer.error_code == 0 else None
+
+        base = wait_for(sent, what=f"batch {i} acknowledged") - 1
+        acked.update({base + j: v for j, v in enumerate(values)})
+    return acked
+
+
+def partition_dir(c: LocalCluster, node: int) -> Path:
+    return c.data_dir / f"node-{node}" / f"{TOPIC}-0"
+
+
+def cut_segment(c: LocalCluster, node: int, which: str) -> None:
+    """Halve the middle or the active (last) segment of `node`'s replica."""
+    segments = sorted(partition_dir(c, node).glob("*.log"))
+    assert len(segments) >= 3, segments
+    victim = segments[len(segments) // 2] if which == "middle" else segments[-1]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+
+
+def assert_all_acked_on_every_replica(c: LocalCluster, raw: Raw, acked: dict[int, bytes]) -> None:
+    def converged() -> bool:
+        ends = {log_end(raw, n) for n in c.node_ids}
+        return len(ends) == 1
+    wait_for(converged, 60, "every replica's log end to agree")
+    leader = raw.wait_leaders(TOPIC, 1)[0]
+    held = dict(values_of(raw.fetch_all(leader, TOPIC, 0)))
+    lost = {o: v for o, v in acked.items() if held.get(o) != v}
+    assert not lost, f"{len(lost)} acknowledged records lost, first {min(lost)}"
+
+
+def test_follower_restarted_with_a_shorter_log_catches_up_and_rejoins_the_isr(
+    cluster: tuple[LocalCluster, Raw],
+) -> None:
+    c, raw = cluster
+    raw.create_topic(TOPIC, 1, 3, segment_bytes=str(SEGMENT_BYTES))
+    acked = produce(raw, 60)
+    leader = raw.wait_leaders(TOPIC, 1)[0]
+    follower = next(n for n in c.node_ids if n != leader)
+    assert c.stop(follower) == 0
+    cut_segment(c, follower, "middle")
+    c.restart(follower)
+    # The leader is idle: only the follower's answer to a heartbeat can tell it that its
+    # picture of the follower is wrong.
+    wait_for(lambda: log_end(raw, follower) == log_end(raw, leader), 30, "the follower to catch up")
+    wait_for(lambda: follower in raw.metadata(leader, TOPIC).partitions[0].isr, 30, "the ISR")
+    assert "batches were lost" in c.logs(follower)
+    assert_all_acked_on_every_replica(c, raw, acked)
+
+
+def test_two_damaged_replicas_wait_for_the_one_that_holds_everything(
+    cluster: tuple[LocalCluster, Raw],
+) -> None:
+    c, raw = cluster
+    raw.create_topic(TOPIC, 1, 3, segment_bytes=str(SEGMENT_BYTES))
+    acked = produce(raw, 60)
+    leader = raw.wait_leaders(TOPIC, 1)[0]
+    first, second = (n for n in c.node_ids if n != leader)
+    assert c.stop(first) == 0
+    assert c.stop(second) == 0
+    c.kill(leader)
+    cut_segment(c, first, "middle")
+    cut_segment(c, second, "active")
+    # The two damaged replicas are a majority: by their shortened logs they could elect one
+    # of themselves and truncate the leader's copy of what they lost when it returns.
+    c.restart(first)
+    c.restart(second)
+    c.restart(leader)
+    assert_all_acked_on_every_replica(c, raw, acked)
+    acked.update(produce(raw, 5, start=60))
+    assert_all_acked_on_every_replica(c, raw, acked)
