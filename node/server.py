@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
@@ -31,6 +31,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
+from tidelog.node.malformed import reject_malformed
 from tidelog.v1 import tidelog_pb2
 
 #: Holds an exclusive flock while a node runs, so two nodes never share a data dir and a
@@ -46,9 +47,6 @@ _PARENT_POLL_S = 0.2
 _ORPHAN_DEADLINE_S = 5.0
 _SERVER_GRACE_S = 1.0
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-#: At most one log line per this many seconds about request bodies that do not parse: a client
-#: (or a scanner) sending garbage must not fill the log with a line per request.
-MALFORMED_LOG_INTERVAL_S = 60.0
 
 log = logging.getLogger("tidelog.node")
 
@@ -124,7 +122,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
 
 class RejectMalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Answers INVALID_ARGUMENT to a request body that does not parse, for every method that
-    has grpc parse its requests, with at most one log line per MALFORMED_LOG_INTERVAL_S.
+    has grpc parse its requests, with the node's rate-limited log line (node.malformed).
 
     Left to grpc, a parse failure is an "unexpected" servicer exception: status UNKNOWN and a
     traceback in the log per request. So the handler each method had gets its parsing moved
@@ -132,8 +130,6 @@ class RejectMalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def __init__(self) -> None:
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
-        self._next_log = 0.0
-        self._unlogged = 0
 
     async def intercept_service(
         self,
@@ -158,7 +154,7 @@ class RejectMalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             try:
                 return deserialize(raw)
             except Exception as exc:  # whatever the parser raises, the bytes are at fault
-                await self._reject(method, context, exc)
+                await reject_malformed(context, method, exc)
 
         async def parse_each(
             raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext
@@ -189,23 +185,6 @@ class RejectMalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 return await behavior(await request_of(arg, context), context)
 
         return handler._replace(request_deserializer=None, **{kind: wrapped})
-
-    async def _reject(
-        self, method: str, context: grpc.aio.ServicerContext, exc: Exception
-    ) -> NoReturn:
-        now = time.monotonic()
-        if now >= self._next_log:
-            self._next_log = now + MALFORMED_LOG_INTERVAL_S
-            earlier, self._unlogged = self._unlogged, 0
-            log.warning(
-                "malformed request to %s from %s: %s (%d more since the last such line; at "
-                "most one line every %g s)",
-                method, context.peer(), exc, earlier, MALFORMED_LOG_INTERVAL_S,
-            )
-        else:
-            self._unlogged += 1
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request body: {exc}")
-        raise AssertionError("unreachable")
 
 
 def _enable_reflection(services: list[str], server: grpc.aio.Server) -> None:

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 import grpc
 from google.protobuf.message import DecodeError
 
+from tidelog.node.malformed import reject_malformed
 from tidelog.replication import (
     AppendRequest,
     AppendResponse,
@@ -292,10 +293,7 @@ def add_raft_transport(
                         count += 1
                         on_envelope(env, payload)
                 except (DecodeError, ValueError) as exc:  # a peer's bug must not crash this node
-                    log.warning("dropping a malformed Raft stream: %s", exc)
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT, f"malformed frame: {exc}"
-                    )
+                    await reject_malformed(context, f"/{_SERVICE}/Stream", exc)
         except asyncio.CancelledError:
             if not closing:
                 raise

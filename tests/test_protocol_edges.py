@@ -27,6 +27,7 @@ from tidelog.node.config import NodeConfig
 from tidelog.retry import Deadline
 from tidelog.testing import LocalCluster
 from tidelog.types import IsolationLevel, TopicPartition
+from tidelog.v1 import raft_pb2
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(240)
@@ -419,19 +420,27 @@ def test_a_body_that_does_not_parse_is_invalid_argument_logged_once(raw: Raw) ->
                 call(methods[i % len(methods)])(b"\xff\xff\xff\xff", timeout=10)
             assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.value
             assert "malformed request body" in (bad.value.details() or "")
-        # A stream of requests (reflection) is parsed the same way.
+        # A stream of requests (reflection) is parsed the same way, and so are the frames of a
+        # node-to-node stream, which its method parses itself: one log line for all of them.
         reflect = channel.stream_stream(
             "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
             request_serializer=lambda b: b, response_deserializer=lambda b: b)
-        with pytest.raises(grpc.RpcError) as bad_stream:
-            list(reflect(iter([b"\xff\xff\xff\xff"]), timeout=10))
-        assert bad_stream.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        raft = channel.stream_unary(
+            f"/{raft_pb2.DESCRIPTOR.services_by_name['RaftTransport'].full_name}/Stream",
+            request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        for _ in range(20):
+            with pytest.raises(grpc.RpcError) as bad_stream:
+                list(reflect(iter([b"\xff\xff\xff\xff"]), timeout=10))
+            assert bad_stream.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            with pytest.raises(grpc.RpcError) as bad_frames:
+                raft(iter([b"\x03\xff\xff\xff"]), timeout=10)
+            assert bad_frames.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         # The node is fine and the well-formed request of the same bytes' method answers.
         assert raw.stub(node).Metadata(pb.MetadataRequest(), timeout=10).nodes
     finally:
         channel.close()
     log = cluster.logs(node)
-    assert len(re.findall(r"malformed request", log)) == 1, log[-3000:]
+    assert len(re.findall(r"malformed", log)) == 1, log[-3000:]
     assert "Traceback" not in log
 
 
