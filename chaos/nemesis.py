@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tidelog.chaos.cluster import ProxiedCluster, client_link
@@ -23,6 +24,7 @@ __all__ = ["NEMESES", "Fault", "NemesisRunner", "schedule"]
 #: Every fault kind, as named on the command line.
 NEMESES = (
     "kill-leader", "kill-random", "pause", "isolate-leader", "partition", "latency", "bandwidth",
+    "corrupt-replica",
 )
 #: Faults that leave a partition without its leader: their recovery times are reported.
 LEADER_FAULTS = ("kill-leader", "isolate-leader")
@@ -69,6 +71,9 @@ def schedule(seed: int, kinds: list[str], duration: float, partitions: int,
             params["share"] = rng.uniform(0.3, 1.0)
         elif kind == "pause":
             params["leader"] = rng.random() < 0.5
+        elif kind == "corrupt-replica":
+            params["segment"] = rng.choice(["middle", "active"])
+            params["keep"] = rng.uniform(0.0, 0.9)
         faults.append(Fault(kind, now, length, rng.randrange(partitions), rng.random(), params))
         now += length + rng.uniform(*interval)
 
@@ -130,6 +135,23 @@ class NemesisRunner:
                 self._record(fault, "stop", node=node)
 
             return restart
+        if kind == "corrupt-replica":
+            node = self._pick(fault, cluster.node_ids)
+            cluster.kill(node)
+            self._killed.add(node)
+            self._record(fault, "start", node=node)
+
+            def damage_and_restart() -> None:
+                damage = cut_segment(
+                    cluster.data_dir / f"node-{node}" / f"{self.topic}-{fault.partition}",
+                    fault.params["segment"], fault.params["keep"],
+                )
+                self._record(fault, "damage", node=node, **damage)
+                cluster.restart(node)
+                self._killed.discard(node)
+                self._record(fault, "stop", node=node)
+
+            return damage_and_restart
         if kind == "pause":
             node = self._leader(fault) if fault.params["leader"] else self._pick(
                 fault, cluster.node_ids)
@@ -198,3 +220,19 @@ class NemesisRunner:
         self._paused.clear()
         self._killed.clear()
         self.history.info("nemesis", "heal", phase="stop")
+
+
+def cut_segment(directory: Path, which: str, keep: float) -> dict[str, Any]:
+    """Storage damage done while a node is down: the middle segment of a partition replica
+    (the active one when there are fewer than three) is cut to ``keep`` of its size, as a
+    lost or torn write of a bad disk would leave it. The node finds the cut at startup and
+    must be repaired from the others without any acknowledged write being lost."""
+    segments = sorted(directory.glob("*.log"))
+    if not segments:
+        return {"file": None}
+    victim = segments[len(segments) // 2] if which == "middle" and len(segments) >= 3 \
+        else segments[-1]
+    size = victim.stat().st_size
+    with victim.open("r+b") as handle:
+        handle.truncate(int(size * keep))
+    return {"file": victim.name, "size": size, "cut_to": int(size * keep)}

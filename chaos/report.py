@@ -156,7 +156,7 @@ def write(report: Report, entries: list[dict[str, Any]], out: Path) -> None:
 _COLOURS = {
     "kill-leader": "tab:red", "kill-random": "tab:orange", "pause": "tab:purple",
     "isolate-leader": "tab:brown", "partition": "tab:pink", "latency": "tab:olive",
-    "bandwidth": "tab:cyan",
+    "bandwidth": "tab:cyan", "corrupt-replica": "tab:gray",
 }
 
 

@@ -25,18 +25,25 @@ SCENARIOS = {
     "isolate-leader": ("isolate-leader",),
     "partition-latency": ("partition", "latency", "bandwidth"),
     "pause": ("pause",),
+    "corrupt-replica": ("corrupt-replica",),
 }
+#: Small segments, so that a damaged replica has a middle segment to lose.
+NODE_OPTIONS = {"corrupt-replica": {"segment.bytes": "65536"}}
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
     config = RunConfig(seed=6, duration=18, nemeses=SCENARIOS[name], out=tmp_path,
-                       interval=(1.5, 3.0), hold=(2.0, 4.0))
+                       interval=(1.5, 3.0), hold=(2.0, 4.0),
+                       node_options=NODE_OPTIONS.get(name, {}))
     report = run(config)
     assert report.ok, report.text()
     assert sum(report.nemesis_events.values()) >= 2, report.text()
     assert report.writes["ok"] > 500, report.text()
     assert (tmp_path / "timeline.png").stat().st_size > 0
+    if name == "corrupt-replica":
+        damage = [e for e in load(tmp_path / "history.jsonl") if e.get("phase") == "damage"]
+        assert damage and all(e.get("file") for e in damage), damage
     # one_leader_per_epoch compares the nodes that acknowledged writes: the workload must
     # know them, or that invariant holds vacuously.
     writes = [op for op in operations(load(tmp_path / "history.jsonl"), "write")

@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="seconds of workload under faults (default 60)")
     run.add_argument("--nemesis", default="kill-leader,partition,latency",
                      help="comma-separated faults: kill-leader, kill-random, pause, "
-                     "isolate-leader, partition, latency, bandwidth, or all "
+                     "isolate-leader, partition, latency, bandwidth, corrupt-replica, or all "
                      "(default kill-leader,partition,latency)")
     run.add_argument("--seed", type=int, default=0, help="draws the fault schedule (default 0)")
     run.add_argument("--out", type=Path, default=Path("chaos-out"),
