@@ -23,7 +23,6 @@ from tidelog.node.replica_log import StorageReplicaLog
 from tidelog.records import (
     ControlType,
     TimestampType,
-    assign_offsets,
     build_control_batch,
     read_header,
 )
@@ -48,18 +47,14 @@ UNKNOWN = -1
 
 
 class NodeCodec:
-    """How the core stamps a proposed batch: offsets and epoch in place, and the broker time
-    for topics using LogAppendTime (control batches keep their -1 timestamp)."""
+    """How the core stamps a proposed batch: as the partition's log stamps a leader's batch
+    (`Log.stamp`: offsets, epoch, and the broker time under LogAppendTime)."""
 
     def __init__(self, log: Log) -> None:
         self._log = log
 
     def stamp(self, data: bytes, base_offset: int, epoch: int) -> bytes:
-        append_time = None
-        log_append = self._log.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
-        if log_append and not read_header(data).is_control:
-            append_time = time.time_ns() // 1_000_000
-        return assign_offsets(data, base_offset, epoch, append_time)
+        return self._log.stamp(data, base_offset, epoch)
 
     def marker(self, base_offset: int, epoch: int) -> bytes:
         return build_control_batch(
@@ -161,6 +156,7 @@ class PartitionReplica:
 
     def persist(self, rd: Ready, flush: bool) -> None:
         """Apply one Ready's writes and make them durable (runs on the disk thread)."""
+        self.replica_log.leading_epoch = rd.term if rd.role is Role.LEADER else None
         rd.apply_log_writes(self.replica_log)
         hs = rd.hard_state
         if hs is not None and (hs.term, hs.vote) != self.persisted_term_vote:

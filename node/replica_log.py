@@ -4,6 +4,11 @@ The core reasons in entries (one record batch each, with offsets and an epoch); 
 same batches as bytes in segments. This adapter only splits read bytes at batch boundaries
 (views, not copies) and joins appended entries back into bytes, so a batch is never decoded or
 re-encoded on its way from the leader's disk to a follower's.
+
+Appends take one of two storage entry points. Entries of the epoch this replica leads were
+validated and stamped here (only the leader of an epoch creates entries of that epoch), so they
+go to `Log.append_stamped`; everything else came from another node and goes to
+`Log.append_as_follower`, which checks each batch's CRC before writing it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ class StorageReplicaLog:
 
     def __init__(self, log: Log) -> None:
         self.log = log
+        #: The epoch this replica leads in the Ready being written (set by the writer before
+        #: it applies the Ready), or None when it does not lead.
+        self.leading_epoch: int | None = None
 
     @property
     def log_start_offset(self) -> int:
@@ -59,12 +67,22 @@ class StorageReplicaLog:
         ]
 
     def append(self, entries: Sequence[Entry]) -> None:
-        # One entry (the usual append) is written straight from the received message.
-        data = entries[0].data if len(entries) == 1 else b"".join(e.data for e in entries)
-        self.log.append_as_follower(data)
+        # Epochs never decrease along a log: entries received while following come first.
+        own = len(entries)
+        while own > 0 and entries[own - 1].epoch == self.leading_epoch:
+            own -= 1
+        if own > 0:
+            self.log.append_as_follower(_joined(entries[:own]))
+        if own < len(entries):
+            self.log.append_stamped(_joined(entries[own:]))
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
+
+
+def _joined(entries: Sequence[Entry]) -> bytes | memoryview:
+    # One entry (the usual append) is written straight from the message or the stamped batch.
+    return entries[0].data if len(entries) == 1 else b"".join(e.data for e in entries)

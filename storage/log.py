@@ -3,10 +3,15 @@
 Offsets (SPEC §1): ``log_start_offset <= high_watermark <= log_end_offset``, and the
 ``recovery_point`` (everything below it is fsynced) never passes the log end offset.
 
-The append path stays on bytes: a leader append is ``validate_batch`` (one pass over the
-record prefixes), ``assign_offsets`` (patch base offset and epoch in place), one positional
-write, and a few integer comparisons for the indexes. Nothing fsyncs except ``flush()``, so the
-caller (the node's writer thread) decides when to pay for durability, once for many appends.
+The append path stays on bytes: a leader append is ``validate_produced_batch`` (one pass over
+the record prefixes), ``stamp`` (patch base offset and epoch in place), one positional write,
+and a few integer comparisons for the indexes. A replicated leader runs the same three steps at
+three times: it validates on the request's path, its Raft core stamps when it assigns offsets,
+and its writer thread writes the stamped batch with ``append_stamped``; ``append_as_leader``
+is the three at once, for a log without replication. Batches received from another node go
+through ``append_as_follower``, which checks their CRCs first. Nothing fsyncs except
+``flush()``, so the caller (the node's writer thread) decides when to pay for durability, once
+for many appends.
 
 A lock serialises every public method: the writer thread appends while the event loop reads.
 """
@@ -186,20 +191,35 @@ class Log:
         """
         with self._lock:
             self._check_open()
-            header = self.validate_produced_batch(batch, from_client=False)
-            now = self._clock()
-            log_append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
-            stamp = now if log_append_time and not header.is_control else None
-            data = assign_offsets(batch, self._log_end_offset, leader_epoch, stamp)
+            self.validate_produced_batch(batch, from_client=False)
+            data = self.stamp(batch, self._log_end_offset, leader_epoch)
             header = read_header(data)
+            now = self._clock()
             self._append(data, header, now)
             self._maybe_flush(now)
             return LogAppendInfo(
                 header.base_offset,
                 header.last_offset,
-                NO_TIMESTAMP if stamp is None else stamp,
+                header.max_timestamp if self._takes_append_time(data) else NO_TIMESTAMP,
                 self._log_start_offset,
             )
+
+    def stamp(self, batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
+        """The leader's stamp on a validated batch: its offsets from `base_offset`, the leader
+        epoch, and under LogAppendTime the broker's time (control batches keep -1).
+
+        Takes no lock: a replicated leader stamps on its event loop, which must not wait for
+        the writer thread's fsync."""
+        append_time = self._clock() if self._takes_append_time(batch) else None
+        return assign_offsets(batch, base_offset, leader_epoch, append_time)
+
+    def _takes_append_time(self, batch: bytes) -> bool:
+        """Under LogAppendTime a batch takes the broker's time; a control batch keeps its -1.
+        The header is parsed only for such topics: CreateTime is the produce hot path."""
+        return (
+            self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+            and not read_header(batch).is_control
+        )
 
     def validate_produced_batch(self, batch: bytes, *, from_client: bool) -> BatchHeader:
         """The leader's checks of a produced batch under this topic's config; nothing is written.
@@ -211,8 +231,7 @@ class Log:
         compacted topic a record without a key (CORRUPT_MESSAGE, Kafka's
         LogValidator.validateKey): the cleaner could never tell which value it replaces. With
         `from_client`, what only a producer may not write as well (`validate_batch`). A
-        replicated leader calls this before proposing, then appends the stamped batch as a
-        follower would.
+        replicated leader calls this before proposing, then `stamp` and `append_stamped`.
         """
         self._check_size(len(batch), check_max_message_bytes=True)
         config = self._config
@@ -238,14 +257,24 @@ class Log:
         log end offset (the caller truncates first when the logs diverged). A gap above the
         log end offset is allowed, as a compacted leader's log has gaps.
         """
+        return self._append_batches(batches, verify=True)
+
+    def append_stamped(self, batches: bytes | memoryview) -> LogAppendInfo:
+        """Append batches this node's leader validated (`validate_produced_batch`) or built
+        itself (its markers), then stamped (`stamp`): their bytes never left this process, so
+        their CRCs are not computed again; their offsets are checked as a follower's are."""
+        return self._append_batches(batches, verify=False)
+
+    def _append_batches(self, batches: bytes | memoryview, verify: bool) -> LogAppendInfo:
         with self._lock:
             self._check_open()
             now = self._clock()
             parsed: list[tuple[int, BatchHeader]] = []
             next_offset = self._log_end_offset
             for pos, header in iter_batches(batches):
-                check_crc(batches, pos, header)
-                self._check_size(header.size, check_max_message_bytes=False)
+                if verify:
+                    check_crc(batches, pos, header)
+                    self._check_size(header.size, check_max_message_bytes=False)
                 if header.base_offset < next_offset:
                     error = OffsetsOutOfOrderError if parsed else UnexpectedAppendOffsetError
                     raise error(

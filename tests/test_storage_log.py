@@ -136,6 +136,35 @@ class TestAppend:
             log.append_as_follower(data)
         assert (log.log_end_offset, dir_sizes(tmp_path)) == (2, before)
 
+    @pytest.mark.parametrize("timestamp_type", list(TimestampType))
+    def test_a_leader_append_in_steps_writes_what_append_as_leader_writes(
+        self, tmp_path: Path, clock: FakeClock, timestamp_type: TimestampType
+    ) -> None:
+        """A replicated leader validates, stamps and writes at three times
+        (`validate_produced_batch`, `stamp`, `append_stamped`): the same bytes as at once."""
+        at_once = open_log(tmp_path / "a", clock, message_timestamp_type=timestamp_type)
+        in_steps = open_log(tmp_path / "b", clock, message_timestamp_type=timestamp_type)
+        for produced, epoch in [(batch([T0, T0 + 1]), 1), (marker(), 2), (batch([T0 + 2]), 2)]:
+            info = at_once.append_as_leader(produced, epoch)
+            in_steps.validate_produced_batch(produced, from_client=False)
+            stamped = in_steps.stamp(produced, in_steps.log_end_offset, epoch)
+            assert in_steps.append_stamped(stamped)[:2] == info[:2]
+            clock.advance(7)
+        assert in_steps.read(0, 1 << 20) == at_once.read(0, 1 << 20)
+        stamps = [read_header(d).max_timestamp for d in (batch([T0]), marker())]
+        if timestamp_type is TimestampType.LOG_APPEND_TIME:
+            stamps[0] = clock.now
+        assert [
+            read_header(in_steps.stamp(d, 0, 0), 0).max_timestamp for d in (batch([T0]), marker())
+        ] == stamps
+
+    def test_stamped_appends_continue_the_log(self, tmp_path: Path, clock: FakeClock) -> None:
+        log = open_log(tmp_path, clock)
+        log.append_stamped(batch([T0, T0], base_offset=0, epoch=1))
+        with pytest.raises(UnexpectedAppendOffsetError):
+            log.append_stamped(batch([T0], base_offset=1, epoch=1))
+        assert log.log_end_offset == 2
+
     def test_flush_messages_policy(self, tmp_path: Path, clock: FakeClock) -> None:
         log = open_log(tmp_path, clock, flush_messages=3)
         log.append_as_leader(batch([T0, T0]), 0)
