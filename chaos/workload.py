@@ -3,7 +3,8 @@ that look offsets up (earliest, latest, max and by time, under both isolation le
 the answer and poll, all recorded in the history.
 
 Both use the real client library: the point is to see what a user of it would see. What the
-library does not report, the node that answered, comes from ``TracingClient``.
+library does not report, the node that answered, comes from a ``Tracer``, which each client
+is given as an observer (the client's public hook for seeing its traffic).
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from typing import Any
 
 from tidelog import wire
 from tidelog.chaos.history import FAIL, OK, UNKNOWN, History
-from tidelog.client import Client, LoopCalls
+from tidelog.client import Client
 from tidelog.errors import RetriableError, TidelogError
 from tidelog.producer import RecordFuture
 from tidelog.records import read_header
+from tidelog.transport import CallObserver
 from tidelog.types import IsolationLevel, OffsetSpec, TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
-__all__ = ["AckInfo", "TracingClient", "Workload", "WorkloadConfig"]
+__all__ = ["AckInfo", "Tracer", "Workload", "WorkloadConfig"]
 
 #: Kinds of ListOffsets lookups consumers make, each with the spec it sends.
 LOOKUPS = ("earliest", "latest", "max", "timestamp")
@@ -44,56 +46,32 @@ class AckInfo:
     single_send: bool
 
 
-class TracingClient(Client):
-    """A Client that remembers which node answered: the last answer of each thread (the caller
-    of a synchronous lookup reads it right after) and, for Produce, every acknowledged offset.
-
-    Produce answers reach ``_TracingLoopCalls`` on the producer's sender thread before it
+class Tracer(CallObserver):
+    """Which node answered: the last answer of any kind (the one client it observes belongs to
+    one thread, which reads it right after a synchronous lookup) and, for Produce, every
+    acknowledged offset. Produce answers reach it on the client's loop before the producer
     completes the records' futures, so the futures' callbacks find their offsets here."""
 
-    def __init__(self, bootstrap: str, **kwargs: Any) -> None:
-        super().__init__(bootstrap, **kwargs)
-        self._local = threading.local()
+    def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.last_node: int | None = None
         #: (tp, producer id, epoch, base sequence) -> how many times that batch was sent.
         self._sends: collections.Counter[tuple[TopicPartition, int, int, int]] = (
             collections.Counter()
         )
         self._acks: dict[tuple[TopicPartition, int], AckInfo] = {}
 
-    @property
-    def last_node(self) -> int | None:
-        """The node that answered this thread's last request."""
-        return getattr(self._local, "node", None)
+    def on_request(self, node_id: int | None, method: str, request: Any) -> None:
+        if method == "ProduceSerialized":
+            with self._lock:
+                for tp, (pid, epoch, sequence, _) in _batches(request).items():
+                    self._sends[(tp, pid, epoch, sequence)] += 1
 
-    def result_of(self, future: Any, node_id: int) -> Any:
-        response = super().result_of(future, node_id)
-        self._local.node = node_id
-        return response
-
-    def loop_calls(self) -> LoopCalls:
-        return _TracingLoopCalls(self)
-
-    def note_produce(self, request: bytes) -> dict[TopicPartition, tuple[int, int, int, int]]:
-        """Count the sends of each batch of a serialized Produce request; return the batches'
-        (producer id, epoch, base sequence, record count) by partition."""
-        batches = {}
-        for topic in pb.ProduceRequest.FromString(request).topics:
-            for part in topic.partitions:
-                header = read_header(part.records)
-                batches[TopicPartition(topic.name, part.partition)] = (
-                    header.producer_id, header.producer_epoch, header.base_sequence,
-                    header.records_count,
-                )
-        with self._lock:
-            for tp, (pid, epoch, sequence, _) in batches.items():
-                self._sends[(tp, pid, epoch, sequence)] += 1
-        return batches
-
-    def note_acks(
-        self, node_id: int, batches: dict[TopicPartition, tuple[int, int, int, int]],
-        response: Any,
-    ) -> None:
+    def on_response(self, node_id: int | None, method: str, request: Any, response: Any) -> None:
+        self.last_node = node_id
+        if method != "ProduceSerialized" or node_id is None:
+            return
+        batches = _batches(request)
         with self._lock:
             for tp, answer in wire.parse_produce(response).items():
                 if not isinstance(answer, wire.ProduceAnswer) or answer.base_offset < 0:
@@ -108,17 +86,18 @@ class TracingClient(Client):
             return self._acks.pop((tp, offset), None)
 
 
-class _TracingLoopCalls(LoopCalls):
-    """The producer's calls, each Produce noted by the TracingClient."""
-
-    client: TracingClient
-
-    async def call(self, node_id: int, method: str, request: Any, timeout_s: float) -> Any:
-        batches = self.client.note_produce(request) if method == "ProduceSerialized" else None
-        response = await super().call(node_id, method, request, timeout_s)
-        if batches is not None:
-            self.client.note_acks(node_id, batches, response)
-        return response
+def _batches(request: bytes) -> dict[TopicPartition, tuple[int, int, int, int]]:
+    """The batches of a serialized Produce request: (producer id, epoch, base sequence,
+    record count) by partition."""
+    batches = {}
+    for topic in pb.ProduceRequest.FromString(request).topics:
+        for part in topic.partitions:
+            header = read_header(part.records)
+            batches[TopicPartition(topic.name, part.partition)] = (
+                header.producer_id, header.producer_epoch, header.base_sequence,
+                header.records_count,
+            )
+    return batches
 
 
 @dataclass(frozen=True)
@@ -147,16 +126,18 @@ class Workload:
         self._stop_writes = threading.Event()
         self._stop_reads = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._clients: list[TracingClient] = []
+        self._clients: list[Client] = []
         self._pending: dict[str, set[RecordFuture]] = {}
         self._pending_lock = threading.Lock()
         self._producers: list[Any] = []
         self.errors: list[str] = []
 
-    def _client(self) -> TracingClient:
-        client = TracingClient(self.bootstrap, request_timeout_ms=self.config.request_timeout_ms)
+    def _client(self) -> tuple[Client, Tracer]:
+        tracer = Tracer()
+        client = Client(self.bootstrap, request_timeout_ms=self.config.request_timeout_ms,
+                        observers=[tracer])
         self._clients.append(client)
-        return client
+        return client, tracer
 
     def start(self) -> None:
         for i in range(self.config.producers):
@@ -179,7 +160,7 @@ class Workload:
     # ---- producers -------------------------------------------------------------------------
 
     def _produce(self, process: str) -> None:
-        client = self._client()
+        client, tracer = self._client()
         producer = client.producer(
             acks="all", idempotent=True, linger_ms=5,
             delivery_timeout_ms=self.config.delivery_timeout_ms,
@@ -210,10 +191,10 @@ class Workload:
             with self._pending_lock:
                 pending.add(future)
             future.add_done_callback(
-                functools.partial(self._written, process, client, op, tp, value, pending)
+                functools.partial(self._written, process, tracer, op, tp, value, pending)
             )
 
-    def _written(self, process: str, client: TracingClient, op: int, tp: TopicPartition,
+    def _written(self, process: str, tracer: Tracer, op: int, tp: TopicPartition,
                  value: str, pending: set[RecordFuture],
                  future: RecordFuture) -> None:
         with self._pending_lock:
@@ -222,7 +203,7 @@ class Workload:
         exc = future.exception()
         if exc is None:
             offset = future.result().offset
-            ack = client.take_ack(tp, offset) if offset >= 0 else None
+            ack = tracer.take_ack(tp, offset) if offset >= 0 else None
             self.history.complete(
                 op, process, "write", OK, offset=offset,
                 node=None if ack is None else ack.node,
@@ -254,7 +235,7 @@ class Workload:
     # ---- consumers -------------------------------------------------------------------------
 
     def _consume(self, process: str, rng: random.Random) -> None:
-        client = self._client()
+        client, tracer = self._client()
         consumers = {
             level: client.consumer(isolation_level=level, fetch_max_wait_ms=100)
             for level in IsolationLevel
@@ -286,7 +267,7 @@ class Workload:
             self.history.complete(
                 op, process, "list_offsets", OK, offset=answer.offset,
                 timestamp=answer.timestamp, leader_epoch=answer.leader_epoch,
-                node=client.last_node, **fields,
+                node=tracer.last_node, **fields,
             )
             if answer.offset >= 0:
                 start = max(0, answer.offset - 20) if kind == "latest" else answer.offset

@@ -243,6 +243,27 @@ def test_leader_kills_during_lookups_sends_and_polls_reach_no_caller(
     assert 1 <= refreshes <= 100, refreshes
 
 
+def test_a_paused_leader_does_not_stall_a_lookup(client: Client, cluster: LocalCluster) -> None:
+    """SIGSTOP keeps the leader's sockets open, so its requests fail only by timing out. The
+    lookup's first attempt gets a slice of the deadline, then the node is suspect and the
+    lookup reaches the leader the others elected, within the deadline (an attempt given the
+    whole deadline used it all and raised REQUEST_TIMED_OUT)."""
+    client.create_topic("paused", partitions=1, replication_factor=3)
+    tp = TopicPartition("paused", 0)
+    with client.producer() as producer:
+        producer.send("paused", b"before").result()
+    assert client.list_offsets({tp: OffsetSpec.latest()})[tp].offset == 1
+    victim = cluster.leader_of(tuple(tp))
+    assert victim is not None and client.metadata.leader_for(tp) == victim
+    cluster.pause(victim)
+    try:
+        found = client.list_offsets({tp: OffsetSpec.latest()}, timeout_ms=20_000)
+        assert found[tp].offset == 1
+        assert client.metadata.leader_for(tp) not in (None, victim)
+    finally:
+        cluster.resume(victim)
+
+
 def test_sticky_partitioner_fills_a_batch_then_moves(client: Client) -> None:
     """Keyless records fill one partition's batch; the record that would open a second batch
     there moves to another partition instead (KIP-480), so no stray one-record batches."""

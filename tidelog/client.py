@@ -1,40 +1,38 @@
 """The entry point of the client library (SPEC §4): connections, metadata, admin operations
 and offset lookups; ``client.producer()`` and ``client.consumer()`` build on it.
 
-A synchronous API over gRPC channels, one per node and reused, so it is simple to call from
-threads and from Spark executors; every public call has an overall deadline (the client's
-``request_timeout_ms`` or the call's ``timeout_ms``) that also bounds its retries. A ``Client``
-pickles as its configuration: unpickling builds a fresh client with its own channels.
+A synchronous API, so it is simple to call from threads and from Spark executors, over one
+transport (``tidelog.transport``: grpc.aio channels, one per node, on an event loop the client
+owns and the synchronous calls wait on); every public call has an overall deadline (the
+client's ``request_timeout_ms`` or the call's ``timeout_ms``) that bounds its retries, and each
+attempt gets a slice of it. Requests made of per-partition work go through one engine
+(``tidelog.partitioned``). A ``Client`` pickles as its configuration: unpickling builds a fresh
+client with its own transport.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import grpc
 
 from tidelog import wire
 from tidelog.errors import (
     ConfigurationError,
-    InvalidMetadataError,
-    InvalidRequestError,
     LeaderNotAvailableError,
     NodeUnavailableError,
     RequestTimedOutError,
     RetriableError,
     TidelogError,
     TopicAlreadyExistsError,
-    UnknownServerError,
     UnknownTopicOrPartitionError,
-    UnsupportedVersionError,
 )
 from tidelog.metadata import ClusterMetadata, TopicInfo
-from tidelog.retry import Backoff, Deadline, PartitionsFailed, call_with_retry
+from tidelog.partitioned import PartitionedRequest
+from tidelog.retry import Backoff, Deadline, call_with_retry
+from tidelog.transport import CallObserver, Transport
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -43,80 +41,15 @@ from tidelog.types import (
     OffsetSpec,
     TopicPartition,
 )
-from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
 if TYPE_CHECKING:
     from tidelog.consumer import Consumer
     from tidelog.producer import Producer
 
-A = TypeVar("A")
+T = TypeVar("T")
 
-#: Fetch answers may hold up to 64 MiB (the node's cap); leave room for the envelope.
-_MAX_MESSAGE_BYTES = 80 * 1024 * 1024
-_CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-    # gRPC's default reconnect backoff grows to 2 minutes; a restarted node must be found again
-    # within the retry budget of one call.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 #: One Metadata attempt against one node; a stalled node must not eat a call's whole deadline.
 _METADATA_ATTEMPT_S = 2.0
-_TRANSPORT_FAILURES = {
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.CANCELLED,
-}
-
-
-class _NodeStub(tidelog_pb2_grpc.TidelogStub):
-    """The generated stub, plus Produce taking a request already serialized by
-    `wire.serialized_produce_request`, so the producer's batches are copied once on their way
-    into gRPC."""
-
-    _PRODUCE = "/{}/Produce".format(tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name)
-
-    def __init__(self, channel: grpc.Channel | grpc.aio.Channel) -> None:
-        super().__init__(channel)  # type: ignore[no-untyped-call]  # generated code
-        self.ProduceSerialized = channel.unary_unary(
-            self._PRODUCE, response_deserializer=tidelog_pb2.ProduceResponse.FromString
-        )
-
-
-class LoopCalls:
-    """A client's RPCs from one asyncio event loop, over grpc.aio channels (one per node,
-    bound to that loop; errors translated as `Client.call`'s). The producer's sender uses
-    them rather than a synchronous channel's `future()`: that hands each call's completion to
-    a polling thread which gRPC starts afresh whenever no call is in flight, and a sender
-    under load makes it do so many times a second; on the loop a completion is a callback."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self._stubs: dict[str, _NodeStub] = {}
-        self._channels: list[grpc.aio.Channel] = []
-
-    async def call(self, node_id: int, method: str, request: Any, timeout_s: float) -> Any:
-        address = self.client.metadata.address_of(node_id)
-        if address is None:
-            raise LeaderNotAvailableError(f"node {node_id} is not in the cluster metadata")
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channels.append(channel)
-            stub = self._stubs[address] = _NodeStub(channel)
-        try:
-            return await getattr(stub, method)(request, timeout=max(timeout_s, 0.001))
-        except grpc.RpcError as exc:
-            raise self.client.translate(exc, node_id, address) from None
-
-    async def close(self) -> None:
-        """Close the channels, cancelling what is still in flight."""
-        for channel in self._channels:
-            await channel.close()
-        self._channels.clear()
-        self._stubs.clear()
 
 
 @dataclass(frozen=True)
@@ -127,6 +60,9 @@ class ClientConfig:
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000
+    #: Told of every request and answer (``tidelog.transport.CallObserver``): the supported
+    #: hook for tracing a client's traffic.
+    observers: tuple[CallObserver, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -166,6 +102,7 @@ class Client:
         *,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
+        observers: Sequence[CallObserver] = (),
     ) -> None:
         addresses = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
         self._init(
@@ -174,6 +111,7 @@ class Client:
                 request_timeout_ms=request_timeout_ms,
                 retry_backoff_ms=retry_backoff_ms,
                 retry_backoff_max_ms=retry_backoff_max_ms,
+                observers=tuple(observers),
             )
         )
 
@@ -181,13 +119,10 @@ class Client:
         self.config = config
         self.metadata = ClusterMetadata()
         self.backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
-        self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[str, _NodeStub] = {}
-        self._channels_lock = threading.Lock()
+        self.transport = Transport(self.metadata, config.observers)
         self._refresh_cond = threading.Condition()
         self._refreshing = False
         self._refreshes = 0
-        self._closed = False
 
     @classmethod
     def from_config(cls, config: ClientConfig) -> Client:
@@ -199,13 +134,9 @@ class Client:
         return Client.from_config, (self.config,)
 
     def close(self) -> None:
-        with self._channels_lock:
-            self._closed = True
-            channels = list(self._channels.values())
-            self._channels.clear()
-            self._stubs.clear()
-        for channel in channels:
-            channel.close()
+        """Close the connections and stop the client's loop; producers built on this client
+        fail what they still hold."""
+        self.transport.close()
 
     def __enter__(self) -> Client:
         return self
@@ -218,67 +149,13 @@ class Client:
     def deadline(self, timeout_ms: float | None = None) -> Deadline:
         return Deadline(self.config.request_timeout_ms if timeout_ms is None else timeout_ms)
 
-    def _stub(self, address: str) -> _NodeStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            with self._channels_lock:
-                if self._closed:
-                    raise ConfigurationError("the client is closed")
-                stub = self._stubs.get(address)
-                if stub is None:
-                    channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
-                    self._channels[address] = channel
-                    stub = self._stubs[address] = _NodeStub(channel)
-        return stub
-
-    def translate(self, exc: grpc.RpcError, node_id: int | None, address: str) -> TidelogError:
-        """A failed call as a Tidelog error; a transport failure also makes the node suspect."""
-        code = exc.code()
-        where = f"node {node_id} ({address})" if node_id is not None else address
-        detail = f"{where}: {code.name}: {exc.details()}"
-        if code in _TRANSPORT_FAILURES:
-            if node_id is not None:
-                self.metadata.invalidate_node(node_id)
-            return NodeUnavailableError(detail)
-        if code is grpc.StatusCode.UNIMPLEMENTED:
-            return UnsupportedVersionError(detail)
-        if code is grpc.StatusCode.INVALID_ARGUMENT:
-            return InvalidRequestError(detail)
-        return UnknownServerError(detail)
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the client's loop and wait for it (see `Transport.run`)."""
+        return self.transport.run(coro)
 
     def call(self, node_id: int, method: str, request: Any, timeout_s: float) -> Any:
         """One RPC to a node by id (its address from metadata)."""
-        address = self.metadata.address_of(node_id)
-        if address is None:
-            raise LeaderNotAvailableError(f"node {node_id} is not in the cluster metadata")
-        return self._call_address(address, node_id, method, request, timeout_s)
-
-    def _call_address(
-        self, address: str, node_id: int | None, method: str, request: Any, timeout_s: float
-    ) -> Any:
-        try:
-            return getattr(self._stub(address), method)(request, timeout=max(timeout_s, 0.001))
-        except grpc.RpcError as exc:
-            raise self.translate(exc, node_id, address) from None
-
-    def call_async(self, node_id: int, method: str, request: Any, timeout_s: float) -> Any:
-        """Start one RPC and return its grpc future; `result_of` turns its outcome into ours."""
-        address = self.metadata.address_of(node_id)
-        if address is None:
-            raise LeaderNotAvailableError(f"node {node_id} is not in the cluster metadata")
-        return getattr(self._stub(address), method).future(
-            request, timeout=max(timeout_s, 0.001)
-        )
-
-    def result_of(self, future: Any, node_id: int) -> Any:
-        try:
-            return future.result()
-        except grpc.RpcError as exc:
-            raise self.translate(exc, node_id, self.metadata.address_of(node_id) or "?") from None
-
-    def loop_calls(self) -> LoopCalls:
-        """RPCs for one asyncio event loop (the producer's sender thread runs one)."""
-        return LoopCalls(self)
+        return self.run(self.transport.call(node_id, method, request, timeout_s))
 
     # ---- metadata --------------------------------------------------------------------------
 
@@ -321,9 +198,9 @@ class Client:
             if timeout <= 0:
                 break
             try:
-                return self._call_address(
-                    address, node_id, "Metadata", wire.metadata_request(), timeout
-                )
+                return self.run(self.transport.call(
+                    node_id, "Metadata", wire.metadata_request(), timeout, address
+                ))
             except NodeUnavailableError as exc:
                 failures.append(str(exc))
         raise NodeUnavailableError(
@@ -363,87 +240,6 @@ class Client:
             raise RequestTimedOutError(  # Kafka's wording
                 f"topic {topic!r} not present in metadata after {deadline.timeout_ms:g} ms"
             ) from exc.__cause__
-
-    # ---- how a partition's failure changes the plan ------------------------------------------
-
-    def react(self, tp: TopicPartition, failure: wire.Failure) -> tuple[bool, bool]:
-        """(needs a refresh, may retry at once) for one partition's error; raises it when it
-        is not retriable. A newer leader hint is adopted, which is what allows retrying at
-        once without a refresh."""
-        error = failure.error
-        if not isinstance(error, RetriableError):
-            raise error
-        if not isinstance(error, InvalidMetadataError):
-            return False, False
-        if failure.hint is not None and self.metadata.apply_hint(tp, failure.hint):
-            return False, True
-        return True, False
-
-    def run_partitioned(
-        self,
-        what: str,
-        partitions: Iterable[TopicPartition],
-        method: str,
-        build: Callable[[list[TopicPartition]], Any],
-        parse: Callable[[Any], Mapping[TopicPartition, A | wire.Failure]],
-        deadline: Deadline,
-    ) -> dict[TopicPartition, A]:
-        """Send per-partition requests to each partition's leader (one RPC per leader, all in
-        flight together) and retry only the failed partitions, per `tidelog.retry`."""
-        wanted = list(dict.fromkeys(partitions))
-        results: dict[TopicPartition, A] = {}
-        state = _Attempts(seen_version=self.metadata.version)
-
-        def attempt() -> dict[TopicPartition, A]:
-            pending = [tp for tp in wanted if tp not in results]
-            if state.refresh or any(self.metadata.leader_for(tp) is None for tp in pending):
-                try:
-                    self.refresh_metadata(deadline, state.seen_version)
-                except RetriableError as exc:
-                    # Keep naming the partitions: they are what the caller waits for.
-                    raise PartitionsFailed(
-                        dict.fromkeys(pending, exc), refresh=True, immediate=False
-                    ) from exc
-            state.seen_version = self.metadata.version
-            failures: dict[TopicPartition, wire.Failure] = {}
-            by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
-            for tp in pending:
-                leader = self.metadata.leader_for(tp)
-                if leader is None:
-                    failures[tp] = wire.Failure(_no_leader(self.metadata, tp))
-                else:
-                    by_leader[leader].append(tp)
-            calls = {
-                node: (tps, self.call_async(node, method, build(tps), deadline.remaining()))
-                for node, tps in by_leader.items()
-            }
-            for node, (tps, future) in calls.items():
-                try:
-                    answers = parse(self.result_of(future, node))
-                except NodeUnavailableError as exc:
-                    failures.update((tp, wire.Failure(exc)) for tp in tps)
-                    continue
-                for tp in tps:
-                    answer = answers.get(tp)
-                    if answer is None:
-                        failures[tp] = wire.Failure(UnknownServerError(f"{tp}: no answer"))
-                    elif isinstance(answer, wire.Failure):
-                        failures[tp] = answer
-                    else:
-                        results[tp] = answer
-            if not failures:
-                return results
-            refresh, immediate = False, True
-            for tp, failure in failures.items():
-                needs_refresh, at_once = self.react(tp, failure)
-                refresh |= needs_refresh
-                immediate &= at_once
-            state.refresh = refresh
-            raise PartitionsFailed(
-                {tp: f.error for tp, f in failures.items()}, refresh=refresh, immediate=immediate
-            )
-
-        return call_with_retry(attempt, what=what, deadline=deadline, backoff=self.backoff)
 
     # ---- admin -----------------------------------------------------------------------------
 
@@ -617,18 +413,16 @@ class Client:
     ) -> dict[TopicPartition, wire.OffsetAnswer]:
         self.ensure_metadata(deadline)
 
-        def build(tps: list[TopicPartition]) -> Any:
+        def build(work: Mapping[TopicPartition, int]) -> Any:
             lookups = {
-                tp: wire.OffsetLookup(
-                    timestamps[tp], self.metadata.leader_epoch(tp), max_num_offsets
-                )
-                for tp in tps
+                tp: wire.OffsetLookup(timestamp, self.metadata.leader_epoch(tp), max_num_offsets)
+                for tp, timestamp in work.items()
             }
             return wire.list_offsets_request(lookups, isolation, replica_id)
 
-        return self.run_partitioned(
-            what, timestamps, "ListOffsets", build, wire.parse_list_offsets, deadline
-        )
+        return PartitionedRequest(
+            self, what, "ListOffsets", build, wire.parse_list_offsets
+        ).run(timestamps, deadline)
 
     def init_producer_id(
         self, producer_id: int = -1, producer_epoch: int = -1, *, timeout_ms: int | None = None
@@ -669,8 +463,3 @@ class Client:
 
         return Consumer(self, ConsumerConfig(group_id=group_id, **config))
 
-
-def _no_leader(metadata: ClusterMetadata, tp: TopicPartition) -> TidelogError:
-    if metadata.partition(tp) is None:
-        return UnknownTopicOrPartitionError(f"{tp} is not in the cluster metadata")
-    return LeaderNotAvailableError(f"{tp} has no known leader")

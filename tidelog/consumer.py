@@ -16,7 +16,6 @@ import contextlib
 import heapq
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,9 +25,9 @@ from tidelog.errors import (
     ConfigurationError,
     OffsetOutOfRangeError,
     RetriableError,
-    TidelogError,
     UnsupportedVersionError,
 )
+from tidelog.partitioned import PartitionedRequest
 from tidelog.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -153,7 +152,7 @@ class Consumer:
             return
         specs: dict[TopicPartition, int] = {}
         for tp in missing:
-            spec = self._resets.get(tp, _RESETS[self.config.auto_offset_reset])
+            spec = self._resets.get(tp, self._reset_spec())
             if spec is None:
                 raise OffsetOutOfRangeError(
                     f"{tp}: no position and auto_offset_reset is 'none'; seek() first"
@@ -241,58 +240,43 @@ class Consumer:
                     self._failed_rounds = 0
 
     def _fetch_round(self, deadline: Deadline) -> tuple[list[ConsumerRecord], bool]:
-        """One Fetch per leader, all in flight together; (records, whether to refresh)."""
+        """One round of the partitioned-request engine: one Fetch per leader, all in flight
+        together; (records, whether to refresh metadata before the next round)."""
         metadata = self.client.metadata
-        by_leader: dict[int, dict[TopicPartition, wire.FetchPosition]] = defaultdict(dict)
-        refresh = False
-        for tp, position in self._positions.items():
-            leader = metadata.leader_for(tp)
-            if leader is None or position is None:
-                refresh = True
-                continue
-            by_leader[leader][tp] = wire.FetchPosition(position, metadata.leader_epoch(tp))
-        max_wait_ms = min(self.config.fetch_max_wait_ms, int(deadline.remaining() * 1000))
-        calls = {
-            node: (
-                positions,
-                self.client.call_async(
-                    node,
-                    "Fetch",
-                    wire.fetch_request(
-                        positions,
-                        isolation=self.isolation_level,
-                        max_wait_ms=max_wait_ms,
-                        min_bytes=self.config.fetch_min_bytes,
-                        max_bytes=self.config.fetch_max_bytes,
-                        partition_max_bytes=self.config.max_partition_fetch_bytes,
-                    ),
-                    max_wait_ms / 1000 + _RPC_SLACK_S,
-                ),
-            )
-            for node, positions in by_leader.items()
+        work = {
+            tp: wire.FetchPosition(position, metadata.leader_epoch(tp))
+            for tp, position in self._positions.items()
+            if position is not None
         }
+        max_wait_ms = min(self.config.fetch_max_wait_ms, int(deadline.remaining() * 1000))
+        request: PartitionedRequest[wire.FetchPosition, wire.FetchAnswer] = PartitionedRequest(
+            self.client,
+            "Fetch",
+            "Fetch",
+            lambda positions: wire.fetch_request(
+                positions,
+                isolation=self.isolation_level,
+                max_wait_ms=max_wait_ms,
+                min_bytes=self.config.fetch_min_bytes,
+                max_bytes=self.config.fetch_max_bytes,
+                partition_max_bytes=self.config.max_partition_fetch_bytes,
+            ),
+            wire.parse_fetch,
+        )
+        outcome = self.client.run(request.attempt(work, max_wait_ms / 1000 + _RPC_SLACK_S))
         records: list[ConsumerRecord] = []
-        for node, (positions, future) in calls.items():
-            try:
-                answers = wire.parse_fetch(self.client.result_of(future, node))
-            except TidelogError as exc:
-                answers = {tp: wire.Failure(exc) for tp in positions}
-            for tp, sent in positions.items():
-                answer = answers.get(tp)
-                if isinstance(answer, wire.FetchAnswer):
-                    if self._positions.get(tp) == sent.offset:  # not re-seeked meanwhile
-                        records += self._take(tp, sent.offset, answer)
-                elif isinstance(answer, wire.Failure):
-                    refresh |= self._on_failure(tp, answer)
-        return records, refresh
-
-    def _on_failure(self, tp: TopicPartition, failure: wire.Failure) -> bool:
-        if isinstance(failure.error, OffsetOutOfRangeError):
-            if _RESETS[self.config.auto_offset_reset] is None:
-                raise failure.error
+        for tp, answer in outcome.answers.items():
+            sent = work[tp].offset
+            if self._positions.get(tp) == sent:  # not re-seeked meanwhile
+                records += self._take(tp, sent, answer)
+        for tp, error in sorted(outcome.final.items()):
+            if not isinstance(error, OffsetOutOfRangeError) or self._reset_spec() is None:
+                raise error
             self._positions[tp] = None  # auto_offset_reset at the next round
-            return False
-        return self.client.react(tp, failure)[0]
+        return records, outcome.refresh
+
+    def _reset_spec(self) -> int | None:
+        return _RESETS[self.config.auto_offset_reset]
 
     def _take(
         self, tp: TopicPartition, position: int, answer: wire.FetchAnswer

@@ -3,11 +3,12 @@ and Sender.
 
 ``send()`` only encodes the record into its partition's open batch (the storage format's
 record bytes) and returns a future that shares the batch's outcome; it never waits for the
-network. One sender thread per producer, running an asyncio loop of its own, drains ready
-batches (full, lingered ``linger_ms``, or flushed), frames each with its header and joins them
-straight into a serialized Produce, one per leader node carrying one batch per partition, sent
-over grpc.aio; the answers are handled on that loop as they arrive. Per record that is a few
-microseconds of Python, which is what a producer's throughput is made of.
+network. One sender task per producer, on the client's event loop, drains ready batches (full,
+lingered ``linger_ms``, or flushed), frames each with its header and joins them straight into a
+serialized Produce, one per leader node carrying one batch per partition, sent through the
+client's partitioned-request engine; the answers are handled on that loop as they arrive.
+Per record that is a few microseconds of Python, which is what a producer's throughput is
+made of.
 
 Idempotence (on by default with acks=all): the producer gets an id and epoch from
 InitProducerId and numbers each partition's records; a batch keeps its sequence across
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -33,7 +35,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,7 +43,6 @@ from tidelog import wire
 from tidelog.errors import (
     ConfigurationError,
     DuplicateSequenceNumberError,
-    InvalidMetadataError,
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
     RetriableError,
@@ -50,6 +51,7 @@ from tidelog.errors import (
     UnsupportedVersionError,
 )
 from tidelog.hashing import partition_for_key
+from tidelog.partitioned import PartitionedRequest
 from tidelog.records import (
     HEADER_SIZE,
     NO_HEADERS,
@@ -65,7 +67,7 @@ from tidelog.retry import Deadline
 from tidelog.types import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from tidelog.client import Client, LoopCalls
+    from tidelog.client import Client
 
 log = logging.getLogger("tidelog.producer")
 _time_ns = time.time_ns
@@ -273,14 +275,17 @@ class Producer:
         self.records_failed = 0
         self._init_at = 0.0
         self._serial = itertools.count()
-        #: The sender thread's event loop, made here so that send() can wake it at once.
-        self._loop = asyncio.new_event_loop()
+        self._produce_request: PartitionedRequest[_Batch, wire.ProduceAnswer] = (
+            PartitionedRequest(client, "Produce", "ProduceSerialized", self._request_of,
+                               wire.parse_produce)
+        )
+        #: The client's event loop, where the sender runs; send() wakes it from any thread.
+        self._loop = client.transport.loop
         self._wakeup = asyncio.Event()
         self._wake_pending = False
         #: The Produce calls in flight (the loop keeps only weak references to its tasks).
         self._calls: set[asyncio.Task[None]] = set()
-        self._sender = threading.Thread(target=self._run, name="tidelog-producer", daemon=True)
-        self._sender.start()
+        self._sender = client.transport.submit(self._send_loop())
 
     # ---- the user's side ---------------------------------------------------------------------
 
@@ -483,12 +488,15 @@ class Producer:
         with self._cond:
             self._closing = True
             self._wake_sender()
-        self._sender.join(None if timeout_ms is None else timeout_ms / 1000)
-        if self._sender.is_alive():
+        try:
+            self._sender.result(None if timeout_ms is None else timeout_ms / 1000)
+        except concurrent.futures.TimeoutError:
             with self._cond:
                 self._force_close = True
                 self._wake_sender()
-            self._sender.join()
+            self._sender.result()
+        except concurrent.futures.CancelledError:
+            pass  # the client was closed first, which failed what was left
 
     def __enter__(self) -> Producer:
         return self
@@ -511,21 +519,11 @@ class Producer:
             with contextlib.suppress(RuntimeError):  # the loop is closed: the sender is gone
                 self._loop.call_soon_threadsafe(self._wakeup.set)
 
-    def _run(self) -> None:
-        """The sender thread: its own asyncio loop, so that Produce calls go over grpc.aio
-        and their answers are handled on this thread as they arrive."""
-        try:
-            self._loop.run_until_complete(self._send_loop())
-            self._loop.run_until_complete(self._loop.shutdown_default_executor())
-        finally:
-            self._loop.close()
-
     async def _send_loop(self) -> None:
         """One round: expire, then get a producer id, refresh metadata (both off the loop, in
         a worker thread) or send, whichever is due; else sleep until woken or until the next
         linger or backoff ends. Refreshes are spaced by the retry backoff so an election does
         not cause a storm."""
-        calls = self.client.loop_calls()
         try:
             while True:
                 init = refresh = False
@@ -561,15 +559,18 @@ class Producer:
                 if refresh:
                     await asyncio.to_thread(self._refresh)
                 if ready:
-                    self._send(ready, calls)
+                    self._send(ready)
                 if not (init or refresh or ready):
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(min(max(wake_at - now, 0.0), _IDLE_S)):
                             await self._wakeup.wait()
+        except asyncio.CancelledError:
+            with self._lock:
+                self._fail_all(RequestTimedOutError("the client was closed before delivery"))
+            raise
         finally:
             for task in self._calls:
                 task.cancel()
-            await calls.close()
 
     def _ready(self, now: float) -> tuple[list[_Batch], float]:
         """Pop the batches to send now (numbering them); also when to look again."""
@@ -604,49 +605,46 @@ class Producer:
             ready.append(head)
         return ready, wake_at
 
-    def _send(self, batches: list[_Batch], calls: LoopCalls) -> None:
-        """Build (outside the lock) and start one Produce per leader."""
-        by_leader: dict[int, dict[TopicPartition, _Batch]] = {}
+    def _send(self, batches: list[_Batch]) -> None:
+        """Frame the batches (outside the lock) and start one Produce per leader."""
+        work: dict[TopicPartition, _Batch] = {}
         for batch in batches:
             self._build(batch)
-            leader = self.client.metadata.leader_for(batch.tp)
-            by_leader.setdefault(-1 if leader is None else leader, {})[batch.tp] = batch
-        timeout_ms = self.client.config.request_timeout_ms
-        for node, group in by_leader.items():
-            request = wire.serialized_produce_request(
-                {tp: (b.header, b.body) for tp, b in group.items()}, self._acks, timeout_ms
-            )
-            task = self._loop.create_task(
-                self._produce(calls, node, group, request, timeout_ms / 1000 + _RPC_SLACK_S)
-            )
+            work[batch.tp] = batch
+        groups, leaderless = self._produce_request.by_leader(work)
+        if leaderless:
+            self._handle(work, leaderless)
+        timeout_s = self.client.config.request_timeout_ms / 1000 + _RPC_SLACK_S
+        for node, tps in groups.items():
+            task = self._loop.create_task(self._produce(node, {tp: work[tp] for tp in tps},
+                                                        timeout_s))
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
 
+    def _request_of(self, batches: Mapping[TopicPartition, _Batch]) -> bytes:
+        return wire.serialized_produce_request(
+            {tp: (b.header, b.body) for tp, b in batches.items()}, self._acks,
+            self.client.config.request_timeout_ms,
+        )
+
     async def _produce(
-        self,
-        calls: LoopCalls,
-        node: int,
-        batches: dict[TopicPartition, _Batch],
-        request: bytes,
-        timeout_s: float,
+        self, node: int, batches: dict[TopicPartition, _Batch], timeout_s: float
     ) -> None:
         """One Produce request and what its answer does to each of its batches."""
-        try:
-            answers = wire.parse_produce(
-                await calls.call(node, "ProduceSerialized", request, timeout_s)
-            )
-        except TidelogError as exc:
-            answers = {tp: wire.Failure(exc) for tp in batches}
+        self._handle(batches, await self._produce_request.send(node, batches, timeout_s))
+
+    def _handle(
+        self,
+        batches: Mapping[TopicPartition, _Batch],
+        answers: Mapping[TopicPartition, wire.ProduceAnswer | wire.Failure],
+    ) -> None:
         with self._lock:
             now = time.monotonic()
-            for tp, batch in batches.items():
-                answer = answers.get(tp)
-                if isinstance(answer, wire.ProduceAnswer):
-                    self._complete(batch, answer.base_offset, answer.log_append_time_ms)
-                elif isinstance(answer, wire.Failure):
-                    self._on_failure(batch, answer, now)
+            for tp, answer in answers.items():
+                if isinstance(answer, wire.Failure):
+                    self._on_failure(batches[tp], answer, now)
                 else:
-                    self._on_failure(batch, wire.Failure(TidelogError(f"{tp}: no answer")), now)
+                    self._complete(batches[tp], answer.base_offset, answer.log_append_time_ms)
             self._wakeup.set()
 
     def _build(self, batch: _Batch) -> None:
@@ -723,9 +721,9 @@ class Producer:
                 )
             self._fail(batch, error)
             return
-        refresh, immediate = False, False
-        if isinstance(error, InvalidMetadataError):
-            refresh, immediate = self.client.react(batch.tp, failure)
+        reaction = self._produce_request.classify(batch.tp, failure)
+        refresh = reaction is not None and reaction.refresh
+        immediate = reaction is not None and reaction.immediate
         self._refresh_wanted |= refresh
         batch.attempts += 1
         self.retries += 1

@@ -29,6 +29,11 @@ T = TypeVar("T")
 DEFAULT_RETRY_BACKOFF_MS = 100
 DEFAULT_RETRY_BACKOFF_MAX_MS = 1000
 BACKOFF_JITTER = 0.2
+#: One attempt may take this share of its call's whole timeout (Kafka gives a request half of
+#: default.api.timeout.ms; a quarter leaves room for a refresh and two more attempts)...
+ATTEMPT_SHARE = 0.25
+#: ...but never less than this, in seconds, unless the call itself has less left.
+MIN_ATTEMPT_S = 1.0
 
 
 class Deadline:
@@ -47,6 +52,13 @@ class Deadline:
     @property
     def expired(self) -> bool:
         return time.monotonic() >= self.at
+
+    def attempt_s(self) -> float:
+        """How long one attempt (one RPC) of the call may take: a slice of the whole timeout,
+        never all of it, so a node that stalls without failing (a paused process keeps its
+        connections) leaves time to find another."""
+        share = max(self.timeout_ms / 1000 * ATTEMPT_SHARE, MIN_ATTEMPT_S)
+        return min(share, self.remaining())
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,23 +1,21 @@
 """The driver's view of the cluster for planning: which partitions a subscription covers and
 their offsets, through the client's ListOffsets at the query's isolation level.
 
-On top of the client's own retries (which outlast an election), a failed lookup is tried again
-``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart, as Spark's Kafka source
-does; only retriable errors are, since a missing topic will not appear by waiting.
+Spark's Kafka source tries a failed lookup again ``fetchOffset.numRetries`` times,
+``fetchOffset.retryIntervalMs`` apart. Here the client's partitioned-request engine does the
+retrying (only retriable errors, only the failed partitions, metadata refreshed as the errors
+ask), and these options only size its deadline: as long as numRetries + 1 tries of one request
+timeout each, with the intervals between them, would last.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+from collections.abc import Mapping
 
 from tidelog.client import Client
-from tidelog.errors import RetriableError
 from tidelog.spark.options import LATEST, SourceOptions
 from tidelog.types import TopicPartition
-
-T = TypeVar("T")
 
 #: Topic config that makes the log stamp records itself (Kafka's timestampType 1).
 _LOG_APPEND_TIME = ("message.timestamp.type", "LogAppendTime")
@@ -30,10 +28,15 @@ class ClusterLookup:
         self._client = client
         self._options = options
         self._log_append_topics: set[str] = set()
+        retries = options.fetch_retries
+        self._timeout_ms = (
+            (retries + 1) * client.config.request_timeout_ms
+            + retries * options.fetch_retry_interval_ms
+        )
 
     def partitions(self) -> list[TopicPartition]:
         subscription = self._options.subscription
-        topics = self._retry(lambda: self._client.describe_topics())
+        topics = self._client.describe_topics(timeout_ms=self._timeout_ms)
         self._log_append_topics = {
             name for name, info in topics.items()
             if info.configs.get(_LOG_APPEND_TIME[0]) == _LOG_APPEND_TIME[1]
@@ -51,7 +54,7 @@ class ClusterLookup:
 
     def offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         isolation = self._options.isolation_level
-        found = self._retry(lambda: self._client.list_offsets(specs, isolation))
+        found = self._client.list_offsets(specs, isolation, timeout_ms=self._timeout_ms)
         return {tp: result.offset for tp, result in found.items()}
 
     def earliest(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
@@ -70,16 +73,5 @@ class ClusterLookup:
             behind = [tp for tp, offset in latest.items() if offset < known.get(tp, offset)]
             if not behind or attempt >= self._options.fetch_retries:
                 return latest
-            attempt += 1
-            time.sleep(self._options.fetch_retry_interval_ms / 1000)
-
-    def _retry(self, call: Callable[[], T]) -> T:
-        attempt = 0
-        while True:
-            try:
-                return call()
-            except RetriableError:
-                if attempt >= self._options.fetch_retries:
-                    raise
             attempt += 1
             time.sleep(self._options.fetch_retry_interval_ms / 1000)

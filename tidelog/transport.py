@@ -1,0 +1,207 @@
+"""The client's one transport: an event loop of its own, in one thread, running grpc.aio
+channels (one per node address), and the one translation of gRPC failures into Tidelog errors.
+
+Everything a client sends goes through ``Transport.call``: the synchronous API runs its
+coroutines on the loop and waits (``Transport.run``), and the producer's sender lives on the
+loop as a task. One loop rather than synchronous channels: a synchronous channel's ``future()``
+hands each completion to a polling thread that gRPC starts afresh whenever no call is in flight,
+and a sender under load makes it do so many times a second; on the loop a completion is a
+callback, and the calls of a round to several leaders are in flight together for free.
+
+``CallObserver`` is the supported hook for seeing the traffic (tracing, metrics): a client
+built with observers tells each of them every request it sends and every answer it gets, with
+the node it went to, on the loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from tidelog.errors import (
+    ConfigurationError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    NodeUnavailableError,
+    TidelogError,
+    UnknownServerError,
+    UnsupportedVersionError,
+)
+from tidelog.metadata import ClusterMetadata
+from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
+
+T = TypeVar("T")
+
+#: Fetch answers may hold up to 64 MiB (the node's cap); leave room for the envelope.
+_MAX_MESSAGE_BYTES = 80 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    # gRPC's default reconnect backoff grows to 2 minutes; a restarted node must be found again
+    # within the retry budget of one call.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+_TRANSPORT_FAILURES = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+}
+
+
+class CallObserver:
+    """Sees a client's traffic (pass instances in ``Client(observers=...)``). Both methods run
+    on the client's event loop thread, in the order of the calls, so they must be quick and
+    must not call the client's blocking API. ``node_id`` is None for a bootstrap address not
+    yet known by id. A request the producer sends is the serialized ProduceRequest (bytes,
+    method "ProduceSerialized"); every other request and answer is the tidelog.v1 message."""
+
+    def on_request(self, node_id: int | None, method: str, request: Any) -> None:
+        """A request is about to leave."""
+
+    def on_response(self, node_id: int | None, method: str, request: Any, response: Any) -> None:
+        """A request was answered (not called for a request that failed in transport)."""
+
+
+class _NodeStub(tidelog_pb2_grpc.TidelogStub):
+    """The generated stub, plus Produce taking a request already serialized by
+    `wire.serialized_produce_request`, so the producer's batches are copied once on their way
+    into gRPC."""
+
+    _PRODUCE = "/{}/Produce".format(tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name)
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel)  # type: ignore[no-untyped-call]  # generated code
+        self.ProduceSerialized = channel.unary_unary(
+            self._PRODUCE, response_deserializer=tidelog_pb2.ProduceResponse.FromString
+        )
+
+
+class Transport:
+    """The loop thread (started on first use, so an unpickled or idle client costs none) and
+    the channels on it; safe to use from any thread."""
+
+    def __init__(self, metadata: ClusterMetadata, observers: Sequence[CallObserver] = ()) -> None:
+        self._metadata = metadata
+        self._observers = tuple(observers)
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stubs: dict[str, _NodeStub] = {}
+        self._channels: list[grpc.aio.Channel] = []
+        self._closed = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The client's event loop, running in its thread."""
+        loop = self._loop
+        if loop is not None:
+            return loop
+        with self._lock:
+            if self._closed:
+                raise ConfigurationError("the client is closed")
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=loop.run_forever, name="tidelog-client", daemon=True
+                )
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+    def on_loop_thread(self) -> bool:
+        return self._thread is not None and threading.get_ident() == self._thread.ident
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `coro` on the loop; the returned future completes with it."""
+        try:
+            loop = self.loop
+        except ConfigurationError:
+            coro.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the loop and wait for its outcome: how the synchronous API calls.
+        Every coroutine of the client bounds its own time, so this waits without a timeout."""
+        if self.on_loop_thread():
+            coro.close()
+            raise ConfigurationError(
+                "a blocking client call from the client's own event loop thread (a send() "
+                "callback?) would wait for itself; call it from another thread"
+            )
+        return self.submit(coro).result()
+
+    async def call(
+        self, node_id: int | None, method: str, request: Any, timeout_s: float,
+        address: str | None = None,
+    ) -> Any:
+        """One RPC to a node by id (its address from metadata) or to `address`; a failure
+        comes out as a Tidelog error, and a transport failure also makes the node suspect."""
+        if address is None:
+            address = self._metadata.address_of(node_id) if node_id is not None else None
+            if address is None:
+                raise LeaderNotAvailableError(f"node {node_id} is not in the cluster metadata")
+        stub = self._stubs.get(address)
+        if stub is None:
+            if self._closed:
+                raise ConfigurationError("the client is closed")
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels.append(channel)
+            stub = self._stubs[address] = _NodeStub(channel)
+        for observer in self._observers:
+            observer.on_request(node_id, method, request)
+        try:
+            response = await getattr(stub, method)(request, timeout=max(timeout_s, 0.001))
+        except grpc.RpcError as exc:
+            raise self._translate(exc, node_id, address) from None
+        for observer in self._observers:
+            observer.on_response(node_id, method, request, response)
+        return response
+
+    def _translate(self, exc: grpc.RpcError, node_id: int | None, address: str) -> TidelogError:
+        code = exc.code()
+        where = f"node {node_id} ({address})" if node_id is not None else address
+        detail = f"{where}: {code.name}: {exc.details()}"
+        if code in _TRANSPORT_FAILURES:
+            if node_id is not None:
+                self._metadata.invalidate_node(node_id)
+            return NodeUnavailableError(detail)
+        if code is grpc.StatusCode.UNIMPLEMENTED:
+            return UnsupportedVersionError(detail)
+        if code is grpc.StatusCode.INVALID_ARGUMENT:
+            return InvalidRequestError(detail)
+        return UnknownServerError(detail)
+
+    def close(self) -> None:
+        """Close the channels (cancelling what is in flight) and stop the loop thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if self.on_loop_thread():
+            raise ConfigurationError("a client cannot be closed from its own event loop thread")
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+    async def _shutdown(self) -> None:
+        current = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for channel in self._channels:
+            await channel.close()
+        self._channels.clear()
+        self._stubs.clear()
