@@ -330,9 +330,10 @@ def test_producer_encoding_equals_build_batch() -> None:
 def test_record_future_shares_its_batch_outcome() -> None:
     import threading
 
-    from tidelog.producer import RecordFuture, _Batch
+    from tidelog.producer import RecordFuture
+    from tidelog.producer.accumulator import Batch
 
-    batch = _Batch(TopicPartition("t", 2), 0.0, 1.0, 0, threading.RLock())
+    batch = Batch(TopicPartition("t", 2), 0.0, 1.0, 0, threading.RLock())
     futures = [RecordFuture(batch, i, 100 + i) for i in range(3)]
     seen: list[object] = []
     futures[0].add_done_callback(seen.append)
@@ -348,7 +349,7 @@ def test_record_future_shares_its_batch_outcome() -> None:
     futures[2].add_done_callback(seen.append)  # already done: runs at once
     assert seen == [futures[0], futures[2]]
 
-    failed = _Batch(TopicPartition("t", 0), 0.0, 1.0, 1, threading.RLock())
+    failed = Batch(TopicPartition("t", 0), 0.0, 1.0, 1, threading.RLock())
     failed.error = errors.RequestTimedOutError("t-0: not delivered")
     failed.resolve()
     future = RecordFuture(failed, 0, 5)

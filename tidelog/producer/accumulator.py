@@ -1,0 +1,496 @@
+"""The accumulator (Kafka's RecordAccumulator): per-partition queues of batches that send()
+fills and the sender drains.
+
+``send()`` only encodes the record into its partition's open batch (the storage format's record
+bytes) and returns a future that shares the batch's outcome; it never waits for the network.
+Per record that is a few microseconds of Python, which is what a producer's throughput is made
+of: a keyless record with no partition or headers, the common one, goes straight into the batch
+the sticky partitioner has open for its topic (KIP-480), with one dict lookup.
+
+A batch leaves when full, when it has lingered ``linger_ms``, or on flush/close. Retries go
+back to the head of their partition's queue in creation (= sequence) order, and a partition
+with a retry pending has only that batch in flight, so the log keeps the send order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidelog.errors import ConfigurationError, RequestTimedOutError, TidelogError
+from tidelog.hashing import partition_for_key
+from tidelog.producer.config import ProducerConfig
+from tidelog.producer.idempotence import IdempotenceState
+from tidelog.records import (
+    HEADER_SIZE,
+    NO_HEADERS,
+    RECORD_OVERHEAD,
+    encode_record,
+    pack_plain_record_prefix,
+)
+from tidelog.retry import Deadline
+from tidelog.types import RecordMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from tidelog.client import Client
+
+log = logging.getLogger("tidelog.producer")
+_time_ns = time.time_ns
+#: The sender's longest sleep when nothing is due; wakeups normally come from notifications.
+IDLE_S = 0.5
+
+
+@dataclass(eq=False)
+class Batch:
+    tp: TopicPartition
+    created: float
+    deadline: float
+    #: Creation order, which is also sequence order within a partition.
+    serial: int
+    #: Guards `callbacks` against the completion (the producer's lock).
+    lock: threading.RLock
+    #: The records, encoded as they were sent: pieces of the batch body, joined when it leaves.
+    parts: list[bytes] = field(default_factory=list)
+    body: bytes = b""
+    count: int = 0
+    first_timestamp: int = 0
+    max_timestamp: int = -1
+    size: int = HEADER_SIZE
+    #: Base sequence once numbered (first drained); None before, and again after a reset.
+    sequence: int | None = None
+    header: bytes = b""
+    #: (producer id, epoch, sequence) that `header` was built with.
+    built_for: tuple[int, int, int] | None = None
+    attempts: int = 0
+    #: Takes no more records: full, or drained (it may come back as a retry).
+    sealed: bool = False
+    #: The outcome, shared by the batch's records, set before `done`.
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    error: BaseException | None = None
+    callbacks: list[Callable[[], object]] | None = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def add_callback(self, callback: Callable[[], object]) -> None:
+        with self.lock:
+            if self.callbacks is not None:
+                self.callbacks.append(callback)
+                return
+        callback()
+
+    def resolve(self) -> None:
+        """Publish the outcome (under the producer's lock) and run the records' callbacks."""
+        self.done.set()
+        callbacks, self.callbacks = self.callbacks or [], None
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # as concurrent.futures does: a callback's failure is logged
+                log.exception("a send() callback failed")
+
+
+class RecordFuture:
+    """What `send()` returns: the record's RecordMetadata once its batch is acknowledged, or
+    the error that failed it (Kafka's FutureRecordMetadata). The records of a batch share one
+    outcome, so a future is a pair of slots, not a `concurrent.futures.Future` with its own
+    lock and condition: at tens of thousands of records per second those cost more than
+    encoding the record. It offers the `Future` methods a caller uses; it cannot be
+    cancelled."""
+
+    __slots__ = ("_batch", "_index", "_timestamp")
+
+    def __init__(self, batch: Batch, index: int, timestamp: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp = timestamp
+
+    def done(self) -> bool:
+        return self._batch.done.is_set()
+
+    def running(self) -> bool:
+        return not self._batch.done.is_set()
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._batch.done.wait(timeout):
+            raise TimeoutError(f"{self._batch.tp}: not acknowledged within {timeout} s")
+        return self._batch.error
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        batch = self._batch
+        offset = -1 if batch.base_offset < 0 else batch.base_offset + self._index
+        timestamp = batch.log_append_time_ms if batch.log_append_time_ms >= 0 else self._timestamp
+        return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp)
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
+        """`fn(future)` once the outcome is known: at once if it is, else on the client's
+        event loop thread (keep it short; the client's blocking calls refuse to run there)."""
+        self._batch.add_callback(lambda: fn(self))
+
+
+@dataclass(eq=False)
+class PartitionQueue:
+    tp: TopicPartition
+    queue: deque[Batch] = field(default_factory=deque)
+    in_flight: list[Batch] = field(default_factory=list)
+    next_sequence: int = 0
+    #: The sequence after the last acknowledged batch: the batch carrying it is "next".
+    acked_sequence: int = 0
+    retry_at: float = 0.0
+
+
+@dataclass(eq=False)
+class _Topic:
+    """What send() needs of a topic, found with one dict lookup by name."""
+
+    partitions: list[PartitionQueue | None]
+    #: Kafka's sticky partitioner: the partition keyless records go to.
+    sticky: int = -1
+    #: The metadata version `partitions` was sized for.
+    version: int = -1
+    #: The sticky partition's open batch, where send()'s fast path appends.
+    open: Batch | None = None
+
+
+
+class RecordAccumulator:
+    """The producer's batches and the records' side of it; thread-safe: any number of threads
+    may call send() concurrently. Everything else runs on the sender, under the same lock."""
+
+    #: Tells the sender to look again (set by the producer once its sender exists); called
+    #: under the lock.
+    _wake_sender: Callable[[], None]
+
+    def __init__(self, client: Client, config: ProducerConfig,
+                 idempotence: IdempotenceState) -> None:
+        self.client = client
+        self.config = config
+        self.idempotence = idempotence
+        # send()'s hot settings as plain attributes, one lookup each.
+        self._batch_size = config.batch_size
+        self._buffer_memory = config.buffer_memory
+        self._linger_ms = config.linger_ms
+        #: send() takes the lock itself, not through the Condition's Python-level wrapper.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._partitions: dict[TopicPartition, PartitionQueue] = {}
+        self._topics: dict[str, _Topic] = {}
+        self._buffered = 0
+        self._flushing = 0
+        self.closing = False
+        self._serial = itertools.count()
+        #: Batches sent again after a retriable error (Kafka's record-retry metric, by batch).
+        self.retries = 0
+        #: Records acknowledged and records failed so far (Kafka's record-send-total and
+        #: record-error-total), for callers that check a stream without keeping its futures.
+        self.records_acknowledged = 0
+        self.records_failed = 0
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordFuture:
+        """Queue one record; the future gives its RecordMetadata once acknowledged (per acks)
+        or the error that failed it, naming the partition. A bytearray or memoryview key or
+        value is copied to bytes.
+
+        This is the producer's per-record cost, so it does the least it can: the record is
+        encoded into its batch's body at once (no object per record survives the call but
+        the future) and everything per batch waits for the sender. A keyless record
+        with no partition or headers, the common one, goes straight into the batch the
+        sticky partitioner has open for its topic, when that has room: one dict lookup."""
+        if self.closing:
+            raise ConfigurationError("send() on a closed producer")
+        timestamp = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        plain = key is None and not headers and type(value) is bytes
+        if not plain:
+            value, key = _checked_bytes("value", value), _checked_bytes("key", key)
+        lock = self._lock
+        if plain and partition is None:
+            size = RECORD_OVERHEAD + len(value)  # type: ignore[arg-type]  # plain: bytes
+            lock.acquire()  # (not `with`: its method lookups cost as much as the lock)
+            known = self._topics.get(topic)
+            batch = None if known is None else known.open
+            if (batch is None or batch.sealed or batch.size + size > self._batch_size
+                    or self._buffered + size > self._buffer_memory):
+                lock.release()
+                batch, size = self._choose_batch(topic, value, key, partition, timestamp, headers)
+        else:
+            batch, size = self._choose_batch(topic, value, key, partition, timestamp, headers)
+        try:  # the lock is held
+            index = batch.count
+            if plain:
+                batch.parts += (
+                    pack_plain_record_prefix(size - 4, 0, index, timestamp - batch.first_timestamp,
+                                             -1, size - RECORD_OVERHEAD),
+                    value, NO_HEADERS,
+                )  # type: ignore[arg-type]  # plain: value is bytes
+            else:
+                encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value,
+                              headers or ())
+            batch.count = index + 1
+            batch.size += size
+            if timestamp > batch.max_timestamp:
+                batch.max_timestamp = timestamp
+            self._buffered += size
+            if batch.size >= self._batch_size:
+                batch.sealed = True
+                self._wake_sender()
+            return RecordFuture(batch, index, timestamp)
+        finally:
+            lock.release()
+
+    def _choose_batch(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        timestamp: int,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+    ) -> tuple[Batch, int]:
+        """The batch for any record, and the record's size: checks the input, finds the
+        partition (opening the topic's state on its first record), opens a new batch when the
+        current one has no room. Returns holding the lock, which the caller releases."""
+        metadata = self.client.metadata
+        version = metadata.version
+        known = self._topics.get(topic)
+        if known is not None and known.version == version:
+            count = len(known.partitions)  # a count changes only with a metadata update
+        else:
+            count = metadata.partition_count(topic) or self.client.partitions_for(
+                topic, Deadline(self.config.max_block_ms)
+            )
+        if partition is None:
+            if key is not None:
+                partition = partition_for_key(key, count)
+        elif not 0 <= partition < count:
+            raise ConfigurationError(f"topic {topic!r} has no partition {partition} ({count})")
+        size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
+            0 if key is None else len(key)
+        )
+        if headers:
+            size += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
+        self._lock.acquire()
+        try:
+            if self._buffered + size > self._buffer_memory and self._buffered > 0:
+                self._wait_for_room(topic, size)
+            topic_state = self._topics.get(topic)
+            if topic_state is None or len(topic_state.partitions) != count:
+                topic_state = self._topic(topic, count)
+            topic_state.version = version
+            sticky = partition is None
+            if partition is None:
+                partition = topic_state.sticky
+                if not 0 <= partition < count:
+                    partition = self._move_sticky(topic, topic_state, count)
+                    sticky = False  # moved already
+            state = topic_state.partitions[partition] or self._partition(topic, partition)
+            batch = self._batch_with_room(state, size)
+            if batch is None and sticky:
+                # KIP-480: fill another partition rather than open a second batch on this one.
+                partition = self._move_sticky(topic, topic_state, count)
+                state = topic_state.partitions[partition] or self._partition(topic, partition)
+                batch = self._batch_with_room(state, size)
+            if batch is None:
+                batch = self._open_batch(state, timestamp)
+                if len(state.queue) > 1 or not self._linger_ms or not state.in_flight:
+                    self._wake_sender()
+            if partition == topic_state.sticky:
+                topic_state.open = batch
+        except BaseException:
+            self._lock.release()
+            raise
+        return batch, size
+
+    def _batch_with_room(self, state: PartitionQueue, size: int) -> Batch | None:
+        """The partition's open batch if `size` more bytes fit in it. One they do not fit is
+        sealed: it is full, so it leaves now rather than when it has lingered."""
+        batch = state.queue[-1] if state.queue else None
+        if batch is None or batch.sealed:
+            return None
+        if batch.size + size > self._batch_size:
+            batch.sealed = True
+            self._wake_sender()
+            return None
+        return batch
+
+    def _topic(self, topic: str, count: int) -> _Topic:
+        """The topic's send() state, (re)made when its partition count changes."""
+        known = self._topics.get(topic)
+        partitions = [self._partitions.get(TopicPartition(topic, p)) for p in range(count)]
+        state = self._topics[topic] = _Topic(partitions)
+        if known is not None:
+            state.sticky = known.sticky
+        return state
+
+    def _partition(self, topic: str, partition: int) -> PartitionQueue:
+        tp = TopicPartition(topic, partition)
+        state = self._partitions[tp] = PartitionQueue(tp)
+        self._topics[topic].partitions[partition] = state
+        return state
+
+    def _open_batch(self, state: PartitionQueue, timestamp: int) -> Batch:
+        now = time.monotonic()
+        batch = Batch(state.tp, now, now + self.config.delivery_timeout_ms / 1000,
+                       next(self._serial), self._lock, first_timestamp=timestamp)
+        state.queue.append(batch)
+        return batch
+
+    def _wait_for_room(self, topic: str, size: int) -> None:
+        """Block (up to max_block_ms) until the buffer has room for `size` more bytes."""
+        block = Deadline(self.config.max_block_ms)
+        while self._buffered > 0 and self._buffered + size > self.config.buffer_memory:
+            if not self._cond.wait(block.remaining()) and block.expired:
+                raise RequestTimedOutError(
+                    f"{topic}: no room in the producer buffer within "
+                    f"{self.config.max_block_ms} ms"
+                )
+
+    def _move_sticky(self, topic: str, state: _Topic, count: int) -> int:
+        """Kafka's sticky partitioner for null keys (KIP-480): keyless records fill one
+        partition's batch; when it has no room, they move to another partition that has a
+        leader rather than open a second, small batch on the same one."""
+        current = state.sticky
+        choices = [p for p in self.client.metadata.available_partitions(topic) if p < count]
+        if len(choices) > 1 and current in choices:
+            choices.remove(current)
+        state.sticky = random.choice(choices) if choices else random.randrange(count)
+        return state.sticky
+
+    # ---- the sender's side (under the lock) --------------------------------------------------
+
+    def ready(self, now: float) -> tuple[list[Batch], float, bool]:
+        """Pop the batches to send now (numbering them); also when to look again, and whether
+        a partition waits for a leader (metadata must be refreshed)."""
+        wake_at = now + IDLE_S
+        linger = self.config.linger_ms / 1000
+        draining = self._flushing > 0 or self.closing
+        metadata = self.client.metadata
+        leaderless = False
+        ready: list[Batch] = []
+        for tp, state in self._partitions.items():
+            if not state.queue:
+                continue
+            head = state.queue[0]
+            if len(state.in_flight) >= (1 if head.attempts else self.config.max_in_flight):
+                continue
+            if state.retry_at > now:
+                wake_at = min(wake_at, state.retry_at)
+                continue
+            due = head.created + linger
+            # A batch is sealed once full (or once sent, when it comes back as a retry).
+            if not (draining or head.sealed or due <= now):
+                wake_at = min(wake_at, due)
+                continue
+            if metadata.leader_for(tp) is None:
+                leaderless = True
+                continue
+            state.queue.popleft()
+            head.sealed = True
+            self.idempotence.number(head, state)
+            state.in_flight.append(head)
+            ready.append(head)
+        return ready, wake_at, leaderless
+
+    def has_batches(self) -> tuple[bool, bool]:
+        """(anything queued, anything in flight)."""
+        partitions = self._partitions.values()
+        return any(s.queue for s in partitions), any(s.in_flight for s in partitions)
+
+    def queue_of(self, batch: Batch) -> PartitionQueue:
+        return self._partitions[batch.tp]
+
+    def complete(self, batch: Batch, base_offset: int, log_append_time_ms: int) -> None:
+        state = self.queue_of(batch)
+        state.in_flight.remove(batch)
+        self.idempotence.acknowledged(batch, state)
+        batch.base_offset, batch.log_append_time_ms = base_offset, log_append_time_ms
+        self.records_acknowledged += batch.count
+        self._finish(batch)
+
+    def _finish(self, batch: Batch) -> None:
+        self._buffered -= batch.size - HEADER_SIZE
+        batch.parts, batch.body = [], b""
+        batch.resolve()
+        self._cond.notify_all()
+
+    def fail(self, batch: Batch, error: BaseException) -> None:
+        state = self.queue_of(batch)
+        if batch in state.in_flight:
+            state.in_flight.remove(batch)
+        elif batch in state.queue:
+            state.queue.remove(batch)
+        self.idempotence.failed(batch)
+        batch.error = error
+        self.records_failed += batch.count
+        self._finish(batch)
+
+    def requeue(self, batch: Batch, retry_at: float) -> None:
+        """Put a batch that will be sent again back in its queue, in creation order."""
+        state = self.queue_of(batch)
+        batch.attempts += 1
+        self.retries += 1
+        state.in_flight.remove(batch)
+        serials = [b.serial for b in state.queue]
+        state.queue.insert(bisect.bisect_right(serials, batch.serial), batch)
+        state.retry_at = retry_at
+
+    def expire(self, now: float) -> None:
+        """Fail queued batches past their delivery timeout (in-flight ones wait for answers).
+        A queue is in creation order (retries go back by serial), so deadlines rise along it
+        and each round looks at the heads only."""
+        for state in self._partitions.values():
+            while state.queue and state.queue[0].deadline <= now:
+                batch = state.queue[0]
+                self.fail(batch, RequestTimedOutError(
+                    f"{batch.tp}: not delivered within {self.config.delivery_timeout_ms} ms"
+                ))
+
+    def fail_all(self, error: TidelogError) -> None:
+        for state in self._partitions.values():
+            for batch in [*state.queue, *state.in_flight]:
+                self.fail(batch, error)
+
+    def new_epoch(self, producer_id: int, epoch: int) -> None:
+        """Restart every sequence under a new producer id/epoch; batches already sent under
+        the old one fail (see `IdempotenceState.new_epoch`)."""
+        for batch in self.idempotence.new_epoch(producer_id, epoch, self._partitions.values()):
+            self.fail(batch, RequestTimedOutError(
+                f"{batch.tp}: outcome unknown (sent, never acknowledged) when the producer had "
+                f"to take a new epoch; not resent, to avoid a duplicate"
+            ))
+
+    def pending(self) -> list[Batch]:
+        return [b for s in self._partitions.values() for b in (*s.queue, *s.in_flight)]
+
+
+def _checked_bytes(name: str, data: object) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ConfigurationError(f"{name} must be bytes or None, got {type(data).__name__}")
+    return bytes(data)
+
+

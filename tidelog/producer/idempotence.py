@@ -1,0 +1,120 @@
+"""An idempotent producer's state: its id and epoch, and the sequence numbers of each
+partition's batches (Kafka's TransactionManager, without transactions).
+
+The producer gets an id and epoch from InitProducerId and numbers each partition's records; a
+batch keeps its sequence across retries, so a leader (also a new one, which rebuilds the state
+from its log) acknowledges a retried batch it already holds with the original offsets instead
+of writing it twice. Kafka's reactions: DUPLICATE_SEQUENCE_NUMBER is a success whose offsets are
+unknown (-1); OUT_OF_ORDER_SEQUENCE_NUMBER is retried while an earlier batch of the partition is
+unresolved, and when it is a real gap (or UNKNOWN_PRODUCER_ID) the producer takes a new epoch
+and restarts every partition's sequences (KIP-360); a batch that fails for good after it was
+numbered also leaves a gap, handled the same way. Everything here runs under the producer's
+lock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from tidelog.errors import (
+    DuplicateSequenceNumberError,
+    OutOfOrderSequenceNumberError,
+    TidelogError,
+    UnknownProducerIdError,
+    UnsupportedVersionError,
+)
+from tidelog.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+
+if TYPE_CHECKING:
+    from tidelog.producer.accumulator import Batch, PartitionQueue
+
+SEQUENCE_WRAP = 1 << 31
+
+
+class Verdict(enum.Enum):
+    """What a failed batch's error means for an idempotent producer, beyond its class."""
+
+    #: The leader already holds the batch: a success (offsets unknown).
+    DUPLICATE = "duplicate"
+    #: A sequence error that a retry may cure (an earlier batch is unresolved), or that a new
+    #: epoch will (a real gap): retried either way.
+    SEQUENCE = "sequence"
+    #: Nothing particular: the error's class decides.
+    NONE = "none"
+
+
+class IdempotenceState:
+    """The producer id, epoch and sequence bookkeeping; inert without idempotence."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        #: A (new) id and epoch must be fetched before anything more is sent.
+        self.needs_producer_id = enabled
+        #: When the next InitProducerId may be tried (after a retriable failure).
+        self.init_at = 0.0
+
+    def number(self, batch: Batch, state: PartitionQueue) -> None:
+        """Give a batch leaving for the first time (or after a reset) its base sequence."""
+        if self.enabled and batch.sequence is None:
+            batch.sequence = state.next_sequence
+            state.next_sequence = (state.next_sequence + batch.count) % SEQUENCE_WRAP
+
+    def stamp(self, batch: Batch) -> tuple[int, int, int]:
+        """(producer id, epoch, base sequence) that the batch leaves with."""
+        sequence = NO_SEQUENCE if batch.sequence is None else batch.sequence
+        return self.producer_id, self.producer_epoch, sequence
+
+    def acknowledged(self, batch: Batch, state: PartitionQueue) -> None:
+        if batch.sequence is not None:
+            end = (batch.sequence + batch.count) % SEQUENCE_WRAP
+            if seq_after(end, state.acked_sequence):
+                state.acked_sequence = end
+
+    def failed(self, batch: Batch) -> None:
+        """A batch failed for good: once numbered, its sequences are a gap."""
+        if batch.sequence is not None:
+            self.needs_producer_id = True
+
+    def verdict(self, batch: Batch, state: PartitionQueue, error: TidelogError) -> Verdict:
+        if isinstance(error, DuplicateSequenceNumberError):
+            return Verdict.DUPLICATE
+        if isinstance(error, OutOfOrderSequenceNumberError | UnknownProducerIdError):
+            if batch.sequence == state.acked_sequence:
+                self.needs_producer_id = True  # a real gap: new epoch, sequences from 0
+            return Verdict.SEQUENCE
+        return Verdict.NONE
+
+    def new_epoch(
+        self, producer_id: int, epoch: int, partitions: Iterable[PartitionQueue]
+    ) -> list[Batch]:
+        """Adopt a new id/epoch and restart every partition's sequences at 0. Returns the
+        queued batches that were already sent: one may be in the log with its answer lost, and
+        renumbered under the new epoch the leader could not recognise it and would write it
+        twice, so its outcome is unknown and it must fail, as Kafka does."""
+        self.producer_id, self.producer_epoch = producer_id, epoch
+        sent: list[Batch] = []
+        for state in partitions:
+            sent += [b for b in state.queue if b.attempts > 0]
+            state.next_sequence = state.acked_sequence = 0
+            for batch in state.queue:
+                batch.sequence = None
+        self.needs_producer_id = False
+        return sent
+
+
+def explain_init_failure(exc: TidelogError) -> TidelogError:
+    if not isinstance(exc, UnsupportedVersionError):
+        return exc
+    return type(exc)(
+        f"idempotent producing needs InitProducerId, which this cluster does not support "
+        f"({exc}); create the producer with idempotent=False"
+    )
+
+
+def seq_after(a: int, b: int) -> bool:
+    """Whether sequence a is after b, allowing for the wrap at 2**31."""
+    return a != b and (a - b) % SEQUENCE_WRAP < SEQUENCE_WRAP // 2

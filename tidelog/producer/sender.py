@@ -1,0 +1,235 @@
+"""The sender (Kafka's Sender): one task per producer on the client's event loop, which drains
+ready batches from the accumulator, frames each with its header and joins them straight into a
+serialized Produce, one per leader node carrying one batch per partition, sent through the
+client's partitioned-request engine; the answers are handled on the loop as they arrive.
+
+A failed batch goes by its error's class, through the engine (``PartitionedRequest.classify``)
+and the idempotence state's verdict: final errors fail it, retriable ones requeue it (metadata
+refreshed, or a newer leader hint adopted) until its delivery timeout. Its retries are bounded
+by each batch's ``delivery_timeout_ms``, not by one call's deadline, which is why the sender
+does not use the engine's ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from tidelog import wire
+from tidelog.errors import RequestTimedOutError, RetriableError, TidelogError
+from tidelog.partitioned import PartitionedRequest
+from tidelog.producer.accumulator import IDLE_S, Batch, RecordAccumulator
+from tidelog.producer.idempotence import IdempotenceState, Verdict, explain_init_failure
+from tidelog.records import batch_header
+from tidelog.retry import Deadline
+from tidelog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from tidelog.client import Client
+
+#: A Produce RPC may take the leader's commit wait (timeout_ms) plus this much.
+_RPC_SLACK_S = 5.0
+
+
+class Sender:
+    """Drives one accumulator's batches to their leaders; its state is guarded by the
+    accumulator's lock."""
+
+    def __init__(
+        self, client: Client, accumulator: RecordAccumulator, idempotence: IdempotenceState
+    ) -> None:
+        self.client = client
+        self.accumulator = accumulator
+        self.idempotence = idempotence
+        self._lock = accumulator._lock
+        self._acks = accumulator.config.acks_value
+        self._request: PartitionedRequest[Batch, wire.ProduceAnswer] = PartitionedRequest(
+            client, "Produce", "ProduceSerialized", self._request_of, wire.parse_produce
+        )
+        #: The client's event loop, where the sender runs; send() wakes it from any thread.
+        self._loop = client.transport.loop
+        self._wakeup = asyncio.Event()
+        self._wake_pending = False
+        self.force_close = False
+        self._refresh_wanted = False
+        self._refresh_at = 0.0
+        #: The Produce calls in flight (the loop keeps only weak references to its tasks).
+        self._calls: set[asyncio.Task[None]] = set()
+
+    def wake(self) -> None:
+        """(Under the lock.) Make the sender look again, from any thread; one wakeup is
+        pending at a time, so a burst of full batches costs one."""
+        if not self._wake_pending:
+            self._wake_pending = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the sender is gone
+                self._loop.call_soon_threadsafe(self._wakeup.set)
+
+    async def run(self) -> None:
+        """One round: expire, then get a producer id, refresh metadata (both off the loop, in
+        a worker thread) or send, whichever is due; else sleep until woken or until the next
+        linger or backoff ends. Refreshes are spaced by the retry backoff so an election does
+        not cause a storm."""
+        accumulator, idempotence = self.accumulator, self.idempotence
+        try:
+            while True:
+                init = refresh = False
+                ready: list[Batch] = []
+                with self._lock:
+                    self._wake_pending = False
+                    self._wakeup.clear()
+                    if self.force_close:
+                        accumulator.fail_all(
+                            RequestTimedOutError("the producer was closed before delivery")
+                        )
+                        return
+                    queued, in_flight = accumulator.has_batches()
+                    if accumulator.closing and not queued and not in_flight:
+                        return
+                    now = time.monotonic()
+                    accumulator.expire(now)
+                    wake_at = now + IDLE_S
+                    if idempotence.needs_producer_id and queued:
+                        init = not in_flight and now >= idempotence.init_at
+                        wake_at = max(idempotence.init_at, now) if not in_flight else wake_at
+                    else:
+                        ready, wake_at, leaderless = accumulator.ready(now)
+                        if leaderless:
+                            self._refresh_wanted = True
+                            wake_at = min(wake_at, now + self.client.backoff.delay_s(1))
+                    if self._refresh_wanted:
+                        if now >= self._refresh_at:
+                            refresh, self._refresh_wanted = True, False
+                            self._refresh_at = now + self.client.backoff.delay_s(1)
+                        else:
+                            wake_at = min(wake_at, self._refresh_at)
+                if init:
+                    await asyncio.to_thread(self._init_producer_id)
+                if refresh:
+                    await asyncio.to_thread(self._refresh)
+                if ready:
+                    self._send(ready)
+                if not (init or refresh or ready):
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(max(wake_at - now, 0.0), IDLE_S)):
+                            await self._wakeup.wait()
+        except asyncio.CancelledError:
+            with self._lock:
+                accumulator.fail_all(RequestTimedOutError("the client was closed before delivery"))
+            raise
+        finally:
+            for task in self._calls:
+                task.cancel()
+
+    def _send(self, batches: list[Batch]) -> None:
+        """Frame the batches (outside the lock) and start one Produce per leader."""
+        work: dict[TopicPartition, Batch] = {}
+        for batch in batches:
+            self._frame(batch)
+            work[batch.tp] = batch
+        groups, leaderless = self._request.by_leader(work)
+        if leaderless:
+            self._handle(work, leaderless)
+        timeout_s = self.client.config.request_timeout_ms / 1000 + _RPC_SLACK_S
+        for node, tps in groups.items():
+            group = {tp: work[tp] for tp in tps}
+            task = self._loop.create_task(self._produce(node, group, timeout_s))
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+
+    def _request_of(self, batches: Mapping[TopicPartition, Batch]) -> bytes:
+        return wire.serialized_produce_request(
+            {tp: (b.header, b.body) for tp, b in batches.items()}, self._acks,
+            self.client.config.request_timeout_ms,
+        )
+
+    async def _produce(
+        self, node: int, batches: dict[TopicPartition, Batch], timeout_s: float
+    ) -> None:
+        """One Produce request and what its answer does to each of its batches."""
+        self._handle(batches, await self._request.send(node, batches, timeout_s))
+
+    def _handle(
+        self,
+        batches: Mapping[TopicPartition, Batch],
+        answers: Mapping[TopicPartition, wire.ProduceAnswer | wire.Failure],
+    ) -> None:
+        with self._lock:
+            now = time.monotonic()
+            for tp, answer in answers.items():
+                if isinstance(answer, wire.Failure):
+                    self._on_failure(batches[tp], answer, now)
+                else:
+                    self.accumulator.complete(
+                        batches[tp], answer.base_offset, answer.log_append_time_ms
+                    )
+            self._wakeup.set()
+
+    def _frame(self, batch: Batch) -> None:
+        """Frame the batch's encoded records for the producer id, epoch and sequence it
+        leaves with (framed again when a new epoch renumbers it)."""
+        stamp = self.idempotence.stamp(batch)
+        if batch.built_for != stamp:
+            if batch.parts:
+                batch.body, batch.parts = b"".join(batch.parts), []
+            batch.header = batch_header(
+                batch.body,
+                base_offset=0,
+                partition_leader_epoch=-1,
+                attributes=0,
+                last_offset_delta=batch.count - 1,
+                first_timestamp=batch.first_timestamp,
+                max_timestamp=batch.max_timestamp,
+                producer_id=stamp[0],
+                producer_epoch=stamp[1],
+                base_sequence=stamp[2],
+                records_count=batch.count,
+            )
+            batch.built_for = stamp
+
+    def _on_failure(self, batch: Batch, failure: wire.Failure, now: float) -> None:
+        error = failure.error
+        accumulator = self.accumulator
+        verdict = self.idempotence.verdict(batch, accumulator.queue_of(batch), error)
+        if verdict is Verdict.DUPLICATE:
+            accumulator.complete(batch, -1, -1)
+            return
+        retriable = verdict is Verdict.SEQUENCE or isinstance(error, RetriableError)
+        if not retriable or now >= batch.deadline:
+            if retriable:
+                error = RequestTimedOutError(
+                    f"{batch.tp}: not delivered within "
+                    f"{accumulator.config.delivery_timeout_ms} ms; last error: {error}"
+                )
+            accumulator.fail(batch, error)
+            return
+        reaction = self._request.classify(batch.tp, failure)
+        immediate = reaction is not None and reaction.immediate
+        self._refresh_wanted |= reaction is not None and reaction.refresh
+        retry_at = now if immediate else now + self.client.backoff.delay_s(batch.attempts + 1)
+        accumulator.requeue(batch, retry_at)
+
+    def _refresh(self) -> None:
+        # On failure the batches stay queued and the next round asks again.
+        with contextlib.suppress(TidelogError):
+            self.client.refresh_metadata(Deadline(self.client.config.request_timeout_ms))
+
+    def _init_producer_id(self) -> None:
+        """Get a producer id (or a new epoch of ours) and restart every sequence at 0; runs
+        only when nothing is in flight. A non-retriable answer fails what is queued."""
+        idempotence = self.idempotence
+        try:
+            producer_id, epoch = self.client.init_producer_id(
+                idempotence.producer_id, idempotence.producer_epoch
+            )
+        except TidelogError as exc:
+            with self._lock:
+                if isinstance(exc, RetriableError):
+                    idempotence.init_at = time.monotonic() + self.client.backoff.delay_s(1)
+                else:
+                    self.accumulator.fail_all(explain_init_failure(exc))
+            return
+        with self._lock:
+            self.accumulator.new_epoch(producer_id, epoch)
