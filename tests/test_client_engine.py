@@ -32,6 +32,7 @@ class _Cluster:
         self.addresses: dict[int, str] = {}
         self.leaders = {0: 1, 1: 1}
         self.epoch = 1
+        self.controller = 1
 
     def move(self, partition: int, leader: int) -> None:
         with self.lock:
@@ -42,7 +43,7 @@ class _Cluster:
         with self.lock:
             return pb.MetadataResponse(
                 nodes=[pb.Node(node_id=n, address=a) for n, a in self.addresses.items()],
-                controller_id=1,
+                controller_id=self.controller,
                 topics=[pb.TopicMetadata(name=TOPIC, partitions=[
                     pb.PartitionMetadata(partition=p, leader_id=leader, leader_epoch=self.epoch,
                                          replicas=[1, 2], isr=[1, 2])
@@ -64,6 +65,12 @@ class _Node(tidelog_pb2_grpc.TidelogServicer):
 
     def Metadata(self, request: Any, context: Any) -> pb.MetadataResponse:
         return self.cluster.metadata()
+
+    def InitProducerId(self, request: Any, context: Any) -> pb.InitProducerIdResponse:
+        self.requests.append(set())
+        if self.on_request is not None:
+            self.on_request()
+        return pb.InitProducerIdResponse(producer_id=7, producer_epoch=0)
 
     def ListOffsets(self, request: Any, context: Any) -> pb.ListOffsetsResponse:
         partitions = {p.partition for t in request.topics for p in t.partitions}
@@ -164,6 +171,24 @@ def test_a_stalled_leader_costs_one_slice_of_the_deadline(
         found = client.list_offsets({TP0: OffsetSpec.latest()})
         assert found[TP0].offset == 100
         assert node[2].requests == [{0}]
+
+
+def test_a_stalled_controller_costs_one_slice_of_the_deadline(
+    nodes: tuple[_Cluster, dict[int, _Node]],
+) -> None:
+    """Admin requests go to the controller with the same bounded attempts: a controller that
+    stalls is given up after a slice and the request goes to the one the cluster named next."""
+    cluster, node = nodes
+
+    def stall() -> None:
+        with cluster.lock:
+            cluster.controller = 2
+        node[1].release.wait(30)
+
+    node[1].on_request = stall
+    with _client(cluster, timeout_ms=8_000) as client:
+        assert client.init_producer_id() == (7, 0)
+        assert len(node[1].requests) == 1 and len(node[2].requests) == 1
 
 
 def test_an_attempt_gets_a_slice_of_the_deadline_never_all_of_it() -> None:

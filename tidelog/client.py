@@ -255,7 +255,7 @@ class Client:
         controller = self.metadata.controller_id
         node_id = controller if controller in nodes else random.choice(list(nodes))
         try:
-            return self.call(node_id, method, request_for(), deadline.remaining())
+            return self.call(node_id, method, request_for(), deadline.attempt_s())
         except NodeUnavailableError:
             state.refresh = True
             raise
@@ -302,7 +302,7 @@ class Client:
             "CreateTopics",
             name,
             lambda: wire.create_topics_request(
-                name, partitions, factor, configs, int(deadline.remaining() * 1000)
+                name, partitions, factor, configs, int(deadline.attempt_s() * 1000)
             ),
             TopicAlreadyExistsError,
             deadline,
@@ -323,7 +323,7 @@ class Client:
         self._topic_change(
             "DeleteTopics",
             name,
-            lambda: wire.delete_topics_request([name], int(deadline.remaining() * 1000)),
+            lambda: wire.delete_topics_request([name], int(deadline.attempt_s() * 1000)),
             UnknownTopicOrPartitionError,
             deadline,
         )
