@@ -178,7 +178,9 @@ def test_unset_partitions_and_replication_factor_take_the_nodes_defaults(raw: Ra
         def answered() -> pb.CreateTopicsResponse | None:
             response = stub.CreateTopics(pb.CreateTopicsRequest(topics=topics, timeout_ms=15_000),
                                          timeout=20)
-            return None if any(t.error_code == 41 for t in response.topics) else response
+            moved = any(errors.for_code(t.error_code) is errors.NotControllerError
+                        for t in response.topics)
+            return None if moved else response
 
         return list(wait_for(answered, what="a controller").topics)
 
