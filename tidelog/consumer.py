@@ -23,8 +23,12 @@ from typing import TYPE_CHECKING
 from tidelog import wire
 from tidelog.errors import (
     ConfigurationError,
+    CorruptMessageError,
+    CorruptRecordError,
     OffsetOutOfRangeError,
     RetriableError,
+    TidelogError,
+    UnsupportedCompressionTypeError,
     UnsupportedVersionError,
 )
 from tidelog.partitioned import PartitionedRequest
@@ -32,6 +36,7 @@ from tidelog.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     ControlType,
+    check_crc,
     control_type_of,
     decode_records,
     read_header,
@@ -95,6 +100,8 @@ class Consumer:
         #: Pending seek_to_beginning/seek_to_end, by ListOffsets spec.
         self._resets: dict[TopicPartition, int] = {}
         self._failed_rounds = 0
+        #: A bad batch met after records were already taken: raised by the next poll round.
+        self._corrupt: CorruptRecordError | None = None
 
     # ---- assignment and positions ------------------------------------------------------------
 
@@ -219,10 +226,13 @@ class Consumer:
 
     def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned partitions' positions; an empty list when none arrived
-        within `timeout_ms`. Only non-retriable errors raise (naming the partition)."""
+        within `timeout_ms`. Only non-retriable errors raise (naming the partition), among
+        them CorruptRecordError for a batch that cannot be read: records before it come first,
+        and the position stays on it until the application seeks past it."""
         deadline = Deadline(timeout_ms)
         with self._lock:
             while True:
+                self._raise_corrupt()
                 try:
                     self._resolve_positions(self.client.deadline())
                     records, refresh = self._fetch_round(deadline)
@@ -282,7 +292,13 @@ class Consumer:
         self, tp: TopicPartition, position: int, answer: wire.FetchAnswer
     ) -> list[ConsumerRecord]:
         """Decode the answer's batches from `position`, advancing it past control batches and
-        (read_committed) aborted ones."""
+        (read_committed) aborted ones.
+
+        Every batch is checked (CRC, then every record's framing) before its records are
+        taken, as Kafka's consumer does with check.crcs. A batch that fails stops the walk: the
+        records before it are returned, the position stays on it, and the CorruptRecordError
+        waits in `_corrupt` for the next round of poll() (Kafka's behaviour: nothing is skipped
+        silently, and nothing already decoded is lost)."""
         data = answer.records
         committed_only = self.isolation_level is IsolationLevel.READ_COMMITTED
         aborted = [(first, pid) for pid, first in answer.aborted] if committed_only else []
@@ -291,28 +307,57 @@ class Consumer:
         out: list[ConsumerRecord] = []
         pos = 0
         while len(data) - pos >= HEADER_SIZE:
-            header = read_header(data, pos) if pos + _batch_size(data, pos) <= len(data) else None
-            if header is None:
-                break  # a partial batch at the end of a size-capped answer
-            if header.next_offset > position:
-                while aborted and aborted[0][0] <= header.last_offset:
-                    aborted_producers.add(heapq.heappop(aborted)[1])
-                if header.is_control:
-                    if control_type_of(data, pos, header) == ControlType.ABORT:
-                        aborted_producers.discard(header.producer_id)
-                elif not (header.is_transactional and header.producer_id in aborted_producers):
-                    out += [
-                        ConsumerRecord(
-                            tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
-                            r.headers, header.partition_leader_epoch,
-                        )
-                        for r in decode_records(data, pos, header)
-                        if r.offset >= position
-                    ]
-                position = header.next_offset
+            size = _batch_size(data, pos)
+            if pos + size > len(data) and pos and size >= HEADER_SIZE:
+                break  # a partial batch after whole ones: fetched again from here next time
+            try:
+                header = read_header(data, pos)
+                if header.next_offset > position:
+                    check_crc(data, pos, header)
+                    while aborted and aborted[0][0] <= header.last_offset:
+                        aborted_producers.add(heapq.heappop(aborted)[1])
+                    if header.is_control:
+                        if control_type_of(data, pos, header) == ControlType.ABORT:
+                            aborted_producers.discard(header.producer_id)
+                    elif not (header.is_transactional and header.producer_id in aborted_producers):
+                        out += [
+                            ConsumerRecord(
+                                tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
+                                r.headers, header.partition_leader_epoch,
+                            )
+                            for r in decode_records(data, pos, header)
+                            if r.offset >= position
+                        ]
+                    position = header.next_offset
+            except (CorruptMessageError, UnsupportedCompressionTypeError) as exc:
+                self._corrupt = _corrupt_at(tp, position, data, pos, exc)
+                break
             pos += header.size
         self._positions[tp] = position
         return out
+
+    def _raise_corrupt(self) -> None:
+        """Raise the CorruptRecordError a previous round met, unless its partition was seeked
+        or unassigned since (the application already chose what to do)."""
+        corrupt, self._corrupt = self._corrupt, None
+        if corrupt is not None:
+            tp = TopicPartition(corrupt.topic, corrupt.partition)
+            if self._positions.get(tp) == corrupt.offset:
+                raise corrupt
+
+
+def _corrupt_at(
+    tp: TopicPartition, position: int, data: bytes, pos: int, exc: TidelogError
+) -> CorruptRecordError:
+    """The consumer's error for the bad batch at `pos`, saying how to skip it if its header
+    still says where it ends."""
+    try:
+        skip = f"; seek to {read_header(data, pos).next_offset} to skip the batch"
+    except CorruptMessageError:
+        skip = ""
+    return CorruptRecordError(
+        tp.topic, tp.partition, position, f"the fetched batch cannot be read ({exc}){skip}"
+    )
 
 
 def _batch_size(data: bytes, pos: int) -> int:

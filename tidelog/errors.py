@@ -661,3 +661,26 @@ class ConfigurationError(TidelogError, ValueError):
 
     name = "CONFIGURATION_ERROR"
     description = "Invalid argument."
+
+
+class CorruptRecordError(TidelogError):
+    """A consumer met a batch it cannot decode (a bad CRC, lengths that lie, a format it does
+    not read) at `offset` of `topic`-`partition`.
+
+    Kafka's consumer does the same with its CorruptRecordException: the records before the
+    bad batch are returned first, then poll() raises and the position stays on the bad batch,
+    so nothing is skipped silently. Final rather than retriable (unlike CORRUPT_MESSAGE from a
+    produce): fetching the same bytes again cannot help, and only the application can decide
+    to seek past them. It carries Kafka's CORRUPT_MESSAGE code without being that code's
+    class, which stays the codec's and the leader's error.
+    """
+
+    code = CorruptMessageError.code
+    name = CorruptMessageError.name
+    description = "A fetched record batch is corrupt."
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(f"{topic}-{partition} at offset {offset}: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset

@@ -865,7 +865,8 @@ def retain_records(
 
 def control_type_of(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> int:
     """The ControlType of a control batch's (single) record."""
-    record = decode_records(buf, pos, header)[0]
-    if record.key is None or len(record.key) < _CONTROL_KEY.size:
-        raise CorruptMessageError("control record without a control key")
-    return int(_CONTROL_KEY.unpack_from(record.key)[1])
+    records = decode_records(buf, pos, header)
+    key = records[0].key if records else None
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptMessageError("control batch without a control record and key")
+    return int(_CONTROL_KEY.unpack_from(key)[1])
