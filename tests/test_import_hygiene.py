@@ -36,6 +36,7 @@ def test_proto_is_not_a_python_package() -> None:
 @pytest.mark.parametrize("modules", [
     "tidelog, tidelog.errors, tidelog.records",
     "tidelog.cli",  # the CLI's server commands import the servers when they run
+    "tidelog.testing",  # it starts nodes as processes, importing their config only to do so
 ])
 def test_importing_the_client_side_pulls_in_no_server_package(modules: str) -> None:
     servers = (*(f"tidelog.{name}" for name in SERVER_PACKAGES), "pyspark")

@@ -5,7 +5,12 @@ real thing. Nothing may outlive the launcher: ``close()`` (run by ``with``, by `
 every error path) kills every process group, and each node also watches its parent and exits
 when the launcher disappears without cleaning up (SIGKILL), see ``node.server``.
 
-Server packages are imported inside functions only: ``import tidelog`` never pulls them in.
+Also what tests use to talk to such a cluster: :func:`wait_for` (the one poll-with-a-deadline)
+and :class:`Raw` (blocking stubs to every node, for tests that check answers exactly as a node
+gives them, which the client library would retry away).
+
+Server packages are imported inside functions only: ``import tidelog.testing`` never pulls them
+in.
 """
 
 from __future__ import annotations
@@ -25,16 +30,38 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import tidelog
-from tidelog.errors import ConfigurationError, TidelogError
+from tidelog import wire
+from tidelog.errors import (
+    ConfigurationError,
+    NotControllerError,
+    NotEnoughReplicasError,
+    TidelogError,
+    for_code,
+)
+from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.types import IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
-__all__ = ["ClusterError", "LocalCluster", "NodeRoutes", "NodeStatus", "probe", "stop_cluster"]
+__all__ = [
+    "ClusterError",
+    "LocalCluster",
+    "NodeRoutes",
+    "NodeStatus",
+    "Raw",
+    "make_batch",
+    "probe",
+    "stop_cluster",
+    "values_of",
+    "wait_for",
+]
+
+T = TypeVar("T")
 
 LAYOUT_FILE = "cluster.json"
 _TIDELOG_SERVICE = tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name
@@ -448,6 +475,192 @@ class LocalCluster:
     def _log_tail(self, node_id: int) -> str:
         lines = self.logs(node_id).splitlines()[-_LOG_TAIL_LINES:]
         return "".join(f"    | {line}\n" for line in lines)
+
+
+def wait_for(
+    condition: Callable[[], T | None],
+    timeout: float = 30.0,
+    what: str = "",
+    *,
+    interval: float = _POLL_S,
+) -> T:
+    """Polls ``condition`` until it returns something truthy, and returns that. A gRPC error
+    counts as "not yet" (a node starting, stopping or between leaders does not answer); the
+    deadline raises AssertionError naming ``what``, so a test fails with the condition it
+    waited for rather than a hang."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = condition()
+        except grpc.RpcError:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or condition}")
+        time.sleep(interval)
+
+
+def make_batch(values: Sequence[bytes], timestamp_ms: int | None = None) -> bytes:
+    """One plain producer batch of unkeyed ``values``, stamped now (or ``timestamp_ms``)."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    return build_batch([RecordInput(v, None, ts) for v in values])
+
+
+def values_of(records: bytes) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every data record in fetched bytes; control batches skipped."""
+    out: list[tuple[int, bytes | None]] = []
+    for pos, header in iter_batches(records):
+        if not header.is_control:
+            out.extend((r.offset, r.value) for r in decode_records(records, pos, header))
+    return out
+
+
+class Raw:
+    """Blocking stubs to every node of a :class:`LocalCluster`, one channel per node, and the
+    calls tests make most, each on one partition and answering that partition's part of the
+    response unchanged (error code, hint and all). The requests come from :mod:`tidelog.wire`,
+    the client's own builders; a test that needs a field the client never sets (or leaves one
+    unset on purpose) builds its request itself and calls :meth:`stub`."""
+
+    def __init__(
+        self, cluster: LocalCluster, channel_options: Sequence[tuple[str, Any]] = ()
+    ) -> None:
+        self.cluster = cluster
+        self._options = list(channel_options)
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def __enter__(self) -> Raw:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def stub(self, node_id: int) -> tidelog_pb2_grpc.TidelogStub:
+        address = self.cluster.address_of(node_id)
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.insecure_channel(address, options=self._options)
+            self._channels[address] = channel
+        return tidelog_pb2_grpc.TidelogStub(channel)
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def metadata(self, node_id: int, topic: str) -> tidelog_pb2.TopicMetadata:
+        answer = self.stub(node_id).Metadata(wire.metadata_request([topic]), timeout=5)
+        topic_metadata: tidelog_pb2.TopicMetadata = answer.topics[0]
+        return topic_metadata
+
+    def create_topic(self, name: str, partitions: int, rf: int, **configs: str) -> None:
+        """Creates the topic (``segment_bytes="1024"`` is ``segment.bytes``) through whichever
+        node is asked first, retrying while no controller has settled, and waits until every
+        live node names the same live leaders."""
+
+        def created() -> tidelog_pb2.CreateTopicsResponse | None:
+            answer = self.create_topic_once(name, partitions, rf, configs)
+            # Not decided yet: no controller, or a controller just elected and settling its log.
+            unsettled = (NotControllerError, NotEnoughReplicasError)
+            return None if for_code(answer.topics[0].error_code) in unsettled else answer
+
+        response = wait_for(created, what=f"a controller to create {name}")
+        assert response.topics[0].error_code == 0, response
+        self.wait_leaders(name, partitions)
+
+    def create_topic_once(
+        self, name: str, partitions: int, rf: int, configs: dict[str, str]
+    ) -> tidelog_pb2.CreateTopicsResponse:
+        """One CreateTopics call to the first node, its answer as it comes."""
+        request = wire.create_topics_request(
+            name, partitions, rf, {k.replace("_", "."): v for k, v in configs.items()}, 15_000
+        )
+        node = self.cluster.node_ids[0]
+        response: tidelog_pb2.CreateTopicsResponse = self.stub(node).CreateTopics(
+            request, timeout=20
+        )
+        return response
+
+    def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> list[int]:
+        """Leaders of every partition once all live nodes agree on them."""
+
+        def agreed() -> list[int] | None:
+            views = []
+            for node in self.cluster.node_ids:
+                if not self.cluster.is_running(node):
+                    continue
+                md = self.metadata(node, topic)
+                if md.error_code or len(md.partitions) != partitions:
+                    return None
+                views.append([p.leader_id for p in md.partitions])
+            if views and all(v == views[0] for v in views) and min(views[0]) >= 0:
+                live = [n for n in views[0] if self.cluster.is_running(n)]
+                return views[0] if len(live) == len(views[0]) else None
+            return None
+
+        return wait_for(agreed, timeout, f"leaders of {topic}")
+
+    def produce(
+        self, node: int, topic: str, partition: int, batch: bytes, acks: int = -1,
+        timeout_ms: int = 10_000,
+    ) -> tidelog_pb2.PartitionProduceResponse:
+        serialized = wire.serialized_produce_request(
+            {TopicPartition(topic, partition): [batch]}, acks, timeout_ms
+        )
+        response = self.stub(node).Produce(
+            tidelog_pb2.ProduceRequest.FromString(serialized), timeout=timeout_ms / 1000 + 5
+        )
+        answer: tidelog_pb2.PartitionProduceResponse = response.topics[0].partitions[0]
+        return answer
+
+    def fetch(
+        self, node: int, topic: str, partition: int, offset: int, *, replica_id: int = -1,
+        isolation: int = 0, max_bytes: int = 1 << 20, epoch: int = -1,
+    ) -> tidelog_pb2.FetchPartitionData:
+        """A Fetch that does not wait for data; ``replica_id`` >= 0 fetches as that follower."""
+        request = wire.fetch_request(
+            {TopicPartition(topic, partition): wire.FetchPosition(offset, epoch)},
+            isolation=IsolationLevel(isolation),
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=max_bytes,
+            partition_max_bytes=0,  # the request's whole budget
+        )
+        request.replica_id = replica_id  # the client is never a replica
+        response = self.stub(node).Fetch(request, timeout=10)
+        answer: tidelog_pb2.FetchPartitionData = response.topics[0].partitions[0]
+        return answer
+
+    def fetch_all(self, node: int, topic: str, partition: int, **kw: int) -> bytes:
+        """Every batch from offset 0 up to the requester's bound."""
+        data = b""
+        offset = 0
+        while True:
+            part = self.fetch(node, topic, partition, offset, **kw)
+            assert part.error_code == 0, part
+            if not part.records:
+                return data
+            data += part.records
+            last = None
+            for _, header in iter_batches(part.records):
+                last = header
+            assert last is not None
+            offset = last.next_offset
+
+    def list_offset(
+        self, node: int, topic: str, partition: int, timestamp: int, *, replica_id: int = -1,
+        isolation: int = 0, epoch: int = -1, max_num_offsets: int = 0,
+    ) -> tidelog_pb2.ListOffsetsPartitionResponse:
+        lookup = wire.OffsetLookup(timestamp, epoch, max_num_offsets)
+        request = wire.list_offsets_request(
+            {TopicPartition(topic, partition): lookup},
+            IsolationLevel(isolation),
+            replica_id,
+        )
+        response = self.stub(node).ListOffsets(request, timeout=10)
+        answer: tidelog_pb2.ListOffsetsPartitionResponse = response.topics[0].partitions[0]
+        return answer
 
 
 def stop_cluster(data_dir: str | os.PathLike[str], timeout: float = _STOP_TIMEOUT_S) -> list[int]:
