@@ -19,14 +19,12 @@ from pathlib import Path
 
 from tidelog import errors
 from tidelog.node.producer_state import ProducerStateManager
-from tidelog.node.replica_log import StorageReplicaLog
 from tidelog.records import (
-    ControlType,
     TimestampType,
-    build_control_batch,
     read_header,
 )
 from tidelog.replication import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from tidelog.replication.log_store import LogCodec, StorageReplicaLog
 from tidelog.storage import CheckpointFile, Log, LogConfig, TimestampAndOffset
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
@@ -44,22 +42,6 @@ log = logging.getLogger(__name__)
 
 RAFT_STATE_FILE = "raft-state"
 UNKNOWN = -1
-
-
-class NodeCodec:
-    """How the core stamps a proposed batch: as the partition's log stamps a leader's batch
-    (`Log.stamp`: offsets, epoch, and the broker time under LogAppendTime)."""
-
-    def __init__(self, log: Log) -> None:
-        self._log = log
-
-    def stamp(self, data: bytes, base_offset: int, epoch: int) -> bytes:
-        return self._log.stamp(data, base_offset, epoch)
-
-    def marker(self, base_offset: int, epoch: int) -> bytes:
-        return build_control_batch(
-            ControlType.LEADER_CHANGE, base_offset=base_offset, partition_leader_epoch=epoch
-        )
 
 
 @dataclass(order=True)
@@ -118,7 +100,7 @@ class PartitionReplica:
             random.Random(seed),
             raft_config,
             HardState(term, vote, self.log.high_watermark),
-            NodeCodec(self.log),
+            LogCodec(self.log),
             repair_floor=self.log.repair_floor,
         )
         #: Start offset of the current leader epoch while this replica leads (KIP-207).

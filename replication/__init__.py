@@ -1,4 +1,6 @@
-"""Per-partition Raft: a deterministic consensus core (``raft``) and its simulator (``sim``)."""
+"""Per-partition Raft: a deterministic consensus core (``raft``), the one driver that turns its
+Readies into I/O (``driver``, with ``log_store`` on a storage log), and the simulator that runs
+both over real logs on a simulated disk (``sim``, ``sim_disk``)."""
 
 from tidelog.replication.log_view import NO_EPOCH, Entry, MemoryLog, ReplicaLog
 from tidelog.replication.messages import (

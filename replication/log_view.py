@@ -1,4 +1,4 @@
-"""The Raft core's view of a partition's storage log, and an in-memory log for simulations.
+"""The Raft core's view of a partition's storage log, and an in-memory log for tests.
 
 Entries are record batches: one entry covers the dense offsets ``[base_offset, last_offset]``
 and carries the leader epoch it was written in. The core never looks inside ``data``; the bytes
@@ -88,7 +88,8 @@ class ReplicaLog(Protocol):
 
 class MemoryLog:
     """A ``ReplicaLog`` in memory, with a leader-epoch cache like Kafka's so epoch lookups cost
-    O(log epochs) rather than a scan; the simulator and the scenario tests run on it."""
+    O(log epochs) rather than a scan. The scenario tests run cores on it; the simulator's
+    oracle keeps in one what each node has synced (the nodes themselves run on storage logs)."""
 
     def __init__(self, start_offset: int = 0) -> None:
         self._start = start_offset

@@ -8,13 +8,15 @@ Raft mapped onto Kafka: the Raft index is the offset, the term is the leader epo
 every batch, the commit index is the high watermark (HW).
 
 Driver contract, per ``Ready`` (at most one is in flight: ``has_ready()`` is false until the
-previous one is advanced; ``step``/``tick``/``propose`` may be called meanwhile):
+previous one is advanced; ``step``/``tick``/``propose`` may be called meanwhile). The one
+driver, `tidelog.replication.driver`, honours it for the node, the simulator and the tests:
 
 1. ``ready.apply_log_writes(log)``: reset, then truncate, then append, in that order.
 2. Persist ``ready.hard_state`` if it is not ``None`` (term, vote, HW).
 3. Make both durable (fsync). Many partitions' Readies may share one fsync (group commit).
 4. Only now send ``ready.messages``: a vote, an append acknowledgement or a message stamped
-   with a new term is a promise that must survive a crash. Persist before send.
+   with a new term is a promise that must survive a crash. Persist before send. (A leader's
+   appends may leave earlier: it counts itself only up to its durable prefix.)
 5. Publish ``ready.high_watermark`` (complete acks=all waiters, serve reads), and record
    ``role``/``leader_id``/``term`` for routing.
 6. ``core.advance(ready)``.

@@ -1,8 +1,16 @@
 """A deterministic cluster simulator for the Raft core: one seed, one run.
 
 Everything random (derived parameters, network delay/drop/duplication, partitions, crashes,
-disk latency, client behaviour, each core's election timeouts) comes from one
+disk latency, torn writes, client behaviour, each core's election timeouts) comes from one
 ``random.Random(seed)``, so ``Simulator(SimConfig.derive(seed)).run()`` replays exactly.
+
+Each node runs what a real node runs below the network: the one driver
+(`tidelog.replication.driver`) over the real storage log (`storage.Log`, through the node's
+`LogStore`), in a directory of its own (on tmpfs when the machine has one). A round's writes
+reach the files when the round begins and are synced when the simulated fsync completes; a
+crash in between loses them, or tears the last (`sim_disk.SimDisk`), and the restarted node
+recovers through the storage loader. The oracle keeps its own copy of what each node has
+synced (``durable``) and checks the recovered log against it.
 
 A run has three phases: faults (the nemesis injects failures while clients propose), liveness
 (every fault healed: a leader must appear and every client request must commit within a bound
@@ -14,13 +22,23 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import logging
 import random
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
+from tidelog.errors import TidelogError
+from tidelog.records import RecordInput, build_batch
+from tidelog.replication.driver import DrivenReplica, Driver, Leadership, Round
+from tidelog.replication.log_store import LogCodec, LogStore
 from tidelog.replication.log_view import Entry, MemoryLog
 from tidelog.replication.messages import Message
-from tidelog.replication.raft import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from tidelog.replication.raft import NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from tidelog.replication.sim_disk import SimDisk, close_descriptors
+from tidelog.storage import Log, LogConfig
 
 #: Virtual time units per tick of a node's clock (nodes' clocks are skewed around it).
 TICK = 10
@@ -61,6 +79,7 @@ class SimConfig:
     max_payload: int
     max_append_bytes: int
     max_inflight_appends: int
+    segment_bytes: int
     liveness_requests: int
     liveness_bound_ticks: int
 
@@ -100,6 +119,8 @@ class SimConfig:
             max_payload=rng.randint(1, 200) if swarm else 40,
             max_append_bytes=rng.randint(1, 600) if swarm else 256,
             max_inflight_appends=rng.randint(1, 8) if swarm else 4,
+            # Small segments: rolls, deletions and multi-segment recovery happen in every run.
+            segment_bytes=rng.choice((4096, 16384, 1 << 20)) if swarm else 16384,
             liveness_requests=3,
             liveness_bound_ticks=12 * election_ticks,
         )
@@ -123,16 +144,19 @@ class SimResult:
 
 
 class _Node:
-    __slots__ = ("core", "hard_state", "id", "in_flight", "incarnation", "log", "pending",
-                 "published_hw", "tick_interval", "up")
+    __slots__ = ("core", "disk", "durable", "id", "incarnation", "pending", "published_hw",
+                 "replica", "round", "store", "tick_interval", "up")
 
-    def __init__(self, node_id: int, tick_interval: int) -> None:
+    def __init__(self, node_id: int, tick_interval: int, directory: Path) -> None:
         self.id = node_id
         self.tick_interval = tick_interval
-        self.log = MemoryLog()
-        self.hard_state = HardState(0, None, 0)
+        self.disk = SimDisk(directory)
+        #: The oracle's copy of what this node has synced: what a crash must not lose.
+        self.durable = MemoryLog()
+        self.store: LogStore | None = None
+        self.replica: DrivenReplica | None = None
         self.core: RaftCore | None = None
-        self.in_flight: Ready | None = None
+        self.round: Round[_Node] | None = None
         self.incarnation = 0
         self.up = False
         self.published_hw = 0
@@ -161,12 +185,19 @@ class Simulator:
             max_append_bytes=config.max_append_bytes,
             max_inflight_appends=config.max_inflight_appends,
         )
+        self.log_config = LogConfig(segment_bytes=config.segment_bytes,
+                                    index_interval_bytes=config.segment_bytes // 4)
         self.voters = tuple(range(config.nodes))
         self.quorum = config.nodes // 2 + 1
+        shm = Path("/dev/shm")
+        self.root = Path(tempfile.mkdtemp(prefix="tidelog-sim-",
+                                          dir=shm if shm.is_dir() else None))
         self.nodes = [
-            _Node(i, max(1, round(TICK * (1 + rng.uniform(-config.clock_skew, config.clock_skew)))))
+            _Node(i, max(1, round(TICK * (1 + rng.uniform(-config.clock_skew, config.clock_skew)))),
+                  self.root / f"node-{i}")
             for i in self.voters
         ]
+        self.driver: Driver[_Node] = Driver(self)
         self.clients = [_Client(i) for i in range(config.clients)]
         self.now = 0
         self.events = 0
@@ -207,12 +238,20 @@ class Simulator:
         self._heal_at = cfg.fault_ticks * TICK
         self._at(self._heal_at, _HEAL_ALL)
         result = SimResult(cfg, ok=True)
+        # Crashes make storage warn (torn batches cut, indexes rebuilt): expected here.
+        storage_log = logging.getLogger("tidelog.storage")
+        level = storage_log.level
+        storage_log.setLevel(logging.ERROR)
         try:
             self._loop()
             self._final_check()
-        except (InvariantViolation, AssertionError, ValueError) as exc:
+        except (InvariantViolation, AssertionError, ValueError, TidelogError) as exc:
             result.ok = False
             result.failure = f"t={self.now} ({self.now // TICK} ticks): {exc}"
+        finally:
+            storage_log.setLevel(level)
+            close_descriptors(self.root)
+            shutil.rmtree(self.root, ignore_errors=True)
         result.events = self.events
         result.ticks = self.now // TICK
         result.acked = len(self.acked)
@@ -256,20 +295,59 @@ class Simulator:
     def _start(self, node: _Node) -> None:
         node.up = True
         node.incarnation += 1
+        store = node.store = LogStore(Log.open(node.disk.directory, self.log_config,
+                                               clock=lambda: self.now))
+        node.disk.record_sync()  # what recovery left is what the disk holds
+        self._check_recovered(node, store)
+        hard_state = store.hard_state()
         node.core = RaftCore(
-            node.id, self.voters, node.log, random.Random(self.rng.getrandbits(64)),
-            self.raft_config, node.hard_state,
+            node.id, self.voters, store.replica_log, random.Random(self.rng.getrandbits(64)),
+            self.raft_config, hard_state, LogCodec(store.log),
         )
+        node.replica = DrivenReplica(node.core, store, hard_state)
+        # The HW is not written with every round (the node checkpoints it every few seconds,
+        # as Kafka does): a restarted replica starts from the checkpointed one, never above
+        # what it published before, and learns the rest from the leader.
+        node.published_hw = node.core.high_watermark
         self._at(self.now + self.rng.randrange(1, node.tick_interval + 1), _TICK, node,
                  node.incarnation)
+
+    @staticmethod
+    def _stored(store: LogStore) -> list[Entry]:
+        log = store.replica_log
+        start = log.log_start_offset
+        return log.read(start, 1 << 62) if start < log.log_end_offset else []
+
+    def _check_holds(self, node: _Node, store: LogStore, stored: list[Entry], what: str) -> None:
+        """``stored`` (the node's storage log, read back) holds every batch the oracle saw it
+        sync, from its log start on (a lost retention pass may have left that lower)."""
+        start = store.log.log_start_offset
+        held = {e.base_offset: e for e in stored}
+        for e in node.durable.entries:
+            if e.base_offset >= start and held.get(e.base_offset) != e:
+                raise InvariantViolation(f"node {node.id}: {what} the synced batch at "
+                                         f"{e.base_offset} (epoch {e.epoch})")
+
+    def _check_recovered(self, node: _Node, store: LogStore) -> None:
+        """The reopened log holds everything the node synced; what it holds beyond survived a
+        torn write and is the node's durable log from now on."""
+        recovered = self._stored(store)
+        self._check_holds(node, store, recovered, "the crash lost")
+        durable = node.durable
+        node.durable = MemoryLog(store.log.log_start_offset)
+        node.durable.append(recovered)
+        fresh = [e for e in recovered if e.base_offset >= durable.log_end_offset]
+        if fresh:
+            self._register(node, fresh, node.durable.epoch_at(fresh[0].base_offset - 1))
 
     def _crash(self, node: _Node) -> None:
         assert node.core is not None
         if node.core.role is Role.LEADER:
             self._leader_lost(fault=True)
         node.up = False
-        node.core = None
-        node.in_flight = None  # never synced: lost, and nothing in it was promised
+        node.core = node.replica = node.store = None
+        node.round = None  # never synced: lost or torn, and nothing in it was promised
+        node.disk.crash(self.rng)
         node.incarnation += 1
         self._fail_pending(node)
 
@@ -298,7 +376,7 @@ class Simulator:
         self._after(node, node.core)
 
     def _after(self, node: _Node, core: RaftCore) -> None:
-        """Invariant checks that concern the core's state, then hand its Ready to the disk."""
+        """Invariant checks that concern the core's state, then a round of the driver."""
         if core.role is Role.LEADER:
             term = core.term
             holder = self.leaders.get(term)
@@ -311,31 +389,66 @@ class Simulator:
                     self._leader_lost_at = None
             elif holder != node.id:
                 raise InvariantViolation(f"two leaders in term {term}: {holder} and {node.id}")
-        if node.in_flight is None and core.has_ready():
-            rd = core.ready()
-            if rd.needs_sync:
-                node.in_flight = rd
-                self._at(self.now + self.rng.randint(0, self.cfg.disk_latency_max), _FSYNC,
-                         node, node.incarnation)
-            else:
-                self._complete(node, core, rd)
+        self._drive(node)
+
+    def _drive(self, node: _Node) -> None:
+        """Rounds of the driver until the node has no Ready or one waits for the disk: its
+        writes reach the files now, the fsync completes after the disk's latency."""
+        assert node.replica is not None
+        while node.round is None:
+            rnd = self.driver.begin(((node, node.replica),))
+            if rnd is None:
+                return
+            writes = rnd.writes
+            if not writes:
+                continue
+            for write in writes:
+                if write.rd.truncate_to is not None or write.rd.reset_to is not None:
+                    node.disk.rewritten = True
+                write.apply()
+            node.round = rnd
+            self._at(self.now + self.rng.randint(0, self.cfg.disk_latency_max), _FSYNC,
+                     node, node.incarnation)
 
     def _fsync_done(self, node: _Node, incarnation: int) -> None:
-        if node.incarnation != incarnation or node.in_flight is None:
+        rnd = node.round
+        if node.incarnation != incarnation or rnd is None:
             return
-        rd = node.in_flight
-        node.in_flight = None
+        node.round = None
+        for write in rnd.writes:
+            write.sync()
+            self._persist(node, write.rd)
+        node.disk.record_sync()
+        self.driver.complete(rnd)
         assert node.core is not None
-        self._persist(node, rd)
-        self._complete(node, node.core, rd)
+        self._after(node, node.core)
 
-    def _complete(self, node: _Node, core: RaftCore, rd: Ready) -> None:
-        for m in rd.messages:
-            self._send(m)
+    # ---- the driver's port -----------------------------------------------------------------
+
+    def send(self, node: _Node, message: Message) -> None:
+        self._send(message)
+
+    def flush(self) -> None:
+        pass
+
+    def publish(self, node: _Node, rd: Ready) -> None:
         if rd.high_watermark != node.published_hw:
+            assert node.store is not None
+            node.store.log.update_high_watermark(rd.high_watermark)
             self._publish_hw(node, rd.high_watermark)
-        core.advance(rd)
-        self._after(node, core)
+
+    def leadership(self, node: _Node, change: Leadership) -> None:
+        """The epoch start the driver read from the Ready is where the term's entries begin
+        (the node answers ListOffsets by it, KIP-207)."""
+        start = change.epoch_start
+        core = node.core
+        assert core is not None
+        if start is not None and (
+            core.epoch_at(start - 1) == change.term
+            or (start < core.log_end_offset and core.epoch_at(start) != change.term)
+        ):
+            raise InvariantViolation(f"node {node.id}: epoch {change.term} said to start at "
+                                     f"{start}, but its log disagrees")
 
     def _send(self, m: Message) -> None:
         rng = self.rng
@@ -352,7 +465,8 @@ class Simulator:
         return self.chain[i].epoch
 
     def _persist(self, node: _Node, rd: Ready) -> None:
-        log = node.log
+        """The oracle's side of a sync: check the writes, then count them durable."""
+        log = node.durable
         if rd.reset_to is not None:
             if rd.reset_to > self.chain_end:
                 raise InvariantViolation(f"node {node.id} reset to {rd.reset_to}, above the "
@@ -368,15 +482,13 @@ class Simulator:
         elif rd.entries:
             self._register(node, rd.entries, log.epoch_at(rd.entries[0].base_offset - 1))
             log.append(rd.entries)
-        if rd.hard_state is not None:
-            node.hard_state = rd.hard_state
 
     def _check_not_committed(self, node: _Node, offset: int, what: str) -> None:
         """Removing the entry at ``offset`` must not remove a committed entry. By log matching,
         if the first removed entry is not the committed one, no later one is either."""
         if offset >= self.chain_end:
             return
-        epoch = node.log.epoch_at(offset)
+        epoch = node.durable.epoch_at(offset)
         if epoch is not None and epoch == self._chain_epoch(offset):
             raise InvariantViolation(f"node {node.id}: {what} at {offset} removes a committed "
                                      f"entry (committed end {self.chain_end})")
@@ -404,7 +516,7 @@ class Simulator:
         if hw < node.published_hw:
             raise InvariantViolation(f"node {node.id}: HW went back from {node.published_hw} "
                                      f"to {hw}")
-        log = node.log
+        log = node.durable
         if hw > log.log_end_offset:
             raise InvariantViolation(f"node {node.id}: HW {hw} beyond its durable log end "
                                      f"{log.log_end_offset}")
@@ -419,7 +531,7 @@ class Simulator:
             epoch = log.epoch_at(hw - 1)
             held = 0
             for other in self.nodes:
-                olog = other.log
+                olog = other.durable
                 if olog.log_start_offset >= hw or olog.epoch_at(hw - 1) == epoch:
                     held += 1
             if held < self.quorum:
@@ -456,7 +568,7 @@ class Simulator:
                 keep.append((entry, client_id, request))
                 continue
             client = self.clients[client_id]
-            if node.log.entry_at(entry.base_offset) == entry:
+            if node.durable.entry_at(entry.base_offset) == entry:
                 self.acked.append(entry)
                 if client.request == request:
                     client.request = 0
@@ -488,9 +600,11 @@ class Simulator:
             if core is None:
                 c.leader_guess = rng.randrange(cfg.nodes)
             else:
-                data = f"c{c.id}r{c.request}:".encode() + b"x" * rng.randrange(cfg.max_payload)
+                value = f"c{c.id}r{c.request}:".encode() + b"x" * rng.randrange(cfg.max_payload)
+                count = rng.randint(1, cfg.max_records)
+                data = build_batch([RecordInput(value), *[RecordInput(b"")] * (count - 1)])
                 try:
-                    entry = core.propose(data, rng.randint(1, cfg.max_records))
+                    entry = core.propose(data, count)
                 except NotLeaderError as exc:
                     guess = exc.leader_id
                     c.leader_guess = rng.randrange(cfg.nodes) if guess is None else guess
@@ -535,13 +649,21 @@ class Simulator:
                         self._after(n, n.core)
                     break
         elif kind == 3:
-            candidates = [n for n in up if n.in_flight is None]
+            candidates = [n for n in up if n.round is None]
             if candidates:
                 node = rng.choice(candidates)
-                bases = [e.base_offset for e in node.log.entries[1:]
-                         if e.base_offset < node.published_hw]
+                assert node.store is not None
+                log = node.store.log
+                hw = min(node.published_hw, log.high_watermark)
+                bases = [e.base_offset for e in node.durable.entries[1:] if e.base_offset < hw]
                 if bases:
-                    node.log.advance_log_start(rng.choice(bases))
+                    # As the node's retention pass: start moved, old segments deleted, offsets
+                    # checkpointed; none of it synced until the next round (a crash undoes it).
+                    base = rng.choice(bases)
+                    log.maybe_increment_log_start_offset(base)
+                    log.delete_old_segments()
+                    log.checkpoint()
+                    node.durable.advance_log_start(base)
         self._at(self.now + cfg.nemesis_interval_ticks * TICK, _NEMESIS)
 
     def _heal_all(self) -> None:
@@ -569,7 +691,7 @@ class Simulator:
             self._at(self.now + self.cfg.liveness_bound_ticks * TICK, _DEADLINE, None, 1)
             return
         hws = {n.published_hw for n in self.nodes}
-        ends = {n.log.log_end_offset for n in self.nodes}
+        ends = {n.durable.log_end_offset for n in self.nodes}
         if len(hws) != 1 or hws != ends:
             raise InvariantViolation(f"convergence: HWs {sorted(hws)} and log ends "
                                      f"{sorted(ends)} differ after healing")
@@ -578,10 +700,14 @@ class Simulator:
     def _final_check(self) -> None:
         for entry in self.acked:
             for node in self.nodes:
-                if entry.base_offset >= node.log.log_start_offset and \
-                        node.log.entry_at(entry.base_offset) != entry:
+                if entry.base_offset >= node.durable.log_start_offset and \
+                        node.durable.entry_at(entry.base_offset) != entry:
                     raise InvariantViolation(f"acknowledged batch at {entry.base_offset} "
                                              f"(epoch {entry.epoch}) lost on node {node.id}")
+        for node in self.nodes:
+            if node.store is not None and node.round is None:
+                stored = self._stored(node.store)
+                self._check_holds(node, node.store, stored, "the storage log lost")
 
 
 def run_seed(seed: int, swarm: bool = False, nodes: int | None = None,

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tidelog.commands import sim as sim_command
-from tidelog.replication import RaftCore, sim
+from tidelog.replication import RaftCore, Ready, Role, driver, sim
+from tidelog.replication.driver import TermVote
 from tidelog.replication.messages import PreVoteRequest, VoteRequest
 
 SEEDS = 500
@@ -88,6 +89,25 @@ def test_simulator_catches_a_core_that_ignores_log_freshness(
     monkeypatch.setattr(RaftCore, "_handle_vote_request", careless)
     failure = _first_failure(swarm=True)
     assert "leader completeness" in failure or "committed" in failure
+
+
+def test_simulator_catches_a_follower_that_acknowledges_before_its_fsync(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's subtlest rule, planted wrong: a follower's acknowledgements leave before
+    its write is durable. The CI seeds (as `test_seed_range_holds_every_invariant` runs them)
+    must catch it; at the time of writing the very first seed does."""
+    leader_only = driver.may_send_before_sync
+
+    def hasty(rd: Ready, stored: TermVote) -> bool:
+        return rd.role is Role.FOLLOWER or leader_only(rd, stored)
+
+    monkeypatch.setattr(driver, "may_send_before_sync", hasty)
+    for seed in range(SEEDS):
+        result = sim.run_seed(seed, swarm=bool(seed % 2), fault_ticks=FAULT_TICKS)
+        if not result.ok:
+            assert "durable logs hold" in result.failure or "lost" in result.failure
+            return
+    pytest.fail("no CI seed noticed acknowledgements sent before the fsync")
 
 
 def test_cli_prints_parameters_and_the_replay_command(

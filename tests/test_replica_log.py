@@ -12,9 +12,9 @@ from storage_helpers import T0, batch, marker
 
 import tidelog.storage.log
 from tidelog.errors import CorruptMessageError
-from tidelog.node.replica_log import StorageReplicaLog
 from tidelog.records import read_header
 from tidelog.replication import Entry
+from tidelog.replication.log_store import StorageReplicaLog
 from tidelog.storage import Log
 
 

@@ -1,0 +1,149 @@
+"""A replica's durable state on a `storage.Log`, as the node and the simulator both keep it.
+
+`StorageReplicaLog` is the storage log seen through the core's `ReplicaLog` protocol. The core
+reasons in entries (one record batch each, with offsets and an epoch); storage keeps the same
+batches as bytes in segments. The adapter only splits read bytes at batch boundaries (views,
+not copies) and joins appended entries back into bytes, so a batch is never decoded or
+re-encoded on its way from the leader's disk to a follower's.
+
+Appends take one of two storage entry points. Entries of the epoch this replica leads were
+validated and stamped here (only the leader of an epoch creates entries of that epoch), so they
+go to `Log.append_stamped`; everything else came from another node and goes to
+`Log.append_as_follower`, which checks each batch's CRC before writing it.
+
+`LogStore` is the driver's `ReplicaStore` over it: the Ready's log writes, and the term and vote
+in a checkpoint file beside the segments.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from tidelog.records import ControlType, build_control_batch, iter_batches
+from tidelog.replication.driver import TermVote
+from tidelog.replication.log_view import NO_EPOCH, Entry
+from tidelog.replication.raft import HardState, Ready, Role
+from tidelog.storage import CheckpointFile, Log
+
+RAFT_STATE_FILE = "raft-state"
+
+
+class LogCodec:
+    """How the core stamps a proposed batch: as the partition's log stamps a leader's batch
+    (`Log.stamp`: offsets, epoch, and the broker time under LogAppendTime); and its marker, a
+    leader-change control batch."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    def stamp(self, data: bytes, base_offset: int, epoch: int) -> bytes:
+        return self._log.stamp(data, base_offset, epoch)
+
+    def marker(self, base_offset: int, epoch: int) -> bytes:
+        return build_control_batch(
+            ControlType.LEADER_CHANGE, base_offset=base_offset, partition_leader_epoch=epoch
+        )
+
+
+class StorageReplicaLog:
+    """A `replication.ReplicaLog` over a `storage.Log`."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        #: The epoch this replica leads in the Ready being written (set by the writer before
+        #: it applies the Ready), or None when it does not lead.
+        self.leading_epoch: int | None = None
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def epoch_at(self, offset: int) -> int | None:
+        if not self.log.log_start_offset <= offset < self.log.log_end_offset:
+            return None
+        epoch = self.log.leader_epoch_cache.epoch_for_offset(offset)
+        return None if epoch < 0 else epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        entries = self.log.leader_epoch_cache.entries
+        i = bisect.bisect_right([e.epoch for e in entries], epoch) - 1
+        if i < 0:
+            return NO_EPOCH, self.log.log_start_offset
+        end = entries[i + 1].start_offset if i + 1 < len(entries) else self.log.log_end_offset
+        return entries[i].epoch, end
+
+    def read(self, from_offset: int, max_bytes: int) -> list[Entry]:
+        if not self.log.log_start_offset <= from_offset < self.log.log_end_offset:
+            return []
+        data = memoryview(self.log.read(from_offset, max_bytes))
+        return [
+            Entry(
+                header.base_offset,
+                header.last_offset,
+                header.partition_leader_epoch,
+                data[pos : pos + header.size],
+            )
+            for pos, header in iter_batches(data)
+        ]
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        # Epochs never decrease along a log: entries received while following come first.
+        own = len(entries)
+        while own > 0 and entries[own - 1].epoch == self.leading_epoch:
+            own -= 1
+        if own > 0:
+            self.log.append_as_follower(_joined(entries[:own]))
+        if own < len(entries):
+            self.log.append_stamped(_joined(entries[own:]))
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+
+
+def _joined(entries: Sequence[Entry]) -> bytes | memoryview:
+    # One entry (the usual append) is written straight from the message or the stamped batch.
+    return entries[0].data if len(entries) == 1 else b"".join(e.data for e in entries)
+
+
+class LogStore:
+    """The `ReplicaStore` of a replica on a storage log. ``sync_writes`` False leaves durability
+    to the page cache and replication (Kafka's default flush policy); ``closed`` drops the
+    writes of a replica being removed."""
+
+    def __init__(self, log: Log, sync_writes: bool = True) -> None:
+        self.log = log
+        self.replica_log = StorageReplicaLog(log)
+        self.closed = False
+        self._sync_writes = sync_writes
+        self._unsynced = False
+        self._state_file = CheckpointFile(log.directory / RAFT_STATE_FILE, version=0, width=2)
+
+    def hard_state(self) -> HardState:
+        rows = dict((key, int(value)) for key, value in self._state_file.read() or [])
+        vote = rows.get("vote", -1)
+        return HardState(rows.get("term", 0), None if vote < 0 else vote,
+                         self.log.high_watermark)
+
+    def apply(self, rd: Ready, term_vote: TermVote | None) -> None:
+        if self.closed:
+            return
+        self.replica_log.leading_epoch = rd.term if rd.role is Role.LEADER else None
+        rd.apply_log_writes(self.replica_log)
+        if rd.entries or rd.truncate_to is not None or rd.reset_to is not None:
+            self._unsynced = True
+        if term_vote is not None:
+            term, vote = term_vote
+            self._state_file.write([("term", term), ("vote", -1 if vote is None else vote)])
+
+    def sync(self) -> None:
+        if self._unsynced and self._sync_writes and not self.closed:
+            self.log.sync_data()
+        self._unsynced = False
