@@ -18,6 +18,7 @@ in a checkpoint file beside the segments.
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Sequence
 
 from tidelog.records import ControlType, build_control_batch, iter_batches
@@ -25,6 +26,8 @@ from tidelog.replication.driver import TermVote
 from tidelog.replication.log_view import NO_EPOCH, Entry
 from tidelog.replication.raft import HardState, Ready, Role
 from tidelog.storage import CheckpointFile, Log
+
+_logger = logging.getLogger(__name__)
 
 RAFT_STATE_FILE = "raft-state"
 
@@ -124,13 +127,18 @@ class LogStore:
         self.closed = False
         self._sync_writes = sync_writes
         self._unsynced = False
-        self._state_file = CheckpointFile(log.directory / RAFT_STATE_FILE, version=0, width=2)
+        self._state_file = CheckpointFile(
+            log.directory / RAFT_STATE_FILE, version=0, width=2, named=True
+        )
 
     def hard_state(self) -> HardState:
         rows = dict((key, int(value)) for key, value in self._state_file.read() or [])
-        vote = rows.get("vote", -1)
-        return HardState(rows.get("term", 0), None if vote < 0 else vote,
-                         self.log.high_watermark)
+        term, vote = rows.get("term", 0), rows.get("vote", -1)
+        if term < 0 or vote < -1 or not rows.keys() <= {"term", "vote"}:
+            _logger.warning("%s: ignoring invalid %s %s", self.log.directory, RAFT_STATE_FILE,
+                            rows)
+            term, vote = 0, -1
+        return HardState(term, None if vote < 0 else vote, self.log.high_watermark)
 
     def apply(self, rd: Ready, term_vote: TermVote | None) -> None:
         if self.closed:
