@@ -10,8 +10,13 @@ prints the blob that replays it (``@reproduce_failure``).
 from __future__ import annotations
 
 import os
+import struct
 
+import crc32c
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from tidelog.records import HEADER_SIZE, ControlType, RecordInput, build_batch, build_control_batch
 
 PROFILES = {"ci": 1, "long": 100}
 PROFILE = os.environ.get("TIDELOG_FUZZ_PROFILE", "ci")
@@ -27,3 +32,50 @@ def fuzz_settings(ci_examples: int) -> settings:
         print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
+
+
+T = 1_700_000_000_000
+
+headers_st = st.lists(
+    st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=6))), max_size=2
+)
+record_st = st.builds(
+    RecordInput,
+    value=st.one_of(st.none(), st.binary(max_size=24)),
+    key=st.one_of(st.none(), st.binary(max_size=8)),
+    timestamp=st.integers(T - 1000, T + 1000),
+    headers=headers_st,
+)
+valid_batch_st = st.one_of(
+    st.builds(
+        build_batch,
+        st.lists(record_st, min_size=1, max_size=6),
+        producer_id=st.sampled_from([-1, 7]),
+        base_sequence=st.sampled_from([-1, 0]),
+    ),
+    st.builds(build_control_batch, st.sampled_from(ControlType)),
+)
+
+
+@st.composite
+def mutated_batch(draw: st.DrawFn) -> bytes:
+    """A valid batch with a few bytes overwritten, inserted or removed, its CRC recomputed
+    most of the time (so that structure, not the checksum, has to catch the damage)."""
+    data = bytearray(draw(valid_batch_st))
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(data)))
+        kind = draw(st.sampled_from(["set", "set", "insert", "delete", "int32"]))
+        if kind == "set" and at < len(data):
+            data[at] = draw(st.integers(0, 255))
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        elif kind == "delete":
+            del data[at : at + draw(st.integers(1, 8))]
+        elif kind == "int32" and at + 4 <= len(data):
+            value = draw(st.sampled_from([-2, -1, 0, 1, 2**31 - 1, -(2**31), 1 << 20]))
+            struct.pack_into(">i", data, at, value)
+    if len(data) >= HEADER_SIZE and draw(st.booleans()):
+        struct.pack_into(">i", data, 8, len(data) - 12)  # a length that matches the bytes
+    if len(data) >= HEADER_SIZE and draw(st.integers(0, 9)):
+        struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    return bytes(data)

@@ -1,0 +1,206 @@
+"""Fuzzing every RPC of the Tidelog service against one real node shared by the module:
+random requests (every field drawn from its type, with edge values, the names of a real topic
+and real, mutated or random batches in `records`) and random or mutated request bytes.
+
+Each call must end in a response (whose problems are Kafka error codes inside it) or a gRPC
+status the node chose; never UNKNOWN, which is what grpc answers when a handler raised, nor a
+deadline (a handler that hangs). After each test the node still answers a normal request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from cluster_helpers import Raw, make_batch
+from fuzz_helpers import fuzz_settings, mutated_batch
+from google.protobuf import message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.testing import LocalCluster
+from tidelog.v1 import tidelog_pb2 as pb
+
+pytestmark = pytest.mark.timeout(300)
+
+SERVICE = pb.DESCRIPTOR.services_by_name["Tidelog"]
+METHODS = [m.name for m in SERVICE.methods]
+TOPIC = "fuzz"  # what random requests name (and may delete or re-create)
+COMPACTED = "fuzz-compacted"  # the same, where produce also reads keys
+ALIVE = "alive"  # what the liveness check uses: no random request names it
+CALL_TIMEOUT_S = 15.0
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _integers(field: FieldDescriptor) -> st.SearchStrategy[int]:
+    """Small values (where the interesting branches are), edges, and anything in range; waits
+    and timeouts stay short so that a call cannot legitimately outlast its deadline."""
+    if "timeout" in field.name or "wait" in field.name:
+        return st.integers(-5, 300)
+    if field.cpp_type in (FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_ENUM):
+        low, high = _INT32
+    elif field.cpp_type == FieldDescriptor.CPPTYPE_UINT32:
+        low, high = 0, 2**32 - 1
+    elif field.cpp_type == FieldDescriptor.CPPTYPE_UINT64:
+        low, high = 0, 2**64 - 1
+    else:
+        low, high = _INT64
+    if "partitions" in field.name or "replication" in field.name:
+        high = min(high, 4)  # creating topics of millions of partitions proves nothing here
+    small = st.integers(max(low, -3), min(high, 4))
+    edges = st.sampled_from([v for v in (low, high, -1, -2, _now_ms()) if low <= v <= high])
+    return st.one_of(small, small, edges, st.integers(low, high))
+
+
+def _strings(field: FieldDescriptor) -> st.SearchStrategy[str]:
+    names = [TOPIC, TOPIC, COMPACTED, COMPACTED, "", "nope", "x" * 300]
+    return st.one_of(st.sampled_from(names), st.text(max_size=8))
+
+
+def _bytes(field: FieldDescriptor) -> st.SearchStrategy[bytes]:
+    fresh = st.lists(st.binary(max_size=20), min_size=1, max_size=3).map(make_batch)
+    return st.one_of(fresh, mutated_batch(), st.binary(max_size=100))
+
+
+def _scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
+    cpp = field.cpp_type
+    if cpp == FieldDescriptor.CPPTYPE_BOOL:
+        return st.booleans()
+    if cpp == FieldDescriptor.CPPTYPE_STRING:
+        return _bytes(field) if field.type == FieldDescriptor.TYPE_BYTES else _strings(field)
+    if cpp in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
+        return st.floats(allow_nan=True, width=32)
+    return _integers(field)
+
+
+def message(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Any]:
+    """Instances of the message `descriptor`, each field set or not, repeated ones 0-3 long."""
+    cls = message_factory.GetMessageClass(descriptor)
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Any:
+        msg = cls()
+        for field in descriptor.fields:
+            if not draw(st.booleans()):
+                continue
+            if field.message_type is not None and field.message_type.GetOptions().map_entry:
+                key_field, value_field = field.message_type.fields
+                entries = draw(st.dictionaries(_scalar(key_field), _scalar(value_field),
+                                               max_size=3))
+                getattr(msg, field.name).update(entries)
+            elif field.message_type is not None:
+                if depth >= 4:
+                    continue
+                sub = message(field.message_type, depth + 1)
+                if field.is_repeated:
+                    for item in draw(st.lists(sub, max_size=3)):
+                        getattr(msg, field.name).add().CopyFrom(item)
+                else:
+                    getattr(msg, field.name).CopyFrom(draw(sub))
+            elif field.is_repeated:
+                getattr(msg, field.name).extend(draw(st.lists(_scalar(field), max_size=3)))
+            else:
+                setattr(msg, field.name, draw(_scalar(field)))
+        return msg
+
+    return build()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(1) as c:
+        raw = Raw(c)
+        try:
+            raw.create_topic(TOPIC, 2, 1)
+            raw.create_topic(COMPACTED, 1, 1, cleanup_policy="compact")
+            raw.create_topic(ALIVE, 1, 1)
+        finally:
+            raw.close()
+        yield c
+
+
+@pytest.fixture(scope="module")
+def channel(cluster: LocalCluster) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(cluster.address_of(cluster.node_ids[0])) as ch:
+        yield ch
+
+
+def _call(channel: grpc.Channel, method: str, request: bytes) -> grpc.StatusCode:
+    """Send raw request bytes to `method`; the status it ends with."""
+    rpc = channel.unary_unary(f"/{SERVICE.full_name}/{method}")
+    try:
+        rpc(request, timeout=CALL_TIMEOUT_S)
+    except grpc.RpcError as exc:
+        return exc.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK
+
+
+def _assert_serves(cluster: LocalCluster) -> None:
+    """The node still answers a produce and a fetch of it."""
+    raw = Raw(cluster)
+    try:
+        node = cluster.node_ids[0]
+        produced = raw.produce(node, ALIVE, 0, make_batch([b"still here"]))
+        assert produced.error_code == 0, produced
+        fetched = raw.fetch(node, ALIVE, 0, produced.base_offset)
+        assert fetched.error_code == 0 and fetched.records, fetched
+    finally:
+        raw.close()
+    assert cluster.is_running(cluster.node_ids[0])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_random_requests_get_an_answer_or_a_chosen_status(
+    cluster: LocalCluster, channel: grpc.Channel, method: str
+) -> None:
+    descriptor = SERVICE.methods_by_name[method].input_type
+
+    @fuzz_settings(20)
+    @given(message(descriptor))
+    def run(request: Any) -> None:
+        status = _call(channel, method, request.SerializeToString())
+        assert status not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED), (
+            method, status, request,
+        )
+
+    run()
+    _assert_serves(cluster)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_random_request_bytes_never_take_the_node_down(
+    cluster: LocalCluster, channel: grpc.Channel, method: str
+) -> None:
+    """Bytes that may not parse at all: grpc itself refuses those (INTERNAL); the node must
+    neither crash nor hang."""
+    descriptor = SERVICE.methods_by_name[method].input_type
+    valid = message(descriptor).map(lambda m: m.SerializeToString())
+
+    @fuzz_settings(8)
+    @given(st.one_of(st.binary(max_size=200), valid.flatmap(_mutated_bytes)))
+    def run(request: bytes) -> None:
+        status = _call(channel, method, request)
+        assert status not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED), (
+            method, status, request,
+        )
+
+    run()
+    _assert_serves(cluster)
+
+
+def _mutated_bytes(data: bytes) -> st.SearchStrategy[bytes]:
+    if not data:
+        return st.binary(max_size=20)
+    return st.tuples(st.integers(0, len(data) - 1), st.integers(0, 255)).map(
+        lambda change: data[: change[0]] + bytes([change[1]]) + data[change[0] + 1 :]
+    )
