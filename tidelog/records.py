@@ -7,7 +7,8 @@ write the same bytes; Fetch returns them; only the consumer decodes records. Thi
 (no I/O) so that both the client and the storage engine import it, as Kafka's broker uses the
 record classes of its clients module.
 
-Layout (all integers big-endian), in the spirit of Kafka's v2 batch::
+Layout (all integers big-endian), in the spirit of Kafka's v2 batch; docs/record-batch.md is the
+full specification, with test vectors, for clients in other languages::
 
     offset  size  field
     0       8     base_offset              first offset of the batch
@@ -509,7 +510,8 @@ def validate_records(
         if _is_kafka_varint_body(buf, start, end, header.records_count):
             raise CorruptMessageError(
                 "the batch has Kafka's v2 record encoding (varint lengths); Tidelog batches "
-                "use magic 2 with fixed-width big-endian record fields instead"
+                "use magic 2 with fixed-width big-endian record fields instead "
+                "(docs/record-batch.md)"
             ) from None
         raise
 
