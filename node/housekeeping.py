@@ -17,7 +17,6 @@ from tidelog.node.transport import Outgoing
 from tidelog.replication import NotLeaderError
 from tidelog.storage.cleaner import LogCleaner
 from tidelog.types import TopicPartition
-from tidelog.v1 import raft_pb2 as rpb
 
 _ANNOUNCE_EVERY_S = 0.2
 _CHECKPOINT_EVERY_S = 5.0
@@ -60,10 +59,10 @@ class Housekeeping:
         for peer_id, link in self.replicas.links.items():
             outgoing = Outgoing(self.config.node_id, peer_id)
             for replica in led:
-                outgoing.env.leaders.add(
-                    group=rpb.GroupId(topic=replica.tp.topic, partition=replica.tp.partition),
-                    epoch=replica.leader_epoch,
-                    isr=replica.in_sync_replicas(self.config.replica_lag_max_ms),
+                outgoing.announce(
+                    replica.tp,
+                    replica.leader_epoch,
+                    replica.in_sync_replicas(self.config.replica_lag_max_ms),
                 )
             link.send(outgoing)
 

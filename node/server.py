@@ -57,14 +57,12 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     # The runtime is heavy; config errors come first.
     from tidelog.node.api import TidelogServicer
     from tidelog.node.runtime import NodeRuntime
-    from tidelog.node.transport import add_raft_transport
+    from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
     from tidelog.v1 import tidelog_pb2_grpc
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with _hold_data_dir(config.data_dir):
-        server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0)], interceptors=[RejectMalformedRequests()]
-        )
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RejectMalformedRequests()])
         try:
             port = server.add_insecure_port(config.listen)
         except RuntimeError:

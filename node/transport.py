@@ -12,6 +12,14 @@ bounded outbound queue per peer that drops the oldest frame when full, and a sen
 reconnects with backoff when the stream breaks; frames queued while the stream was busy leave
 together, as one message. What it must never do is block the event loop or let one slow peer
 delay the others.
+
+Sizes: a message no peer accepts breaks the stream, and everything queued behind it is lost with
+it (under a burst of large produces that was enough for followers to miss heartbeats and elect).
+So both ends take ``MAX_MESSAGE_BYTES`` (one maximal batch plus room; a Produce cannot bring a
+larger batch), a frame holds at most ``COALESCE_BYTES`` of messages unless one message alone is
+larger (an append of one oversized batch: Raft reads at least one batch), and queued frames are
+joined only while the message stays within ``COALESCE_BYTES``. Every message therefore stays
+under the limit without a check on the send path.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
@@ -26,6 +35,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from tidelog.node.malformed import reject_malformed
+from tidelog.records import MAX_MESSAGE_BYTES
 from tidelog.replication import (
     AppendRequest,
     AppendResponse,
@@ -47,14 +57,31 @@ log = logging.getLogger("tidelog.transport")
 
 _QUEUE_LIMIT = 256
 _RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5)
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: A link that keeps breaking (a peer that is down) says so at most this often.
+_BREAK_LOG_EVERY_S = 30.0
+#: What a frame, and a message of joined frames, holds at most unless a single core message is
+#: larger: gRPC's own default message size. A message costs ~0.2 ms of CPU whatever its size, so
+#: larger ones would save nothing, and they would hold everything queued behind them longer.
+COALESCE_BYTES = 4 * 1024 * 1024
 _SERVICE = pb.DESCRIPTOR.services_by_name["RaftTransport"].full_name
 STREAM_METHOD = f"/{_SERVICE}/Stream"
-CHANNEL_OPTIONS = [
+_MESSAGE_LIMITS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 10_000),
 ]
+#: The node's gRPC server: peers' streams and clients' requests share it, and both may carry a
+#: batch of up to MAX_BATCH_BYTES (gRPC's default would refuse anything over 4 MiB).
+SERVER_OPTIONS = [*_MESSAGE_LIMITS, ("grpc.so_reuseport", 0)]
+#: A node's channels to its peers.
+CHANNEL_OPTIONS = [*_MESSAGE_LIMITS, ("grpc.keepalive_time_ms", 10_000)]
+
+# Upper bounds of the protobuf bytes an item adds to an envelope beside its topic name (ASCII,
+# so one byte a character) and its batches: a tag and a 10-byte varint per integer field, a tag
+# and a 5-byte length per nested message. tests/test_transport_frames.py checks them.
+_ENVELOPE_ROOM = 32
+_ITEM_ROOM = 128
+_ENTRY_ROOM = 64
+_ISR_ROOM = 10
 
 
 # ---- conversions ---------------------------------------------------------------------------
@@ -65,21 +92,50 @@ def _group(tp: TopicPartition) -> pb.GroupId:
 
 
 class Outgoing:
-    """An envelope being filled for one peer, and the batches that will follow it."""
+    """What one round sends to one peer: frames, each an envelope and the batches that follow
+    it. A frame is sealed and another begun before an item would take it past COALESCE_BYTES,
+    so only an item larger than that alone makes a larger frame."""
 
-    __slots__ = ("env", "payload")
+    __slots__ = ("_bound", "_sealed", "dst", "env", "payload", "src")
 
     def __init__(self, src: int, dst: int) -> None:
-        self.env = pb.RaftEnvelope(src=src, dst=dst)
+        self.src = src
+        self.dst = dst
+        self._sealed: list[tuple[int, list[bytes | memoryview]]] = []
+        self._begin()
+
+    def _begin(self) -> None:
+        self.env = pb.RaftEnvelope(src=self.src, dst=self.dst)
         self.payload: list[bytes | memoryview] = []
+        self._bound = _ENVELOPE_ROOM
+
+    def _make_room(self, size: int) -> None:
+        if self._bound > _ENVELOPE_ROOM and self._bound + size > COALESCE_BYTES:
+            self._sealed.append(self._seal())
+            self._begin()
+        self._bound += size
 
     def add(self, tp: TopicPartition, m: Message) -> None:
+        size = len(tp.topic) + _ITEM_ROOM
+        if isinstance(m, AppendRequest):
+            for e in m.entries:
+                size += _ENTRY_ROOM + len(e.data)
+        self._make_room(size)
         add_message(self.env, self.payload, tp, m)
 
-    def frame(self) -> list[bytes | memoryview]:
-        """The frame's pieces: varint length, envelope, batches."""
+    def announce(self, tp: TopicPartition, epoch: int, isr: list[int]) -> None:
+        """That this node leads `tp` at `epoch` with these in-sync replicas."""
+        self._make_room(len(tp.topic) + _ITEM_ROOM + _ISR_ROOM * len(isr))
+        self.env.leaders.add(group=_group(tp), epoch=epoch, isr=isr)
+
+    def _seal(self) -> tuple[int, list[bytes | memoryview]]:
         header = self.env.SerializeToString()
-        return [varint(len(header)), header, *self.payload]
+        pieces = [varint(len(header)), header, *self.payload]
+        return sum(len(piece) for piece in pieces), pieces
+
+    def frames(self) -> list[tuple[int, list[bytes | memoryview]]]:
+        """Each frame as (its size, its pieces: varint length, envelope, batches)."""
+        return [*self._sealed, self._seal()]
 
 
 def add_message(
@@ -209,29 +265,37 @@ class PeerLink:
         self.node_id = node_id
         self.peer_id = peer_id
         self.address = address
-        self._queue: deque[list[bytes | memoryview]] = deque()
+        self._queue: deque[tuple[int, list[bytes | memoryview]]] = deque()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._channel: grpc.aio.Channel | None = None
         self.dropped = 0
+        self._breaks = 0
+        self._break_logged_at = -_BREAK_LOG_EVERY_S
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"link-{self.node_id}-{self.peer_id}")
 
     def send(self, outgoing: Outgoing) -> None:
-        if len(self._queue) >= _QUEUE_LIMIT:
-            self._queue.popleft()
-            self.dropped += 1
-        self._queue.append(outgoing.frame())
+        for frame in outgoing.frames():
+            if len(self._queue) >= _QUEUE_LIMIT:
+                self._queue.popleft()
+                self.dropped += 1
+            self._queue.append(frame)
         self._ready.set()
 
     async def _messages(self) -> AsyncIterator[bytes]:
-        """Everything queued since the last write, as one message (the stream is busy while
-        gRPC has the previous one; a message costs ~0.2 ms of CPU on each side)."""
+        """What was queued since the last write, joined into messages of up to COALESCE_BYTES
+        (the stream is busy while gRPC has the previous one; a message costs ~0.2 ms of CPU on
+        each side). A frame larger than that leaves alone."""
+        queue = self._queue
         while True:
-            if self._queue:
-                pieces = [piece for frame in self._queue for piece in frame]
-                self._queue.clear()
+            if queue:
+                size, pieces = queue.popleft()
+                while queue and size + queue[0][0] <= COALESCE_BYTES:
+                    more, more_pieces = queue.popleft()
+                    size += more
+                    pieces.extend(more_pieces)
                 yield b"".join(pieces)
                 continue
             self._ready.clear()
@@ -250,13 +314,30 @@ class PeerLink:
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as exc:
-                log.debug("link %d->%d broke: %s", self.node_id, self.peer_id, exc.code())
+                self._log_break(exc)
             finally:
                 await self._channel.close()
             # Messages queued for a dead peer are stale by the time it returns; Raft resends.
             self._queue.clear()
             await asyncio.sleep(_RECONNECT_BACKOFF_S[min(attempt, len(_RECONNECT_BACKOFF_S) - 1)])
             attempt += 1
+
+    def _log_break(self, exc: grpc.aio.AioRpcError) -> None:
+        """A break loses everything queued to the peer, so it is worth a warning with its cause;
+        a peer that stays down breaks every reconnect, so those are counted, not each logged."""
+        self._breaks += 1
+        now = time.monotonic()
+        if now - self._break_logged_at < _BREAK_LOG_EVERY_S:
+            log.debug("link %d->%d broke: %s %s", self.node_id, self.peer_id, exc.code().name,
+                      exc.details())
+            return
+        log.warning(
+            "link %d->%d (%s) broke: %s %s (%d break(s) since the last warning)",
+            self.node_id, self.peer_id, self.address, exc.code().name, exc.details(),
+            self._breaks,
+        )
+        self._break_logged_at = now
+        self._breaks = 0
 
     async def close(self) -> None:
         if self._task is not None:

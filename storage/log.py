@@ -32,6 +32,7 @@ from tidelog.errors import (
     UnsupportedVersionError,
 )
 from tidelog.records import (
+    MAX_BATCH_BYTES,
     NO_TIMESTAMP,
     BatchHeader,
     TimestampType,
@@ -224,14 +225,15 @@ class Log:
     def validate_produced_batch(self, batch: bytes, *, from_client: bool) -> BatchHeader:
         """The leader's checks of a produced batch under this topic's config; nothing is written.
 
-        Refused: a batch over max.message.bytes (MESSAGE_TOO_LARGE, as Kafka's
-        RecordTooLargeException), one larger than a segment (RECORD_LIST_TOO_LARGE), a
-        malformed one or a CRC mismatch (CORRUPT_MESSAGE), and with CreateTime a record
-        timestamp outside the topic's allowed distance from now (INVALID_TIMESTAMP), and in a
-        compacted topic a record without a key (CORRUPT_MESSAGE, Kafka's
-        LogValidator.validateKey): the cleaner could never tell which value it replaces. With
-        `from_client`, what only a producer may not write as well (`validate_batch`). A
-        replicated leader calls this before proposing, then `stamp` and `append_stamped`.
+        Refused: a batch over max.message.bytes or over records.MAX_BATCH_BYTES
+        (MESSAGE_TOO_LARGE, as Kafka's RecordTooLargeException), one larger than a segment
+        (RECORD_LIST_TOO_LARGE), a malformed one or a CRC mismatch (CORRUPT_MESSAGE), and with
+        CreateTime a record timestamp outside the topic's allowed distance from now
+        (INVALID_TIMESTAMP), and in a compacted topic a record without a key (CORRUPT_MESSAGE,
+        Kafka's LogValidator.validateKey): the cleaner could never tell which value it
+        replaces. With `from_client`, what only a producer may not write as well
+        (`validate_batch`). A replicated leader calls this before proposing, then `stamp` and
+        `append_stamped`.
         """
         self._check_size(len(batch), check_max_message_bytes=True)
         config = self._config
@@ -305,6 +307,12 @@ class Log:
         if check_max_message_bytes and size > self._config.max_message_bytes:
             raise MessageTooLargeError(
                 f"batch of {size} bytes exceeds max.message.bytes={self._config.max_message_bytes}"
+            )
+        if check_max_message_bytes and size > MAX_BATCH_BYTES:
+            # A topic may allow more; the node-to-node and client messages could not carry it.
+            raise MessageTooLargeError(
+                f"batch of {size} bytes exceeds the largest batch a node accepts "
+                f"({MAX_BATCH_BYTES} bytes), whatever max.message.bytes says"
             )
         if size > self._config.segment_bytes:
             raise RecordListTooLargeError(

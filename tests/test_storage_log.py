@@ -30,7 +30,13 @@ from tidelog.errors import (
     RecordListTooLargeError,
     UnsupportedVersionError,
 )
-from tidelog.records import TimestampType, crc_matches, iter_batches, read_header
+from tidelog.records import (
+    MAX_BATCH_BYTES,
+    TimestampType,
+    crc_matches,
+    iter_batches,
+    read_header,
+)
 from tidelog.storage import (
     CLEANED_SUFFIX,
     Log,
@@ -102,6 +108,15 @@ class TestAppend:
 
     def test_error_codes(self) -> None:
         assert (RecordListTooLargeError.code, InvalidTimestampError.code) == (18, 32)
+
+    def test_no_batch_above_the_node_cap_whatever_the_topic_allows(
+        self, tmp_path: Path, clock: FakeClock
+    ) -> None:
+        """Node-to-node and client messages are sized for MAX_BATCH_BYTES; a topic configured
+        for more must not take a batch they could not carry."""
+        log = open_log(tmp_path, clock, max_message_bytes=2**31 - 1)
+        with pytest.raises(MessageTooLargeError, match="largest batch a node accepts"):
+            log.validate_produced_batch(bytes(MAX_BATCH_BYTES + 1), from_client=True)
 
     def test_follower_appends_given_offsets(self, tmp_path: Path, clock: FakeClock) -> None:
         log = open_log(tmp_path, clock)

@@ -1,19 +1,32 @@
 """The node-to-node framing (raft.proto's Stream): every core message survives a round trip,
-append entries come back as views of the received message, and a malformed frame is refused
-with an error instead of being half-applied."""
+append entries come back as views of the received message, a malformed frame is refused
+with an error instead of being half-applied, and no stream message outgrows what a peer
+accepts."""
 
 from __future__ import annotations
 
+import asyncio
+
+import grpc
 import pytest
 
-from tidelog.node.transport import Outgoing, frames, messages_of
-from tidelog.records import RecordInput, build_batch
+from tidelog.node.transport import (
+    COALESCE_BYTES,
+    SERVER_OPTIONS,
+    Outgoing,
+    PeerLink,
+    add_raft_transport,
+    frames,
+    messages_of,
+)
+from tidelog.records import MAX_BATCH_BYTES, MAX_MESSAGE_BYTES, RecordInput, build_batch
 from tidelog.replication import (
     AppendRequest,
     AppendResponse,
     Entry,
     Heartbeat,
     HeartbeatResponse,
+    Message,
     PreVoteRequest,
     PreVoteResponse,
     TimeoutNow,
@@ -21,6 +34,7 @@ from tidelog.replication import (
     VoteResponse,
 )
 from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
 
 A, B = TopicPartition("a", 0), TopicPartition("b", 3)
 
@@ -32,7 +46,9 @@ def _entry(base: int, count: int, epoch: int) -> Entry:
 
 
 def _round_trip(outgoings: list[Outgoing]) -> list[tuple[TopicPartition, object]]:
-    message = b"".join(piece for o in outgoings for piece in o.frame())
+    message = b"".join(
+        piece for o in outgoings for _, pieces in o.frames() for piece in pieces
+    )
     return [item for env, payload in frames(message) for item in messages_of(env, payload)]
 
 
@@ -68,6 +84,131 @@ def test_every_message_kind_round_trips_with_its_batches() -> None:
 def test_a_truncated_frame_is_refused(cut: int) -> None:
     outgoing = Outgoing(1, 2)
     outgoing.add(A, AppendRequest(5, 1, 2, 9, 4, (_entry(10, 3, 5),), 11))
-    message = b"".join(outgoing.frame())
+    message = b"".join(piece for _, pieces in outgoing.frames() for piece in pieces)
     with pytest.raises(ValueError):
         list(frames(message[:cut]))
+
+
+# ---- sizes -----------------------------------------------------------------------------------
+
+LONGEST = TopicPartition("t" * 249, 2**31 - 1)  # Kafka's longest topic name
+NEG = -(2**62)  # every integer field at its widest varint (10 bytes)
+
+
+def _worst_case_items() -> list[tuple[str, Message | None]]:
+    big_entry = Entry(NEG, NEG, NEG, b"")
+    return [
+        ("heartbeat", Heartbeat(NEG, -1, -2, NEG)),
+        ("heartbeat response", HeartbeatResponse(NEG, -1, -2)),
+        ("append", AppendRequest(NEG, -1, -2, NEG, NEG, (big_entry,) * 3, NEG)),
+        ("append response", AppendResponse(NEG, -1, -2, True, NEG, NEG, NEG, NEG)),
+        ("vote request", VoteRequest(NEG, -1, -2, NEG, NEG, True)),
+        ("announcement", None),
+    ]
+
+
+@pytest.mark.parametrize(("kind", "message"), _worst_case_items(),
+                         ids=[kind for kind, _ in _worst_case_items()])
+def test_frames_stay_within_the_coalescing_size(kind: str, message: Message | None) -> None:
+    """Filled with many worst-case items, every frame stays within COALESCE_BYTES: the bounds an
+    Outgoing counts per item are upper bounds of what protobuf writes (else frames would overflow
+    here), so only an item alone can make a frame larger."""
+    outgoing = Outgoing(-1, -2)
+    for _ in range(3 * COALESCE_BYTES // 200):
+        if message is None:
+            outgoing.announce(LONGEST, NEG, [-1, -2, -3])
+        else:
+            outgoing.add(LONGEST, message)
+    sealed = outgoing.frames()
+    assert len(sealed) >= 3
+    for size, pieces in sealed:
+        assert size == sum(len(p) for p in pieces) <= COALESCE_BYTES
+
+
+def _link_messages(link: PeerLink) -> list[bytes]:
+    """What the link's sender would write to the stream for everything queued now."""
+
+    async def drain() -> list[bytes]:
+        messages = link._messages()
+        out = []
+        while link._queue:
+            out.append(await anext(messages))
+        return out
+
+    return asyncio.run(drain())
+
+
+def test_a_peer_link_never_writes_a_message_its_peer_refuses() -> None:
+    """Rounds of appends of every size, among them one maximal batch: the link joins frames
+    into messages of at most COALESCE_BYTES, except a frame that holds one larger append alone,
+    and none reaches MAX_MESSAGE_BYTES. Everything arrives, in order."""
+    maximal = memoryview(bytes(MAX_BATCH_BYTES))
+    sizes = [100, 300_000, 1 << 20, 3 << 20, 900_000, MAX_BATCH_BYTES, 2000, 5 << 20, 10]
+    link = PeerLink(1, 2, "127.0.0.1:1")
+    sent: list[Message] = []
+    for round_ in range(3):
+        outgoing = Outgoing(1, 2)
+        for i, size in enumerate(sizes):
+            if size == MAX_BATCH_BYTES and round_:
+                continue  # one maximal batch is enough memory for a unit test
+            data = maximal[:size]
+            message = AppendRequest(1, 1, 2, i, 1, (Entry(i, i, 1, data),), 0)
+            outgoing.add(TopicPartition("t", i), message)
+            outgoing.add(TopicPartition("t", i), Heartbeat(1, 1, 2, i))
+            sent += [message, Heartbeat(1, 1, 2, i)]
+        link.send(outgoing)
+    written = _link_messages(link)
+    assert max(len(m) for m in written) <= MAX_MESSAGE_BYTES
+    for m in written:
+        envelopes = list(frames(m))
+        if len(m) > COALESCE_BYTES:
+            assert len(envelopes) == 1 and len(envelopes[0][0].messages) == 1
+    received = [msg for m in written for env, payload in frames(m)
+                for _, msg in messages_of(env, payload)]
+    assert sorted(map(_summary, received)) == sorted(map(_summary, sent))
+
+
+def test_a_maximal_batch_crosses_a_real_stream() -> None:
+    """A node's server (SERVER_OPTIONS) takes the largest append a leader can send, and what
+    follows it on the same stream: the limit is set on both ends."""
+    batch = build_batch([RecordInput(bytes(MAX_BATCH_BYTES - 200), None, 0)])
+    assert len(batch) <= MAX_BATCH_BYTES
+
+    async def run() -> list[tuple[TopicPartition, object]]:
+        received: list[tuple[TopicPartition, object]] = []
+        done = asyncio.Event()
+
+        def on_envelope(env: rpb.RaftEnvelope, payload: memoryview) -> None:
+            for tp, message in messages_of(env, payload):
+                # Keep sizes, not views: the payload is only valid during the call.
+                received.append((tp, _summary(message)))
+                if isinstance(message, Heartbeat):
+                    done.set()
+
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        add_raft_transport(server, on_envelope, lambda _: rpb.FetchMetadataResponse())
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        link = PeerLink(1, 2, f"127.0.0.1:{port}")
+        link.start()
+        try:
+            outgoing = Outgoing(1, 2)
+            outgoing.add(A, AppendRequest(1, 1, 2, -1, -1, (Entry(0, 0, 1, batch),), 0))
+            outgoing.add(B, Heartbeat(1, 1, 2, 0))
+            link.send(outgoing)
+            await asyncio.wait_for(done.wait(), timeout=60)
+        finally:
+            await link.close()
+            await server.stop(0)
+        return received
+
+    received = asyncio.run(run())
+    assert received == [(A, ("append", -1, len(batch))), (B, ("heartbeat", 0, 0))]
+
+
+def _summary(message: object) -> tuple[str, int, int]:
+    """A comparable digest: (kind, prev offset or HW, bytes of batches)."""
+    if isinstance(message, AppendRequest):
+        return "append", message.prev_offset, sum(len(e.data) for e in message.entries)
+    assert isinstance(message, Heartbeat)
+    return "heartbeat", message.leader_hw, 0

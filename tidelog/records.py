@@ -72,6 +72,15 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
+#: The largest batch a node takes from a producer, whatever a topic's max.message.bytes says: a
+#: batch crosses gRPC whole (to the leader, to every follower, to every consumer), so every
+#: message limit on those paths is derived from this one. Kafka bounds a request the same way
+#: (socket.request.max.bytes, 100 MiB by default).
+MAX_BATCH_BYTES = 100 * 1024 * 1024
+#: The gRPC message limit of every Tidelog connection, client and node-to-node, both ways: one
+#: maximal batch and room for the request, response or envelope around it.
+MAX_MESSAGE_BYTES = MAX_BATCH_BYTES + 1024 * 1024
+
 ATTR_COMPRESSION = 0x07  # Kafka's codec bits; Tidelog writes 0 (none) and reads nothing else
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
