@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -126,13 +126,16 @@ class ReplicaSet:
         while True:
             next_tick = max(next_tick + interval, time.monotonic())
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
-            for replica in self.partitions.values():
+            replicas = list(self.partitions.values())
+            for replica in replicas:
                 replica.core.tick()
                 replica.observe_role()
+            self._send_prompt(replicas)
             self._work.set()
 
     def step(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
         """Step the Raft messages of one envelope addressed to this node into their cores."""
+        stepped: dict[TopicPartition, PartitionReplica] = {}
         for tp, message in messages_of(env, payload):
             replica = self.partitions.get(tp)
             if replica is None:
@@ -141,7 +144,18 @@ class ReplicaSet:
             replica.observe_role()
             if replica.is_leader and isinstance(message, AppendResponse | HeartbeatResponse):
                 replica.record_follower(message.src)
+            stepped[tp] = replica
+        self._send_prompt(stepped.values())
         self._work.set()
+
+    def _send_prompt(self, replicas: Iterable[PartitionReplica]) -> None:
+        """Heartbeats and their answers leave now, not after the round of disk writes under
+        way (`RaftCore.take_prompt_messages`): a slow fsync must not cost an election. The
+        Ready loop's outbox is always flushed before it awaits, so this may use it."""
+        for replica in replicas:
+            for message in replica.core.take_prompt_messages():
+                self._queue_message(replica.tp, message)
+        self._flush_outbox()
 
     async def ready_loop(self) -> None:
         loop = asyncio.get_running_loop()

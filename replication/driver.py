@@ -20,6 +20,9 @@ many partitions) and:
    stamped with a new term: promises that must survive a crash), publishes every Ready's high
    watermark, advances the cores.
 
+Outside rounds, `Driver.send_prompt` sends at once what promises nothing at all (heartbeats and
+their answers of a durable term), so they never wait for a round's fsync.
+
 The driver is synchronous and does no I/O of its own: the `DriverPort` sends and publishes,
 the `ReplicaStore` of each replica writes.
 """
@@ -190,6 +193,20 @@ class Driver(Generic[K]):
                 port.send(key, message)
         port.flush()
         return rnd
+
+    def send_prompt(self, replicas: Iterable[tuple[K, DrivenReplica]]) -> None:
+        """Send now what the cores let leave whatever their disks do
+        (`RaftCore.take_prompt_messages`: heartbeats and their answers of a durable term), so
+        a round's slow fsync is never taken for a dead leader or dead followers. Called after
+        stepping or ticking; what is left goes with the next Ready."""
+        port = self._port
+        sent = False
+        for key, replica in replicas:
+            for message in replica.core.take_prompt_messages():
+                port.send(key, message)
+                sent = True
+        if sent:
+            port.flush()
 
     def complete(self, rnd: Round[K]) -> None:
         """``rnd.writes`` are durable: send the late messages, publish, advance."""

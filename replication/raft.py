@@ -16,7 +16,8 @@ driver, `tidelog.replication.driver`, honours it for the node, the simulator and
 3. Make both durable (fsync). Many partitions' Readies may share one fsync (group commit).
 4. Only now send ``ready.messages``: a vote, an append acknowledgement or a message stamped
    with a new term is a promise that must survive a crash. Persist before send. (A leader's
-   appends may leave earlier: it counts itself only up to its durable prefix.)
+   appends may leave earlier: it counts itself only up to its durable prefix; and
+   ``take_prompt_messages()`` hands out, at any time, the messages that promise nothing.)
 5. Publish ``ready.high_watermark`` (complete acks=all waiters, serve reads), and record
    ``role``/``leader_id``/``term`` for routing.
 6. ``core.advance(ready)``.
@@ -237,6 +238,8 @@ class RaftCore:
         self._randomized_timeout = 0
         self._reset_randomized_timeout()
         self._last_hard_state = hs
+        #: The term of the last hard state known durable (the one loaded, or one advanced).
+        self._durable_term = hs.term
         self._last_soft: tuple[Role, int | None] = (self._role, self._leader)
         self._in_flight: Ready | None = None
         self._floor = repair_floor
@@ -420,11 +423,31 @@ class RaftCore:
         self._in_flight = rd
         return rd
 
+    def take_prompt_messages(self) -> list[Message]:
+        """The heartbeats and heartbeat answers waiting to go, when their term is durable:
+        they promise nothing a crash could take back (a heartbeat's HW is never persisted
+        before it is sent either), so a driver may send them at once rather than behind the
+        disk writes of the Ready in flight, as etcd's asynchronous storage writes do. Held
+        back, a slow fsync looks like a dead leader to its followers (an election) or like
+        dead followers to their leader (check-quorum steps it down). What a driver leaves
+        here goes with the next Ready."""
+        prompt: list[Message] = []
+        rest: list[Message] = []
+        durable = self._durable_term
+        for m in self._msgs:
+            is_prompt = isinstance(m, Heartbeat | HeartbeatResponse) and m.term == durable
+            (prompt if is_prompt else rest).append(m)
+        if prompt:
+            self._msgs = rest
+        return prompt
+
     def advance(self, rd: Ready) -> None:
         """``rd`` is durable and its messages are on their way."""
         if rd is not self._in_flight:
             raise RuntimeError("advance() of a Ready that is not the one in flight")
         self._in_flight = None
+        if rd.hard_state is not None:
+            self._durable_term = rd.hard_state.term
         self._log.stable_to_handed()
         if self._role is Role.LEADER and self._maybe_commit():
             self._bcast_append()

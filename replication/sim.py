@@ -376,7 +376,8 @@ class Simulator:
         self._after(node, node.core)
 
     def _after(self, node: _Node, core: RaftCore) -> None:
-        """Invariant checks that concern the core's state, then a round of the driver."""
+        """Invariant checks that concern the core's state, then what may leave at once, then a
+        round of the driver."""
         if core.role is Role.LEADER:
             term = core.term
             holder = self.leaders.get(term)
@@ -389,6 +390,8 @@ class Simulator:
                     self._leader_lost_at = None
             elif holder != node.id:
                 raise InvariantViolation(f"two leaders in term {term}: {holder} and {node.id}")
+        assert node.replica is not None
+        self.driver.send_prompt(((node, node.replica),))
         self._drive(node)
 
     def _drive(self, node: _Node) -> None:

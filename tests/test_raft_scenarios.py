@@ -14,6 +14,7 @@ from tidelog.replication import (
     AppendResponse,
     Entry,
     HardState,
+    Heartbeat,
     HeartbeatResponse,
     MemoryLog,
     Message,
@@ -362,3 +363,51 @@ def test_follower_holding_the_leader_first_batch_is_not_reset() -> None:
     assert c.flush(1) == [AppendResponse(1, 1, 0, True, match_end=6)]
     assert list(c.logs[1].entries) == log and c.logs[1].log_start_offset == 0
     assert follower.high_watermark == 6
+
+
+def test_heartbeats_and_their_answers_do_not_wait_for_a_slow_disk() -> None:
+    """While a leader's and a follower's appends are still being written (a Ready in flight
+    each), heartbeats and their answers of the durable term go out at once, so a slow fsync
+    neither looks like a dead leader nor deposes one by check-quorum; acknowledgements still
+    wait for the disk."""
+    c = Cluster()
+    leader = c.elect(0)
+    term = leader.term
+    leader.propose(b"big", 1)
+    in_flight = leader.ready()  # the leader's disk round, not finished
+    append = next(m for m in in_flight.messages if m.dst == 1)
+    follower = c.cores[1]
+    follower.step(append)
+    follower_round = follower.ready()  # the follower's write of it, not finished
+    assert isinstance(follower_round.messages[0], AppendResponse)
+    for _ in range(3 * ELECTION):  # far past an election timeout and a check-quorum window
+        leader.tick()
+        heartbeats = leader.take_prompt_messages()
+        assert [(m.term, m.dst) for m in heartbeats] == [(term, 1), (term, 2)]
+        for heartbeat in heartbeats:
+            c.cores[heartbeat.dst].step(heartbeat)
+            c.cores[heartbeat.dst].tick()
+            for answer in c.cores[heartbeat.dst].take_prompt_messages():
+                assert answer == HeartbeatResponse(term, heartbeat.dst, 0)
+                leader.step(answer)
+    assert leader.role is Role.LEADER and leader.term == term
+    assert all(c.cores[i].role is Role.FOLLOWER and c.cores[i].term == term for i in (1, 2))
+    # The acknowledgement waited for the follower's disk; once done, the write commits.
+    for i, rd in ((1, follower_round), (0, in_flight)):
+        rd.apply_log_writes(c.logs[i])
+        c.cores[i].advance(rd)
+    leader.step(follower_round.messages[0])
+    assert leader.high_watermark == append.entries[-1].end_offset
+
+
+def test_a_heartbeat_answer_of_a_term_not_yet_durable_waits_for_it() -> None:
+    """A heartbeat of a new term makes the follower adopt the term: its answer promises that
+    term, so it leaves only with the Ready that persists it."""
+    c = Cluster()
+    c.elect(0)
+    follower = c.cores[1]
+    follower.step(Heartbeat(follower.term + 1, 2, 1, 0))
+    assert follower.take_prompt_messages() == []
+    rd = follower.ready()
+    assert rd.hard_state is not None and rd.hard_state.term == follower.term
+    assert rd.messages == (HeartbeatResponse(follower.term, 1, 2),)

@@ -1,0 +1,120 @@
+"""Bursts of large Produce requests against a real 3-node cluster.
+
+Each request is within every limit, but together they make the leader queue more to a follower
+than one gRPC message may carry, and make each node's fsync of a round slow. The cluster must
+take them without noticing: every request acknowledged, no election, followers caught up,
+acknowledged records still there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
+from tidelog.types import DEBUGGING_REPLICA_ID
+from tidelog.v1 import tidelog_pb2 as pb
+
+pytestmark = pytest.mark.timeout(240)
+
+KiB = 1024
+LATEST = -1
+#: Bursts per case, one after the other: whether one burst overflows a message depends on
+#: how the leader's rounds fall, so the test gives it several chances.
+ROUNDS = 4
+
+
+@pytest.fixture(scope="module")
+def raw() -> Iterator[Raw]:
+    # No leader rebalancing: a leader change here can only be an election the burst caused.
+    with LocalCluster(3, auto_leader_rebalance_enable=False) as cluster:
+        r = Raw(cluster)
+        try:
+            yield r
+        finally:
+            r.close()
+
+
+def _burst_values(request: int, batch_bytes: int) -> list[bytes]:
+    """Records of ~64 KiB whose values name their request, together `batch_bytes`."""
+    record = 64 * KiB
+    count = max(1, batch_bytes // record)
+    return [b"%d-%d:" % (request, i) + bytes(record - 16) for i in range(count)]
+
+
+def _epochs(raw: Raw, topic: str) -> list[tuple[int, int]]:
+    """(leader, leader epoch) of partition 0 as each node reports it."""
+    return [
+        (p.leader_id, p.leader_epoch)
+        for node in raw.cluster.node_ids
+        for p in raw.metadata(node, topic).partitions
+    ]
+
+
+def _warnings(raw: Raw) -> list[str]:
+    """What the nodes logged above INFO: why a burst failed, when one does."""
+    return [
+        line for node in raw.cluster.node_ids for line in raw.cluster.logs(node).splitlines()
+        if " WARNING " in line or " ERROR " in line
+    ]
+
+
+def _log_end_offsets(raw: Raw, topic: str) -> list[int]:
+    return [
+        raw.list_offset(node, topic, 0, LATEST, replica_id=DEBUGGING_REPLICA_ID).offset
+        for node in raw.cluster.node_ids
+    ]
+
+
+def _send_burst(
+    raw: Raw, topic: str, leader: int, requests: int, batch_bytes: int, acks: int
+) -> list[tuple[list[bytes], pb.PartitionProduceResponse]]:
+    """All requests built first, then released together."""
+    batches = [_burst_values(i, batch_bytes) for i in range(requests)]
+    encoded = [make_batch(values) for values in batches]
+    start = threading.Barrier(requests)
+
+    def produce(batch: bytes) -> pb.PartitionProduceResponse:
+        start.wait()
+        return raw.produce(leader, topic, 0, batch, acks=acks, timeout_ms=30_000)
+
+    with ThreadPoolExecutor(max_workers=requests) as pool:
+        answers = list(pool.map(produce, encoded))
+    return list(zip(batches, answers, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("requests", "batch_bytes", "acks"),
+    [(24, 450 * KiB, -1), (12, 900 * KiB, 1)],
+    ids=["24x450KiB-acks-all", "12x900KiB-acks-1"],
+)
+def test_a_burst_of_large_produces_is_acknowledged_without_an_election(
+    raw: Raw, requests: int, batch_bytes: int, acks: int
+) -> None:
+    topic = f"burst-{requests}-{acks}"
+    raw.create_topic(topic, 1, 3)
+    leader = raw.wait_leaders(topic, 1)[0]
+    before = wait_for(lambda: len(set(_epochs(raw, topic))) == 1 and _epochs(raw, topic),
+                      what="every node to agree on the leader")
+    sent: list[tuple[list[bytes], pb.PartitionProduceResponse]] = []
+    for _ in range(ROUNDS):
+        burst = _send_burst(raw, topic, leader, requests, batch_bytes, acks)
+        assert [answer.error_code for _, answer in burst] == [0] * requests, (
+            [(answer.error_code, answer.error_message) for _, answer in burst],
+            _warnings(raw),
+        )
+        sent += burst
+        # Every follower keeps up: all replicas reach the same log end offset.
+        total = sum(len(values) for values, _ in sent)
+        expected = [total] * len(raw.cluster.node_ids)
+        wait_for(lambda: _log_end_offsets(raw, topic) == expected,  # noqa: B023 (called here)
+                 timeout=60, what=f"every replica of {topic} to hold {total} records")
+    assert _epochs(raw, topic) == before, ("a burst caused a leader election", _warnings(raw))
+    # Every acknowledged record is readable, at the offset its answer gave.
+    fetched = dict(values_of(raw.fetch_all(leader, topic, 0)))
+    for values, answer in sent:
+        for i, value in enumerate(values):
+            assert fetched.get(answer.base_offset + i) == value
