@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
+from tidelog.errors import CorruptMessageError, UnsupportedCompressionTypeError
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.transport import Outgoing
@@ -22,6 +24,8 @@ _ANNOUNCE_EVERY_S = 0.2
 _CHECKPOINT_EVERY_S = 5.0
 _RETENTION_EVERY_S = 5.0
 
+log = logging.getLogger(__name__)
+
 
 class Housekeeping:
     def __init__(
@@ -32,6 +36,9 @@ class Housekeeping:
         self._controller_tp = controller_tp
         #: Set once the node is stopping: leadership then only moves away, never back.
         self.stopping = False
+        #: Compacted partitions whose log holds a batch the cleaner cannot read: not cleaned
+        #: again until the node restarts (Kafka's cleaner marks such a partition uncleanable).
+        self.uncleanable: set[TopicPartition] = set()
 
     async def loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -99,5 +106,16 @@ class Housekeeping:
         for replica in list(self.replicas.partitions.values()):
             if not replica.closed:
                 replica.log.delete_old_segments()
-                if replica.log.config.compact_enabled:
-                    LogCleaner(replica.log).clean(now_ms, replica.last_stable_offset)
+                if replica.log.config.compact_enabled and replica.tp not in self.uncleanable:
+                    self._clean(replica.tp, LogCleaner(replica.log), now_ms,
+                                replica.last_stable_offset)
+
+    def _clean(self, tp: TopicPartition, cleaner: LogCleaner, now_ms: int, bound: int) -> None:
+        """One cleaner pass. A batch it cannot read (a corrupt record in the log) stops the
+        cleaning of that partition only, with an error in the log: raised here, it would end
+        this loop, and a driver loop that fails ends the node (again after every restart)."""
+        try:
+            cleaner.clean(now_ms, bound)
+        except (CorruptMessageError, UnsupportedCompressionTypeError) as exc:
+            self.uncleanable.add(tp)
+            log.error("%s: compaction stopped until restart, a batch cannot be read: %s", tp, exc)

@@ -1,6 +1,7 @@
 """A corrupt batch that is somehow in a log (written before validation existed, or damaged on
 disk) reaches the consumer as CorruptRecordError naming the partition and offset, after the
-records before it, and the consumer never moves past it on its own (Kafka's behaviour)."""
+records before it, and the consumer never moves past it on its own (Kafka's behaviour); in a
+compacted topic it stops the cleaning of that partition only, not the node's chores."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from record_helpers import forge_batch, forge_record
 from tidelog import Client, TopicPartition
 from tidelog.consumer import Consumer
 from tidelog.errors import CorruptRecordError
-from tidelog.records import assign_offsets
+from tidelog.records import RecordInput, assign_offsets, build_batch
 from tidelog.storage import Log
 from tidelog.testing import LocalCluster
 
@@ -103,4 +104,42 @@ def test_a_corrupt_batch_in_the_log_is_a_corrupt_record_error_at_its_offset(
             assert err.value.offset == flipped_at
             consumer.seek(tp, flipped_at + 1)
             assert _poll_until(consumer, "after") == [b"after"]
+        assert "Traceback" not in cluster.logs(node)
+
+
+def test_a_corrupt_batch_in_a_compacted_log_stops_only_its_cleaning(tmp_path: Path) -> None:
+    """Before: the cleaner's struct.error ended the node's housekeeping loop, and with it the
+    node (a driver loop that fails exits the process), again within seconds of every restart."""
+    with LocalCluster(1, data_dir=tmp_path / "cluster") as cluster:
+        raw = Raw(cluster)
+        try:
+            node = cluster.node_ids[0]
+            raw.create_topic("keyed", 1, 1, cleanup_policy="compact")
+            raw.create_topic("timed", 1, 1, retention_ms="1000", segment_bytes="200")
+            keyed = build_batch([RecordInput(b"v", b"k", int(time.time() * 1000))])
+            assert raw.produce(node, "keyed", 0, keyed).error_code == 0
+            cluster.stop(node)
+            log = Log.open(cluster.data_dir / f"node-{node}" / "keyed-0")
+            try:
+                now = int(time.time() * 1000)
+                lying = forge_batch(forge_record(key=b"k", key_len=1 << 20),
+                                    first_timestamp=now, max_timestamp=now)
+                log.append_as_follower(assign_offsets(lying, log.log_end_offset, log.latest_epoch))
+                log.roll()  # the lying batch in a closed segment: the cleaner reads it
+                log.append_as_follower(assign_offsets(keyed, log.log_end_offset, log.latest_epoch))
+            finally:
+                log.close()
+            cluster.restart(node)
+            raw.wait_leaders("keyed", 1)
+            wait_for(lambda: "compaction stopped until restart" in cluster.logs(node),
+                     what="the cleaner to meet the corrupt batch")
+            old = int(time.time() * 1000) - 60_000
+            for n in range(5):  # segments of old records that retention must delete
+                wait_for(lambda n=n: raw.produce(node, "timed", 0, make_batch(
+                    [b"%d" % n], timestamp_ms=old)).error_code == 0, what="a produce")
+            wait_for(lambda: raw.list_offset(node, "timed", 0, -2).offset > 0,
+                     what="retention to go on after the cleaner's failure")
+            assert cluster.is_running(node)
+        finally:
+            raw.close()
         assert "Traceback" not in cluster.logs(node)
