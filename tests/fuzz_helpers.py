@@ -24,6 +24,10 @@ if PROFILE not in PROFILES:
     raise RuntimeError(f"TIDELOG_FUZZ_PROFILE must be one of {sorted(PROFILES)}, got {PROFILE!r}")
 
 
+#: pytest-timeout for a fuzz test module, scaled with the examples.
+FUZZ_TIMEOUT_S = 300 * PROFILES[PROFILE]
+
+
 def fuzz_settings(ci_examples: int) -> settings:
     """Settings for one fuzz test that runs `ci_examples` examples in CI."""
     return settings(

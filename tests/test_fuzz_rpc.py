@@ -9,14 +9,14 @@ deadline (a handler that hangs). After each test the node still answers a normal
 
 from __future__ import annotations
 
-import time
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
 from cluster_helpers import Raw, make_batch
-from fuzz_helpers import fuzz_settings, mutated_batch
+from fuzz_helpers import FUZZ_TIMEOUT_S, T, fuzz_settings, mutated_batch
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import given
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from tidelog.testing import LocalCluster
 from tidelog.v1 import tidelog_pb2 as pb
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(FUZZ_TIMEOUT_S)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Tidelog"]
 METHODS = [m.name for m in SERVICE.methods]
@@ -36,10 +36,6 @@ CALL_TIMEOUT_S = 15.0
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _integers(field: FieldDescriptor) -> st.SearchStrategy[int]:
@@ -58,7 +54,7 @@ def _integers(field: FieldDescriptor) -> st.SearchStrategy[int]:
     if "partitions" in field.name or "replication" in field.name:
         high = min(high, 4)  # creating topics of millions of partitions proves nothing here
     small = st.integers(max(low, -3), min(high, 4))
-    edges = st.sampled_from([v for v in (low, high, -1, -2, _now_ms()) if low <= v <= high])
+    edges = st.sampled_from([v for v in (low, high, -1, -2, T) if low <= v <= high])
     return st.one_of(small, small, edges, st.integers(low, high))
 
 
@@ -68,7 +64,9 @@ def _strings(field: FieldDescriptor) -> st.SearchStrategy[str]:
 
 
 def _bytes(field: FieldDescriptor) -> st.SearchStrategy[bytes]:
-    fresh = st.lists(st.binary(max_size=20), min_size=1, max_size=3).map(make_batch)
+    fresh = st.lists(st.binary(max_size=20), min_size=1, max_size=3).map(
+        lambda values: make_batch(values, timestamp_ms=T)
+    )
     return st.one_of(fresh, mutated_batch(), st.binary(max_size=100))
 
 
@@ -83,34 +81,47 @@ def _scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
     return _integers(field)
 
 
+@functools.cache
 def message(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Any]:
-    """Instances of the message `descriptor`, each field set or not, repeated ones 0-3 long."""
+    """Instances of the message `descriptor`, each field set or not, repeated ones 0-3 long.
+    Built once per descriptor, from fixed values only, so that Hypothesis can replay a draw."""
     cls = message_factory.GetMessageClass(descriptor)
+    fields: list[tuple[FieldDescriptor, str, st.SearchStrategy[Any]]] = []
+    for field in descriptor.fields:
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            key_field, value_field = field.message_type.fields
+            fields.append((field, "map", st.dictionaries(
+                _scalar(key_field), _scalar(value_field), max_size=3)))
+        elif field.message_type is not None:
+            if depth < 4:
+                sub = message(field.message_type, depth + 1)
+                kind = "messages" if field.is_repeated else "message"
+                fields.append((field, kind, st.lists(sub, max_size=3) if field.is_repeated
+                               else sub))
+        elif field.is_repeated:
+            fields.append((field, "scalars", st.lists(_scalar(field), max_size=3)))
+        else:
+            fields.append((field, "scalar", _scalar(field)))
 
     @st.composite
     def build(draw: st.DrawFn) -> Any:
         msg = cls()
-        for field in descriptor.fields:
+        for field, kind, strategy in fields:
             if not draw(st.booleans()):
                 continue
-            if field.message_type is not None and field.message_type.GetOptions().map_entry:
-                key_field, value_field = field.message_type.fields
-                entries = draw(st.dictionaries(_scalar(key_field), _scalar(value_field),
-                                               max_size=3))
-                getattr(msg, field.name).update(entries)
-            elif field.message_type is not None:
-                if depth >= 4:
-                    continue
-                sub = message(field.message_type, depth + 1)
-                if field.is_repeated:
-                    for item in draw(st.lists(sub, max_size=3)):
-                        getattr(msg, field.name).add().CopyFrom(item)
-                else:
-                    getattr(msg, field.name).CopyFrom(draw(sub))
-            elif field.is_repeated:
-                getattr(msg, field.name).extend(draw(st.lists(_scalar(field), max_size=3)))
+            value = draw(strategy)
+            target = getattr(msg, field.name) if kind != "scalar" else None
+            if kind == "map":
+                target.update(value)
+            elif kind == "messages":
+                for item in value:
+                    target.add().CopyFrom(item)
+            elif kind == "message":
+                target.CopyFrom(value)
+            elif kind == "scalars":
+                target.extend(value)
             else:
-                setattr(msg, field.name, draw(_scalar(field)))
+                setattr(msg, field.name, value)
         return msg
 
     return build()
