@@ -169,12 +169,19 @@ class MajorityConfig:
 
 class _Progress:
     """The leader's view of one follower. Probing: one append at a time until the logs are
-    found to match. Replicating: appends are pipelined within the flow-control window."""
+    found to match. Replicating: appends are pipelined within the flow-control window, whose
+    ``inflight`` holds (end offset, bytes) of every append sent and not yet acknowledged.
+
+    No loss can keep the window shut: an acknowledgement frees what it covers, a rejection
+    returns to probing (which empties the window), and a follower that answers a heartbeat
+    while the window is full is asked, with an empty append at ``next``, to do one of the two
+    (see `RaftCore._handle_heartbeat_response`)."""
 
     __slots__ = ("inflight", "inflight_bytes", "match", "next", "paused", "recent_active",
                  "replicating")
 
     def __init__(self, next_offset: int) -> None:
+        #: How much of the leader's log the follower is known to hold; 0 when unknown.
         self.match = 0
         self.next = next_offset
         self.replicating = False
@@ -190,12 +197,18 @@ class _Progress:
         self.inflight.clear()
         self.inflight_bytes = 0
 
+    def window_full(self, config: RaftConfig) -> bool:
+        """Both limits close the window alike: whichever is reached first."""
+        return (len(self.inflight) >= config.max_inflight_appends
+                or self.inflight_bytes >= config.max_inflight_bytes)
+
+    def sent(self, end: int, size: int) -> None:
+        self.next = end
+        self.inflight.append((end, size))
+        self.inflight_bytes += size
+
     def free_to(self, end: int) -> None:
         while self.inflight and self.inflight[0][0] <= end:
-            self.inflight_bytes -= self.inflight.popleft()[1]
-
-    def free_first(self) -> None:
-        if self.inflight:
             self.inflight_bytes -= self.inflight.popleft()[1]
 
 
@@ -583,34 +596,32 @@ class RaftCore:
         self._msgs.append(m)
 
     def _send_append(self, peer: int, pr: _Progress, allow_empty: bool) -> bool:
-        cfg = self._config
         if pr.replicating:
-            if (len(pr.inflight) >= cfg.max_inflight_appends
-                    or pr.inflight_bytes >= cfg.max_inflight_bytes):
+            if pr.window_full(self._config):
                 return False
         elif pr.paused:
             return False
         log = self._log
         nxt = max(pr.next, log.log_start)
-        entries = log.read(nxt, cfg.max_append_bytes) if nxt < log.end else []
+        entries = log.read(nxt, self._config.max_append_bytes) if nxt < log.end else []
         if entries:
             nxt = entries[0].base_offset
         elif not allow_empty:
             return False
-        prev_epoch = log.epoch_at(nxt - 1)
-        self._send(AppendRequest(
-            self._term, self.id, peer, nxt - 1, NO_EPOCH if prev_epoch is None else prev_epoch,
-            tuple(entries), self._hw,
-        ))
+        self._send_entries(peer, nxt, entries)
         if not pr.replicating:
             pr.next = nxt
             pr.paused = True
         elif entries:
-            size = sum(e.size for e in entries)
-            pr.next = entries[-1].end_offset
-            pr.inflight.append((pr.next, size))
-            pr.inflight_bytes += size
+            pr.sent(entries[-1].end_offset, sum(e.size for e in entries))
         return True
+
+    def _send_entries(self, peer: int, nxt: int, entries: Sequence[Entry]) -> None:
+        prev_epoch = self._log.epoch_at(nxt - 1)
+        self._send(AppendRequest(
+            self._term, self.id, peer, nxt - 1, NO_EPOCH if prev_epoch is None else prev_epoch,
+            tuple(entries), self._hw,
+        ))
 
     def _bcast_append(self) -> None:
         for peer in self._peers:
@@ -660,11 +671,18 @@ class RaftCore:
     def _maybe_decrease(self, pr: _Progress, m: AppendResponse) -> bool:
         """Move ``next`` back after a rejection; False when the rejection is stale."""
         if pr.replicating:
-            if m.rejected_prev < pr.match:
+            # Appends sent since the follower acknowledged ``match`` all start at or after it;
+            # a rejection of an earlier one is stale.
+            if m.rejected_prev < pr.match - 1:
                 return False
             pr.become_probe()
         elif m.rejected_prev != pr.next - 1:
             return False
+        if m.rejected_prev < pr.match:
+            # The follower lacks what it acknowledged (storage damage, as a ``lost`` answer
+            # to a heartbeat says). Probing from the old ``match`` would be rejected at once,
+            # again and again until the next heartbeat; forget it, the hint says where to go.
+            pr.match = 0
         if m.hint_epoch == NO_EPOCH:
             # The follower has nothing after its committed prefix that we could match.
             x = m.hint_offset
@@ -678,11 +696,18 @@ class RaftCore:
         pr = self._progress[m.src]
         pr.recent_active = True
         pr.paused = False
-        if pr.replicating and len(pr.inflight) >= self._config.max_inflight_appends:
-            pr.free_first()
-        if pr.match < self._log.end:
-            # Even with nothing new to send: an append that was lost leaves the follower silent,
-            # and only an append it cannot match makes it say where it really is.
+        if pr.match >= self._log.end:
+            return
+        if pr.replicating and pr.window_full(self._config):
+            # The follower is alive, and nothing it acknowledged has freed the window: the
+            # appends filling it are late, or lost (a transport drops what it cannot deliver).
+            # An empty append at ``next`` takes no slot and forces the answer: the follower
+            # acknowledges it, freeing the window, if it holds everything sent, and rejects
+            # it, sending us back to probing from ``match``, if an append went missing.
+            self._send_entries(m.src, max(pr.next, self._log.log_start), ())
+        else:
+            # Even with nothing new to send: an append that was lost leaves the follower
+            # silent, and only an append it cannot match makes it say where it really is.
             self._send_append(m.src, pr, allow_empty=True)
 
     # ---- follower --------------------------------------------------------------------------
