@@ -123,7 +123,8 @@ def run(mb: int) -> float:
         leader_id = first.leader()
         leader = nodes[leader_id]
         stopped = next(n for n in cluster.node_ids if n != leader_id)
-        batch = build_batch([RecordInput(RECORD, None, 0)] * RECORDS_PER_BATCH)
+        now_ms = int(time.time() * 1000)  # retention (7 days) would delete records stamped 0
+        batch = build_batch([RecordInput(RECORD, None, now_ms)] * RECORDS_PER_BATCH)
         cluster.pause(stopped)
         try:
             started = time.monotonic()
