@@ -1,5 +1,6 @@
 """Replication liveness on a real 3-node cluster: a follower that falls far behind (stopped with
-SIGSTOP while the others commit) comes back in full.
+SIGSTOP while the others commit) comes back in full, and a new leader whose only live follower
+is catching up keeps its leadership and takes acks=all writes meanwhile.
 
 Processes are signalled for real (SIGSTOP, SIGCONT, SIGKILL); every wait polls a condition and
 the test timeout is the only bound on time.
@@ -75,3 +76,36 @@ def test_a_follower_stopped_while_100k_records_commit_catches_up_and_rejoins_the
     wait_for(lambda: _log_end(raw, stopped) >= end, timeout=120,
              what=f"node {stopped} to catch up to offset {end}")
     wait_for(lambda: stopped in _isr(raw, other), what=f"node {stopped} to rejoin the ISR")
+
+
+def test_a_new_leader_whose_only_follower_is_catching_up_keeps_its_epoch(raw: Raw) -> None:
+    raw.create_topic(TOPIC, 1, 3)
+    old_leader = raw.wait_leaders(TOPIC, 1)[0]
+    first_epoch = raw.metadata(old_leader, TOPIC).partitions[0].leader_epoch
+    behind, current = (n for n in raw.cluster.node_ids if n != old_leader)
+    raw.cluster.pause(behind)
+    try:
+        for _ in range(40):  # 8 MB the resumed follower will lack
+            assert raw.produce(old_leader, TOPIC, 0, make_batch([RECORD] * BATCH)).error_code == 0
+    finally:
+        raw.cluster.kill(old_leader)
+        raw.cluster.resume(behind)
+    # Only `current` holds the whole log, so only it can win; `behind` is its one follower and
+    # every acks=all write needs it.
+
+    def accepted() -> bool:
+        return raw.produce(current, TOPIC, 0, make_batch([b"after"]), timeout_ms=1000
+                           ).error_code == 0
+
+    wait_for(accepted, timeout=60, what="an acks=all write to the new leader")
+    epoch = raw.metadata(current, TOPIC).partitions[0].leader_epoch
+    assert first_epoch < epoch <= first_epoch + 3, "a few election rounds at most"
+    end = _log_end(raw, current)
+    writes = 0
+    while _log_end(raw, behind) < end or writes < 20:
+        answer = raw.produce(current, TOPIC, 0, make_batch([b"during"]), timeout_ms=5000)
+        assert answer.error_code == 0, f"write {writes} while catching up: {answer}"
+        writes += 1
+        assert raw.metadata(current, TOPIC).partitions[0].leader_epoch == epoch
+    leader = raw.metadata(current, TOPIC).partitions[0]
+    assert (leader.leader_id, leader.leader_epoch) == (current, epoch)
