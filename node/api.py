@@ -105,8 +105,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, tp: TopicPartition, current_leader_epoch: int, replica_id: int
     ) -> PartitionReplica | errors.TidelogError:
         """The replica that may answer for `tp`, or the error that says why none here may:
-        unknown partition, not a replica here, a mismatched epoch (checked before leadership,
-        SPEC §5), or not the leader (debug requests excepted)."""
+        unknown partition, not a replica here, its log offline (KAFKA_STORAGE_ERROR, as
+        Kafka's offline log directory), a mismatched epoch (checked before leadership, SPEC
+        §5), or not the leader (debug requests excepted)."""
         topic = self.controller.image.topics.get(tp.topic)
         if topic is None or not 0 <= tp.partition < topic.partition_count:
             return errors.UnknownTopicOrPartitionError(f"{tp} does not exist")
@@ -114,6 +115,10 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         if replica is None:
             return errors.NotLeaderOrFollowerError(
                 f"node {self.config.node_id} hosts no replica of {tp}"
+            )
+        if replica.offline:
+            return errors.KafkaStorageError(
+                f"the log of {tp} on node {self.config.node_id} is offline"
             )
         fenced = replica.check_epoch(current_leader_epoch)
         if fenced is not None:

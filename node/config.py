@@ -41,6 +41,8 @@ KEYS: dict[str, str] = {
     "heartbeat.interval.ms": "heartbeat_interval_ms",
     "raft.tick.ms": "raft_tick_ms",
     "log.flush.policy": "log_flush_policy",
+    "log.scrub.bytes.per.second": "log_scrub_bytes_per_second",
+    "log.scrub.interval.ms": "log_scrub_interval_ms",
     "replica.lag.max.ms": "replica_lag_max_ms",
     "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
     "leader.imbalance.check.interval.ms": "leader_imbalance_check_interval_ms",
@@ -84,6 +86,11 @@ class NodeConfig:
     #: "always" fsyncs before acknowledging (the durability contract of SPEC §7); "never" leaves
     #: flushing to the OS and exists for benchmarks only.
     log_flush_policy: FlushPolicy = "always"
+    #: How fast the scrubber re-reads closed segments to verify their CRCs (node/scrubber.py);
+    #: 0 turns it off.
+    log_scrub_bytes_per_second: int = 8 * 1024 * 1024
+    #: Each log's closed segments are verified once per interval (HDFS's scan period).
+    log_scrub_interval_ms: int = 24 * 3600 * 1000
     #: A follower that has not caught up with the leader for this long leaves the ISR.
     replica_lag_max_ms: int = 30_000
     #: Hand leadership back to each partition's preferred replica once it is in sync (Kafka's
@@ -137,6 +144,11 @@ class NodeConfig:
             f"log.flush.policy must be 'always' or 'never', got {self.log_flush_policy!r}",
         )
         _require(self.replica_lag_max_ms >= 1, "replica.lag.max.ms must be >= 1")
+        _require(
+            self.log_scrub_bytes_per_second >= 0,
+            "log.scrub.bytes.per.second must be >= 0 (0: no scrub)",
+        )
+        _require(self.log_scrub_interval_ms >= 1, "log.scrub.interval.ms must be >= 1")
         _require(
             self.leader_imbalance_check_interval_ms >= 1,
             "leader.imbalance.check.interval.ms must be >= 1",

@@ -91,18 +91,11 @@ class PartitionReplica:
         self._state_file = CheckpointFile(
             directory / RAFT_STATE_FILE, version=0, width=2, named=True
         )
-        term, vote = self._load_term_and_vote()
-        self.persisted_term_vote = (term, vote)
-        self.core = RaftCore(
-            node_id,
-            replicas,
-            self.replica_log,
-            random.Random(seed),
-            raft_config,
-            HardState(term, vote, self.log.high_watermark),
-            LogCodec(self.log),
-            repair_floor=self.log.repair_floor,
-        )
+        self.persisted_term_vote = self._load_term_and_vote()
+        self._rng = random.Random(seed)
+        self._raft_config = raft_config
+        self.core = self._new_core()
+        self._in_flight: Ready | None = None
         #: Start offset of the current leader epoch while this replica leads (KIP-207).
         self.leader_epoch_start_offset: int | None = None
         self._led_term = -1
@@ -113,6 +106,47 @@ class PartitionReplica:
         self._data_waiters: list[asyncio.Future[None]] = []
         self._caught_up_ms: dict[int, float] = {}
         self.closed = False
+        #: Out of the Ready loop while its storage is being repaired or refuses writes:
+        #: its core neither ticks nor steps, and clients get KAFKA_STORAGE_ERROR.
+        self.offline = False
+
+    def _new_core(self) -> RaftCore:
+        term, vote = self.persisted_term_vote
+        return RaftCore(
+            self.node_id,
+            self.replicas,
+            self.replica_log,
+            self._rng,
+            self._raft_config,
+            HardState(term, vote, self.log.high_watermark),
+            LogCodec(self.log),
+            repair_floor=self.log.repair_floor,
+        )
+
+    def restart_core(self) -> None:
+        """A new core from what storage holds now, as a restart of the node would build it,
+        after storage changed under the old one (on the loop, once the replica's last round
+        of writes is done). What the old core decided and did not write is forgotten, as in
+        a crash; a Ready of the old core still in flight is ignored when it completes."""
+        self.core = self._new_core()
+        self._in_flight = None
+        self._led_term = -1
+        self.leader_epoch_start_offset = None
+        self._producers = None
+        self._fail_waiters(errors.NotLeaderOrFollowerError("the replica restarted"))
+
+    def take_ready(self) -> Ready:
+        rd = self._in_flight = self.core.ready()
+        return rd
+
+    def is_current(self, rd: Ready) -> bool:
+        """Whether `rd` is the Ready in flight of the current core (not of one replaced by
+        `restart_core` since: its messages and HW describe storage that changed)."""
+        return rd is self._in_flight
+
+    def advance(self, rd: Ready) -> None:
+        self._in_flight = None
+        self.core.advance(rd)
 
     # ---- persistence ---------------------------------------------------------------------
 
@@ -152,7 +186,7 @@ class PartitionReplica:
 
     @property
     def is_leader(self) -> bool:
-        return self.core.role is Role.LEADER
+        return self.core.role is Role.LEADER and not self.offline
 
     @property
     def leader_epoch(self) -> int:

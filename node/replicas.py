@@ -18,7 +18,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
@@ -29,6 +29,8 @@ from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
 
 _FLUSH_THREADS = 8
+
+T = TypeVar("T")
 
 
 class ReplicaSet:
@@ -115,6 +117,20 @@ class ReplicaSet:
             replica.abandon()
             self.disk.submit(_delete_replica_files, replica)
 
+    async def rewrite_storage(self, replica: PartitionReplica, job: Callable[[], T]) -> T:
+        """Run `job`, which changes `replica`'s log under its core (the scrubber cutting a
+        damaged log), on the disk thread after any round of writes already under way, with
+        the replica out of the Ready loop meanwhile; then give it a new core built from what
+        its storage holds, as a restart would."""
+        replica.offline = True
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.disk, job)
+        finally:
+            if not replica.closed:
+                replica.restart_core()
+            replica.offline = False
+            self.wake()
+
     # ---- the Raft driver -------------------------------------------------------------------
 
     async def tick_loop(self) -> None:
@@ -126,7 +142,7 @@ class ReplicaSet:
         while True:
             next_tick = max(next_tick + interval, time.monotonic())
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
-            replicas = list(self.partitions.values())
+            replicas = [r for r in self.partitions.values() if not r.offline]
             for replica in replicas:
                 replica.core.tick()
                 replica.observe_role()
@@ -138,7 +154,7 @@ class ReplicaSet:
         stepped: dict[TopicPartition, PartitionReplica] = {}
         for tp, message in messages_of(env, payload):
             replica = self.partitions.get(tp)
-            if replica is None:
+            if replica is None or replica.offline:
                 continue
             replica.core.step(message)
             replica.observe_role()
@@ -164,8 +180,8 @@ class ReplicaSet:
             await self._work.wait()
             self._work.clear()
             while True:
-                batch = [(r, r.core.ready()) for r in list(self.partitions.values())
-                         if r.core.has_ready()]
+                batch = [(r, r.take_ready()) for r in list(self.partitions.values())
+                         if not r.offline and r.core.has_ready()]
                 if not batch:
                     break
                 # A Ready that writes nothing (a new HW alone is not written, see
@@ -205,6 +221,7 @@ class ReplicaSet:
         """The Readies are durable: queue their messages (unless `sent` already), publish,
         advance the cores. The caller flushes the outbox, so that a round's messages to a
         peer travel as one frame."""
+        items = [(replica, rd) for replica, rd in items if replica.is_current(rd)]
         for replica, rd in items:
             if not sent:
                 for message in rd.messages:
@@ -214,7 +231,7 @@ class ReplicaSet:
             if hook is not None:
                 hook()
         for replica, rd in items:
-            replica.core.advance(rd)
+            replica.advance(rd)
 
     def _queue_message(self, tp: TopicPartition, message: Any) -> None:
         outgoing = self._outbox.get(message.dst)

@@ -2,8 +2,9 @@
 
 The parts, one job each: the hosted replicas and the Raft driver loops (`replicas.ReplicaSet`),
 what the node knows of leaders elsewhere (`routing.Routing`), the controller's state machine
-over its Raft log (`controller_driver.ControllerDriver`), and periodic chores
-(`housekeeping.Housekeeping`). The server wires them to the gRPC services.
+over its Raft log (`controller_driver.ControllerDriver`), periodic chores
+(`housekeeping.Housekeeping`), and the check of old data on disk (`scrubber.Scrubber`). The
+server wires them to the gRPC services.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.housekeeping import Housekeeping
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
+from tidelog.node.scrubber import Scrubber
 from tidelog.replication import NotLeaderError
 from tidelog.v1 import raft_pb2 as rpb
 
@@ -39,6 +41,7 @@ class NodeRuntime:
         self.routing = Routing(config, self.replicas.partitions, METADATA_TP)
         self.controller = ControllerDriver(config, self.replicas, self.routing)
         self.housekeeping = Housekeeping(config, self.replicas, METADATA_TP)
+        self.scrubber = Scrubber(config, self.replicas)
         self._tasks: list[asyncio.Task[None]] = []
 
     def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
@@ -58,6 +61,8 @@ class NodeRuntime:
         loops = [self.replicas.tick_loop(), self.replicas.ready_loop(), self.housekeeping.loop()]
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())
+        if self.config.log_scrub_bytes_per_second > 0:
+            loops.append(self.scrubber.loop())
         self._tasks = [asyncio.create_task(_fail_fast(loop_)) for loop_ in loops]
         await self.controller.catch_up(_METADATA_CATCH_UP_S)
 

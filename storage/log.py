@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tidelog.errors import (
+    CorruptMessageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -570,17 +571,64 @@ class Log:
                     self._segments.remove(segment)
                     segment.delete()
                     self._dir_dirty = True
-            active = self._segments.active
-            active.truncate_to(offset, now)
-            self._segments.timestamps_changed()
-            self._log_end_offset = active.read_next_offset()
-            end = self._log_end_offset
-            self.leader_epoch_cache.truncate_from_end(end)
-            self._log_start_offset = min(self._log_start_offset, end)
-            self._high_watermark = min(self._high_watermark, end)
-            self._recovery_point = min(self._recovery_point, end)
-            self._write_offsets_checkpoint()
+            self._segments.active.truncate_to(offset, now)
+            self._truncated()
             return True
+
+    def _truncated(self) -> None:
+        """After the active segment was cut: the offsets follow its new end."""
+        self._segments.timestamps_changed()
+        self._log_end_offset = end = self._segments.active.read_next_offset()
+        self.leader_epoch_cache.truncate_from_end(end)
+        self._log_start_offset = min(self._log_start_offset, end)
+        self._high_watermark = min(self._high_watermark, end)
+        self._recovery_point = min(self._recovery_point, end)
+        self._write_offsets_checkpoint()
+
+    def truncate_damaged(self, segment: LogSegment, position: int, offset: int) -> bool:
+        """Cut the log where a scrub found closed `segment` damaged: at byte `position`, the
+        first batch that is not intact, which should hold offsets from `offset` on.
+
+        Nothing happens (False) unless the damage is still there under the lock: `segment`
+        still one of the log's closed segments (retention, the cleaner or a truncation may
+        have replaced it since the scan) and the batch at `position` still invalid. Batches
+        this log held are lost, so it becomes damaged (`repair_floor`: it held up to its log
+        end) until appends from a leader bring it back there; the floor is checkpointed with
+        the cut, so a crash before the repair cannot hide it. Damage below the log start
+        offset empties the log there, since nothing after it can be found again."""
+        with self._lock:
+            self._check_open()
+            closed = list(self._segments)[:-1]
+            if not any(s is segment for s in closed) or not self._batch_invalid(
+                segment, position, offset
+            ):
+                return False
+            floor = (self.leader_epoch_cache.latest_epoch, self._log_end_offset)
+            if self._repair_floor is None or floor > self._repair_floor:
+                self._repair_floor = floor
+            now = self._clock()
+            if offset < self._log_start_offset:
+                self._truncate_fully(self._log_start_offset, now)
+                return True
+            for later in [*closed[closed.index(segment) + 1 :], self._segments.active]:
+                self._segments.remove(later)
+                later.delete()
+            self._dir_dirty = True
+            segment.truncate_at(position, offset, now)
+            self._truncated()
+            return True
+
+    @staticmethod
+    def _batch_invalid(segment: LogSegment, position: int, next_offset: int) -> bool:
+        if position >= segment.size:
+            return False
+        try:
+            first = next(segment.batches_from(position), None)
+        except CorruptMessageError:
+            return True
+        return first is None or not segment.is_valid_batch(
+            first.buffer, first.pos, first.header, next_offset
+        )
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything; the log restarts empty at `offset`, which becomes log start, LEO

@@ -496,6 +496,18 @@ class LogSegment:
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += header.size
 
+    def is_valid_batch(
+        self, buf: bytes | memoryview, pos: int, header: BatchHeader, next_offset: int
+    ) -> bool:
+        """What recovery and the scrubber require of a parsed batch of this segment: its
+        offsets continue upwards from `next_offset` (the end of the batch before it, or the
+        segment's base) and fit the segment, and its CRC matches."""
+        return (
+            header.base_offset >= next_offset
+            and header.last_offset - self.base_offset <= INT32_MAX
+            and crc_matches(buf, pos, header)
+        )
+
     def recover(self, epoch_cache: LeaderEpochFileCache | None) -> int:
         """Rebuild the indexes from the .log, keeping the longest valid prefix of batches.
 
@@ -513,11 +525,7 @@ class LogSegment:
         next_offset = self.base_offset
         try:
             for buf, pos, file_position, header in self.batches_from(0):
-                if (
-                    header.base_offset < next_offset
-                    or header.last_offset - self.base_offset > INT32_MAX
-                    or not crc_matches(buf, pos, header)
-                ):
+                if not self.is_valid_batch(buf, pos, header, next_offset):
                     log.warning("%s: invalid batch at position %d", self.log_path, file_position)
                     break
                 self._index_batch(file_position, header)
@@ -553,7 +561,13 @@ class LogSegment:
         found = self.translate_offset(offset)
         if found is None:
             return 0
-        cut = found.file_position
+        return self.truncate_at(found.file_position, offset, now_ms)
+
+    def truncate_at(self, cut: int, offset: int, now_ms: int) -> int:
+        """Remove everything from byte position `cut`, a batch boundary, where the batches
+        from `offset` on start; returns the bytes removed. `truncate_to` finds the position
+        of an offset; a scrub that found the batch at `cut` damaged cannot trust its header
+        to be found by offset, so it names the position itself."""
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)

@@ -1,0 +1,129 @@
+"""The scrubber on real nodes: a batch damaged on disk below what recovery checks is found
+without a restart and repaired from a replica that holds it intact.
+
+The damage is one flipped byte inside a record of a closed segment. A clean restart checks no
+CRC, so only the scrubber can find it; on a leader, it must not cut what it may alone hold, and
+hands leadership over first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster_helpers import Raw, make_batch, values_of, wait_for
+
+from tidelog.errors import InvalidConfigError
+from tidelog.node.config import NodeConfig
+from tidelog.records import iter_batches
+from tidelog.testing import LocalCluster
+from tidelog.types import DEBUGGING_REPLICA_ID
+
+pytestmark = pytest.mark.timeout(180)
+
+TOPIC = "scrubbed"
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[LocalCluster, Raw]]:
+    # Each log is verified again a second after its last pass began, so that damage done to a
+    # running node is found within the test (the default is a day).
+    with LocalCluster(3, replica_lag_max_ms=2000, log_scrub_interval_ms=1000) as c:
+        raw = Raw(c)
+        try:
+            yield c, raw
+        finally:
+            raw.close()
+
+
+def produce(raw: Raw, count: int) -> dict[int, bytes]:
+    """`count` acknowledged (acks=all) batches of 4 records; the acknowledged values by offset."""
+    acked: dict[int, bytes] = {}
+    for i in range(count):
+        values = [b"%06d-%d" % (i, j) + bytes(40) for j in range(4)]
+
+        def sent(values: list[bytes] = values) -> int | None:
+            leader = raw.wait_leaders(TOPIC, 1)[0]
+            answer = raw.produce(leader, TOPIC, 0, make_batch(values))
+            return answer.base_offset + 1 if answer.error_code == 0 else None
+
+        base = wait_for(sent, what=f"batch {i} acknowledged") - 1
+        acked.update({base + j: v for j, v in enumerate(values)})
+    return acked
+
+
+def flip_a_byte(c: LocalCluster, node: int) -> int:
+    """Flip a byte inside a record of the middle batch of a closed segment of `node`'s replica
+    (in place: a running node reads the change); returns the batch's base offset."""
+    segments = sorted((c.data_dir / f"node-{node}" / f"{TOPIC}-0").glob("*.log"))
+    assert len(segments) >= 4, segments
+    victim = segments[len(segments) // 2]
+    batches = list(iter_batches(victim.read_bytes()))
+    pos, header = batches[len(batches) // 2]
+    at = pos + header.size - 10
+    with victim.open("r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x10]))
+    return header.base_offset
+
+
+def replica_bytes(raw: Raw, node: int) -> bytes:
+    return raw.fetch_all(node, TOPIC, 0, replica_id=DEBUGGING_REPLICA_ID)
+
+
+def assert_identical_to_leader(raw: Raw, node: int, acked: dict[int, bytes]) -> None:
+    def identical() -> bool:
+        leader = raw.wait_leaders(TOPIC, 1)[0]
+        return replica_bytes(raw, node) == replica_bytes(raw, leader)
+
+    wait_for(identical, 60, f"node {node}'s replica to equal the leader's again")
+    held = dict(values_of(replica_bytes(raw, node)))
+    lost = {o: v for o, v in acked.items() if held.get(o) != v}
+    assert not lost, f"{len(lost)} acknowledged records lost, first {min(lost)}"
+
+
+def test_a_follower_damaged_under_a_clean_restart_is_found_and_repaired(
+    cluster: tuple[LocalCluster, Raw],
+) -> None:
+    c, raw = cluster
+    raw.create_topic(TOPIC, 1, 3, segment_bytes="2048")
+    acked = produce(raw, 60)
+    leader = raw.wait_leaders(TOPIC, 1)[0]
+    follower = next(n for n in c.node_ids if n != leader)
+    assert c.stop(follower) == 0
+    offset = flip_a_byte(c, follower)
+    c.restart(follower)  # clean: recovery checks no CRC, so the damage goes unnoticed
+    wait_for(lambda: f"corrupt batch at offset {offset}" in c.logs(follower), 30,
+             "the scrubber to find the damage")
+    wait_for(lambda: f"log cut at offset {offset}" in c.logs(follower), 30, "the cut")
+    assert_identical_to_leader(raw, follower, acked)
+
+
+def test_a_damaged_leader_hands_over_before_it_is_repaired(
+    cluster: tuple[LocalCluster, Raw],
+) -> None:
+    c, raw = cluster
+    raw.create_topic(TOPIC, 1, 3, segment_bytes="2048")
+    acked = produce(raw, 60)
+    leader = raw.wait_leaders(TOPIC, 1)[0]
+    wait_for(lambda: len(raw.metadata(leader, TOPIC).partitions[0].isr) == 3, 30, "a full ISR")
+    offset = flip_a_byte(c, leader)
+    wait_for(lambda: "handing leadership" in c.logs(leader), 30, "the leader to step down")
+    wait_for(lambda: raw.wait_leaders(TOPIC, 1)[0] != leader, 30, "another leader")
+    wait_for(lambda: f"log cut at offset {offset}" in c.logs(leader), 30, "the cut")
+    assert_identical_to_leader(raw, leader, acked)
+
+
+def test_scrub_settings_are_validated(tmp_path: Path) -> None:
+    base = {"node.id": "1", "listen": "127.0.0.1:0", "data.dir": str(tmp_path)}
+    assert NodeConfig.from_properties(base).log_scrub_bytes_per_second == 8 * 1024 * 1024
+    assert NodeConfig.from_properties(
+        {**base, "log.scrub.bytes.per.second": "0"}
+    ).log_scrub_bytes_per_second == 0
+    with pytest.raises(InvalidConfigError, match=r"log\.scrub\.bytes\.per\.second"):
+        NodeConfig.from_properties({**base, "log.scrub.bytes.per.second": "-1"})
+    with pytest.raises(InvalidConfigError, match=r"log\.scrub\.interval\.ms"):
+        NodeConfig.from_properties({**base, "log.scrub.interval.ms": "0"})
