@@ -28,3 +28,15 @@ def test_quick_storage_benchmark_runs_and_prints_its_ratios(tmp_path: Path) -> N
     for label in ("clean, warm page cache", "clean, cold page cache", "unclean: no marker"):
         assert re.search(rf"^{re.escape(label)}.* \d+\.\d ms$", out, re.M), label
     assert list(tmp_path.iterdir()) == [], "the benchmark left files behind"
+
+
+def test_quick_validation_benchmark_runs_and_prints_its_ratios() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "validation.py"), "--quick"],
+        capture_output=True, text=True, cwd=REPO, check=False,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for label in ("no header", "one header"):
+        assert re.search(rf"^ratio validate_batch/check_crc \({label}\): \d+\.\d$",
+                         result.stdout, re.M), result.stdout
