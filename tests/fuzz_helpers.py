@@ -66,9 +66,12 @@ def mutated_batch(draw: st.DrawFn) -> bytes:
     """A valid batch with a few bytes overwritten, inserted or removed, its CRC recomputed
     most of the time (so that structure, not the checksum, has to catch the damage)."""
     data = bytearray(draw(valid_batch_st))
+    lengths = _length_fields(bytes(data))
     for _ in range(draw(st.integers(1, 4))):
         at = draw(st.integers(0, len(data)))
-        kind = draw(st.sampled_from(["set", "set", "insert", "delete", "int32"]))
+        kind = draw(st.sampled_from(["set", "set", "insert", "delete", "int32", "length"]))
+        if kind == "length":  # a record's length, key, value or header length, or count, lies
+            kind, at = "int32", draw(st.sampled_from(lengths))
         if kind == "set" and at < len(data):
             data[at] = draw(st.integers(0, 255))
         elif kind == "insert":
@@ -76,10 +79,31 @@ def mutated_batch(draw: st.DrawFn) -> bytes:
         elif kind == "delete":
             del data[at : at + draw(st.integers(1, 8))]
         elif kind == "int32" and at + 4 <= len(data):
-            value = draw(st.sampled_from([-2, -1, 0, 1, 2**31 - 1, -(2**31), 1 << 20]))
+            value = draw(st.sampled_from([-2, -1, 0, 1, 3, 2**31 - 1, -(2**31), 1 << 20]))
             struct.pack_into(">i", data, at, value)
     if len(data) >= HEADER_SIZE and draw(st.booleans()):
         struct.pack_into(">i", data, 8, len(data) - 12)  # a length that matches the bytes
     if len(data) >= HEADER_SIZE and draw(st.integers(0, 9)):
         struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
     return bytes(data)
+
+
+def _length_fields(batch: bytes) -> list[int]:
+    """Where the int32 length and count fields of a valid batch's records are."""
+    at, out = HEADER_SIZE, [57]  # records_count
+    while at < len(batch):
+        (length,) = struct.unpack_from(">i", batch, at)
+        end = at + 4 + length
+        out += [at, at + 17]  # length, key_length
+        cursor = at + 21 + max(struct.unpack_from(">i", batch, at + 17)[0], 0)
+        out.append(cursor)  # value_length
+        cursor += 4 + max(struct.unpack_from(">i", batch, cursor)[0], 0)
+        out.append(cursor)  # header_count
+        cursor += 4
+        while cursor < end:  # each header's key and value lengths
+            out.append(cursor)
+            cursor += 4 + struct.unpack_from(">i", batch, cursor)[0]
+            out.append(cursor)
+            cursor += 4 + max(struct.unpack_from(">i", batch, cursor)[0], 0)
+        at = end
+    return out
