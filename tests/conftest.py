@@ -1,3 +1,35 @@
-"""Shared pytest plugins; each lives in its own module so suites stay independent."""
+"""Fixtures shared by the test modules. The Spark session lives in its own plugin module, so
+that suites stay independent.
+
+``cluster`` is one LocalCluster per test module (starting one takes seconds), closed after the
+module's last test whatever the outcome; a module that needs other settings overrides
+``cluster_options``. ``raw`` is a Raw stub wrapper on that cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tidelog.testing import LocalCluster, Raw
 
 pytest_plugins = ["conftest_spark"]
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, Any]:
+    """LocalCluster's arguments for the module's cluster (``nodes``, node settings)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_options: dict[str, Any]) -> Iterator[LocalCluster]:
+    with LocalCluster(**cluster_options) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def raw(cluster: LocalCluster) -> Iterator[Raw]:
+    with Raw(cluster) as stubs:
+        yield stubs

@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from tidelog.testing import LocalCluster
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(3) as c:
-        yield c
 
 
 def tidelog(*args: str, stdin: str = "", env_bootstrap: str | None = None) -> tuple[int, str, str]:

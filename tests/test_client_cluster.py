@@ -23,12 +23,6 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(3) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def client(cluster: LocalCluster) -> Iterator[Client]:
     with Client(cluster.bootstrap, request_timeout_ms=30_000) as c:
         yield c

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,9 +22,8 @@ PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(3, **{"test.drop.produce.response.rate": 0.1}) as c:
-        yield c
+def cluster_options() -> dict[str, object]:
+    return {"test.drop.produce.response.rate": 0.1}
 
 
 def test_lost_acknowledgements_and_leader_kills_write_each_record_once_in_order(

@@ -9,15 +9,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
-from cluster_helpers import Raw, make_batch, values_of, wait_for
 
 from tidelog.errors import OffsetNotAvailableError, for_code
 from tidelog.records import RecordInput, build_batch
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(180)
@@ -26,18 +24,10 @@ NOT_LEADER = 6
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
+def cluster_options() -> dict[str, object]:
     # No automatic leader rebalancing: these tests pin a partition's leader and talk raw
     # protocol to it (test_preferred_leaders_take_leadership_back covers the balancing).
-    with LocalCluster(3, auto_leader_rebalance_enable=False) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def raw(cluster: LocalCluster) -> Iterator[Raw]:
-    r = Raw(cluster)
-    yield r
-    r.close()
+    return {"auto_leader_rebalance_enable": False}
 
 
 def test_produce_acks_all_then_fetch_back_from_every_partition(raw: Raw) -> None:
@@ -57,29 +47,25 @@ def test_produce_acks_all_then_fetch_back_from_every_partition(raw: Raw) -> None
 
 
 def test_preferred_leaders_take_leadership_back() -> None:
-    with LocalCluster(3, leader_imbalance_check_interval_ms=500) as cluster:
-        raw = Raw(cluster)
-        try:
-            raw.create_topic("balanced", 3, 3)
-            preferred = [p.replicas[0] for p in raw.metadata(1, "balanced").partitions]
-            assert sorted(preferred) == [1, 2, 3]
-            wait_for(
-                lambda: raw.wait_leaders("balanced", 3) == preferred,
-                timeout=60,
-                what="leadership to move to the preferred replicas",
-            )
-            victim = preferred[0]
-            cluster.kill(victim)
-            wait_for(lambda: raw.wait_leaders("balanced", 3)[0] != victim, timeout=60,
-                     what="a new leader for partition 0")
-            cluster.restart(victim)
-            wait_for(
-                lambda: raw.wait_leaders("balanced", 3) == preferred,
-                timeout=60,
-                what="the restarted preferred replica to lead again",
-            )
-        finally:
-            raw.close()
+    with LocalCluster(3, leader_imbalance_check_interval_ms=500) as cluster, Raw(cluster) as raw:
+        raw.create_topic("balanced", 3, 3)
+        preferred = [p.replicas[0] for p in raw.metadata(1, "balanced").partitions]
+        assert sorted(preferred) == [1, 2, 3]
+        wait_for(
+            lambda: raw.wait_leaders("balanced", 3) == preferred,
+            timeout=60,
+            what="leadership to move to the preferred replicas",
+        )
+        victim = preferred[0]
+        cluster.kill(victim)
+        wait_for(lambda: raw.wait_leaders("balanced", 3)[0] != victim, timeout=60,
+                 what="a new leader for partition 0")
+        cluster.restart(victim)
+        wait_for(
+            lambda: raw.wait_leaders("balanced", 3) == preferred,
+            timeout=60,
+            what="the restarted preferred replica to lead again",
+        )
 
 
 def test_a_follower_answers_not_leader_with_the_leaders_hint(raw: Raw) -> None:
@@ -313,62 +299,54 @@ def test_sigkill_of_the_leader_under_load_loses_nothing_acknowledged(raw: Raw) -
 def test_records_not_yet_committed_are_invisible_to_consumers() -> None:
     # Long election timeouts: with both followers paused the leader must stay leader (check-
     # quorum would depose it after one election timeout) while the test looks at it.
-    with LocalCluster(3, election_timeout_ms=4000, auto_leader_rebalance_enable=False) as cluster:
-        raw = Raw(cluster)
+    options = {"election_timeout_ms": 4000, "auto_leader_rebalance_enable": False}
+    with LocalCluster(3, **options) as cluster, Raw(cluster) as raw:
+        raw.create_topic("pending", 1, 3)
+        leader = raw.wait_leaders("pending", 1)[0]
+        assert raw.produce(leader, "pending", 0, make_batch([b"a"] * 5)).error_code == 0
+        followers = [n for n in cluster.node_ids if n != leader]
+        for f in followers:
+            cluster.pause(f)
         try:
-            raw.create_topic("pending", 1, 3)
-            leader = raw.wait_leaders("pending", 1)[0]
-            assert raw.produce(leader, "pending", 0, make_batch([b"a"] * 5)).error_code == 0
-            followers = [n for n in cluster.node_ids if n != leader]
-            for f in followers:
-                cluster.pause(f)
-            try:
-                written = raw.produce(leader, "pending", 0, make_batch([b"b"] * 3), acks=1)
-                assert (written.error_code, written.base_offset) == (0, 5)
-                consumer = raw.list_offset(leader, "pending", 0, -1)
-                committed = raw.list_offset(leader, "pending", 0, -1, isolation=1)
-                debug = raw.list_offset(leader, "pending", 0, -1, replica_id=-2)
-                replica = raw.list_offset(leader, "pending", 0, -1, replica_id=followers[0])
-                assert (consumer.offset, committed.offset) == (5, 5)
-                assert (debug.offset, replica.offset) == (8, 8)
-                by_time = raw.list_offset(leader, "pending", 0, 0)
-                assert by_time.offset == 0
-                assert [o for o, _ in values_of(raw.fetch_all(leader, "pending", 0))] == list(
-                    range(5)
-                )
-                debug_view = values_of(raw.fetch_all(leader, "pending", 0, replica_id=-2))
-                assert [o for o, _ in debug_view] == list(range(8))
-            finally:
-                for f in followers:
-                    cluster.resume(f)
-            wait_for(
-                lambda: raw.list_offset(leader, "pending", 0, -1).offset == 8,
-                what="the HW to pass the written records once followers return",
+            written = raw.produce(leader, "pending", 0, make_batch([b"b"] * 3), acks=1)
+            assert (written.error_code, written.base_offset) == (0, 5)
+            consumer = raw.list_offset(leader, "pending", 0, -1)
+            committed = raw.list_offset(leader, "pending", 0, -1, isolation=1)
+            debug = raw.list_offset(leader, "pending", 0, -1, replica_id=-2)
+            replica = raw.list_offset(leader, "pending", 0, -1, replica_id=followers[0])
+            assert (consumer.offset, committed.offset) == (5, 5)
+            assert (debug.offset, replica.offset) == (8, 8)
+            by_time = raw.list_offset(leader, "pending", 0, 0)
+            assert by_time.offset == 0
+            assert [o for o, _ in values_of(raw.fetch_all(leader, "pending", 0))] == list(
+                range(5)
             )
+            debug_view = values_of(raw.fetch_all(leader, "pending", 0, replica_id=-2))
+            assert [o for o, _ in debug_view] == list(range(8))
         finally:
-            raw.close()
+            for f in followers:
+                cluster.resume(f)
+        wait_for(
+            lambda: raw.list_offset(leader, "pending", 0, -1).offset == 8,
+            what="the HW to pass the written records once followers return",
+        )
 
 
 @pytest.mark.timeout(240)
 def test_whole_cluster_restart_keeps_topics_and_committed_data(tmp_path) -> None:  # type: ignore[no-untyped-def]
     data_dir = tmp_path / "cluster"
-    with LocalCluster(3, data_dir=data_dir, auto_leader_rebalance_enable=False) as cluster:
-        raw = Raw(cluster)
+    options = {"data_dir": data_dir, "auto_leader_rebalance_enable": False}
+    with LocalCluster(3, **options) as cluster, Raw(cluster) as raw:
         raw.create_topic("durable", 2, 3)
         leaders = raw.wait_leaders("durable", 2)
         for p, leader in enumerate(leaders):
             assert raw.produce(leader, "durable", p, make_batch([b"d%d" % p] * 7)).error_code == 0
-        raw.close()
-    with LocalCluster(3, data_dir=data_dir, auto_leader_rebalance_enable=False) as cluster:
-        raw = Raw(cluster)
-        try:
-            leaders = raw.wait_leaders("durable", 2)
-            for p, leader in enumerate(leaders):
-                values = [v for _, v in values_of(raw.fetch_all(leader, "durable", p))]
-                assert values == [b"d%d" % p] * 7
-                assert raw.produce(leader, "durable", p, make_batch([b"more"])).error_code == 0
-        finally:
-            raw.close()
+    with LocalCluster(3, **options) as cluster, Raw(cluster) as raw:
+        leaders = raw.wait_leaders("durable", 2)
+        for p, leader in enumerate(leaders):
+            values = [v for _, v in values_of(raw.fetch_all(leader, "durable", p))]
+            assert values == [b"d%d" % p] * 7
+            assert raw.produce(leader, "durable", p, make_batch([b"more"])).error_code == 0
 
 
 def test_cluster_status_shows_offsets_per_replica(raw: Raw) -> None:

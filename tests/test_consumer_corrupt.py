@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_helpers import Raw, make_batch, wait_for
 from record_helpers import forge_batch, forge_record
 
 from tidelog import Client, TopicPartition
@@ -17,7 +16,7 @@ from tidelog.consumer import Consumer
 from tidelog.errors import CorruptRecordError
 from tidelog.records import RecordInput, assign_offsets, build_batch
 from tidelog.storage import Log
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,13 +49,9 @@ def _plant_corrupt_batches(partition_dir: Path) -> tuple[int, int]:
     return lying_at, flipped_at
 
 
-def _poll_until(consumer: Consumer, what: str, timeout_s: float = 30.0) -> list[bytes | None]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = [r.value for r in consumer.poll(timeout_ms=500)]
-        if got:
-            return got
-    raise AssertionError(f"no records for {what}")
+def _poll_until(consumer: Consumer, what: str) -> list[bytes | None]:
+    """The values of the first poll that returns records."""
+    return wait_for(lambda: [r.value for r in consumer.poll(timeout_ms=500)], what=what)
 
 
 def test_a_corrupt_batch_in_the_log_is_a_corrupt_record_error_at_its_offset(

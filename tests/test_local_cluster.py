@@ -8,16 +8,15 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
 
+from tidelog import wire
 from tidelog.errors import ConfigurationError, InvalidConfigError
-from tidelog.testing import ClusterError, LocalCluster, probe, stop_cluster
-from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
+from tidelog.testing import ClusterError, LocalCluster, probe, stop_cluster, wait_for
+from tidelog.v1 import tidelog_pb2_grpc
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -38,19 +37,9 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def eventually(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting until {what}")
-        time.sleep(0.02)
-
-
 def metadata_node_ids(address: str) -> list[int]:
     with grpc.insecure_channel(address) as channel:
-        meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
-            tidelog_pb2.MetadataRequest(), timeout=5
-        )
+        meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(wire.metadata_request(), timeout=5)
     return [n.node_id for n in meta.nodes]
 
 
@@ -144,7 +133,7 @@ def test_a_launcher_killed_with_sigkill_leaves_no_node(tmp_path: Path) -> None:
         assert len(pids) == 3 and all(alive(pid) for pid in pids)
         proc.kill()
         proc.wait()
-        eventually(lambda: not any(alive(pid) for pid in pids), "every node exited")
+        wait_for(lambda: not any(alive(pid) for pid in pids), DEADLINE_S, "every node to exit")
     finally:
         proc.kill()
         proc.wait()
@@ -174,21 +163,16 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
         with grpc.insecure_channel(addresses[0]) as channel:
             stub = tidelog_pb2_grpc.TidelogStub(channel)
             created = stub.CreateTopics(
-                tidelog_pb2.CreateTopicsRequest(
-                    topics=[tidelog_pb2.CreatableTopic(
-                        name="events", num_partitions=2, replication_factor=3
-                    )],
-                    timeout_ms=10_000,
-                ),
-                timeout=15,
+                wire.create_topics_request("events", 2, 3, {}, timeout_ms=10_000), timeout=15
             )
             assert [t.error_code for t in created.topics] == [0], created
 
             def leaders() -> dict[int, int]:
-                meta = stub.Metadata(tidelog_pb2.MetadataRequest(topics=["events"]), timeout=5)
+                meta = stub.Metadata(wire.metadata_request(["events"]), timeout=5)
                 return {p.partition: p.leader_id for t in meta.topics for p in t.partitions}
 
-            eventually(lambda: all(leader >= 0 for leader in leaders().values()), "leaders")
+            wait_for(lambda: all(leader >= 0 for leader in leaders().values()), DEADLINE_S,
+                     "leaders")
         status = run_cli("cluster", "status", "--bootstrap", bootstrap)
         assert status.returncode == 0, status.stderr
         for address in addresses:
@@ -209,7 +193,7 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
         down = run_cli("cluster", "down", "--data-dir", str(data_dir))
         assert down.returncode == 0, down.stderr
         assert "stopped node(s) 1, 2, 3" in down.stdout
-        eventually(lambda: not any(alive(pid) for pid in pids), "every node exited")
+        wait_for(lambda: not any(alive(pid) for pid in pids), DEADLINE_S, "every node to exit")
         for node_id in (1, 2, 3):
             assert "stopping (graceful)" in (data_dir / f"node-{node_id}.log").read_text()
     finally:

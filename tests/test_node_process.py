@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,9 +17,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from tidelog import wire
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig, parse_peers, read_properties
-from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
+from tidelog.testing import LocalCluster, wait_for
+from tidelog.v1 import tidelog_pb2_grpc
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,15 +53,16 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
         proc.wait()
 
 
-def wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
+def while_running(proc: subprocess.Popen[str], condition: Callable[[], bool]) -> Callable[[], bool]:
+    """``condition`` for wait_for, failing at once with the node's output if it exited."""
+
+    def check() -> bool:
         if proc.poll() is not None:
-            pytest.fail(f"node exited ({proc.returncode}) while waiting for {what}:\n"
+            pytest.fail(f"node exited ({proc.returncode}):\n"
                         + (proc.stdout.read() if proc.stdout else ""))
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
+        return condition()
+
+    return check
 
 
 def health_status(address: str, service: str) -> int | None:
@@ -81,9 +83,13 @@ def start_serving_node(
     proc = spawn_node("--data-dir", str(data_dir), *args)
     processes.append(proc)
     addr_file = data_dir / "node.addr"
-    wait_for(addr_file.exists, "node.addr", proc)
+    wait_for(while_running(proc, addr_file.exists), DEADLINE_S, "node.addr")
     address = addr_file.read_text().strip()
-    wait_for(lambda: health_status(address, TIDELOG_SERVICE) == SERVING, "SERVING", proc)
+    wait_for(
+        while_running(proc, lambda: health_status(address, TIDELOG_SERVICE) == SERVING),
+        DEADLINE_S,
+        "SERVING",
+    )
     return proc, address
 
 
@@ -104,7 +110,7 @@ def test_node_serves_health_reflection_and_metadata(
         assert {TIDELOG_SERVICE, "grpc.health.v1.Health"} <= services
 
         meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
-            tidelog_pb2.MetadataRequest(), timeout=5
+            wire.metadata_request(), timeout=5
         )
     # With port 0 and no --peers, the node publishes itself under the address it really bound.
     assert [(n.node_id, n.address) for n in meta.nodes] == [(1, address)]
@@ -132,7 +138,7 @@ def test_config_file_with_flag_and_set_overrides(
     )
     with grpc.insecure_channel(address) as channel:
         meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
-            tidelog_pb2.MetadataRequest(), timeout=5
+            wire.metadata_request(), timeout=5
         )
     assert [n.node_id for n in meta.nodes] == [3]
     assert not (tmp_path / "ignored").exists()
@@ -294,10 +300,7 @@ def test_properties_file_errors_point_at_the_line(tmp_path: Path) -> None:
 def test_sigterm_leaves_no_traceback_in_the_log() -> None:
     """A SIGTERMed node whose peers still stream to it stops without gRPC logging the
     cancelled inbound streams as unhandled errors."""
-    from cluster_helpers import wait_for as wait_until
-
     from tidelog import Client
-    from tidelog.testing import LocalCluster
 
     with LocalCluster(3) as cluster:
         client = Client(cluster.bootstrap)
@@ -311,7 +314,7 @@ def test_sigterm_leaves_no_traceback_in_the_log() -> None:
         finally:
             client.close()
         node = cluster.node_ids[0]
-        wait_until(lambda: "serving" in cluster.logs(node), what="the node log")
+        wait_for(lambda: "serving" in cluster.logs(node), what="the node log")
         assert cluster.stop(node) == 0
         logs = cluster.logs(node)
         assert "stopped" in logs

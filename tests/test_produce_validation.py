@@ -7,32 +7,28 @@ consumers keep reading the records written before."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
-from cluster_helpers import Raw, make_batch
 from record_helpers import forge_batch, forge_record, kafka_v2_record
 
 from tidelog import Client, TopicPartition, errors
 from tidelog.records import ControlType, RecordInput, build_batch, build_control_batch
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, Raw, make_batch
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(1) as c:
-        yield c
+def cluster_options() -> dict[str, object]:
+    return {"nodes": 1}
 
 
 @pytest.fixture(scope="module")
-def raw(cluster: LocalCluster) -> Iterator[Raw]:
-    r = Raw(cluster)
-    r.create_topic("plain", 1, 1)
-    r.create_topic("compacted", 1, 1, cleanup_policy="compact")
-    yield r
-    r.close()
+def raw(raw: Raw) -> Raw:
+    """The module's stubs, with its two topics created."""
+    raw.create_topic("plain", 1, 1)
+    raw.create_topic("compacted", 1, 1, cleanup_policy="compact")
+    return raw
 
 
 def _now() -> int:

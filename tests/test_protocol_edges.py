@@ -11,12 +11,10 @@ leading while its only follower is paused for a moment.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from cluster_helpers import Raw, make_batch, values_of, wait_for
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -25,7 +23,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from tidelog import Client, errors, wire
 from tidelog.node.config import NodeConfig
 from tidelog.retry import Deadline
-from tidelog.testing import LocalCluster
+from tidelog.testing import Raw, make_batch, values_of, wait_for
 from tidelog.types import IsolationLevel, TopicPartition
 from tidelog.v1 import raft_pb2
 from tidelog.v1 import tidelog_pb2 as pb
@@ -40,22 +38,13 @@ FENCED, UNKNOWN_EPOCH, NOT_LEADER, UNKNOWN_TOPIC, TIMED_OUT = 74, 75, 6, 3, 7
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(
-        3,
-        auto_leader_rebalance_enable=False,
-        election_timeout_ms=2000,
-        num_partitions=NUM_PARTITIONS,
-        default_replication_factor=DEFAULT_REPLICATION_FACTOR,
-    ) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def raw(cluster: LocalCluster) -> Iterator[Raw]:
-    r = Raw(cluster)
-    yield r
-    r.close()
+def cluster_options() -> dict[str, object]:
+    return {
+        "auto_leader_rebalance_enable": False,
+        "election_timeout_ms": 2000,
+        "num_partitions": NUM_PARTITIONS,
+        "default_replication_factor": DEFAULT_REPLICATION_FACTOR,
+    }
 
 
 def _leader_and_epoch(raw: Raw, topic: str) -> tuple[int, int]:

@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_helpers import Raw, make_batch, values_of, wait_for
 
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 
 pytestmark = pytest.mark.timeout(180)
@@ -24,12 +23,8 @@ SEGMENT_BYTES = 2048
 
 @pytest.fixture
 def cluster() -> Iterator[tuple[LocalCluster, Raw]]:
-    with LocalCluster(3, replica_lag_max_ms=2000) as c:
-        raw = Raw(c)
-        try:
-            yield c, raw
-        finally:
-            raw.close()
+    with LocalCluster(3, replica_lag_max_ms=2000) as c, Raw(c) as raw:
+        yield c, raw
 
 
 def log_end(raw: Raw, node: int) -> int:
