@@ -65,14 +65,14 @@ def _reencoded(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-@fuzz_settings(300)
+@fuzz_settings(200)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_raise_only_codec_errors(data: bytes) -> None:
     with contextlib.suppress(READ_ERRORS):
         _read_everything(data)
 
 
-@fuzz_settings(600)
+@fuzz_settings(400)
 @given(mutated_batch(), st.booleans())
 def test_a_batch_the_leader_accepts_is_one_every_reader_reads(data: bytes, client: bool) -> None:
     try:

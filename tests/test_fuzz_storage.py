@@ -108,7 +108,7 @@ INDEXES = {
 }
 
 
-@fuzz_settings(150)
+@fuzz_settings(100)
 @given(st.data())
 def test_index_loaders_raise_only_corrupt_index_error(
     good_log: GoodLog, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
@@ -125,7 +125,7 @@ def test_index_loaders_raise_only_corrupt_index_error(
     shutil.rmtree(work)
 
 
-@fuzz_settings(200)
+@fuzz_settings(100)
 @given(st.data())
 def test_checkpoint_readers_report_garbage_as_unusable(
     tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
