@@ -4,7 +4,7 @@ Offsets (SPEC §1): ``log_start_offset <= high_watermark <= log_end_offset``, an
 ``recovery_point`` (everything below it is fsynced) never passes the log end offset.
 
 The append path stays on bytes: a leader append is ``validate_produced_batch`` (one pass over
-the record prefixes), ``stamp`` (patch base offset and epoch in place), one positional write,
+every record's framing, no object per record), ``stamp`` (patch base offset and epoch in place), one positional write,
 and a few integer comparisons for the indexes. A replicated leader runs the same three steps at
 three times: it validates on the request's path, its Raft core stamps when it assigns offsets,
 and its writer thread writes the stamped batch with ``append_stamped``; ``append_as_leader``
