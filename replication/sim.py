@@ -186,7 +186,7 @@ class Simulator:
             max_inflight_appends=config.max_inflight_appends,
         )
         self.log_config = LogConfig(segment_bytes=config.segment_bytes,
-                                    index_interval_bytes=config.segment_bytes // 4)
+                                    index_interval_bytes=min(4096, config.segment_bytes // 4))
         self.voters = tuple(range(config.nodes))
         self.quorum = config.nodes // 2 + 1
         shm = Path("/dev/shm")
@@ -302,7 +302,7 @@ class Simulator:
         hard_state = store.hard_state()
         node.core = RaftCore(
             node.id, self.voters, store.replica_log, random.Random(self.rng.getrandbits(64)),
-            self.raft_config, hard_state, LogCodec(store.log),
+            self.raft_config, hard_state, LogCodec(store.log), repair_floor=store.log.repair_floor,
         )
         node.replica = DrivenReplica(node.core, store, hard_state)
         # The HW is not written with every round (the node checkpoints it every few seconds,
