@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import logging
 import random
 import time
 from dataclasses import dataclass, field
@@ -23,9 +22,10 @@ from tidelog.records import (
     TimestampType,
     read_header,
 )
-from tidelog.replication import HardState, NotLeaderError, RaftConfig, RaftCore, Ready, Role
-from tidelog.replication.log_store import LogCodec, StorageReplicaLog
-from tidelog.storage import CheckpointFile, Log, LogConfig, TimestampAndOffset
+from tidelog.replication import NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from tidelog.replication.driver import DrivenReplica, Leadership
+from tidelog.replication.log_store import LogCodec, LogStore
+from tidelog.storage import Log, LogConfig, TimestampAndOffset
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -38,9 +38,6 @@ from tidelog.types import (
     TopicPartition,
 )
 
-log = logging.getLogger(__name__)
-
-RAFT_STATE_FILE = "raft-state"
 UNKNOWN = -1
 
 
@@ -82,105 +79,59 @@ class PartitionReplica:
         log_config: LogConfig,
         raft_config: RaftConfig,
         seed: int,
+        sync_writes: bool = True,
     ) -> None:
         self.tp = tp
         self.node_id = node_id
         self.replicas = replicas
         self.log = Log.open(directory, log_config)
-        self.replica_log = StorageReplicaLog(self.log)
-        self._state_file = CheckpointFile(
-            directory / RAFT_STATE_FILE, version=0, width=2, named=True
-        )
-        self.persisted_term_vote = self._load_term_and_vote()
+        self.store = LogStore(self.log, sync_writes)
+        self.replica_log = self.store.replica_log
         self._rng = random.Random(seed)
         self._raft_config = raft_config
-        self.core = self._new_core()
-        self._in_flight: Ready | None = None
+        self.core, self.driven = self._new_core()
         #: Start offset of the current leader epoch while this replica leads (KIP-207).
         self.leader_epoch_start_offset: int | None = None
-        self._led_term = -1
         #: Idempotent-producer state; None until rebuilt from the log after winning leadership.
         self._producers: ProducerStateManager | None = None
         self._acks_all: list[_ProduceWaiter] = []
         self._acks_local: list[_ProduceWaiter] = []
         self._data_waiters: list[asyncio.Future[None]] = []
         self._caught_up_ms: dict[int, float] = {}
-        self.closed = False
         #: Out of the Ready loop while its storage is being repaired or refuses writes:
         #: its core neither ticks nor steps, and clients get KAFKA_STORAGE_ERROR.
         self.offline = False
 
-    def _new_core(self) -> RaftCore:
-        term, vote = self.persisted_term_vote
-        return RaftCore(
+    def _new_core(self) -> tuple[RaftCore, DrivenReplica]:
+        """A core from what storage holds, and what the node's Raft driver keeps of it."""
+        hard_state = self.store.hard_state()
+        core = RaftCore(
             self.node_id,
             self.replicas,
             self.replica_log,
             self._rng,
             self._raft_config,
-            HardState(term, vote, self.log.high_watermark),
+            hard_state,
             LogCodec(self.log),
             repair_floor=self.log.repair_floor,
         )
+        return core, DrivenReplica(core, self.store, hard_state)
 
     def restart_core(self) -> None:
         """A new core from what storage holds now, as a restart of the node would build it,
         after storage changed under the old one (on the loop, once the replica's last round
         of writes is done). What the old core decided and did not write is forgotten, as in
-        a crash; a Ready of the old core still in flight is ignored when it completes."""
-        self.core = self._new_core()
-        self._in_flight = None
-        self._led_term = -1
+        a crash; the driver drops a Ready of the old core still in flight when it completes
+        (`DrivenReplica.retired`)."""
+        self.driven.retired = True
+        self.core, self.driven = self._new_core()
         self.leader_epoch_start_offset = None
         self._producers = None
         self._fail_waiters(errors.NotLeaderOrFollowerError("the replica restarted"))
 
-    def take_ready(self) -> Ready:
-        rd = self._in_flight = self.core.ready()
-        return rd
-
-    def is_current(self, rd: Ready) -> bool:
-        """Whether `rd` is the Ready in flight of the current core (not of one replaced by
-        `restart_core` since: its messages and HW describe storage that changed)."""
-        return rd is self._in_flight
-
-    def advance(self, rd: Ready) -> None:
-        self._in_flight = None
-        self.core.advance(rd)
-
-    # ---- persistence ---------------------------------------------------------------------
-
-    def _load_term_and_vote(self) -> tuple[int, int | None]:
-        rows = dict((key, int(value)) for key, value in self._state_file.read() or [])
-        term, vote = rows.get("term", 0), rows.get("vote", -1)
-        if term < 0 or vote < -1 or not rows.keys() <= {"term", "vote"}:
-            log.warning("%s: ignoring invalid %s %s", self.tp, RAFT_STATE_FILE, rows)
-            return 0, None
-        return term, None if vote < 0 else vote
-
-    def writes(self, rd: Ready) -> bool:
-        """Whether `persist` has anything to write for `rd` (read on the loop between rounds).
-        A new high watermark alone is not written: `Log.checkpoint` saves it every few seconds,
-        as Kafka does, because a restarted replica learns it again from the leader."""
-        hs = rd.hard_state
-        return (
-            bool(rd.entries)
-            or rd.truncate_to is not None
-            or rd.reset_to is not None
-            or (hs is not None and (hs.term, hs.vote) != self.persisted_term_vote)
-        )
-
-    def persist(self, rd: Ready, flush: bool) -> None:
-        """Apply one Ready's writes and make them durable (runs on the disk thread)."""
-        self.replica_log.leading_epoch = rd.term if rd.role is Role.LEADER else None
-        rd.apply_log_writes(self.replica_log)
-        hs = rd.hard_state
-        if hs is not None and (hs.term, hs.vote) != self.persisted_term_vote:
-            vote = -1 if hs.vote is None else hs.vote
-            self._state_file.write([("term", hs.term), ("vote", vote)])
-            self.persisted_term_vote = (hs.term, hs.vote)
-        if flush and (rd.entries or rd.truncate_to is not None or rd.reset_to is not None):
-            self.log.sync_data()
+    @property
+    def closed(self) -> bool:
+        return self.store.closed
 
     # ---- leadership ----------------------------------------------------------------------
 
@@ -192,18 +143,14 @@ class PartitionReplica:
     def leader_epoch(self) -> int:
         return self.core.term
 
-    def observe_role(self) -> None:
-        """Called right after every step/tick: when this replica has just won an election, the
-        epoch's start offset is where its marker went (or the LEO when it wrote none)."""
-        core = self.core
-        if core.role is Role.LEADER and self._led_term != core.term:
-            self._led_term = core.term
-            end = core.log_end_offset
-            marker_written = end > core.log_start_offset and core.epoch_at(end - 1) == core.term
-            self.leader_epoch_start_offset = end - 1 if marker_written else end
+    def on_leadership(self, change: Leadership) -> None:
+        """The driver saw this replica win leadership (the epoch starts where its marker went,
+        or at the log end when it wrote none) or lose it."""
+        self._producers = None
+        if change.epoch_start is not None:
+            self.leader_epoch_start_offset = change.epoch_start
             self._caught_up_ms = {}
-            self._producers = None
-        elif core.role is not Role.LEADER and self.leader_epoch_start_offset is not None:
+        elif self.leader_epoch_start_offset is not None:
             self.leader_epoch_start_offset = None
             self._fail_waiters(errors.NotLeaderOrFollowerError("leadership moved"))
 
@@ -254,7 +201,7 @@ class PartitionReplica:
 
     def abandon(self) -> None:
         """Stop serving (on the loop): pending requests fail, the disk thread closes the log."""
-        self.closed = True
+        self.store.closed = True
         self._fail_waiters(errors.NotLeaderOrFollowerError("the replica is closing"))
         self.wake_fetchers()
 
@@ -290,8 +237,12 @@ class PartitionReplica:
         if self._producers is None:
             if not self.is_leader:
                 raise errors.NotLeaderOrFollowerError(f"not the leader of {self.tp}")
-            if self.log.log_end_offset != self.core.log_end_offset:
-                # Rebuilt from the durable log only once the election's writes are on disk.
+            if (
+                self.leader_epoch_start_offset is None
+                or self.log.log_end_offset != self.core.log_end_offset
+            ):
+                # Rebuilt from the durable log only once the driver has seen the election and
+                # its writes are on disk.
                 raise errors.NotEnoughReplicasError("the new leader is still settling its log")
             self._producers = ProducerStateManager.from_log(self.log)
         return self._producers

@@ -1,11 +1,13 @@
 """The replicas a node hosts and the loops that drive their Raft cores.
 
-Everything that touches a core runs on the asyncio loop. Disk work runs on one writer thread:
-each round of the Ready loop collects the Readies of every partition that has one, applies and
-fsyncs them all in a single trip to the thread (group commit: one fsync per touched log per
-round, however many requests arrived meanwhile), and only then sends their messages and
-publishes their high watermarks, which is the core's persist-before-send contract honoured per
-round rather than per entry.
+Everything that touches a core runs on the asyncio loop. The Ready loop runs the one Raft
+driver (`tidelog.replication.driver`, the same that the simulator runs): each round collects
+the Readies of every partition that has one, sends a leader's appends at once, applies and
+fsyncs all the writes in a single trip to the disk thread (group commit: one fsync per touched
+log per round, however many requests arrived meanwhile), and only then sends the rest of
+their messages and publishes their high watermarks. This class is the driver's port: it
+queues messages into one frame per peer, publishes, and tells each replica about its
+leadership as the driver reads it from the Readies.
 
 What happens once a partition's Ready is published (the controller applying its committed
 records) is not this module's business: a hook registered with `on_published` runs then.
@@ -23,7 +25,8 @@ from typing import Any, TypeVar
 from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.transport import Outgoing, PeerLink, messages_of
-from tidelog.replication import AppendResponse, HeartbeatResponse, RaftConfig, Ready, Role
+from tidelog.replication import AppendResponse, HeartbeatResponse, Message, RaftConfig, Ready
+from tidelog.replication.driver import Driver, Leadership, Write
 from tidelog.storage import LogConfig
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
@@ -49,6 +52,7 @@ class ReplicaSet:
             max_workers=_FLUSH_THREADS, thread_name_prefix=f"flush-{self.node_id}"
         )
         self._work = asyncio.Event()
+        self._driver: Driver[PartitionReplica] = Driver(self)
         self._outbox: dict[int, Outgoing] = {}
         self._published_hooks: dict[TopicPartition, Callable[[], None]] = {}
         self.raft_config = RaftConfig(
@@ -106,7 +110,8 @@ class ReplicaSet:
         directory = self.config.data_dir / f"{tp.topic}-{tp.partition}"
         seed = hash((self.node_id, tp.topic, tp.partition)) & 0xFFFFFFFF
         self.partitions[tp] = PartitionReplica(
-            tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config, seed
+            tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
+            seed, sync_writes=self.config.log_flush_policy == "always",
         )
 
     def remove_replica(self, tp: TopicPartition) -> None:
@@ -145,7 +150,6 @@ class ReplicaSet:
             replicas = [r for r in self.partitions.values() if not r.offline]
             for replica in replicas:
                 replica.core.tick()
-                replica.observe_role()
             self._send_prompt(replicas)
             self._work.set()
 
@@ -157,7 +161,6 @@ class ReplicaSet:
             if replica is None or replica.offline:
                 continue
             replica.core.step(message)
-            replica.observe_role()
             if replica.is_leader and isinstance(message, AppendResponse | HeartbeatResponse):
                 replica.record_follower(message.src)
             stepped[tp] = replica
@@ -166,72 +169,44 @@ class ReplicaSet:
 
     def _send_prompt(self, replicas: Iterable[PartitionReplica]) -> None:
         """Heartbeats and their answers leave now, not after the round of disk writes under
-        way (`RaftCore.take_prompt_messages`): a slow fsync must not cost an election. The
-        Ready loop's outbox is always flushed before it awaits, so this may use it."""
-        for replica in replicas:
-            for message in replica.core.take_prompt_messages():
-                self._queue_message(replica.tp, message)
-        self._flush_outbox()
+        way (`Driver.send_prompt`): a slow fsync must not cost an election. The Ready loop's
+        outbox is always flushed before it awaits, so this may use it."""
+        self._driver.send_prompt((r, r.driven) for r in replicas)
 
     async def ready_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        flush = self.config.log_flush_policy == "always"
+        driver = self._driver
         while True:
             await self._work.wait()
             self._work.clear()
-            while True:
-                batch = [(r, r.take_ready()) for r in list(self.partitions.values())
-                         if not r.offline and r.core.has_ready()]
-                if not batch:
-                    break
-                # A Ready that writes nothing (a new HW alone is not written, see
-                # `PartitionReplica.writes`) promises nothing new about this node's disk (what
-                # came before it is durable: a core has one Ready in flight at most), so it
-                # completes now rather than after other partitions' fsyncs: heartbeats and
-                # their answers never wait for a slow disk, which would cost elections, and a
-                # HW that advances completes acks=all requests without waiting for one.
-                durable = [(r, rd) for r, rd in batch if r.writes(rd)]
-                self._complete_round([(r, rd) for r, rd in batch if not r.writes(rd)])
-                if not durable:
-                    self._flush_outbox()
-                else:
-                    # A leader's appends go out before its own fsync, so that the followers'
-                    # fsyncs overlap it instead of following it (Raft thesis §10.2.1, as etcd
-                    # does): the core counts its own replica only up to its durable prefix, so
-                    # a commit still takes a majority of fsynced copies. Acknowledgements and
-                    # votes (any Ready of a follower or candidate) still wait for the disk.
-                    early: list[tuple[PartitionReplica, Ready]] = []
-                    late: list[tuple[PartitionReplica, Ready]] = []
-                    for item in durable:
-                        (early if _promises_nothing(*item) else late).append(item)
-                    for replica, rd in early:
-                        for message in rd.messages:
-                            self._queue_message(replica.tp, message)
-                    self._flush_outbox()
-                    await loop.run_in_executor(
-                        self.disk, _persist_all, durable, flush, self._flushers
-                    )
-                    self._complete_round(early, sent=True)
-                    self._complete_round(late)
-                    self._flush_outbox()
+            while (rnd := driver.begin([(r, r.driven) for r in list(self.partitions.values())
+                                        if not r.offline])) is not None:
+                writes = rnd.writes
+                if writes:
+                    await loop.run_in_executor(self.disk, _persist_all, writes, self._flushers)
+                driver.complete(rnd)
 
-    def _complete_round(
-        self, items: list[tuple[PartitionReplica, Ready]], sent: bool = False
-    ) -> None:
-        """The Readies are durable: queue their messages (unless `sent` already), publish,
-        advance the cores. The caller flushes the outbox, so that a round's messages to a
-        peer travel as one frame."""
-        items = [(replica, rd) for replica, rd in items if replica.is_current(rd)]
-        for replica, rd in items:
-            if not sent:
-                for message in rd.messages:
-                    self._queue_message(replica.tp, message)
-            replica.publish(rd)
-            hook = self._published_hooks.get(replica.tp)
-            if hook is not None:
-                hook()
-        for replica, rd in items:
-            replica.advance(rd)
+    # ---- the driver's port -----------------------------------------------------------------
+
+    def send(self, replica: PartitionReplica, message: Message) -> None:
+        self._queue_message(replica.tp, message)
+
+    def flush(self) -> None:
+        """One frame per peer for what a step of the round sent."""
+        for dst, outgoing in self._outbox.items():
+            link = self.links.get(dst)
+            if link is not None:
+                link.send(outgoing)
+        self._outbox = {}
+
+    def publish(self, replica: PartitionReplica, rd: Ready) -> None:
+        replica.publish(rd)
+        hook = self._published_hooks.get(replica.tp)
+        if hook is not None:
+            hook()
+
+    def leadership(self, replica: PartitionReplica, change: Leadership) -> None:
+        replica.on_leadership(change)
 
     def _queue_message(self, tp: TopicPartition, message: Any) -> None:
         outgoing = self._outbox.get(message.dst)
@@ -239,12 +214,6 @@ class ReplicaSet:
             outgoing = self._outbox[message.dst] = Outgoing(self.node_id, message.dst)
         outgoing.add(tp, message)
 
-    def _flush_outbox(self) -> None:
-        for dst, outgoing in self._outbox.items():
-            link = self.links.get(dst)
-            if link is not None:
-                link.send(outgoing)
-        self._outbox = {}
 
 
 def _delete_replica_files(replica: PartitionReplica) -> None:
@@ -256,38 +225,17 @@ def _delete_replica_files(replica: PartitionReplica) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _promises_nothing(replica: PartitionReplica, rd: Ready) -> bool:
-    """Whether `rd`'s messages may leave before `rd` is durable: those of a leader that keeps
-    the term and vote already on disk and truncates nothing, i.e. appends and heartbeats
-    (a node cannot stop leading and lead again within one term, so nothing in `rd` was
-    decided in another role)."""
-    hs = rd.hard_state
-    return (
-        rd.role is Role.LEADER
-        and rd.truncate_to is None
-        and rd.reset_to is None
-        and (hs is None or (hs.term, hs.vote) == replica.persisted_term_vote)
-    )
-
-
-def _persist_all(
-    items: list[tuple[PartitionReplica, Ready]], flush: bool, flushers: ThreadPoolExecutor
-) -> None:
+def _persist_all(writes: list[Write], flushers: ThreadPoolExecutor) -> None:
     """On the disk thread: apply and fsync a round of Readies (group commit).
 
     The partitions' writes and fsyncs run side by side on `flushers`: one after another, a
     round costs the sum of a few fsyncs per partition (several ms each on a busy VM), while
     ext4 folds concurrent fsyncs into one journal commit. The disk thread still waits for the
     whole round, so work it runs later (deleting a replica, closing a log) never overlaps it,
-    and the loop sends nothing of the round before all of it is durable."""
-
-    def persist(item: tuple[PartitionReplica, Ready]) -> None:
-        replica, rd = item
-        if not replica.closed:
-            replica.persist(rd, flush)
-
-    if len(items) == 1:
-        persist(items[0])
+    and the loop sends nothing of the round that waits for the disk before all of it is
+    durable. A removed replica's store drops its writes (`LogStore.closed`)."""
+    if len(writes) == 1:
+        writes[0].persist()
         return
-    for _ in flushers.map(persist, items):  # re-raises the first failure
+    for _ in flushers.map(Write.persist, writes):  # re-raises the first failure
         pass

@@ -81,15 +81,19 @@ class DriverPort(Protocol[K_contra]):
 
 class DrivenReplica:
     """The driver's per-replica state: the core, its store, and what the store holds of the
-    term and vote (written only when they change)."""
+    term and vote (written only when they change). An owner that replaces the core (storage
+    changed under it) marks the old one ``retired``: a Ready of it still in flight is then
+    dropped when its round completes (neither its late messages, nor its HW, nor its advance:
+    they describe storage that changed)."""
 
-    __slots__ = ("core", "led_term", "store", "stored_term_vote")
+    __slots__ = ("core", "led_term", "retired", "store", "stored_term_vote")
 
     def __init__(self, core: RaftCore, store: ReplicaStore, hard_state: HardState) -> None:
         self.core = core
         self.store = store
         self.stored_term_vote: TermVote = (hard_state.term, hard_state.vote)
         self.led_term = -1
+        self.retired = False
 
 
 def writes(rd: Ready, stored: TermVote) -> bool:
@@ -211,13 +215,15 @@ class Driver(Generic[K]):
     def complete(self, rnd: Round[K]) -> None:
         """``rnd.writes`` are durable: send the late messages, publish, advance."""
         port = self._port
-        for key, write in rnd.early:
+        early = [(key, w) for key, w in rnd.early if not w.replica.retired]
+        late = [(key, w) for key, w in rnd.late if not w.replica.retired]
+        for key, write in early:
             port.publish(key, write.rd)
-        for key, write in rnd.late:
+        for key, write in late:
             for message in write.rd.messages:
                 port.send(key, message)
             port.publish(key, write.rd)
-        for _, write in rnd.early + rnd.late:
+        for _, write in early + late:
             write.replica.core.advance(write.rd)
         port.flush()
 

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from storage_helpers import T0, FakeClock, all_records, batch, marker, open_log
 
-from tidelog.node.partition import RAFT_STATE_FILE, PartitionReplica
+from tidelog.node.partition import PartitionReplica
 from tidelog.replication import RaftConfig
+from tidelog.replication.log_store import RAFT_STATE_FILE
 from tidelog.storage import Log, LogConfig
 from tidelog.storage.epoch import LEADER_EPOCH_CHECKPOINT
 from tidelog.storage.loader import LAST_MODIFIED_CHECKPOINT, OFFSETS_CHECKPOINT
