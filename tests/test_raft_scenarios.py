@@ -282,3 +282,17 @@ def test_a_heartbeat_answer_of_a_term_not_yet_durable_waits_for_it() -> None:
     rd = follower.ready()
     assert rd.hard_state is not None and rd.hard_state.term == follower.term
     assert rd.messages == (HeartbeatResponse(follower.term, 1, 2),)
+
+
+def test_a_round_of_a_retired_replica_is_dropped() -> None:
+    """A node that rebuilt a replica's core (storage changed under it) marks the old one
+    retired: the round in flight completes without its vote, its HW or its advance."""
+    c = Cluster()
+    c.cores[1].step(VoteRequest(1, 0, 1, 0, NO_EPOCH))
+    rnd = c.driver.begin([(1, c.replicas[1])])
+    assert rnd is not None
+    (write,) = rnd.writes
+    write.persist()
+    c.replicas[1].retired = True
+    c.driver.complete(rnd)
+    assert c.port.out == [] and c.port.readies[1] == []
