@@ -44,7 +44,19 @@ from tidelog.v1 import tidelog_pb2_grpc
 
 log = logging.getLogger("tidelog.api")
 
+#: The most a Fetch returns whatever its max_bytes (but one batch, see below).
 MAX_FETCH_BYTES = 64 * 1024 * 1024
+#: What a Fetch that sets no max_bytes returns at most, counting the protobuf fields around
+#: the records too: gRPC's default receive limit (4 MiB), so that a client built without
+#: options can read the answer (Kafka's fetch.max.bytes default, 50 MiB, would make every
+#: gRPC client raise its limit first). As in Kafka, the first batch comes whole even when it
+#: is larger, so reading a topic whose max.message.bytes is above ~4 MiB takes a client that
+#: raised its receive limit (tidelog's accepts records.MAX_MESSAGE_BYTES); and a request
+#: naming so many partitions that their answers alone exceed it gets them all.
+DEFAULT_FETCH_BYTES = 4 * 1024 * 1024
+#: Upper bound of the bytes around a partition's answer that its ByteSize() leaves out: the
+#: tag and length of its entry in the topic's list, and of its records field.
+_ENTRY_ROOM = 12
 _DEFAULT_ADMIN_TIMEOUT_MS = 30_000
 #: What an unset ProduceRequest.acks means: all, the Kafka producer's default.
 _DEFAULT_ACKS = -1
@@ -346,26 +358,41 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     def _read_fetch(
         self, request: pb.FetchRequest, replica_id: int, isolation: IsolationLevel
     ) -> tuple[pb.FetchResponse, int, list[PartitionReplica]]:
+        """The answer, its records' total size, and the replicas it read. `budget` bounds the
+        whole answer, records and the fields around them (exactly, up to varint widths)."""
         response = pb.FetchResponse()
         answers = _Answers(response)
-        budget = min(request.max_bytes or MAX_FETCH_BYTES, MAX_FETCH_BYTES)
-        total = 0
+        if request.max_bytes:
+            budget = min(request.max_bytes, MAX_FETCH_BYTES)
+        else:
+            budget = DEFAULT_FETCH_BYTES
+        used = total = 0
+        topics: set[str] = set()
         served: list[PartitionReplica] = []
         parts, twice = _each_once(_partitions(request.topics))
         for tp, part in parts.items():
             result = answers.add(tp)
+            if tp.topic not in topics:
+                topics.add(tp.topic)
+                used += len(tp.topic.encode()) + _ENTRY_ROOM
             if tp in twice:
                 self._fail(result, tp, errors.InvalidRequestError(f"{tp} appears more than once"))
+                used += result.ByteSize() + _ENTRY_ROOM
                 continue
             epoch = _or_unset(part, "current_leader_epoch", _NO_EPOCH_CHECK)
             resolved = self._resolve(tp, epoch, replica_id)
             if isinstance(resolved, errors.TidelogError):
                 self._fail(result, tp, resolved)
+                used += result.ByteSize() + _ENTRY_ROOM
                 continue
             replica = resolved
             bound = replica.fetch_bound(replica_id, isolation)
             part_max = part.partition_max_bytes if part.partition_max_bytes > 0 else budget
             log_ = replica.log
+            result.high_watermark = replica.high_watermark
+            result.last_stable_offset = replica.last_stable_offset
+            result.log_start_offset = log_.log_start_offset
+            around = result.ByteSize() + _ENTRY_ROOM
             try:
                 if not log_.log_start_offset <= part.fetch_offset <= log_.log_end_offset:
                     raise errors.OffsetOutOfRangeError(
@@ -376,18 +403,17 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 if part.fetch_offset < bound:
                     data = log_.read(
                         part.fetch_offset,
-                        min(part_max, max(budget - total, 0)),
+                        min(part_max, max(budget - used - around, 0)),
                         upper_bound=bound,
                         min_one_batch=total == 0,
                     )
             except errors.TidelogError as exc:
                 self._fail(result, tp, exc)
+                used += result.ByteSize() + _ENTRY_ROOM
                 continue
-            result.high_watermark = replica.high_watermark
-            result.last_stable_offset = replica.last_stable_offset
-            result.log_start_offset = log_.log_start_offset
             result.records = data
             total += len(data)
+            used += around + len(data)
             served.append(replica)
         return response, total, served
 

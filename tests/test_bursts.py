@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tidelog.records import MAX_MESSAGE_BYTES
 from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID
 from tidelog.v1 import tidelog_pb2 as pb
@@ -21,7 +22,9 @@ from tidelog.v1 import tidelog_pb2 as pb
 pytestmark = pytest.mark.timeout(240)
 
 KiB = 1024
+MiB = 1024 * KiB
 LATEST = -1
+MESSAGE_TOO_LARGE = 10
 #: Bursts per case, one after the other: whether one burst overflows a message depends on
 #: how the leader's rounds fall, so the test gives it several chances.
 ROUNDS = 4
@@ -118,3 +121,55 @@ def test_a_burst_of_large_produces_is_acknowledged_without_an_election(
     for values, answer in sent:
         for i, value in enumerate(values):
             assert fetched.get(answer.base_offset + i) == value
+
+
+def test_a_topic_for_10_mib_batches_takes_a_5_mib_one(raw: Raw) -> None:
+    """The client listener takes what the topic's max.message.bytes allows (gRPC's default
+    would refuse anything over 4 MiB), refuses more with MESSAGE_TOO_LARGE, and the batch
+    reaches every replica, though it is larger than a node-to-node message usually is."""
+    topic = "ten-mib"
+    raw.create_topic(topic, 1, 3, max_message_bytes=str(10 * MiB))
+    leader = raw.wait_leaders(topic, 1)[0]
+    values = _burst_values(0, 5 * MiB)
+    answer = raw.produce(leader, topic, 0, make_batch(values), timeout_ms=30_000)
+    assert (answer.error_code, answer.error_message) == (0, "")
+    too_large = raw.produce(leader, topic, 0, make_batch(_burst_values(1, 11 * MiB)))
+    assert too_large.error_code == MESSAGE_TOO_LARGE, too_large
+    wait_for(lambda: _log_end_offsets(raw, topic) == [len(values)] * 3, timeout=60,
+             what="every replica to hold the 5 MiB batch")
+    # A Fetch returns one batch whole, larger than its default size: a client reading such a
+    # topic raises its receive limit, as tidelog's client does.
+    with Raw(raw.cluster, [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]) as big:
+        fetched = big.stub(leader).Fetch(
+            _fetch_request(topic, [0], answer.base_offset), timeout=30
+        )
+    part = fetched.topics[0].partitions[0]
+    assert [v for _, v in values_of(part.records)] == values
+
+
+def test_a_fetch_without_max_bytes_fits_a_client_with_default_options(raw: Raw) -> None:
+    """An unset max_bytes bounds the whole answer (records and the fields around them) by
+    gRPC's default receive limit, however much the partitions hold."""
+    topic = "default-fetch"
+    raw.create_topic(topic, 3, 3)
+    leaders = raw.wait_leaders(topic, 3)
+    for p, leader in enumerate(leaders):
+        for i in range(6):
+            answer = raw.produce(leader, topic, p, make_batch(_burst_values(i, 900 * KiB)))
+            assert answer.error_code == 0, answer
+    for leader in set(leaders):
+        led = [p for p, node in enumerate(leaders) if node == leader]
+        # Raw's channels keep gRPC's defaults: a 4 MiB receive limit.
+        response = raw.stub(leader).Fetch(_fetch_request(topic, led), timeout=30)
+        assert response.ByteSize() <= 4 * MiB
+        parts = response.topics[0].partitions
+        assert [p.error_code for p in parts] == [0] * len(led)
+        assert parts[0].records, "the first partition returns at least one batch"
+
+
+def _fetch_request(topic: str, partitions: list[int], offset: int = 0) -> pb.FetchRequest:
+    """A Fetch from `offset` that leaves max_bytes unset."""
+    return pb.FetchRequest(topics=[pb.FetchTopic(
+        name=topic,
+        partitions=[pb.FetchPartition(partition=p, fetch_offset=offset) for p in partitions],
+    )])

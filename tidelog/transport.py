@@ -33,15 +33,16 @@ from tidelog.errors import (
     UnsupportedVersionError,
 )
 from tidelog.metadata import ClusterMetadata
+from tidelog.records import MAX_MESSAGE_BYTES
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
 T = TypeVar("T")
 
-#: Fetch answers may hold up to 64 MiB (the node's cap); leave room for the envelope.
-_MAX_MESSAGE_BYTES = 80 * 1024 * 1024
 CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    # The nodes' own limit: a Produce may carry, and a Fetch answer return, one batch of up to
+    # records.MAX_BATCH_BYTES (a Fetch holds at most 64 MiB otherwise).
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     # gRPC's default reconnect backoff grows to 2 minutes; a restarted node must be found again
     # within the retry budget of one call.
     ("grpc.initial_reconnect_backoff_ms", 100),
