@@ -344,7 +344,12 @@ def test_whole_cluster_restart_keeps_topics_and_committed_data(tmp_path) -> None
     with LocalCluster(3, **options) as cluster, Raw(cluster) as raw:
         leaders = raw.wait_leaders("durable", 2)
         for p, leader in enumerate(leaders):
-            values = [v for _, v in values_of(raw.fetch_all(leader, "durable", p))]
+            # A restarted leader learns the high watermark again when the first batch of its
+            # epoch commits: until then it serves nothing, not less.
+            def committed(p: int = p, leader: int = leader) -> list[bytes | None]:
+                return [v for _, v in values_of(raw.fetch_all(leader, "durable", p))]
+
+            values = wait_for(committed, what=f"the committed records of durable-{p}")
             assert values == [b"d%d" % p] * 7
             assert raw.produce(leader, "durable", p, make_batch([b"more"])).error_code == 0
 
