@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from test_raft_scenarios import ELECTION, Cluster, _MemoryStore, to
+from raft_helpers import ELECTION, Cluster, _MemoryStore, to
 
 from tidelog.replication import AppendResponse, HardState, RaftCore, Role
 from tidelog.replication.driver import DrivenReplica
