@@ -130,7 +130,7 @@ class ControllerDriver:
 
     def fetch_metadata(self, request: rpb.FetchMetadataRequest) -> rpb.FetchMetadataResponse:
         replica = self.replicas.partitions.get(METADATA_TP)
-        if replica is None:
+        if replica is None or replica.offline:
             return rpb.FetchMetadataResponse(error_code=errors.NotControllerError.code)
         hw = replica.high_watermark
         start = max(request.from_offset, replica.log.log_start_offset)

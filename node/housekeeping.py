@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from tidelog.errors import CorruptMessageError, UnsupportedCompressionTypeError
 from tidelog.node.config import NodeConfig
+from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.transport import Outgoing
 from tidelog.replication import NotLeaderError
@@ -51,12 +53,15 @@ class Housekeeping:
             if self.config.auto_leader_rebalance_enable and now - last_balance >= balance_every_s:
                 last_balance = now
                 self._prefer_preferred_leaders()
+            failed: list[tuple[PartitionReplica, OSError]] = []
             if now - last_checkpoint >= _CHECKPOINT_EVERY_S:
                 last_checkpoint = now
-                await loop.run_in_executor(self.replicas.disk, self._checkpoint_all)
+                failed += await loop.run_in_executor(self.replicas.disk, self._checkpoint_all)
             if now - last_retention >= _RETENTION_EVERY_S:
                 last_retention = now
-                await loop.run_in_executor(self.replicas.disk, self._retention_pass)
+                failed += await loop.run_in_executor(self.replicas.disk, self._retention_pass)
+            for replica, exc in failed:
+                self.replicas.storage_failed(replica, exc)
 
     def _announce_leadership(self) -> None:
         """Tell every peer which partitions this node leads, so any node answers Metadata."""
@@ -91,24 +96,42 @@ class Housekeeping:
                     replica.core.transfer_leadership(preferred)
         self.replicas.wake()
 
-    def _checkpoint_all(self) -> None:
+    def _checkpoint_all(self) -> list[tuple[PartitionReplica, OSError]]:
         """Every few seconds, as Kafka's flusher: indexes synced, the recovery point moved up
         to what is on disk, and the offsets checkpointed, so a crash recovers little."""
-        for replica in list(self.replicas.partitions.values()):
-            if not replica.closed:
-                replica.log.flush()
-                replica.log.checkpoint()
 
-    def _retention_pass(self) -> None:
+        def checkpoint(replica: PartitionReplica) -> None:
+            replica.log.flush()
+            replica.log.checkpoint()
+
+        return self._each_log(checkpoint)
+
+    def _retention_pass(self) -> list[tuple[PartitionReplica, OSError]]:
         """Retention and, for compacted topics, a cleaner pass bounded by the last stable
         offset; on the disk thread, which is the only writer of every log."""
         now_ms = int(time.time() * 1000)
+
+        def retain(replica: PartitionReplica) -> None:
+            replica.log.delete_old_segments()
+            if replica.log.config.compact_enabled and replica.tp not in self.uncleanable:
+                self._clean(replica.tp, LogCleaner(replica.log), now_ms,
+                            replica.last_stable_offset)
+
+        return self._each_log(retain)
+
+    def _each_log(
+        self, chore: Callable[[PartitionReplica], None]
+    ) -> list[tuple[PartitionReplica, OSError]]:
+        """On the disk thread: `chore` for every replica in service; those whose disk refused
+        a write are returned, for the loop to take offline (`ReplicaSet.storage_failed`)."""
+        failed = []
         for replica in list(self.replicas.partitions.values()):
-            if not replica.closed:
-                replica.log.delete_old_segments()
-                if replica.log.config.compact_enabled and replica.tp not in self.uncleanable:
-                    self._clean(replica.tp, LogCleaner(replica.log), now_ms,
-                                replica.last_stable_offset)
+            if not (replica.closed or replica.offline):
+                try:
+                    chore(replica)
+                except OSError as exc:
+                    failed.append((replica, exc))
+        return failed
 
     def _clean(self, tp: TopicPartition, cleaner: LogCleaner, now_ms: int, bound: int) -> None:
         """One cleaner pass. A batch it cannot read (a corrupt record in the log) stops the

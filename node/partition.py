@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import errno
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +87,7 @@ class PartitionReplica:
         self.node_id = node_id
         self.replicas = replicas
         self.log = Log.open(directory, log_config)
+        self._sync_writes = sync_writes
         self.store = LogStore(self.log, sync_writes)
         self.replica_log = self.store.replica_log
         self._rng = random.Random(seed)
@@ -132,6 +135,35 @@ class PartitionReplica:
     @property
     def closed(self) -> bool:
         return self.store.closed
+
+    def storage_failed(self) -> None:
+        """Its disk refused a write (on the loop): out of the Ready loop, with the Ready in
+        flight dropped (not durable, so nothing it promised may leave) and waiters failed."""
+        self.offline = True
+        self.driven.retired = True
+        self._fail_waiters(errors.KafkaStorageError(f"the log of {self.tp} is offline"))
+        self.wake_fetchers()
+
+    def reopen_log(self) -> None:
+        """On the disk thread, after `storage_failed`: the log let go of as a crash would and
+        opened again, which recovers it (dropping what a failed write left), then its
+        checkpoints written to see that the disk takes writes again. Raises OSError while it
+        does not, or while it has less room than the largest batch allowed (max.message.bytes):
+        a replica back on a nearly full disk would fail again at once. `restart_core` then
+        builds the core on the reopened log."""
+        self.log.abandon()
+        reopened = Log.open(self.log.directory, self.log.config)
+        try:
+            reopened.checkpoint()
+            free = shutil.disk_usage(reopened.directory).free
+            if free < reopened.config.max_message_bytes:
+                raise OSError(errno.ENOSPC, f"{free} bytes free, less than max.message.bytes")
+        except OSError:
+            reopened.abandon()
+            raise
+        store = LogStore(reopened, self._sync_writes)
+        store.closed = self.store.closed
+        self.log, self.store, self.replica_log = reopened, store, store.replica_log
 
     # ---- leadership ----------------------------------------------------------------------
 

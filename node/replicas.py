@@ -16,6 +16,7 @@ records) is not this module's business: a hook registered with `on_published` ru
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -31,7 +32,12 @@ from tidelog.storage import LogConfig
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
 
+log = logging.getLogger(__name__)
+
 _FLUSH_THREADS = 8
+#: How soon, then how often at most, a replica whose disk refused a write tries again.
+_STORAGE_RETRY_S = 1.0
+_STORAGE_RETRY_MAX_S = 8.0
 
 T = TypeVar("T")
 
@@ -55,6 +61,10 @@ class ReplicaSet:
         self._driver: Driver[PartitionReplica] = Driver(self)
         self._outbox: dict[int, Outgoing] = {}
         self._published_hooks: dict[TopicPartition, Callable[[], None]] = {}
+        #: Replicas whose disk refused a write, and the task that brings each back.
+        self._offline: dict[TopicPartition, asyncio.Task[None]] = {}
+        #: The last retry delay of a replica that came back, and when it came back.
+        self._storage_retry: dict[TopicPartition, tuple[float, float]] = {}
         self.raft_config = RaftConfig(
             election_ticks=max(2, config.election_timeout_ms // config.raft_tick_ms),
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
@@ -71,10 +81,15 @@ class ReplicaSet:
         """After the loops stopped: close the links, then every log on the disk thread."""
         for link in self.links.values():
             await link.close()
+        for task in list(self._offline.values()):
+            task.cancel()
         loop = asyncio.get_running_loop()
         for replica in list(self.partitions.values()):
             replica.abandon()
-            await loop.run_in_executor(self.disk, replica.log.close)
+            try:
+                await loop.run_in_executor(self.disk, replica.log.close)
+            except OSError as exc:  # the next start recovers it, as after a crash
+                log.warning("%s: the log was not closed cleanly: %s", replica.tp, exc)
         self.disk.shutdown(wait=True)
         self._flushers.shutdown(wait=True)
 
@@ -126,15 +141,62 @@ class ReplicaSet:
         """Run `job`, which changes `replica`'s log under its core (the scrubber cutting a
         damaged log), on the disk thread after any round of writes already under way, with
         the replica out of the Ready loop meanwhile; then give it a new core built from what
-        its storage holds, as a restart would."""
+        its storage holds, as a restart would. A job the disk refuses raises its OSError once
+        the replica is taken offline (`storage_failed`)."""
         replica.offline = True
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.disk, job)
+            result = await asyncio.get_running_loop().run_in_executor(self.disk, job)
+        except OSError as exc:
+            self.storage_failed(replica, exc)
+            raise
+        if not replica.closed:
+            replica.restart_core()
+        replica.offline = False
+        self.wake()
+        return result
+
+    # ---- a disk that refuses writes --------------------------------------------------------
+
+    def storage_failed(self, replica: PartitionReplica, exc: OSError) -> None:
+        """A write to `replica`'s log failed (a full disk, an I/O error). As Kafka takes a log
+        directory offline, the replica leaves the Ready loop: what the failed Ready promised is
+        never sent, a leader stops heartbeating so the others elect one that can write, and
+        clients get KAFKA_STORAGE_ERROR. Every few seconds the log is reopened, as after a
+        crash (recovery drops what the failed write left), and once the disk takes a write
+        again the replica comes back as a follower with a core built from its durable state."""
+        if replica.closed or replica.tp in self._offline:
+            return
+        log.error("%s: the disk refused a write (%s): the replica is offline until it takes "
+                  "writes again", replica.tp, exc)
+        replica.storage_failed()
+        # A replica that fails again soon after it came back waits longer each time.
+        delay, back_at = self._storage_retry.get(replica.tp, (0.0, 0.0))
+        soon = time.monotonic() - back_at < 4 * _STORAGE_RETRY_MAX_S
+        delay = min(2 * delay, _STORAGE_RETRY_MAX_S) if soon and delay else _STORAGE_RETRY_S
+        self._offline[replica.tp] = asyncio.create_task(self._bring_back(replica, delay))
+
+    async def _bring_back(self, replica: PartitionReplica, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not replica.closed:
+                await asyncio.sleep(delay)
+                try:
+                    await loop.run_in_executor(self.disk, replica.reopen_log)
+                except OSError as exc:
+                    log.warning("%s: the disk still refuses writes (%s); next try in %.0fs",
+                                replica.tp, exc, delay)
+                    delay = min(2 * delay, _STORAGE_RETRY_MAX_S)
+                    continue
+                if not replica.closed:
+                    replica.restart_core()
+                    replica.offline = False
+                    self._storage_retry[replica.tp] = (delay, time.monotonic())
+                    self.wake()
+                    log.warning("%s: the disk takes writes again: the replica is back as a "
+                                "follower", replica.tp)
+                return
         finally:
-            if not replica.closed:
-                replica.restart_core()
-            replica.offline = False
-            self.wake()
+            del self._offline[replica.tp]
 
     # ---- the Raft driver -------------------------------------------------------------------
 
@@ -181,9 +243,13 @@ class ReplicaSet:
             self._work.clear()
             while (rnd := driver.begin([(r, r.driven) for r in list(self.partitions.values())
                                         if not r.offline])) is not None:
-                writes = rnd.writes
+                writes = rnd.early + rnd.late
                 if writes:
-                    await loop.run_in_executor(self.disk, _persist_all, writes, self._flushers)
+                    failed = await loop.run_in_executor(
+                        self.disk, _persist_all, writes, self._flushers
+                    )
+                    for replica, exc in failed:
+                        self.storage_failed(replica, exc)
                 driver.complete(rnd)
 
     # ---- the driver's port -----------------------------------------------------------------
@@ -225,7 +291,9 @@ def _delete_replica_files(replica: PartitionReplica) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _persist_all(writes: list[Write], flushers: ThreadPoolExecutor) -> None:
+def _persist_all(
+    writes: list[tuple[PartitionReplica, Write]], flushers: ThreadPoolExecutor
+) -> list[tuple[PartitionReplica, OSError]]:
     """On the disk thread: apply and fsync a round of Readies (group commit).
 
     The partitions' writes and fsyncs run side by side on `flushers`: one after another, a
@@ -233,9 +301,15 @@ def _persist_all(writes: list[Write], flushers: ThreadPoolExecutor) -> None:
     ext4 folds concurrent fsyncs into one journal commit. The disk thread still waits for the
     whole round, so work it runs later (deleting a replica, closing a log) never overlaps it,
     and the loop sends nothing of the round that waits for the disk before all of it is
-    durable. A removed replica's store drops its writes (`LogStore.closed`)."""
-    if len(writes) == 1:
-        writes[0].persist()
-        return
-    for _ in flushers.map(Write.persist, writes):  # re-raises the first failure
-        pass
+    durable. A removed replica's store drops its writes (`LogStore.closed`). Returns the
+    replicas whose writes the disk refused, with the error: their Readies must not complete."""
+
+    def persist(item: tuple[PartitionReplica, Write]) -> OSError | None:
+        try:
+            item[1].persist()
+        except OSError as exc:
+            return exc
+        return None
+
+    errors = [persist(writes[0])] if len(writes) == 1 else list(flushers.map(persist, writes))
+    return [(item[0], exc) for item, exc in zip(writes, errors, strict=True) if exc is not None]

@@ -191,10 +191,14 @@ class Scrubber:
         if replica.is_leader:
             self._damaged_leaders[replica.tp] = damage
             return
-        cut = await self.replicas.rewrite_storage(
-            replica,
-            lambda: replica.log.truncate_damaged(damage.segment, damage.position, damage.offset),
-        )
+        try:
+            cut = await self.replicas.rewrite_storage(
+                replica,
+                lambda: replica.log.truncate_damaged(damage.segment, damage.position,
+                                                     damage.offset),
+            )
+        except OSError:
+            return  # offline until its disk takes writes; the next pass finds the damage
         if not cut:
             log.info("scrub: %s: the damage at offset %d is gone (the segment changed)",
                      replica.tp, damage.offset)

@@ -24,6 +24,16 @@ log = logging.getLogger(__name__)
 TMP_SUFFIX = ".tmp"
 
 
+def pwrite_all(fd: int, data: bytes | memoryview, position: int) -> None:
+    """Write all of `data` at `position`. A full disk may take part of a write and refuse the
+    rest: the short write is continued, so that the refusal is an OSError (ENOSPC) and never a
+    silently partial file."""
+    view = memoryview(data)
+    written = 0
+    while written < len(view):
+        written += os.pwrite(fd, view[written:], position + written)
+
+
 def fsync_dir(path: Path) -> None:
     """Make creations, renames and deletions inside `path` durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -49,7 +59,7 @@ class CheckpointFile:
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, text.encode())
+            pwrite_all(fd, text.encode(), 0)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from tidelog.storage.checkpoint import pwrite_all
 from tidelog.storage.errors import CorruptIndexError
 
 INT32_MAX = 2**31 - 1
@@ -89,7 +90,7 @@ class IndexFile:
         self._dirty = True
 
     def write_at(self, position: int, data: bytes) -> None:
-        os.pwrite(self._open(), data, position)
+        pwrite_all(self._open(), data, position)
         self._dirty = True
 
     def truncate(self, size: int) -> None:

@@ -4,14 +4,14 @@ Offsets (SPEC §1): ``log_start_offset <= high_watermark <= log_end_offset``, an
 ``recovery_point`` (everything below it is fsynced) never passes the log end offset.
 
 The append path stays on bytes: a leader append is ``validate_produced_batch`` (one pass over
-every record's framing, no object per record), ``stamp`` (patch base offset and epoch in place), one positional write,
-and a few integer comparisons for the indexes. A replicated leader runs the same three steps at
-three times: it validates on the request's path, its Raft core stamps when it assigns offsets,
-and its writer thread writes the stamped batch with ``append_stamped``; ``append_as_leader``
-is the three at once, for a log without replication. Batches received from another node go
-through ``append_as_follower``, which checks their CRCs first. Nothing fsyncs except
-``flush()``, so the caller (the node's writer thread) decides when to pay for durability, once
-for many appends.
+every record's framing, no object per record), ``stamp`` (patch base offset and epoch in place),
+one positional write, and a few integer comparisons for the indexes. A replicated leader runs
+the same three steps at three times: it validates on the request's path, its Raft core stamps
+when it assigns offsets, and its writer thread writes the stamped batch with ``append_stamped``;
+``append_as_leader`` is the three at once, for a log without replication. Batches received from
+another node go through ``append_as_follower``, which checks their CRCs first. Nothing fsyncs
+except ``flush()``, so the caller (the node's writer thread) decides when to pay for durability,
+once for many appends.
 
 A lock serialises every public method: the writer thread appends while the event loop reads.
 """
@@ -799,6 +799,16 @@ class Log:
             for segment in self._segments:
                 segment.close_handles()
             self._closed = True
+
+    def abandon(self) -> None:
+        """Let go of the log as a crash would: descriptors closed, nothing flushed, written
+        or marked clean, so the next open recovers from the recovery point, dropping
+        whatever a failed write left behind. For a log whose disk refused a write: a clean
+        `close` would have to write."""
+        with self._lock:
+            self._closed = True
+            for segment in self._segments:
+                segment.close_handles()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -26,6 +26,7 @@ from tidelog.records import (
     read_header,
     record_timestamps,
 )
+from tidelog.storage.checkpoint import pwrite_all
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochFileCache
 from tidelog.storage.errors import CorruptIndexError
@@ -465,9 +466,7 @@ class LogSegment:
         fd = self._writer()
         position = self.size
         try:
-            written = os.pwrite(fd, data, position)
-            while written < len(data):
-                written += os.pwrite(fd, memoryview(data)[written:], position + written)
+            pwrite_all(fd, data, position)
         except BaseException:
             os.ftruncate(fd, position)
             raise
