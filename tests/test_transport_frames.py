@@ -6,6 +6,7 @@ accepts."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import grpc
 import pytest
@@ -212,3 +213,45 @@ def _summary(message: object) -> tuple[str, int, int]:
         return "append", message.prev_offset, sum(len(e.data) for e in message.entries)
     assert isinstance(message, Heartbeat)
     return "heartbeat", message.leader_hw, 0
+
+
+def test_a_broken_stream_is_a_warning_with_its_cause_once_per_period(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer that refuses a message (here a server left at gRPC's 4 MiB default) breaks the
+    stream: the link says so at WARNING with gRPC's code and details (it said nothing above
+    DEBUG before), and a break that repeats soon after is counted at DEBUG instead of flooding
+    the log."""
+    caplog.set_level(logging.DEBUG, logger="tidelog.transport")
+    too_big = bytes(5 << 20)
+
+    def breaks() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "broke" in r.getMessage()]
+
+    async def run() -> None:
+        server = grpc.aio.server()  # gRPC's default receive limit
+        add_raft_transport(server, lambda env, payload: None,
+                           lambda _: rpb.FetchMetadataResponse())
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        link = PeerLink(1, 2, f"127.0.0.1:{port}")
+        link.start()
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while len(breaks()) < 2:  # the link drops what was queued when its stream broke
+                assert asyncio.get_running_loop().time() < deadline, "no second break logged"
+                outgoing = Outgoing(1, 2)
+                outgoing.add(A, AppendRequest(1, 1, 2, -1, -1, (Entry(0, 0, 1, too_big),), 0))
+                link.send(outgoing)
+                await asyncio.sleep(0.1)
+        finally:
+            await link.close()
+            await server.stop(0)
+
+    asyncio.run(run())
+    first, second = breaks()[:2]
+    assert first.levelno == logging.WARNING
+    # gRPC's cause: RESOURCE_EXHAUSTED "Received message larger than max", or INTERNAL when
+    # the server's GOAWAY wins the race.
+    assert any(f"broke: {code.name} " in first.getMessage() for code in grpc.StatusCode)
+    assert second.levelno == logging.DEBUG
