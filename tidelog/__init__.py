@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tidelog.consumer import Consumer, ConsumerConfig
     from tidelog.metadata import PartitionInfo, TopicInfo
     from tidelog.producer import Producer, ProducerConfig, RecordFuture
+    from tidelog.transport import CallObserver
 
 __version__ = "0.1.0"
 
@@ -41,9 +42,11 @@ _LAZY = {
     "Producer": "tidelog.producer",
     "ProducerConfig": "tidelog.producer",
     "RecordFuture": "tidelog.producer",
+    "CallObserver": "tidelog.transport",
 }
 
 __all__ = [
+    "CallObserver",
     "Client",
     "ClientConfig",
     "ClusterDescription",
