@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from tidelog.errors import CorruptMessageError
 from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.transport import Outgoing, PeerLink, messages_of
@@ -157,17 +158,21 @@ class ReplicaSet:
 
     # ---- a disk that refuses writes --------------------------------------------------------
 
-    def storage_failed(self, replica: PartitionReplica, exc: OSError) -> None:
-        """A write to `replica`'s log failed (a full disk, an I/O error). As Kafka takes a log
-        directory offline, the replica leaves the Ready loop: what the failed Ready promised is
-        never sent, a leader stops heartbeating so the others elect one that can write, and
-        clients get KAFKA_STORAGE_ERROR. Every few seconds the log is reopened, as after a
-        crash (recovery drops what the failed write left), and once the disk takes a write
-        again the replica comes back as a follower with a core built from its durable state."""
+    def storage_failed(self, replica: PartitionReplica, exc: Exception) -> None:
+        """A write to `replica`'s log failed: the disk refused it (full, an I/O error), or a
+        batch received from the leader failed its checks (its CRC: the leader's copy is
+        damaged). As Kafka takes a log directory offline, the replica leaves the Ready loop:
+        what the failed Ready promised is never sent, a leader stops heartbeating so the others
+        elect one that can write, and clients get KAFKA_STORAGE_ERROR. Every few seconds the
+        log is reopened, as after a crash (recovery drops what the failed write left), and once
+        the disk takes a write again the replica comes back as a follower with a core built
+        from its durable state."""
         if replica.closed or replica.tp in self._offline:
             return
-        log.error("%s: the disk refused a write (%s): the replica is offline until it takes "
-                  "writes again", replica.tp, exc)
+        what = ("a batch from the leader failed its checks"
+                if isinstance(exc, CorruptMessageError) else "the disk refused a write")
+        log.error("%s: %s (%s): the replica is offline until it takes writes again",
+                  replica.tp, what, exc)
         replica.storage_failed()
         # A replica that fails again soon after it came back waits longer each time.
         delay, back_at = self._storage_retry.get(replica.tp, (0.0, 0.0))
@@ -293,7 +298,7 @@ def _delete_replica_files(replica: PartitionReplica) -> None:
 
 def _persist_all(
     writes: list[tuple[PartitionReplica, Write]], flushers: ThreadPoolExecutor
-) -> list[tuple[PartitionReplica, OSError]]:
+) -> list[tuple[PartitionReplica, Exception]]:
     """On the disk thread: apply and fsync a round of Readies (group commit).
 
     The partitions' writes and fsyncs run side by side on `flushers`: one after another, a
@@ -302,12 +307,13 @@ def _persist_all(
     whole round, so work it runs later (deleting a replica, closing a log) never overlaps it,
     and the loop sends nothing of the round that waits for the disk before all of it is
     durable. A removed replica's store drops its writes (`LogStore.closed`). Returns the
-    replicas whose writes the disk refused, with the error: their Readies must not complete."""
+    replicas whose writes failed (`ReplicaSet.storage_failed`), with the error: their Readies
+    must not complete."""
 
-    def persist(item: tuple[PartitionReplica, Write]) -> OSError | None:
+    def persist(item: tuple[PartitionReplica, Write]) -> Exception | None:
         try:
             item[1].persist()
-        except OSError as exc:
+        except (OSError, CorruptMessageError) as exc:
             return exc
         return None
 

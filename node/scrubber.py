@@ -10,11 +10,12 @@ does, each log is verified once per ``log.scrub.interval.ms`` (from the start of
 start of the next), the first time when the node starts: a restart is when damage that a clean
 shutdown hid matters.
 
-Repair follows Protocol-Aware Recovery (FAST'18). A follower's log is cut where the damage
-starts (`Log.truncate_damaged`, on the disk thread, the logs' only writer) and its core is built
-again from what storage holds: below its remembered end it is a damaged replica, which never
-campaigns, votes as if it still held what it lost, and is refilled by the leader. A leader does
-not cut what it may be alone in holding: it hands leadership to an in-sync follower and is
+Repair follows Protocol-Aware Recovery (FAST'18). Once another replica leads (it holds
+everything committed, and refills what the cut removes), a follower's log is cut where the
+damage starts (`Log.truncate_damaged`, on the disk thread, the logs' only writer) and its core
+is built again from what storage holds: below its remembered end it is a damaged replica, which
+never campaigns, votes as if it still held what it lost, and is refilled by the leader. A leader
+does not cut what it may be alone in holding: it hands leadership to an in-sync follower and is
 repaired as a follower once it no longer leads; while no other replica is in sync it logs an
 error and keeps serving what it can read, losing nothing more.
 """
@@ -55,8 +56,9 @@ class Scrubber:
         self._order: list[TopicPartition] = []
         self._pass_started: dict[TopicPartition, float] = {}
         self._rest_until: dict[TopicPartition, float] = {}
-        #: Leaders whose logs are damaged, waiting to hand leadership over before the cut.
-        self._damaged_leaders: dict[TopicPartition, Damage] = {}
+        #: Damage found and not cut yet: a leader's, until it has handed leadership over, and
+        #: a follower's, until it knows a leader to refill it.
+        self._pending: dict[TopicPartition, Damage] = {}
         self._alone: set[TopicPartition] = set()
         self.bytes_verified = 0
         self.corrupt_batches = 0
@@ -73,11 +75,11 @@ class Scrubber:
             while True:
                 next_tick = max(next_tick + _TICK_S, time.monotonic())
                 await asyncio.sleep(next_tick - time.monotonic())
-                await self._hand_over_damaged_leaders()
+                await self._resolve_pending()
                 logs = {
                     tp: r.log
                     for tp, r in self.replicas.partitions.items()
-                    if not (r.closed or r.offline or tp in self._damaged_leaders)
+                    if not (r.closed or r.offline or tp in self._pending)
                 }
                 found = await loop.run_in_executor(self._thread, self._scan, logs, budget)
                 for tp, log_, damage in found:
@@ -146,51 +148,56 @@ class Scrubber:
             "scrub: %s: corrupt batch at offset %d (%s, position %d): %s",
             tp, damage.offset, damage.segment.log_path.name, damage.position, damage.reason,
         )
-        if replica.is_leader:
-            self._damaged_leaders[tp] = damage
-            await self._hand_over_damaged_leaders()
-        else:
+        self._pending[tp] = damage
+        await self._resolve(tp)
+
+    async def _resolve_pending(self) -> None:
+        for tp in list(self._pending):
+            await self._resolve(tp)
+
+    async def _resolve(self, tp: TopicPartition) -> None:
+        """Cut a damaged log once another replica leads, which holds everything committed
+        (Leader Completeness) and refills it; a damaged leader first hands leadership over."""
+        damage = self._pending[tp]
+        replica = self.replicas.partitions.get(tp)
+        if replica is None or replica.closed:
+            del self._pending[tp]
+            self._alone.discard(tp)
+        elif replica.offline:
+            return
+        elif replica.is_leader:
+            self._hand_over(replica, damage)
+        elif replica.core.leader_id not in (None, self.config.node_id):
+            del self._pending[tp]
+            self._alone.discard(tp)
             await self._repair(replica, damage)
 
-    async def _hand_over_damaged_leaders(self) -> None:
-        for tp, damage in list(self._damaged_leaders.items()):
-            replica = self.replicas.partitions.get(tp)
-            if replica is None or replica.closed:
-                del self._damaged_leaders[tp]
-                self._alone.discard(tp)
-            elif not replica.is_leader:
-                if replica.offline:
-                    continue
-                del self._damaged_leaders[tp]
-                self._alone.discard(tp)
-                await self._repair(replica, damage)
-            elif replica.core.transferring_to is None:
-                others = [
-                    r for r in replica.in_sync_replicas(self.config.replica_lag_max_ms)
-                    if r != self.config.node_id
-                ]
-                if others:
-                    target = max(others, key=replica.core.match_of)
-                    log.warning(
-                        "scrub: %s: this leader's log is damaged at offset %d; handing "
-                        "leadership to node %d, then repairing from it", tp, damage.offset, target,
-                    )
-                    with contextlib.suppress(NotLeaderError, ValueError):
-                        replica.core.transfer_leadership(target)
-                    self.replicas.wake()
-                elif tp not in self._alone:
-                    self._alone.add(tp)
-                    log.error(
-                        "scrub: %s: this leader's log is damaged at offset %d and no other "
-                        "replica is in sync: nothing is cut, what is readable is still served",
-                        tp, damage.offset,
-                    )
+    def _hand_over(self, replica: PartitionReplica, damage: Damage) -> None:
+        if replica.core.transferring_to is not None:
+            return
+        tp = replica.tp
+        others = [
+            r for r in replica.in_sync_replicas(self.config.replica_lag_max_ms)
+            if r != self.config.node_id
+        ]
+        if others:
+            target = max(others, key=replica.core.match_of)
+            log.warning(
+                "scrub: %s: this leader's log is damaged at offset %d; handing leadership to "
+                "node %d, then repairing from it", tp, damage.offset, target,
+            )
+            with contextlib.suppress(NotLeaderError, ValueError):
+                replica.core.transfer_leadership(target)
+            self.replicas.wake()
+        elif tp not in self._alone:
+            self._alone.add(tp)
+            log.error(
+                "scrub: %s: this leader's log is damaged at offset %d and no other replica is "
+                "in sync: nothing is cut, what is readable is still served", tp, damage.offset,
+            )
 
     async def _repair(self, replica: PartitionReplica, damage: Damage) -> None:
         """Cut a follower's log at the damage; it is then refilled from the leader."""
-        if replica.is_leader:
-            self._damaged_leaders[replica.tp] = damage
-            return
         try:
             cut = await self.replicas.rewrite_storage(
                 replica,

@@ -17,7 +17,7 @@ from cluster_helpers import Raw, make_batch, values_of, wait_for
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
 from tidelog.records import iter_batches
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, probe
 from tidelog.types import DEBUGGING_REPLICA_ID
 
 pytestmark = pytest.mark.timeout(180)
@@ -127,3 +127,41 @@ def test_scrub_settings_are_validated(tmp_path: Path) -> None:
         NodeConfig.from_properties({**base, "log.scrub.bytes.per.second": "-1"})
     with pytest.raises(InvalidConfigError, match=r"log\.scrub\.interval\.ms"):
         NodeConfig.from_properties({**base, "log.scrub.interval.ms": "0"})
+
+
+def test_a_damaged_leader_with_no_other_copy_cuts_nothing(
+    cluster: tuple[LocalCluster, Raw],
+) -> None:
+    c, raw = cluster
+    raw.create_topic(TOPIC, 1, 1, segment_bytes="2048")
+    acked = produce(raw, 60)
+    leader = raw.wait_leaders(TOPIC, 1)[0]
+    before = replica_bytes(raw, leader)
+    offset = flip_a_byte(c, leader)
+    wait_for(lambda: "no other replica is in sync: nothing is cut" in c.logs(leader), 30,
+             "the scrubber to find the damage")
+    held = replica_bytes(raw, leader)
+    assert len(held) == len(before), "the only copy was cut"
+    served = dict(values_of(raw.fetch_all(leader, TOPIC, 0, max_bytes=1024)))
+    assert all(served.get(o) == v for o, v in acked.items() if o < offset)
+    assert "log cut" not in c.logs(leader)
+
+
+def test_a_follower_fed_a_damaged_batch_refuses_it_and_stays_up(tmp_path: Path) -> None:
+    # No scrubber: the leader does not know its copy is damaged and sends it.
+    with LocalCluster(3, replica_lag_max_ms=2000, log_scrub_bytes_per_second=0) as c:
+        raw = Raw(c)
+        try:
+            raw.create_topic(TOPIC, 1, 3, segment_bytes="2048")
+            leader = raw.wait_leaders(TOPIC, 1)[0]
+            behind = next(n for n in c.node_ids if n != leader)
+            assert c.stop(behind) == 0
+            produce(raw, 60)
+            flip_a_byte(c, leader)
+            c.restart(behind)
+            wait_for(lambda: "a batch from the leader failed its checks" in c.logs(behind), 30,
+                     "the follower to refuse the damaged batch")
+            assert c.is_running(behind)
+            assert probe(c.address_of(behind), with_metadata=False).serving
+        finally:
+            raw.close()
