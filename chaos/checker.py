@@ -34,7 +34,7 @@ from tidelog.testing import LocalCluster
 from tidelog.types import DEBUGGING_REPLICA_ID, IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2_grpc
 
-__all__ = ["FinalState", "Invariant", "ReplicaLog", "check", "read_final_state"]
+__all__ = ["FinalState", "Invariant", "ReplicaSnapshot", "check", "read_final_state"]
 
 _EXAMPLES = 5
 _FETCH_BYTES = 4 << 20
@@ -59,7 +59,7 @@ class Batch:
 
 
 @dataclass(frozen=True)
-class ReplicaLog:
+class ReplicaSnapshot:
     """One replica's whole local log as a debug fetch returns it."""
 
     node: int
@@ -76,7 +76,7 @@ class ReplicaLog:
 @dataclass
 class FinalState:
     #: partition -> node -> its replica's log.
-    replicas: dict[int, dict[int, ReplicaLog]]
+    replicas: dict[int, dict[int, ReplicaSnapshot]]
     #: partition -> the node that led it when the state was read.
     leaders: dict[int, int | None]
     #: Seconds the replicas took to agree after the drain (None: they never did).
@@ -98,7 +98,7 @@ class FinalState:
                         file.write(json.dumps({"partition": partition, "node": node,
                                                **batch.to_json()}) + "\n")
 
-    def reference(self, partition: int) -> ReplicaLog | None:
+    def reference(self, partition: int) -> ReplicaSnapshot | None:
         """The leader's log, else the replica with the highest HW."""
         replicas = self.replicas[partition]
         leader = self.leaders.get(partition)
@@ -108,7 +108,7 @@ class FinalState:
         return max(readable, key=lambda r: r.high_watermark, default=None)
 
 
-def _read_replica(channel: grpc.Channel, node: int, tp: TopicPartition) -> ReplicaLog:
+def _read_replica(channel: grpc.Channel, node: int, tp: TopicPartition) -> ReplicaSnapshot:
     stub = tidelog_pb2_grpc.TidelogStub(channel)
     batches: list[Batch] = []
     offset = 0
@@ -121,14 +121,14 @@ def _read_replica(channel: grpc.Channel, node: int, tp: TopicPartition) -> Repli
         request.replica_id = DEBUGGING_REPLICA_ID
         answer = wire.parse_fetch(stub.Fetch(request, timeout=10))[tp]
         if isinstance(answer, wire.Failure):
-            return ReplicaLog(node, hw, start, tuple(batches), str(answer.error))
+            return ReplicaSnapshot(node, hw, start, tuple(batches), str(answer.error))
         hw, start = answer.high_watermark, answer.log_start_offset
         if offset == 0 and start > 0:
             offset = start
             continue
         data = answer.records
         if not data:
-            return ReplicaLog(node, hw, start, tuple(batches))
+            return ReplicaSnapshot(node, hw, start, tuple(batches))
         for pos, header in iter_batches(data):
             records = () if header.is_control else tuple(
                 (r.offset, (r.value or b"").decode(errors="replace"), r.timestamp)
@@ -152,7 +152,7 @@ def read_final_state(cluster: LocalCluster, topic: str, assignment: dict[int, tu
     try:
         while True:
             leaders = {p: cluster.leader_of((topic, p)) for p in assignment}
-            replicas: dict[int, dict[int, ReplicaLog]] = {}
+            replicas: dict[int, dict[int, ReplicaSnapshot]] = {}
             for p, nodes in assignment.items():
                 replicas[p] = {}
                 for node in nodes:
@@ -160,7 +160,7 @@ def read_final_state(cluster: LocalCluster, topic: str, assignment: dict[int, tu
                     try:
                         replicas[p][node] = _read_replica(channel, node, TopicPartition(topic, p))
                     except grpc.RpcError as exc:
-                        replicas[p][node] = ReplicaLog(node, -1, -1, (), f"{exc.code().name}")
+                        replicas[p][node] = ReplicaSnapshot(node, -1, -1, (), f"{exc.code().name}")
             converged = all(
                 leaders[p] is not None and len({
                     (r.high_watermark, r.log_end_offset, r.error) for r in replicas[p].values()
@@ -197,7 +197,7 @@ class Invariant:
                 "violations": self.count, "examples": self.violations}
 
 
-def _committed(log: ReplicaLog) -> list[Batch]:
+def _committed(log: ReplicaSnapshot) -> list[Batch]:
     return [b for b in log.batches if b.last_offset < log.high_watermark]
 
 
@@ -295,7 +295,7 @@ def check(entries: list[dict[str, Any]], final: FinalState) -> list[Invariant]:
     return invariants
 
 
-def _check_dense(partition: int, replicas: Iterable[ReplicaLog], dense: Invariant) -> None:
+def _check_dense(partition: int, replicas: Iterable[ReplicaSnapshot], dense: Invariant) -> None:
     for replica in replicas:
         expected = replica.log_start_offset
         for batch in replica.batches:
@@ -309,8 +309,8 @@ def _check_dense(partition: int, replicas: Iterable[ReplicaLog], dense: Invarian
             expected = batch.last_offset + 1
 
 
-def _check_identical(partition: int, reference: ReplicaLog, replicas: Iterable[ReplicaLog],
-                     identical: Invariant) -> None:
+def _check_identical(partition: int, reference: ReplicaSnapshot,
+                     replicas: Iterable[ReplicaSnapshot], identical: Invariant) -> None:
     wanted = _committed(reference)
     for replica in replicas:
         if replica.error:

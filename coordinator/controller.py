@@ -46,7 +46,7 @@ MAX_PARTITIONS = 10_000
 
 
 @dataclass(frozen=True)
-class TopicInfo:
+class TopicImage:
     """One topic as every node knows it: replica lists per partition, preferred leader first."""
 
     name: str
@@ -84,7 +84,7 @@ def _collision_key(name: str) -> str:
 class MetadataImage:
     """The applied state of the metadata log."""
 
-    topics: dict[str, TopicInfo] = field(default_factory=dict)
+    topics: dict[str, TopicImage] = field(default_factory=dict)
     next_topic_id: int = 1
     #: Producer ids below this were handed out in blocks to idempotent producers.
     next_producer_id: int = 0
@@ -156,7 +156,7 @@ class MetadataImage:
         self.applied_offset = offset
         if isinstance(record, TopicRecord):
             if record.name not in self.topics:
-                self.topics[record.name] = TopicInfo(
+                self.topics[record.name] = TopicImage(
                     record.name, record.assignment, dict(record.configs), record.topic_id
                 )
             self.next_topic_id = max(self.next_topic_id, record.topic_id + 1)

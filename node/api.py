@@ -28,7 +28,7 @@ import grpc
 from tidelog import errors
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
-from tidelog.node.partition import OffsetAnswer, PartitionReplica, is_debug_or_leader
+from tidelog.node.partition import ListOffsetsResult, PartitionReplica, is_debug_or_leader
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.node.transport import CHANNEL_OPTIONS
@@ -450,7 +450,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         replica_id: int,
         isolation: IsolationLevel,
         duplicated: bool,
-    ) -> OffsetAnswer:
+    ) -> ListOffsetsResult:
         """kafka-reference §2.1-2.2 in order: duplicates, unsupported specials, partition,
         epoch, leadership; then the replica's own answer. Raises the partition's error."""
         if duplicated:

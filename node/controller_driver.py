@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from tidelog import errors
-from tidelog.coordinator.controller import METADATA_TP, MetadataImage, TopicInfo
+from tidelog.coordinator.controller import METADATA_TP, MetadataImage, TopicImage
 from tidelog.coordinator.metadata_records import (
     MetadataRecord,
     ProducerIdsRecord,
@@ -110,7 +110,7 @@ class ControllerDriver:
         self._metadata_waiters.append((offset, applied))
         await _wait(applied, timeout_s)
 
-    def _reconcile(self, before: dict[str, TopicInfo]) -> None:
+    def _reconcile(self, before: dict[str, TopicImage]) -> None:
         for name, topic in self.image.topics.items():
             if before.get(name) is topic:
                 continue

@@ -60,7 +60,7 @@ class ProduceResult:
 
 
 @dataclass(frozen=True)
-class OffsetAnswer:
+class ListOffsetsResult:
     """One ListOffsets partition result (SPEC §6): "not found" is all -1 (errors are raised)."""
 
     timestamp: int = UNKNOWN
@@ -344,12 +344,12 @@ class PartitionReplica:
 
     def list_offset(
         self, timestamp: int, replica_id: int, isolation: IsolationLevel, max_num_offsets: int
-    ) -> OffsetAnswer:
+    ) -> ListOffsetsResult:
         """The answer of this replica, once epoch and leadership checks have passed; raises
         OFFSET_NOT_AVAILABLE and UNSUPPORTED_VERSION."""
         consumer = replica_id == CONSUMER_REPLICA_ID
         if max_num_offsets >= 1:
-            return OffsetAnswer(
+            return ListOffsetsResult(
                 old_style_offsets=tuple(
                     self.log.offsets_before(
                         timestamp, max_num_offsets, cap_at_high_watermark=consumer
@@ -364,11 +364,11 @@ class PartitionReplica:
         )
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             earliest = self.log.fetch_earliest()
-            return OffsetAnswer(offset=earliest.offset, leader_epoch=earliest.leader_epoch)
+            return ListOffsetsResult(offset=earliest.offset, leader_epoch=earliest.leader_epoch)
         if timestamp == LATEST_TIMESTAMP:
             if lagging:
                 raise not_available
-            return OffsetAnswer(offset=bound, leader_epoch=self.leader_epoch)
+            return ListOffsetsResult(offset=bound, leader_epoch=self.leader_epoch)
         found: TimestampAndOffset | None
         if timestamp == LATEST_TIERED_TIMESTAMP:
             found = None
@@ -383,8 +383,8 @@ class PartitionReplica:
         if lagging:
             raise not_available
         if found is None or found.offset >= bound:
-            return OffsetAnswer()
-        return OffsetAnswer(
+            return ListOffsetsResult()
+        return ListOffsetsResult(
             timestamp=found.timestamp, offset=found.offset, leader_epoch=found.leader_epoch
         )
 

@@ -60,14 +60,11 @@ from tidelog.storage.loader import (
 )
 from tidelog.storage.segment import SWAP_SUFFIX, LogSegment, TimestampAndOffset
 from tidelog.storage.segments import LogSegments
+from tidelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
-
-#: Special timestamps of the legacy (v0) lookup (kafka-reference §3).
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
 
 
 def system_clock_ms() -> int:

@@ -16,14 +16,13 @@ import pytest
 
 from tidelog.records import MAX_MESSAGE_BYTES
 from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
-from tidelog.types import DEBUGGING_REPLICA_ID
+from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(240)
 
 KiB = 1024
 MiB = 1024 * KiB
-LATEST = -1
 MESSAGE_TOO_LARGE = 10
 #: Bursts per case, one after the other: whether one burst overflows a message depends on
 #: how the leader's rounds fall, so the test gives it several chances.
@@ -67,7 +66,7 @@ def _warnings(raw: Raw) -> list[str]:
 
 def _log_end_offsets(raw: Raw, topic: str) -> list[int]:
     return [
-        raw.list_offset(node, topic, 0, LATEST, replica_id=DEBUGGING_REPLICA_ID).offset
+        raw.list_offset(node, topic, 0, LATEST_TIMESTAMP, replica_id=DEBUGGING_REPLICA_ID).offset
         for node in raw.cluster.node_ids
     ]
 

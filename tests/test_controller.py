@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.coordinator.controller import METADATA_TP, MetadataImage, TopicInfo
+from tidelog.coordinator.controller import METADATA_TP, MetadataImage, TopicImage
 from tidelog.coordinator.metadata_records import (
     FORMAT_VERSION,
     MetadataRecord,
@@ -123,7 +123,7 @@ def test_plans_are_typed_records_and_replay_to_the_same_image() -> None:
         leader.next_topic_id,
         leader.next_producer_id,
     )
-    assert follower.topics == {"b": TopicInfo("b", leader.topics["b"].assignment, {}, 2)}
+    assert follower.topics == {"b": TopicImage("b", leader.topics["b"].assignment, {}, 2)}
 
 
 def _metadata_log(directory: Path, values: list[bytes]) -> bytes:
@@ -153,9 +153,9 @@ def test_formats_mix_in_one_log_and_replays_are_skipped(tmp_path: Path) -> None:
     image = MetadataImage()
     image.apply_batches(data)
     image.apply_batches(data)  # a non-voter may be handed the same records again
-    assert image.topics == {"events": TopicInfo("events", ((1, 2), (2, 3), (3, 1)),
+    assert image.topics == {"events": TopicImage("events", ((1, 2), (2, 3), (3, 1)),
                                                 {"retention.ms": "1000"}, 1),
-                            "later": TopicInfo("later", ((1, 2),), {"a": "b"}, 2)}
+                            "later": TopicImage("later", ((1, 2),), {"a": "b"}, 2)}
     assert image.applied_offset == 3
 
 

@@ -13,12 +13,11 @@ from collections.abc import Iterator
 import pytest
 
 from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
-from tidelog.types import DEBUGGING_REPLICA_ID
+from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 
 pytestmark = pytest.mark.timeout(300)
 
 TOPIC = "lagging"
-LATEST = -1
 RECORD = b"r" * 200
 BATCH = 1000  # records per produce request: 200 kB
 
@@ -36,7 +35,7 @@ def raw() -> Iterator[Raw]:
 
 
 def _log_end(raw: Raw, node: int) -> int:
-    return raw.list_offset(node, TOPIC, 0, LATEST, replica_id=DEBUGGING_REPLICA_ID).offset
+    return raw.list_offset(node, TOPIC, 0, LATEST_TIMESTAMP, replica_id=DEBUGGING_REPLICA_ID).offset
 
 
 def _leader(raw: Raw, asked: int) -> int | None:

@@ -168,7 +168,7 @@ def _answer(found: TimestampAndOffset | None) -> str:
 
 def _lookups(log: Log) -> dict[str, str]:
     """What ListOffsets answers (SPEC §6) before any HW/LSO bound, plus the legacy v0 list."""
-    from tidelog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+    from tidelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
     earliest = log.fetch_earliest()
     mid = _ts(RECORDS // 3) + 500

@@ -14,8 +14,8 @@ import time
 from collections.abc import Mapping
 
 from tidelog.client import Client
-from tidelog.spark.options import LATEST, SourceOptions
-from tidelog.types import TopicPartition
+from tidelog.spark.options import SourceOptions
+from tidelog.types import LATEST_TIMESTAMP, TopicPartition
 
 #: Topic config that makes the log stamp records itself (Kafka's timestampType 1).
 _LOG_APPEND_TIME = ("message.timestamp.type", "LogAppendTime")
@@ -69,7 +69,7 @@ class ClusterLookup:
         fetchLatestOffsets)."""
         attempt = 0
         while True:
-            latest = self.offsets(dict.fromkeys(self.partitions(), LATEST))
+            latest = self.offsets(dict.fromkeys(self.partitions(), LATEST_TIMESTAMP))
             behind = [tp for tp, offset in latest.items() if offset < known.get(tp, offset)]
             if not behind or attempt >= self._options.fetch_retries:
                 return latest

@@ -39,8 +39,6 @@ _REJECTED = {
 }
 
 #: The offset JSON's sentinels (Spark's KafkaOffsetRangeLimit), equal to ListOffsets' specs.
-EARLIEST = EARLIEST_TIMESTAMP
-LATEST = LATEST_TIMESTAMP
 
 _OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 _TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
@@ -143,7 +141,7 @@ class SourceOptions:
             raise ConfigurationError("starting offset can't be latest for batch queries")
         if isinstance(start, SpecificOffsets):
             for tp, offset in sorted(start.offsets.items()):
-                if offset == LATEST:
+                if offset == LATEST_TIMESTAMP:
                     raise ConfigurationError(
                         f"startingOffsets for {tp} can't be latest for batch queries"
                     )
@@ -151,7 +149,7 @@ class SourceOptions:
             raise ConfigurationError("ending offset can't be earliest for batch queries")
         if isinstance(end, SpecificOffsets):
             for tp, offset in sorted(end.offsets.items()):
-                if offset == EARLIEST:
+                if offset == EARLIEST_TIMESTAMP:
                     raise ConfigurationError(
                         f"ending offset for {tp} can't be earliest for batch queries"
                     )
@@ -281,7 +279,7 @@ def _bound(
             return LatestBound()
         offsets = _partition_map(text, _OFFSETS_EXAMPLE)
         for tp, offset in sorted(offsets.items()):
-            if offset < EARLIEST:
+            if offset < EARLIEST_TIMESTAMP:
                 raise ConfigurationError(
                     f"{by_offset}: offset {offset} for {tp} is invalid "
                     "(use -2 for earliest, -1 for latest, or an offset >= 0)"

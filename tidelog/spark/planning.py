@@ -23,8 +23,6 @@ from typing import Protocol
 
 from tidelog.errors import ConfigurationError, TidelogError
 from tidelog.spark.options import (
-    EARLIEST,
-    LATEST,
     EarliestBound,
     GlobalTimestamp,
     LatestBound,
@@ -32,7 +30,7 @@ from tidelog.spark.options import (
     SpecificOffsets,
     SpecificTimestamps,
 )
-from tidelog.types import TopicPartition
+from tidelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +97,9 @@ def resolve_bound(
     """Concrete offsets for `partitions` (JSON bounds must name exactly them, as in Spark)."""
     specs: dict[TopicPartition, int]
     if isinstance(bound, EarliestBound):
-        specs = dict.fromkeys(partitions, EARLIEST)
+        specs = dict.fromkeys(partitions, EARLIEST_TIMESTAMP)
     elif isinstance(bound, LatestBound):
-        specs = dict.fromkeys(partitions, LATEST)
+        specs = dict.fromkeys(partitions, LATEST_TIMESTAMP)
     elif isinstance(bound, SpecificOffsets):
         _check_covers(bound.offsets, partitions, "startingOffsets" if starting else "endingOffsets")
         fixed = {tp: off for tp, off in bound.offsets.items() if off >= 0}
@@ -150,7 +148,7 @@ def _by_timestamp(
             "partitions at latest instead)"
         )
     if unmatched:
-        found.update(lookup.offsets(dict.fromkeys(unmatched, LATEST)))
+        found.update(lookup.offsets(dict.fromkeys(unmatched, LATEST_TIMESTAMP)))
     return found
 
 
