@@ -17,13 +17,12 @@ in a checkpoint file beside the segments.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Sequence
 
 from tidelog.records import ControlType, build_control_batch, iter_batches
 from tidelog.replication.driver import TermVote
-from tidelog.replication.log_view import NO_EPOCH, Entry
+from tidelog.replication.log_view import Entry
 from tidelog.replication.raft import HardState, Ready, Role
 from tidelog.storage import CheckpointFile, Log
 
@@ -73,12 +72,9 @@ class StorageReplicaLog:
         return None if epoch < 0 else epoch
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        entries = self.log.leader_epoch_cache.entries
-        i = bisect.bisect_right([e.epoch for e in entries], epoch) - 1
-        if i < 0:
-            return NO_EPOCH, self.log.log_start_offset
-        end = entries[i + 1].start_offset if i + 1 < len(entries) else self.log.log_end_offset
-        return entries[i].epoch, end
+        log = self.log
+        return log.leader_epoch_cache.end_offset_for(epoch, log.log_start_offset,
+                                                     log.log_end_offset)
 
     def read(self, from_offset: int, max_bytes: int) -> list[Entry]:
         if not self.log.log_start_offset <= from_offset < self.log.log_end_offset:

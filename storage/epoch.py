@@ -19,7 +19,6 @@ log = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
 
 
 class EpochEntry(NamedTuple):
@@ -81,19 +80,18 @@ class LeaderEpochFileCache:
         i = bisect.bisect_right(self._starts, offset) - 1
         return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
 
-    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> EpochEntry:
-        """Kafka's ``endOffsetFor``: (largest epoch <= requested, the start offset of the first
-        epoch above it), or the log end offset when the requested epoch is the latest."""
-        if requested_epoch == UNDEFINED_EPOCH or not self._epochs:
-            return EpochEntry(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
-        if requested_epoch == self._epochs[-1]:
-            return EpochEntry(requested_epoch, log_end_offset)
-        higher = bisect.bisect_right(self._epochs, requested_epoch)
-        if higher == len(self._epochs):
-            return EpochEntry(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
-        if higher == 0:
-            return EpochEntry(requested_epoch, self._starts[0])
-        return EpochEntry(self._epochs[higher - 1], self._starts[higher])
+    def end_offset_for(
+        self, requested_epoch: int, log_start_offset: int, log_end_offset: int
+    ) -> tuple[int, int]:
+        """The largest epoch <= `requested_epoch` and the end (exclusive) of its offsets: where
+        the next epoch starts, or `log_end_offset` for the latest; (UNDEFINED_EPOCH,
+        `log_start_offset`) when there is none. This is the question the Raft core asks a log
+        to find where a follower diverges (``ReplicaLog.end_offset_for_epoch``)."""
+        i = bisect.bisect_right(self._epochs, requested_epoch) - 1
+        if i < 0:
+            return UNDEFINED_EPOCH, log_start_offset
+        end = self._starts[i + 1] if i + 1 < len(self._epochs) else log_end_offset
+        return self._epochs[i], end
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget the epochs that start at or after `end_offset` (the log was truncated)."""

@@ -508,24 +508,12 @@ class Log:
     # High watermark, log start offset, truncation
 
     def update_high_watermark(self, high_watermark: int) -> int:
-        """Set the HW, clamped into [log start offset, LEO] (a follower taking the leader's)."""
+        """Set the HW the Raft core published, clamped into [log start offset, LEO]."""
         with self._lock:
             self._high_watermark = min(
                 max(high_watermark, self._log_start_offset), self._log_end_offset
             )
             return self._high_watermark
-
-    def maybe_increment_high_watermark(self, high_watermark: int) -> bool:
-        """Move the HW forward only (the leader); beyond the LEO is a bug of the caller."""
-        with self._lock:
-            if high_watermark > self._log_end_offset:
-                raise ValueError(
-                    f"high watermark {high_watermark} beyond log end {self._log_end_offset}"
-                )
-            if high_watermark <= self._high_watermark:
-                return False
-            self._high_watermark = high_watermark
-            return True
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """DeleteRecords, or a follower taking the leader's log start offset: it never passes

@@ -13,7 +13,7 @@ from storage_helpers import T0, batch, marker
 import tidelog.storage.log
 from tidelog.errors import CorruptMessageError
 from tidelog.records import read_header
-from tidelog.replication import Entry
+from tidelog.replication import Entry, MemoryLog
 from tidelog.replication.log_store import StorageReplicaLog
 from tidelog.storage import Log
 
@@ -68,3 +68,28 @@ def test_a_follower_checks_every_entry(tmp_path: Path, crc_checks: list[int]) ->
     data = [batch([T0], base_offset=0, epoch=2), batch([T0], base_offset=1, epoch=2)]
     replica_log.append([entry(d, 2) for d in data])  # leading_epoch is None: not leading
     assert crc_checks == [0, 1]
+
+
+def test_epoch_ends_are_those_of_the_same_log_in_memory(tmp_path: Path) -> None:
+    """The storage adapter answers the core's divergence question (the end of the latest epoch
+    at or below the one asked) as the in-memory log does, also once the log start moved past
+    the first epoch: both are the one question the core asks any log."""
+    replica_log = StorageReplicaLog(Log.open(tmp_path))
+    memory = MemoryLog()
+    for offset, epoch in enumerate([1, 1, 3, 3, 3, 5, 8]):
+        data = batch([T0], base_offset=offset, epoch=epoch)
+        replica_log.append([entry(data, epoch)])
+        memory.append([entry(data, epoch)])
+    for log in (replica_log, memory):
+        assert [log.end_offset_for_epoch(e) for e in range(-1, 10)] == [
+            (-1, 0), (-1, 0), (1, 2), (1, 2), (3, 5), (3, 5), (5, 6), (5, 6), (5, 6),
+            (8, 7), (8, 7),
+        ]
+    replica_log.log.update_high_watermark(7)
+    replica_log.log.maybe_increment_log_start_offset(3)
+    memory.advance_log_start(3)
+    for log in (replica_log, memory):
+        assert [log.end_offset_for_epoch(e) for e in range(-1, 10)] == [
+            (-1, 3), (-1, 3), (-1, 3), (-1, 3), (3, 5), (3, 5), (5, 6), (5, 6), (5, 6),
+            (8, 7), (8, 7),
+        ]

@@ -242,10 +242,7 @@ class TestOffsetsAndTruncation:
         log.append_as_leader(batch([T0] * 5), 0)
         assert log.update_high_watermark(10) == 5
         assert log.update_high_watermark(-3) == 0
-        assert log.maybe_increment_high_watermark(3)
-        assert not log.maybe_increment_high_watermark(2)
-        with pytest.raises(ValueError):
-            log.maybe_increment_high_watermark(6)
+        assert log.update_high_watermark(3) == 3
         with pytest.raises(OffsetOutOfRangeError):
             log.maybe_increment_log_start_offset(4)  # above the HW
         assert log.maybe_increment_log_start_offset(2)

@@ -170,7 +170,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
         hw = data.draw(st.integers(self.log.high_watermark, self.log.log_end_offset))
-        self.log.maybe_increment_high_watermark(hw)
+        self.log.update_high_watermark(hw)
         self.committed = max(self.committed, hw)
 
     @precondition(lambda self: self.log.log_end_offset > self.committed)

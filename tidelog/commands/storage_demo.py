@@ -73,7 +73,7 @@ def _tour(directory: Path, *, keep: bool) -> int:
     log = Log.open(directory, config, clock)
     try:
         _write(log, clock)
-        log.maybe_increment_high_watermark(log.log_end_offset)
+        log.update_high_watermark(log.log_end_offset)
         print(f"log end offset {log.log_end_offset} in {len(log.segments)} segments; high "
               "watermark moved to the log end (one replica: what it holds is committed)")
 
