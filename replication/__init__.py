@@ -2,7 +2,6 @@
 Readies into I/O (``driver``, with ``log_store`` on a storage log), and the simulator that runs
 both over real logs on a simulated disk (``sim``, ``sim_disk``)."""
 
-from tidelog.replication.log_view import NO_EPOCH, Entry, MemoryLog, ReplicaLog
 from tidelog.replication.messages import (
     AppendRequest,
     AppendResponse,
@@ -26,6 +25,7 @@ from tidelog.replication.raft import (
     Role,
     SafetyViolation,
 )
+from tidelog.replication.replica_log import NO_EPOCH, Entry, MemoryLog, ReplicaLog
 
 __all__ = [
     "NO_EPOCH",

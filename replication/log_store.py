@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 from tidelog.records import ControlType, build_control_batch, iter_batches
 from tidelog.replication.driver import TermVote
-from tidelog.replication.log_view import Entry
 from tidelog.replication.raft import HardState, Ready, Role
+from tidelog.replication.replica_log import Entry
 from tidelog.storage import CheckpointFile, Log
 
 _logger = logging.getLogger(__name__)

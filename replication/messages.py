@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidelog.replication.log_view import Entry
+from tidelog.replication.replica_log import Entry
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tidelog.replication.log_view import NO_EPOCH, Entry, ReplicaLog
 from tidelog.replication.messages import (
     AppendRequest,
     AppendResponse,
@@ -47,7 +46,8 @@ from tidelog.replication.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.replication.raft_log import RaftLog
+from tidelog.replication.replica_log import NO_EPOCH, Entry, ReplicaLog
+from tidelog.replication.unstable_log import RaftLog
 
 
 class Role(enum.Enum):

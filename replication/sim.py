@@ -34,9 +34,9 @@ from tidelog.errors import TidelogError
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication.driver import DrivenReplica, Driver, Leadership, Round
 from tidelog.replication.log_store import LogCodec, LogStore
-from tidelog.replication.log_view import Entry, MemoryLog
 from tidelog.replication.messages import Message
 from tidelog.replication.raft import NotLeaderError, RaftConfig, RaftCore, Ready, Role
+from tidelog.replication.replica_log import Entry, MemoryLog
 from tidelog.replication.sim_disk import SimDisk, close_descriptors
 from tidelog.storage import Log, LogConfig
 

@@ -1,4 +1,5 @@
-"""The Raft core's view of a partition's storage log, and an in-memory log for tests.
+"""The log a replica keeps, as the Raft core reads it (`ReplicaLog`; on storage it is
+`log_store.StorageReplicaLog`), and an in-memory one for tests and simulations (`MemoryLog`).
 
 Entries are record batches: one entry covers the dense offsets ``[base_offset, last_offset]``
 and carries the leader epoch it was written in. The core never looks inside ``data``; the bytes

@@ -1,4 +1,5 @@
-"""The core's logical log: what the storage log holds plus writes not yet handed to the driver.
+"""The core's logical log (etcd's raftLog): the replica's stored log (a `ReplicaLog`) plus the
+*unstable* tail of writes not yet handed to the driver.
 
 The core decides writes (appends, a truncation after a conflict, a reset below the leader's log
 start) while it steps messages, but only the driver touches storage, one ``Ready`` at a time.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from tidelog.replication.log_view import NO_EPOCH, Entry, ReplicaLog, take_within
+from tidelog.replication.replica_log import NO_EPOCH, Entry, ReplicaLog, take_within
 
 
 def _base(e: Entry) -> int:
