@@ -29,7 +29,8 @@ import grpc
 
 from tidelog import wire
 from tidelog.chaos.history import OK, UNKNOWN, Op, operations
-from tidelog.records import decode_records, iter_batches
+from tidelog.errors import CorruptMessageError
+from tidelog.records import check_crc, decode_records, iter_batches
 from tidelog.testing import LocalCluster
 from tidelog.types import DEBUGGING_REPLICA_ID, IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2_grpc
@@ -129,17 +130,22 @@ def _read_replica(channel: grpc.Channel, node: int, tp: TopicPartition) -> Repli
         data = answer.records
         if not data:
             return ReplicaSnapshot(node, hw, start, tuple(batches))
-        for pos, header in iter_batches(data):
-            records = () if header.is_control else tuple(
-                (r.offset, (r.value or b"").decode(errors="replace"), r.timestamp)
-                for r in decode_records(data, pos, header)
-            )
-            batches.append(Batch(header.base_offset, header.last_offset,
-                                 header.partition_leader_epoch, header.is_control,
-                                 (header.producer_id, header.producer_epoch,
-                                  header.base_sequence),
-                                 bytes(data[pos:pos + header.size]), records))
-            offset = header.next_offset
+        try:
+            for pos, header in iter_batches(data):
+                check_crc(data, pos, header)
+                records = () if header.is_control else tuple(
+                    (r.offset, (r.value or b"").decode(errors="replace"), r.timestamp)
+                    for r in decode_records(data, pos, header)
+                )
+                batches.append(Batch(header.base_offset, header.last_offset,
+                                     header.partition_leader_epoch, header.is_control,
+                                     (header.producer_id, header.producer_epoch,
+                                      header.base_sequence),
+                                     bytes(data[pos:pos + header.size]), records))
+                offset = header.next_offset
+        except CorruptMessageError as exc:  # damaged on disk and never repaired
+            return ReplicaSnapshot(node, hw, start, tuple(batches),
+                                   f"damaged batch after offset {offset - 1}: {exc}")
 
 
 def read_final_state(cluster: LocalCluster, topic: str, assignment: dict[int, tuple[int, ...]],

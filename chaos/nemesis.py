@@ -17,6 +17,8 @@ from typing import Any
 
 from tidelog.chaos.cluster import ProxiedCluster, client_link
 from tidelog.chaos.history import History
+from tidelog.errors import CorruptMessageError
+from tidelog.records import HEADER_SIZE, BatchHeader, read_header
 from tidelog.types import TopicPartition
 
 __all__ = ["NEMESES", "Fault", "NemesisRunner", "schedule"]
@@ -74,6 +76,7 @@ def schedule(seed: int, kinds: list[str], duration: float, partitions: int,
         elif kind == "corrupt-replica":
             params["segment"] = rng.choice(["middle", "active"])
             params["keep"] = rng.uniform(0.0, 0.9)
+            params["damage"] = rng.choice(["cut", "flip"])
         faults.append(Fault(kind, now, length, rng.randrange(partitions), rng.random(), params))
         now += length + rng.uniform(*interval)
 
@@ -142,10 +145,9 @@ class NemesisRunner:
             self._record(fault, "start", node=node)
 
             def damage_and_restart() -> None:
-                damage = cut_segment(
-                    cluster.data_dir / f"node-{node}" / f"{self.topic}-{fault.partition}",
-                    fault.params["segment"], fault.params["keep"],
-                )
+                directory = cluster.data_dir / f"node-{node}" / f"{self.topic}-{fault.partition}"
+                damage_segment = flip_byte if fault.params["damage"] == "flip" else cut_segment
+                damage = damage_segment(directory, fault.params["segment"], fault.params["keep"])
                 self._record(fault, "damage", node=node, **damage)
                 cluster.restart(node)
                 self._killed.discard(node)
@@ -222,17 +224,56 @@ class NemesisRunner:
         self.history.info("nemesis", "heal", phase="stop")
 
 
+def _victim(directory: Path, which: str) -> Path | None:
+    """The middle segment of a partition replica, or the active one (also when there are
+    fewer than three)."""
+    segments = sorted(directory.glob("*.log"))
+    if not segments:
+        return None
+    return segments[len(segments) // 2] if which == "middle" and len(segments) >= 3 \
+        else segments[-1]
+
+
 def cut_segment(directory: Path, which: str, keep: float) -> dict[str, Any]:
     """Storage damage done while a node is down: the middle segment of a partition replica
     (the active one when there are fewer than three) is cut to ``keep`` of its size, as a
     lost or torn write of a bad disk would leave it. The node finds the cut at startup and
     must be repaired from the others without any acknowledged write being lost."""
-    segments = sorted(directory.glob("*.log"))
-    if not segments:
+    victim = _victim(directory, which)
+    if victim is None:
         return {"file": None}
-    victim = segments[len(segments) // 2] if which == "middle" and len(segments) >= 3 \
-        else segments[-1]
     size = victim.stat().st_size
     with victim.open("r+b") as handle:
         handle.truncate(int(size * keep))
     return {"file": victim.name, "size": size, "cut_to": int(size * keep)}
+
+
+def flip_byte(directory: Path, which: str, where: float) -> dict[str, Any]:
+    """Storage damage done while a node is down, that no restart notices: one bit flipped in
+    the records of a batch (``where`` picks the batch along the segment, and the byte in it),
+    as a bad sector would. Below the recovery point (the middle segment) only the scrubber
+    finds it; in the active segment, recovery after the kill does. The flip stays inside the
+    records, which the CRC covers: a batch's base offset and leader epoch are outside it (as
+    in Kafka), so no check of the batch alone could see a flip there."""
+    victim = _victim(directory, which)
+    if victim is None:
+        return {"file": None}
+    data = victim.read_bytes()
+    batches: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    while True:
+        try:
+            header = read_header(data, pos)
+        except CorruptMessageError:
+            break
+        batches.append((pos, header))
+        pos += header.size
+    batches = [(p, h) for p, h in batches if h.size > HEADER_SIZE]  # some record bytes
+    if not batches:
+        return {"file": None}
+    pos, header = batches[int(where * len(batches)) % len(batches)]
+    at = pos + HEADER_SIZE + int(where * 1_000_003) % (header.size - HEADER_SIZE)
+    with victim.open("r+b") as handle:
+        handle.seek(at)
+        handle.write(bytes([data[at] ^ 0x04]))
+    return {"file": victim.name, "flipped_at": at, "batch_offset": header.base_offset}

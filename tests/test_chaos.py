@@ -27,13 +27,17 @@ SCENARIOS = {
     "pause": ("pause",),
     "corrupt-replica": ("corrupt-replica",),
 }
-#: Small segments, so that a damaged replica has a middle segment to lose.
-NODE_OPTIONS = {"corrupt-replica": {"segment.bytes": "65536"}}
+#: Small segments, so that a damaged replica has closed segments below its recovery point:
+#: a flipped byte there is found by the scrubber alone.
+NODE_OPTIONS = {"corrupt-replica": {"segment.bytes": "8192"}}
+#: Seed 6 plans only cuts for corrupt-replica; 3 plans a cut and two flipped bytes.
+SEEDS = {"corrupt-replica": 3}
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
-    config = RunConfig(seed=6, duration=18, nemeses=SCENARIOS[name], out=tmp_path,
+    config = RunConfig(seed=SEEDS.get(name, 6), duration=18, nemeses=SCENARIOS[name],
+                       out=tmp_path,
                        interval=(1.5, 3.0), hold=(2.0, 4.0),
                        node_options=NODE_OPTIONS.get(name, {}))
     report = run(config)
@@ -44,6 +48,7 @@ def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
     if name == "corrupt-replica":
         damage = [e for e in load(tmp_path / "history.jsonl") if e.get("phase") == "damage"]
         assert damage and all(e.get("file") for e in damage), damage
+        assert any("flipped_at" in e for e in damage), damage
     # one_leader_per_epoch compares the nodes that acknowledged writes: the workload must
     # know them, or that invariant holds vacuously.
     writes = [op for op in operations(load(tmp_path / "history.jsonl"), "write")
