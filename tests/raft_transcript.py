@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raft_helpers import Cluster
+from raft_helpers import Cluster, batches
 
 from tidelog.replication import (
     AppendRequest,
@@ -133,7 +133,8 @@ def render(blocks: Sequence[Block], outputs: Sequence[list[str]], tail: list[str
 
 
 def _default_data(offset: int, epoch: int) -> bytes:
-    return f"e{epoch}o{offset}".encode()
+    """What `raft_helpers.batches` writes into the batch at `offset` of `epoch`."""
+    return bytes(batches([epoch], start=offset)[0].data)
 
 
 def _show_bytes(data: bytes | memoryview) -> str:
@@ -178,7 +179,7 @@ def parse_entries(text: str) -> tuple[Entry, ...]:
         epoch = int(epoch_text)
         if ".." in span:
             first, last = (int(x) for x in span.split(".."))
-            out += [Entry(o, o, epoch, _default_data(o, epoch)) for o in range(first, last + 1)]
+            out += batches([epoch] * (last - first + 1), start=first)
             continue
         base, _, last_text = span.partition("~")
         first = int(base)
@@ -315,7 +316,7 @@ class Transcript:
             if "log" in settings:
                 epochs = [int(e) for part in settings["log"].split(",")
                           for e in _repeat(part)]
-                logs[node] = [Entry(o, o, e, _default_data(o, e)) for o, e in enumerate(epochs)]
+                logs[node] = batches(epochs)
             if "term" in settings:
                 vote = settings.get("vote", "None")
                 hard[node] = HardState(int(settings["term"]),
