@@ -9,13 +9,12 @@ acknowledged records still there.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tidelog.records import MAX_MESSAGE_BYTES
-from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
+from tidelog.testing import Raw, make_batch, values_of, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -30,14 +29,9 @@ ROUNDS = 4
 
 
 @pytest.fixture(scope="module")
-def raw() -> Iterator[Raw]:
+def cluster_options() -> dict[str, object]:
     # No leader rebalancing: a leader change here can only be an election the burst caused.
-    with LocalCluster(3, auto_leader_rebalance_enable=False) as cluster:
-        r = Raw(cluster)
-        try:
-            yield r
-        finally:
-            r.close()
+    return {"auto_leader_rebalance_enable": False}
 
 
 def _burst_values(request: int, batch_bytes: int) -> list[bytes]:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cluster_helpers import Raw, make_batch, values_of, wait_for
 from tmpfs_helpers import fill, tmpfs
 
-from tidelog.testing import LocalCluster, probe
+from tidelog.testing import LocalCluster, Raw, make_batch, probe, values_of, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 
 pytestmark = pytest.mark.timeout(240)

@@ -15,14 +15,15 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster_helpers import Raw, make_batch
 from fuzz_helpers import FUZZ_TIMEOUT_S, T, fuzz_settings, mutated_batch
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidelog.testing import LocalCluster
+from tidelog import wire
+from tidelog.testing import LocalCluster, Raw, make_batch
+from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(FUZZ_TIMEOUT_S)
@@ -128,16 +129,15 @@ def message(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Any]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(1) as c:
-        raw = Raw(c)
-        try:
-            raw.create_topic(TOPIC, 2, 1)
-            raw.create_topic(COMPACTED, 1, 1, cleanup_policy="compact")
-            raw.create_topic(ALIVE, 1, 1)
-        finally:
-            raw.close()
-        yield c
+def cluster_options() -> dict[str, object]:
+    return {"nodes": 1}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def topics(raw: Raw) -> None:
+    raw.create_topic(TOPIC, 2, 1)
+    raw.create_topic(COMPACTED, 1, 1, cleanup_policy="compact")
+    raw.create_topic(ALIVE, 1, 1)
 
 
 @pytest.fixture(scope="module")
@@ -158,15 +158,12 @@ def _call(channel: grpc.Channel, method: str, request: bytes) -> grpc.StatusCode
 
 def _assert_serves(cluster: LocalCluster) -> None:
     """The node still answers a produce and a fetch of it."""
-    raw = Raw(cluster)
-    try:
+    with Raw(cluster) as raw:
         node = cluster.node_ids[0]
         produced = raw.produce(node, ALIVE, 0, make_batch([b"still here"]))
         assert produced.error_code == 0, produced
         fetched = raw.fetch(node, ALIVE, 0, produced.base_offset)
         assert fetched.error_code == 0 and fetched.records, fetched
-    finally:
-        raw.close()
     assert cluster.is_running(cluster.node_ids[0])
 
 
@@ -228,9 +225,8 @@ def test_produce_of_mutated_batches_gets_an_answer(
 ) -> None:
     """Well-formed requests carrying damaged batches, to both a plain and a compacted topic:
     random requests rarely reach this deep into the produce path."""
-    request = pb.ProduceRequest(acks=acks, timeout_ms=5000, topics=[pb.TopicProduceData(
-        name=topic, partitions=[pb.PartitionProduceData(partition=0, records=batch)])])
+    request = wire.serialized_produce_request({TopicPartition(topic, 0): [batch]}, acks, 5000)
     rpc = channel.unary_unary(f"/{SERVICE.full_name}/Produce",
                               response_deserializer=pb.ProduceResponse.FromString)
-    response = rpc(request.SerializeToString(), timeout=CALL_TIMEOUT_S)
+    response = rpc(request, timeout=CALL_TIMEOUT_S)
     assert len(response.topics) == 1 and len(response.topics[0].partitions) == 1

@@ -26,12 +26,11 @@ BATCH = 1000  # records per produce request: 200 kB
 def raw() -> Iterator[Raw]:
     # Followers leave the ISR after 2 s without catching up, so a stopped follower visibly
     # drops out and has to earn its way back in; no rebalancing moves leadership under a test.
-    with LocalCluster(3, auto_leader_rebalance_enable=False, replica_lag_max_ms=2000) as cluster:
-        r = Raw(cluster)
-        try:
-            yield r
-        finally:
-            r.close()
+    with (
+        LocalCluster(3, auto_leader_rebalance_enable=False, replica_lag_max_ms=2000) as cluster,
+        Raw(cluster) as r,
+    ):
+        yield r
 
 
 def _log_end(raw: Raw, node: int) -> int:

@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_helpers import Raw, make_batch, values_of, wait_for
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
 from tidelog.records import iter_batches
-from tidelog.testing import LocalCluster, probe
+from tidelog.testing import LocalCluster, Raw, make_batch, probe, values_of, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID
 
 pytestmark = pytest.mark.timeout(180)
@@ -29,12 +28,8 @@ TOPIC = "scrubbed"
 def cluster() -> Iterator[tuple[LocalCluster, Raw]]:
     # Each log is verified again a second after its last pass began, so that damage done to a
     # running node is found within the test (the default is a day).
-    with LocalCluster(3, replica_lag_max_ms=2000, log_scrub_interval_ms=1000) as c:
-        raw = Raw(c)
-        try:
-            yield c, raw
-        finally:
-            raw.close()
+    with LocalCluster(3, replica_lag_max_ms=2000, log_scrub_interval_ms=1000) as c, Raw(c) as raw:
+        yield c, raw
 
 
 def produce(raw: Raw, count: int) -> dict[int, bytes]:
