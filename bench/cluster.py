@@ -616,7 +616,9 @@ def produce_after_failover(
 
 
 # ----------------------------------------------------------------------------------------------
-# Raw gRPC calls (as tests/cluster_helpers.py, with channels that reconnect quickly)
+# Raw gRPC calls. Not tidelog.testing.Raw: each request is built here in one step (the ListOffsets
+# latency measured includes building it, and Raw goes through the client's tidelog.wire), and the
+# calls take the short timeouts the failover measurement polls with.
 
 _CHANNELS: dict[str, grpc.Channel] = {}
 
