@@ -116,7 +116,7 @@ class ControllerDriver:
                 continue
             for p, replicas in enumerate(topic.assignment):
                 if self.node_id in replicas:
-                    self.replicas.open_replica(
+                    self.replicas.add_replica(
                         TopicPartition(name, p), replicas, dict(topic.configs)
                     )
         for name, topic in before.items():

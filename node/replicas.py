@@ -64,6 +64,8 @@ class ReplicaSet:
         self._published_hooks: dict[TopicPartition, Callable[[], None]] = {}
         #: Replicas whose disk refused a write, and the task that brings each back.
         self._offline: dict[TopicPartition, asyncio.Task[None]] = {}
+        #: Replicas assigned here whose logs the disk refused to create, and their retries.
+        self._unopened: dict[TopicPartition, asyncio.Task[None]] = {}
         #: The last retry delay of a replica that came back, and when it came back.
         self._storage_retry: dict[TopicPartition, tuple[float, float]] = {}
         self.raft_config = RaftConfig(
@@ -82,7 +84,7 @@ class ReplicaSet:
         """After the loops stopped: close the links, then every log on the disk thread."""
         for link in self.links.values():
             await link.close()
-        for task in list(self._offline.values()):
+        for task in [*self._offline.values(), *self._unopened.values()]:
             task.cancel()
         loop = asyncio.get_running_loop()
         for replica in list(self.partitions.values()):
@@ -130,9 +132,46 @@ class ReplicaSet:
             seed, sync_writes=self.config.log_flush_policy == "always",
         )
 
+    def add_replica(
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+    ) -> None:
+        """`open_replica` for a partition assigned here while the node runs (on the loop): a
+        disk that refuses to create its log leaves the replica to a retry every few seconds,
+        rather than failing the round that applied the topic and with it the node."""
+        if tp in self._unopened:
+            return
+        try:
+            self.open_replica(tp, replicas, configs)
+        except OSError as exc:
+            log.error("%s: the replica cannot be created (%s): retrying until the disk takes "
+                      "writes", tp, exc)
+            self._unopened[tp] = asyncio.create_task(self._open_later(tp, replicas, configs))
+
+    async def _open_later(
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+    ) -> None:
+        delay = _STORAGE_RETRY_S
+        try:
+            while True:
+                await asyncio.sleep(delay)
+                try:
+                    self.open_replica(tp, replicas, configs)
+                except OSError as exc:
+                    log.warning("%s: the replica still cannot be created (%s)", tp, exc)
+                    delay = min(2 * delay, _STORAGE_RETRY_MAX_S)
+                    continue
+                log.warning("%s: the replica is created", tp)
+                self.wake()
+                return
+        finally:
+            del self._unopened[tp]
+
     def remove_replica(self, tp: TopicPartition) -> None:
         """Forget a deleted topic's replica now; its files go on the disk thread, after any
         round of writes already under way for it."""
+        unopened = self._unopened.get(tp)
+        if unopened is not None:
+            unopened.cancel()
         replica = self.partitions.pop(tp, None)
         if replica is not None:
             replica.abandon()

@@ -37,7 +37,7 @@ def log_end(raw: Raw, node: int, partition: int) -> int | None:
 
 
 def test_a_full_disk_takes_the_replica_offline_until_space_is_freed(tmp_path: Path) -> None:
-    with tmpfs(tmp_path / "cluster" / f"node-{FULL}", "8m") as disk, LocalCluster(
+    with tmpfs(tmp_path / "cluster" / f"node-{FULL}", "size=8m") as disk, LocalCluster(
         3, data_dir=tmp_path / "cluster", replica_lag_max_ms=2000
     ) as c:
         raw = Raw(c)

@@ -1,22 +1,28 @@
 """A log on a disk that runs out of space: a refused write leaves no partial batch behind, what
-was written before it stays intact, and the log reopened after space is freed takes writes."""
+was written before it stays intact, and the log reopened after space is freed takes writes; a
+replica whose log the disk cannot create is created once it can."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import time
 from pathlib import Path
 
 import pytest
 from storage_helpers import T0, FakeClock, all_records, batch, open_log
-from tmpfs_helpers import fill, tmpfs
+from tmpfs_helpers import fill, tmpfs, use_up_inodes
 
+from tidelog.node.config import NodeConfig
+from tidelog.node.replicas import ReplicaSet
 from tidelog.storage import CheckpointFile
+from tidelog.types import TopicPartition
 
 CONFIG = {"segment_bytes": 512 * 1024}
 
 
 def test_a_write_the_full_disk_refuses_leaves_the_log_intact(tmp_path: Path) -> None:
-    with tmpfs(tmp_path / "disk", "1m") as disk:
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
         log = open_log(disk / "log", FakeClock(), **CONFIG)
         filler = fill(disk, 200 * 1024)
         written = []
@@ -45,3 +51,28 @@ def test_a_write_the_full_disk_refuses_leaves_the_log_intact(tmp_path: Path) -> 
         assert all_records(reopened) == written
         reopened.append_as_leader(batch([T0] * 30, 1000), 1)
         reopened.close()
+
+
+def test_a_replica_the_disk_cannot_create_is_created_once_it_can(tmp_path: Path) -> None:
+    """A topic assigned here while the disk can create no file: the node retries instead of
+    failing the round that applied the topic (which ended the node)."""
+    with tmpfs(tmp_path / "disk", "size=1m,nr_inodes=64") as disk:
+        config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=disk)
+        tp = TopicPartition("t", 0)
+
+        async def scenario() -> None:
+            replicas = ReplicaSet(config)
+            try:
+                fillers = use_up_inodes(disk)
+                replicas.add_replica(tp, (1,), {})
+                assert tp not in replicas.partitions
+                for path in fillers:
+                    path.unlink()
+                deadline = time.monotonic() + 20
+                while tp not in replicas.partitions:
+                    assert time.monotonic() < deadline, "the replica was never created"
+                    await asyncio.sleep(0.05)
+            finally:
+                await replicas.close()
+
+        asyncio.run(scenario())

@@ -13,11 +13,12 @@ import pytest
 
 
 @contextmanager
-def tmpfs(directory: Path, size: str) -> Iterator[Path]:
-    """`directory` (created) with a tmpfs of `size` mounted on it, unmounted on the way out."""
+def tmpfs(directory: Path, options: str) -> Iterator[Path]:
+    """`directory` (created) with a tmpfs mounted on it (``options``: its size, and how many
+    files it holds), unmounted on the way out."""
     directory.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)],
         capture_output=True, text=True, check=False,
     )
     if mounted.returncode != 0:
@@ -37,3 +38,16 @@ def fill(directory: Path, leave: int) -> Path:
     with filler.open("wb") as f:
         f.write(bytes(max(0, free - leave)))
     return filler
+
+
+def use_up_inodes(directory: Path) -> list[Path]:
+    """Empty files until `directory`'s file system can create no more (ENOSPC); deleting
+    them lets it create files again."""
+    made: list[Path] = []
+    try:
+        while True:
+            path = directory / f"inode-{len(made)}"
+            path.touch()
+            made.append(path)
+    except OSError:
+        return made
