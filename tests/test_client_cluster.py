@@ -13,10 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition, errors
-from tidelog.consumer import Consumer
 from tidelog.hashing import partition_for_key
 from tidelog.records import HEADER_SIZE, RECORD_OVERHEAD
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, poll_records
 from tidelog.types import ConsumerRecord
 
 pytestmark = pytest.mark.timeout(180)
@@ -26,15 +25,6 @@ pytestmark = pytest.mark.timeout(180)
 def client(cluster: LocalCluster) -> Iterator[Client]:
     with Client(cluster.bootstrap, request_timeout_ms=30_000) as c:
         yield c
-
-
-def _drain(consumer: Consumer, expected: int, timeout_s: float = 30.0) -> list[ConsumerRecord]:
-    """Poll until `expected` records came (or the deadline: the caller's assert shows it)."""
-    got: list[ConsumerRecord] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < expected and time.monotonic() < deadline:
-        got += consumer.poll(timeout_ms=500)
-    return got
 
 
 def test_admin_create_describe_delete(client: Client, cluster: LocalCluster) -> None:
@@ -79,7 +69,7 @@ def test_produce_and_consume_keep_keys_headers_timestamps_and_order(client: Clie
     tps = [TopicPartition("roundtrip", p) for p in range(3)]
     consumer.assign(tps)
     consumer.seek_to_beginning()
-    records = _drain(consumer, 650)
+    records = poll_records(consumer, 650)
     assert len(records) == 650
     by_value = {r.value: r for r in records}
     for i, meta in enumerate(metas):
@@ -121,7 +111,7 @@ def test_send_takes_any_bytes_like_and_rejects_the_rest(client: Client) -> None:
     consumer = client.consumer()
     consumer.assign([TopicPartition("bytes-like", p) for p in range(2)])
     consumer.seek_to_beginning()
-    got = {(r.key, r.value) for r in _drain(consumer, 6)}
+    got = {(r.key, r.value) for r in poll_records(consumer, 6)}
     assert got == {(b"mk", b"ba"), (None, b"mv"), (None, b"plain"), (b"tombstone", None),
                    (None, b"sticky"), (None, b"after")}
 
@@ -161,7 +151,7 @@ def test_offset_lookups_and_consumer_positions(client: Client) -> None:
     consumer.assign(tps[:1])
     assert consumer.position(tps[0]) == 0
     consumer.seek(tps[0], 40)
-    assert [r.offset for r in _drain(consumer, 10)] == list(range(40, 50))
+    assert [r.offset for r in poll_records(consumer, 10)] == list(range(40, 50))
     consumer.seek_to_end(tps[0])
     assert consumer.position(tps[0]) == 50
     latest_consumer = client.consumer()
@@ -231,7 +221,7 @@ def test_leader_kills_during_lookups_sends_and_polls_reach_no_caller(
                 rounds_after_election += 1
         cluster.restart(victim)
     producer.close()
-    seen += _drain(consumer, sent - received)
+    seen += poll_records(consumer, sent - received)
     assert sorted(int(r.value or b"") for r in seen) == list(range(sent))
     refreshes = client.metadata_refreshes - refreshes_before
     assert 1 <= refreshes <= 100, refreshes

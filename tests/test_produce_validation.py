@@ -13,7 +13,7 @@ from record_helpers import forge_batch, forge_record, kafka_v2_record
 
 from tidelog import Client, TopicPartition, errors
 from tidelog.records import ControlType, RecordInput, build_batch, build_control_batch
-from tidelog.testing import LocalCluster, Raw, make_batch
+from tidelog.testing import LocalCluster, Raw, make_batch, poll_records
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,10 +50,7 @@ def _consume(cluster: LocalCluster, topic: str, expected: int) -> list[bytes | N
     with Client(cluster.bootstrap) as client:
         consumer = client.consumer(auto_offset_reset="earliest")
         consumer.assign([TopicPartition(topic, 0)])
-        got: list[bytes | None] = []
-        deadline = time.monotonic() + 30
-        while len(got) < expected and time.monotonic() < deadline:
-            got += [r.value for r in consumer.poll(timeout_ms=500)]
+        got = [r.value for r in poll_records(consumer, expected)]
         assert consumer.poll(timeout_ms=200) == []  # nothing after, and no error
         return got
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -48,6 +48,10 @@ from tidelog.records import RecordInput, build_batch, decode_records, iter_batch
 from tidelog.types import IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
+if TYPE_CHECKING:
+    from tidelog.consumer import Consumer
+    from tidelog.types import ConsumerRecord
+
 __all__ = [
     "ClusterError",
     "LocalCluster",
@@ -55,6 +59,7 @@ __all__ = [
     "NodeStatus",
     "Raw",
     "make_batch",
+    "poll_records",
     "probe",
     "stop_cluster",
     "values_of",
@@ -499,6 +504,18 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what or condition}")
         time.sleep(interval)
+
+
+def poll_records(
+    consumer: Consumer, count: int, timeout: float = 30.0
+) -> list[ConsumerRecord]:
+    """Polls until ``count`` records came, and returns them; at the deadline returns what came,
+    so that the caller's assertion shows what was missing rather than a timeout."""
+    got: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += consumer.poll(timeout_ms=500)
+    return got
 
 
 def make_batch(values: Sequence[bytes], timestamp_ms: int | None = None) -> bytes:
