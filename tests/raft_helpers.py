@@ -43,7 +43,7 @@ class _Port:
         self.leaderships[key].append(change)
 
 
-class _MemoryStore:
+class MemoryStore:
     """A replica's store in memory: durable as soon as applied."""
 
     def __init__(self, log: MemoryLog, hard: dict[int, HardState], node: int) -> None:
@@ -88,7 +88,7 @@ class Cluster:
     def restart(self, i: int) -> RaftCore:
         hs = self.hard.get(i, HardState(0, None, 0))
         core = RaftCore(i, self.ids, self.logs[i], random.Random(i), self.config, hs)
-        self.replicas[i] = DrivenReplica(core, _MemoryStore(self.logs[i], self.hard, i), hs)
+        self.replicas[i] = DrivenReplica(core, MemoryStore(self.logs[i], self.hard, i), hs)
         self.cores[i] = core
         return core
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from raft_helpers import ELECTION, Cluster, _MemoryStore, to
+from raft_helpers import ELECTION, Cluster, MemoryStore, to
 
 from tidelog.replication import AppendResponse, HardState, RaftCore, Role
 from tidelog.replication.driver import DrivenReplica
@@ -26,7 +26,7 @@ def lose_tail(c: Cluster, i: int, keep: int) -> RaftCore:
     hs = c.hard.get(i, HardState(0, None, 0))
     hs = HardState(hs.term, hs.vote, min(hs.high_watermark, keep))
     core = RaftCore(i, c.ids, log, random.Random(i), c.config, hs, repair_floor=floor)
-    c.replicas[i] = DrivenReplica(core, _MemoryStore(log, c.hard, i), hs)
+    c.replicas[i] = DrivenReplica(core, MemoryStore(log, c.hard, i), hs)
     c.cores[i] = core
     return core
 
