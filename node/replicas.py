@@ -189,6 +189,8 @@ class ReplicaSet:
         except OSError as exc:
             self.storage_failed(replica, exc)
             raise
+        if replica.tp in self._offline:
+            return result  # a round's write failed meanwhile: `_bring_back` restarts it
         if not replica.closed:
             replica.restart_core()
         replica.offline = False

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from tmpfs_helpers import fill, tmpfs
 
+from tidelog.errors import KafkaStorageError
 from tidelog.testing import LocalCluster, Raw, make_batch, probe, values_of, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 
@@ -65,6 +66,9 @@ def test_a_full_disk_takes_the_replica_offline_until_space_is_freed(tmp_path: Pa
 
             assert c.is_running(FULL)
             assert "the disk refused a write" in c.logs(FULL)
+            # While its disk has no room for a batch, node 3's replica stays offline.
+            answer = raw.produce(FULL, TOPIC, partition, make_batch([b"refused"]))
+            assert answer.error_code == KafkaStorageError.code, answer
             assert probe(c.address_of(FULL), with_metadata=False).serving
             leader = raw.wait_leaders(TOPIC, 3)[partition]
             assert leader != FULL, "the node that cannot write still leads"
