@@ -52,17 +52,9 @@ def test_a_full_disk_takes_the_replica_offline_until_space_is_freed(tmp_path: Pa
                 30, f"node {FULL} to lead a partition",
             ) - 1
             filler = fill(disk, 1024 * 1024)
-            acked: dict[int, bytes] = {}
-            for i in range(24):  # 24 x 200 KiB: well over what is left
-                values = [b"%03d-%d-" % (i, j) + bytes(50_000) for j in range(4)]
-
-                def sent(values: list[bytes] = values) -> int | None:
-                    leader = raw.wait_leaders(TOPIC, 3)[partition]
-                    answer = raw.produce(leader, TOPIC, partition, make_batch(values))
-                    return answer.base_offset + 1 if answer.error_code == 0 else None
-
-                base = wait_for(sent, 60, f"batch {i} acknowledged") - 1
-                acked.update({base + j: v for j, v in enumerate(values)})
+            acked = raw.produce_acknowledged(TOPIC, partition, (  # 24 x 200 KiB: over what is left
+                [b"%03d-%d-" % (i, j) + bytes(50_000) for j in range(4)] for i in range(24)
+            ), timeout=60)
 
             assert c.is_running(FULL)
             assert "the disk refused a write" in c.logs(FULL)

@@ -16,7 +16,7 @@ import pytest
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
 from tidelog.records import iter_batches
-from tidelog.testing import LocalCluster, Raw, make_batch, probe, values_of, wait_for
+from tidelog.testing import LocalCluster, Raw, probe, values_of, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID
 
 pytestmark = pytest.mark.timeout(180)
@@ -34,18 +34,9 @@ def cluster() -> Iterator[tuple[LocalCluster, Raw]]:
 
 def produce(raw: Raw, count: int) -> dict[int, bytes]:
     """`count` acknowledged (acks=all) batches of 4 records; the acknowledged values by offset."""
-    acked: dict[int, bytes] = {}
-    for i in range(count):
-        values = [b"%06d-%d" % (i, j) + bytes(40) for j in range(4)]
-
-        def sent(values: list[bytes] = values) -> int | None:
-            leader = raw.wait_leaders(TOPIC, 1)[0]
-            answer = raw.produce(leader, TOPIC, 0, make_batch(values))
-            return answer.base_offset + 1 if answer.error_code == 0 else None
-
-        base = wait_for(sent, what=f"batch {i} acknowledged") - 1
-        acked.update({base + j: v for j, v in enumerate(values)})
-    return acked
+    return raw.produce_acknowledged(TOPIC, 0, (
+        [b"%06d-%d" % (i, j) + bytes(40) for j in range(4)] for i in range(count)
+    ))
 
 
 def flip_a_byte(c: LocalCluster, node: int) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
+from tidelog.testing import LocalCluster, Raw, values_of, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 
 pytestmark = pytest.mark.timeout(180)
@@ -36,18 +36,9 @@ def log_end(raw: Raw, node: int) -> int:
 def produce(raw: Raw, count: int, start: int = 0) -> dict[int, bytes]:
     """`count` acknowledged (acks=all) batches of 4 records; the acknowledged values by
     offset."""
-    acked: dict[int, bytes] = {}
-    for i in range(start, start + count):
-        values = [b"%06d-%d" % (i, j) + bytes(40) for j in range(4)]
-
-        def sent(values: list[bytes] = values) -> int | None:
-            leader = raw.wait_leaders(TOPIC, 1)[0]
-            answer = raw.produce(leader, TOPIC, 0, make_batch(values))
-            return answer.base_offset + 1 if answer.error_code == 0 else None
-
-        base = wait_for(sent, what=f"batch {i} acknowledged") - 1
-        acked.update({base + j: v for j, v in enumerate(values)})
-    return acked
+    return raw.produce_acknowledged(TOPIC, 0, (
+        [b"%06d-%d" % (i, j) + bytes(40) for j in range(4)] for i in range(start, start + count)
+    ))
 
 
 def partition_dir(c: LocalCluster, node: int) -> Path:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -599,8 +599,11 @@ class Raw:
         )
         return response
 
-    def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> list[int]:
-        """Leaders of every partition once all live nodes agree on them."""
+    def wait_leaders(
+        self, topic: str, partitions: int | None = None, timeout: float = 30.0
+    ) -> list[int]:
+        """Leaders of every partition (``partitions`` of them, or as many as the nodes know)
+        once all live nodes agree on them."""
 
         def agreed() -> list[int] | None:
             views = []
@@ -608,7 +611,8 @@ class Raw:
                 if not self.cluster.is_running(node):
                     continue
                 md = self.metadata(node, topic)
-                if md.error_code or len(md.partitions) != partitions:
+                count = len(md.partitions) if partitions is None else partitions
+                if md.error_code or not md.partitions or len(md.partitions) != count:
                     return None
                 views.append([p.leader_id for p in md.partitions])
             if views and all(v == views[0] for v in views) and min(views[0]) >= 0:
@@ -630,6 +634,26 @@ class Raw:
         )
         answer: tidelog_pb2.PartitionProduceResponse = response.topics[0].partitions[0]
         return answer
+
+    def produce_acknowledged(
+        self, topic: str, partition: int, batches: Iterable[Sequence[bytes]],
+        timeout: float = 30.0,
+    ) -> dict[int, bytes]:
+        """Produces each batch of values in turn to the partition's leader (asked again before
+        every attempt, so leader changes are followed) until acks=all acknowledges it; the
+        acknowledged value at each offset. A batch retried after an error may be in the log
+        twice: only the offsets an acknowledgement names are the batch's."""
+        acked: dict[int, bytes] = {}
+        for i, values in enumerate(batches):
+
+            def sent(values: Sequence[bytes] = values) -> int | None:
+                leader = self.wait_leaders(topic)[partition]
+                answer = self.produce(leader, topic, partition, make_batch(values))
+                return answer.base_offset + 1 if answer.error_code == 0 else None
+
+            base = wait_for(sent, timeout, f"batch {i} of {topic}-{partition} acknowledged") - 1
+            acked.update({base + j: v for j, v in enumerate(values)})
+        return acked
 
     def fetch(
         self, node: int, topic: str, partition: int, offset: int, *, replica_id: int = -1,
