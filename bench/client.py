@@ -13,6 +13,13 @@ The two alternate over several rounds, which side goes first alternating too (th
 is shared, so its load drifts), each side's topic deleted after it; the ratio is the median
 of the rounds' ratios. Goal: client / raw >= 0.8.
 
+The raw side runs in a process of its own (one worker, started once), so that each side is a
+process doing only its own produce, as a user's producer would be. In one process, gRPC's
+asyncio stack has one completion queue for the whole process and every event loop that opened
+a channel watches its wakeup socket: the client's loop then woke for every completion of the
+raw side's loop (and handed them over to it), and the two sides' loops and the allocations of
+the raw side shared one interpreter and one GIL (bench/README.md, fifth session).
+
 Run: ``.venv/bin/python bench/client.py [--quick] [--rounds R] [--seconds S]``. ``--quick``
 uses tiny sizes so a smoke test can keep the script working; its figures mean little.
 """
@@ -21,10 +28,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import multiprocessing
 import os
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +58,25 @@ def _load_cluster_bench() -> Any:
 
 
 cluster_bench = _load_cluster_bench()
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """A cluster's node addresses (bench/cluster.py's ``Nodes``), which unlike the LocalCluster
+    can be sent to the raw side's process."""
+
+    by_id: dict[int, str]
+
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted(self.by_id)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.by_id[n] for n in self.node_ids)
+
+    def address_of(self, node_id: int) -> str:
+        return self.by_id[node_id]
 
 
 def client_throughput(client: Client, topic: str, sizes: Any, rate_hint: float) -> float:
@@ -95,7 +124,10 @@ def main() -> None:
           f"{sizes.records_per_batch} x {cluster_bench.RECORD_BYTES} B records, "
           f"{sizes.inflight} in flight per partition; load average before: "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    with LocalCluster(3) as cluster, Client(cluster.bootstrap) as client:
+    # "spawn": a forked child would inherit the gRPC state of this process and its threads.
+    raw_process = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    with LocalCluster(3) as cluster, Client(cluster.bootstrap) as client, raw_process:
+        addresses = Addresses({n: cluster.address_of(n) for n in cluster.node_ids})
         for r in range(args.rounds):
             # Each side writes a GiB or more: its topic is deleted after it, so that no side
             # runs on a disk and page cache filled by the other, nor pays the others'
@@ -105,7 +137,8 @@ def main() -> None:
             for side in sides:
                 topic = f"bench-{side}-{r}"
                 if side == "raw":
-                    raw = cluster_bench.raw_produce(cluster, topic, sizes)
+                    raw = raw_process.submit(
+                        cluster_bench.raw_produce, addresses, topic, sizes).result()
                     if raw.errors:
                         print(f"raw produce errors (retried): {dict(raw.errors)}")
                     figures["raw"] = raw.records_s

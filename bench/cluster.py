@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 # Run as a script, this file's directory comes first on sys.path, where bench/storage.py would
 # shadow the storage package the nodes' code imports.
@@ -64,6 +65,19 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 * MIB),
     ("grpc.max_receive_message_length", 64 * MIB),
 ]
+
+
+class Nodes(Protocol):
+    """What the produce helpers need of a cluster, its nodes' addresses: a LocalCluster, or
+    bench/client.py's picklable copy of them for a process of its own."""
+
+    @property
+    def node_ids(self) -> list[int]: ...
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    def address_of(self, node_id: int) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -372,7 +386,7 @@ class RawProduce:
     errors: Counter[str]
 
 
-def raw_produce(cluster: LocalCluster, topic: str, sizes: Sizes) -> RawProduce:
+def raw_produce(cluster: Nodes, topic: str, sizes: Sizes) -> RawProduce:
     """acks=all Produce of one pre-built batch per request, ``sizes.inflight`` requests in
     flight per partition, each partition's requests sent to its leader (followed when it
     moves): the cluster's throughput with no client library in the way. bench/client.py
@@ -623,7 +637,7 @@ def produce_after_failover(
 _CHANNELS: dict[str, grpc.Channel] = {}
 
 
-def channel_to(cluster: LocalCluster, node: int) -> grpc.Channel:
+def channel_to(cluster: Nodes, node: int) -> grpc.Channel:
     address = cluster.address_of(node)
     channel = _CHANNELS.get(address)
     if channel is None:
@@ -632,7 +646,7 @@ def channel_to(cluster: LocalCluster, node: int) -> grpc.Channel:
 
 
 def create_topic(
-    cluster: LocalCluster, name: str, partitions: int, configs: dict[str, str] | None = None
+    cluster: Nodes, name: str, partitions: int, configs: dict[str, str] | None = None
 ) -> None:
     """Through the client library, which retries while the controller moves (the benchmarks
     load the machine enough for elections to happen)."""
@@ -642,7 +656,7 @@ def create_topic(
 
 
 def partition_view(
-    cluster: LocalCluster, node: int, topic: str, partition: int, timeout: float = 5
+    cluster: Nodes, node: int, topic: str, partition: int, timeout: float = 5
 ) -> pb.PartitionMetadata | None:
     stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, node))
     meta: pb.TopicMetadata = stub.Metadata(
@@ -653,7 +667,7 @@ def partition_view(
     return None
 
 
-def wait_leaders(cluster: LocalCluster, topic: str, partitions: int) -> list[int]:
+def wait_leaders(cluster: Nodes, topic: str, partitions: int) -> list[int]:
     """Leaders of every partition once every node names the same ones, preferably the
     preferred replicas: the nodes move leadership there soon after creation, which would
     disturb a measurement. A loaded machine may keep them elsewhere; after a while, any
