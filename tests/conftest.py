@@ -3,7 +3,9 @@ that suites stay independent.
 
 ``cluster`` is one LocalCluster per test module (starting one takes seconds), closed after the
 module's last test whatever the outcome; a module that needs other settings overrides
-``cluster_options``. ``raw`` is a Raw stub wrapper on that cluster."""
+``cluster_options``. ``raw`` is a Raw stub wrapper on that cluster. ``fresh_cluster`` and
+``fresh_raw`` are the same for one test alone, for tests that leave nodes damaged, stopped or
+killed, which the next test must not inherit."""
 
 from __future__ import annotations
 
@@ -32,4 +34,16 @@ def cluster(cluster_options: dict[str, Any]) -> Iterator[LocalCluster]:
 @pytest.fixture(scope="module")
 def raw(cluster: LocalCluster) -> Iterator[Raw]:
     with Raw(cluster) as stubs:
+        yield stubs
+
+
+@pytest.fixture
+def fresh_cluster(cluster_options: dict[str, Any]) -> Iterator[LocalCluster]:
+    with LocalCluster(**cluster_options) as running:
+        yield running
+
+
+@pytest.fixture
+def fresh_raw(fresh_cluster: LocalCluster) -> Iterator[Raw]:
+    with Raw(fresh_cluster) as stubs:
         yield stubs

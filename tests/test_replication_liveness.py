@@ -8,11 +8,9 @@ the test timeout is the only bound on time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
+from tidelog.testing import Raw, make_batch, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 
 pytestmark = pytest.mark.timeout(300)
@@ -22,15 +20,11 @@ RECORD = b"r" * 200
 BATCH = 1000  # records per produce request: 200 kB
 
 
-@pytest.fixture
-def raw() -> Iterator[Raw]:
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, object]:
     # Followers leave the ISR after 2 s without catching up, so a stopped follower visibly
     # drops out and has to earn its way back in; no rebalancing moves leadership under a test.
-    with (
-        LocalCluster(3, auto_leader_rebalance_enable=False, replica_lag_max_ms=2000) as cluster,
-        Raw(cluster) as r,
-    ):
-        yield r
+    return {"auto_leader_rebalance_enable": False, "replica_lag_max_ms": 2000}
 
 
 def _log_end(raw: Raw, node: int) -> int:
@@ -58,8 +52,9 @@ def _produce(raw: Raw, asked: int, records: int) -> None:
 
 
 def test_a_follower_stopped_while_100k_records_commit_catches_up_and_rejoins_the_isr(
-    raw: Raw,
+    fresh_raw: Raw,
 ) -> None:
+    raw = fresh_raw
     raw.create_topic(TOPIC, 1, 3)
     leader = raw.wait_leaders(TOPIC, 1)[0]
     stopped, other = sorted(n for n in raw.cluster.node_ids if n != leader)
@@ -76,7 +71,10 @@ def test_a_follower_stopped_while_100k_records_commit_catches_up_and_rejoins_the
     wait_for(lambda: stopped in _isr(raw, other), what=f"node {stopped} to rejoin the ISR")
 
 
-def test_a_new_leader_whose_only_follower_is_catching_up_keeps_its_epoch(raw: Raw) -> None:
+def test_a_new_leader_whose_only_follower_is_catching_up_keeps_its_epoch(
+    fresh_raw: Raw,
+) -> None:
+    raw = fresh_raw
     raw.create_topic(TOPIC, 1, 3)
     old_leader = raw.wait_leaders(TOPIC, 1)[0]
     first_epoch = raw.metadata(old_leader, TOPIC).partitions[0].leader_epoch

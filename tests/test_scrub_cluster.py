@@ -8,7 +8,6 @@ hands leadership over first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,12 +23,11 @@ pytestmark = pytest.mark.timeout(180)
 TOPIC = "scrubbed"
 
 
-@pytest.fixture
-def cluster() -> Iterator[tuple[LocalCluster, Raw]]:
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, object]:
     # Each log is verified again a second after its last pass began, so that damage done to a
     # running node is found within the test (the default is a day).
-    with LocalCluster(3, replica_lag_max_ms=2000, log_scrub_interval_ms=1000) as c, Raw(c) as raw:
-        yield c, raw
+    return {"replica_lag_max_ms": 2000, "log_scrub_interval_ms": 1000}
 
 
 def produce(raw: Raw, count: int) -> dict[int, bytes]:
@@ -72,9 +70,9 @@ def assert_identical_to_leader(raw: Raw, node: int, acked: dict[int, bytes]) -> 
 
 
 def test_a_follower_damaged_under_a_clean_restart_is_found_and_repaired(
-    cluster: tuple[LocalCluster, Raw],
+    fresh_cluster: LocalCluster, fresh_raw: Raw,
 ) -> None:
-    c, raw = cluster
+    c, raw = fresh_cluster, fresh_raw
     raw.create_topic(TOPIC, 1, 3, segment_bytes="2048")
     acked = produce(raw, 60)
     leader = raw.wait_leaders(TOPIC, 1)[0]
@@ -89,9 +87,9 @@ def test_a_follower_damaged_under_a_clean_restart_is_found_and_repaired(
 
 
 def test_a_damaged_leader_hands_over_before_it_is_repaired(
-    cluster: tuple[LocalCluster, Raw],
+    fresh_cluster: LocalCluster, fresh_raw: Raw,
 ) -> None:
-    c, raw = cluster
+    c, raw = fresh_cluster, fresh_raw
     raw.create_topic(TOPIC, 1, 3, segment_bytes="2048")
     acked = produce(raw, 60)
     leader = raw.wait_leaders(TOPIC, 1)[0]
@@ -116,9 +114,9 @@ def test_scrub_settings_are_validated(tmp_path: Path) -> None:
 
 
 def test_a_damaged_leader_with_no_other_copy_cuts_nothing(
-    cluster: tuple[LocalCluster, Raw],
+    fresh_cluster: LocalCluster, fresh_raw: Raw,
 ) -> None:
-    c, raw = cluster
+    c, raw = fresh_cluster, fresh_raw
     raw.create_topic(TOPIC, 1, 1, segment_bytes="2048")
     acked = produce(raw, 60)
     leader = raw.wait_leaders(TOPIC, 1)[0]

@@ -7,7 +7,6 @@ prefix, and must then be repaired from the others without losing any acknowledge
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,10 +20,9 @@ TOPIC = "damaged"
 SEGMENT_BYTES = 2048
 
 
-@pytest.fixture
-def cluster() -> Iterator[tuple[LocalCluster, Raw]]:
-    with LocalCluster(3, replica_lag_max_ms=2000) as c, Raw(c) as raw:
-        yield c, raw
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, object]:
+    return {"replica_lag_max_ms": 2000}
 
 
 def log_end(raw: Raw, node: int) -> int:
@@ -65,9 +63,9 @@ def assert_all_acked_on_every_replica(c: LocalCluster, raw: Raw, acked: dict[int
 
 
 def test_follower_restarted_with_a_shorter_log_catches_up_and_rejoins_the_isr(
-    cluster: tuple[LocalCluster, Raw],
+    fresh_cluster: LocalCluster, fresh_raw: Raw,
 ) -> None:
-    c, raw = cluster
+    c, raw = fresh_cluster, fresh_raw
     raw.create_topic(TOPIC, 1, 3, segment_bytes=str(SEGMENT_BYTES))
     acked = produce(raw, 60)
     leader = raw.wait_leaders(TOPIC, 1)[0]
@@ -84,9 +82,9 @@ def test_follower_restarted_with_a_shorter_log_catches_up_and_rejoins_the_isr(
 
 
 def test_two_damaged_replicas_wait_for_the_one_that_holds_everything(
-    cluster: tuple[LocalCluster, Raw],
+    fresh_cluster: LocalCluster, fresh_raw: Raw,
 ) -> None:
-    c, raw = cluster
+    c, raw = fresh_cluster, fresh_raw
     raw.create_topic(TOPIC, 1, 3, segment_bytes=str(SEGMENT_BYTES))
     acked = produce(raw, 60)
     leader = raw.wait_leaders(TOPIC, 1)[0]
