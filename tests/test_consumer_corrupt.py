@@ -59,25 +59,21 @@ def test_a_corrupt_batch_in_the_log_is_a_corrupt_record_error_at_its_offset(
 ) -> None:
     """Before: poll() raised a raw struct.error for the lying batch, and silently returned
     the rotted value (no CRC check)."""
-    with LocalCluster(1, data_dir=tmp_path / "cluster") as cluster:
-        raw = Raw(cluster)
-        try:
-            raw.create_topic(TOPIC, 1, 1)
-            node = cluster.node_ids[0]
-            for value in (b"a", b"b"):
-                assert raw.produce(node, TOPIC, 0, make_batch([value])).error_code == 0
-            cluster.stop(node)
-            lying_at, flipped_at = _plant_corrupt_batches(
-                cluster.data_dir / f"node-{node}" / f"{TOPIC}-0"
-            )
-            cluster.restart(node)
-            raw.wait_leaders(TOPIC, 1)
-            wait_for(  # a restarted leader answers NOT_ENOUGH_REPLICAS while it settles
-                lambda: raw.produce(node, TOPIC, 0, make_batch([b"after"])).error_code == 0,
-                what="a produce after the restart",
-            )
-        finally:
-            raw.close()
+    with LocalCluster(1, data_dir=tmp_path / "cluster") as cluster, Raw(cluster) as raw:
+        raw.create_topic(TOPIC, 1, 1)
+        node = cluster.node_ids[0]
+        for value in (b"a", b"b"):
+            assert raw.produce(node, TOPIC, 0, make_batch([value])).error_code == 0
+        cluster.stop(node)
+        lying_at, flipped_at = _plant_corrupt_batches(
+            cluster.data_dir / f"node-{node}" / f"{TOPIC}-0"
+        )
+        cluster.restart(node)
+        raw.wait_leaders(TOPIC, 1)
+        wait_for(  # a restarted leader answers NOT_ENOUGH_REPLICAS while it settles
+            lambda: raw.produce(node, TOPIC, 0, make_batch([b"after"])).error_code == 0,
+            what="a produce after the restart",
+        )
         tp = TopicPartition(TOPIC, 0)
         with Client(cluster.bootstrap) as client:
             consumer = client.consumer(auto_offset_reset="earliest")
@@ -105,36 +101,32 @@ def test_a_corrupt_batch_in_the_log_is_a_corrupt_record_error_at_its_offset(
 def test_a_corrupt_batch_in_a_compacted_log_stops_only_its_cleaning(tmp_path: Path) -> None:
     """Before: the cleaner's struct.error ended the node's housekeeping loop, and with it the
     node (a driver loop that fails exits the process), again within seconds of every restart."""
-    with LocalCluster(1, data_dir=tmp_path / "cluster") as cluster:
-        raw = Raw(cluster)
+    with LocalCluster(1, data_dir=tmp_path / "cluster") as cluster, Raw(cluster) as raw:
+        node = cluster.node_ids[0]
+        raw.create_topic("keyed", 1, 1, cleanup_policy="compact")
+        raw.create_topic("timed", 1, 1, retention_ms="1000", segment_bytes="200")
+        keyed = build_batch([RecordInput(b"v", b"k", int(time.time() * 1000))])
+        assert raw.produce(node, "keyed", 0, keyed).error_code == 0
+        cluster.stop(node)
+        log = Log.open(cluster.data_dir / f"node-{node}" / "keyed-0")
         try:
-            node = cluster.node_ids[0]
-            raw.create_topic("keyed", 1, 1, cleanup_policy="compact")
-            raw.create_topic("timed", 1, 1, retention_ms="1000", segment_bytes="200")
-            keyed = build_batch([RecordInput(b"v", b"k", int(time.time() * 1000))])
-            assert raw.produce(node, "keyed", 0, keyed).error_code == 0
-            cluster.stop(node)
-            log = Log.open(cluster.data_dir / f"node-{node}" / "keyed-0")
-            try:
-                now = int(time.time() * 1000)
-                lying = forge_batch(forge_record(key=b"k", key_len=1 << 20),
-                                    first_timestamp=now, max_timestamp=now)
-                log.append_as_follower(assign_offsets(lying, log.log_end_offset, log.latest_epoch))
-                log.roll()  # the lying batch in a closed segment: the cleaner reads it
-                log.append_as_follower(assign_offsets(keyed, log.log_end_offset, log.latest_epoch))
-            finally:
-                log.close()
-            cluster.restart(node)
-            raw.wait_leaders("keyed", 1)
-            wait_for(lambda: "compaction stopped until restart" in cluster.logs(node),
-                     what="the cleaner to meet the corrupt batch")
-            old = int(time.time() * 1000) - 60_000
-            for n in range(5):  # segments of old records that retention must delete
-                wait_for(lambda n=n: raw.produce(node, "timed", 0, make_batch(
-                    [b"%d" % n], timestamp_ms=old)).error_code == 0, what="a produce")
-            wait_for(lambda: raw.list_offset(node, "timed", 0, -2).offset > 0,
-                     what="retention to go on after the cleaner's failure")
-            assert cluster.is_running(node)
+            now = int(time.time() * 1000)
+            lying = forge_batch(forge_record(key=b"k", key_len=1 << 20),
+                                first_timestamp=now, max_timestamp=now)
+            log.append_as_follower(assign_offsets(lying, log.log_end_offset, log.latest_epoch))
+            log.roll()  # the lying batch in a closed segment: the cleaner reads it
+            log.append_as_follower(assign_offsets(keyed, log.log_end_offset, log.latest_epoch))
         finally:
-            raw.close()
+            log.close()
+        cluster.restart(node)
+        raw.wait_leaders("keyed", 1)
+        wait_for(lambda: "compaction stopped until restart" in cluster.logs(node),
+                 what="the cleaner to meet the corrupt batch")
+        old = int(time.time() * 1000) - 60_000
+        for n in range(5):  # segments of old records that retention must delete
+            wait_for(lambda n=n: raw.produce(node, "timed", 0, make_batch(
+                [b"%d" % n], timestamp_ms=old)).error_code == 0, what="a produce")
+        wait_for(lambda: raw.list_offset(node, "timed", 0, -2).offset > 0,
+                 what="retention to go on after the cleaner's failure")
+        assert cluster.is_running(node)
         assert "Traceback" not in cluster.logs(node)

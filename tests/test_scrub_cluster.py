@@ -133,19 +133,15 @@ def test_a_damaged_leader_with_no_other_copy_cuts_nothing(
 
 def test_a_follower_fed_a_damaged_batch_refuses_it_and_stays_up(tmp_path: Path) -> None:
     # No scrubber: the leader does not know its copy is damaged and sends it.
-    with LocalCluster(3, replica_lag_max_ms=2000, log_scrub_bytes_per_second=0) as c:
-        raw = Raw(c)
-        try:
-            raw.create_topic(TOPIC, 1, 3, segment_bytes="2048")
-            leader = raw.wait_leaders(TOPIC, 1)[0]
-            behind = next(n for n in c.node_ids if n != leader)
-            assert c.stop(behind) == 0
-            produce(raw, 60)
-            flip_a_byte(c, leader)
-            c.restart(behind)
-            wait_for(lambda: "a batch from the leader failed its checks" in c.logs(behind), 30,
-                     "the follower to refuse the damaged batch")
-            assert c.is_running(behind)
-            assert probe(c.address_of(behind), with_metadata=False).serving
-        finally:
-            raw.close()
+    with LocalCluster(3, replica_lag_max_ms=2000, log_scrub_bytes_per_second=0) as c, Raw(c) as raw:
+        raw.create_topic(TOPIC, 1, 3, segment_bytes="2048")
+        leader = raw.wait_leaders(TOPIC, 1)[0]
+        behind = next(n for n in c.node_ids if n != leader)
+        assert c.stop(behind) == 0
+        produce(raw, 60)
+        flip_a_byte(c, leader)
+        c.restart(behind)
+        wait_for(lambda: "a batch from the leader failed its checks" in c.logs(behind), 30,
+                 "the follower to refuse the damaged batch")
+        assert c.is_running(behind)
+        assert probe(c.address_of(behind), with_metadata=False).serving
