@@ -86,10 +86,10 @@ class NodeConfig:
     #: "always" fsyncs before acknowledging (the durability contract of SPEC §7); "never" leaves
     #: flushing to the OS and exists for benchmarks only.
     log_flush_policy: FlushPolicy = "always"
-    #: How fast the scrubber re-reads closed segments to verify their CRCs (node/scrubber.py);
+    #: How fast the scrubber re-reads segments to verify their CRCs (node/scrubber.py);
     #: 0 turns it off.
     log_scrub_bytes_per_second: int = 8 * 1024 * 1024
-    #: Each log's closed segments are verified once per interval (HDFS's scan period).
+    #: Each log's segments are verified once per interval (HDFS's scan period).
     log_scrub_interval_ms: int = 24 * 3600 * 1000
     #: A follower that has not caught up with the leader for this long leaves the ISR.
     replica_lag_max_ms: int = 30_000

@@ -1,11 +1,11 @@
-"""The node's scrubber: closed segments re-verified at a bounded rate, damaged replicas repaired.
+"""The node's scrubber: segments re-verified at a bounded rate, damaged replicas repaired.
 
 A clean shutdown lets the next start skip every CRC check, and recovery after a crash checks
 only what lies above the recovery point, so damage to an older batch (a bit flip, a bad sector)
 would otherwise wait for a reader, or be replicated if this node leads. Every `_TICK_S` the
 scrub thread (its own, neither the event loop nor the disk thread, so produce never waits for
-it) verifies ``log.scrub.bytes.per.second`` x `_TICK_S` bytes of the hosted logs' closed
-segments (`storage.scrubber.LogScrubber`), one log after another. As HDFS's block scanner
+it) verifies ``log.scrub.bytes.per.second`` x `_TICK_S` bytes of the hosted logs' segments
+(`storage.scrubber.LogScrubber`), one log after another. As HDFS's block scanner
 does, each log is verified once per ``log.scrub.interval.ms`` (from the start of one pass to the
 start of the next), the first time when the node starts: a restart is when damage that a clean
 shutdown hid matters.
@@ -45,6 +45,9 @@ Found = tuple[TopicPartition, Log, Damage]
 
 
 class Scrubber:
+    """The scrub loop (on the event loop: what it decides about replicas) and its thread (the
+    reads); the counters are what its log lines report."""
+
     def __init__(self, config: NodeConfig, replicas: ReplicaSet) -> None:
         self.config = config
         self.replicas = replicas
@@ -127,7 +130,7 @@ class Scrubber:
         if self._walkers and self._passed >= self._walkers.keys():
             elapsed = time.monotonic() - self._round_started
             log.info(
-                "scrub: every log verified: %d bytes of closed segments in %.1fs (%.1f MiB/s); "
+                "scrub: every log verified: %d bytes of segments in %.1fs (%.1f MiB/s); "
                 "%d corrupt batches found, %d replicas repaired since start",
                 self._round_bytes, elapsed, self._round_bytes / max(elapsed, 1e-9) / 2**20,
                 self.corrupt_batches, self.repairs,

@@ -571,20 +571,20 @@ class Log:
         self._write_offsets_checkpoint()
 
     def truncate_damaged(self, segment: LogSegment, position: int, offset: int) -> bool:
-        """Cut the log where a scrub found closed `segment` damaged: at byte `position`, the
-        first batch that is not intact, which should hold offsets from `offset` on.
+        """Cut the log where a scrub found `segment` damaged: at byte `position`, the first
+        batch that is not intact, which should hold offsets from `offset` on.
 
         Nothing happens (False) unless the damage is still there under the lock: `segment`
-        still one of the log's closed segments (retention, the cleaner or a truncation may
-        have replaced it since the scan) and the batch at `position` still invalid. Batches
+        still one of the log's segments (retention, the cleaner or a truncation may have
+        replaced or cut it since the scan) and the batch at `position` still invalid. Batches
         this log held are lost, so it becomes damaged (`repair_floor`: it held up to its log
         end) until appends from a leader bring it back there; the floor is checkpointed with
         the cut, so a crash before the repair cannot hide it. Damage below the log start
         offset empties the log there, since nothing after it can be found again."""
         with self._lock:
             self._check_open()
-            closed = list(self._segments)[:-1]
-            if not any(s is segment for s in closed) or not self._batch_invalid(
+            segments = list(self._segments)
+            if not any(s is segment for s in segments) or not self._batch_invalid(
                 segment, position, offset
             ):
                 return False
@@ -595,10 +595,10 @@ class Log:
             if offset < self._log_start_offset:
                 self._truncate_fully(self._log_start_offset, now)
                 return True
-            for later in [*closed[closed.index(segment) + 1 :], self._segments.active]:
+            for later in segments[segments.index(segment) + 1 :]:
                 self._segments.remove(later)
                 later.delete()
-            self._dir_dirty = True
+                self._dir_dirty = True
             segment.truncate_at(position, offset, now)
             self._truncated()
             return True

@@ -37,12 +37,13 @@ def produce(raw: Raw, count: int) -> dict[int, bytes]:
     ))
 
 
-def flip_a_byte(c: LocalCluster, node: int) -> int:
-    """Flip a byte inside a record of the middle batch of a closed segment of `node`'s replica
-    (in place: a running node reads the change); returns the batch's base offset."""
+def flip_a_byte(c: LocalCluster, node: int, which: str = "middle") -> int:
+    """Flip a byte inside a record of the middle batch of the middle (closed) or the active
+    segment of `node`'s replica (in place: a running node reads the change); returns the
+    batch's base offset."""
     segments = sorted((c.data_dir / f"node-{node}" / f"{TOPIC}-0").glob("*.log"))
     assert len(segments) >= 4, segments
-    victim = segments[len(segments) // 2]
+    victim = segments[len(segments) // 2] if which == "middle" else segments[-1]
     batches = list(iter_batches(victim.read_bytes()))
     pos, header = batches[len(batches) // 2]
     at = pos + header.size - 10
@@ -69,8 +70,9 @@ def assert_identical_to_leader(raw: Raw, node: int, acked: dict[int, bytes]) -> 
     assert not lost, f"{len(lost)} acknowledged records lost, first {min(lost)}"
 
 
+@pytest.mark.parametrize("which", ["middle", "active"])
 def test_a_follower_damaged_under_a_clean_restart_is_found_and_repaired(
-    fresh_cluster: LocalCluster, fresh_raw: Raw,
+    fresh_cluster: LocalCluster, fresh_raw: Raw, which: str,
 ) -> None:
     c, raw = fresh_cluster, fresh_raw
     raw.create_topic(TOPIC, 1, 3, segment_bytes="2048")
@@ -78,7 +80,7 @@ def test_a_follower_damaged_under_a_clean_restart_is_found_and_repaired(
     leader = raw.wait_leaders(TOPIC, 1)[0]
     follower = next(n for n in c.node_ids if n != leader)
     assert c.stop(follower) == 0
-    offset = flip_a_byte(c, follower)
+    offset = flip_a_byte(c, follower, which)
     c.restart(follower)  # clean: recovery checks no CRC, so the damage goes unnoticed
     wait_for(lambda: f"corrupt batch at offset {offset}" in c.logs(follower), 30,
              "the scrubber to find the damage")

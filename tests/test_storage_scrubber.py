@@ -29,8 +29,8 @@ def reopened(log: Log) -> Log:
 
 
 def flip_byte(log: Log, segment_index: int, batch_index: int) -> tuple[int, int]:
-    """Flip a byte inside the records of one batch of a closed segment; returns its
-    (position, base offset)."""
+    """Flip a byte inside the records of one batch of a segment; returns its (position, base
+    offset)."""
     segment = log.segments[segment_index]
     data = segment.log_path.read_bytes()
     pos, header = list(iter_batches(data))[batch_index]
@@ -50,12 +50,12 @@ def scrub_until(scrubber: LogScrubber, budget: int) -> list[ScrubStep]:
 
 def test_an_intact_log_is_read_once_per_pass_within_the_budget(tmp_path: Path) -> None:
     log = written(tmp_path / "log")
-    closed = sum(s.size for s in log.segments[:-1])
+    assert log.active_segment.size > 0
     batch_size = next(iter_batches(log.segments[0].log_path.read_bytes()))[1].size
     scrubber = LogScrubber(log)
     steps = scrub_until(scrubber, 300)
     assert all(s.damage is None for s in steps)
-    assert sum(s.bytes_read for s in steps) == closed  # the active segment is not read
+    assert sum(s.bytes_read for s in steps) == log.size  # the active segment too
     assert max(s.bytes_read for s in steps) <= 300 + batch_size
     assert min(s.bytes_read for s in steps[:-1]) >= 300 - batch_size
     assert scrubber.passes == 1
@@ -150,3 +150,33 @@ def test_a_segment_removed_during_a_step_ends_the_pass_without_damage(tmp_path: 
     assert steps[-1].pass_complete and steps[-1].damage is None
     log.close()
 
+
+
+def test_damage_in_the_active_segment_is_found_and_cut(tmp_path: Path) -> None:
+    """A quiet partition's only segment is its active one (segment.bytes is 1 GiB by default)."""
+    log = written(tmp_path / "log")
+    floor = (log.latest_epoch, log.log_end_offset)
+    position, offset = flip_byte(log, -1, 1)
+    damage = scrub_until(LogScrubber(log), 4096)[-1].damage
+    assert damage is not None
+    assert (damage.segment, damage.position, damage.offset) == (log.active_segment, position,
+                                                                 offset)
+    assert log.truncate_damaged(damage.segment, damage.position, damage.offset)
+    assert log.log_end_offset == offset and log.repair_floor == floor
+    log.append_as_leader(batch([T0], 40), EPOCH)  # the cut segment takes appends again
+    assert scrub_until(LogScrubber(log), 4096)[-1].pass_complete
+    log.close()
+
+
+def test_a_pass_over_a_log_appended_to_meanwhile_ends(tmp_path: Path) -> None:
+    log = written(tmp_path / "log", batches=4)
+    scrubber = LogScrubber(log)
+    for i in range(200):
+        step = scrubber.step(200)
+        assert step.damage is None
+        if step.pass_complete:
+            break
+        log.append_as_leader(batch([T0 + i, T0 + i], 40), EPOCH)
+    else:
+        raise AssertionError("the walk chased the log end")
+    log.close()
