@@ -150,7 +150,10 @@ class PartitionReplica:
         checkpoints written to see that the disk takes writes again. Raises OSError while it
         does not, or while it has less room than the largest batch allowed (max.message.bytes):
         a replica back on a nearly full disk would fail again at once. `restart_core` then
-        builds the core on the reopened log."""
+        builds the core on the reopened log. A replica removed meanwhile is left alone: its
+        directory may be gone, and an open would create it again."""
+        if self.closed:
+            return
         self.log.abandon()
         reopened = Log.open(self.log.directory, self.log.config)
         try:

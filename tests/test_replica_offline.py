@@ -43,3 +43,23 @@ def test_a_write_refused_during_a_scrub_cut_leaves_the_replica_to_its_retry(
             await replicas.close()
 
     asyncio.run(scenario())
+
+
+def test_a_replica_removed_while_offline_is_not_reopened(tmp_path: Path) -> None:
+    """The retry's reopen runs on the disk thread after the removal deleted the directory: it
+    must not create it again."""
+    tp = TopicPartition("t", 0)
+
+    async def scenario() -> None:
+        replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
+        try:
+            replicas.open_replica(tp, (1,), {})
+            replica = replicas.partitions[tp]
+            replicas.storage_failed(replica, OSError(errno.ENOSPC, "No space left on device"))
+            replicas.remove_replica(tp)
+            await asyncio.get_running_loop().run_in_executor(replicas.disk, replica.reopen_log)
+            assert not (tmp_path / "t-0").exists()
+        finally:
+            await replicas.close()
+
+    asyncio.run(scenario())
