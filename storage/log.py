@@ -583,11 +583,9 @@ class Log:
         offset empties the log there, since nothing after it can be found again."""
         with self._lock:
             self._check_open()
-            segments = list(self._segments)
-            if not any(s is segment for s in segments) or not self._batch_invalid(
-                segment, position, offset
-            ):
+            if not self.damaged_at(segment, position, offset):
                 return False
+            segments = list(self._segments)
             floor = (self.leader_epoch_cache.latest_epoch, self._log_end_offset)
             if self._repair_floor is None or floor > self._repair_floor:
                 self._repair_floor = floor
@@ -603,17 +601,21 @@ class Log:
             self._truncated()
             return True
 
-    @staticmethod
-    def _batch_invalid(segment: LogSegment, position: int, next_offset: int) -> bool:
-        if position >= segment.size:
-            return False
-        try:
-            first = next(segment.batches_from(position), None)
-        except CorruptMessageError:
-            return True
-        return first is None or not segment.is_valid_batch(
-            first.buffer, first.pos, first.header, next_offset
-        )
+    def damaged_at(self, segment: LogSegment, position: int, next_offset: int) -> bool:
+        """Whether `segment` is still one of the log's segments and the batch at `position`
+        (where the batches from `next_offset` on should start) is not intact: what a scrub
+        read without the lock, confirmed under it (one batch read), so that a segment
+        rolled, cut or replaced meanwhile is never taken for a damaged one."""
+        with self._lock:
+            if not any(s is segment for s in self._segments) or position >= segment.size:
+                return False
+            try:
+                first = next(segment.batches_from(position), None)
+            except CorruptMessageError:
+                return True
+            return first is None or not segment.is_valid_batch(
+                first.buffer, first.pos, first.header, next_offset
+            )
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything; the log restarts empty at `offset`, which becomes log start, LEO

@@ -10,8 +10,9 @@ active segment counts: with the default segment size a quiet partition has no ot
 The walk reads without the log's lock (written bytes never change in place, appends only add
 after them, and a closed segment is read through a descriptor of its own, so a segment deleted
 meanwhile is only a failed read), so it never holds up an append. What it finds is only a
-suspicion until `Log.truncate_damaged` confirms it under the lock against the same segment
-object, which retention, the cleaner or a truncation would have replaced or cut.
+suspicion until `Log.damaged_at` confirms it under the lock (one batch read) against the same
+segment object, which retention, the cleaner, a roll or a truncation would have replaced or
+cut; `Log.truncate_damaged` confirms it again before it cuts.
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ class LogScrubber:
 
     def step(self, budget: int) -> ScrubStep:
         """Verify batches until about `budget` bytes were read (at least one batch, however
-        large), the pass ends or damage is found. After damage the walk goes on from the
-        damaged segment's start: the log is expected to have been cut there."""
+        large), the pass ends or damage is found and confirmed under the log's lock
+        (`Log.damaged_at`; a segment that changed under the read is walked again). After
+        damage the walk goes on from the damaged segment's start: the log is expected to have
+        been cut there."""
         read = 0
         while read < budget:
             segment = self._current()
@@ -79,7 +82,8 @@ class LogScrubber:
             if damage is not None:
                 self._segment = None
                 self._after = segment.base_offset - 1
-                return ScrubStep(read, False, damage)
+                if self.log.damaged_at(segment, damage.position, damage.offset):
+                    return ScrubStep(read, False, damage)
             if self._position >= self._end:
                 self._segment = None
                 self._after = segment.base_offset
