@@ -11,7 +11,7 @@ from collections import defaultdict
 import pytest
 
 from tidelog import Client, OffsetSpec, TopicPartition
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, poll_to
 from tidelog.types import ConsumerRecord
 
 pytestmark = pytest.mark.timeout(240)
@@ -61,12 +61,8 @@ def test_lost_acknowledgements_and_leader_kills_write_each_record_once_in_order(
         consumer = client.consumer(auto_offset_reset="earliest")
         consumer.assign(tps)
         got: dict[int, list[ConsumerRecord]] = defaultdict(list)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(
-            consumer.position(tp) < ends[tp].offset for tp in tps
-        ):
-            for record in consumer.poll(timeout_ms=500):
-                got[record.partition].append(record)
+        for record in poll_to(consumer, {tp: ends[tp].offset for tp in tps}):
+            got[record.partition].append(record)
 
     assert sum(len(v) for v in sent.values()) == RECORDS
     for partition in range(PARTITIONS):
@@ -96,11 +92,7 @@ def test_a_new_producer_epoch_never_writes_a_sent_batch_twice() -> None:
             ends = client.list_offsets({tp: OffsetSpec.latest() for tp in tps})
             consumer = client.consumer(auto_offset_reset="earliest")
             consumer.assign(tps)
-            values: list[bytes | None] = []
-            deadline = time.monotonic() + 60
-            while any(consumer.position(tp) < ends[tp].offset for tp in tps):
-                assert time.monotonic() < deadline, "could not read the log back"
-                values.extend(r.value for r in consumer.poll(timeout_ms=500))
+            values = [r.value for r in poll_to(consumer, {tp: ends[tp].offset for tp in tps})]
         finally:
             client.close()
     failed = sum(1 for f in futures if f.exception() is not None)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tidelog import Client, TopicPartition
-from tidelog.testing import LocalCluster, wait_for
+from tidelog.testing import LocalCluster, poll_to, wait_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -94,11 +94,7 @@ def consume_all(client: Client, topic: str, partitions: int) -> list[Any]:
     consumer = client.consumer(auto_offset_reset="earliest")
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)
-    end = consumer.end_offsets(tps)
-    records = []
-    while any(consumer.position(tp) < end[tp] for tp in tps):
-        records += consumer.poll(timeout_ms=1000)
-    return records
+    return poll_to(consumer, consumer.end_offsets(tps))
 
 
 def test_bad_options_fail_at_load(spark: SparkSession, cluster: LocalCluster) -> None:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -60,6 +60,7 @@ __all__ = [
     "Raw",
     "make_batch",
     "poll_records",
+    "poll_to",
     "probe",
     "stop_cluster",
     "values_of",
@@ -515,6 +516,24 @@ def poll_records(
     deadline = time.monotonic() + timeout
     while len(got) < count and time.monotonic() < deadline:
         got += consumer.poll(timeout_ms=500)
+    return got
+
+
+def poll_to(
+    consumer: Consumer, ends: Mapping[TopicPartition, int], timeout: float = 60.0
+) -> list[ConsumerRecord]:
+    """Polls until the consumer's position reaches ``ends`` on every partition, and returns
+    the records that came; the deadline raises AssertionError (a partial read must not pass
+    for a whole one)."""
+    got: list[ConsumerRecord] = []
+
+    def reached() -> bool:
+        if all(consumer.position(tp) >= end for tp, end in ends.items()):
+            return True
+        got.extend(consumer.poll(timeout_ms=500))
+        return False
+
+    wait_for(reached, timeout, f"the consumer to read up to {dict(ends)}")
     return got
 
 
