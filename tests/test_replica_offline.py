@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas import ReplicaSet
+from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 
 
@@ -34,10 +35,7 @@ def test_a_write_refused_during_a_scrub_cut_leaves_the_replica_to_its_retry(
             log_before = replica.log
             await replicas.rewrite_storage(replica, cut_while_a_round_fails)
             assert replica.offline, "back in service while its log waits to be reopened"
-            deadline = time.monotonic() + 10
-            while replica.offline:
-                assert time.monotonic() < deadline, "never brought back"
-                await asyncio.sleep(0.05)
+            await async_wait_for(lambda: not replica.offline, 10, "the replica back in service")
             assert replica.log is not log_before  # reopened by the retry
         finally:
             await replicas.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from tmpfs_helpers import fill, tmpfs, use_up_inodes
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas import ReplicaSet
 from tidelog.storage import CheckpointFile
+from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 
 CONFIG = {"segment_bytes": 512 * 1024}
@@ -68,10 +68,8 @@ def test_a_replica_the_disk_cannot_create_is_created_once_it_can(tmp_path: Path)
                 assert tp not in replicas.partitions
                 for path in fillers:
                     path.unlink()
-                deadline = time.monotonic() + 20
-                while tp not in replicas.partitions:
-                    assert time.monotonic() < deadline, "the replica was never created"
-                    await asyncio.sleep(0.05)
+                await async_wait_for(lambda: tp in replicas.partitions, 20,
+                                     "the replica to be created")
             finally:
                 await replicas.close()
 

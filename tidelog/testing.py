@@ -15,6 +15,7 @@ in.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import json
@@ -58,6 +59,7 @@ __all__ = [
     "NodeRoutes",
     "NodeStatus",
     "Raw",
+    "async_wait_for",
     "make_batch",
     "poll_records",
     "poll_to",
@@ -495,16 +497,38 @@ def wait_for(
     deadline raises AssertionError naming ``what``, so a test fails with the condition it
     waited for rather than a hang."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = condition()
-        except grpc.RpcError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or condition}")
+    while not (value := _try(condition)):
+        _check_deadline(deadline, timeout, what or condition)
         time.sleep(interval)
+    return value
+
+
+async def async_wait_for(
+    condition: Callable[[], T | None],
+    timeout: float = 30.0,
+    what: str = "",
+    *,
+    interval: float = _POLL_S,
+) -> T:
+    """`wait_for` for a test that runs on an event loop (a node's replica set driven in
+    process): the loop's tasks run between the tries."""
+    deadline = time.monotonic() + timeout
+    while not (value := _try(condition)):
+        _check_deadline(deadline, timeout, what or condition)
+        await asyncio.sleep(interval)
+    return value
+
+
+def _try(condition: Callable[[], T | None]) -> T | None:
+    try:
+        return condition()
+    except grpc.RpcError:
+        return None
+
+
+def _check_deadline(deadline: float, timeout: float, what: object) -> None:
+    if time.monotonic() > deadline:
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def poll_records(
