@@ -242,7 +242,8 @@ def test_a_paused_leader_does_not_stall_a_lookup(client: Client, cluster: LocalC
     cluster.pause(victim)
     try:
         found = client.list_offsets({tp: OffsetSpec.latest()}, timeout_ms=20_000)
-        assert found[tp].offset == 1
+        # 1, or 2 once the new leader's leader-change marker (a control batch) is committed.
+        assert found[tp].offset in (1, 2)
         assert client.metadata.leader_for(tp) not in (None, victim)
     finally:
         cluster.resume(victim)
