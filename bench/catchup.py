@@ -23,6 +23,7 @@ from pathlib import Path
 # shadow the storage package the nodes' code imports.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
+from tidelog.clock import wall_clock_ms  # noqa: E402
 from tidelog.records import RecordInput, build_batch, iter_batches  # noqa: E402
 from tidelog.testing import LocalCluster, Raw, wait_for  # noqa: E402
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP  # noqa: E402
@@ -73,7 +74,7 @@ def run(mb: int) -> float:
         raw.create_topic(TOPIC, 1, 3)
         leader_id = raw.wait_leaders(TOPIC, 1)[0]
         stopped = next(n for n in cluster.node_ids if n != leader_id)
-        now_ms = int(time.time() * 1000)  # retention (7 days) would delete records stamped 0
+        now_ms = wall_clock_ms()  # retention (7 days) would delete records stamped 0
         batch = build_batch([RecordInput(RECORD, None, now_ms)] * RECORDS_PER_BATCH)
         cluster.pause(stopped)
         try:

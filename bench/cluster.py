@@ -47,6 +47,7 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from tidelog import Client  # noqa: E402
+from tidelog.clock import wall_clock_ms  # noqa: E402
 from tidelog.records import RecordInput, build_batch  # noqa: E402
 from tidelog.testing import LocalCluster  # noqa: E402
 from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
@@ -154,10 +155,6 @@ def make_batch(records: int, timestamp_ms: int, value: bytes) -> bytes:
     return build_batch([RecordInput(value, None, timestamp_ms + i) for i in range(records)])
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # ----------------------------------------------------------------------------------------------
 # The bench-local baseline server: one gRPC hop, no storage, no replication
 
@@ -240,7 +237,7 @@ class Window:
 def bench_baseline_stream(address: str, sizes: Sizes) -> float:
     """MiB/s of produce-sized batches over one bidi stream, as many in flight as the produce
     benchmark keeps in flight in total."""
-    batch = make_batch(sizes.records_per_batch, now_ms(), random.randbytes(RECORD_BYTES))
+    batch = make_batch(sizes.records_per_batch, wall_clock_ms(), random.randbytes(RECORD_BYTES))
     window_size = sizes.partitions * sizes.inflight
 
     async def run() -> Window:
@@ -339,7 +336,7 @@ def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> float:
             assert proc.stdin is not None
             proc.stdin.write(f"{ports[(i + 1) % 3]} {ports[(i + 2) % 3]}\n")
             proc.stdin.flush()
-        batch = make_batch(sizes.records_per_batch, now_ms(), random.randbytes(RECORD_BYTES))
+        batch = make_batch(sizes.records_per_batch, wall_clock_ms(), random.randbytes(RECORD_BYTES))
 
         async def run() -> Window:
             channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS)
@@ -393,7 +390,7 @@ def raw_produce(cluster: Nodes, topic: str, sizes: Sizes) -> RawProduce:
     measures the client library against this same function."""
     create_topic(cluster, topic, sizes.partitions)
     leaders = wait_leaders(cluster, topic, sizes.partitions)
-    batch = make_batch(sizes.records_per_batch, now_ms(), random.randbytes(RECORD_BYTES))
+    batch = make_batch(sizes.records_per_batch, wall_clock_ms(), random.randbytes(RECORD_BYTES))
     errors: Counter[str] = Counter()
 
     async def run() -> Window:
@@ -470,7 +467,7 @@ def bench_list_offsets(cluster: LocalCluster, baseline_address: str, sizes: Size
     leader = wait_leaders(cluster, topic, 1)[0]
     value = random.randbytes(RECORD_BYTES)
     batches = max(1, sizes.lookup_bytes // (records_per_batch * RECORD_BYTES))
-    t0 = now_ms() - 86_400_000
+    t0 = wall_clock_ms() - 86_400_000
     stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, leader))
     for b in range(batches):
         offset = b * records_per_batch
@@ -585,7 +582,8 @@ def settle(cluster: LocalCluster, topic: str, partition: int, value: bytes) -> t
             continue  # the preferred leader is back soon; killing it again is the point
         stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, view.leader_id))
         try:
-            if produce_one(stub, topic, partition, make_batch(1, now_ms(), value)).error_code:
+            batch = make_batch(1, wall_clock_ms(), value)
+            if produce_one(stub, topic, partition, batch).error_code:
                 continue
             ends = {list_offsets(tidelog_pb2_grpc.TidelogStub(channel_to(cluster, n)), topic,
                                  -1, partition=partition, replica_id=-2).offset
@@ -619,7 +617,7 @@ def produce_after_failover(
         if best is not None:
             stub = tidelog_pb2_grpc.TidelogStub(channel_to(cluster, best[1]))
             try:
-                result = produce_one(stub, topic, partition, make_batch(1, now_ms(), value),
+                result = produce_one(stub, topic, partition, make_batch(1, wall_clock_ms(), value),
                                      timeout_ms=2000)
                 if result.error_code == 0:
                     return best[1]

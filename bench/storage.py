@@ -34,6 +34,7 @@ from pathlib import Path
 # shadow the storage package it measures.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
+from tidelog.clock import wall_clock_ms  # noqa: E402
 from tidelog.records import (  # noqa: E402
     RecordInput,
     build_batch,
@@ -101,7 +102,7 @@ def verdict(ok: bool) -> str:
 def append_batches(total_bytes: int) -> list[bytes]:
     """1 KiB records, 100 per batch, timestamped now (CreateTime validation accepts them)."""
     value = random.Random(1).randbytes(1024)
-    now = time.time_ns() // 1_000_000
+    now = wall_clock_ms()
     one = build_batch([RecordInput(value=value, timestamp=now)] * 100)
     count = -(-total_bytes // len(one))
     return [
@@ -134,7 +135,7 @@ def time_raw_writes(path: Path, batches: list[bytes]) -> Timing:
 
 
 def time_log_appends(directory: Path, batches: list[bytes]) -> tuple[Timing, Log]:
-    log = Log.open(directory, LogConfig())
+    log = Log.open(directory, LogConfig(), clock=wall_clock_ms)
     started, started_cpu = time.perf_counter(), time.process_time()
     for data in batches:
         log.append_as_leader(data, 0)
@@ -199,7 +200,7 @@ def bench_reopen(log: Log, total: int) -> bool:
         if prepare is not None:
             prepare()
         started = time.perf_counter()
-        reopened = Log.open(directory, LogConfig())
+        reopened = Log.open(directory, LogConfig(), clock=wall_clock_ms)
         elapsed = time.perf_counter() - started
         reopened.close()
         return elapsed
@@ -286,7 +287,7 @@ def bench_lookup(root: Path, sizes: Sizes) -> bool:
           "segment.bytes 64 MiB, random targets")
     print(f"{'records':>10} {'segments':>8} {'MiB':>7} {'median us':>10} {'p99 us':>9} "
           f"{'scan median us':>15} {'build s':>8}")
-    log = Log.open(root / "lookup-0", LogConfig(segment_bytes=64 * MIB))
+    log = Log.open(root / "lookup-0", LogConfig(segment_bytes=64 * MIB), clock=wall_clock_ms)
     rng = random.Random(42)
     medians: dict[int, float] = {}
     written = 0

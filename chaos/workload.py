@@ -22,6 +22,7 @@ from typing import Any
 from tidelog import wire
 from tidelog.chaos.history import FAIL, OK, UNKNOWN, History
 from tidelog.client import Client
+from tidelog.clock import wall_clock_ms
 from tidelog.errors import RetriableError, TidelogError
 from tidelog.producer import RecordFuture
 from tidelog.records import read_header
@@ -240,12 +241,12 @@ class Workload:
             level: client.consumer(isolation_level=level, fetch_max_wait_ms=100)
             for level in IsolationLevel
         }
-        started_ms = int(time.time() * 1000)
+        started_ms = wall_clock_ms()
         while not self._stop_reads.is_set():
             tp = rng.choice(self.tps)
             level = rng.choice(list(IsolationLevel))
             kind = rng.choice(LOOKUPS)
-            target = rng.randint(started_ms, int(time.time() * 1000))
+            target = rng.randint(started_ms, wall_clock_ms())
             spec = {
                 "earliest": OffsetSpec.earliest(),
                 "latest": OffsetSpec.latest(),

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 import grpc
 
 from tidelog import errors
+from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.controller import METADATA_TP, MetadataImage, TopicImage
 from tidelog.coordinator.metadata_records import (
     MetadataRecord,
@@ -231,7 +231,7 @@ class ControllerDriver:
         self._pending_topics.add(name)
         try:
             batch = build_batch(
-                [RecordInput(value=encode_record(record), timestamp=int(time.time() * 1000))]
+                [RecordInput(value=encode_record(record), timestamp=wall_clock_ms())]
             )
             try:
                 produced = replica.propose(batch, acks=-1)

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from tidelog.clock import wall_clock_ms
 from tidelog.errors import CorruptMessageError, UnsupportedCompressionTypeError
 from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
@@ -109,7 +110,7 @@ class Housekeeping:
     def _retention_pass(self) -> list[tuple[PartitionReplica, OSError]]:
         """Retention and, for compacted topics, a cleaner pass bounded by the last stable
         offset; on the disk thread, which is the only writer of every log."""
-        now_ms = int(time.time() * 1000)
+        now_ms = wall_clock_ms()
 
         def retain(replica: PartitionReplica) -> None:
             replica.log.delete_old_segments()

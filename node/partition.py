@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelog import errors
+from tidelog.clock import wall_clock_ms
 from tidelog.node.producer_state import ProducerStateManager
 from tidelog.records import (
     TimestampType,
@@ -86,7 +87,7 @@ class PartitionReplica:
         self.tp = tp
         self.node_id = node_id
         self.replicas = replicas
-        self.log = Log.open(directory, log_config)
+        self.log = Log.open(directory, log_config, clock=wall_clock_ms)
         self._sync_writes = sync_writes
         self.store = LogStore(self.log, sync_writes)
         self.replica_log = self.store.replica_log
@@ -155,7 +156,7 @@ class PartitionReplica:
         if self.closed:
             return
         self.log.abandon()
-        reopened = Log.open(self.log.directory, self.log.config)
+        reopened = Log.open(self.log.directory, self.log.config, clock=wall_clock_ms)
         try:
             reopened.checkpoint()
             free = shutil.disk_usage(reopened.directory).free

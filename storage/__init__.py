@@ -21,13 +21,14 @@ from tidelog.storage.index import (
     TransactionIndex,
     base_offset_from_path,
 )
-from tidelog.storage.log import Log, LogAppendInfo, SegmentPosition, system_clock_ms
+from tidelog.storage.log import Clock, Log, LogAppendInfo, SegmentPosition
 from tidelog.storage.segment import CLEANED_SUFFIX, LogSegment, TimestampAndOffset
 
 __all__ = [
     "CLEANED_SUFFIX",
     "AbortedTxn",
     "CheckpointFile",
+    "Clock",
     "CorruptIndexError",
     "EpochEntry",
     "LeaderEpochFileCache",
@@ -45,5 +46,4 @@ __all__ = [
     "TransactionIndex",
     "UnexpectedAppendOffsetError",
     "base_offset_from_path",
-    "system_clock_ms",
 ]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -67,10 +66,6 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], int]
 
 
-def system_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class LogAppendInfo(NamedTuple):
     """What a produce response reports: the offsets given, the append time (-1 with
     CreateTime) and the log start offset."""
@@ -112,9 +107,11 @@ class Log:
 
     @classmethod
     def open(
-        cls, directory: Path, config: LogConfig | None = None, clock: Clock = system_clock_ms
+        cls, directory: Path, config: LogConfig | None = None, *, clock: Clock
     ) -> Log:
-        """Open (creating if needed) and recover the log in `directory`."""
+        """Open (creating if needed) and recover the log in `directory`. The log has no clock
+        of its own (`clock` gives milliseconds since the epoch): the simulator runs it on
+        virtual time, the node on the wall clock."""
         if not directory.exists():
             directory.mkdir(parents=True)
             fsync_dir(directory.parent)

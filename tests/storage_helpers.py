@@ -56,7 +56,7 @@ def marker(base_offset: int = 0, epoch: int = -1) -> bytes:
 
 
 def open_log(directory: Path, clock: FakeClock, **config: object) -> Log:
-    return Log.open(directory, LogConfig(**config), clock)  # type: ignore[arg-type]
+    return Log.open(directory, LogConfig(**config), clock=clock)  # type: ignore[arg-type]
 
 
 class RecordRow(NamedTuple):

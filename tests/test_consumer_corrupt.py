@@ -12,6 +12,7 @@ import pytest
 from record_helpers import forge_batch, forge_record
 
 from tidelog import Client, TopicPartition
+from tidelog.clock import wall_clock_ms
 from tidelog.consumer import Consumer
 from tidelog.errors import CorruptRecordError
 from tidelog.records import RecordInput, assign_offsets, build_batch
@@ -27,7 +28,7 @@ def _plant_corrupt_batches(partition_dir: Path) -> tuple[int, int]:
     """Append two bad batches behind the node's back; return their offsets. The first has a
     right CRC over records that lie (a key length past the record); the second is a good batch
     whose value byte is flipped on disk afterwards (a wrong CRC)."""
-    log = Log.open(partition_dir)
+    log = Log.open(partition_dir, clock=wall_clock_ms)
     try:
         epoch = log.latest_epoch
         lying_at = log.log_end_offset
@@ -108,7 +109,7 @@ def test_a_corrupt_batch_in_a_compacted_log_stops_only_its_cleaning(tmp_path: Pa
         keyed = build_batch([RecordInput(b"v", b"k", int(time.time() * 1000))])
         assert raw.produce(node, "keyed", 0, keyed).error_code == 0
         cluster.stop(node)
-        log = Log.open(cluster.data_dir / f"node-{node}" / "keyed-0")
+        log = Log.open(cluster.data_dir / f"node-{node}" / "keyed-0", clock=wall_clock_ms)
         try:
             now = int(time.time() * 1000)
             lying = forge_batch(forge_record(key=b"k", key_len=1 << 20),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.controller import METADATA_TP, MetadataImage, TopicImage
 from tidelog.coordinator.metadata_records import (
     FORMAT_VERSION,
@@ -129,7 +130,7 @@ def test_plans_are_typed_records_and_replay_to_the_same_image() -> None:
 def _metadata_log(directory: Path, values: list[bytes]) -> bytes:
     """A real metadata log with a leader-change marker and then one batch per record value,
     read back whole, as a node applies it."""
-    log = Log.open(directory / f"{METADATA_TP.topic}-{METADATA_TP.partition}")
+    log = Log.open(directory / f"{METADATA_TP.topic}-{METADATA_TP.partition}", clock=wall_clock_ms)
     try:
         log.append_as_leader(build_control_batch(ControlType.LEADER_CHANGE), 1)
         now = int(time.time() * 1000)

@@ -85,7 +85,7 @@ def good_log(tmp_path_factory: pytest.TempPathFactory) -> GoodLog:
     of, and the records it holds."""
     directory = tmp_path_factory.mktemp("good") / "t-0"
     log = Log.open(directory, LogConfig(segment_bytes=600, index_interval_bytes=1),
-                   lambda: T0)
+                   clock=lambda: T0)
     for n in range(12):
         log.append_as_leader(build_batch([RecordInput(b"v%d" % n, b"k", T0 + n)]), n // 4)
     log.update_high_watermark(log.log_end_offset)
@@ -163,7 +163,7 @@ def test_a_log_with_garbage_indexes_and_checkpoints_opens_with_its_records(
             path.write_bytes(data.draw(damaged(path.read_bytes()), label=path.name))
     if data.draw(st.booleans(), label="unclean"):
         (work / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
-    log = Log.open(work, LogConfig(segment_bytes=600), lambda: T0)
+    log = Log.open(work, LogConfig(segment_bytes=600), clock=lambda: T0)
     try:
         got = _records(log)
         assert set(got) <= set(good_log.records) and got == sorted(got)

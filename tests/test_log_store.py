@@ -11,6 +11,7 @@ import pytest
 from storage_helpers import T0, batch, marker
 
 import tidelog.storage.log
+from tidelog.clock import wall_clock_ms
 from tidelog.errors import CorruptMessageError
 from tidelog.records import read_header
 from tidelog.replication import Entry, MemoryLog
@@ -42,7 +43,7 @@ def test_a_leader_writes_its_own_entries_without_checking_them_again(
 ) -> None:
     """Before, every entry went through `append_as_follower`, so a leader recomputed the CRC
     of each batch it had validated itself (this test saw [0, 2, 3])."""
-    replica_log = StorageReplicaLog(Log.open(tmp_path))
+    replica_log = StorageReplicaLog(Log.open(tmp_path, clock=wall_clock_ms))
     received = batch([T0, T0], base_offset=0, epoch=1)  # written while following epoch 1
     own = [marker(2, epoch=3), batch([T0], base_offset=3, epoch=3)]
     replica_log.leading_epoch = 3
@@ -54,7 +55,7 @@ def test_a_leader_writes_its_own_entries_without_checking_them_again(
 def test_received_entries_are_checked_in_a_leaders_ready(
     tmp_path: Path, crc_checks: list[int]
 ) -> None:
-    replica_log = StorageReplicaLog(Log.open(tmp_path))
+    replica_log = StorageReplicaLog(Log.open(tmp_path, clock=wall_clock_ms))
     damaged = bytearray(batch([T0], base_offset=0, epoch=1))
     damaged[-1] ^= 1
     replica_log.leading_epoch = 2
@@ -64,7 +65,7 @@ def test_received_entries_are_checked_in_a_leaders_ready(
 
 
 def test_a_follower_checks_every_entry(tmp_path: Path, crc_checks: list[int]) -> None:
-    replica_log = StorageReplicaLog(Log.open(tmp_path))
+    replica_log = StorageReplicaLog(Log.open(tmp_path, clock=wall_clock_ms))
     data = [batch([T0], base_offset=0, epoch=2), batch([T0], base_offset=1, epoch=2)]
     replica_log.append([entry(d, 2) for d in data])  # leading_epoch is None: not leading
     assert crc_checks == [0, 1]
@@ -74,7 +75,7 @@ def test_epoch_ends_are_those_of_the_same_log_in_memory(tmp_path: Path) -> None:
     """The storage adapter answers the core's divergence question (the end of the latest epoch
     at or below the one asked) as the in-memory log does, also once the log start moved past
     the first epoch: both are the one question the core asks any log."""
-    replica_log = StorageReplicaLog(Log.open(tmp_path))
+    replica_log = StorageReplicaLog(Log.open(tmp_path, clock=wall_clock_ms))
     memory = MemoryLog()
     for offset, epoch in enumerate([1, 1, 3, 3, 3, 5, 8]):
         data = batch([T0], base_offset=offset, epoch=epoch)

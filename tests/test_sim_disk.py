@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from tidelog.clock import wall_clock_ms
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication.sim_disk import SimDisk
 from tidelog.storage import Log, LogConfig
@@ -21,7 +22,7 @@ def _append(log: Log, count: int) -> None:
 
 
 def _synced(tmp_path: Path, config: LogConfig = CONFIG) -> tuple[Log, SimDisk]:
-    log = Log.open(tmp_path / "p", config)
+    log = Log.open(tmp_path / "p", config, clock=wall_clock_ms)
     disk = SimDisk(log.directory)
     _append(log, 30)
     log.sync_data()
@@ -36,7 +37,7 @@ def test_a_crash_keeps_the_synced_batches_and_tears_the_unsynced_append(tmp_path
         log, disk = _synced(tmp_path / str(seed), one_segment)
         _append(log, 5)  # not synced
         disk.crash(random.Random(seed))
-        reopened = Log.open(log.directory, one_segment)
+        reopened = Log.open(log.directory, one_segment, clock=wall_clock_ms)
         assert 30 <= reopened.log_end_offset <= 35
         assert reopened.read(0, 1 << 20)  # every batch below parses again
         ends.add(reopened.log_end_offset)
@@ -51,7 +52,7 @@ def test_a_crash_loses_an_unsynced_truncation_as_a_whole(tmp_path: Path) -> None
     _append(log, 2)
     disk.rewritten = True
     disk.crash(random.Random(0))
-    reopened = Log.open(log.directory, CONFIG)
+    reopened = Log.open(log.directory, CONFIG, clock=wall_clock_ms)
     assert reopened.log_end_offset == 30
     assert b"v0003" in bytes(reopened.read(3, 80))  # the old batch came back
 
@@ -67,5 +68,5 @@ def test_a_crash_undoes_an_unsynced_deletion_and_creation(tmp_path: Path) -> Non
     assert not first.exists()
     disk.crash(random.Random(0))
     assert first.exists()
-    reopened = Log.open(log.directory, CONFIG)
+    reopened = Log.open(log.directory, CONFIG, clock=wall_clock_ms)
     assert reopened.log_start_offset == 0 and reopened.log_end_offset == 30

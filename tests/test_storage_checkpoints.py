@@ -108,7 +108,7 @@ def test_garbage_checkpoint_is_rebuilt_or_ignored(
         copy = tmp_path / f"trial-{trial}"
         shutil.copytree(damaged, copy)
         with caplog.at_level(logging.WARNING):
-            log = Log.open(copy, LogConfig(**CONFIG), FakeClock())  # type: ignore[arg-type]
+            log = Log.open(copy, LogConfig(**CONFIG), clock=FakeClock())  # type: ignore[arg-type]
         try:
             assert log.log_end_offset == end
             assert all_records(log) == expected
@@ -126,7 +126,7 @@ def test_garbage_leader_epoch_checkpoint_names_the_file(
     log.close()
     (log.directory / LEADER_EPOCH_CHECKPOINT).write_text("0\n2\nabc 0\n3 x\n")
     with caplog.at_level(logging.WARNING):
-        reopened = Log.open(log.directory, LogConfig(**CONFIG), FakeClock())  # type: ignore[arg-type]
+        reopened = Log.open(log.directory, LogConfig(**CONFIG), clock=FakeClock())  # type: ignore[arg-type]
     assert reopened.leader_epoch_cache.entries == epochs
     assert LEADER_EPOCH_CHECKPOINT in caplog.text
     assert "rebuilt the leader-epoch history" in caplog.text
@@ -162,14 +162,14 @@ def test_a_log_that_lost_durable_batches_knows_its_repair_floor(tmp_path: Path) 
     log.close()
     middle = _segment_files(log)[len(_segment_files(log)) // 2]
     middle.write_bytes(middle.read_bytes()[: middle.stat().st_size // 2])  # its index fails
-    damaged = Log.open(log.directory, LogConfig(**CONFIG), FakeClock())  # type: ignore[arg-type]
+    damaged = Log.open(log.directory, LogConfig(**CONFIG), clock=FakeClock())  # type: ignore[arg-type]
     assert damaged.log_end_offset < floor[1]
     assert damaged.repair_floor == floor
     # The floor survives restarts until the log is durably past it again.
     damaged.flush()
     damaged.checkpoint()
     damaged.close()
-    again = Log.open(log.directory, LogConfig(**CONFIG), FakeClock())  # type: ignore[arg-type]
+    again = Log.open(log.directory, LogConfig(**CONFIG), clock=FakeClock())  # type: ignore[arg-type]
     assert again.repair_floor == floor
     while again.log_end_offset < floor[1]:
         again.append_as_leader(batch([T0], 20), floor[0])
@@ -177,7 +177,7 @@ def test_a_log_that_lost_durable_batches_knows_its_repair_floor(tmp_path: Path) 
     again.checkpoint()
     assert again.repair_floor is None
     again.close()
-    assert Log.open(log.directory, LogConfig(**CONFIG), FakeClock()).repair_floor is None  # type: ignore[arg-type]
+    assert Log.open(log.directory, LogConfig(**CONFIG), clock=FakeClock()).repair_floor is None  # type: ignore[arg-type]
 
 
 def test_a_truncated_log_is_not_taken_for_a_damaged_one(tmp_path: Path) -> None:
@@ -185,6 +185,6 @@ def test_a_truncated_log_is_not_taken_for_a_damaged_one(tmp_path: Path) -> None:
     log.truncate_to(log.log_end_offset // 2)  # a follower dropping a diverged tail
     shutil.copytree(log.directory, tmp_path / "crashed")  # no flush, no checkpoint since
     log.close()
-    crashed = Log.open(tmp_path / "crashed", LogConfig(**CONFIG), FakeClock())  # type: ignore[arg-type]
+    crashed = Log.open(tmp_path / "crashed", LogConfig(**CONFIG), clock=FakeClock())  # type: ignore[arg-type]
     assert crashed.repair_floor is None
     crashed.close()

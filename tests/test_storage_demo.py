@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tidelog.clock import wall_clock_ms
 from tidelog.storage import Log
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ def test_data_dir_keeps_a_log_that_reopens_with_what_the_tour_reported(tmp_path:
     directory = tmp_path / "data" / "demo-0"
     shown = listed_files(result.stdout)
     assert shown == {p.name for p in directory.iterdir()}
-    log = Log.open(directory)
+    log = Log.open(directory, clock=wall_clock_ms)
     try:
         assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (0, 6000, 6000)
         assert len(log.segments) == len([n for n in shown if n.endswith(".log")]) > 1

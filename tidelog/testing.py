@@ -38,6 +38,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import tidelog
 from tidelog import wire
+from tidelog.clock import wall_clock_ms
 from tidelog.errors import (
     ConfigurationError,
     NotControllerError,
@@ -563,7 +564,7 @@ def poll_to(
 
 def make_batch(values: Sequence[bytes], timestamp_ms: int | None = None) -> bytes:
     """One plain producer batch of unkeyed ``values``, stamped now (or ``timestamp_ms``)."""
-    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    ts = wall_clock_ms() if timestamp_ms is None else timestamp_ms
     return build_batch([RecordInput(v, None, ts) for v in values])
 
 

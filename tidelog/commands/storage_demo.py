@@ -70,7 +70,7 @@ def _tour(directory: Path, *, keep: bool) -> int:
           f"{config.index_interval_bytes}  message.timestamp.type=CreateTime")
     print(f"{RECORDS} records of {VALUE_BYTES} bytes in batches of {RECORDS_PER_BATCH}, one "
           f"per second from {_iso(START_MS)}; leader epoch 1, then 2 from offset {RECORDS // 2}")
-    log = Log.open(directory, config, clock)
+    log = Log.open(directory, config, clock=clock)
     try:
         _write(log, clock)
         log.update_high_watermark(log.log_end_offset)
@@ -88,7 +88,7 @@ def _tour(directory: Path, *, keep: bool) -> int:
 
     print("\n== 3. Close and reopen ==")
     started = time.perf_counter()
-    log = Log.open(directory, config, clock)
+    log = Log.open(directory, config, clock=clock)
     elapsed_ms = (time.perf_counter() - started) * 1000
     try:
         print(f"closed cleanly, reopened in {elapsed_ms:.1f} ms (clean-shutdown marker: the "
