@@ -478,6 +478,15 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def OffsetFetch(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await _unsupported(context, "OffsetFetch (consumer offsets)")
 
+    async def OffsetDelete(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "OffsetDelete (consumer offsets)")
+
+    async def ListGroups(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "ListGroups (consumer offsets)")
+
+    async def DeleteGroups(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unsupported(context, "DeleteGroups (consumer offsets)")
+
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> pb.InitProducerIdResponse:

@@ -81,6 +81,21 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/tidelog.v1.Tidelog/OffsetDelete',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ListGroups',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DeleteGroups',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/tidelog.v1.Tidelog/InitProducerId',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.InitProducerIdRequest.SerializeToString,
@@ -166,6 +181,27 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetDelete(self, request, context):
+        """Deletes a group's committed positions for some partitions (tombstones).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """The groups this node coordinates (a client asks every node and merges, as Kafka's admin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Deletes groups and all their committed positions (sent to each group's coordinator).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def InitProducerId(self, request, context):
         """Assigns a producer id and epoch for idempotent or transactional producing.
         """
@@ -234,6 +270,21 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.OffsetFetch,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.OffsetFetchRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.OffsetDeleteResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListGroupsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
@@ -496,6 +547,87 @@ class Tidelog:
             '/tidelog.v1.Tidelog/OffsetFetch',
             tidelog_dot_v1_dot_tidelog__pb2.OffsetFetchRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/OffsetDelete',
+            tidelog_dot_v1_dot_tidelog__pb2.OffsetDeleteRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.OffsetDeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ListGroups',
+            tidelog_dot_v1_dot_tidelog__pb2.ListGroupsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DeleteGroups',
+            tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
