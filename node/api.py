@@ -28,6 +28,7 @@ import grpc
 from tidelog import errors
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.partition import ListOffsetsResult, PartitionReplica, is_debug_or_leader
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
@@ -73,6 +74,11 @@ _UNKNOWN_ON_ERROR: dict[type, tuple[str, ...]] = {
     pb.FetchPartitionData: ("high_watermark", "last_stable_offset", "log_start_offset"),
     pb.ListOffsetsPartitionResponse: ("timestamp", "offset", "leader_epoch"),
 }
+#: The gRPC metadata key that marks a request forwarded by another node (its id).
+FORWARDED_BY = "tidelog-forwarded-by"
+#: FindCoordinator key types (Kafka's CoordinatorType).
+_GROUP_KEY = 0
+_TRANSACTION_KEY = 1
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -84,12 +90,15 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         replicas: ReplicaSet,
         routing: Routing,
         controller: ControllerDriver,
+        offsets_topic: OffsetsTopic,
     ) -> None:
         self.config = config
         self.replicas = replicas
         self.routing = routing
         self.controller = controller
-        self._controller_channels: dict[str, grpc.aio.Channel] = {}
+        self.offsets_topic = offsets_topic
+        #: Channels to other nodes' client ports, for requests forwarded there.
+        self._channels: dict[str, grpc.aio.Channel] = {}
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
         self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
 
@@ -174,7 +183,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTopicsResponse:
-        forwarded = await self._forward_to_controller("CreateTopics", request)
+        forwarded = await self._forward_to_controller("CreateTopics", request, context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
         timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
@@ -216,7 +225,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicsResponse:
-        forwarded = await self._forward_to_controller("DeleteTopics", request)
+        forwarded = await self._forward_to_controller("DeleteTopics", request, context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
         timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
@@ -245,27 +254,38 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             result.error_code = exc.code
             result.error_message = str(exc)
 
-    async def _forward_to_controller(self, method: str, request: Any) -> Any | None:
+    async def _forward_to_controller(
+        self, method: str, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any | None:
         """Admin changes go through the controller leader; any node accepts and forwards them.
-        Returns None when this node is the controller and should handle the request itself."""
+        Returns None when this node should handle the request itself: it is the controller,
+        or the request was forwarded here already (then the controller's own checks answer
+        NOT_CONTROLLER rather than the request bouncing between nodes that disagree)."""
         controller = self.routing.controller_id
-        if controller == self.config.node_id:
+        if controller == self.config.node_id or _was_forwarded(context):
             return None
-        address = self.routing.address_of(controller)
-        if controller < 0 or not address:
+        if controller < 0 or not self.routing.address_of(controller):
             return _all_failed(method, request, errors.NotControllerError("no controller known"))
-        channel = self._controller_channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-            self._controller_channels[address] = channel
-        stub = tidelog_pb2_grpc.TidelogStub(channel)
         try:
             timeout_s = getattr(request, "timeout_ms", 0) / 1000 or 30.0
-            return await getattr(stub, method)(request, timeout=timeout_s)
+            return await self._forward(controller, method, request, timeout_s)
         except grpc.aio.AioRpcError as exc:
             return _all_failed(
                 method, request, errors.NotControllerError(f"controller unreachable: {exc.code()}")
             )
+
+    async def _forward(self, node: int, method: str, request: Any, timeout_s: float) -> Any:
+        """`request` sent on to `node`'s client port, marked as forwarded (see
+        `_was_forwarded`); raises grpc.aio.AioRpcError. One channel per address, kept."""
+        address = self.routing.address_of(node)
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        stub = tidelog_pb2_grpc.TidelogStub(channel)
+        return await getattr(stub, method)(
+            request, timeout=timeout_s, metadata=((FORWARDED_BY, str(self.config.node_id)),)
+        )
 
     # ---- Produce ---------------------------------------------------------------------------
 
@@ -467,10 +487,36 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             raise resolved
         return resolved.list_offset(part.timestamp, replica_id, isolation, part.max_num_offsets)
 
+    # ---- consumer groups -------------------------------------------------------------------
+
+    async def FindCoordinator(
+        self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FindCoordinatorResponse:
+        """The leader of the group's `__consumer_offsets` partition; the topic is created on
+        the first call (through the controller: a node that is not the controller forwards
+        the call there)."""
+        if request.key_type == _TRANSACTION_KEY:
+            # As transactional Produce and InitProducerId: a client must not retry it.
+            await _unsupported(context, "FindCoordinator for transactional ids (key_type 1)")
+        if request.key_type != _GROUP_KEY:
+            await _invalid(context, f"unknown key_type {request.key_type} (0: consumer group)")
+        offsets = self.offsets_topic
+        if not offsets.exists:
+            forwarded = await self._forward_to_controller("FindCoordinator", request, context)
+            if forwarded is not None:
+                return forwarded  # type: ignore[no-any-return]
+            if self.routing.controller_id == self.config.node_id:
+                offsets.create()
+        try:
+            _, leader = offsets.coordinator_of(request.key)
+        except errors.TidelogError as exc:
+            return pb.FindCoordinatorResponse(
+                error_code=exc.code, error_message=str(exc), node_id=-1
+            )
+        return pb.FindCoordinatorResponse(node_id=leader, address=self.routing.address_of(leader))
+
     # ---- not built yet ---------------------------------------------------------------------
 
-    async def FindCoordinator(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "FindCoordinator (consumer offsets)")
 
     async def OffsetCommit(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await _unsupported(context, "OffsetCommit (consumer offsets)")
@@ -493,7 +539,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         """Idempotent producers get a fresh id at epoch 0 from the controller's blocks."""
         if request.HasField("transactional_id"):
             await _unsupported(context, "InitProducerId for transactional producers")
-        forwarded = await self._forward_to_controller("InitProducerId", request)
+        forwarded = await self._forward_to_controller("InitProducerId", request, context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
         try:
@@ -550,9 +596,21 @@ class _Answers:
         return entry.partitions.add(partition=tp.partition)
 
 
+def _was_forwarded(context: grpc.aio.ServicerContext) -> bool:
+    """Whether another node forwarded this request here (`TidelogServicer._forward`): such a
+    request is answered here, never forwarded again, so nodes whose views of a leader disagree
+    cannot pass it around."""
+    return any(key == FORWARDED_BY for key, _ in context.invocation_metadata() or ())
+
+
 def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
     if method == "InitProducerId":
         return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
+    if method == "FindCoordinator":
+        unavailable = errors.CoordinatorNotAvailableError(str(exc))
+        return pb.FindCoordinatorResponse(
+            error_code=unavailable.code, error_message=str(unavailable), node_id=-1
+        )
     if method == "CreateTopics":
         response = pb.CreateTopicsResponse()
         for name in dict.fromkeys(topic.name for topic in request.topics):

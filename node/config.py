@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tidelog.coordinator.controller import MAX_PARTITIONS
 from tidelog.errors import InvalidConfigError
 
 FlushPolicy = Literal["always", "never"]
@@ -46,6 +47,12 @@ KEYS: dict[str, str] = {
     "replica.lag.max.ms": "replica_lag_max_ms",
     "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
     "leader.imbalance.check.interval.ms": "leader_imbalance_check_interval_ms",
+    "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+    "offsets.topic.replication.factor": "offsets_topic_replication_factor",
+    "offsets.retention.minutes": "offsets_retention_minutes",
+    "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+    "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
     "test.ack.before.commit": "test_ack_before_commit",
     "test.seed": "test_seed",
@@ -98,6 +105,20 @@ class NodeConfig:
     #: every 5 minutes; a laptop cluster settles faster).
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 1000
+    #: The internal topic of committed consumer offsets (`__consumer_offsets`), created on the
+    #: first FindCoordinator with this many partitions and min(this factor, nodes) replicas;
+    #: Kafka's defaults. Once it exists, its own partition count places groups.
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    #: A group's offsets expire this long after its newest commit (Kafka's 7 days), checked
+    #: every offsets.retention.check.interval.ms (Kafka's 10 minutes).
+    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
+    #: The longest committed metadata, in Java characters (UTF-16 code units), as Kafka counts.
+    offset_metadata_max_bytes: int = 4096
+    #: How long an OffsetCommit waits for its records to commit before it fails
+    #: (COORDINATOR_NOT_AVAILABLE, as Kafka maps the timeout).
+    offsets_commit_timeout_ms: int = 5000
     #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
     #: committed, to prove that idempotent retries write nothing twice.
     test_drop_produce_response_rate: float = 0.0
@@ -153,6 +174,21 @@ class NodeConfig:
             self.leader_imbalance_check_interval_ms >= 1,
             "leader.imbalance.check.interval.ms must be >= 1",
         )
+        _require(
+            1 <= self.offsets_topic_num_partitions <= MAX_PARTITIONS,
+            f"offsets.topic.num.partitions must be between 1 and {MAX_PARTITIONS}",
+        )
+        _require(
+            self.offsets_topic_replication_factor >= 1,
+            "offsets.topic.replication.factor must be >= 1",
+        )
+        _require(self.offsets_retention_minutes >= 1, "offsets.retention.minutes must be >= 1")
+        _require(
+            self.offsets_retention_check_interval_ms >= 1,
+            "offsets.retention.check.interval.ms must be >= 1",
+        )
+        _require(self.offset_metadata_max_bytes >= 0, "offset.metadata.max.bytes must be >= 0")
+        _require(self.offsets_commit_timeout_ms >= 1, "offsets.commit.timeout.ms must be >= 1")
         _require(
             0.0 <= self.test_drop_produce_response_rate <= 1.0,
             "test.drop.produce.response.rate must be within 0..1",

@@ -2,7 +2,8 @@
 
 The parts, one job each: the hosted replicas and the Raft driver loops (`replicas.ReplicaSet`),
 what the node knows of leaders elsewhere (`routing.Routing`), the controller's state machine
-over its Raft log (`controller_driver.ControllerDriver`), periodic chores
+over its Raft log (`controller_driver.ControllerDriver`), the internal topic of consumer
+offsets (`offsets_topic.OffsetsTopic`), periodic chores
 (`housekeeping.Housekeeping`), and the check of old data on disk (`scrubber.Scrubber`). The
 server wires them to the gRPC services.
 """
@@ -21,6 +22,7 @@ from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.housekeeping import Housekeeping
+from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.node.scrubber import Scrubber
@@ -40,6 +42,7 @@ class NodeRuntime:
         self.replicas = ReplicaSet(config)
         self.routing = Routing(config, self.replicas.partitions, METADATA_TP)
         self.controller = ControllerDriver(config, self.replicas, self.routing)
+        self.offsets_topic = OffsetsTopic(config, self.controller, self.routing)
         self.housekeeping = Housekeeping(config, self.replicas, METADATA_TP)
         self.scrubber = Scrubber(config, self.replicas)
         self._tasks: list[asyncio.Task[None]] = []

@@ -77,7 +77,11 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         _enable_reflection([TIDELOG_SERVICE, health.SERVICE_NAME], server)
         runtime = NodeRuntime(config)
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogServicer(config, runtime.replicas, runtime.routing, runtime.controller), server
+            TidelogServicer(
+                config, runtime.replicas, runtime.routing, runtime.controller,
+                runtime.offsets_topic,
+            ),
+            server,
         )
         close_inbound = add_raft_transport(
             server, runtime.on_envelope, runtime.controller.fetch_metadata

@@ -277,12 +277,32 @@ def test_bound_config_publishes_the_real_port() -> None:
         ({"election.timeout.ms": "50"}, "must be > heartbeat.interval.ms"),
         ({"retention.ms": "-2"}, "retention.ms must be >= -1"),
         ({"peers": "1:127.0.0.1:7420"}, "expected NODE_ID=HOST:PORT"),
+        ({"offsets.topic.num.partitions": "0"}, "offsets.topic.num.partitions must be between"),
+        ({"offsets.topic.replication.factor": "0"}, "offsets.topic.replication.factor"),
+        ({"offsets.retention.minutes": "0"}, "offsets.retention.minutes must be >= 1"),
+        ({"offsets.retention.check.interval.ms": "0"}, "offsets.retention.check.interval.ms"),
+        ({"offset.metadata.max.bytes": "-1"}, "offset.metadata.max.bytes must be >= 0"),
+        ({"offsets.commit.timeout.ms": "0"}, "offsets.commit.timeout.ms must be >= 1"),
+        ({"offsets.topic.num.partition": "3"}, "did you mean 'offsets.topic.num.partitions'"),
     ],
 )
 def test_config_refusals_name_the_setting(override: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidConfigError) as info:
         NodeConfig.from_properties({**BASE, **override})
     assert message in str(info.value)
+
+
+def test_offsets_settings_have_kafkas_names_and_defaults() -> None:
+    config = NodeConfig.from_properties(BASE)
+    assert (config.offsets_topic_num_partitions, config.offsets_topic_replication_factor) == (
+        50, 3)
+    assert config.offsets_retention_minutes == 7 * 24 * 60
+    assert config.offsets_retention_check_interval_ms == 600_000
+    assert (config.offset_metadata_max_bytes, config.offsets_commit_timeout_ms) == (4096, 5000)
+    props = {"offsets.topic.num.partitions": "4", "offset.metadata.max.bytes": "10"}
+    tuned = NodeConfig.from_properties({**BASE, **props})
+    assert (tuned.offsets_topic_num_partitions, tuned.offset_metadata_max_bytes) == (4, 10)
+    assert tuned.to_properties().items() >= props.items()
 
 
 def test_properties_file_errors_point_at_the_line(tmp_path: Path) -> None:
@@ -330,7 +350,7 @@ def test_the_produce_test_hook_draws_from_a_seeded_generator(tmp_path: Path) -> 
         config = NodeConfig.from_properties({
             **BASE, "node.id": str(node_id), "data.dir": str(tmp_path), "test.seed": str(seed),
         })
-        servicer = TidelogServicer(config, None, None, None)  # type: ignore[arg-type]
+        servicer = TidelogServicer(config, None, None, None, None)  # type: ignore[arg-type]
         return [servicer._test_rng.random() for _ in range(5)]
 
     random.seed(3)
