@@ -172,9 +172,9 @@ def test_errors_name_their_partition_and_raise_at_once(client: Client) -> None:
     consumer.seek(tp, 1000)
     with pytest.raises(errors.OffsetOutOfRangeError, match="errs-0"):
         consumer.poll(timeout_ms=1000)
-    with pytest.raises(errors.UnsupportedVersionError, match="not supported yet"):
-        consumer.commit()
-    with pytest.raises(errors.UnsupportedVersionError, match="not supported yet"):
+    with pytest.raises(errors.InvalidGroupIdError, match="group_id"):
+        consumer.commit()  # a consumer without a group has nowhere to commit
+    with pytest.raises(errors.InvalidGroupIdError, match="group_id"):
         consumer.committed([tp])
     with pytest.raises(errors.RequestTimedOutError, match="no-such-topic"):
         client.list_offsets({TopicPartition("no-such-topic", 0): -1}, timeout_ms=500)

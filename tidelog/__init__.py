@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.errors import ConfigurationError, NodeUnavailableError, TidelogError
 from tidelog.types import (
     ConsumerRecord,
+    GroupListing,
     IsolationLevel,
     ListOffsetsResult,
     OffsetAndMetadata,
@@ -54,6 +55,7 @@ __all__ = [
     "Consumer",
     "ConsumerConfig",
     "ConsumerRecord",
+    "GroupListing",
     "IsolationLevel",
     "ListOffsetsResult",
     "NodeUnavailableError",

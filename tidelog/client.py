@@ -12,6 +12,7 @@ client with its own transport.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog import wire
+from tidelog.coordinated import Coordinators, check_group_id, checked_offsets
 from tidelog.errors import (
     ConfigurationError,
     LeaderNotAvailableError,
@@ -34,10 +36,13 @@ from tidelog.partitioned import PartitionedRequest
 from tidelog.retry import Backoff, Deadline, call_with_retry
 from tidelog.transport import CallObserver, Transport
 from tidelog.types import (
+    CONSUMER_OFFSETS_TOPIC,
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
+    GroupListing,
     IsolationLevel,
     ListOffsetsResult,
+    OffsetAndMetadata,
     OffsetSpec,
     TopicPartition,
 )
@@ -120,6 +125,7 @@ class Client:
         self.metadata = ClusterMetadata()
         self.backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self.transport = Transport(self.metadata, config.observers)
+        self.coordinators = Coordinators(self)
         self._refresh_cond = threading.Condition()
         self._refreshing = False
         self._refreshes = 0
@@ -449,6 +455,102 @@ class Client:
             attempt, what="InitProducerId", deadline=deadline, backoff=self.backoff
         )
 
+    # ---- consumer groups ---------------------------------------------------------------------
+
+    def find_coordinator(self, group_id: str, *, timeout_ms: int | None = None) -> int:
+        """The node id of the group's coordinator (the leader of the group's partition of
+        __consumer_offsets), asked afresh; later offset calls for the group go straight to it."""
+        deadline = self.deadline(timeout_ms)
+        return self.run(self.coordinators.find(check_group_id(group_id), deadline))
+
+    def list_consumer_groups(self, *, timeout_ms: int | None = None) -> list[GroupListing]:
+        """Every group with committed offsets (or members), sorted by id: ListGroups on every
+        node, merged, as Kafka's admin does. A node that does not answer is only waited for
+        while it may be a coordinator: while it leads a partition of __consumer_offsets in
+        fresh metadata, or some partition has no leader yet."""
+        deadline = self.deadline(timeout_ms)
+
+        def attempt() -> list[GroupListing]:
+            self.refresh_metadata(deadline)
+            nodes = sorted(self.metadata.nodes())
+            answers = self.run(_gather(
+                self._list_groups_on(node_id, deadline.attempt_s()) for node_id in nodes
+            ))
+            found: dict[str, GroupListing] = {}
+            failed: dict[int, TidelogError] = {}
+            for node_id, answer in zip(nodes, answers, strict=True):
+                if isinstance(answer, TidelogError):
+                    failed[node_id] = answer
+                else:
+                    found.update((g.group_id, g) for g in answer)
+            offsets = self.metadata.topic(CONSUMER_OFFSETS_TOPIC)
+            leaders = {p.leader for p in offsets.partitions} if offsets is not None else set()
+            final = [e for e in failed.values() if not isinstance(e, RetriableError)]
+            if final:
+                raise final[0]
+            if -1 in leaders:
+                raise LeaderNotAvailableError(
+                    f"a partition of {CONSUMER_OFFSETS_TOPIC} has no leader"
+                )
+            waited = {n: e for n, e in failed.items() if n in leaders}
+            if waited:
+                raise NodeUnavailableError("; ".join(str(e) for e in waited.values()))
+            return [found[g] for g in sorted(found)]
+
+        return call_with_retry(attempt, what="ListGroups", deadline=deadline,
+                               backoff=self.backoff)
+
+    async def _list_groups_on(self, node_id: int, timeout_s: float) -> list[GroupListing]:
+        response = await self.transport.call(
+            node_id, "ListGroups", wire.list_groups_request(), timeout_s
+        )
+        return wire.parse_list_groups(response, node_id)
+
+    def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets: of every partition it committed (None), or of the
+        given partitions that have one."""
+        deadline = self.deadline(timeout_ms)
+        wanted = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+        found = self.run(self.coordinators.fetch(check_group_id(group_id), wanted, deadline))
+        return {tp: value for tp, value in sorted(found.items()) if value is not None}
+
+    def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit `offsets` for the group, all or none (SPEC §8); raises the first
+        partition's error (OFFSET_METADATA_TOO_LARGE for that partition while the others
+        commit, as Kafka)."""
+        deadline = self.deadline(timeout_ms)
+        self.run(self.coordinators.commit(check_group_id(group_id), checked_offsets(offsets),
+                                          deadline))
+
+    def delete_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+    ) -> None:
+        """Delete the groups and their committed offsets, each at its coordinator, all in
+        flight together. Every group is tried; the first failure (in the given order) is
+        raised, e.g. GROUP_ID_NOT_FOUND, and names its group."""
+        if isinstance(group_ids, str):
+            raise ConfigurationError("delete_consumer_groups takes a list of group ids")
+        groups = list(dict.fromkeys(check_group_id(g) for g in group_ids))
+        deadline = self.deadline(timeout_ms)
+        outcomes = self.run(_gather(
+            self.coordinators.delete_group(g, deadline) for g in groups
+        ))
+        for outcome in outcomes:
+            if isinstance(outcome, TidelogError):
+                raise outcome
+
     # ---- producers and consumers -------------------------------------------------------------
 
     def producer(self, **config: Any) -> Producer:
@@ -458,8 +560,19 @@ class Client:
         return Producer(self, ProducerConfig(**config))
 
     def consumer(self, group_id: str | None = None, **config: Any) -> Consumer:
-        """A consumer of manually assigned partitions; see `tidelog.consumer.ConsumerConfig`."""
+        """A consumer of manually assigned partitions; see `tidelog.consumer.ConsumerConfig`.
+        With a `group_id` it commits its positions to the group's coordinator and starts
+        from the group's committed offsets."""
         from tidelog.consumer import Consumer, ConsumerConfig
 
         return Consumer(self, ConsumerConfig(group_id=group_id, **config))
 
+
+
+async def _gather(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T | TidelogError]:
+    """Run the coroutines together; each one's result or Tidelog error, in order."""
+    outcomes = await asyncio.gather(*coros, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, TidelogError):
+            raise outcome
+    return outcomes  # type: ignore[return-value]  # checked above

@@ -8,28 +8,42 @@ aborted list of the answer, closed by each producer's ABORT marker). Retriable e
 reach the caller of poll(): they refresh metadata (or follow a leader hint) and the poll goes
 on until its timeout. Positions follow Kafka: ``seek_to_beginning``/``seek_to_end`` and
 ``auto_offset_reset`` are resolved lazily, when a position is next needed.
+
+A consumer with a ``group_id`` keeps its positions in the cluster (SPEC §8): a partition
+without a position starts from the group's committed offset, and only without one from
+``auto_offset_reset``; ``commit()`` commits the positions (each with the leader epoch of the
+last record consumed), ``commit_async()`` does so without waiting, and auto-commit (on by
+default, every ``auto_commit_interval_ms``, and on ``close()``) runs inside ``poll()``, as in
+kafka-python and the Java client: no thread of its own. Callbacks of asynchronous commits run
+in the application's thread, inside the consumer's next ``poll()``, ``commit()``,
+``commit_async()`` or ``close()`` (Kafka's ``invokeCompletedOffsetCommitCallbacks``), never on
+the client's loop, where a blocking call would wait for itself.
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import heapq
+import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidelog import wire
+from tidelog.coordinated import checked_offsets
 from tidelog.errors import (
     ConfigurationError,
     CorruptMessageError,
     CorruptRecordError,
+    InvalidGroupIdError,
     OffsetOutOfRangeError,
     RetriableError,
     TidelogError,
     UnsupportedCompressionTypeError,
-    UnsupportedVersionError,
 )
 from tidelog.partitioned import PartitionedRequest
 from tidelog.records import (
@@ -55,7 +69,11 @@ from tidelog.types import (
 if TYPE_CHECKING:
     from tidelog.client import Client
 
+log = logging.getLogger("tidelog.consumer")
+
 _RESETS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "none": None}
+#: What an asynchronous commit's callback is given: the offsets, and the error or None.
+CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
 #: A Fetch RPC may take its long-poll wait plus this much.
 _RPC_SLACK_S = 5.0
 
@@ -64,16 +82,28 @@ _RPC_SLACK_S = 5.0
 class ConsumerConfig:
     """A consumer's settings, with Kafka's names and defaults; picklable."""
 
+    #: The consumer group whose committed offsets the consumer uses; None: no commits.
     group_id: str | None = None
     isolation_level: IsolationLevel | str = "read_uncommitted"
-    #: Where a partition without a position starts: "latest", "earliest" or "none" (raise).
+    #: Where a partition without a position (and no committed offset) starts: "latest",
+    #: "earliest" or "none" (raise).
     auto_offset_reset: str = "latest"
+    #: Commit the positions every auto_commit_interval_ms, from poll(), and on close(); only
+    #: with a group_id (kafka-python's reading of Kafka's default).
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5000
     fetch_max_wait_ms: int = 500
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     max_partition_fetch_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
+        if self.group_id is not None and (not isinstance(self.group_id, str) or not self.group_id):
+            raise ConfigurationError(
+                f"group_id must be a non-empty string or None, got {self.group_id!r}"
+            )
+        if self.auto_commit_interval_ms < 0:
+            raise ConfigurationError("auto_commit_interval_ms must be >= 0")
         IsolationLevel.parse(self.isolation_level)
         if self.auto_offset_reset not in _RESETS:
             raise ConfigurationError(
@@ -102,6 +132,18 @@ class Consumer:
         self._failed_rounds = 0
         #: A bad batch met after records were already taken: raised by the next poll round.
         self._corrupt: CorruptRecordError | None = None
+        #: The leader epoch of the record before each position (the last one consumed, or
+        #: the committed one), committed with it; absent when unknown.
+        self._epochs: dict[TopicPartition, int] = {}
+        self._auto_commit = config.enable_auto_commit and config.group_id is not None
+        self._next_auto_commit = time.monotonic() + config.auto_commit_interval_ms / 1000
+        self._auto_commit_future: concurrent.futures.Future[Any] | None = None
+        #: Asynchronous commits not yet done, and the callbacks of finished ones, queued
+        #: (from the loop thread) for the application's thread.
+        self._in_flight: list[concurrent.futures.Future[dict[TopicPartition, OffsetAndMetadata]]]
+        self._in_flight = []
+        self._callbacks: collections.deque[Callable[[], None]] = collections.deque()
+        self._closed = False
 
     # ---- assignment and positions ------------------------------------------------------------
 
@@ -109,8 +151,10 @@ class Consumer:
         """Replace the assignment; partitions kept keep their positions."""
         wanted = [TopicPartition(*tp) for tp in partitions]
         with self._lock:
+            self._maybe_auto_commit()  # Kafka does too, so the dropped partitions keep theirs
             self._positions = {tp: self._positions.get(tp) for tp in wanted}
             self._resets = {tp: s for tp, s in self._resets.items() if tp in self._positions}
+            self._epochs = {tp: e for tp, e in self._epochs.items() if tp in self._positions}
 
     def assignment(self) -> set[TopicPartition]:
         with self._lock:
@@ -129,6 +173,7 @@ class Consumer:
             tp = self._assigned(partition)
             self._positions[tp] = offset
             self._resets.pop(tp, None)
+            self._epochs.pop(tp, None)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._seek_lazily(partitions, EARLIEST_TIMESTAMP)
@@ -143,6 +188,7 @@ class Consumer:
             for tp in [self._assigned(tp) for tp in partitions] or list(self._positions):
                 self._positions[tp] = None
                 self._resets[tp] = spec
+                self._epochs.pop(tp, None)
 
     def position(self, partition: TopicPartition, *, timeout_ms: int | None = None) -> int:
         """The offset of the next record poll() returns for the partition."""
@@ -154,7 +200,19 @@ class Consumer:
             return position
 
     def _resolve_positions(self, deadline: Deadline) -> None:
+        """Positions for the partitions without one: a pending seek_to_*, else the group's
+        committed offset, else auto_offset_reset."""
         missing = [tp for tp, pos in self._positions.items() if pos is None]
+        group_id = self.config.group_id
+        unreset = [tp for tp in missing if tp not in self._resets]
+        if group_id is not None and unreset:
+            committed = self.client.run(self.client.coordinators.fetch(group_id, unreset, deadline))
+            for tp, value in committed.items():
+                if value is not None and tp in self._positions:
+                    self._positions[tp] = value.offset
+                    if value.leader_epoch is not None:
+                        self._epochs[tp] = value.leader_epoch
+            missing = [tp for tp in missing if self._positions[tp] is None]
         if not missing:
             return
         specs: dict[TopicPartition, int] = {}
@@ -208,19 +266,144 @@ class Consumer:
         )
         return {tp: r.offset for tp, r in found.items()}
 
-    # ---- committed offsets (not yet) ---------------------------------------------------------
+    # ---- committed offsets -------------------------------------------------------------------
 
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
-        raise UnsupportedVersionError(
-            "consumer offsets (commit) are not supported yet by this Tidelog version; "
-            "keep positions yourself (position(), seek()) until they land (SPEC §8)"
-        )
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit `offsets`, or (None) the current position of every assigned partition that
+        has one, and wait until the commit is in the log: all of them or none (SPEC §8).
+        Retriable failures are retried up to the deadline; others raise, typed
+        (OffsetMetadataTooLargeError names its partition, and the other partitions of the
+        request are committed, as Kafka)."""
+        with self._lock:
+            group_id = self._group_id()
+            self._run_callbacks()
+            chosen = self._consumed() if offsets is None else checked_offsets(offsets)
+            deadline = self.client.deadline(timeout_ms)
+            self.client.run(self.client.coordinators.commit(group_id, chosen, deadline))
 
-    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        raise UnsupportedVersionError(
-            "consumer offsets (committed) are not supported yet by this Tidelog version; "
-            "keep positions yourself (position(), seek()) until they land (SPEC §8)"
-        )
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> concurrent.futures.Future[dict[TopicPartition, OffsetAndMetadata]]:
+        """Start a commit (as `commit`) and return at once: a future of the committed offsets,
+        and `callback(offsets, error or None)` run in this thread by a later call of the
+        consumer. As in Kafka, an asynchronous commit is not retried (a retry could land
+        after a newer commit and move the group back); a retriable error reaches the callback
+        and the next commit carries newer positions anyway."""
+        with self._lock:
+            group_id = self._group_id()
+            self._run_callbacks()
+            chosen = self._consumed() if offsets is None else checked_offsets(offsets)
+            return self._commit_async(group_id, chosen, callback)
+
+    def _commit_async(
+        self,
+        group_id: str,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        callback: CommitCallback | None,
+    ) -> concurrent.futures.Future[dict[TopicPartition, OffsetAndMetadata]]:
+        coordinators = self.client.coordinators
+        deadline = self.client.deadline()
+
+        async def commit() -> dict[TopicPartition, OffsetAndMetadata]:
+            await coordinators.commit(group_id, offsets, deadline, retry=False)
+            return offsets
+
+        future = self.client.transport.submit(commit())
+        self._in_flight = [f for f in self._in_flight if not f.done()] + [future]
+        if callback is not None:
+            future.add_done_callback(
+                lambda done: self._callbacks.append(
+                    lambda: callback(offsets, done.exception())
+                )
+            )
+        return future
+
+    def committed(
+        self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (assigned or not), read from the
+        coordinator; None for a partition the group has not committed."""
+        if isinstance(partitions, TopicPartition):
+            raise ConfigurationError("committed() takes a list of partitions: committed([tp])")
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        with self._lock:
+            group_id = self._group_id()
+            self._run_callbacks()
+            deadline = self.client.deadline(timeout_ms)
+            found = self.client.run(self.client.coordinators.fetch(group_id, wanted, deadline))
+        return {tp: found.get(tp) for tp in wanted}
+
+    def _group_id(self) -> str:
+        if self._closed:
+            raise ConfigurationError("the consumer is closed")
+        if self.config.group_id is None:
+            raise InvalidGroupIdError(
+                "committing or reading committed offsets needs a consumer group: "
+                "client.consumer(group_id=...)"
+            )
+        return self.config.group_id
+
+    def _consumed(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The positions to commit: every assigned partition that has one."""
+        return {
+            tp: OffsetAndMetadata(position, "", self._epochs.get(tp))
+            for tp, position in self._positions.items()
+            if position is not None
+        }
+
+    def _maybe_auto_commit(self) -> None:
+        """Commit the positions asynchronously when auto-commit is due, unless the previous
+        auto-commit is still under way (a slow coordinator is not sent a pile of them)."""
+        if not self._auto_commit or time.monotonic() < self._next_auto_commit:
+            return
+        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+        previous = self._auto_commit_future
+        offsets = self._consumed()
+        if offsets and (previous is None or previous.done()):
+            assert self.config.group_id is not None
+            self._auto_commit_future = self._commit_async(
+                self.config.group_id, offsets, _log_auto_commit
+            )
+
+    def _run_callbacks(self) -> None:
+        while self._callbacks:
+            self._callbacks.popleft()()
+
+    # ---- closing -----------------------------------------------------------------------------
+
+    def close(self, *, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        """Commit the positions (with auto-commit on and `autocommit`; a failure is logged,
+        as Kafka's close does), wait for asynchronous commits under way and run their
+        callbacks, all within the timeout; the client stays open."""
+        with self._lock:
+            if self._closed:
+                return
+            deadline = self.client.deadline(timeout_ms)
+            try:
+                if self._auto_commit and autocommit:
+                    try:
+                        self.client.run(self.client.coordinators.commit(
+                            self.config.group_id or "", self._consumed(), deadline
+                        ))
+                    except TidelogError as exc:
+                        log.warning("the commit of the positions on close failed: %s", exc)
+                concurrent.futures.wait(self._in_flight, timeout=deadline.remaining())
+                self._run_callbacks()
+            finally:
+                self._closed = True
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- poll --------------------------------------------------------------------------------
 
@@ -231,7 +414,11 @@ class Consumer:
         and the position stays on it until the application seeks past it."""
         deadline = Deadline(timeout_ms)
         with self._lock:
+            if self._closed:
+                raise ConfigurationError("the consumer is closed")
             while True:
+                self._run_callbacks()
+                self._maybe_auto_commit()
                 self._raise_corrupt()
                 try:
                     self._resolve_positions(self.client.deadline())
@@ -334,6 +521,8 @@ class Consumer:
                 break
             pos += header.size
         self._positions[tp] = position
+        if out and out[-1].leader_epoch >= 0:
+            self._epochs[tp] = out[-1].leader_epoch
         return out
 
     def _raise_corrupt(self) -> None:
@@ -344,6 +533,14 @@ class Consumer:
             tp = TopicPartition(corrupt.topic, corrupt.partition)
             if self._positions.get(tp) == corrupt.offset:
                 raise corrupt
+
+
+def _log_auto_commit(
+    offsets: dict[TopicPartition, OffsetAndMetadata], error: BaseException | None
+) -> None:
+    """An auto-commit that failed is only logged: the next one carries newer positions."""
+    if error is not None:
+        log.warning("auto-commit of %d partition(s) failed: %s", len(offsets), error)
 
 
 def _corrupt_at(

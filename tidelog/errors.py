@@ -7,6 +7,9 @@ what to do with ``isinstance`` and a type checker sees the same hierarchy:
 * ``InvalidMetadataError`` (a ``RetriableError``, as Kafka's ``InvalidMetadataException``
   extends ``RetriableException``): the client's picture of the cluster is stale (a leader moved,
   a partition is unknown to the node asked), so metadata must be refreshed before the retry.
+* ``StaleCoordinatorError`` (a ``RetriableError``): the node asked is not, or no longer, the
+  coordinator of the group, so the coordinator must be found again (FindCoordinator) before the
+  retry (the Java consumer's ``markCoordinatorUnknown``, kafka-reference §7.9).
 * ``AuthError``: ``AuthorizationError`` (not allowed) and ``AuthenticationError`` (not known);
   never retried.
 
@@ -65,6 +68,10 @@ class InvalidMetadataError(RetriableError):
     """The client's metadata is stale: refresh it, then retry."""
 
     invalid_metadata = True
+
+
+class StaleCoordinatorError(RetriableError):
+    """The coordinator the client used is gone or wrong: find it again, then retry."""
 
 
 class AuthError(TidelogError):
@@ -143,11 +150,13 @@ class CoordinatorLoadInProgressError(RetriableError, code=14, name="COORDINATOR_
     """The coordinator is loading and cannot serve yet."""
 
 
-class CoordinatorNotAvailableError(RetriableError, code=15, name="COORDINATOR_NOT_AVAILABLE"):
+class CoordinatorNotAvailableError(
+    StaleCoordinatorError, code=15, name="COORDINATOR_NOT_AVAILABLE"
+):
     """The coordinator is not available."""
 
 
-class NotCoordinatorError(RetriableError, code=16, name="NOT_COORDINATOR"):
+class NotCoordinatorError(StaleCoordinatorError, code=16, name="NOT_COORDINATOR"):
     """This is not the correct coordinator."""
 
 

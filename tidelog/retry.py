@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
@@ -126,6 +126,23 @@ def _is_retriable(exc: BaseException) -> bool:
     return isinstance(exc, RetriableError)
 
 
+def _policy(deadline: Deadline, backoff: Backoff) -> dict[str, Any]:
+    """What the blocking and the coroutine retry loops share: retry exactly the retriable
+    errors, back off, stop at the deadline, and raise the last error."""
+    return {
+        "retry": tenacity.retry_if_exception(_is_retriable),
+        "wait": _Wait(backoff, deadline),
+        "stop": _StopAtDeadline(deadline),
+        "reraise": True,
+    }
+
+
+def _timed_out(what: str, deadline: Deadline, exc: RetriableError) -> RequestTimedOutError:
+    return RequestTimedOutError(
+        f"{what} did not succeed within {deadline.timeout_ms:g} ms; still failing: {exc}"
+    )
+
+
 def call_with_retry(
     attempt: Callable[[], T], *, what: str, deadline: Deadline, backoff: Backoff
 ) -> T:
@@ -134,15 +151,22 @@ def call_with_retry(
     `attempt` itself refreshes metadata when the previous failure asked for it (it knows which
     partitions it still needs); this loop only decides whether and when to call it again.
     """
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(_is_retriable),
-        wait=_Wait(backoff, deadline),
-        stop=_StopAtDeadline(deadline),
-        reraise=True,
-    )
     try:
-        return retrying(attempt)
+        return tenacity.Retrying(**_policy(deadline, backoff))(attempt)
     except RetriableError as exc:
-        raise RequestTimedOutError(
-            f"{what} did not succeed within {deadline.timeout_ms:g} ms; still failing: {exc}"
-        ) from exc
+        raise _timed_out(what, deadline, exc) from exc
+
+
+async def call_with_retry_async(
+    attempt: Callable[[], Awaitable[T]], *, what: str, deadline: Deadline, backoff: Backoff
+) -> T:
+    """`call_with_retry` for a coroutine on the client's loop: the backoff is an asyncio sleep,
+    so the loop's other calls go on meanwhile."""
+
+    async def run() -> T:  # tenacity awaits only what a coroutine function returns
+        return await attempt()
+
+    try:
+        return await tenacity.AsyncRetrying(**_policy(deadline, backoff))(run)
+    except RetriableError as exc:
+        raise _timed_out(what, deadline, exc) from exc

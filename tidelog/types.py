@@ -88,9 +88,29 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 class OffsetAndMetadata(NamedTuple):
+    """A committed position: the offset of the next record to consume, free-form metadata
+    (at most 4096 characters, SPEC §8), and the leader epoch of the last consumed record
+    (None when unknown)."""
+
     offset: int
     metadata: str = ""
     leader_epoch: int | None = None
+
+
+#: The internal topic that holds committed offsets (SPEC §8).
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class GroupListing(NamedTuple):
+    """One consumer group as ListGroups reports it."""
+
+    group_id: str
+    #: "" for a group that only commits offsets (a "simple" group), "consumer" for members.
+    protocol_type: str
+    #: Kafka's name for the group state ("Empty" for a group with no members).
+    state: str
+    #: The node coordinating the group.
+    coordinator_id: int
 
 
 class RecordMetadata(NamedTuple):

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tidelog.errors import TidelogError, for_code
+from tidelog.errors import CoordinatorNotAvailableError, TidelogError, for_code
 from tidelog.metadata import LeaderHint, MetadataSnapshot, PartitionInfo, TopicInfo
-from tidelog.types import IsolationLevel, TopicPartition
+from tidelog.types import GroupListing, IsolationLevel, OffsetAndMetadata, TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
 V = TypeVar("V")
@@ -313,3 +313,125 @@ def parse_init_producer_id(response: pb.InitProducerIdResponse) -> tuple[int, in
     if response.error_code:
         raise error_for(response.error_code, "", "InitProducerId")
     return response.producer_id, response.producer_epoch
+
+
+# ---- Coordinators and consumer offsets --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorAnswer:
+    node_id: int
+    address: str
+
+
+def find_coordinator_request(key: str, key_type: int) -> pb.FindCoordinatorRequest:
+    return pb.FindCoordinatorRequest(key=key, key_type=key_type)
+
+
+def parse_find_coordinator(response: pb.FindCoordinatorResponse, key: str) -> CoordinatorAnswer:
+    """The coordinator's id and address; raises the answer's error. An answer without an error
+    but without a usable node id reads as COORDINATOR_NOT_AVAILABLE: there is nobody to ask."""
+    if response.error_code:
+        raise error_for(response.error_code, response.error_message, f"coordinator of {key!r}")
+    if response.node_id < 0:
+        raise CoordinatorNotAvailableError(f"coordinator of {key!r}: the answer names no node")
+    return CoordinatorAnswer(response.node_id, response.address)
+
+
+def offset_commit_request(
+    group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+) -> pb.OffsetCommitRequest:
+    """A simple (manually assigned) consumer's commit: generation -1, no member id."""
+    return pb.OffsetCommitRequest(
+        group_id=group_id,
+        generation_id=-1,
+        topics=[
+            pb.OffsetCommitTopic(
+                name=topic,
+                partitions=[
+                    pb.OffsetCommitPartition(
+                        partition=p,
+                        committed_offset=o.offset,
+                        committed_leader_epoch=-1 if o.leader_epoch is None else o.leader_epoch,
+                        committed_metadata=o.metadata,
+                    )
+                    for p, o in parts
+                ],
+            )
+            for topic, parts in _by_topic(offsets).items()
+        ],
+    )
+
+
+def parse_offset_commit(
+    response: pb.OffsetCommitResponse | pb.OffsetDeleteResponse,
+) -> dict[TopicPartition, TidelogError | None]:
+    """Each partition's outcome: None when done, else its error (naming it)."""
+    return {
+        TopicPartition(t.name, p.partition): error_for(
+            p.error_code, p.error_message, TopicPartition(t.name, p.partition)
+        ) if p.error_code else None
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
+def offset_fetch_request(
+    group_id: str, partitions: Iterable[TopicPartition] | None
+) -> pb.OffsetFetchRequest:
+    """No partitions (None) asks for every partition the group has committed."""
+    wanted = dict.fromkeys(partitions or (), None)
+    return pb.OffsetFetchRequest(
+        group_id=group_id,
+        topics=[
+            pb.OffsetFetchTopic(name=topic, partitions=[p for p, _ in parts])
+            for topic, parts in _by_topic(wanted).items()
+        ],
+    )
+
+
+def parse_offset_fetch(
+    response: pb.OffsetFetchResponse, group_id: str
+) -> dict[TopicPartition, OffsetAndMetadata | Failure | None]:
+    """Each partition's committed offset (None when the group committed none: offset -1, which
+    Kafka answers without an error), or its error; a group-level error is raised."""
+    if response.error_code:
+        raise error_for(response.error_code, response.error_message, f"group {group_id!r}")
+    out: dict[TopicPartition, OffsetAndMetadata | Failure | None] = {}
+    for t in response.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition)
+            if p.error_code:
+                out[tp] = Failure(error_for(p.error_code, "", tp))
+            elif p.committed_offset < 0:
+                out[tp] = None
+            else:
+                epoch = p.committed_leader_epoch
+                out[tp] = OffsetAndMetadata(p.committed_offset, p.metadata,
+                                            None if epoch < 0 else epoch)
+    return out
+
+
+def list_groups_request() -> pb.ListGroupsRequest:
+    return pb.ListGroupsRequest()
+
+
+def parse_list_groups(response: pb.ListGroupsResponse, node_id: int) -> list[GroupListing]:
+    if response.error_code:
+        raise error_for(response.error_code, "", f"ListGroups on node {node_id}")
+    return [
+        GroupListing(g.group_id, g.protocol_type, g.group_state, g.coordinator_id)
+        for g in response.groups
+    ]
+
+
+def delete_groups_request(group_ids: Iterable[str]) -> pb.DeleteGroupsRequest:
+    return pb.DeleteGroupsRequest(group_ids=list(group_ids))
+
+
+def parse_delete_groups(response: pb.DeleteGroupsResponse) -> dict[str, TidelogError | None]:
+    return {
+        r.group_id: error_for(r.error_code, r.error_message, f"group {r.group_id!r}")
+        if r.error_code else None
+        for r in response.results
+    }
