@@ -1,0 +1,373 @@
+"""The group coordinator's state machine: the committed offsets of one `__consumer_offsets`
+partition, and the records that change them.
+
+Seed 004 and SPEC §8: a group's offsets are records of the group's partition of the compacted
+`__consumer_offsets` topic, one record per (group, topic, partition) (`offsets_records`). The
+leader of that partition replays it into an `OffsetTable` and serves OffsetFetch from the table;
+an OffsetCommit becomes records that the leader appends, and the table takes them only when they
+come back committed (`apply`). So a failed append changes nothing, and what a fetch returns was
+committed in the replicated log.
+
+Deterministic, like the Raft core and the controller: no I/O, no clock (callers pass `now_ms`),
+no threads, no event loop. The node's driver feeds committed batches to `apply` and appends what
+the `plan_*` methods return; planning never touches the table.
+
+Atomicity (seed 004's "transactionality"): every record of one commit request carries the same
+commit id and the number of records in the set, and the set is appended as one batch. On replay
+a set changes the table only when all its records are there, together and in a row; a set found
+short is ignored, and `finish_loading` returns records that write the previous values of its keys
+again at the end of the log, so the cleaner, which keeps only a key's newest record, does not
+remove the last good value in favour of part of a set. A batch with fewer records than offsets
+was compacted: its missing records were replaced by newer values and cleaned, not lost, so its
+sets are applied as they stand.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tidelog.coordinator.offset_table import CommittedOffset, OffsetTable
+from tidelog.coordinator.offsets_records import (
+    MAX_KEY_STRING_BYTES,
+    OffsetKey,
+    OffsetRecordError,
+    OffsetValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from tidelog.errors import (
+    CorruptMessageError,
+    GroupIdNotFoundError,
+    InvalidGroupIdError,
+    OffsetMetadataTooLargeError,
+    TidelogError,
+    UnknownTopicOrPartitionError,
+)
+from tidelog.records import (
+    NO_TIMESTAMP,
+    BatchHeader,
+    RecordInput,
+    crc_matches,
+    decode_records,
+    read_header,
+)
+from tidelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: The leader epoch of an offset committed without one.
+NO_LEADER_EPOCH = -1
+_INT32_MAX = 0x7FFF_FFFF
+
+
+@dataclass(frozen=True)
+class OffsetsConfig:
+    """The node options the state machine decides with (Kafka's names and defaults)."""
+
+    #: offset.metadata.max.bytes; counted, as Kafka does, in Java chars (UTF-16 code units).
+    metadata_max_bytes: int = 4096
+    #: offsets.retention.minutes, in ms.
+    retention_ms: int = 7 * 24 * 3600 * 1000
+
+
+class PartitionOffsets(NamedTuple):
+    """One partition of a commit request."""
+
+    offset: int
+    leader_epoch: int  # -1 when unknown
+    metadata: str
+
+
+class CommitPlan(NamedTuple):
+    """What a commit request becomes: the commit set to append as ONE batch (empty when nothing
+    is to be written) and the partitions answered with an error instead."""
+
+    records: list[RecordInput]
+    refused: dict[TopicPartition, TidelogError]
+
+
+def java_length(text: str) -> int:
+    """`String.length()` of `text` in Java: UTF-16 code units, two for a character beyond the
+    BMP (Kafka limits metadata so, not in bytes)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+class GroupCoordinatorState:
+    """The state of ONE `__consumer_offsets` partition, kept by its leader."""
+
+    def __init__(self, config: OffsetsConfig) -> None:
+        self.config = config
+        self.table = OffsetTable()
+        #: The last log offset applied; -1 before any.
+        self.applied_offset = -1
+        #: Past every commit id planned here or seen in the log: ids stay unique per partition
+        #: across leaders, so two sets next to each other in the log are never taken for one.
+        self._next_commit_id = 0
+        #: Keys whose newest record in the log was not applied (part of an incomplete set, or
+        #: an undecodable value), in the order found: their current value is written again.
+        self._unapplied: dict[OffsetKey, None] = {}
+
+    # -- committed records (load and steady state) --------------------------------------------
+
+    def apply(self, data: bytes | memoryview) -> None:
+        """Apply committed record batches of the partition, in log order. Batches at or below
+        `applied_offset` were applied already and are skipped. Nothing in `data` can make this
+        raise: a damaged batch or record is logged and skipped."""
+        pos = 0
+        while pos < len(data):
+            try:
+                header = read_header(data, pos)
+            except CorruptMessageError as exc:
+                log.error(
+                    "offsets data after offset %d does not parse as batches (%s): its last "
+                    "%d bytes are not applied", self.applied_offset, exc, len(data) - pos,
+                )
+                return
+            if header.last_offset > self.applied_offset:
+                self._apply_batch(data, pos, header)
+                self.applied_offset = header.last_offset
+            pos += header.size
+
+    def _apply_batch(self, data: bytes | memoryview, pos: int, header: BatchHeader) -> None:
+        if header.is_control:
+            return  # a leader-change marker: no offsets
+        where = f"offsets batch {header.base_offset}-{header.last_offset}"
+        if header.is_transactional:
+            log.warning("%s skipped: transactional offset commits are not supported", where)
+            return
+        try:
+            if not crc_matches(data, pos, header):
+                raise CorruptMessageError("CRC mismatch")
+            records = decode_records(data, pos, header)
+        except TidelogError as exc:  # CorruptMessageError, or a compression codec
+            log.warning("%s skipped: %s", where, exc)
+            return
+        compacted = header.records_count < header.last_offset_delta + 1
+        open_set: list[tuple[OffsetKey, OffsetValue]] = []
+        for record in records:
+            if record.key is None:
+                log.warning("offsets record %d skipped: it has no key", record.offset)
+                continue
+            try:
+                key = decode_key(record.key)
+            except OffsetRecordError as exc:
+                log.warning("offsets record %d skipped: bad key: %s", record.offset, exc)
+                continue
+            if record.value is None:
+                self._close_set(open_set, compacted)
+                open_set = []
+                self.table.remove(key.group, key.topic, key.partition)
+                self._unapplied.pop(key, None)
+                continue
+            try:
+                value = decode_value(record.value)
+            except OffsetRecordError as exc:
+                log.warning("offsets record %d skipped: bad value: %s", record.offset, exc)
+                self._close_set(open_set, compacted)
+                open_set = []
+                self._unapplied[key] = None
+                continue
+            self._next_commit_id = max(self._next_commit_id, value.commit_id + 1)
+            if open_set and (open_set[0][1].commit_id, open_set[0][1].commit_size) != (
+                value.commit_id, value.commit_size
+            ):
+                self._close_set(open_set, compacted)
+                open_set = []
+            open_set.append((key, value))
+            if len(open_set) == value.commit_size:
+                self._put_all(open_set)
+                open_set = []
+        self._close_set(open_set, compacted)
+
+    def _close_set(self, entries: list[tuple[OffsetKey, OffsetValue]], compacted: bool) -> None:
+        """A set ended before all its records came: the records it lacks were cleaned if its
+        batch was compacted, else they never made it to the log and the set is ignored."""
+        if not entries:
+            return
+        if compacted:
+            self._put_all(entries)
+            return
+        commit_id, size = entries[0][1].commit_id, entries[0][1].commit_size
+        log.warning(
+            "offsets commit set %d is incomplete (%d of %d records): ignored, its keys' "
+            "previous values are to be written again", commit_id, len(entries), size,
+        )
+        for key, _ in entries:
+            self._unapplied[key] = None
+
+    def _put_all(self, entries: list[tuple[OffsetKey, OffsetValue]]) -> None:
+        for key, value in entries:
+            self.table.put(
+                key.group,
+                key.topic,
+                key.partition,
+                CommittedOffset(value.offset, value.leader_epoch, value.metadata),
+                value.commit_timestamp_ms,
+            )
+            self._unapplied.pop(key, None)
+
+    def finish_loading(self, now_ms: int) -> list[RecordInput]:
+        """Records to append once the partition is replayed: the current values of the keys
+        whose newest record was not applied, as one commit set, and tombstones for those of
+        them with no value (so that part of a set never outlives compaction). Empty when there
+        is nothing to repair. It plans only: keys stay to repair until the records apply."""
+        keys = list(self._unapplied)
+        if not keys:
+            return []
+        present: list[tuple[OffsetKey, CommittedOffset]] = []
+        absent: list[OffsetKey] = []
+        for key in keys:
+            current = self.table.get(key.group, key.topic, key.partition)
+            if current is None:
+                absent.append(key)
+            else:
+                present.append((key, current))
+        records: list[RecordInput] = []
+        if present:
+            commit_id = self._take_commit_id()
+            for key, current in present:
+                # The group's newest commit time: a repair is no commit of the group's, so it
+                # must not put its offsets' expiration off.
+                last_commit_ms = self.table.last_commit_ms(key.group)
+                value = OffsetValue(
+                    current.offset,
+                    current.leader_epoch,
+                    current.metadata,
+                    now_ms if last_commit_ms is None else last_commit_ms,
+                    commit_id,
+                    len(present),
+                )
+                records.append(RecordInput(encode_value(value), encode_key(key), now_ms))
+        # After the set: a tombstone ends a set, so none may sit among its records.
+        records.extend(_tombstone(key, now_ms) for key in absent)
+        return records
+
+    # -- decisions (leader only) ----------------------------------------------------------------
+
+    def plan_commit(
+        self, group: str, offsets: Mapping[TopicPartition, PartitionOffsets], now_ms: int
+    ) -> CommitPlan:
+        """The commit set of one OffsetCommit request: every accepted partition, under one new
+        commit id. A partition whose metadata is longer than `metadata_max_bytes` Java chars
+        is refused with OFFSET_METADATA_TOO_LARGE while the others commit (Kafka's
+        `OffsetMetadataManager.commitOffset`).
+
+        Negative offsets are stored as given, as Kafka's coordinator does: it checks only the
+        metadata length (group-coordinator/src/main/java/org/apache/kafka/coordinator/group/
+        OffsetMetadataManager.java, commitOffset); refusing them is the Java client's job
+        (`OffsetAndMetadata`: "Invalid negative offset"). A negative leader epoch is stored as
+        -1 (unknown), the one negative epoch a record may hold.
+        """
+        refused: dict[TopicPartition, TidelogError] = {}
+        accepted: list[tuple[TopicPartition, PartitionOffsets]] = []
+        group_bytes = len(group.encode())
+        for tp, part in offsets.items():
+            if group_bytes > MAX_KEY_STRING_BYTES:
+                refused[tp] = InvalidGroupIdError(
+                    f"group id is {group_bytes} bytes of UTF-8, the limit is {MAX_KEY_STRING_BYTES}"
+                )
+            elif (
+                not 0 <= tp.partition <= _INT32_MAX
+                or len(tp.topic.encode()) > MAX_KEY_STRING_BYTES
+            ):
+                refused[tp] = UnknownTopicOrPartitionError(f"no partition {tp}")
+            elif (length := java_length(part.metadata)) > self.config.metadata_max_bytes:
+                refused[tp] = OffsetMetadataTooLargeError(
+                    f"metadata of {tp} is {length} characters long, the limit is "
+                    f"{self.config.metadata_max_bytes}"
+                )
+            else:
+                accepted.append((tp, part))
+        if not accepted:
+            return CommitPlan([], refused)
+        commit_id = self._take_commit_id()
+        records = [
+            RecordInput(
+                encode_value(
+                    OffsetValue(
+                        part.offset,
+                        part.leader_epoch if part.leader_epoch >= 0 else NO_LEADER_EPOCH,
+                        part.metadata,
+                        now_ms,
+                        commit_id,
+                        len(accepted),
+                    )
+                ),
+                encode_key(OffsetKey(group, tp.topic, tp.partition)),
+                now_ms,
+            )
+            for tp, part in accepted
+        ]
+        return CommitPlan(records, refused)
+
+    def _take_commit_id(self) -> int:
+        commit_id = self._next_commit_id
+        self._next_commit_id += 1
+        return commit_id
+
+    def fetch(
+        self, group: str, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        """The committed offsets of `group`: None for a partition with none (the node answers
+        -1 and no error, as Kafka); `partitions` None means every partition it has one for."""
+        if partitions is None:
+            return {
+                TopicPartition(topic, partition): value
+                for topic, partition, value in self.table.group_offsets(group)
+            }
+        return {tp: self.table.get(group, tp.topic, tp.partition) for tp in partitions}
+
+    def plan_offset_delete(
+        self, group: str, partitions: Iterable[TopicPartition], *, now_ms: int = NO_TIMESTAMP
+    ) -> list[RecordInput]:
+        """Tombstones for those of `partitions` that have a committed offset (OffsetDelete)."""
+        return [
+            _tombstone(OffsetKey(group, tp.topic, tp.partition), now_ms)
+            for tp in dict.fromkeys(partitions)
+            if self.table.get(group, tp.topic, tp.partition) is not None
+        ]
+
+    def plan_delete_groups(
+        self, groups: Iterable[str], *, now_ms: int = NO_TIMESTAMP
+    ) -> tuple[list[RecordInput], dict[str, TidelogError]]:
+        """Tombstones for every offset of each group, and GROUP_ID_NOT_FOUND for a group with
+        none (every group here is a simple group: no members, so never NON_EMPTY_GROUP)."""
+        records: list[RecordInput] = []
+        errors: dict[str, TidelogError] = {}
+        for group in dict.fromkeys(groups):
+            tombstones = self._group_tombstones(group, now_ms)
+            if tombstones:
+                records += tombstones
+            else:
+                errors[group] = GroupIdNotFoundError(f"group {group!r} has no committed offsets")
+        return records, errors
+
+    def plan_expiration(self, now_ms: int) -> list[RecordInput]:
+        """Tombstones for every offset of each group whose newest commit is at least
+        `retention_ms` old: Kafka's rule for a simple group (no members), whose expiration base
+        is the commit time (kafka-reference §7.8), taken per group as the table keeps it."""
+        records: list[RecordInput] = []
+        for group in self.table.groups():
+            last_commit_ms = self.table.last_commit_ms(group)
+            if last_commit_ms is not None and now_ms - last_commit_ms >= self.config.retention_ms:
+                records += self._group_tombstones(group, now_ms)
+        return records
+
+    def _group_tombstones(self, group: str, now_ms: int) -> list[RecordInput]:
+        return [
+            _tombstone(OffsetKey(group, topic, partition), now_ms)
+            for topic, partition, _ in self.table.group_offsets(group)
+        ]
+
+    def groups(self) -> list[str]:
+        """The groups with at least one committed offset."""
+        return self.table.groups()
+
+
+def _tombstone(key: OffsetKey, now_ms: int) -> RecordInput:
+    return RecordInput(None, encode_key(key), now_ms)
