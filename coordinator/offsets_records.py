@@ -47,8 +47,7 @@ MAX_KEY_STRING_BYTES: Final = 0x7FFF
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_VALUE_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
+_VALUE_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch (then the metadata)
 _VALUE_TAIL = struct.Struct(">qqi")  # commit timestamp, commit id, commit size
 
 
@@ -108,20 +107,22 @@ def encode_value(value: OffsetValue) -> bytes:
 
 
 # ---- decoding ------------------------------------------------------------------------------
+# Straight-line reads with one struct call per fixed run of fields: a new coordinator decodes
+# every record of its partition before it answers, so this is the inner loop of a failover.
 
 
 def decode_key(data: bytes | memoryview) -> OffsetKey:
     """The offset key in `data`, checked field by field; `OffsetRecordError` otherwise."""
-    reader = _Reader(bytes(data), "key")
-    version = reader.int(_I16)
+    data = bytes(data)
+    version = _version(data, "key")
     if version == GROUP_METADATA_KEY_VERSION:
         raise OffsetRecordError("a group-metadata key (version 2), not an offset commit")
     if version not in _KEY_VERSIONS:
         raise OffsetRecordError(f"unknown key version {version}")
-    group = reader.string(_I16)
-    topic = reader.string(_I16)
-    partition = reader.int(_I32)
-    reader.end()
+    group, pos = _string(data, 2, _I16, "key")
+    topic, pos = _string(data, pos, _I16, "key")
+    _check_size(data, pos + _I32.size, "key")
+    (partition,) = _I32.unpack_from(data, pos)
     if partition < 0:
         raise OffsetRecordError(f"negative partition {partition} in the key")
     return OffsetKey(group, topic, partition)
@@ -129,17 +130,16 @@ def decode_key(data: bytes | memoryview) -> OffsetKey:
 
 def decode_value(data: bytes | memoryview) -> OffsetValue:
     """The offset value in `data` (not a tombstone), checked; `OffsetRecordError` otherwise."""
-    reader = _Reader(bytes(data), "value")
-    version = reader.int(_I16)
+    data = bytes(data)
+    version = _version(data, "value")
     if version != VALUE_VERSION:
         raise OffsetRecordError(f"unknown value version {version}")
-    offset = reader.int(_I64)
-    leader_epoch = reader.int(_I32)
-    metadata = reader.string(_I32)
-    commit_timestamp_ms = reader.int(_I64)
-    commit_id = reader.int(_I64)
-    commit_size = reader.int(_I32)
-    reader.end()
+    if len(data) < _VALUE_HEAD.size:
+        raise _truncated("value", len(data))
+    _, offset, leader_epoch = _VALUE_HEAD.unpack_from(data)
+    metadata, pos = _string(data, _VALUE_HEAD.size, _I32, "value")
+    _check_size(data, pos + _VALUE_TAIL.size, "value")
+    commit_timestamp_ms, commit_id, commit_size = _VALUE_TAIL.unpack_from(data, pos)
     if leader_epoch < -1:
         raise OffsetRecordError(f"leader epoch {leader_epoch} (only -1 means unknown)")
     if commit_id < 0:
@@ -149,41 +149,36 @@ def decode_value(data: bytes | memoryview) -> OffsetValue:
     return OffsetValue(offset, leader_epoch, metadata, commit_timestamp_ms, commit_id, commit_size)
 
 
+def _version(data: bytes, what: str) -> int:
+    if len(data) < _I16.size:
+        raise _truncated(what, 0)
+    return int(_I16.unpack_from(data)[0])
 
-class _Reader:
-    """Reads fields in order, refusing short fields, lying lengths and bad UTF-8."""
 
-    def __init__(self, data: bytes, what: str) -> None:
-        self._data = data
-        self._pos = 0
-        self._what = what
+def _string(data: bytes, pos: int, length_field: struct.Struct, what: str) -> tuple[str, int]:
+    """The string at `pos` and the position after it."""
+    start = pos + length_field.size
+    if start > len(data):
+        raise _truncated(what, pos)
+    (length,) = length_field.unpack_from(data, pos)
+    if length < 0:
+        raise OffsetRecordError(f"negative string length {length} in the {what}")
+    end = start + length
+    if end > len(data):
+        raise OffsetRecordError(f"string length {length} runs past the end of the {what}")
+    try:
+        return data[start:end].decode(), end
+    except UnicodeDecodeError as exc:
+        raise OffsetRecordError(f"string in the {what} is not UTF-8: {exc}") from None
 
-    def int(self, field: struct.Struct) -> int:
-        end = self._pos + field.size
-        if end > len(self._data):
-            raise OffsetRecordError(f"the {self._what} ends inside a field at byte {self._pos}")
-        (value,) = field.unpack_from(self._data, self._pos)
-        self._pos = end
-        return int(value)
 
-    def string(self, length_field: struct.Struct) -> str:
-        length = self.int(length_field)
-        if length < 0:
-            raise OffsetRecordError(f"negative string length {length} in the {self._what}")
-        end = self._pos + length
-        if end > len(self._data):
-            raise OffsetRecordError(
-                f"string length {length} runs past the end of the {self._what}"
-            )
-        try:
-            text = self._data[self._pos : end].decode()
-        except UnicodeDecodeError as exc:
-            raise OffsetRecordError(f"string in the {self._what} is not UTF-8: {exc}") from None
-        self._pos = end
-        return text
+def _check_size(data: bytes, size: int, what: str) -> None:
+    """`data` holds exactly `size` bytes: its last field is whole and nothing follows."""
+    if len(data) < size:
+        raise _truncated(what, len(data))
+    if len(data) > size:
+        raise OffsetRecordError(f"{len(data) - size} bytes left over after the {what}")
 
-    def end(self) -> None:
-        if self._pos != len(self._data):
-            raise OffsetRecordError(
-                f"{len(self._data) - self._pos} bytes left over after the {self._what}"
-            )
+
+def _truncated(what: str, pos: int) -> OffsetRecordError:
+    return OffsetRecordError(f"the {what} ends inside a field at byte {pos}")
