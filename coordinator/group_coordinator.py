@@ -214,8 +214,9 @@ class GroupCoordinatorState:
     def finish_loading(self, now_ms: int) -> list[RecordInput]:
         """Records to append once the partition is replayed: the current values of the keys
         whose newest record was not applied, as one commit set, and tombstones for those of
-        them with no value (so that part of a set never outlives compaction). Empty when there
-        is nothing to repair. It plans only: keys stay to repair until the records apply."""
+        them with no value (so that part of a set never outlives compaction); append them as
+        one batch. Empty when there is nothing to repair. It plans only: the keys stay due
+        until the records come back committed, so after a failed append it returns them again."""
         keys = list(self._unapplied)
         if not keys:
             return []
@@ -325,7 +326,9 @@ class GroupCoordinatorState:
     def plan_offset_delete(
         self, group: str, partitions: Iterable[TopicPartition], *, now_ms: int = NO_TIMESTAMP
     ) -> list[RecordInput]:
-        """Tombstones for those of `partitions` that have a committed offset (OffsetDelete)."""
+        """Tombstones for those of `partitions` that have a committed offset (OffsetDelete).
+
+        A tombstone belongs to no commit set: tombstones may go in any number of batches."""
         return [
             _tombstone(OffsetKey(group, tp.topic, tp.partition), now_ms)
             for tp in dict.fromkeys(partitions)

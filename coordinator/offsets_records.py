@@ -3,8 +3,9 @@
 Key, as Kafka's OffsetCommitKey (kafka-reference §7.4), so that a key names one
 (group, topic, partition) the same way Kafka does and the cleaner keeps its newest value::
 
-    int16   version     1 (0 has the same layout and is read too; 2 is Kafka's group-metadata
-                        key, which Tidelog never writes)
+    int16   version     1 (Kafka's 0 has the same layout, but the cleaner compares raw key
+                        bytes, so only the one version Tidelog writes is read; 2 is Kafka's
+                        group-metadata key, which Tidelog never writes)
     string  group       int16 length, then UTF-8
     string  topic       int16 length, then UTF-8
     int32   partition
@@ -37,7 +38,6 @@ from typing import Final, NamedTuple
 
 #: The key version Kafka's writers use for an offset commit.
 KEY_VERSION: Final = 1
-_KEY_VERSIONS: Final = frozenset({0, 1})
 #: Kafka's key version of a group-metadata record (a group's members; not an offset).
 GROUP_METADATA_KEY_VERSION: Final = 2
 VALUE_VERSION: Final = 1000
@@ -117,7 +117,7 @@ def decode_key(data: bytes | memoryview) -> OffsetKey:
     version = _version(data, "key")
     if version == GROUP_METADATA_KEY_VERSION:
         raise OffsetRecordError("a group-metadata key (version 2), not an offset commit")
-    if version not in _KEY_VERSIONS:
+    if version != KEY_VERSION:
         raise OffsetRecordError(f"unknown key version {version}")
     group, pos = _string(data, 2, _I16, "key")
     topic, pos = _string(data, pos, _I16, "key")

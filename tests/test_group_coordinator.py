@@ -274,6 +274,9 @@ def test_apply_skips_what_it_applied_already(part: Partition) -> None:
     state.apply(part.read())  # the whole log again, e.g. a retried read
     assert state.applied_offset == applied
     assert table(state) == {("g", TP0): 2, ("g", TP1): 1}
+    fresh = GroupCoordinatorState(CONFIG)
+    fresh.apply(memoryview(part.read()))  # as a zero-copy read hands it over
+    assert table(fresh) == table(state)
 
 
 def test_control_batches_move_the_applied_offset() -> None:
