@@ -148,7 +148,10 @@ class GroupCoordinatorState:
             log.warning("%s skipped: %s", where, exc)
             return
         compacted = header.records_count < header.last_offset_delta + 1
+        # The set being read: its records so far, its commit id and size. A set's records are
+        # consecutive, so another id, a tombstone or the batch's end closes it.
         open_set: list[tuple[OffsetKey, OffsetValue]] = []
+        set_id = set_size = -1
         for record in records:
             if record.key is None:
                 log.warning("offsets record %d skipped: it has no key", record.offset)
@@ -172,14 +175,15 @@ class GroupCoordinatorState:
                 open_set = []
                 self._unapplied[key] = None
                 continue
-            self._next_commit_id = max(self._next_commit_id, value.commit_id + 1)
-            if open_set and (open_set[0][1].commit_id, open_set[0][1].commit_size) != (
-                value.commit_id, value.commit_size
-            ):
+            if value.commit_id >= self._next_commit_id:
+                self._next_commit_id = value.commit_id + 1
+            if open_set and (value.commit_id != set_id or value.commit_size != set_size):
                 self._close_set(open_set, compacted)
                 open_set = []
+            if not open_set:
+                set_id, set_size = value.commit_id, value.commit_size
             open_set.append((key, value))
-            if len(open_set) == value.commit_size:
+            if len(open_set) == set_size:
                 self._put_all(open_set)
                 open_set = []
         self._close_set(open_set, compacted)
@@ -201,15 +205,18 @@ class GroupCoordinatorState:
             self._unapplied[key] = None
 
     def _put_all(self, entries: list[tuple[OffsetKey, OffsetValue]]) -> None:
+        put = self.table.put
         for key, value in entries:
-            self.table.put(
+            put(
                 key.group,
                 key.topic,
                 key.partition,
                 CommittedOffset(value.offset, value.leader_epoch, value.metadata),
                 value.commit_timestamp_ms,
             )
-            self._unapplied.pop(key, None)
+        if self._unapplied:
+            for key, _ in entries:
+                self._unapplied.pop(key, None)
 
     def finish_loading(self, now_ms: int) -> list[RecordInput]:
         """Records to append once the partition is replayed: the current values of the keys
