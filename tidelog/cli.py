@@ -23,11 +23,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("sim", "run the deterministic Raft simulator for one seed or a range of seeds"),
     "node": ("node", "run one node in the foreground"),
     "cluster": ("cluster", "start, stop or inspect a local cluster of node processes"),
-    "demo": ("demo", "a guided tour: a local cluster, offsets by time, a leader failover"),
+    "demo": ("demo", "a guided tour: a cluster, offsets by time, failovers, commits"),
     "topic": ("topic", "create, list, describe or delete topics"),
     "produce": ("produce", "send records from arguments or standard input"),
     "consume": ("consume", "print records from a position"),
     "offsets": ("offsets", "earliest, latest, max-timestamp or by-time offsets per partition"),
+    "groups": ("groups", "list, describe, reset the offsets of, or delete consumer groups"),
     "chaos": ("chaos", "run a workload under injected faults and check every invariant"),
 }
 

@@ -33,9 +33,9 @@ def client_for(args: argparse.Namespace) -> Client:
     return Client(args.bootstrap, request_timeout_ms=args.timeout_ms)
 
 
-def parse_time(text: str) -> int:
-    """A ListOffsets spec from the command line: earliest, latest, max, epoch milliseconds,
-    or an ISO-8601 time (a time without a zone is UTC)."""
+def parse_time(text: str, option: str = "--time") -> int:
+    """A ListOffsets spec from the command line (`option`): earliest, latest, max, epoch
+    milliseconds, or an ISO-8601 time (a time without a zone is UTC)."""
     specials = {"earliest": -2, "latest": -1, "max": -3}
     lowered = text.strip().lower()
     if lowered in specials:
@@ -44,14 +44,14 @@ def parse_time(text: str) -> int:
         value = int(lowered)
         if value < 0:
             raise ConfigurationError(
-                f"--time {text}: use earliest, latest or max instead of negative numbers"
+                f"{option} {text}: use earliest, latest or max instead of negative numbers"
             )
         return value
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise ConfigurationError(
-            f"--time {text!r}: expected earliest, latest, max, milliseconds since the epoch "
+            f"{option} {text!r}: expected earliest, latest, max, milliseconds since the epoch "
             "or an ISO-8601 time such as 2026-11-22T10:00:00Z"
         ) from None
     if moment.tzinfo is None:
@@ -67,3 +67,20 @@ def parse_configs(pairs: list[str]) -> dict[str, str]:
             raise ConfigurationError(f"--config {pair!r}: expected KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    """Columns as wide as their widest cell, numbers right-aligned (as kafka-consumer-groups
+    prints them); no table library is a dependency, and this is all the CLI needs."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    numeric = [all(_is_number(row[i]) for row in rows) for i in range(len(headers))]
+    for line in [headers, *rows]:
+        cells = [
+            cell.rjust(width) if right else cell.ljust(width)
+            for cell, width, right in zip(line, widths, numeric, strict=True)
+        ]
+        print("  ".join(cells).rstrip())
+
+
+def _is_number(cell: str) -> bool:
+    return cell == "-" or cell.lstrip("-").isdigit()
