@@ -306,6 +306,19 @@ def test_the_request_carries_offset_metadata_and_epoch(nodes: Nodes) -> None:
         }
 
 
+def test_a_read_committed_consumer_asks_for_stable_offsets(nodes: Nodes) -> None:
+    """KIP-447: a read_committed consumer's OffsetFetch waits for pending transactional
+    commits (require_stable); a read_uncommitted one does not; UNSTABLE_OFFSET_COMMIT (88),
+    retriable, is asked again."""
+    cluster, node, _ = nodes
+    node[1].script = {"OffsetFetch": [errors.UnstableOffsetCommitError.code]}
+    with _client(cluster) as client:
+        for isolation in ("read_committed", "read_uncommitted"):
+            consumer = client.consumer(group_id=GROUP, isolation_level=isolation)
+            assert consumer.committed([TP0]) == {TP0: None}
+        assert [r.require_stable for m, r in node[1].requests] == [True, True, False]
+
+
 def test_commit_async_is_not_retried_and_its_callback_runs_in_the_callers_thread(
     nodes: Nodes,
 ) -> None:

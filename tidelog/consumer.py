@@ -136,6 +136,8 @@ class Consumer:
         #: the committed one), committed with it; absent when unknown.
         self._epochs: dict[TopicPartition, int] = {}
         self._auto_commit = config.enable_auto_commit and config.group_id is not None
+        #: A read_committed consumer waits for pending transactional commits, as Kafka's does.
+        self._require_stable = self.isolation_level is IsolationLevel.READ_COMMITTED
         self._next_auto_commit = time.monotonic() + config.auto_commit_interval_ms / 1000
         self._auto_commit_future: concurrent.futures.Future[Any] | None = None
         #: Asynchronous commits not yet done, and the callbacks of finished ones, queued
@@ -206,7 +208,9 @@ class Consumer:
         group_id = self.config.group_id
         unreset = [tp for tp in missing if tp not in self._resets]
         if group_id is not None and unreset:
-            committed = self.client.run(self.client.coordinators.fetch(group_id, unreset, deadline))
+            committed = self.client.run(self.client.coordinators.fetch(
+                group_id, unreset, deadline, require_stable=self._require_stable
+            ))
             for tp, value in committed.items():
                 if value is not None and tp in self._positions:
                     self._positions[tp] = value.offset
@@ -337,7 +341,9 @@ class Consumer:
             group_id = self._group_id()
             self._run_callbacks()
             deadline = self.client.deadline(timeout_ms)
-            found = self.client.run(self.client.coordinators.fetch(group_id, wanted, deadline))
+            found = self.client.run(self.client.coordinators.fetch(
+                group_id, wanted, deadline, require_stable=self._require_stable
+            ))
         return {tp: found.get(tp) for tp in wanted}
 
     def _group_id(self) -> str:

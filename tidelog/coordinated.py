@@ -54,8 +54,6 @@ class Coordinators:
     def __init__(self, client: Client) -> None:
         self._client = client
         self._known: dict[tuple[int, str], wire.CoordinatorAnswer] = {}
-        #: FindCoordinator answers received: how often the client had to look a coordinator up.
-        self.lookups = 0
 
     # ---- finding ------------------------------------------------------------------------------
 
@@ -99,7 +97,6 @@ class Coordinators:
                 continue
             answer = wire.parse_find_coordinator(response, key)
             self._known[(key_type, key)] = answer
-            self.lookups += 1
             return answer
         raise NodeUnavailableError(
             "no node answered FindCoordinator: " + ("; ".join(failures) or "the deadline passed")
@@ -180,13 +177,17 @@ class Coordinators:
         group_id: str,
         partitions: Iterable[TopicPartition] | None,
         deadline: Deadline,
+        *,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """OffsetFetch: the committed offset of each partition (None when there is none);
-        `partitions` None means every partition the group has committed."""
+        `partitions` None means every partition the group has committed. `require_stable`
+        waits for pending transactional commits (a read_committed consumer's choice, KIP-447)
+        instead of being answered UNSTABLE_OFFSET_COMMIT, which is retried."""
         wanted = None if partitions is None else list(dict.fromkeys(partitions))
         if wanted == []:
             return {}
-        request = wire.offset_fetch_request(group_id, wanted)
+        request = wire.offset_fetch_request(group_id, wanted, require_stable)
 
         def parse(response: Any) -> dict[TopicPartition, OffsetAndMetadata | None]:
             answers = wire.parse_offset_fetch(response, group_id)

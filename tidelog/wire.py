@@ -377,12 +377,13 @@ def parse_offset_commit(
 
 
 def offset_fetch_request(
-    group_id: str, partitions: Iterable[TopicPartition] | None
+    group_id: str, partitions: Iterable[TopicPartition] | None, require_stable: bool = False
 ) -> pb.OffsetFetchRequest:
     """No partitions (None) asks for every partition the group has committed."""
     wanted = dict.fromkeys(partitions or (), None)
     return pb.OffsetFetchRequest(
         group_id=group_id,
+        require_stable=require_stable,
         topics=[
             pb.OffsetFetchTopic(name=topic, partitions=[p for p, _ in parts])
             for topic, parts in _by_topic(wanted).items()
