@@ -144,10 +144,11 @@ def add_message(
     """Put one core message into an envelope (heartbeats into the coalesced list) and the
     batches of an append into `payload`."""
     if isinstance(m, Heartbeat):
-        env.heartbeats.add(group=_group(tp), term=m.term, leader_hw=m.leader_hw)
+        env.heartbeats.add(group=_group(tp), term=m.term, leader_hw=m.leader_hw,
+                           read_ctx=m.read_ctx)
         return
     if isinstance(m, HeartbeatResponse):
-        env.heartbeats.add(group=_group(tp), term=m.term, response=True)
+        env.heartbeats.add(group=_group(tp), term=m.term, response=True, read_ctx=m.read_ctx)
         return
     pm = env.messages.add(group=_group(tp), term=m.term)
     if isinstance(m, PreVoteRequest):
@@ -217,9 +218,9 @@ def messages_of(
     for hb in env.heartbeats:
         tp = TopicPartition(hb.group.topic, hb.group.partition)
         if hb.response:
-            yield tp, HeartbeatResponse(hb.term, src, dst)
+            yield tp, HeartbeatResponse(hb.term, src, dst, hb.read_ctx)
         else:
-            yield tp, Heartbeat(hb.term, src, dst, hb.leader_hw)
+            yield tp, Heartbeat(hb.term, src, dst, hb.leader_hw, hb.read_ctx)
     for pm in env.messages:
         tp = TopicPartition(pm.group.topic, pm.group.partition)
         term = pm.term

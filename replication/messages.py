@@ -96,19 +96,27 @@ class AppendResponse:
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """``leader_hw`` is capped at what this follower is known to hold, so a follower never
-    learns a HW above entries it has not been shown to match."""
+    learns a HW above entries it has not been shown to match.
+
+    ``read_ctx`` is the newest read context (`RaftCore.read_index`) the leader had registered
+    when it sent this heartbeat, 0 for none: the follower echoes it, and its answer proves the
+    sender still led this term after every read up to that context was registered."""
 
     term: int
     src: int
     dst: int
     leader_hw: int
+    read_ctx: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatResponse:
+    """``read_ctx`` echoes the heartbeat's (0 for none, and from a peer that predates reads)."""
+
     term: int
     src: int
     dst: int
+    read_ctx: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 The core does no I/O, keeps no clock and draws randomness only from the ``random.Random`` it is
 given, so the simulator runs it unchanged. Inputs: ``step(message)``, ``tick()``,
-``propose(data, record_count)``, ``transfer_leadership(target)``. Output: a ``Ready``.
+``propose(data, record_count)``, ``transfer_leadership(target)``, ``read_index(ctx)``.
+Output: a ``Ready``.
 
 Raft mapped onto Kafka: the Raft index is the offset, the term is the leader epoch stamped on
 every batch, the commit index is the high watermark (HW).
@@ -18,8 +19,10 @@ driver, `tidelog.replication.driver`, honours it for the node, the simulator and
    with a new term is a promise that must survive a crash. Persist before send. (A leader's
    appends may leave earlier: it counts itself only up to its durable prefix; and
    ``take_prompt_messages()`` hands out, at any time, the messages that promise nothing.)
-5. Publish ``ready.high_watermark`` (complete acks=all waiters, serve reads), and record
-   ``role``/``leader_id``/``term`` for routing.
+5. Publish ``ready.high_watermark`` (complete acks=all waiters, serve reads), record
+   ``role``/``leader_id``/``term`` for routing, and answer ``ready.read_states`` and
+   ``ready.failed_reads`` (they promise nothing, so they need not wait for the disk, but
+   nothing is lost by answering them here).
 6. ``core.advance(ready)``.
 
 A crash anywhere before step 3 completes loses the whole Ready and nothing was promised.
@@ -80,6 +83,15 @@ class HardState:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadState:
+    """A read confirmed by a quorum (`RaftCore.read_index`): every entry committed before the
+    read with context ``ctx`` was registered lies below ``index`` (a high watermark)."""
+
+    ctx: int
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     hard_state: HardState | None
     reset_to: int | None
@@ -90,6 +102,10 @@ class Ready:
     role: Role
     leader_id: int | None
     term: int
+    #: Reads confirmed since the last Ready.
+    read_states: tuple[ReadState, ...] = ()
+    #: Contexts of reads dropped because this replica stopped leading: answer NOT_LEADER.
+    failed_reads: tuple[int, ...] = ()
 
     @property
     def needs_sync(self) -> bool:
@@ -153,6 +169,8 @@ class MajorityConfig:
         self.quorum = len(self.voters) // 2 + 1
 
     def committed_end(self, match_of: Callable[[int], int]) -> int:
+        """The largest value a quorum has reached: the end offset a quorum holds, or the newest
+        read context a quorum has acknowledged."""
         matches = sorted((match_of(v) for v in self.voters), reverse=True)
         return matches[self.quorum - 1]
 
@@ -256,6 +274,15 @@ class RaftCore:
         self._last_soft: tuple[Role, int | None] = (self._role, self._leader)
         self._in_flight: Ready | None = None
         self._floor = repair_floor
+        # ReadIndex (see `read_index`). Registered reads wait for a quorum's acknowledgement;
+        # queued ones for the HW to reach the read floor.
+        self._reads: deque[ReadState] = deque()
+        self._queued_reads: list[int] = []
+        self._read_acks: dict[int, int] = {}
+        self._read_floor = 0
+        self._last_read_ctx = 0
+        self._read_states: list[ReadState] = []
+        self._failed_reads: list[int] = []
         self._check_repaired()
 
     # ---- read-only state -------------------------------------------------------------------
@@ -354,6 +381,34 @@ class RaftCore:
         else:
             self._send_append(target, pr, allow_empty=True)
 
+    def read_index(self, ctx: int) -> None:
+        """Ask for a linearizable read (Raft thesis §6.4, etcd's ReadOnlySafe): a later Ready
+        carries ``ReadState(ctx, index)`` once a quorum has confirmed that this replica still
+        led its term after the read was registered, so no other leader can have committed
+        anything before then, and ``index``, the HW at registration, covers every entry
+        committed before it. If this replica stops leading first, ``ctx`` comes back in a
+        Ready's ``failed_reads``. ``ctx`` names the read: it must exceed every context given
+        to this core before (an acknowledgement of a context then confirms every older read).
+
+        Registration waits until the HW has reached the log end offset this replica held when
+        it was elected (the read floor). Leader completeness puts every entry committed by an
+        earlier leader below that end, but a new leader's HW may lag it: the HW it loaded or
+        learned from heartbeats says nothing about what the old leader committed last. Only
+        once its HW passes the floor does it cover every earlier commitment, which happens at
+        election when its HW already equals its LEO (it writes no marker, SPEC §7), and
+        otherwise when its marker, the entry of its own term at the floor, commits (its HW can
+        only move by committing an entry of its term, and that moves it past the marker):
+        etcd's "committed an entry of the current term" rule, in Tidelog's terms."""
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self._leader)
+        if ctx <= self._last_read_ctx:
+            raise ValueError(f"read context {ctx} does not exceed {self._last_read_ctx}")
+        self._last_read_ctx = ctx
+        if self._hw < self._read_floor:
+            self._queued_reads.append(ctx)
+        else:
+            self._register_reads((ctx,))
+
     def step(self, m: Message) -> None:
         if m.dst != self.id or m.src not in self._voters.voters or m.src == self.id:
             return
@@ -412,6 +467,8 @@ class RaftCore:
             or self._log.has_writes()
             or self._hard_state() != self._last_hard_state
             or (self._role, self._leader) != self._last_soft
+            or bool(self._read_states)
+            or bool(self._failed_reads)
         )
 
     def ready(self) -> Ready:
@@ -429,8 +486,14 @@ class RaftCore:
             role=self._role,
             leader_id=self._leader,
             term=self._term,
+            read_states=tuple(self._read_states),
+            failed_reads=tuple(self._failed_reads),
         )
         self._msgs = []
+        if self._read_states:
+            self._read_states.clear()
+        if self._failed_reads:
+            self._failed_reads.clear()
         self._last_hard_state = hs
         self._last_soft = (self._role, self._leader)
         self._in_flight = rd
@@ -481,6 +544,15 @@ class RaftCore:
         self._votes = {}
         self._progress = {}
         self._transferee = None
+        if self._reads or self._queued_reads:
+            # Whoever leads next may commit what these reads must see: they can no longer be
+            # confirmed here.
+            self._failed_reads.extend(r.ctx for r in self._reads)
+            self._failed_reads.extend(self._queued_reads)
+            self._reads.clear()
+            self._queued_reads.clear()
+        if self._read_acks:
+            self._read_acks.clear()
 
     def _in_lease(self) -> bool:
         return (
@@ -567,6 +639,7 @@ class RaftCore:
         self._reset()
         end = self._log.end
         self._progress = {p: _Progress(end) for p in self._peers}
+        self._read_floor = end
         if self._hw < end:
             # Entries of earlier epochs commit only by committing one of ours after them.
             self._log.append((Entry(end, end, self._term, self._codec.marker(end, self._term)),))
@@ -589,8 +662,42 @@ class RaftCore:
             self._transferee = None
         if self._heartbeat_elapsed >= self._config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
-            for peer, pr in self._progress.items():
-                self._send(Heartbeat(self._term, self.id, peer, min(self._hw, pr.match)))
+            self._bcast_heartbeat()
+
+    def _bcast_heartbeat(self) -> None:
+        """Every heartbeat carries the newest pending read context, so a round whose answers
+        were lost is retried by the next one."""
+        ctx = self._reads[-1].ctx if self._reads else 0
+        hw = self._hw
+        for peer, pr in self._progress.items():
+            self._send(Heartbeat(self._term, self.id, peer, min(hw, pr.match), ctx))
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def _register_reads(self, ctxs: Sequence[int]) -> None:
+        """Note the HW for each read, then ask the followers to confirm this leadership (a
+        leader alone in its group confirms it itself)."""
+        hw = self._hw
+        if self._voters.quorum == 1:
+            self._read_states.extend(ReadState(ctx, hw) for ctx in ctxs)
+            return
+        self._reads.extend(ReadState(ctx, hw) for ctx in ctxs)
+        self._bcast_heartbeat()
+
+    def _ack_read(self, peer: int, ctx: int) -> None:
+        """``peer`` answered a heartbeat of this term that carried ``ctx``: it still followed
+        us after every read up to ``ctx`` was registered. Release the reads a quorum (this
+        replica included) has confirmed so."""
+        acks = self._read_acks
+        if ctx <= acks.get(peer, 0):
+            return
+        acks[peer] = ctx
+        newest = self._reads[-1].ctx
+        me = self.id
+        confirmed = self._voters.committed_end(lambda v: newest if v == me else acks.get(v, 0))
+        reads = self._reads
+        while reads and reads[0].ctx <= confirmed:
+            self._read_states.append(reads.popleft())
 
     def _send(self, m: Message) -> None:
         self._msgs.append(m)
@@ -634,6 +741,9 @@ class RaftCore:
         # Counting replicas proves commitment only for entries of our own epoch (Raft §5.4.2).
         if end > self._hw and self._log.epoch_at(end - 1) == self._term:
             self._hw = end
+            if self._queued_reads and end >= self._read_floor:
+                queued, self._queued_reads = self._queued_reads, []
+                self._register_reads(queued)
             return True
         return False
 
@@ -693,6 +803,8 @@ class RaftCore:
         return True
 
     def _handle_heartbeat_response(self, m: HeartbeatResponse) -> None:
+        if m.read_ctx and self._reads:
+            self._ack_read(m.src, m.read_ctx)
         pr = self._progress[m.src]
         pr.recent_active = True
         pr.paused = False
@@ -769,7 +881,7 @@ class RaftCore:
             return
         if m.leader_hw > self._hw:
             self._hw = m.leader_hw
-        self._send(HeartbeatResponse(self._term, self.id, m.src))
+        self._send(HeartbeatResponse(self._term, self.id, m.src, m.read_ctx))
         self._check_repaired()
 
     def _check_repaired(self) -> None:

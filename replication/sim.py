@@ -12,10 +12,15 @@ crash in between loses them, or tears the last (`sim_disk.SimDisk`), and the res
 recovers through the storage loader. The oracle keeps its own copy of what each node has
 synced (``durable``) and checks the recovered log against it.
 
-A run has three phases: faults (the nemesis injects failures while clients propose), liveness
-(every fault healed: a leader must appear and every client request must commit within a bound
-in ticks), convergence (all replicas reach the same HW; then every acknowledged entry must be in
-every log). Invariants are checked as events happen, against an oracle of committed entries.
+A run has three phases: faults (the nemesis injects failures while clients propose and readers
+read), liveness (every fault healed: a leader must appear and every client request must commit,
+and every reader read, within a bound in ticks), convergence (all replicas reach the same HW;
+then every acknowledged entry must be in every log). Invariants are checked as events happen,
+against an oracle of committed entries.
+
+Reads are linearizable: a reader asks a node for a read index (`RaftCore.read_index`), and the
+index a Ready releases for it must cover the committed end that any node had published (so
+every acknowledged write) before the read was asked, and must itself be committed.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
 from tidelog.errors import TidelogError
 from tidelog.records import RecordInput, build_batch
@@ -43,7 +49,8 @@ from tidelog.storage import Log, LogConfig
 #: Virtual time units per tick of a node's clock (nodes' clocks are skewed around it).
 TICK = 10
 
-_TICK, _DELIVER, _FSYNC, _CLIENT, _NEMESIS, _RESTART, _HEAL_LINKS, _HEAL_ALL, _DEADLINE = range(9)
+(_TICK, _DELIVER, _FSYNC, _CLIENT, _NEMESIS, _RESTART, _HEAL_LINKS, _HEAL_ALL, _DEADLINE,
+ _READ) = range(10)
 
 
 class InvariantViolation(AssertionError):
@@ -82,6 +89,7 @@ class SimConfig:
     segment_bytes: int
     liveness_requests: int
     liveness_bound_ticks: int
+    readers: int
 
     @classmethod
     def derive(
@@ -123,6 +131,8 @@ class SimConfig:
             segment_bytes=rng.choice((4096, 16384, 1 << 20)) if swarm else 16384,
             liveness_requests=3,
             liveness_bound_ticks=12 * election_ticks,
+            # Drawn last, so the parameters above stay what they were for every seed.
+            readers=rng.randint(1, 3) if swarm else 1,
         )
 
     def describe(self) -> str:
@@ -137,6 +147,8 @@ class SimResult:
     events: int = 0
     ticks: int = 0
     acked: int = 0
+    #: Reads answered to the reader that asked (and checked linearizable).
+    reads: int = 0
     #: Ticks without a leader: after the faults healed (``elections``, a clean network), and at
     #: cold start or after a leader crashed or stepped down while faults were on (``failovers``).
     elections: list[float] = field(default_factory=list)
@@ -175,6 +187,26 @@ class _Client:
         self.budget: int | None = None  # requests left in the liveness phase
 
 
+class _Reader:
+    __slots__ = ("budget", "ctx", "done", "id", "leader_guess", "sent_at")
+
+    def __init__(self, reader_id: int) -> None:
+        self.id = reader_id
+        self.ctx = 0  # context of the outstanding read; 0: none
+        self.sent_at = 0
+        self.leader_guess = 0
+        self.done = 0
+        self.budget: int | None = None  # reads left in the liveness phase
+
+
+class _Read(NamedTuple):
+    """An outstanding read: who asked, where, and the committed end it must cover."""
+
+    reader: int
+    node: int
+    bound: int
+
+
 class Simulator:
     def __init__(self, config: SimConfig, rng: random.Random) -> None:
         self.cfg = config
@@ -199,6 +231,10 @@ class Simulator:
         ]
         self.driver: Driver[_Node] = Driver(self)
         self.clients = [_Client(i) for i in range(config.clients)]
+        self.readers = [_Reader(i) for i in range(config.readers)]
+        self.reads: dict[int, _Read] = {}
+        self.read_ctx = 0
+        self.reads_done = 0
         self.now = 0
         self.events = 0
         self._heap: list[tuple[int, int, int, object, int]] = []
@@ -233,6 +269,8 @@ class Simulator:
             self._start(node)
         for c in self.clients:
             self._at(self.rng.randrange(cfg.client_interval), _CLIENT, c)
+        for r in self.readers:
+            self._at(self.rng.randrange(cfg.client_interval), _READ, r)
         if cfg.crash_weight + cfg.partition_weight + cfg.transfer_weight + cfg.retention_weight:
             self._at(cfg.nemesis_interval_ticks * TICK, _NEMESIS)
         self._heal_at = cfg.fault_ticks * TICK
@@ -255,6 +293,7 @@ class Simulator:
         result.events = self.events
         result.ticks = self.now // TICK
         result.acked = len(self.acked)
+        result.reads = self.reads_done
         result.elections = self.elections
         result.failovers = self.failovers
         return result
@@ -274,6 +313,8 @@ class Simulator:
                 self._fsync_done(a, b)  # type: ignore[arg-type]
             elif kind == _CLIENT:
                 self._client(a)  # type: ignore[arg-type]
+            elif kind == _READ:
+                self._reader(a)  # type: ignore[arg-type]
             elif kind == _NEMESIS:
                 self._nemesis()
             elif kind == _RESTART:
@@ -350,6 +391,8 @@ class Simulator:
         node.disk.crash(self.rng)
         node.incarnation += 1
         self._fail_pending(node)
+        for ctx in [ctx for ctx, read in self.reads.items() if read.node == node.id]:
+            self._read_over(ctx)
 
     def _leader_lost(self, fault: bool) -> None:
         if self._leader_lost_at is None:
@@ -439,6 +482,18 @@ class Simulator:
             assert node.store is not None
             node.store.log.update_high_watermark(rd.high_watermark)
             self._publish_hw(node, rd.high_watermark)
+        for state in rd.read_states:
+            ctx, index = state.ctx, state.index
+            read = self._read_over(ctx, done=True)
+            if index < read.bound:
+                raise InvariantViolation(
+                    f"linearizability: node {node.id} answered read {ctx} at {index}, below "
+                    f"the committed end {read.bound} published before it was asked")
+            if index > self.chain_end:
+                raise InvariantViolation(f"node {node.id} answered read {ctx} at {index}, "
+                                         f"above the committed end {self.chain_end}")
+        for ctx in rd.failed_reads:
+            self._read_over(ctx)
 
     def leadership(self, node: _Node, change: Leadership) -> None:
         """The epoch start the driver read from the Ready is where the term's entries begin
@@ -618,6 +673,46 @@ class Simulator:
         if c.request or c.budget is None or c.budget > 0:
             self._at(self.now + rng.randint(1, cfg.client_interval), _CLIENT, c)
 
+    def _reader(self, r: _Reader) -> None:
+        cfg = self.cfg
+        rng = self.rng
+        timeout = 3 * cfg.election_ticks * TICK
+        if r.ctx and self.now - r.sent_at > timeout:
+            r.ctx = 0  # lost with a message or a crash: ask again (a late answer is checked)
+        if r.ctx == 0 and (r.budget is None or r.budget > 0):
+            node = self.nodes[r.leader_guess]
+            core = node.core
+            if core is None:
+                r.leader_guess = rng.randrange(cfg.nodes)
+            else:
+                self.read_ctx += 1
+                try:
+                    core.read_index(self.read_ctx)
+                except NotLeaderError as exc:
+                    guess = exc.leader_id
+                    r.leader_guess = rng.randrange(cfg.nodes) if guess is None else guess
+                else:
+                    r.ctx, r.sent_at = self.read_ctx, self.now
+                    self.reads[r.ctx] = _Read(r.id, node.id, self.chain_end)
+                    self._after(node, core)
+        if r.ctx or r.budget is None or r.budget > 0:
+            self._at(self.now + rng.randint(1, cfg.client_interval), _READ, r)
+
+    def _read_over(self, ctx: int, done: bool = False) -> _Read:
+        """The read ``ctx`` was answered (``done``), failed or lost with its node."""
+        read = self.reads.pop(ctx, None)
+        if read is None:
+            raise InvariantViolation(f"read {ctx} answered twice or never asked")
+        reader = self.readers[read.reader]
+        if reader.ctx == ctx:
+            reader.ctx = 0
+            if done:
+                reader.done += 1
+                self.reads_done += 1
+                if reader.budget is not None:
+                    reader.budget -= 1
+        return read
+
     # ---- faults ----------------------------------------------------------------------------
 
     def _nemesis(self) -> None:
@@ -682,6 +777,9 @@ class Simulator:
         for c in self.clients:
             c.budget = self.cfg.liveness_requests
             self._at(self.now + 1, _CLIENT, c)
+        for r in self.readers:
+            r.budget = self.cfg.liveness_requests
+            self._at(self.now + 1, _READ, r)
         self._at(self.now + self.cfg.liveness_bound_ticks * TICK, _DEADLINE, None, 0)
 
     def _deadline(self, phase: int) -> None:
@@ -691,6 +789,11 @@ class Simulator:
                 raise InvariantViolation(f"liveness: clients {late} still have uncommitted "
                                          f"requests {self.cfg.liveness_bound_ticks} ticks "
                                          f"after the faults healed")
+            unread = [r.id for r in self.readers if (r.budget or 0) > 0]
+            if unread:
+                raise InvariantViolation(f"liveness: readers {unread} still wait for reads "
+                                         f"{self.cfg.liveness_bound_ticks} ticks after the "
+                                         f"faults healed")
             self._at(self.now + self.cfg.liveness_bound_ticks * TICK, _DEADLINE, None, 1)
             return
         hws = {n.published_hw for n in self.nodes}

@@ -20,6 +20,7 @@ blank line. Lines starting with ``#`` (and blank lines) between blocks are prose
     propose I DATA... [drop=F] [settle=false]
                                      proposes one single-record batch per DATA
     transfer I to=J                  leadership transfer from I to J
+    read I ctx=N                     a linearizable read on I (read_index)
     step I                           steps each message of the input into core I
     flush I [hold]                   runs I's driver until it has no Ready: what it sent
                                      (dropped, or held with ``hold``)
@@ -30,7 +31,7 @@ blank line. Lines starting with ``#`` (and blank lines) between blocks are prose
     restart I                        a new core on I's log and durable hard state
     retire I                         the node rebuilt I's core: a round in flight is dropped
     advance-log-start I... offset=N  retention moves these logs' start to N
-    state [I...] / log [I...] / readies I / published I / leaderships I / held
+    state [I...] / log [I...] / readies I / published I / leaderships I / reads I / held
     repeat n=K                       runs the input's commands K times; equal consecutive
                                      iterations' outputs are shown once
 
@@ -235,7 +236,15 @@ def show_ready(rd: Ready) -> list[str]:
         head.append(f"truncate_to={rd.truncate_to}")
     if rd.entries:
         head.append(f"entries={show_entries(rd.entries)}")
+    head += _show_reads(rd)
     return [" ".join(head), *(f"  {show_message(m)}" for m in rd.messages)]
+
+
+def _show_reads(rd: Ready) -> list[str]:
+    out = [f"read_states={[(r.ctx, r.index) for r in rd.read_states]}"] if rd.read_states else []
+    if rd.failed_reads:
+        out.append(f"failed_reads={list(rd.failed_reads)}")
+    return out
 
 
 # ---- filters -----------------------------------------------------------------------------------
@@ -399,6 +408,10 @@ class Transcript:
         self.c.cores[int(args[0])].transfer_leadership(int(opts["to"]))
         return []
 
+    def cmd_read(self, args: list[str], opts: dict[str, str], given: list[str]) -> list[str]:
+        self.c.cores[int(args[0])].read_index(int(opts["ctx"]))
+        return []
+
     def cmd_restart(self, args: list[str], opts: dict[str, str], given: list[str]) -> list[str]:
         self.c.restart(int(args[0]))
         return self.cmd_state(args, {}, [])
@@ -525,6 +538,12 @@ class Transcript:
         """The high watermark of each Ready published for node I, in order."""
         published = self.c.readies[int(args[0])]
         return [" ".join(f"hw={rd.high_watermark}" for rd in published) or "nothing published"]
+
+    def cmd_reads(self, args: list[str], opts: dict[str, str], given: list[str]) -> list[str]:
+        """The reads confirmed and failed in node I's published Readies, in order."""
+        out = [" ".join(_show_reads(rd)) for rd in self.c.readies[int(args[0])]
+               if rd.read_states or rd.failed_reads]
+        return out or ["no reads answered"]
 
     def cmd_leaderships(self, args: list[str], opts: dict[str, str], given: list[str]
                         ) -> list[str]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from tidelog.commands import sim as sim_command
-from tidelog.replication import RaftCore, Ready, Role, driver, sim
+from tidelog.replication import RaftCore, ReadState, Ready, Role, driver, sim
 from tidelog.replication.driver import TermVote
 from tidelog.replication.messages import PreVoteRequest, VoteRequest
 
@@ -54,8 +55,9 @@ def test_regression_seed(line: str) -> None:
 def test_one_seed_replays_identically() -> None:
     a = sim.run_seed(7, swarm=True)
     b = sim.run_seed(7, swarm=True)
-    assert (a.events, a.ticks, a.acked, a.failovers) == (b.events, b.ticks, b.acked, b.failovers)
-    assert a.ok and a.acked > 0 and a.failovers
+    assert (a.events, a.ticks, a.acked, a.reads, a.failovers) == (
+        b.events, b.ticks, b.acked, b.reads, b.failovers)
+    assert a.ok and a.acked > 0 and a.reads > 0 and a.failovers
 
 
 def _first_failure(swarm: bool, limit: int = 60) -> str:
@@ -108,6 +110,45 @@ def test_simulator_catches_a_follower_that_acknowledges_before_its_fsync(
             assert "durable logs hold" in result.failure or "lost" in result.failure
             return
     pytest.fail("no CI seed noticed acknowledgements sent before the fsync")
+
+
+def _first_ci_failure() -> str:
+    """The failure of the first of the CI seeds (as `test_seed_range_holds_every_invariant`
+    runs them) that fails; "" when none does."""
+    for seed in range(SEEDS):
+        result = sim.run_seed(seed, swarm=bool(seed % 2), fault_ticks=FAULT_TICKS)
+        if not result.ok:
+            return f"seed {seed}: {result.failure}"
+    return ""
+
+
+def test_simulator_catches_reads_answered_without_a_quorum_round(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader that answers a read at its HW without asking a quorum whether it still leads
+    serves stale reads once deposed. At the time of writing seed 118 of the CI seeds catches
+    it (and seed 139 is the first of `tidelog sim --seeds 0:300 --swarm`)."""
+
+    def immediate(self: RaftCore, ctxs: Sequence[int]) -> None:
+        self._read_states.extend(ReadState(ctx, self._hw) for ctx in ctxs)
+
+    monkeypatch.setattr(RaftCore, "_register_reads", immediate)
+    failure = _first_ci_failure()
+    assert "linearizability" in failure, "no CI seed noticed a read without a quorum round"
+
+
+def test_simulator_catches_reads_served_before_the_first_commit_of_the_term(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new leader that serves reads before its HW reaches its log end at election answers
+    below what its predecessor committed (seed 2 catches it at the time of writing)."""
+    read_index = RaftCore.read_index
+
+    def early(self: RaftCore, ctx: int) -> None:
+        self._read_floor = 0
+        read_index(self, ctx)
+
+    monkeypatch.setattr(RaftCore, "read_index", early)
+    failure = _first_ci_failure()
+    assert "linearizability" in failure, "no CI seed noticed a read served too early"
 
 
 def test_cli_prints_parameters_and_the_replay_command(

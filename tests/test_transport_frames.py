@@ -69,7 +69,8 @@ def test_every_message_kind_round_trips_with_its_batches() -> None:
     for tp, message in sent:
         first.add(tp, message)
     second = Outgoing(1, 2)  # a second frame in the same stream message
-    heartbeats = [(A, Heartbeat(5, 1, 2, 12)), (B, HeartbeatResponse(3, 1, 2))]
+    heartbeats = [(A, Heartbeat(5, 1, 2, 12)), (B, HeartbeatResponse(3, 1, 2)),
+                  (B, Heartbeat(3, 1, 2, 4, read_ctx=9)), (A, HeartbeatResponse(5, 1, 2, 9))]
     late = (B, AppendRequest(3, 1, 2, 2, 2, (_entry(3, 5, 3),), 3))
     for tp, message in [*heartbeats, late]:
         second.add(tp, message)
@@ -99,8 +100,8 @@ NEG = -(2**62)  # every integer field at its widest varint (10 bytes)
 def _worst_case_items() -> list[tuple[str, Message | None]]:
     big_entry = Entry(NEG, NEG, NEG, b"")
     return [
-        ("heartbeat", Heartbeat(NEG, -1, -2, NEG)),
-        ("heartbeat response", HeartbeatResponse(NEG, -1, -2)),
+        ("heartbeat", Heartbeat(NEG, -1, -2, NEG, NEG)),
+        ("heartbeat response", HeartbeatResponse(NEG, -1, -2, NEG)),
         ("append", AppendRequest(NEG, -1, -2, NEG, NEG, (big_entry,) * 3, NEG)),
         ("append response", AppendResponse(NEG, -1, -2, True, NEG, NEG, NEG, NEG)),
         ("vote request", VoteRequest(NEG, -1, -2, NEG, NEG, True)),

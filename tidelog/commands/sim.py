@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         elapsed = time.perf_counter() - started
         print(f"events={result.events} simulated_ticks={result.ticks} acked={result.acked} "
-              f"elections={result.elections} failovers={result.failovers} "
+              f"reads={result.reads} elections={result.elections} failovers={result.failovers} "
               f"events_per_s={result.events / elapsed:.0f}")
         if not result.ok:
             print(f"FAILED: {result.failure}", file=sys.stderr)
