@@ -105,8 +105,10 @@ class GroupCoordinatorState:
         self.table = OffsetTable()
         #: The last log offset applied; -1 before any.
         self.applied_offset = -1
-        #: Past every commit id planned here or seen in the log: ids stay unique per partition
-        #: across leaders, so two sets next to each other in the log are never taken for one.
+        #: Past every commit id planned here or seen in the log. Sets are told apart inside a
+        #: batch, where one leader's ids increase; continuing past the log's highest keeps them
+        #: increasing across leaders. An id whose records were all cleaned away may come again,
+        #: which is harmless: a set never spans batches.
         self._next_commit_id = 0
         #: Keys whose newest record in the log was not applied (part of an incomplete set, or
         #: an undecodable value), in the order found: their current value is written again.

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import logging
 import struct
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from storage_helpers import T0, FakeClock, open_log
 
 from tidelog.coordinator.group_coordinator import (
@@ -556,19 +557,23 @@ def test_damaged_record_bytes_never_raise(data: st.DataObject) -> None:
     state.finish_loading(T0)
 
 
-# ---- replaying a log in pieces equals replaying it whole ---------------------------------------
+# ---- random logs: in pieces, whole, compacted ---------------------------------------------------
 
 _GROUPS = ["a", "b", ""]
 _TPS = [TP0, TP1, TP2, TopicPartition("t", 2)]
+_RANDOM_CONFIG = OffsetsConfig(retention_ms=5)
 
+_commit = st.tuples(
+    st.just("commit"),
+    st.sampled_from(_GROUPS),
+    st.dictionaries(st.sampled_from(_TPS), st.integers(0, 1000), min_size=1),
+    st.one_of(st.none(), st.integers(1, 3)),  # keep only this many records: a torn set
+    st.integers(0, 3),  # commit time steps
+)
 _op = st.one_of(
-    st.tuples(
-        st.just("commit"),
-        st.sampled_from(_GROUPS),
-        st.dictionaries(st.sampled_from(_TPS), st.integers(0, 1000), min_size=1),
-        st.one_of(st.none(), st.integers(0, 3)),  # keep only this many records: a torn set
-        st.integers(0, 3),  # commit time steps
-    ),
+    _commit,
+    _commit,  # commits are most of what a coordinator sees
+    _commit,
     st.tuples(st.just("delete"), st.sampled_from(_GROUPS), st.sets(st.sampled_from(_TPS))),
     st.tuples(st.just("delete_groups"), st.sets(st.sampled_from([*_GROUPS, "x"]))),
     st.tuples(st.just("expire"), st.integers(0, 6)),
@@ -576,73 +581,114 @@ _op = st.one_of(
 )
 
 
+class RandomLog:
+    """A leader driven by random requests, each batch applied as it commits, beside a model of
+    what the table must hold: whole sets change it, torn ones do not, tombstones delete."""
+
+    def __init__(self, ops: list[tuple[object, ...]]) -> None:
+        self.leader = GroupCoordinatorState(_RANDOM_CONFIG)
+        self.appends: list[list[RecordInput]] = []
+        self.batches: list[bytes] = []
+        self.model: dict[tuple[str, TopicPartition], int] = {}
+        self.now = 0
+        for op in ops:
+            self._run(op)
+
+    def append(self, records: list[RecordInput]) -> None:
+        if not records:
+            return
+        base = sum(len(records) for records in self.appends)
+        batch = assign_offsets(build_batch(records), base, 0)
+        self.appends.append(records)
+        self.batches.append(batch)
+        self.leader.apply(batch)
+
+    def _delete(self, records: list[RecordInput]) -> None:
+        self.append(records)
+        for key, value in set_of(records):
+            assert value is None
+            self.model.pop((key.group, TopicPartition(key.topic, key.partition)), None)
+
+    def _run(self, op: tuple[object, ...]) -> None:
+        leader = self.leader
+        if op[0] == "commit":
+            _, group, request, keep, step = op
+            assert isinstance(group, str) and isinstance(request, dict)
+            assert isinstance(step, int) and (keep is None or isinstance(keep, int))
+            self.now += step
+            plan = leader.plan_commit(group, offsets(*request.items()), self.now)
+            records = plan.records if keep is None else plan.records[:keep]
+            self.append(records)
+            if len(records) == len(plan.records):
+                self.model.update({(group, tp): offset for tp, offset in request.items()})
+        elif op[0] == "delete":
+            assert isinstance(op[1], str) and isinstance(op[2], set)
+            self._delete(leader.plan_offset_delete(op[1], op[2]))
+        elif op[0] == "delete_groups":
+            assert isinstance(op[1], set)
+            self._delete(leader.plan_delete_groups(op[1])[0])
+        elif op[0] == "expire":
+            assert isinstance(op[1], int)
+            self._delete(leader.plan_expiration(self.now + op[1]))
+        else:
+            self.append(leader.finish_loading(self.now))  # repairs change no value
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_op, max_size=25), st.data())
 def test_replaying_a_prefix_then_the_rest_equals_replaying_the_whole_log(
     ops: list[tuple[object, ...]], data: st.DataObject
 ) -> None:
-    config = OffsetsConfig(retention_ms=5)
-    leader = GroupCoordinatorState(config)
-    batches: list[bytes] = []
-    model: dict[tuple[str, TopicPartition], int] = {}
-    now = 0
-
-    def append(records: list[RecordInput]) -> None:
-        if not records:
-            return
-        base = sum(len(decode_records(b, 0, h)) for b in batches for _, h in iter_batches(b))
-        batch = assign_offsets(build_batch(records), base, 0)
-        batches.append(batch)
-        leader.apply(batch)
-
-    def tombstones_into_model(records: list[RecordInput]) -> None:
-        for key, value in set_of(records):
-            assert value is None
-            model.pop((key.group, TopicPartition(key.topic, key.partition)), None)
-
-    for op in ops:
-        if op[0] == "commit":
-            _, group, request, keep, step = op
-            assert isinstance(group, str) and isinstance(request, dict)
-            assert isinstance(step, int)
-            now += step
-            plan = leader.plan_commit(group, offsets(*request.items()), now)
-            records = plan.records if keep is None else plan.records[: int(str(keep))]
-            append(records)
-            if len(records) == len(plan.records):
-                model.update({(group, tp): offset for tp, offset in request.items()})
-        elif op[0] == "delete":
-            records = leader.plan_offset_delete(str(op[1]), op[2])  # type: ignore[arg-type]
-            append(records)
-            tombstones_into_model(records)
-        elif op[0] == "delete_groups":
-            records, _ = leader.plan_delete_groups(op[1])  # type: ignore[arg-type]
-            append(records)
-            tombstones_into_model(records)
-        elif op[0] == "expire":
-            records = leader.plan_expiration(now + int(str(op[1])))
-            append(records)
-            tombstones_into_model(records)
-        else:
-            append(leader.finish_loading(now))  # repairs change no value of the model
-
-    log_data = b"".join(batches)
-    whole = GroupCoordinatorState(config)
-    whole.apply(log_data)
-    assert table(whole) == model == table(leader)
+    run = RandomLog(ops)
+    whole = GroupCoordinatorState(_RANDOM_CONFIG)
+    whole.apply(b"".join(run.batches))
+    assert table(whole) == run.model == table(run.leader)
 
     # The same log handed over in pieces, cut at batch boundaries, some parts twice.
-    pieces = GroupCoordinatorState(config)
-    cuts = sorted(data.draw(st.sets(st.integers(0, len(batches)))))
+    pieces = GroupCoordinatorState(_RANDOM_CONFIG)
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(run.batches)))))
     start = 0
-    for cut in [*cuts, len(batches)]:
+    for cut in [*cuts, len(run.batches)]:
         overlap = data.draw(st.integers(0, start))
-        pieces.apply(b"".join(batches[overlap:cut]))
+        pieces.apply(b"".join(run.batches[overlap:cut]))
         start = max(start, cut)
     assert table(pieces) == table(whole)
     assert pieces.applied_offset == whole.applied_offset
-    assert set_of(pieces.finish_loading(now)) == set_of(whole.finish_loading(now))
+    assert set_of(pieces.finish_loading(run.now)) == set_of(whole.finish_loading(run.now))
     probe = offsets((TP0, 1))
-    assert set_of(pieces.plan_commit("p", probe, now).records) == set_of(
-        whole.plan_commit("p", probe, now).records
+    assert set_of(pieces.plan_commit("p", probe, run.now).records) == set_of(
+        whole.plan_commit("p", probe, run.now).records
     )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_op, max_size=25), st.booleans())
+# A torn set over a committed value: without the repair the cleaner keeps only the torn record.
+@example([("commit", "a", {TP0: 1}, None, 0), ("commit", "a", {TP0: 2, TP1: 2}, 1, 0)], False)
+# A torn set over a value and a key with none: once the repair supersedes the first, the torn
+# batch is compacted, so only a tombstone keeps its second record from being applied.
+@example(
+    [("commit", "a", {TP0: 1}, None, 0), ("commit", "a", {TP0: 2, TP1: 2, TP2: 2}, 2, 0)], False
+)
+def test_a_repaired_log_compacted_by_the_cleaner_loads_the_same_table(
+    ops: list[tuple[object, ...]], drop_tombstones: bool
+) -> None:
+    """Seed 004's reason for the repair: once it is appended, the cleaner (newest record per
+    key, tombstones dropped when old) may compact the log and a new leader still loads the
+    committed offsets, torn sets and all."""
+    run = RandomLog(ops)
+    run.append(run.leader.finish_loading(run.now))
+    with tempfile.TemporaryDirectory() as directory:
+        part = Partition(Path(directory))
+        try:
+            for records in run.appends:
+                part.append(records)
+                part.log.roll()  # every batch in a closed segment: all of it is cleanable
+            if drop_tombstones:
+                part.clock.advance(part.log.config.delete_retention_ms + 1)
+            LogCleaner(part.log).clean(part.clock.now)
+            loaded = part.load(_RANDOM_CONFIG)
+            assert table(loaded) == run.model
+            assert loaded.finish_loading(run.now) == []
+        finally:
+            part.log.close()
