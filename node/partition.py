@@ -21,6 +21,7 @@ from pathlib import Path
 from tidelog import errors
 from tidelog.clock import wall_clock_ms
 from tidelog.node.producer_state import ProducerStateManager
+from tidelog.node.reads import LeaderReads, lease_seconds
 from tidelog.records import (
     TimestampType,
     read_header,
@@ -83,7 +84,10 @@ class PartitionReplica:
         raft_config: RaftConfig,
         seed: int,
         sync_writes: bool = True,
+        tick_s: float = 0.0,
     ) -> None:
+        """``tick_s`` is the real time of a Raft tick: it sizes the read lease and the vote
+        refusal of a new core (both off at 0)."""
         self.tp = tp
         self.node_id = node_id
         self.replicas = replicas
@@ -93,7 +97,13 @@ class PartitionReplica:
         self.replica_log = self.store.replica_log
         self._rng = random.Random(seed)
         self._raft_config = raft_config
+        self._vote_refusal_s = raft_config.election_ticks * tick_s if raft_config.check_quorum \
+            else 0.0
+        #: Until when (time.monotonic) this replica's core ignores vote requests: see `_new_core`.
+        self.refuses_votes_until = 0.0
         self.core, self.driven = self._new_core()
+        #: Linearizable reads while this replica leads (`tidelog.node.reads`).
+        self.reads = LeaderReads(lease_seconds(raft_config, tick_s))
         #: Start offset of the current leader epoch while this replica leads (KIP-207).
         self.leader_epoch_start_offset: int | None = None
         #: Idempotent-producer state; None until rebuilt from the log after winning leadership.
@@ -107,7 +117,14 @@ class PartitionReplica:
         self.offline = False
 
     def _new_core(self) -> tuple[RaftCore, DrivenReplica]:
-        """A core from what storage holds, and what the node's Raft driver keeps of it."""
+        """A core from what storage holds, and what the node's Raft driver keeps of it.
+
+        A new core does not know whom this replica heard from an instant before (the node or
+        the replica restarted), so for an election timeout it takes no part in elections, as a
+        follower that just heard from its leader would not: otherwise a leader's read lease,
+        which counts on every follower that acknowledged it refusing votes for that long,
+        could be outlived by a new leader elected with this replica's vote."""
+        self.refuses_votes_until = time.monotonic() + self._vote_refusal_s
         hard_state = self.store.hard_state()
         core = RaftCore(
             self.node_id,
@@ -206,6 +223,7 @@ class PartitionReplica:
         """After a Ready is durable: expose its HW and complete what it decided."""
         if rd.high_watermark != self.log.high_watermark:
             self.log.update_high_watermark(rd.high_watermark)
+        self.reads.on_ready(rd, self.core)
         hw = self.log.high_watermark
         self._complete(self._acks_all, hw)
         self._complete(self._acks_local, self.log.log_end_offset)
@@ -229,6 +247,7 @@ class PartitionReplica:
         del waiters[:done]
 
     def _fail_waiters(self, exc: errors.TidelogError) -> None:
+        self.reads.fail_all(errors.NotLeaderOrFollowerError(str(exc)))
         for waiter in self._acks_all + self._acks_local:
             if not waiter.future.done():
                 waiter.future.set_exception(exc)

@@ -23,11 +23,21 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from tidelog import errors
 from tidelog.errors import CorruptMessageError
 from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
+from tidelog.node.reads import wait_read
 from tidelog.node.transport import Outgoing, PeerLink, messages_of
-from tidelog.replication import AppendResponse, HeartbeatResponse, Message, RaftConfig, Ready
+from tidelog.replication import (
+    AppendResponse,
+    HeartbeatResponse,
+    Message,
+    PreVoteRequest,
+    RaftConfig,
+    Ready,
+    VoteRequest,
+)
 from tidelog.replication.driver import Driver, Leadership, Write
 from tidelog.storage import LogConfig
 from tidelog.types import TopicPartition
@@ -130,6 +140,7 @@ class ReplicaSet:
         self.partitions[tp] = PartitionReplica(
             tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
             seed, sync_writes=self.config.log_flush_policy == "always",
+            tick_s=self.config.raft_tick_ms / 1000,
         )
 
     def add_replica(
@@ -244,6 +255,26 @@ class ReplicaSet:
         finally:
             del self._offline[replica.tp]
 
+    # ---- linearizable reads ---------------------------------------------------------------
+
+    async def read_index(self, tp: TopicPartition, timeout_s: float) -> int:
+        """An offset R such that every record acknowledged as committed before this call lies
+        below R, proven while this replica leads `tp` (`tidelog.node.reads`: a lease, else a
+        ReadIndex round shared with concurrent callers); the caller then waits until its
+        state has applied everything below R. Raises NOT_LEADER_OR_FOLLOWER when this replica
+        is not, or no longer provably, the leader, and REQUEST_TIMED_OUT after `timeout_s`."""
+        replica = self.partitions.get(tp)
+        if replica is None or not replica.is_leader:
+            raise errors.NotLeaderOrFollowerError(f"this node does not lead {tp}")
+        index = replica.reads.leased_index(replica.core)
+        if index is None:
+            future = replica.reads.join(replica.core)
+        self._send_prompt((replica,))  # a round's heartbeats leave now
+        self._work.set()
+        if index is not None:
+            return index
+        return await wait_read(future, timeout_s)
+
     # ---- the Raft driver -------------------------------------------------------------------
 
     async def tick_loop(self) -> None:
@@ -264,10 +295,15 @@ class ReplicaSet:
     def step(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
         """Step the Raft messages of one envelope addressed to this node into their cores."""
         stepped: dict[TopicPartition, PartitionReplica] = {}
+        now = time.monotonic()
         for tp, message in messages_of(env, payload):
             replica = self.partitions.get(tp)
             if replica is None or replica.offline:
                 continue
+            if (replica.refuses_votes_until > now
+                    and isinstance(message, PreVoteRequest | VoteRequest)
+                    and not (isinstance(message, VoteRequest) and message.transfer)):
+                continue  # a new core stays out of elections for a while (`_new_core`)
             replica.core.step(message)
             if replica.is_leader and isinstance(message, AppendResponse | HeartbeatResponse):
                 replica.record_follower(message.src)

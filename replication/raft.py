@@ -264,6 +264,8 @@ class RaftCore:
         self._votes: dict[int, bool] = {}
         self._progress: dict[int, _Progress] = {}
         self._transferee: int | None = None
+        #: The last term in which this replica began a leadership transfer.
+        self._transfer_term = -1
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
         self._randomized_timeout = 0
@@ -327,6 +329,14 @@ class RaftCore:
     def transferring_to(self) -> int | None:
         return self._transferee
 
+    @property
+    def transferred_this_term(self) -> bool:
+        """Whether this leader began a leadership transfer in its term (even one it has given
+        up): its TimeoutNow may still reach the target, whose forced election ignores the
+        followers' leases, so a read lease built on those must not be trusted for the rest of
+        the term."""
+        return self._transfer_term == self._term
+
     def epoch_at(self, offset: int) -> int | None:
         return self._log.epoch_at(offset)
 
@@ -374,6 +384,7 @@ class RaftCore:
         if target not in self._progress:
             raise ValueError(f"{target} is not another voter of this partition")
         self._transferee = target
+        self._transfer_term = self._term
         self._election_elapsed = 0
         pr = self._progress[target]
         if pr.match == self._log.end:
