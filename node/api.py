@@ -7,10 +7,10 @@ A non-leader answers NOT_LEADER_OR_FOLLOWER with what it knows of the leader (KI
 Three rules hold for every request, so that no handler can forget them:
 
 * an ``optional`` field left unset means what the proto comment says (a consumer, no epoch
-  check, acks=all), read through :func:`_or_unset`: proto3 reads an unset field as 0, which for
+  check, acks=all), read through :func:`or_unset`: proto3 reads an unset field as 0, which for
   these fields is a different, meaningful value;
 * a partition (or topic) named twice in one request gets INVALID_REQUEST (42) and one result,
-  and nothing is done for it (:func:`_each_once`);
+  and nothing is done for it (:func:`each_once`);
 * a per-partition error answer says -1 for every offset it cannot vouch for, and carries the
   leader hint exactly with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (:meth:`_fail`).
 """
@@ -20,19 +20,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
 from tidelog import errors
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.forwarding import Forwarder, was_forwarded
+from tidelog.node.group_api import GroupApi
+from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.partition import ListOffsetsResult, PartitionReplica, is_debug_or_leader
 from tidelog.node.replicas import ReplicaSet
+from tidelog.node.request_rules import (
+    Answers,
+    each_once,
+    invalid,
+    or_unset,
+    partitions_of,
+    unsupported,
+)
 from tidelog.node.routing import Routing
-from tidelog.node.transport import CHANNEL_OPTIONS
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -74,13 +84,9 @@ _UNKNOWN_ON_ERROR: dict[type, tuple[str, ...]] = {
     pb.FetchPartitionData: ("high_watermark", "last_stable_offset", "log_start_offset"),
     pb.ListOffsetsPartitionResponse: ("timestamp", "offset", "leader_epoch"),
 }
-#: The gRPC metadata key that marks a request forwarded by another node (its id).
-FORWARDED_BY = "tidelog-forwarded-by"
 #: FindCoordinator key types (Kafka's CoordinatorType).
 _GROUP_KEY = 0
 _TRANSACTION_KEY = 1
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
 
 
 class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
@@ -91,14 +97,15 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         routing: Routing,
         controller: ControllerDriver,
         offsets_topic: OffsetsTopic,
+        groups: GroupCoordinatorDriver,
     ) -> None:
         self.config = config
         self.replicas = replicas
         self.routing = routing
         self.controller = controller
         self.offsets_topic = offsets_topic
-        #: Channels to other nodes' client ports, for requests forwarded there.
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.forwarder = Forwarder(config.node_id, routing)
+        self.group_api = GroupApi(config, controller, offsets_topic, groups, self.forwarder)
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
         self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
 
@@ -188,12 +195,12 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             return forwarded  # type: ignore[no-any-return]
         timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
         response = pb.CreateTopicsResponse()
-        topics, twice = _each_once((topic.name, topic) for topic in request.topics)
+        topics, twice = each_once((topic.name, topic) for topic in request.topics)
         config = self.config
         for topic in topics.values():
             # Kafka: -1 (and, here, unset) takes the node's default; 0 is refused by the plan.
-            partitions = _or_unset(topic, "num_partitions", -1)
-            factor = _or_unset(topic, "replication_factor", -1)
+            partitions = or_unset(topic, "num_partitions", -1)
+            factor = or_unset(topic, "replication_factor", -1)
             result = response.topics.add(
                 name=topic.name,
                 num_partitions=config.num_partitions if partitions == -1 else partitions,
@@ -230,7 +237,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             return forwarded  # type: ignore[no-any-return]
         timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
         response = pb.DeleteTopicsResponse()
-        names, twice = _each_once((name, name) for name in request.topic_names)
+        names, twice = each_once((name, name) for name in request.topic_names)
         for name in names:
             result = response.topics.add(name=name)
 
@@ -262,30 +269,17 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         or the request was forwarded here already (then the controller's own checks answer
         NOT_CONTROLLER rather than the request bouncing between nodes that disagree)."""
         controller = self.routing.controller_id
-        if controller == self.config.node_id or _was_forwarded(context):
+        if controller == self.config.node_id or was_forwarded(context):
             return None
         if controller < 0 or not self.routing.address_of(controller):
             return _all_failed(method, request, errors.NotControllerError("no controller known"))
         try:
             timeout_s = getattr(request, "timeout_ms", 0) / 1000 or 30.0
-            return await self._forward(controller, method, request, timeout_s)
+            return await self.forwarder.call(controller, method, request, timeout_s)
         except grpc.aio.AioRpcError as exc:
             return _all_failed(
                 method, request, errors.NotControllerError(f"controller unreachable: {exc.code()}")
             )
-
-    async def _forward(self, node: int, method: str, request: Any, timeout_s: float) -> Any:
-        """`request` sent on to `node`'s client port, marked as forwarded (see
-        `_was_forwarded`); raises grpc.aio.AioRpcError. One channel per address, kept."""
-        address = self.routing.address_of(node)
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-            self._channels[address] = channel
-        stub = tidelog_pb2_grpc.TidelogStub(channel)
-        return await getattr(stub, method)(
-            request, timeout=timeout_s, metadata=((FORWARDED_BY, str(self.config.node_id)),)
-        )
 
     # ---- Produce ---------------------------------------------------------------------------
 
@@ -293,13 +287,13 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
         if request.HasField("transactional_id"):
-            await _unsupported(context, "transactional produce")
-        acks = _or_unset(request, "acks", _DEFAULT_ACKS)
+            await unsupported(context, "transactional produce")
+        acks = or_unset(request, "acks", _DEFAULT_ACKS)
         if acks == -1 and self.config.test_ack_before_commit:
             acks = 1  # the planted bug of the chaos suite's self-test (tests only)
         response = pb.ProduceResponse()
-        answers = _Answers(response)
-        parts, twice = _each_once(_partitions(request.topics))
+        answers = Answers(response)
+        parts, twice = each_once(partitions_of(request.topics))
         pending: list[tuple[Any, PartitionReplica, asyncio.Future[None] | None]] = []
         for tp, part in parts.items():
             result = answers.add(tp)
@@ -353,15 +347,15 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
-        replica_id = _or_unset(request, "replica_id", CONSUMER_REPLICA_ID)
+        replica_id = or_unset(request, "replica_id", CONSUMER_REPLICA_ID)
         if replica_id not in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID):
-            await _invalid(context, "replica_id must be -1 (consumer) or -2 (debug)")
+            await invalid(context, "replica_id must be -1 (consumer) or -2 (debug)")
         if request.max_bytes < 0 or request.min_bytes < 0 or request.max_wait_ms < 0:
-            await _invalid(context, "max_bytes, min_bytes and max_wait_ms must be >= 0")
+            await invalid(context, "max_bytes, min_bytes and max_wait_ms must be >= 0")
         try:
             isolation = IsolationLevel(request.isolation_level)
         except ValueError:
-            await _invalid(context, f"unknown isolation level {request.isolation_level}")
+            await invalid(context, f"unknown isolation level {request.isolation_level}")
         deadline = asyncio.get_running_loop().time() + request.max_wait_ms / 1000
         while True:
             response, size, replicas = self._read_fetch(request, replica_id, isolation)
@@ -381,7 +375,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         """The answer, its records' total size, and the replicas it read. `budget` bounds the
         whole answer, records and the fields around them (exactly, up to varint widths)."""
         response = pb.FetchResponse()
-        answers = _Answers(response)
+        answers = Answers(response)
         if request.max_bytes:
             budget = min(request.max_bytes, MAX_FETCH_BYTES)
         else:
@@ -389,7 +383,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         used = total = 0
         topics: set[str] = set()
         served: list[PartitionReplica] = []
-        parts, twice = _each_once(_partitions(request.topics))
+        parts, twice = each_once(partitions_of(request.topics))
         for tp, part in parts.items():
             result = answers.add(tp)
             if tp.topic not in topics:
@@ -399,7 +393,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 self._fail(result, tp, errors.InvalidRequestError(f"{tp} appears more than once"))
                 used += result.ByteSize() + _ENTRY_ROOM
                 continue
-            epoch = _or_unset(part, "current_leader_epoch", _NO_EPOCH_CHECK)
+            epoch = or_unset(part, "current_leader_epoch", _NO_EPOCH_CHECK)
             resolved = self._resolve(tp, epoch, replica_id)
             if isinstance(resolved, errors.TidelogError):
                 self._fail(result, tp, resolved)
@@ -445,11 +439,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         try:
             isolation = IsolationLevel(request.isolation_level)
         except ValueError:
-            await _invalid(context, f"unknown isolation level {request.isolation_level}")
-        replica_id = _or_unset(request, "replica_id", CONSUMER_REPLICA_ID)
+            await invalid(context, f"unknown isolation level {request.isolation_level}")
+        replica_id = or_unset(request, "replica_id", CONSUMER_REPLICA_ID)
         response = pb.ListOffsetsResponse()
-        answers = _Answers(response)
-        parts, twice = _each_once(_partitions(request.topics))
+        answers = Answers(response)
+        parts, twice = each_once(partitions_of(request.topics))
         for tp, part in parts.items():
             result = answers.add(tp)
             try:
@@ -479,7 +473,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         lowest_special = -2 if legacy else LATEST_TIERED_TIMESTAMP
         if part.timestamp < lowest_special:
             raise errors.UnsupportedVersionError(f"timestamp {part.timestamp} is not supported")
-        epoch = _NO_EPOCH_CHECK if legacy else _or_unset(
+        epoch = _NO_EPOCH_CHECK if legacy else or_unset(
             part, "current_leader_epoch", _NO_EPOCH_CHECK
         )
         resolved = self._resolve(tp, epoch, replica_id)
@@ -497,9 +491,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         the call there)."""
         if request.key_type == _TRANSACTION_KEY:
             # As transactional Produce and InitProducerId: a client must not retry it.
-            await _unsupported(context, "FindCoordinator for transactional ids (key_type 1)")
+            await unsupported(context, "FindCoordinator for transactional ids (key_type 1)")
         if request.key_type != _GROUP_KEY:
-            await _invalid(context, f"unknown key_type {request.key_type} (0: consumer group)")
+            await invalid(context, f"unknown key_type {request.key_type} (0: consumer group)")
         offsets = self.offsets_topic
         if not offsets.exists:
             forwarded = await self._forward_to_controller("FindCoordinator", request, context)
@@ -515,30 +509,40 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             )
         return pb.FindCoordinatorResponse(node_id=leader, address=self.routing.address_of(leader))
 
+    async def OffsetCommit(
+        self, request: pb.OffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetCommitResponse:
+        return await self.group_api.offset_commit(request, context)
+
+    async def OffsetFetch(
+        self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetFetchResponse:
+        return await self.group_api.offset_fetch(request, context)
+
+    async def OffsetDelete(
+        self, request: pb.OffsetDeleteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetDeleteResponse:
+        return await self.group_api.offset_delete(request, context)
+
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListGroupsResponse:
+        return self.group_api.list_groups(request)
+
+    async def DeleteGroups(
+        self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteGroupsResponse:
+        return await self.group_api.delete_groups(request, context)
+
     # ---- not built yet ---------------------------------------------------------------------
 
-
-    async def OffsetCommit(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "OffsetCommit (consumer offsets)")
-
-    async def OffsetFetch(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "OffsetFetch (consumer offsets)")
-
-    async def OffsetDelete(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "OffsetDelete (consumer offsets)")
-
-    async def ListGroups(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "ListGroups (consumer offsets)")
-
-    async def DeleteGroups(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "DeleteGroups (consumer offsets)")
 
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> pb.InitProducerIdResponse:
         """Idempotent producers get a fresh id at epoch 0 from the controller's blocks."""
         if request.HasField("transactional_id"):
-            await _unsupported(context, "InitProducerId for transactional producers")
+            await unsupported(context, "InitProducerId for transactional producers")
         forwarded = await self._forward_to_controller("InitProducerId", request, context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
@@ -551,56 +555,10 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
     async def AddPartitionsToTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "AddPartitionsToTxn (transactions)")
+        await unsupported(context, "AddPartitionsToTxn (transactions)")
 
     async def EndTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unsupported(context, "EndTxn (transactions)")
-
-
-def _or_unset(message: Any, field: str, unset: int) -> int:
-    """An ``optional`` field's value, or `unset`, what its proto comment says a request that
-    leaves it out means (proto3 alone would read it as 0)."""
-    return getattr(message, field) if message.HasField(field) else unset
-
-
-def _each_once(items: Iterable[tuple[K, V]]) -> tuple[dict[K, V], set[K]]:
-    """What a request names, each once with its first entry and in request order (one answer
-    each), and the keys it names more than once (INVALID_REQUEST for those, kafka-reference
-    §2.1: a partition listed twice in a Produce would otherwise be appended twice)."""
-    firsts: dict[K, V] = {}
-    twice: set[K] = set()
-    for key, item in items:
-        if key in firsts:
-            twice.add(key)
-        else:
-            firsts[key] = item
-    return firsts, twice
-
-
-def _partitions(topics: Iterable[Any]) -> Iterator[tuple[TopicPartition, Any]]:
-    return ((TopicPartition(t.name, p.partition), p) for t in topics for p in t.partitions)
-
-
-class _Answers:
-    """The per-partition answers of a Produce, Fetch or ListOffsets response, one topic entry
-    per topic name however the request spread its partitions."""
-
-    def __init__(self, response: Any) -> None:
-        self._topics = response.topics
-        self._by_name: dict[str, Any] = {}
-
-    def add(self, tp: TopicPartition) -> Any:
-        entry = self._by_name.get(tp.topic)
-        if entry is None:
-            entry = self._by_name[tp.topic] = self._topics.add(name=tp.topic)
-        return entry.partitions.add(partition=tp.partition)
-
-
-def _was_forwarded(context: grpc.aio.ServicerContext) -> bool:
-    """Whether another node forwarded this request here (`TidelogServicer._forward`): such a
-    request is answered here, never forwarded again, so nodes whose views of a leader disagree
-    cannot pass it around."""
-    return any(key == FORWARDED_BY for key, _ in context.invocation_metadata() or ())
+        await unsupported(context, "EndTxn (transactions)")
 
 
 def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
@@ -626,16 +584,3 @@ def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
     for name in dict.fromkeys(request.topic_names):
         response_d.topics.add(name=name, error_code=exc.code, error_message=str(exc))
     return response_d
-
-
-async def _unsupported(context: grpc.aio.ServicerContext, what: str) -> NoReturn:
-    await context.abort(
-        grpc.StatusCode.UNIMPLEMENTED, f"{what} is not supported yet by this Tidelog version"
-    )
-    raise AssertionError("unreachable")
-
-
-async def _invalid(context: grpc.aio.ServicerContext, message: str) -> NoReturn:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
-    raise AssertionError("unreachable")
-

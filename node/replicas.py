@@ -72,6 +72,8 @@ class ReplicaSet:
         self._driver: Driver[PartitionReplica] = Driver(self)
         self._outbox: dict[int, Outgoing] = {}
         self._published_hooks: dict[TopicPartition, Callable[[], None]] = {}
+        self._topic_published_hooks: dict[str, Callable[[PartitionReplica], None]] = {}
+        self._round_hooks: list[Callable[[], None]] = []
         #: Replicas whose disk refused a write, and the task that brings each back.
         self._offline: dict[TopicPartition, asyncio.Task[None]] = {}
         #: Replicas assigned here whose logs the disk refused to create, and their retries.
@@ -113,6 +115,17 @@ class ReplicaSet:
     def on_published(self, tp: TopicPartition, hook: Callable[[], None]) -> None:
         """Run `hook` on the loop each time a Ready of `tp` has been published."""
         self._published_hooks[tp] = hook
+
+    def on_published_topic(self, topic: str, hook: Callable[[PartitionReplica], None]) -> None:
+        """Run `hook` on the loop with the replica each time a Ready of a partition of `topic`
+        has been published (partitions come and go with the topic: no hook per partition)."""
+        self._topic_published_hooks[topic] = hook
+
+    def before_round(self, hook: Callable[[], None]) -> None:
+        """Run `hook` on the loop before each round of the Ready loop takes the Readies: what
+        it proposes joins that round, so requests that came while the previous round was on
+        disk can be appended together (the group coordinator's group commit)."""
+        self._round_hooks.append(hook)
 
     # ---- replicas --------------------------------------------------------------------------
 
@@ -323,8 +336,14 @@ class ReplicaSet:
         while True:
             await self._work.wait()
             self._work.clear()
-            while (rnd := driver.begin([(r, r.driven) for r in list(self.partitions.values())
-                                        if not r.offline])) is not None:
+            while True:
+                for hook in self._round_hooks:
+                    hook()
+                rnd = driver.begin(
+                    [(r, r.driven) for r in list(self.partitions.values()) if not r.offline]
+                )
+                if rnd is None:
+                    break
                 writes = rnd.early + rnd.late
                 if writes:
                     failed = await loop.run_in_executor(
@@ -352,6 +371,9 @@ class ReplicaSet:
         hook = self._published_hooks.get(replica.tp)
         if hook is not None:
             hook()
+        topic_hook = self._topic_published_hooks.get(replica.tp.topic)
+        if topic_hook is not None:
+            topic_hook(replica)
 
     def leadership(self, replica: PartitionReplica, change: Leadership) -> None:
         replica.on_leadership(change)

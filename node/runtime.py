@@ -3,7 +3,8 @@
 The parts, one job each: the hosted replicas and the Raft driver loops (`replicas.ReplicaSet`),
 what the node knows of leaders elsewhere (`routing.Routing`), the controller's state machine
 over its Raft log (`controller_driver.ControllerDriver`), the internal topic of consumer
-offsets (`offsets_topic.OffsetsTopic`), periodic chores
+offsets (`offsets_topic.OffsetsTopic`) and the group coordinator's state machines over its
+partitions (`group_coordinator_driver.GroupCoordinatorDriver`), periodic chores
 (`housekeeping.Housekeeping`), and the check of old data on disk (`scrubber.Scrubber`). The
 server wires them to the gRPC services.
 """
@@ -21,6 +22,7 @@ from typing import Any
 from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.housekeeping import Housekeeping
 from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.replicas import ReplicaSet
@@ -43,6 +45,7 @@ class NodeRuntime:
         self.routing = Routing(config, self.replicas.partitions, METADATA_TP)
         self.controller = ControllerDriver(config, self.replicas, self.routing)
         self.offsets_topic = OffsetsTopic(config, self.controller, self.routing)
+        self.groups = GroupCoordinatorDriver(config, self.replicas, self.offsets_topic)
         self.housekeeping = Housekeeping(config, self.replicas, METADATA_TP)
         self.scrubber = Scrubber(config, self.replicas)
         self._tasks: list[asyncio.Task[None]] = []
@@ -61,7 +64,12 @@ class NodeRuntime:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.replicas.start_links()
         await self.controller.load()
-        loops = [self.replicas.tick_loop(), self.replicas.ready_loop(), self.housekeeping.loop()]
+        loops = [
+            self.replicas.tick_loop(),
+            self.replicas.ready_loop(),
+            self.housekeeping.loop(),
+            self.groups.expiration_loop(),
+        ]
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())
         if self.config.log_scrub_bytes_per_second > 0:

@@ -79,7 +79,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
             TidelogServicer(
                 config, runtime.replicas, runtime.routing, runtime.controller,
-                runtime.offsets_topic,
+                runtime.offsets_topic, runtime.groups,
             ),
             server,
         )

@@ -169,7 +169,7 @@ def test_bad_input_gets_error_codes_and_the_node_keeps_serving(raw: Raw) -> None
     )
     assert [p.error_code for p in duplicated.topics[0].partitions] == [42]
     with pytest.raises(grpc.RpcError) as unsupported:
-        stub.OffsetCommit(pb.OffsetCommitRequest(group_id="g"), timeout=5)
+        stub.EndTxn(pb.EndTxnRequest(transactional_id="t"), timeout=5)
     assert unsupported.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "not supported yet" in (unsupported.value.details() or "")
     still = raw.produce(leader, "strict", 0, make_batch([b"fine"]))

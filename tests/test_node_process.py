@@ -350,7 +350,7 @@ def test_the_produce_test_hook_draws_from_a_seeded_generator(tmp_path: Path) -> 
         config = NodeConfig.from_properties({
             **BASE, "node.id": str(node_id), "data.dir": str(tmp_path), "test.seed": str(seed),
         })
-        servicer = TidelogServicer(config, None, None, None, None)  # type: ignore[arg-type]
+        servicer = TidelogServicer(config, None, None, None, None, None)  # type: ignore[arg-type]
         return [servicer._test_rng.random() for _ in range(5)]
 
     random.seed(3)

@@ -1,0 +1,273 @@
+"""The offset requests of the client API (OffsetCommit, OffsetFetch, OffsetDelete, ListGroups,
+DeleteGroups), translated to the group coordinator's calls (`group_coordinator_driver`).
+
+Any node accepts them (seed 004): a request for a group that another node coordinates is
+forwarded to that node's client port, once (`forwarding`): a forwarded request is answered
+where it lands, NOT_COORDINATOR (16) if that node does not coordinate the group after all. The
+coordinator checks each partition as Kafka's API layer does (kafka-reference §7.5): a topic or
+partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION (3), one named twice
+INVALID_REQUEST (42); group-level errors go on every partition of a commit, and in the
+group-level error code of the other answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+
+from tidelog import errors
+from tidelog.coordinator.group_coordinator import PartitionOffsets
+from tidelog.node.config import NodeConfig
+from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.forwarding import Forwarder, was_forwarded
+from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
+from tidelog.node.offsets_topic import OffsetsTopic
+from tidelog.node.request_rules import Answers, each_once, or_unset, partitions_of
+from tidelog.types import TopicPartition
+from tidelog.v1 import tidelog_pb2 as pb
+
+#: What an unset generation_id means: a simple consumer, no generation (Kafka's -1).
+_NO_GENERATION = -1
+_NO_LEADER_EPOCH = -1
+#: How long a forwarded request may take when the client set no deadline.
+_FORWARD_TIMEOUT_S = 30.0
+#: The only state a group of committed offsets alone has (Kafka's name for a memberless group).
+_EMPTY = "Empty"
+
+
+class GroupApi:
+    def __init__(
+        self,
+        config: NodeConfig,
+        controller: ControllerDriver,
+        offsets_topic: OffsetsTopic,
+        groups: GroupCoordinatorDriver,
+        forwarder: Forwarder,
+    ) -> None:
+        self.node_id = config.node_id
+        self.controller = controller
+        self.offsets_topic = offsets_topic
+        self.groups = groups
+        self.forwarder = forwarder
+
+    # ---- routing to the coordinator --------------------------------------------------------------
+
+    async def _coordinator_answer(
+        self, method: str, group: str, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any | None:
+        """None when this node answers for `group` (it coordinates the group, or the request
+        was forwarded here); else the answer of the coordinator the request was forwarded to,
+        or the error answer when there is none to forward to."""
+        try:
+            _, leader = self.offsets_topic.coordinator_of(group)
+        except errors.TidelogError as exc:
+            return _failed(method, request, exc)
+        if leader == self.node_id or was_forwarded(context):
+            return None
+        remaining = context.time_remaining()
+        timeout_s = _FORWARD_TIMEOUT_S if remaining is None else min(remaining, _FORWARD_TIMEOUT_S)
+        try:
+            return await self.forwarder.call(leader, method, request, timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            unreachable = errors.CoordinatorNotAvailableError(
+                f"coordinator {leader} unreachable: {exc.code()}"
+            )
+            return _failed(method, request, unreachable)
+
+    def _missing(self, tp: TopicPartition) -> errors.TidelogError | None:
+        topic = self.controller.image.topics.get(tp.topic)
+        if topic is None or not 0 <= tp.partition < topic.partition_count:
+            return errors.UnknownTopicOrPartitionError(f"{tp} does not exist")
+        return None
+
+    # ---- the RPCs --------------------------------------------------------------------------------
+
+    async def offset_commit(
+        self, request: pb.OffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetCommitResponse:
+        forwarded = await self._coordinator_answer("OffsetCommit", request.group_id, request,
+                                                   context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        parts, twice = each_once(partitions_of(request.topics))
+        results: dict[TopicPartition, errors.TidelogError | None] = {}
+        offsets: dict[TopicPartition, PartitionOffsets] = {}
+        for tp, part in parts.items():
+            if tp in twice:
+                results[tp] = errors.InvalidRequestError(f"{tp} appears more than once")
+            elif (missing := self._missing(tp)) is not None:
+                results[tp] = missing
+            else:
+                offsets[tp] = PartitionOffsets(
+                    part.committed_offset,
+                    or_unset(part, "committed_leader_epoch", _NO_LEADER_EPOCH),
+                    part.committed_metadata,  # unset (Kafka's null) reads as "", as Kafka stores it
+                )
+        if offsets:
+            generation = or_unset(request, "generation_id", _NO_GENERATION)
+            try:
+                results.update(await self.groups.commit(request.group_id, generation, offsets))
+            except errors.TidelogError as exc:
+                results.update(dict.fromkeys(offsets, exc))
+        response = pb.OffsetCommitResponse()
+        answers = Answers(response)
+        for tp in parts:
+            answer = answers.add(tp)
+            if (error := results.get(tp)) is not None:
+                answer.error_code = error.code
+                answer.error_message = str(error)
+        return response
+
+    async def offset_fetch(
+        self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetFetchResponse:
+        forwarded = await self._coordinator_answer("OffsetFetch", request.group_id, request,
+                                                   context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        named, twice = each_once(
+            (TopicPartition(t.name, p), None) for t in request.topics for p in t.partitions
+        )
+        wanted = [tp for tp in named if tp not in twice] if request.topics else None
+        response = pb.OffsetFetchResponse()
+        try:
+            found = await self.groups.fetch(request.group_id, wanted, request.require_stable)
+        except errors.TidelogError as exc:
+            return pb.OffsetFetchResponse(error_code=exc.code, error_message=str(exc))
+        answers = Answers(response)
+        for tp in named if request.topics else sorted(found):
+            answer = answers.add(tp)
+            value = found.get(tp)
+            if tp in twice:
+                answer.error_code = errors.InvalidRequestError.code
+            if value is None:  # none committed (or asked twice): -1 and no error, as Kafka
+                answer.committed_offset = answer.committed_leader_epoch = -1
+            else:
+                answer.committed_offset = value.offset
+                answer.committed_leader_epoch = value.leader_epoch
+                answer.metadata = value.metadata
+        return response
+
+    async def offset_delete(
+        self, request: pb.OffsetDeleteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetDeleteResponse:
+        forwarded = await self._coordinator_answer("OffsetDelete", request.group_id, request,
+                                                   context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        named, twice = each_once(
+            (TopicPartition(t.name, p), None) for t in request.topics for p in t.partitions
+        )
+        refused: dict[TopicPartition, errors.TidelogError] = {}
+        for tp in named:
+            if tp in twice:
+                refused[tp] = errors.InvalidRequestError(f"{tp} appears more than once")
+            elif tp.topic not in self.controller.image.topics:  # Kafka checks the topic only
+                refused[tp] = errors.UnknownTopicOrPartitionError(f"{tp.topic} does not exist")
+        try:
+            await self.groups.delete_offsets(
+                request.group_id, [tp for tp in named if tp not in refused]
+            )
+        except errors.TidelogError as exc:
+            return pb.OffsetDeleteResponse(error_code=exc.code, error_message=str(exc))
+        response = pb.OffsetDeleteResponse()
+        answers = Answers(response)
+        for tp in named:
+            answer = answers.add(tp)
+            if (error := refused.get(tp)) is not None:
+                answer.error_code = error.code
+                answer.error_message = str(error)
+        return response
+
+    def list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
+        """The groups this node coordinates (a client asks every node and merges the answers,
+        as Kafka's admin client does); COORDINATOR_LOAD_IN_PROGRESS beside those it has while
+        a partition it leads is still loading."""
+        groups, loading = self.groups.list_groups()
+        wanted = {state.lower() for state in request.states_filter}
+        response = pb.ListGroupsResponse(
+            error_code=errors.CoordinatorLoadInProgressError.code if loading else 0
+        )
+        if not wanted or _EMPTY.lower() in wanted:
+            for group, coordinator in sorted(groups):
+                response.groups.add(group_id=group, protocol_type="", group_state=_EMPTY,
+                                    coordinator_id=coordinator)
+        return response
+
+    async def delete_groups(
+        self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteGroupsResponse:
+        """Each group deleted by its coordinator: this node's own at once, the others'
+        forwarded to theirs, one request per coordinator."""
+        names, twice = each_once((name, name) for name in request.group_ids)
+        results: dict[str, errors.TidelogError | None] = {
+            name: errors.InvalidRequestError(f"group {name!r} appears more than once")
+            for name in twice
+        }
+        here: list[str] = []
+        elsewhere: dict[int, list[str]] = {}
+        for name in names:
+            if name in twice:
+                continue
+            try:
+                _, leader = self.offsets_topic.coordinator_of(name)
+            except errors.TidelogError as exc:
+                results[name] = exc
+                continue
+            if leader == self.node_id or was_forwarded(context):
+                here.append(name)
+            else:
+                elsewhere.setdefault(leader, []).append(name)
+
+        async def forward(leader: int, group_ids: list[str]) -> None:
+            request = pb.DeleteGroupsRequest(group_ids=group_ids)
+            forwarded = await self._coordinator_answer("DeleteGroups", group_ids[0], request,
+                                                       context)
+            if forwarded is None:  # the coordinator moved here meanwhile
+                results.update(await self.groups.delete_groups(group_ids))
+                return
+            for result in forwarded.results:
+                code = result.error_code
+                results[result.group_id] = (
+                    errors.for_code(code)(result.error_message) if code else None
+                )
+
+        async def delete_here() -> None:
+            if here:
+                results.update(await self.groups.delete_groups(here))
+
+        await asyncio.gather(
+            delete_here(), *(forward(leader, ids) for leader, ids in elsewhere.items())
+        )
+        response = pb.DeleteGroupsResponse()
+        for name in names:
+            error = results.get(name)
+            response.results.add(
+                group_id=name,
+                error_code=error.code if error is not None else 0,
+                error_message=str(error) if error is not None else "",
+            )
+        return response
+
+
+def _failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
+    """The answer of a whole request that failed with `exc`: on every partition of a commit
+    (Kafka's OffsetCommit has no group-level code), at the group level otherwise."""
+    if method == "OffsetCommit":
+        response = pb.OffsetCommitResponse()
+        answers = Answers(response)
+        for tp, _ in each_once(partitions_of(request.topics))[0].items():
+            answer = answers.add(tp)
+            answer.error_code = exc.code
+            answer.error_message = str(exc)
+        return response
+    if method == "OffsetFetch":
+        return pb.OffsetFetchResponse(error_code=exc.code, error_message=str(exc))
+    if method == "OffsetDelete":
+        return pb.OffsetDeleteResponse(error_code=exc.code, error_message=str(exc))
+    response_d = pb.DeleteGroupsResponse()
+    for name in dict.fromkeys(request.group_ids):
+        response_d.results.add(group_id=name, error_code=exc.code, error_message=str(exc))
+    return response_d

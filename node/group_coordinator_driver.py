@@ -1,0 +1,461 @@
+"""The node side of the group coordinator: drives the state machine of each `__consumer_offsets`
+partition this node leads (`coordinator.group_coordinator`) over that partition's Raft log.
+
+As `controller_driver` does for the metadata log, this module holds the I/O and the waiting;
+the state machine holds the rules. Per offsets partition, for one leader epoch:
+
+* Loading. When the node becomes the partition's leader, the log is replayed into a new state,
+  from the log start to the high watermark, in chunks on the disk thread (so a long log never
+  stalls the event loop); requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS (14)
+  meanwhile. Loading ends once the state has applied everything below the start of this
+  leader's epoch: only then does it hold every commit an earlier leader acknowledged. The
+  records `finish_loading` returns (seed 004: the previous values of keys whose commit set was
+  found incomplete) are then the first this leader appends.
+* Leading. Committed records are applied as the high watermark moves (the `on_published` hook,
+  as the controller applies its log). An OffsetCommit's records are appended with acks=all
+  semantics and answered only once committed and applied, so the table changes only through
+  the log: a failed append changes nothing. Commits arriving while a round of the Ready loop is
+  on disk wait for the next round and go to the log as one batch (group commit: one replicated
+  write per round, however many committers), each commit's set whole inside it. OffsetFetch
+  answers from the state once a read index confirmed this node still leads and the state has
+  applied up to it: a deposed leader never answers from a stale table.
+* Losing leadership (or the replica going offline) drops the state: requests answer
+  NOT_COORDINATOR (16), and what waited on it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from tidelog import errors
+from tidelog.clock import wall_clock_ms
+from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC
+from tidelog.coordinator.group_coordinator import (
+    GroupCoordinatorState,
+    OffsetsConfig,
+    PartitionOffsets,
+)
+from tidelog.coordinator.offset_table import CommittedOffset
+from tidelog.node.config import NodeConfig
+from tidelog.node.offsets_topic import OffsetsTopic
+from tidelog.node.partition import PartitionReplica
+from tidelog.node.replicas import ReplicaSet
+from tidelog.records import RecordInput, build_batch
+from tidelog.types import TopicPartition
+
+#: How much of the log one step of loading reads (Kafka's offsets.load.buffer.size).
+_LOAD_CHUNK_BYTES = 5 * 1024 * 1024
+
+log = logging.getLogger("tidelog.node")
+
+
+@dataclass
+class _Append:
+    """Records to append as one set (all inside one batch), and who waits for them."""
+
+    records: list[RecordInput]
+    #: Set once proposed: (the batch's acks=all waiter, its last offset); None when nobody waits.
+    proposed: asyncio.Future[tuple[asyncio.Future[None], int]] | None
+
+
+@dataclass
+class _Led:
+    """One offsets partition this node leads, for one leader epoch."""
+
+    replica: PartitionReplica
+    epoch: int
+    #: Offsets below it were written by earlier leaders: loading ends once all are applied.
+    epoch_start: int
+    state: GroupCoordinatorState
+    #: The disk-thread part of loading is done: committed records are applied on the loop.
+    replayed: bool = False
+    loading: bool = True
+    dropped: bool = False
+    pending: list[_Append] = field(default_factory=list)
+    applied_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    #: Per group, the commits appended and not yet answered (OffsetFetch's require_stable).
+    unstable: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
+    loaded_in_s: float = 0.0
+
+    @property
+    def tp(self) -> TopicPartition:
+        return self.replica.tp
+
+
+class GroupCoordinatorDriver:
+    def __init__(
+        self, config: NodeConfig, replicas: ReplicaSet, offsets_topic: OffsetsTopic
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.replicas = replicas
+        self.offsets_topic = offsets_topic
+        self._state_config = OffsetsConfig(
+            metadata_max_bytes=config.offset_metadata_max_bytes,
+            retention_ms=config.offsets_retention_minutes * 60_000,
+        )
+        self._led: dict[TopicPartition, _Led] = {}
+        self._loads: set[asyncio.Task[None]] = set()
+        #: Partitions whose log failed to load, with the leader epoch that tried: not loaded
+        #: again in that epoch (a damaged batch would fail every try).
+        self._unloadable: dict[TopicPartition, int] = {}
+        replicas.on_published_topic(CONSUMER_OFFSETS_TOPIC, self._published)
+        replicas.before_round(self._append_pending)
+
+    @property
+    def _timeout_s(self) -> float:
+        return self.config.offsets_commit_timeout_ms / 1000
+
+    # ---- leadership, loading, applying --------------------------------------------------------
+
+    def _published(self, replica: PartitionReplica) -> None:
+        """A Ready of an offsets partition was published: follow its leadership, then apply
+        what committed."""
+        led = self._led.get(replica.tp)
+        if led is not None and not self._still_leads(led):
+            self._drop(led, "leadership moved")
+            led = None
+        if led is None:
+            start = replica.leader_epoch_start_offset
+            failed_epoch = self._unloadable.get(replica.tp)
+            if replica.is_leader and start is not None and failed_epoch != replica.leader_epoch:
+                led = self._led[replica.tp] = _Led(
+                    replica, replica.leader_epoch, start, GroupCoordinatorState(self._state_config)
+                )
+                task = asyncio.get_running_loop().create_task(self._load(led))
+                self._loads.add(task)
+                task.add_done_callback(self._loads.discard)
+            return
+        self._apply_committed(led)
+
+    def _still_leads(self, led: _Led) -> bool:
+        replica = led.replica
+        return (
+            not led.dropped
+            and self.replicas.partitions.get(led.tp) is replica
+            and replica.is_leader
+            and replica.leader_epoch == led.epoch
+            and replica.leader_epoch_start_offset is not None
+        )
+
+    def _drop(self, led: _Led, why: str) -> None:
+        if self._led.get(led.tp) is led:
+            del self._led[led.tp]
+        led.dropped = True
+        exc = errors.NotCoordinatorError(f"node {self.node_id} no longer leads {led.tp}: {why}")
+        for append in led.pending:
+            if append.proposed is not None and not append.proposed.done():
+                append.proposed.set_exception(exc)
+        led.pending.clear()
+        for _, waiter in led.applied_waiters:
+            if not waiter.done():
+                waiter.set_exception(exc)
+        led.applied_waiters.clear()
+
+    async def _load(self, led: _Led) -> None:
+        started = time.monotonic()
+        hw = led.replica.high_watermark
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self.replicas.disk, _replay, led, hw
+            )
+        except (OSError, ValueError, errors.TidelogError) as exc:  # a closed or failing log
+            log.error("%s: not loaded (%s); this node does not coordinate its groups in epoch "
+                      "%d", led.tp, exc, led.epoch)
+            self._unloadable[led.tp] = led.epoch
+            self._drop(led, f"loading failed: {exc}")
+            return
+        led.loaded_in_s = time.monotonic() - started
+        if self._still_leads(led):
+            led.replayed = True
+            self._apply_committed(led)
+        elif not led.dropped:
+            self._drop(led, "leadership moved while loading")
+
+    def _apply_committed(self, led: _Led) -> None:
+        """Apply the records below the high watermark; finish loading once everything earlier
+        leaders wrote is in; wake who waited for an offset to be applied."""
+        if not led.replayed:
+            return
+        state = led.state
+        replica = led.replica
+        hw = replica.high_watermark
+        while (start := max(state.applied_offset + 1, replica.log.log_start_offset)) < hw:
+            before = state.applied_offset
+            state.apply(replica.log.read(start, _LOAD_CHUNK_BYTES, upper_bound=hw))
+            if state.applied_offset == before:
+                log.error("%s: the batch at offset %d does not parse; applying stops here",
+                          led.tp, start)
+                break
+        if led.loading and state.applied_offset >= led.epoch_start - 1:
+            self._finish_loading(led)
+        if led.applied_waiters:
+            done = [(o, f) for o, f in led.applied_waiters if o <= state.applied_offset]
+            for item in done:
+                led.applied_waiters.remove(item)
+                if not item[1].done():
+                    item[1].set_result(None)
+
+    def _finish_loading(self, led: _Led) -> None:
+        repairs = led.state.finish_loading(wall_clock_ms())
+        led.loading = False
+        if repairs:
+            led.pending.insert(0, _Append(repairs, None))
+            self.replicas.wake()
+        log.info("%s: loaded in %.2fs (%d groups, up to offset %d)%s", led.tp, led.loaded_in_s,
+                 len(led.state.groups()), led.state.applied_offset,
+                 f"; {len(repairs)} records of incomplete commits to write again"
+                 if repairs else "")
+
+    async def _applied(self, led: _Led, offset: int) -> None:
+        """Wait until the state has applied the record at `offset`."""
+        if offset <= led.state.applied_offset:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        led.applied_waiters.append((offset, waiter))
+        await waiter
+
+    # ---- appending (group commit) ---------------------------------------------------------------
+
+    def _append_pending(self) -> None:
+        """Before each round of the Ready loop: every set waiting goes to its partition's log,
+        as few batches as fit max.message.bytes (one, unless they are large), each set whole
+        inside one batch."""
+        for led in list(self._led.values()):
+            if not led.pending:
+                continue
+            appends, led.pending = led.pending, []
+            if not self._still_leads(led):
+                led.pending = appends
+                self._drop(led, "leadership moved")
+                continue
+            limit = led.replica.log.config.max_message_bytes
+            for batch, count, chunk in _batches(appends, limit):
+                try:
+                    produced = led.replica.propose(batch, acks=-1)
+                except errors.TidelogError as exc:
+                    _settle(chunk, exc)
+                    continue
+                assert produced.done is not None
+                result = (produced.done, produced.base_offset + count - 1)
+                for append in chunk:
+                    if append.proposed is not None and not append.proposed.done():
+                        append.proposed.set_result(result)
+
+    async def _append(self, led: _Led, records: list[RecordInput], group: str | None) -> None:
+        """Append `records` as one set with the next round, and return once they are committed
+        and applied. Raises the append's error as kafka-reference §7.5 maps it (new
+        coordinator); `group` is marked unstable meanwhile."""
+        loop = asyncio.get_running_loop()
+        proposed: asyncio.Future[tuple[asyncio.Future[None], int]] = loop.create_future()
+        settled: asyncio.Future[None] = loop.create_future()
+        unstable = led.unstable.setdefault(group, set()) if group is not None else set()
+        unstable.add(settled)
+        led.pending.append(_Append(records, proposed))
+        self.replicas.wake()
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                committed, last_offset = await proposed
+                await asyncio.shield(committed)
+                await self._applied(led, last_offset)
+        except TimeoutError:
+            raise coordinator_error(errors.RequestTimedOutError(
+                f"not committed within {self._timeout_s:g}s (offsets.commit.timeout.ms)"
+            )) from None
+        except errors.TidelogError as exc:
+            raise coordinator_error(exc) from None
+        finally:
+            settled.set_result(None)
+            unstable.discard(settled)
+            if group is not None and not unstable:
+                led.unstable.pop(group, None)
+
+    # ---- requests --------------------------------------------------------------------------------
+
+    def _coordinating(self, group: str) -> _Led:
+        """The led partition of `group`, loaded; raises what the request answers otherwise."""
+        tp = self.offsets_topic.partition_of(group)
+        if tp is None:
+            raise errors.CoordinatorNotAvailableError(
+                f"the {CONSUMER_OFFSETS_TOPIC} topic does not exist yet"
+            )
+        led = self._led.get(tp)
+        if led is not None and not self._still_leads(led):
+            self._drop(led, "leadership moved")
+            led = None
+        if led is None:
+            raise errors.NotCoordinatorError(
+                f"node {self.node_id} is not the coordinator of group {group!r} ({tp})"
+            )
+        if led.loading:
+            raise errors.CoordinatorLoadInProgressError(f"{tp} is loading on node {self.node_id}")
+        return led
+
+    async def commit(
+        self, group: str, generation: int, offsets: Mapping[TopicPartition, PartitionOffsets]
+    ) -> dict[TopicPartition, errors.TidelogError | None]:
+        """Commit `offsets` for `group`, all or none (but the partitions the plan refuses);
+        the error of each partition, None where committed. Raises a group-level error."""
+        led = self._coordinating(group)
+        if generation >= 0:
+            # Every group here is a simple group, with no members and no generation: Kafka's
+            # classic coordinator refuses a generation for a group it does not know, and a
+            # member it does not know for one it does (kafka-reference §7.5).
+            if led.state.fetch(group, None):
+                raise errors.UnknownMemberIdError(f"group {group!r} has no members")
+            raise errors.IllegalGenerationError(
+                f"group {group!r} does not exist, generation {generation} cannot be checked"
+            )
+        plan = led.state.plan_commit(group, offsets, wall_clock_ms())
+        results: dict[TopicPartition, errors.TidelogError | None] = {
+            tp: plan.refused.get(tp) for tp in offsets
+        }
+        if plan.records:
+            try:
+                await self._append(led, plan.records, group)
+            except errors.TidelogError as exc:
+                return {tp: error or exc for tp, error in results.items()}
+        return results
+
+    async def fetch(
+        self, group: str, partitions: Iterable[TopicPartition] | None, require_stable: bool
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        """The committed offsets of `group` (None: none committed), as of a read index taken
+        now: every commit acknowledged before this call is in the answer."""
+        led = self._coordinating(group)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                if require_stable and (unstable := led.unstable.get(group)):
+                    await asyncio.wait(list(unstable))
+                read = await self.replicas.read_index(led.tp, self._timeout_s)
+                await self._applied(led, read - 1)
+        except TimeoutError:
+            raise coordinator_error(errors.RequestTimedOutError(
+                f"no read index within {self._timeout_s:g}s"
+            )) from None
+        except errors.TidelogError as exc:
+            raise coordinator_error(exc) from None
+        if not self._still_leads(led):
+            raise errors.NotCoordinatorError(f"node {self.node_id} no longer leads {led.tp}")
+        return led.state.fetch(group, partitions)
+
+    async def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
+        """Tombstones for the committed offsets of `partitions`; GROUP_ID_NOT_FOUND (69) for a
+        group with none at all."""
+        led = self._coordinating(group)
+        if not led.state.fetch(group, None):
+            raise errors.GroupIdNotFoundError(f"group {group!r} has no committed offsets")
+        records = led.state.plan_offset_delete(group, partitions, now_ms=wall_clock_ms())
+        if records:
+            await self._append(led, records, group)
+
+    async def delete_groups(self, groups: Iterable[str]) -> dict[str, errors.TidelogError | None]:
+        """Every offset of each group deleted; per group its error, None once deleted."""
+        results: dict[str, errors.TidelogError | None] = {}
+        by_partition: dict[TopicPartition, tuple[_Led, list[str]]] = {}
+        for group in groups:
+            try:
+                led = self._coordinating(group)
+            except errors.TidelogError as exc:
+                results[group] = exc
+                continue
+            by_partition.setdefault(led.tp, (led, []))[1].append(group)
+
+        async def delete(led: _Led, names: list[str]) -> None:
+            records, refused = led.state.plan_delete_groups(names, now_ms=wall_clock_ms())
+            results.update({name: refused.get(name) for name in names})
+            if records:
+                try:
+                    await self._append(led, records, None)
+                except errors.TidelogError as exc:
+                    results.update({name: exc for name in names if name not in refused})
+
+        await asyncio.gather(*(delete(led, names) for led, names in by_partition.values()))
+        return results
+
+    def list_groups(self) -> tuple[list[tuple[str, int]], bool]:
+        """The groups of the partitions this node coordinates, with this node's id, and
+        whether some partition it leads is still loading (its groups are not listed yet)."""
+        groups: list[tuple[str, int]] = []
+        loading = False
+        for led in list(self._led.values()):
+            if not self._still_leads(led):
+                self._drop(led, "leadership moved")
+            elif led.loading:
+                loading = True
+            else:
+                groups += ((group, self.node_id) for group in led.state.groups())
+        return groups, loading
+
+    # ---- expiration ------------------------------------------------------------------------------
+
+    async def expiration_loop(self) -> None:
+        """Every offsets.retention.check.interval.ms, tombstones for the offsets of groups that
+        committed nothing for offsets.retention.minutes, on each partition this node leads."""
+        while True:
+            await asyncio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
+            now_ms = wall_clock_ms()
+            for led in list(self._led.values()):
+                if led.loading or not self._still_leads(led):
+                    continue
+                records = led.state.plan_expiration(now_ms)
+                if records:
+                    log.info("%s: %d expired offsets deleted", led.tp, len(records))
+                    led.pending.append(_Append(records, None))
+                    self.replicas.wake()
+
+
+def coordinator_error(exc: errors.TidelogError) -> errors.TidelogError:
+    """An append's (or a read index's) error as the coordinator answers it, kafka-reference
+    §7.5 (the new coordinator's `CoordinatorOperationExceptionHelper`)."""
+    if isinstance(exc, errors.UnknownTopicOrPartitionError | errors.NotEnoughReplicasError
+                  | errors.NotEnoughReplicasAfterAppendError | errors.RequestTimedOutError):
+        return errors.CoordinatorNotAvailableError(str(exc))
+    if isinstance(exc, errors.NotLeaderOrFollowerError | errors.KafkaStorageError):
+        return errors.NotCoordinatorError(str(exc))
+    if isinstance(exc, errors.MessageTooLargeError | errors.RecordListTooLargeError
+                  | errors.InvalidFetchSizeError):
+        return errors.UnknownServerError(f"the commit is too large to append: {exc}")
+    if isinstance(exc, errors.NetworkExceptionError):
+        return errors.CoordinatorLoadInProgressError(str(exc))
+    return exc
+
+
+def _replay(led: _Led, hw: int) -> None:
+    """On the disk thread: the partition's log below `hw` into the state, a chunk at a time,
+    stopping early once the replica no longer leads (`_Led.dropped`)."""
+    replica = led.replica
+    state = led.state
+    while not led.dropped:
+        start = max(state.applied_offset + 1, replica.log.log_start_offset)
+        if start >= hw:
+            return
+        before = state.applied_offset
+        state.apply(replica.log.read(start, _LOAD_CHUNK_BYTES, upper_bound=hw))
+        if state.applied_offset == before:
+            raise errors.CorruptMessageError(f"the batch at offset {start} does not parse")
+
+
+def _settle(appends: Iterable[_Append], exc: errors.TidelogError) -> None:
+    for append in appends:
+        if append.proposed is not None and not append.proposed.done():
+            append.proposed.set_exception(exc)
+        elif append.proposed is None:
+            log.warning("offsets records not appended: %s", exc)
+
+
+def _batches(appends: list[_Append], limit: int) -> Iterator[tuple[bytes, int, list[_Append]]]:
+    """The sets as batches of at most `limit` bytes where they fit (a set alone over it goes
+    alone, and its append fails with the log's error): (batch, records in it, its sets)."""
+    records = [r for append in appends for r in append.records]
+    batch = build_batch(records)
+    if len(batch) <= limit or len(appends) == 1:
+        yield batch, len(records), appends
+        return
+    half = len(appends) // 2
+    yield from _batches(appends[:half], limit)
+    yield from _batches(appends[half:], limit)

@@ -1,0 +1,68 @@
+"""The rules every client request is held to, shared by the handlers of the client API
+(`api`, `group_api`): unset optional fields read as their documented meaning (`or_unset`), a
+partition named twice answered once with INVALID_REQUEST (`each_once`), one topic entry per
+topic in an answer (`Answers`), and the gRPC statuses of a request refused as a whole."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from tidelog.types import TopicPartition
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def or_unset(message: Any, field: str, unset: int) -> int:
+    """An ``optional`` field's value, or `unset`, what its proto comment says a request that
+    leaves it out means (proto3 alone would read it as 0)."""
+    return getattr(message, field) if message.HasField(field) else unset
+
+
+def each_once(items: Iterable[tuple[K, V]]) -> tuple[dict[K, V], set[K]]:
+    """What a request names, each once with its first entry and in request order (one answer
+    each), and the keys it names more than once (INVALID_REQUEST for those, kafka-reference
+    §2.1: a partition listed twice in a Produce would otherwise be appended twice)."""
+    firsts: dict[K, V] = {}
+    twice: set[K] = set()
+    for key, item in items:
+        if key in firsts:
+            twice.add(key)
+        else:
+            firsts[key] = item
+    return firsts, twice
+
+
+def partitions_of(topics: Iterable[Any]) -> Iterator[tuple[TopicPartition, Any]]:
+    return ((TopicPartition(t.name, p.partition), p) for t in topics for p in t.partitions)
+
+
+class Answers:
+    """The per-partition answers of a response (Produce, Fetch, ListOffsets, the offset
+    requests), one topic entry per topic name however the request spread its partitions."""
+
+    def __init__(self, response: Any) -> None:
+        self._topics = response.topics
+        self._by_name: dict[str, Any] = {}
+
+    def add(self, tp: TopicPartition) -> Any:
+        entry = self._by_name.get(tp.topic)
+        if entry is None:
+            entry = self._by_name[tp.topic] = self._topics.add(name=tp.topic)
+        return entry.partitions.add(partition=tp.partition)
+
+
+async def unsupported(context: grpc.aio.ServicerContext, what: str) -> NoReturn:
+    await context.abort(
+        grpc.StatusCode.UNIMPLEMENTED, f"{what} is not supported yet by this Tidelog version"
+    )
+    raise AssertionError("unreachable")
+
+
+async def invalid(context: grpc.aio.ServicerContext, message: str) -> NoReturn:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+    raise AssertionError("unreachable")
+
