@@ -106,6 +106,11 @@ class GroupCoordinatorDriver:
         replicas.on_published_topic(CONSUMER_OFFSETS_TOPIC, self._published)
         replicas.before_round(self._append_pending)
 
+    def close(self) -> None:
+        """The node is stopping: loads under way end (their replicas close)."""
+        for task in list(self._loads):
+            task.cancel()
+
     @property
     def _timeout_s(self) -> float:
         return self.config.offsets_commit_timeout_ms / 1000

@@ -81,6 +81,7 @@ class NodeRuntime:
         self.housekeeping.stopping = True
         if graceful:
             await self._move_leadership_away()
+        self.groups.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
