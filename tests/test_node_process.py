@@ -199,7 +199,7 @@ def test_health_is_not_serving_until_the_runtime_has_started(
     class SlowRuntime:
         def __init__(self, config: NodeConfig) -> None:
             # Only wired to the services by the server, never called before start().
-            self.replicas = self.routing = None
+            self.replicas = self.routing = self.offsets_topic = self.groups = None
             self.controller = SimpleNamespace(fetch_metadata=None)
 
         def on_envelope(self, env: object, payload: memoryview) -> None:
