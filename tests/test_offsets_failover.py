@@ -1,13 +1,16 @@
 """Consumer offsets across failures, on real node processes (SPEC §8): a new coordinator loads
-the committed offsets after the old one is SIGKILLed, a restart of the whole cluster keeps them,
+the committed offsets after the old one is SIGKILLed, commits of many partitions stay whole
+across it, a restart of the whole cluster keeps them,
 an old coordinator paused past its leadership never answers a stale offset, and offsets of a
 group that stopped committing expire. One cluster per test: each leaves nodes killed, paused or
 restarted."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import grpc
 import pytest
 from offsets_helpers import (
     NOT_COORDINATOR,
@@ -156,3 +159,62 @@ def test_offsets_of_a_group_that_stopped_committing_expire() -> None:
         assert len(tombstoned) >= 2  # the commit and its tombstone (read before compaction)
         answer = commit(raw, 1, commit_request("grp", {(TOPIC, 0): Committed(4)}))
         assert answer == {(TOPIC, 0): 0}
+
+
+def test_commits_of_many_partitions_stay_whole_across_a_sigkill_of_the_coordinator(
+    fresh_cluster: LocalCluster, fresh_raw: Raw
+) -> None:
+    """Committers write 100-partition sets (every partition the set's number) while the
+    coordinator is SIGKILLed; after the failover each group's offsets are one whole set, never
+    a mix, and no older than the last set acknowledged."""
+    raw = fresh_raw
+    cluster = fresh_cluster
+    start(raw)
+    raw.create_topic("wide", 100, 1)
+    groups = [f"whole-{i}" for i in range(4)]
+    acknowledged = dict.fromkeys(groups, -1)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def committer(group: str) -> None:
+        number = 0
+        try:
+            while not stop.is_set():
+                offsets = {("wide", p): Committed(number) for p in range(100)}
+                for node in cluster.node_ids:  # any live node forwards to the coordinator
+                    if not cluster.is_running(node):
+                        continue
+                    try:
+                        answer = commit(raw, node, commit_request(group, offsets))
+                    except grpc.RpcError:
+                        continue
+                    assert not set(answer.values()) - RETRIABLE - {0}, answer
+                    if set(answer.values()) == {0}:
+                        acknowledged[group] = number
+                    break
+                number += 1
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=committer, args=(g,)) for g in groups]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: min(acknowledged.values()) >= 3, 60, "commits before the kill")
+        old = coordinator(raw, groups[0], cluster.node_ids)
+        cluster.kill(old)
+        before = dict(acknowledged)
+        alive = [n for n in cluster.node_ids if n != old]
+        coordinator(raw, groups[0], alive, but=old)
+        wait_for(lambda: all(acknowledged[g] > before[g] for g in groups), 90,
+                 "commits after the failover")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert not failures, failures
+    for group in groups:
+        values = fetched(raw, alive[0], group)
+        numbers = {value.offset for value in values.values()}
+        assert len(values) == 100 and len(numbers) == 1, (group, numbers)
+        assert numbers.pop() >= acknowledged[group]
