@@ -153,6 +153,15 @@ def test_commit_then_fetch_on_the_coordinator_and_through_another_node(coordinat
     assert fetched(raw, other, "nobody-commits-here") == {}
 
 
+def test_a_fetch_after_an_acknowledged_commit_sees_it_from_every_node(coordinators: Raw) -> None:
+    raw = coordinators
+    nodes = raw.cluster.node_ids
+    for number in range(15):
+        committed(raw, nodes[number % len(nodes)], "linear", {(TOPIC, 2): Committed(number)})
+        for node in nodes:
+            assert fetched(raw, node, "linear") == {(TOPIC, 2): Committed(number)}, node
+
+
 def test_unset_fields_mean_kafkas_defaults(coordinators: Raw) -> None:
     """No leader epoch is -1, no metadata is "" (Kafka stores a null metadata as "")."""
     raw = coordinators
