@@ -1,0 +1,123 @@
+"""The group coordinator's driver on one replica set in this process (its own directory, Ready
+and tick loops, as a node runs them), where the moment a new leader replays its offsets
+partition can be held: requests answer COORDINATOR_LOAD_IN_PROGRESS (14) until the replay is
+done, NOT_COORDINATOR (16) once leadership is lost, and the reloaded state holds every commit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tidelog import errors
+from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC, METADATA_TP
+from tidelog.coordinator.group_coordinator import PartitionOffsets
+from tidelog.coordinator.metadata_records import TopicRecord
+from tidelog.coordinator.offset_table import CommittedOffset
+from tidelog.node import group_coordinator_driver
+from tidelog.node.config import NodeConfig
+from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
+from tidelog.node.offsets_topic import OffsetsTopic
+from tidelog.node.replicas import ReplicaSet
+from tidelog.node.routing import Routing
+from tidelog.types import TopicPartition
+
+pytestmark = pytest.mark.timeout(60)
+
+OFFSETS_TP = TopicPartition(CONSUMER_OFFSETS_TOPIC, 0)
+EVENTS_0 = TopicPartition("events", 0)
+T = TypeVar("T")
+
+
+@contextlib.asynccontextmanager
+async def _coordinator(tmp_path: Path) -> AsyncIterator[GroupCoordinatorDriver]:
+    """One node leading the one partition of the offsets topic, with a topic to commit for."""
+    config = NodeConfig(node_id=1, listen="127.0.0.1:1", data_dir=tmp_path,
+                        peers={1: "127.0.0.1:1"}, offsets_topic_num_partitions=1)
+    replicas = ReplicaSet(config)
+    routing = Routing(config, replicas.partitions, METADATA_TP)
+    controller = ControllerDriver(config, replicas, routing)
+    configs = {"cleanup.policy": "compact"}
+    controller.image.apply(0, TopicRecord(CONSUMER_OFFSETS_TOPIC, 1, ((1,),), configs))
+    controller.image.apply(1, TopicRecord(EVENTS_0.topic, 2, ((1,),), {}))
+    driver = GroupCoordinatorDriver(config, replicas, OffsetsTopic(config, controller, routing))
+    replicas.open_replica(OFFSETS_TP, (1,), configs)
+    tasks = [asyncio.create_task(replicas.tick_loop()),
+             asyncio.create_task(replicas.ready_loop())]
+    try:
+        yield driver
+    finally:
+        driver.close()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await replicas.close()
+
+
+async def _once_loaded(call: Callable[[], Awaitable[T]]) -> T:
+    """`call`'s result once the coordinator is elected and loaded."""
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                return await call()
+            except (errors.NotCoordinatorError, errors.CoordinatorLoadInProgressError):
+                await asyncio.sleep(0.01)
+
+
+def test_a_new_leader_answers_load_in_progress_until_its_replay_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    gate.set()
+    replay = group_coordinator_driver._replay
+
+    def held_replay(*args: Any) -> None:  # the real replay, once the test lets it run
+        gate.wait()
+        replay(*args)
+
+    monkeypatch.setattr(group_coordinator_driver, "_replay", held_replay)
+
+    async def scenario() -> None:
+        async with _coordinator(tmp_path) as driver:
+            offsets = {EVENTS_0: PartitionOffsets(42, 3, "m")}
+            answer = await _once_loaded(lambda: driver.commit("g", -1, offsets))
+            assert answer == {EVENTS_0: None}
+            assert await driver.fetch("g", None, False) == {EVENTS_0: CommittedOffset(42, 3, "m")}
+
+            gate.clear()
+            try:
+                replica = driver.replicas.partitions[OFFSETS_TP]
+                await driver.replicas.rewrite_storage(replica, lambda: None)  # a new core
+                with pytest.raises(errors.NotCoordinatorError):
+                    await driver.fetch("g", None, False)
+
+                async def loading() -> bool:
+                    try:
+                        await driver.fetch("g", None, False)
+                    except errors.CoordinatorLoadInProgressError:
+                        return True
+                    except errors.NotCoordinatorError:  # not elected yet
+                        return False
+                    raise AssertionError("answered while the replay was held")
+
+                async with asyncio.timeout(30):
+                    while not await loading():
+                        await asyncio.sleep(0.01)
+                with pytest.raises(errors.CoordinatorLoadInProgressError):
+                    await driver.commit("g", -1, offsets)
+                assert driver.list_groups() == ([], True)
+            finally:
+                gate.set()
+            reloaded = await _once_loaded(lambda: driver.fetch("g", None, False))
+            assert reloaded == {EVENTS_0: CommittedOffset(42, 3, "m")}
+            assert driver.list_groups() == ([("g", 1)], False)
+
+    asyncio.run(scenario())
