@@ -1,28 +1,30 @@
 """The committed consumer offsets of one `__consumer_offsets` partition, held compactly in memory.
 
 Seed 004 requirement 4 asks for at most 64 bytes per (group, topic, partition) entry. A dict of
-tuples costs several hundred (a tuple key, its strings, an int object per field, the value tuple,
-the dict slot), so the table keeps no Python object per entry or per group; everything lives in
-flat `array` columns and one `bytearray`:
+tuples costs 210-340 (a tuple key, its strings, an int object per field, the value tuple, the
+dict slot), so the table keeps no Python object per entry or per group; everything lives in flat
+`array` columns and one `bytearray`:
 
-* Groups are rows of four columns (name position in the arena, block start, block length, newest
-  commit timestamp). Names are UTF-8 in one bytearray arena, each prefixed by its LEB128 length,
-  so the length-prefixed name is a self-delimiting key compared in place with
-  `bytearray.startswith` (no slicing, no decoding on lookups).
+* Groups are rows of four columns (where the name ends in the arena, block start, block length,
+  newest commit timestamp). Names are UTF-8 in one bytearray arena, appended in row order, so
+  row r's name runs from where row r-1's ends to where its own ends: no length field, no
+  pointer, and a name is compared in place (`bytearray.startswith` after a length check).
 * A group is found through an open-addressing hash table of group rows (an `array("i")` of row
   numbers, -1 empty, -2 deleted), probed like CPython's dict, at most 2/3 full. The hash is
-  Python's salted hash of the key bytes, so clients cannot choose names that collide on purpose.
+  Python's salted hash of the name's bytes, so clients cannot choose names that collide.
 * The entries of a group are one contiguous block of three entry columns (offset int64, leader
   epoch int32, topic-partition id int32), sorted by topic-partition id, so a lookup inside the
   group is a C-level bisect, `group_offsets` is a slice, and `remove_group` drops a block. The
-  entries need no group reference and no per-entry hash slot: 16 bytes an entry.
+  entries need no group reference and no hash slot of their own: 16 bytes an entry.
 * (topic, partition) pairs are interned to small ids: a cluster has far fewer partitions than a
   table has entries.
-* The commit timestamp is kept per group (the newest), which is all that expiration needs
-  (`last_commit_ms`); Kafka's per-offset timestamps only matter for groups with members, which
-  Tidelog does not have.
+* The commit timestamp is kept per group, the newest. Kafka expires a simple group's offsets one
+  by one by their own commit timestamps; Tidelog (issue 14) expires a group's offsets together
+  once the group has had no commit for the retention period, which needs only the newest.
 * Metadata is kept sparsely (a dict per group, only for non-empty strings): most commits carry
   none.
+* The position columns are 4-byte unsigned and widen to 8 bytes only if the arena or the entry
+  columns ever pass 2^32.
 
 Blocks are tight (no spare room). A new entry goes in place when its group's block is the last
 one in the columns (the common case: a commit set's records arrive one after another); otherwise
@@ -31,18 +33,29 @@ shifts the block's tail down and leaves one garbage cell at its end. When garbag
 quarter of the entries (or dead group rows a quarter of the groups), everything is rewritten
 densely (`_compact`), which also drops the names of deleted groups and unused topic-partition ids
 and shrinks the hash table, so churn never grows memory without bound and each compaction is paid
-for by as many removals as a quarter of what it rewrites.
+for by removals numbering a quarter of what it rewrites.
 
-Measured with tracemalloc (Python 3.11, group names ``group-<n>``, one topic, empty metadata):
-about 17 bytes an entry for 10^4 groups x 100 partitions (the 16-byte entry, plus the columns'
-growth slack), and 59 bytes an entry for 10^6 groups x 1 partition (16 for the entry, 21 for the
-group row, 13 for the name with its length prefix, 8.4 for the hash slots at 2^21 slots).
+Measured with tracemalloc (`bench/offset_table.py`; Python 3.11, group names ``group-<n>`` of
+7-12 bytes, one topic, empty metadata), bytes per entry:
+
+* 10^4 groups x 100 partitions: 16.8 (the 16-byte entry, plus the columns' growth slack; the
+  group's row, name and hash slot shared by 100 entries); a dict of tuples: 211;
+* 10^6 groups x 1 partition: 57.9 (about 17 for the entry, 21 for the group row, 12 for the
+  name, 8.4 for the hash slots, 2^21 of them); a dict of tuples: 338.
+
+Lookups cost about as much as a few dict operations in Python (1-2 us a get or a put, the
+benchmark prints them). Growing the hash table and compacting are pauses proportional to the
+groups: at 10^6 groups about 0.5 s and 1.5 s of CPU, the price of doing them in Python; both
+are rare (each doubling of the groups; a quarter of the table removed).
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections.abc import Callable
+from itertools import accumulate, chain, compress, repeat
+from operator import add
 from typing import NamedTuple
 
 
@@ -58,45 +71,15 @@ _EMPTY = -1
 _DELETED = -2
 _MIN_SLOTS = 8
 _U64 = (1 << 64) - 1
+#: Builds a CommittedOffset without the Python-level `__new__` that NamedTuple generates.
+_new_value = tuple.__new__
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-#: The one-byte length prefixes of names shorter than 128 bytes (nearly all of them).
-_SHORT_PREFIX = [bytes((n,)) for n in range(0x80)]
 
 
 def _name_key(group: str) -> bytes:
-    """The group's arena form: LEB128 length, then UTF-8 (surrogates pass, so no str fails)."""
-    data = group.encode("utf-8", "surrogatepass")
-    n = len(data)
-    if n < 0x80:
-        return _SHORT_PREFIX[n] + data
-    prefix = bytearray()
-    while n >= 0x80:
-        prefix.append(n & 0x7F | 0x80)
-        n >>= 7
-    prefix.append(n)
-    return bytes(prefix) + data
-
-
-def _key_end(arena: bytearray, start: int) -> int:
-    """Where the length-prefixed name starting at `start` ends."""
-    n = 0
-    shift = 0
-    pos = start
-    while True:
-        byte = arena[pos]
-        pos += 1
-        n |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return pos + n
-        shift += 7
-
-
-def _key_name(key: bytes) -> str:
-    pos = 0
-    while key[pos] >= 0x80:
-        pos += 1
-    return key[pos + 1 :].decode("utf-8", "surrogatepass")
+    """The group's name as stored: UTF-8, surrogates passed through so that no str fails."""
+    return group.encode("utf-8", "surrogatepass")
 
 
 def _check_range(what: str, value: int, low: int, high: int) -> None:
@@ -117,10 +100,15 @@ class OffsetTable:
     #: Garbage entry cells (and dead group rows) tolerated beyond a quarter of the live ones
     #: before compaction; keeps small tables from compacting on every removal.
     _COMPACT_SLACK = 1024
+    #: The hash of a group's name: the builtin (salted per process), here so that tests can
+    #: force collisions.
+    _hash_name: Callable[[bytes], int] = staticmethod(hash)
 
     def __init__(self) -> None:
         self._arena = bytearray()
-        self._g_name = array("I")
+        # Row r's name is arena[_g_name[r]:_g_name[r + 1]]: names are appended in row order,
+        # so one more position than rows (the arena's end) delimits them all.
+        self._g_name = array("I", [0])
         self._g_start = array("I")
         self._g_count = array("I")  # 0 = dead row (removed group), until compaction
         self._g_ts = array("q")
@@ -139,16 +127,13 @@ class OffsetTable:
 
     # ---- hashing
 
-    def _hash_name(self, key: bytes) -> int:
-        """The hash of a group's key; a method so that tests can force collisions."""
-        return hash(key)
-
     def _probe(self, key: bytes) -> tuple[int, int]:
         """(group row or -1, slot): the group's slot, or where to insert it (first deleted)."""
         slots = self._slots
         mask = len(slots) - 1
         arena = self._arena
         names = self._g_name
+        size = len(key)
         h = self._hash_name(key) & _U64
         i = h & mask
         perturb = h
@@ -158,30 +143,34 @@ class OffsetTable:
             if row == _EMPTY:
                 return -1, (i if free < 0 else free)
             if row >= 0:
-                if arena.startswith(key, names[row]):
+                start = names[row]
+                if names[row + 1] - start == size and arena.startswith(key, start):
                     return row, i
             elif free < 0:
                 free = i
             perturb >>= 5
             i = (i * 5 + perturb + 1) & mask
 
-    def _rehash(self, live: int) -> None:
-        """Rebuild the hash table for `live` groups (drops deleted markers)."""
+    def _live_rows(self) -> tuple[list[int], list[bytes]]:
+        """The live group rows and their names, in row order."""
+        rows = list(compress(range(len(self._g_count)), self._g_count))
+        names = self._g_name
+        arena = bytes(self._arena)
+        starts = map(names.__getitem__, rows)
+        ends = map(names.__getitem__, map(add, rows, repeat(1)))
+        return rows, list(map(arena.__getitem__, map(slice, starts, ends)))
+
+    def _rehash(self, rows: list[int], keys: list[bytes], room: int) -> None:
+        """Rebuild the hash table for these rows (and `room` more), without deleted markers."""
         size = _MIN_SLOTS
-        while size * 2 < (live + 1) * 3:
+        while size * 2 < (len(rows) + room) * 3:
             size *= 2
-        # Row numbers stay below the slot count's double (dead rows are at most a quarter of
-        # the live ones plus the slack), so a 4-byte slot holds them up to 2**30 slots.
+        # Row numbers stay below twice the slot count (dead rows are at most a quarter of the
+        # live ones plus the slack), so 4-byte slots hold them up to 2**30 slots.
         slots = array("i" if size <= 1 << 30 else "q", [_EMPTY]) * size
         mask = size - 1
-        arena = self._arena
-        names = self._g_name
-        counts = self._g_count
-        for row in range(len(counts)):
-            if not counts[row]:
-                continue
-            start = names[row]
-            h = self._hash_name(bytes(arena[start : _key_end(arena, start)])) & _U64
+        for row, h in zip(rows, map(self._hash_name, keys), strict=True):
+            h &= _U64
             i = h & mask
             perturb = h
             while slots[i] != _EMPTY:
@@ -189,20 +178,19 @@ class OffsetTable:
                 i = (i * 5 + perturb + 1) & mask
             slots[i] = row
         self._slots = slots
-        self._slots_used = live
+        self._slots_used = len(rows)
 
     # ---- groups
 
     def _add_group(self, key: bytes, slot: int, timestamp_ms: int) -> int:
         if (self._slots_used + 1) * 3 > len(self._slots) * 2:
-            self._rehash(self._live_groups + 1)
+            self._rehash(*self._live_rows(), room=1)
             _, slot = self._probe(key)
         row = len(self._g_count)
-        name_at = len(self._arena)
-        if name_at > self._NARROW_LIMIT:
-            self._g_name = self._widened(self._g_name)
         self._arena += key
-        self._g_name.append(name_at)
+        if len(self._arena) > self._NARROW_LIMIT and self._g_name.typecode != "q":
+            self._g_name = self._widened(self._g_name)
+        self._g_name.append(len(self._arena))
         self._g_start.append(len(self._e_off))
         self._g_count.append(0)
         self._g_ts.append(timestamp_ms)
@@ -294,56 +282,43 @@ class OffsetTable:
             self._compact()
 
     def _compact(self) -> None:
-        """Rewrite every column densely: no garbage cells, no dead rows, no unused tp ids."""
-        arena = self._arena
-        names, starts, counts, stamps = self._g_name, self._g_start, self._g_count, self._g_ts
-        new_arena = bytearray()
-        new_names = array("I" if len(arena) <= self._NARROW_LIMIT else "q")
-        wide = self._entries > self._NARROW_LIMIT
-        new_starts = array("q" if wide else "I")
-        new_counts = array("q" if wide else "I")
-        new_stamps = array("q")
-        offsets, epochs, tps = array("q"), array("i"), array("i")
-        metadata: dict[int, dict[int, str]] = {}
-        for row in range(len(counts)):
-            count = counts[row]
-            if not count:
-                continue
-            name_at = names[row]
-            if row in self._metadata:
-                metadata[len(new_counts)] = self._metadata[row]
-            new_names.append(len(new_arena))
-            new_arena += arena[name_at : _key_end(arena, name_at)]
-            new_starts.append(len(offsets))
-            new_counts.append(count)
-            new_stamps.append(stamps[row])
-            start = starts[row]
-            offsets.extend(self._e_off[start : start + count])
-            epochs.extend(self._e_epoch[start : start + count])
-            tps.extend(self._e_tp[start : start + count])
+        """Rewrite every column densely: no garbage cells, no dead rows, no unused tp ids.
+
+        Every step is a C-level pass (map, chain, accumulate over arrays) but the hash table's
+        refill, so that compacting a million groups pauses the caller for a fraction of a second.
+        """
+        rows, keys = self._live_rows()
+        counts = list(map(self._g_count.__getitem__, rows))
+        starts = list(map(self._g_start.__getitem__, rows))
+        cells = list(chain.from_iterable(map(range, starts, map(add, starts, counts))))
+        offsets = array("q", map(self._e_off.__getitem__, cells))
+        epochs = array("i", map(self._e_epoch.__getitem__, cells))
+        tps = array("i", map(self._e_tp.__getitem__, cells))
+        self._arena = bytearray().join(keys)
+        name_type = "I" if len(self._arena) <= self._NARROW_LIMIT else "q"
+        self._g_name = array(name_type, accumulate(map(len, keys), initial=0))
+        block_type = "I" if len(cells) < self._NARROW_LIMIT else "q"
+        self._g_start = array(block_type, accumulate(counts, initial=0))
+        self._g_start.pop()  # the end of the last block
+        self._g_count = array(block_type, counts)
+        self._g_ts = array("q", map(self._g_ts.__getitem__, rows))
+        metadata = {bisect_left(rows, old): texts for old, texts in self._metadata.items()}
         used = sorted(set(tps))
         if len(used) < len(self._tps):
             # Renumbering in the old order keeps every block sorted.
             renumber = {old: new for new, old in enumerate(used)}
-            tps = array("i", [renumber[tp_id] for tp_id in tps])
+            tps = array("i", map(renumber.__getitem__, tps))
             self._tps = [self._tps[old] for old in used]
             self._tp_ids = {tp: tp_id for tp_id, tp in enumerate(self._tps)}
             metadata = {
-                row: {renumber[tp_id]: text for tp_id, text in group_metadata.items()}
-                for row, group_metadata in metadata.items()
+                row: {renumber[tp_id]: text for tp_id, text in texts.items()}
+                for row, texts in metadata.items()
             }
-        self._arena = new_arena
-        self._g_name, self._g_start, self._g_count, self._g_ts = (
-            new_names,
-            new_starts,
-            new_counts,
-            new_stamps,
-        )
         self._e_off, self._e_epoch, self._e_tp = offsets, epochs, tps
         self._metadata = metadata
         self._garbage = 0
         self._dead_groups = 0
-        self._rehash(self._live_groups)
+        self._rehash(list(range(len(rows))), keys, room=0)
 
     # ---- the interface
 
@@ -356,10 +331,16 @@ class OffsetTable:
         commit_timestamp_ms: int,
     ) -> None:
         """Insert or overwrite one entry; the group's newest commit timestamp only grows."""
-        _check_range("partition", partition, 0, _INT32_MAX)
-        _check_range("offset", value.offset, _INT64_MIN, _INT64_MAX)
-        _check_range("leader epoch", value.leader_epoch, _INT32_MIN, _INT32_MAX)
-        _check_range("commit timestamp", commit_timestamp_ms, _INT64_MIN, _INT64_MAX)
+        if not (
+            0 <= partition <= _INT32_MAX
+            and _INT64_MIN <= value.offset <= _INT64_MAX
+            and _INT32_MIN <= value.leader_epoch <= _INT32_MAX
+            and _INT64_MIN <= commit_timestamp_ms <= _INT64_MAX
+        ):  # checked before any change, so a bad value leaves the table as it was
+            _check_range("partition", partition, 0, _INT32_MAX)
+            _check_range("offset", value.offset, _INT64_MIN, _INT64_MAX)
+            _check_range("leader epoch", value.leader_epoch, _INT32_MIN, _INT32_MAX)
+            _check_range("commit timestamp", commit_timestamp_ms, _INT64_MIN, _INT64_MAX)
         key = _name_key(group)
         row, slot = self._probe(key)
         tp_id = self._tp_id(topic, partition)
@@ -395,7 +376,8 @@ class OffsetTable:
         pos, found = self._find_entry(row, tp_id)
         if not found:
             return None
-        return CommittedOffset(self._e_off[pos], self._e_epoch[pos], self._metadata_of(row, tp_id))
+        metadata = self._metadata_of(row, tp_id) if self._metadata else ""
+        return _new_value(CommittedOffset, (self._e_off[pos], self._e_epoch[pos], metadata))
 
     def remove(self, group: str, topic: str, partition: int) -> bool:
         row, slot = self._probe(_name_key(group))
@@ -454,14 +436,8 @@ class OffsetTable:
 
     def groups(self) -> list[str]:
         """The names of the groups with at least one entry, sorted."""
-        arena = self._arena
-        names = self._g_name
-        counts = self._g_count
-        return sorted(
-            _key_name(bytes(arena[names[row] : _key_end(arena, names[row])]))
-            for row in range(len(counts))
-            if counts[row]
-        )
+        _, keys = self._live_rows()
+        return sorted(key.decode("utf-8", "surrogatepass") for key in keys)
 
     def last_commit_ms(self, group: str) -> int | None:
         """The newest commit timestamp put for the group, None when it has no entry."""
