@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog import wire
-from tidelog.testing import LocalCluster, Raw, make_batch
+from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
 from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -130,7 +130,7 @@ def message(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Any]:
 
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, object]:
-    return {"nodes": 1}
+    return {"nodes": 1, "offsets_topic_num_partitions": 2}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -138,6 +138,10 @@ def topics(raw: Raw) -> None:
     raw.create_topic(TOPIC, 2, 1)
     raw.create_topic(COMPACTED, 1, 1, cleanup_policy="compact")
     raw.create_topic(ALIVE, 1, 1)
+    # The offsets topic exists, so that random offset requests reach the group coordinator.
+    find = pb.FindCoordinatorRequest(key="warm-up")
+    wait_for(lambda: raw.stub(1).FindCoordinator(find, timeout=5).error_code == 0, 60,
+             "a group coordinator")
 
 
 @pytest.fixture(scope="module")
