@@ -2,14 +2,19 @@
 
 It starts a real three-node cluster in a temporary directory, writes records stamped over the
 past hour, looks offsets up by time under both isolation levels, kills a partition leader and
-shows the client finding the new one, then shuts everything down. Every step prints what it
-does and what came back, so the output reads as a walkthrough.
+shows the client finding the new one, commits a consumer group's positions, kills the group's
+coordinator and reads the commit back from the new one, then shuts everything down. Every step
+prints what it does and what came back, so the output reads as a walkthrough.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tidelog.types import OffsetAndMetadata
 
 TOPIC = "demo-events"
 PARTITIONS = 3
@@ -25,6 +30,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _step(text: str) -> None:
     print(f"\n== {text}", flush=True)
+
+
+def _offset(value: OffsetAndMetadata | None) -> str:
+    return "none" if value is None else str(value.offset)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,9 +120,44 @@ def run(args: argparse.Namespace) -> int:
             cluster.restart(victim)
             print(f"  node {victim} restarted and rejoins as a follower")
 
-            _step("Consumer offsets")
-            print("  committing consumer positions arrives with the consumer-offsets work; "
-                  "this tour will show it then")
+            _step("Consumer offsets: commit, kill the coordinator, read the commit back")
+            group = "demo-readers"
+            reader = client.consumer(group_id=group, auto_offset_reset="earliest",
+                                     enable_auto_commit=False)
+            reader.assign(tps)
+            print(f"  group {group!r} has no committed offsets yet, so its consumer starts at "
+                  "the earliest offset (auto_offset_reset)")
+            got = 0
+            polls_until = time.monotonic() + 30
+            while got < total // 2 and time.monotonic() < polls_until:
+                got += len(reader.poll(timeout_ms=500))
+            reader.commit()
+            committed = reader.committed(tps)
+            reader.close()
+            cells = "  ".join(f"p{tp.partition}={_offset(committed[tp])}" for tp in tps)
+            coordinator = client.find_coordinator(group)
+            print(f"  read {got} records and committed the positions: {cells}")
+            print(f"  the group's coordinator is node {coordinator} (the leader of its "
+                  "__consumer_offsets partition); killing it (SIGKILL)...")
+            cluster.kill(coordinator)
+            asked = time.monotonic()
+            again = client.list_consumer_group_offsets(group, tps)
+            now_at = client.coordinators.cached(group)
+            same = all(again.get(tp) == committed[tp] for tp in tps)
+            print(f"  read back in {time.monotonic() - asked:.2f}s from the new coordinator, "
+                  f"node {now_at}: " + "  ".join(f"p{tp.partition}={_offset(again.get(tp))}"
+                                                 for tp in tps))
+            print("  the same offsets: nothing committed was lost" if same else
+                  "  DIFFERENT offsets: a committed offset was lost")
+            resumed = client.consumer(group_id=group, enable_auto_commit=False)
+            resumed.assign(tps)
+            print("  a new consumer of the group starts where the group left off: " + "  ".join(
+                f"p{tp.partition}={resumed.position(tp)}" for tp in tps))
+            resumed.close()
+            cluster.restart(coordinator)
+            print(f"  node {coordinator} restarted")
+            if not same:
+                return 1
         finally:
             client.close()
         _step("Shutting down (leaders move away before each node exits)")
