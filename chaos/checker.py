@@ -11,6 +11,11 @@ ListOffsets answer is checked against the final log: everything below a latest a
 committed at that moment, so it must still be there (answer <= final HW), and a by-time answer
 must be the first record at or after its target in the final log (below the answer, the log was
 committed, hence unchanged since).
+
+Consumer offsets are checked from the history alone: each (group, partition) is a register
+whose writes (commits) carry values unique in the run, read by OffsetFetch. Every commit is
+one attempt, so it takes effect at most once (a retried commit may land twice, around a newer
+one); one that did not end acknowledged may have taken effect at any time after it began.
 """
 
 from __future__ import annotations
@@ -208,7 +213,7 @@ def _committed(log: ReplicaSnapshot) -> list[Batch]:
 
 
 def check(entries: list[dict[str, Any]], final: FinalState) -> list[Invariant]:
-    """Every invariant of issue 6 (offset-commit linearizability waits for consumer offsets)."""
+    """Every invariant of issue 6, and those of consumer offsets (issue 14)."""
     lost = Invariant("no_lost_acknowledged_writes",
                      "every acknowledged write is in the final log at its acknowledged offset")
     duplicates = Invariant("no_duplicates", "no value appears twice in the final log")
@@ -230,7 +235,8 @@ def check(entries: list[dict[str, Any]], final: FinalState) -> list[Invariant]:
     one_leader = Invariant("one_leader_per_epoch",
                            "writes acknowledged in one leader epoch were acknowledged by one "
                            "node")
-    invariants = [lost, duplicates, one_offset, dense, identical, bounded, monotonic, one_leader]
+    invariants = [lost, duplicates, one_offset, dense, identical, bounded, monotonic, one_leader,
+                  *check_offsets(entries)]
 
     logs: dict[int, dict[int, tuple[str, int]]] = {}  # partition -> offset -> (value, ts)
     epochs: dict[int, dict[int, int]] = {}  # partition -> offset -> batch epoch
@@ -397,6 +403,94 @@ def _check_lookups(lookups: list[Op], logs: dict[int, dict[int, tuple[str, int]]
             if first is not None and first < latest_seen.get(key, 0):
                 bounded.fail(f"{who} target {op.get('target')} found nothing, yet offset "
                              f"{first} matches and this client had seen latest {latest_seen[key]}")
+
+
+def check_offsets(entries: list[dict[str, Any]]) -> list[Invariant]:
+    """Committed offsets against the history: fetches linearizable per (group, partition), and
+    commits atomic (every fetch of a whole set sees one commit's value everywhere)."""
+    linear = Invariant(
+        "offset_fetches_linearizable",
+        "per (group, partition), a fetch returns a value some commit wrote (or -1 before any), "
+        "begun before the fetch ended, and never a value older than one a commit acknowledged, "
+        "or a fetch returned, before the fetch began")
+    atomic = Invariant("offset_commits_atomic",
+                       "every fetch of a group's whole set sees one commit on all partitions")
+    commits: dict[str, list[Op]] = defaultdict(list)
+    for op in operations(entries, "offset_commit"):
+        commits[op.get("group")].append(op)
+    fetches: dict[str, list[Op]] = defaultdict(list)
+    for op in operations(entries, "offset_fetch"):
+        if op.outcome == OK:
+            fetches[op.get("group")].append(op)
+    origin = min((float(e["mono"]) for e in entries), default=0.0)
+    for group in sorted(commits.keys() | fetches.keys()):
+        writes: dict[int, dict[int, Op]] = defaultdict(dict)
+        for op in commits[group]:
+            for partition in op.get("partitions"):
+                writes[partition][op.get("value")] = op
+        reads: dict[int, list[tuple[Op, int]]] = defaultdict(list)
+        for op in fetches[group]:
+            offsets = op.get("offsets")
+            if len({value for _, value in offsets}) > 1:
+                atomic.fail(f"{_who(op, origin)}: {group} read a mix of commits: "
+                            + ", ".join(f"p{p}={v}" for p, v in offsets))
+            for partition, value in offsets:
+                reads[partition].append((op, value))
+        for partition in sorted(writes.keys() | reads.keys()):
+            _check_register(f"{group} p{partition}", writes[partition], reads[partition],
+                            linear, origin)
+    return [linear, atomic]
+
+
+def _who(op: Op, origin: float) -> str:
+    end = f"{op.end - origin:.3f}" if op.end is not None else "?"
+    return (f"{op.invoke['process']} (node {op.get('node')}, "
+            f"[{op.start - origin:.3f}s, {end}s])")
+
+
+def _check_register(name: str, writes: dict[int, Op], reads: list[tuple[Op, int]],
+                    linear: Invariant, origin: float) -> None:
+    """One register with unique written values. A value is *known* from the earliest moment
+    it was certainly in effect: its commit's acknowledgement, or the end of a fetch that
+    returned it. A fetch that returns v is stale when some other write w began after v was
+    known (so v took effect before w) and w was known before the fetch began (so w took
+    effect before it): the fetch cannot be placed between them. -1 (nothing committed) is
+    known from the start."""
+    known: dict[int, float] = {-1: float("-inf")}
+    for value, op in writes.items():
+        if op.outcome == OK and op.end is not None:
+            known[value] = op.end
+    for op, value in reads:
+        if value in writes and op.end is not None:
+            known[value] = min(known.get(value, float("inf")), op.end)
+    for value, op in writes.items():
+        if value in known:  # no earlier than its commit began (a read before that fails below)
+            known[value] = max(known[value], op.start)
+    # Writes by start time, with the earliest "known" among those starting at or after each.
+    order = sorted((op.start, value) for value, op in writes.items())
+    starts = [start for start, _ in order]
+    earliest: list[tuple[float, int]] = []
+    best = (float("inf"), -1)
+    for _, value in reversed(order):
+        best = min(best, (known.get(value, float("inf")), value))
+        earliest.append(best)
+    earliest.reverse()
+    for op, value in reads:
+        assert op.end is not None
+        who = _who(op, origin)
+        if value != -1 and value not in writes:
+            linear.fail(f"{name}: {who} read {value}, which no commit wrote")
+            continue
+        if value != -1 and writes[value].start > op.end:
+            linear.fail(f"{name}: {who} read {value}, committed only from "
+                        f"{writes[value].start - origin:.3f}s")
+            continue
+        i = bisect.bisect_right(starts, known[value])
+        if i < len(earliest) and earliest[i][0] < op.start:
+            newer_known, newer = earliest[i]
+            linear.fail(f"{name}: {who} read {value} (in effect from "
+                        f"{max(known[value] - origin, 0):.3f}s), but {newer}, begun after that, "
+                        f"was in effect from {newer_known - origin:.3f}s")
 
 
 def summarize_writes(entries: list[dict[str, Any]]) -> dict[str, int]:

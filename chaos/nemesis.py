@@ -19,17 +19,21 @@ from tidelog.chaos.cluster import ProxiedCluster, client_link
 from tidelog.chaos.history import History
 from tidelog.errors import CorruptMessageError
 from tidelog.records import HEADER_SIZE, BatchHeader, read_header
-from tidelog.types import TopicPartition
+from tidelog.types import CONSUMER_OFFSETS_TOPIC, TopicPartition
 
-__all__ = ["NEMESES", "Fault", "NemesisRunner", "schedule"]
+__all__ = ["COORDINATOR_FAULTS", "LEADER_FAULTS", "NEMESES", "Fault", "NemesisRunner",
+           "schedule"]
 
 #: Every fault kind, as named on the command line.
 NEMESES = (
     "kill-leader", "kill-random", "pause", "isolate-leader", "partition", "latency", "bandwidth",
-    "corrupt-replica",
+    "corrupt-replica", "kill-coordinator", "pause-coordinator", "isolate-coordinator",
 )
 #: Faults that leave a partition without its leader: their recovery times are reported.
 LEADER_FAULTS = ("kill-leader", "isolate-leader")
+#: The same faults aimed at the leader of a __consumer_offsets partition (a group
+#: coordinator): recovery is the time to the next acknowledged commit of one of its groups.
+COORDINATOR_FAULTS = ("kill-coordinator", "pause-coordinator", "isolate-coordinator")
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ def schedule(seed: int, kinds: list[str], duration: float, partitions: int,
         if now + length > duration:
             return faults
         params: dict[str, Any] = {}
-        if kind in ("isolate-leader", "partition"):
+        if kind in ("isolate-leader", "partition", "isolate-coordinator"):
             params["mode"] = rng.choice(["refuse", "blackhole"])
         elif kind == "latency":
             params["latency"] = rng.randint(20, 200)
@@ -89,9 +93,10 @@ class NemesisRunner:
     a node restarted from a short-lived thread would die with that thread."""
 
     def __init__(self, cluster: ProxiedCluster, topic: str, faults: list[Fault],
-                 history: History) -> None:
+                 history: History, offsets_partitions: int = 1) -> None:
         self.cluster = cluster
         self.topic = topic
+        self.offsets_partitions = offsets_partitions
         self.faults = faults
         self.history = history
         self._killed: set[int] = set()
@@ -109,15 +114,22 @@ class NemesisRunner:
         time.sleep(max(0.0, started + duration - time.monotonic()))
 
     def _record(self, fault: Fault, phase: str, **fields: Any) -> None:
-        self.history.info("nemesis", fault.kind, phase=phase, partition=fault.partition,
-                          **fields)
+        where = ({"topic": CONSUMER_OFFSETS_TOPIC, "partition": self._offsets_partition(fault)}
+                 if fault.kind in COORDINATOR_FAULTS else {"partition": fault.partition})
+        self.history.info("nemesis", fault.kind, phase=phase, **where, **fields)
+
+    def _offsets_partition(self, fault: Fault) -> int:
+        return fault.partition % self.offsets_partitions
 
     def _pick(self, fault: Fault, nodes: list[int]) -> int:
         return nodes[int(fault.draw * len(nodes)) % len(nodes)]
 
     def _leader(self, fault: Fault) -> int:
-        """The partition's leader now, else a seeded pick (an election is under way)."""
-        leader = self.cluster.leader_of(TopicPartition(self.topic, fault.partition))
+        """The partition's leader now (of __consumer_offsets for a coordinator fault), else a
+        seeded pick (an election is under way)."""
+        tp = (TopicPartition(CONSUMER_OFFSETS_TOPIC, self._offsets_partition(fault))
+              if fault.kind in COORDINATOR_FAULTS else TopicPartition(self.topic, fault.partition))
+        leader = self.cluster.leader_of(tp)
         return leader if leader is not None else self._pick(fault, self.cluster.node_ids)
 
     def _apply(self, fault: Fault) -> Callable[[], None]:
@@ -125,9 +137,9 @@ class NemesisRunner:
         cluster = self.cluster
         self.applied += 1
         kind = fault.kind
-        if kind in ("kill-leader", "kill-random"):
-            node = self._leader(fault) if kind == "kill-leader" else self._pick(
-                fault, cluster.node_ids)
+        if kind in ("kill-leader", "kill-random", "kill-coordinator"):
+            node = self._pick(fault, cluster.node_ids) if kind == "kill-random" else self._leader(
+                fault)
             cluster.kill(node)
             self._killed.add(node)
             self._record(fault, "start", node=node)
@@ -154,9 +166,9 @@ class NemesisRunner:
                 self._record(fault, "stop", node=node)
 
             return damage_and_restart
-        if kind == "pause":
-            node = self._leader(fault) if fault.params["leader"] else self._pick(
-                fault, cluster.node_ids)
+        if kind in ("pause", "pause-coordinator"):
+            node = self._pick(fault, cluster.node_ids) if kind == "pause" and not fault.params[
+                "leader"] else self._leader(fault)
             cluster.pause(node)
             self._paused.add(node)
             self._record(fault, "start", node=node)
@@ -167,9 +179,9 @@ class NemesisRunner:
                 self._record(fault, "stop", node=node)
 
             return resume
-        if kind in ("isolate-leader", "partition"):
-            node = self._leader(fault) if kind == "isolate-leader" else self._pick(
-                fault, cluster.node_ids)
+        if kind in ("isolate-leader", "partition", "isolate-coordinator"):
+            node = self._pick(fault, cluster.node_ids) if kind == "partition" else self._leader(
+                fault)
             rest = [n for n in cluster.node_ids if n != node]
             # A minority of one for three nodes; for five, the victim and one more.
             group = [node, *rest[: (len(cluster.node_ids) - 1) // 2 - 1]]

@@ -3,7 +3,9 @@
 Unavailability of a partition is measured from the client's side: a gap between two successful
 acknowledgements (or from the first write to the first acknowledgement) while writes to it were
 waiting. After each leader fault, recovery is the time from the fault to the first
-acknowledgement of a write sent after it; these are the figures quoted for failover.
+acknowledgement of a write sent after it; these are the figures quoted for failover. After a
+fault on a group coordinator, recovery is the time to the first acknowledged commit, sent after
+the fault, of a group that coordinator served.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from tidelog.chaos.checker import FinalState, Invariant, summarize_writes
 from tidelog.chaos.history import INFO, OK, operations
-from tidelog.chaos.nemesis import LEADER_FAULTS
+from tidelog.chaos.nemesis import COORDINATOR_FAULTS, LEADER_FAULTS
 
 __all__ = ["Report", "build", "write"]
 
@@ -31,6 +33,8 @@ class Report:
     invariants: list[Invariant]
     writes: dict[str, int]
     reads: dict[str, int]
+    #: "offset_commit ok", "offset_fetch fail", ...: consumer-offset operations by outcome.
+    offsets: dict[str, int]
     nemesis_events: dict[str, int]
     elections: int
     #: partition -> {"max_s", "total_s"}
@@ -48,8 +52,8 @@ class Report:
         return {
             "ok": self.ok, "replay": self.replay,
             "invariants": [i.to_json() for i in self.invariants],
-            "offset_commit_linearizability": "n/a: consumer offsets do not exist yet",
-            "writes": self.writes, "reads": self.reads, "nemesis_events": self.nemesis_events,
+            "writes": self.writes, "reads": self.reads, "offsets": self.offsets,
+            "nemesis_events": self.nemesis_events,
             "elections": self.elections,
             "unavailability_s": {str(p): v for p, v in self.unavailability.items()},
             "recovery_s": {k: {"count": len(v), "p50": percentile(v, 0.5),
@@ -66,12 +70,12 @@ class Report:
             lines += [f"         {v}" for v in inv.violations]
             if inv.count > len(inv.violations):
                 lines.append(f"         ... {inv.count} violations in all")
-        lines.append("  n/a  offset-commit linearizability: consumer offsets do not exist yet")
         lines += [f"  ERROR {e}" for e in self.errors]
         writes = ", ".join(f"{k} {v}" for k, v in self.writes.items())
         reads = ", ".join(f"{k} {v}" for k, v in self.reads.items())
+        offsets = ", ".join(f"{k} {v}" for k, v in self.offsets.items())
         events = ", ".join(f"{k} {v}" for k, v in sorted(self.nemesis_events.items()))
-        lines += [f"writes: {writes}", f"reads: {reads}",
+        lines += [f"writes: {writes}", f"reads: {reads}", f"consumer offsets: {offsets or 'none'}",
                   f"nemesis events: {sum(self.nemesis_events.values())} ({events or 'none'})",
                   f"elections (leader epochs gained): {self.elections}"]
         for p, u in sorted(self.unavailability.items()):
@@ -96,11 +100,15 @@ def build(replay: str, entries: list[dict[str, Any]], invariants: list[Invariant
     for f in ("list_offsets", "poll"):
         for op in operations(entries, f):
             reads[f"{f} {op.outcome}"] += 1
+    offsets: Counter[str] = Counter()
+    for f in ("offset_commit", "offset_fetch"):
+        for op in operations(entries, f):
+            offsets[f"{f} {op.outcome}"] += 1
     faults = [e for e in entries if e["type"] == INFO and e["process"] == "nemesis"
               and e.get("phase") == "start"]
     return Report(
         replay=replay, invariants=invariants, writes=summarize_writes(entries),
-        reads=dict(sorted(reads.items())),
+        reads=dict(sorted(reads.items())), offsets=dict(sorted(offsets.items())),
         nemesis_events=dict(Counter(e["f"] for e in faults)), elections=elections,
         unavailability=_unavailability(entries), recovery=_recovery(entries, faults),
         converged_after=final.converged_after, errors=errors,
@@ -137,11 +145,19 @@ def _recovery(entries: list[dict[str, Any]], faults: list[dict[str, Any]]
     for op in operations(entries, "write"):
         if op.outcome == OK and op.end is not None:
             by_partition[op.invoke["partition"]].append((op.start, op.end))
+    by_coordinator: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for op in operations(entries, "offset_commit"):
+        if op.outcome == OK and op.end is not None:
+            by_coordinator[op.invoke["offsets_partition"]].append((op.start, op.end))
     out: dict[str, list[float]] = defaultdict(list)
     for fault in faults:
-        if fault["f"] not in LEADER_FAULTS:
+        if fault["f"] in LEADER_FAULTS:
+            acks = by_partition[fault["partition"]]
+        elif fault["f"] in COORDINATOR_FAULTS:
+            acks = by_coordinator[fault["partition"]]
+        else:
             continue
-        after = [end for start, end in by_partition[fault["partition"]] if start >= fault["mono"]]
+        after = [end for start, end in acks if start >= fault["mono"]]
         if after:
             out[fault["f"]].append(round(min(after) - fault["mono"], 3))
     return dict(out)
@@ -156,7 +172,8 @@ def write(report: Report, entries: list[dict[str, Any]], out: Path) -> None:
 _COLOURS = {
     "kill-leader": "tab:red", "kill-random": "tab:orange", "pause": "tab:purple",
     "isolate-leader": "tab:brown", "partition": "tab:pink", "latency": "tab:olive",
-    "bandwidth": "tab:cyan", "corrupt-replica": "tab:gray",
+    "bandwidth": "tab:cyan", "corrupt-replica": "tab:gray", "kill-coordinator": "darkred",
+    "pause-coordinator": "indigo", "isolate-coordinator": "saddlebrown",
 }
 
 

@@ -43,6 +43,11 @@ class RunConfig:
     hold: tuple[float, float] = (2.0, 6.0)
     #: Extra node settings (Kafka-style keys), e.g. the test-only planted bug.
     node_options: dict[str, str] = field(default_factory=dict)
+    #: Consumer-offset commits per second (each one set over every partition); 0: none, and
+    #: no fetches of them either.
+    commit_rate: float = 20.0
+    #: Partitions of __consumer_offsets (few: every coordinator then has groups to lose).
+    offsets_partitions: int = 2
 
     def replay_command(self) -> str:
         """The command line that runs this same plan again."""
@@ -57,6 +62,8 @@ class RunConfig:
             ("--delivery-timeout-ms", self.delivery_timeout_ms, defaults.delivery_timeout_ms),
             ("--interval", self.interval, defaults.interval),
             ("--hold", self.hold, defaults.hold),
+            ("--commit-rate", self.commit_rate, defaults.commit_rate),
+            ("--offsets-partitions", self.offsets_partitions, defaults.offsets_partitions),
         ):
             if value != default:
                 text = f"{value[0]:g}:{value[1]:g}" if isinstance(value, tuple) else f"{value:g}"
@@ -72,13 +79,17 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
     faults = schedule(config.seed, list(config.nemeses), config.duration, config.partitions,
                       config.interval, config.hold)
     history = History(config.out / "history.jsonl")
+    node_options = {"offsets.topic.num.partitions": str(config.offsets_partitions),
+                    **config.node_options}
     with start_toxiproxy(config.seed) as server, server.client() as proxies, ProxiedCluster(
-        config.nodes, proxies, **config.node_options
+        config.nodes, proxies, **node_options
     ) as cluster:
         workload = Workload(
             cluster.client_bootstrap,
             WorkloadConfig(TOPIC, config.partitions, rate=config.rate, seed=config.seed,
-                           delivery_timeout_ms=config.delivery_timeout_ms),
+                           delivery_timeout_ms=config.delivery_timeout_ms,
+                           commit_rate=config.commit_rate,
+                           offsets_partitions=config.offsets_partitions),
             history,
         )
         try:
@@ -90,7 +101,10 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
                 info = admin.describe_topics([TOPIC])[TOPIC]
                 assignment = {p: part.replicas for p, part in enumerate(info.partitions)}
                 epochs_before = _epochs(admin)
-            nemesis = NemesisRunner(cluster, TOPIC, faults, history)
+                if config.commit_rate > 0:
+                    for group in workload.groups:  # creates __consumer_offsets, waits for it
+                        admin.find_coordinator(group, timeout_ms=60_000)
+            nemesis = NemesisRunner(cluster, TOPIC, faults, history, config.offsets_partitions)
             workload.start()
             history.info("run", "start", seed=config.seed)
             try:
@@ -101,6 +115,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
             cluster.wait_ready(60)
             workload.stop_writes(drain_timeout_s=60)
             workload.stop_reads()
+            workload.final_fetches(timeout_s=60)
             history.info("run", "drained")
             final = read_final_state(cluster, TOPIC, assignment)
             with Client(cluster.bootstrap) as admin:

@@ -1,6 +1,12 @@
-"""The client side of a chaos run: idempotent acks=all producers of unique values, and consumers
+"""The client side of a chaos run: idempotent acks=all producers of unique values; consumers
 that look offsets up (earliest, latest, max and by time, under both isolation levels), seek to
-the answer and poll, all recorded in the history.
+the answer and poll; committers of consumer offsets and fetchers of them; all recorded in the
+history.
+
+Committed offsets are a register per (group, partition). Every commit writes one value, unique
+in the run, to every partition of the topic at once (one set), so a fetch of the whole set that
+sees two values has seen part of a commit, and a value names the one commit that wrote it.
+Fetchers ask a random node, which forwards to the coordinator when it is not one.
 
 Both use the real client library: the point is to see what a user of it would see. What the
 library does not report, the node that answered, comes from a ``Tracer``, which each client
@@ -10,6 +16,7 @@ is given as an observer (the client's public hook for seeing its traffic).
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import functools
 import itertools
@@ -24,13 +31,14 @@ from tidelog.chaos.history import FAIL, OK, UNKNOWN, History
 from tidelog.client import Client
 from tidelog.clock import wall_clock_ms
 from tidelog.errors import RetriableError, TidelogError
+from tidelog.hashing import group_partition
 from tidelog.producer import RecordFuture
 from tidelog.records import read_header
 from tidelog.transport import CallObserver
-from tidelog.types import IsolationLevel, OffsetSpec, TopicPartition
+from tidelog.types import IsolationLevel, OffsetAndMetadata, OffsetSpec, TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
-__all__ = ["AckInfo", "Tracer", "Workload", "WorkloadConfig"]
+__all__ = ["AckInfo", "Tracer", "Workload", "WorkloadConfig", "offset_groups"]
 
 #: Kinds of ListOffsets lookups consumers make, each with the spec it sends.
 LOOKUPS = ("earliest", "latest", "max", "timestamp")
@@ -114,6 +122,13 @@ class WorkloadConfig:
     request_timeout_ms: int = 5_000
     delivery_timeout_ms: int = 20_000
     seed: int = 0
+    #: Offset commits per second over all committers (0: no committers, no fetchers).
+    commit_rate: float = 20.0
+    committers: int = 2
+    fetchers: int = 2
+    #: Groups committed to, spread over the partitions of __consumer_offsets.
+    groups: int = 3
+    offsets_partitions: int = 2
 
 
 class Workload:
@@ -132,6 +147,9 @@ class Workload:
         self._pending_lock = threading.Lock()
         self._producers: list[Any] = []
         self.errors: list[str] = []
+        self.groups = offset_groups(config.groups, config.offsets_partitions)
+        #: Commit values, unique in the run (itertools.count is safe to share between threads).
+        self._commit_values = itertools.count()
 
     def _client(self) -> tuple[Client, Tracer]:
         tracer = Tracer()
@@ -145,6 +163,13 @@ class Workload:
             self._spawn(f"p{i}", self._produce, f"p{i}")
         for i in range(self.config.consumers):
             self._spawn(f"c{i}", self._consume, f"c{i}", random.Random(f"{self.config.seed}-c{i}"))
+        if self.config.commit_rate > 0:
+            for i in range(self.config.committers):
+                self._spawn(f"oc{i}", self._commit, f"oc{i}",
+                            random.Random(f"{self.config.seed}-oc{i}"))
+            for i in range(self.config.fetchers):
+                self._spawn(f"of{i}", self._fetch_offsets, f"of{i}",
+                            random.Random(f"{self.config.seed}-of{i}"))
 
     def _spawn(self, name: str, target: Any, *args: Any) -> None:
         def guarded() -> None:
@@ -225,7 +250,7 @@ class Workload:
         self._stop_writes.set()
         deadline = time.monotonic() + drain_timeout_s
         for thread in self._threads:
-            if thread.name.startswith("chaos-p"):
+            if thread.name.startswith(("chaos-p", "chaos-oc")):
                 thread.join(max(0.0, deadline - time.monotonic()))
         for producer in self._producers:
             with contextlib.suppress(TidelogError):  # unanswered writes remain unknown
@@ -294,11 +319,112 @@ class Workload:
     def stop_reads(self) -> None:
         self._stop_reads.set()
         for thread in self._threads:
-            if thread.name.startswith("chaos-c"):
+            if thread.name.startswith(("chaos-c", "chaos-of")):
                 thread.join(30)
+
+    # ---- consumer offsets ----------------------------------------------------------------------
+
+    def _commit(self, process: str, rng: random.Random) -> None:
+        """Commits at the configured pace, each one value on every partition, to a random
+        group. Each is one attempt (a consumer's asynchronous commit, which Kafka never
+        retries): a retried commit may take effect twice, once before and once after a newer
+        commit, which is allowed and would read as a stale fetch. A commit that does not end
+        acknowledged is unknown, whatever the error: a coordinator that lost its leadership
+        after appending answers NOT_COORDINATOR, and the next leader may still commit what it
+        appended."""
+        client, tracer = self._client()
+        consumers = {group: client.consumer(group_id=group, enable_auto_commit=False)
+                     for group in self.groups}
+        interval = self.config.committers / self.config.commit_rate
+        next_at = time.monotonic()
+        while not self._stop_writes.is_set():
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            next_at = max(next_at, time.monotonic() - interval)  # no burst after an outage
+            group = rng.choice(self.groups)
+            value = next(self._commit_values)
+            fields: dict[str, Any] = {
+                "group": group, "value": value, "partitions": [tp.partition for tp in self.tps],
+                "offsets_partition": group_partition(group, self.config.offsets_partitions),
+            }
+            op = self.history.invoke(process, "offset_commit", **fields)
+            future = consumers[group].commit_async(
+                {tp: OffsetAndMetadata(value, process) for tp in self.tps}
+            )
+            try:
+                future.result(timeout=2 * self.config.request_timeout_ms / 1000)
+            except (TidelogError, concurrent.futures.TimeoutError) as exc:
+                self.history.complete(op, process, "offset_commit", UNKNOWN,
+                                      error=str(exc) or type(exc).__name__, **fields)
+                continue
+            self.history.complete(op, process, "offset_commit", OK, node=tracer.last_node,
+                                  **fields)
+
+    def _fetch_offsets(self, process: str, rng: random.Random) -> None:
+        """OffsetFetch of a random group's whole set from a random node, one attempt each."""
+        client, _ = self._client()
+        client.ensure_metadata(client.deadline(60_000))
+        nodes = sorted(client.metadata.nodes())
+        while not self._stop_reads.is_set():
+            self.fetch_offsets(process, client, rng.choice(self.groups), rng.choice(nodes))
+            time.sleep(rng.uniform(0.0, 0.05))
+
+    def fetch_offsets(self, process: str, client: Client, group: str, node: int
+                      ) -> list[list[int]] | None:
+        """One OffsetFetch of `group`'s set from `node`, recorded; the [partition, offset]
+        pairs it answered (-1: none committed), None when it failed."""
+        fields: dict[str, Any] = {"group": group, "node": node,
+                                  "partitions": [tp.partition for tp in self.tps]}
+        op = self.history.invoke(process, "offset_fetch", **fields)
+        try:
+            response = client.call(node, "OffsetFetch",
+                                   wire.offset_fetch_request(group, self.tps),
+                                   self.config.request_timeout_ms / 1000)
+            answers = wire.parse_offset_fetch(response, group)
+            failed = [f"{tp}: {a.error}" for tp, a in answers.items()
+                      if isinstance(a, wire.Failure)]
+            if failed or set(answers) != set(self.tps):
+                raise TidelogError("; ".join(failed) or f"answered {sorted(answers)}")
+        except TidelogError as exc:
+            self.history.complete(op, process, "offset_fetch", FAIL, error=str(exc), **fields)
+            return None
+        offsets = [[tp.partition, a.offset if isinstance(a, OffsetAndMetadata) else -1]
+                   for tp, a in sorted(answers.items())]
+        self.history.complete(op, process, "offset_fetch", OK, offsets=offsets, **fields)
+        return offsets
+
+    def final_fetches(self, timeout_s: float) -> None:
+        """After every commit ended: each group's set from every node, retried until each
+        answers, so that a lost acknowledged commit shows in the history even if the fetchers
+        happened not to ask after the last commit."""
+        if self.config.commit_rate <= 0:
+            return
+        client, _ = self._client()
+        deadline = time.monotonic() + timeout_s
+        client.ensure_metadata(client.deadline(timeout_s * 1000))
+        for node in sorted(client.metadata.nodes()):
+            for group in self.groups:
+                while self.fetch_offsets("final", client, group, node) is None:
+                    if time.monotonic() > deadline:
+                        self.errors.append(f"no final fetch of {group} from node {node} "
+                                           f"answered within {timeout_s:g}s of the heal")
+                        break
+                    time.sleep(0.2)  # a coordinator still loading after the heal
 
     def close(self) -> None:
         self._stop_writes.set()
         self._stop_reads.set()
         for client in self._clients:
             client.close()
+
+
+def offset_groups(count: int, offsets_partitions: int) -> list[str]:
+    """`count` group names whose coordinators are spread over the partitions of
+    __consumer_offsets (round robin), so that every coordinator has groups to lose."""
+    groups: list[str] = []
+    names = (f"chaos-g{n}" for n in itertools.count())
+    while len(groups) < count:
+        name = next(names)
+        if group_partition(name, offsets_partitions) == len(groups) % offsets_partitions:
+            groups.append(name)
+    return groups

@@ -1,6 +1,8 @@
 """The chaos suite in CI: a few short runs, each under one family of faults, must hold every
-invariant; and a run against a planted bug (acks=all acknowledged before commit) must fail,
-naming lost acknowledged writes, so the suite is known to be able to fail.
+invariant (consumer offsets committed and fetched beside the writes in each); and runs against
+planted bugs (acks=all acknowledged before commit; an offset commit answered before it
+commits) must fail, naming lost acknowledged writes and stale offset fetches, so the suite is
+known to be able to fail.
 
 Longer runs are for ``tidelog chaos run`` (chaos/README.md); these stay within about three
 minutes on a slow two-core machine.
@@ -26,6 +28,7 @@ SCENARIOS = {
     "partition-latency": ("partition", "latency", "bandwidth"),
     "pause": ("pause",),
     "corrupt-replica": ("corrupt-replica",),
+    "coordinator": ("kill-coordinator", "pause-coordinator", "isolate-coordinator"),
 }
 #: Small segments, so that a damaged replica has closed segments below its recovery point:
 #: a flipped byte there is found by the scrubber alone.
@@ -44,6 +47,9 @@ def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
     assert report.ok, report.text()
     assert sum(report.nemesis_events.values()) >= 2, report.text()
     assert report.writes["ok"] > 500, report.text()
+    # The offsets invariants hold vacuously without acknowledged commits and answered fetches.
+    assert report.offsets.get("offset_commit ok", 0) > 50, report.text()
+    assert report.offsets.get("offset_fetch ok", 0) > 50, report.text()
     assert (tmp_path / "timeline.png").stat().st_size > 0
     if name == "corrupt-replica":
         damage = [e for e in load(tmp_path / "history.jsonl") if e.get("phase") == "damage"]
@@ -68,6 +74,19 @@ def test_checker_catches_acks_before_commit(tmp_path: Path) -> None:
     assert "FAIL no_lost_acknowledged_writes" in (tmp_path / "report.txt").read_text()
 
 
+def test_checker_catches_offset_commits_acknowledged_before_commit(tmp_path: Path) -> None:
+    """The coordinator answers a commit once appended: a fetch begun right after the answer
+    reads the table before the commit reached it (and a cut-off coordinator acknowledges
+    commits that are then lost)."""
+    config = RunConfig(seed=3, duration=10, nemeses=("isolate-coordinator",), out=tmp_path,
+                       interval=(1.0, 2.0), hold=(2.0, 3.0),
+                       node_options={"test.offsets.ack.before.commit": "true"})
+    report = run(config)
+    failed = {i.name for i in report.invariants if not i.ok}
+    assert failed == {"offset_fetches_linearizable"}, report.text()
+    assert "FAIL offset_fetches_linearizable" in (tmp_path / "report.txt").read_text()
+
+
 def test_schedule_is_a_function_of_the_seed() -> None:
     plan = schedule(11, ["kill-leader", "latency", "partition"], 60, 3, (1, 2), (1, 3))
     assert plan == schedule(11, ["kill-leader", "latency", "partition"], 60, 3, (1, 2), (1, 3))
@@ -80,9 +99,11 @@ def test_schedule_is_a_function_of_the_seed() -> None:
 
 def test_replay_command_parses_back_to_the_same_run(tmp_path: Path) -> None:
     config = RunConfig(seed=5, duration=30, nemeses=("pause", "latency"), out=tmp_path,
-                       rate=50, interval=(1, 2), node_options={"election.timeout.ms": "500"})
+                       rate=50, interval=(1, 2), node_options={"election.timeout.ms": "500"},
+                       commit_rate=5, offsets_partitions=3)
     args = build_parser().parse_args(shlex.split(config.replay_command())[1:])
     assert (args.seed, args.duration, args.nemesis, args.out) == (5, 30, "pause,latency",
                                                                   tmp_path)
     assert (args.rate, args.interval, args.hold) == (50, (1, 2), (2, 6))
+    assert (args.commit_rate, args.offsets_partitions) == (5, 3)
     assert dict(args.set) == {"election.timeout.ms": "500"}

@@ -38,7 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="seconds of workload under faults (default 60)")
     run.add_argument("--nemesis", default="kill-leader,partition,latency",
                      help="comma-separated faults: kill-leader, kill-random, pause, "
-                     "isolate-leader, partition, latency, bandwidth, corrupt-replica, or all "
+                     "isolate-leader, partition, latency, bandwidth, corrupt-replica, "
+                     "kill-coordinator, pause-coordinator, isolate-coordinator, or all "
                      "(default kill-leader,partition,latency)")
     run.add_argument("--seed", type=int, default=0, help="draws the fault schedule (default 0)")
     run.add_argument("--out", type=Path, default=Path("chaos-out"),
@@ -53,6 +54,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="quiet seconds between faults (default 2:5)")
     run.add_argument("--hold", type=_span, default=(2.0, 6.0), metavar="MIN:MAX",
                      help="seconds each fault lasts (default 2:6)")
+    run.add_argument("--commit-rate", type=float, default=20.0,
+                     help="consumer-offset commits per second, each a set over every "
+                     "partition; 0 turns committers and offset fetchers off (default 20)")
+    run.add_argument("--offsets-partitions", type=int, default=2,
+                     help="partitions of __consumer_offsets (default 2)")
     run.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                      help="a node setting for every node, e.g. election.timeout.ms=500")
 
@@ -71,11 +77,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.nodes < 3 or args.partitions < 1 or args.rate <= 0 or args.duration <= 0:
         raise ConfigurationError("need --nodes >= 3, --partitions >= 1, --rate > 0, --duration > 0")
+    if args.commit_rate < 0 or args.offsets_partitions < 1:
+        raise ConfigurationError("need --commit-rate >= 0 and --offsets-partitions >= 1")
     config = RunConfig(
         seed=args.seed, duration=args.duration, nemeses=tuple(kinds), out=args.out,
         nodes=args.nodes, partitions=args.partitions, rate=args.rate,
         delivery_timeout_ms=args.delivery_timeout_ms,
         interval=args.interval, hold=args.hold, node_options=dict(args.set),
+        commit_rate=args.commit_rate, offsets_partitions=args.offsets_partitions,
     )
     print(f"chaos run: {config.replay_command()}", flush=True)
     report = run_chaos(config, progress=lambda line: print(line, flush=True))
