@@ -55,6 +55,7 @@ KEYS: dict[str, str] = {
     "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
     "test.ack.before.commit": "test_ack_before_commit",
+    "test.offsets.ack.before.commit": "test_offsets_ack_before_commit",
     "test.seed": "test_seed",
 }
 _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
@@ -128,6 +129,10 @@ class NodeConfig:
     #: Tests only, a planted bug: acks=all is acknowledged once the leader wrote the batch
     #: (as acks=1), not once it committed, so the chaos checker can show it catches data loss.
     test_ack_before_commit: bool = False
+    #: Tests only, a planted bug: an OffsetCommit is answered once its records are appended
+    #: on the coordinator, not once they committed, so the chaos checker can show it catches
+    #: stale and lost commits.
+    test_offsets_ack_before_commit: bool = False
     #: node_id -> the address clients should dial for that node (Metadata, leader hints), when
     #: it differs from the address peers use: chaos runs put a proxy on every link.
     client_addresses: Mapping[int, str] = field(default_factory=dict)
@@ -346,7 +351,7 @@ def _convert(key: str, name: str, value: str) -> Any:
         return parse_peers(value)
     if name in ("listen", "advertised", "log_flush_policy"):
         return value
-    if name == "test_ack_before_commit":
+    if name in ("test_ack_before_commit", "test_offsets_ack_before_commit"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"
