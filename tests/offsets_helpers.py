@@ -120,6 +120,20 @@ def fetched(
     return wait_for(answer, 60, f"offsets of {group!r} from node {node}")[0]
 
 
+def coordinator(raw: Raw, group: str, asking: list[int], but: int | None = None) -> int:
+    """The coordinator that every node in `asking` names (once it is not `but`: the others
+    name a dead or paused one until they hear of the next)."""
+
+    def agreed() -> int | None:
+        answers = [find(raw, node, group) for node in asking]
+        named = {a.node_id for a in answers if a.error_code == 0}
+        if len(named) != 1 or any(a.error_code for a in answers) or but in named:
+            return None
+        return named.pop()
+
+    return wait_for(agreed, 60, f"nodes {asking} to agree on the coordinator of {group!r}")
+
+
 def coordinator_of(raw: Raw, group: str) -> int:
     return found(raw, 1, group).node_id
 
