@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 
 from tidelog import errors
+from tidelog.coordinator.controller import INTERNAL_TOPICS
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.forwarding import Forwarder, was_forwarded
@@ -171,7 +172,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             if topic is None:
                 response.topics.add(name=name, error_code=errors.UnknownTopicOrPartitionError.code)
                 continue
-            entry = response.topics.add(name=name, configs=dict(topic.configs))
+            entry = response.topics.add(
+                name=name, configs=dict(topic.configs), is_internal=name in INTERNAL_TOPICS
+            )
             for p, replicas in enumerate(topic.assignment):
                 tp = TopicPartition(name, p)
                 leader, epoch = routing.leader_of(tp)

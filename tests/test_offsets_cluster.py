@@ -29,7 +29,7 @@ from offsets_helpers import (
     other_than,
 )
 
-from tidelog import errors
+from tidelog import Client, errors
 from tidelog.hashing import group_partition
 from tidelog.node.forwarding import FORWARDED_BY
 from tidelog.testing import LocalCluster, Raw, wait_for
@@ -104,6 +104,18 @@ def test_every_node_names_the_leader_of_the_groups_partition(
         return leader if all(a.error_code == 0 and a.node_id == leader for a in answers) else None
 
     wait_for(agreed, 30, f"every node to name the coordinator of {group!r}")
+
+
+def test_the_offsets_topic_is_internal_in_metadata_and_not_listed(coordinators: Raw) -> None:
+    """As Kafka's: Metadata flags it internal, and a user listing topics does not see it."""
+    assert coordinators.metadata(1, OFFSETS).is_internal
+    assert not coordinators.metadata(1, TOPIC).is_internal
+    client = Client(coordinators.cluster.bootstrap)
+    try:
+        listed = client.list_topics()
+    finally:
+        client.close()
+    assert TOPIC in listed and OFFSETS not in listed
 
 
 def test_users_cannot_create_or_delete_the_offsets_topic(coordinators: Raw) -> None:
