@@ -40,3 +40,16 @@ def test_quick_validation_benchmark_runs_and_prints_its_ratios() -> None:
     for label in ("no header", "one header"):
         assert re.search(rf"^ratio validate_batch/check_crc \({label}\): \d+\.\d$",
                          result.stdout, re.M), result.stdout
+
+
+def test_quick_offset_table_benchmark_runs_and_prints_its_figures() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "offset_table.py"), "--quick"],
+        capture_output=True, text=True, cwd=REPO, check=False,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert re.search(r"^worst bytes per entry: \d+\.\d \(goal <= 64\)$", out, re.M), out
+    for label in ("get (present)", "get (absent group)", "put (overwrite)", "put (new group)"):
+        assert re.search(rf"^ +{re.escape(label)} +\d+ +\d+ +\d+\.\d$", out, re.M), label
