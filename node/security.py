@@ -1,0 +1,101 @@
+"""Who is calling: the principal of a request, as Kafka's DefaultKafkaPrincipalBuilder names it.
+
+On a listener with mutual TLS the peer's certificate was verified against the CA during the
+handshake, so its subject names the caller: ``User:<subject>``, the subject written as Java's
+``X500Principal.getName()`` writes it (RFC 2253: most specific RDN first, ``CN=alice,O=Acme``),
+which is the string ACLs, ``super.users`` and kafka-acls' ``--allow-principal`` use. Everyone
+else (a plaintext listener, or TLS without client authentication) is ``User:ANONYMOUS``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import grpc
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+ANONYMOUS = "User:ANONYMOUS"
+
+#: The attribute keywords X500Principal's RFC 2253 form spells out; every other attribute is
+#: written as its dotted OID with the DER encoding of its value in hex (RFC 2253 §2.4).
+_KEYWORDS = {
+    NameOID.COMMON_NAME: "CN",
+    NameOID.COUNTRY_NAME: "C",
+    NameOID.LOCALITY_NAME: "L",
+    NameOID.STATE_OR_PROVINCE_NAME: "ST",
+    NameOID.ORGANIZATION_NAME: "O",
+    NameOID.ORGANIZATIONAL_UNIT_NAME: "OU",
+    NameOID.STREET_ADDRESS: "STREET",
+    NameOID.DOMAIN_COMPONENT: "DC",
+    NameOID.USER_ID: "UID",
+}
+_SPECIAL = frozenset(',+"\\<>;')
+_MAX_CACHED_CERTIFICATES = 1024
+
+
+def principal_of(context: grpc.aio.ServicerContext) -> str:
+    """``User:<subject>`` of the verified client certificate of this call, else ANONYMOUS.
+
+    gRPC puts the peer's certificate in the auth context only when the listener asked for one
+    (``ssl.client.auth=required``) and the handshake verified it, so its presence is the proof.
+    """
+    auth = context.auth_context()
+    pems = auth.get("x509_pem_cert") if auth else None
+    if not pems:
+        return ANONYMOUS
+    return principal_of_certificate(pems[0])
+
+
+@functools.lru_cache(maxsize=_MAX_CACHED_CERTIFICATES)
+def principal_of_certificate(pem: bytes) -> str:
+    """The principal a PEM certificate names (cached: a connection's calls share one)."""
+    certificate = x509.load_pem_x509_certificate(pem)
+    return "User:" + rfc2253(certificate.subject)
+
+
+def rfc2253(name: x509.Name) -> str:
+    """`name` as X500Principal.getName() (RFC 2253) writes it: RDNs most specific first,
+    joined by ``,``, the attributes of a multi-valued RDN joined by ``+``."""
+    return ",".join(
+        "+".join(_attribute(attribute) for attribute in rdn)
+        for rdn in reversed(name.rdns)
+    )
+
+
+def _attribute(attribute: x509.NameAttribute[str | bytes]) -> str:
+    keyword = _KEYWORDS.get(attribute.oid)
+    if keyword is None:
+        return f"{attribute.oid.dotted_string}=#{_der_hex(attribute)}"
+    value = attribute.value
+    text = value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return f"{keyword}={_escape(text)}"
+
+
+def _escape(value: str) -> str:
+    """RFC 2253 §2.4: a backslash before ``,+"\\<>;``, before a leading ``#`` or space and
+    before a trailing space."""
+    out = []
+    for index, char in enumerate(value):
+        if (
+            char in _SPECIAL
+            or (index == 0 and char in "# ")
+            or (index == len(value) - 1 and char == " ")
+        ):
+            out.append("\\")
+        out.append(char)
+    return "".join(out)
+
+
+def _der_hex(attribute: x509.NameAttribute[str | bytes]) -> str:
+    """The DER encoding (tag, length, contents) of an attribute value, in lowercase hex."""
+    value = attribute.value
+    contents = value.encode("utf-8") if isinstance(value, str) else value
+    tag = attribute._type.value  # the ASN.1 string type the certificate used
+    size = len(contents)
+    if size < 0x80:
+        length = bytes([size])
+    else:
+        octets = size.to_bytes((size.bit_length() + 7) // 8, "big")
+        length = bytes([0x80 | len(octets)]) + octets
+    return (bytes([tag]) + length + contents).hex()
