@@ -1,6 +1,6 @@
 """The controller's state machine: the cluster metadata image and the decisions made on it.
 
-Topic creation and deletion, and blocks of producer ids, are records in a Raft-replicated log
+Topic creation and deletion, blocks of producer ids, and ACLs are records in a Raft-replicated log
 (`metadata_records`); every node applies the committed records in order to the same image, so
 after any crash all nodes agree on topics, configs and replica assignments (SPEC §7).
 
@@ -16,10 +16,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tidelog.acl import AclBinding, AclBindingFilter
+from tidelog.coordinator.acls import AclIndex, check_binding, check_filter
 from tidelog.coordinator.metadata_records import (
+    AccessControlEntryRecord,
     MetadataRecord,
     MetadataRecordError,
     ProducerIdsRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     decode_record,
@@ -27,6 +31,7 @@ from tidelog.coordinator.metadata_records import (
 from tidelog.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -88,6 +93,8 @@ class MetadataImage:
     next_topic_id: int = 1
     #: Producer ids below this were handed out in blocks to idempotent producers.
     next_producer_id: int = 0
+    acls: AclIndex = field(default_factory=AclIndex)
+    next_acl_id: int = 1
     applied_offset: int = -1
 
     # -- decisions (controller leader only) ---------------------------------------------------
@@ -139,6 +146,51 @@ class MetadataImage:
         allocation itself is a committed record (Kafka's AllocateProducerIds)."""
         return ProducerIdsRecord(self.next_producer_id, count)
 
+    def plan_create_acls(
+        self, bindings: Sequence[AclBinding]
+    ) -> tuple[list[AccessControlEntryRecord], list[InvalidRequestError | None]]:
+        """The records that create `bindings`, and each binding's outcome: its
+        INVALID_REQUEST, or None. A binding that exists already (or twice in the request)
+        succeeds and writes nothing, as in Kafka."""
+        records: list[AccessControlEntryRecord] = []
+        outcomes: list[InvalidRequestError | None] = []
+        planned: set[AclBinding] = set()
+        for binding in bindings:
+            try:
+                check_binding(binding)
+            except InvalidRequestError as exc:
+                outcomes.append(exc)
+                continue
+            outcomes.append(None)
+            if self.acls.id_of(binding) is None and binding not in planned:
+                planned.add(binding)
+                records.append(
+                    AccessControlEntryRecord(self.next_acl_id + len(records), binding)
+                )
+        return records, outcomes
+
+    def plan_delete_acls(
+        self, filters: Sequence[AclBindingFilter]
+    ) -> tuple[list[RemoveAccessControlEntryRecord], list[list[AclBinding] | InvalidRequestError]]:
+        """The records that delete every ACL some filter matches (one each, however many
+        filters match it), and per filter the bindings it matched or its INVALID_REQUEST."""
+        records: list[RemoveAccessControlEntryRecord] = []
+        outcomes: list[list[AclBinding] | InvalidRequestError] = []
+        removed: set[int] = set()
+        for acl_filter in filters:
+            try:
+                check_filter(acl_filter)
+            except InvalidRequestError as exc:
+                outcomes.append(exc)
+                continue
+            matched = self.acls.matching(acl_filter)
+            outcomes.append([binding for _, binding in matched])
+            for acl_id, _ in matched:
+                if acl_id not in removed:
+                    removed.add(acl_id)
+                    records.append(RemoveAccessControlEntryRecord(acl_id))
+        return records, outcomes
+
     def leader_counts(self) -> dict[int, int]:
         """How many partitions prefer each node as leader: new topics fill the least loaded."""
         counts: dict[int, int] = {}
@@ -162,6 +214,11 @@ class MetadataImage:
             self.next_topic_id = max(self.next_topic_id, record.topic_id + 1)
         elif isinstance(record, ProducerIdsRecord):
             self.next_producer_id = max(self.next_producer_id, record.first + record.count)
+        elif isinstance(record, AccessControlEntryRecord):
+            self.acls.add(record.acl_id, record.binding)
+            self.next_acl_id = max(self.next_acl_id, record.acl_id + 1)
+        elif isinstance(record, RemoveAccessControlEntryRecord):
+            self.acls.remove(record.acl_id)
         else:
             topic = self.topics.get(record.name)
             if topic is not None and topic.topic_id == record.topic_id:

@@ -2,10 +2,12 @@
 
 Format 1 (written since the records became typed) is binary and explicit: a format byte, a kind
 byte, then the kind's fields in a fixed order (big-endian integers; a string is a u32 length
-and UTF-8 bytes). Logs written before it hold format 0, a JSON object per record; both decode
-to the same records, so a data dir of an older node still loads. Every byte is checked on the
-way in: a record that does not decode is a `MetadataRecordError` naming what is wrong, never a
-KeyError or a half-applied change, because every node must apply exactly the same records.
+and UTF-8 bytes). A kind added later (the ACL records) is a new kind byte in the same format: a
+node that predates it refuses such a record by name rather than misreading it. Logs written
+before format 1 hold format 0, a JSON object per record; both decode to the same records, so a
+data dir of an older node still loads. Every byte is checked on the way in: a record that does
+not decode is a `MetadataRecordError` naming what is wrong, never a KeyError or a half-applied
+change, because every node must apply exactly the same records.
 """
 
 from __future__ import annotations
@@ -15,6 +17,18 @@ import struct
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
+from tidelog.acl import (
+    AccessControlEntry,
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
+from tidelog.coordinator.acls import check_binding
+from tidelog.errors import InvalidRequestError
+
 #: The first byte of a format-0 record (a JSON object).
 _JSON_START: Final = ord("{")
 FORMAT_VERSION: Final = 1
@@ -22,13 +36,17 @@ FORMAT_VERSION: Final = 1
 _TOPIC: Final = 1
 _REMOVE_TOPIC: Final = 2
 _PRODUCER_IDS: Final = 3
+_ACCESS_CONTROL_ENTRY: Final = 4
+_REMOVE_ACCESS_CONTROL_ENTRY: Final = 5
 
+_U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", ResourceType, PatternType, Operation, Permission)
 
 
 class MetadataRecordError(ValueError):
@@ -77,7 +95,42 @@ class ProducerIdsRecord:
         return "producer ids"
 
 
-MetadataRecord = TopicRecord | RemoveTopicRecord | ProducerIdsRecord
+#: The subject of every ACL change: one ACL change at a time (not a legal topic name).
+ACL_SUBJECT: Final = "access control lists"
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """An ACL was created (Kafka's AccessControlEntryRecord). Its id, from the controller's
+    counter rather than Kafka's random UUID so that the state machine stays deterministic,
+    names it for removal."""
+
+    acl_id: int
+    binding: AclBinding
+
+    @property
+    def subject(self) -> str:
+        return ACL_SUBJECT
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    """An ACL was deleted (Kafka's RemoveAccessControlEntryRecord)."""
+
+    acl_id: int
+
+    @property
+    def subject(self) -> str:
+        return ACL_SUBJECT
+
+
+MetadataRecord = (
+    TopicRecord
+    | RemoveTopicRecord
+    | ProducerIdsRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
+)
 
 
 # ---- encoding ------------------------------------------------------------------------------
@@ -102,10 +155,24 @@ def encode_record(record: MetadataRecord) -> bytes:
         out.append(_REMOVE_TOPIC)
         _put_str(out, record.name)
         out += _I64.pack(record.topic_id)
-    else:
+    elif isinstance(record, ProducerIdsRecord):
         out.append(_PRODUCER_IDS)
         out += _I64.pack(record.first)
         out += _I64.pack(record.count)
+    elif isinstance(record, AccessControlEntryRecord):
+        out.append(_ACCESS_CONTROL_ENTRY)
+        out += _I64.pack(record.acl_id)
+        pattern, entry = record.binding.pattern, record.binding.entry
+        out += _U8.pack(pattern.resource_type)
+        _put_str(out, pattern.name)
+        out += _U8.pack(pattern.pattern_type)
+        _put_str(out, entry.principal)
+        _put_str(out, entry.host)
+        out += _U8.pack(entry.operation)
+        out += _U8.pack(entry.permission)
+    else:
+        out.append(_REMOVE_ACCESS_CONTROL_ENTRY)
+        out += _I64.pack(record.acl_id)
     return bytes(out)
 
 
@@ -159,6 +226,24 @@ class _Reader:
             record = RemoveTopicRecord(self._str(), self._int(_I64))
         elif kind == _PRODUCER_IDS:
             record = ProducerIdsRecord(self._int(_I64), self._int(_I64))
+        elif kind == _ACCESS_CONTROL_ENTRY:
+            acl_id = self._int(_I64)
+            resource_type = self._enum(ResourceType)
+            name = self._str()
+            pattern_type = self._enum(PatternType)
+            principal = self._str()
+            host = self._str()
+            operation = self._enum(Operation)
+            permission = self._enum(Permission)
+            record = AccessControlEntryRecord(
+                acl_id,
+                AclBinding(
+                    ResourcePattern(resource_type, name, pattern_type),
+                    AccessControlEntry(principal, operation, permission, host),
+                ),
+            )
+        elif kind == _REMOVE_ACCESS_CONTROL_ENTRY:
+            record = RemoveAccessControlEntryRecord(self._int(_I64))
         else:
             raise MetadataRecordError(f"unknown metadata record kind {kind}")
         if self._pos != len(self._data):
@@ -174,6 +259,13 @@ class _Reader:
         (value,) = field_.unpack_from(self._data, self._pos)
         self._pos = end
         return int(value)
+
+    def _enum(self, kind: type[_E]) -> _E:
+        value = self._int(_U8)
+        try:
+            return kind(value)
+        except ValueError:
+            raise MetadataRecordError(f"unknown {kind.__name__} code {value}") from None
 
     def _count(self, field_: struct.Struct, min_item_size: int) -> int:
         """A count of items that must fit in what is left (so a damaged count fails fast
@@ -258,5 +350,15 @@ def _check(record: MetadataRecord) -> None:
     elif isinstance(record, RemoveTopicRecord):
         if not record.name or record.topic_id < 1:
             raise MetadataRecordError("remove-topic record lacks a name or id")
-    elif record.first < 0 or record.count < 1:
-        raise MetadataRecordError(f"producer-id block [{record.first}, +{record.count}) is empty")
+    elif isinstance(record, ProducerIdsRecord):
+        if record.first < 0 or record.count < 1:
+            raise MetadataRecordError(
+                f"producer-id block [{record.first}, +{record.count}) is empty"
+            )
+    elif record.acl_id < 1:
+        raise MetadataRecordError(f"ACL record id {record.acl_id} is not >= 1")
+    elif isinstance(record, AccessControlEntryRecord):
+        try:
+            check_binding(record.binding)
+        except InvalidRequestError as exc:
+            raise MetadataRecordError(f"ACL record {record.acl_id}: {exc.args[0]}") from None
