@@ -45,8 +45,10 @@ Measured with tracemalloc (`bench/offset_table.py`; Python 3.11, group names ``g
 
 Lookups cost about as much as a few dict operations in Python (1-2 us a get or a put, the
 benchmark prints them). Growing the hash table and compacting are pauses proportional to the
-groups: at 10^6 groups about 0.5 s and 1.5 s of CPU, the price of doing them in Python; both
-are rare (each doubling of the groups; a quarter of the table removed).
+table, the price of doing them in Python: at 10^6 groups x 1, about 0.5 s of CPU to double the
+hash table, 0.45 s to compact the entries alone (garbage cells from moved blocks and removed
+entries) and 1.7 s to compact the groups too (after a quarter of them were removed). Each is
+rare: once per doubling of the groups, once per quarter of the table rewritten or removed.
 """
 
 from __future__ import annotations
@@ -275,34 +277,44 @@ class OffsetTable:
 
     def _maybe_compact(self) -> None:
         slack = self._COMPACT_SLACK
-        if (
-            self._garbage > (self._entries >> 2) + slack
-            or self._dead_groups > (self._live_groups >> 2) + slack
-        ):
-            self._compact()
+        if self._dead_groups > (self._live_groups >> 2) + slack:
+            self._compact(drop_rows=True)
+        elif self._garbage > (self._entries >> 2) + slack:
+            self._compact(drop_rows=False)
 
-    def _compact(self) -> None:
-        """Rewrite every column densely: no garbage cells, no dead rows, no unused tp ids.
+    def _compact(self, drop_rows: bool) -> None:
+        """Rewrite the entry columns densely (no garbage cells, no unused tp ids) and, with
+        `drop_rows`, the group rows too (no dead rows or their names; the hash table rebuilt).
 
         Every step is a C-level pass (map, chain, accumulate over arrays) but the hash table's
-        refill, so that compacting a million groups pauses the caller for a fraction of a second.
+        refill, so that compacting a million groups pauses the caller for a fraction of a
+        second, and keeping the rows (the usual case when groups stay and entries move) skips
+        the names and the hash table, the larger part of that.
         """
-        rows, keys = self._live_rows()
-        counts = list(map(self._g_count.__getitem__, rows))
-        starts = list(map(self._g_start.__getitem__, rows))
+        if drop_rows:
+            rows, keys = self._live_rows()
+            counts = list(map(self._g_count.__getitem__, rows))
+            starts = list(map(self._g_start.__getitem__, rows))
+        else:  # dead rows have no cells: their empty ranges fall out by themselves
+            counts = list(self._g_count)
+            starts = list(self._g_start)
         cells = list(chain.from_iterable(map(range, starts, map(add, starts, counts))))
         offsets = array("q", map(self._e_off.__getitem__, cells))
         epochs = array("i", map(self._e_epoch.__getitem__, cells))
         tps = array("i", map(self._e_tp.__getitem__, cells))
-        self._arena = bytearray().join(keys)
-        name_type = "I" if len(self._arena) <= self._NARROW_LIMIT else "q"
-        self._g_name = array(name_type, accumulate(map(len, keys), initial=0))
         block_type = "I" if len(cells) < self._NARROW_LIMIT else "q"
         self._g_start = array(block_type, accumulate(counts, initial=0))
         self._g_start.pop()  # the end of the last block
         self._g_count = array(block_type, counts)
-        self._g_ts = array("q", map(self._g_ts.__getitem__, rows))
-        metadata = {bisect_left(rows, old): texts for old, texts in self._metadata.items()}
+        metadata = self._metadata
+        if drop_rows:
+            self._arena = bytearray().join(keys)
+            name_type = "I" if len(self._arena) <= self._NARROW_LIMIT else "q"
+            self._g_name = array(name_type, accumulate(map(len, keys), initial=0))
+            self._g_ts = array("q", map(self._g_ts.__getitem__, rows))
+            metadata = {bisect_left(rows, old): texts for old, texts in metadata.items()}
+            self._dead_groups = 0
+            self._rehash(list(range(len(rows))), keys, room=0)
         used = sorted(set(tps))
         if len(used) < len(self._tps):
             # Renumbering in the old order keeps every block sorted.
@@ -317,8 +329,6 @@ class OffsetTable:
         self._e_off, self._e_epoch, self._e_tp = offsets, epochs, tps
         self._metadata = metadata
         self._garbage = 0
-        self._dead_groups = 0
-        self._rehash(list(range(len(rows))), keys, room=0)
 
     # ---- the interface
 
