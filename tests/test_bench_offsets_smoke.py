@@ -35,5 +35,7 @@ def test_quick_offsets_benchmark_runs_and_prints_its_ratios() -> None:
                 rf"{number} \(goal >= 0\.8\)", out, re.M), out
     assert re.search(rf"^ratio OffsetFetch/health check p50: {number} \(goal <= 1\.5\)", out,
                      re.M), out
-    assert re.search(r"^failover p50: \d+ ms, p99: \d+ ms, max: \d+ ms over 2 kills", out,
-                     re.M), out
+    assert re.search(r"^failover: \d+ samples from 2 kills .* the produce baseline: p50 \d+ ms",
+                     out, re.M), out
+    assert re.search(r"^failover p50: \d+ ms, p99: \d+ ms, max: \d+ ms over \d+ commits \(goal",
+                     out, re.M), out
