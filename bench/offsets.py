@@ -22,6 +22,10 @@ the same run.
   partition of __consumer_offsets is back on its preferred leader and the next group's replicas
   agree on its log end before the next kill; the groups rotate over partitions whose preferred
   leaders are on different nodes, so every node dies in turn. Goal: p50 <= 1 s, p99 <= 2 s.
+* table: bytes per entry of the coordinator's offset table at 10^6 entries, in both shapes of
+  the issue (10^4 groups x 100 partitions, 10^6 groups x 1), measured by bench/offset_table.py's
+  own function (tracemalloc, empty metadata). Goal: <= 64. That script also measures 10^7
+  entries and the table's speed against a dict.
 
 Run: ``.venv/bin/python bench/offsets.py [--quick] [--only PART] [--kills N] [--slices N]``.
 ``--quick`` uses tiny sizes (seconds) so that a smoke test keeps the script working; its figures
@@ -56,6 +60,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from tidelog import Client  # noqa: E402
 from tidelog.clock import wall_clock_ms  # noqa: E402
 from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC  # noqa: E402
+from tidelog.coordinator.offset_table import OffsetTable  # noqa: E402
 from tidelog.coordinator.offsets_records import (  # noqa: E402
     OffsetKey,
     OffsetValue,
@@ -103,11 +108,12 @@ class Sizes:
     warmup_s: float  # per side and configuration
     latency_samples: int
     kills: int
+    table_shapes: tuple[tuple[int, int], ...]  # (groups, partitions per group)
 
 
-FULL = Sizes((1, 8, 64), (1, 100), 10, 1.0, 0.5, 2000, 30)
-QUICK = Sizes((1, 8, 64), (1, 100), 2, 0.3, 0.1, 50, 2)
-PARTS = ("commit", "fetch", "failover")
+FULL = Sizes((1, 8, 64), (1, 100), 10, 1.0, 0.5, 2000, 30, ((10_000, 100), (1_000_000, 1)))
+QUICK = Sizes((1, 8, 64), (1, 100), 2, 0.3, 0.1, 50, 2, ((100, 100), (10_000, 1)))
+PARTS = ("commit", "fetch", "failover", "table")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,15 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     print("# load average before the run (other work on this machine skews every figure): "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     ok = True
-    options = {"offsets.topic.num.partitions": args.offsets_partitions}
-    with LocalCluster(3, **options) as cluster:
-        setup = set_up(cluster, args.offsets_partitions, max(sizes.committers))
-        if "commit" in parts:
-            ok &= bench_commit(cluster, setup, sizes)
-        if "fetch" in parts:
-            ok &= bench_fetch(cluster, setup, sizes)
-        if "failover" in parts:
-            ok &= bench_failover(cluster, setup, sizes)
+    if parts - {"table"}:
+        options = {"offsets.topic.num.partitions": args.offsets_partitions}
+        with LocalCluster(3, **options) as cluster:
+            setup = set_up(cluster, args.offsets_partitions, max(sizes.committers))
+            if "commit" in parts:
+                ok &= bench_commit(cluster, setup, sizes)
+            if "fetch" in parts:
+                ok &= bench_fetch(cluster, setup, sizes)
+            if "failover" in parts:
+                ok &= bench_failover(cluster, setup, sizes)
+    if "table" in parts:
+        bench_table(sizes)
     print("# load average after the run: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.quick:
         print("# --quick: sizes too small for the goals to mean anything")
@@ -590,6 +599,21 @@ def commit_after_failover(cluster: LocalCluster, group: str, dead: int,
             result.answers[f"{step} {exc.code().name}"] += 1
         time.sleep(FAILOVER_PAUSE_S)
     raise RuntimeError(f"no commit of group {group!r} acknowledged within 30 s of the kill")
+
+
+# ----------------------------------------------------------------------------------------------
+# Table memory
+
+
+def bench_table(sizes: Sizes) -> None:
+    table_bench = load_script("offset_table.py")
+    print("\n## table: bytes per entry of the coordinator's OffsetTable (tracemalloc, empty "
+          "metadata; bench/offset_table.py's bytes_per_entry)")
+    for groups, partitions in sizes.table_shapes:
+        per_entry = table_bench.bytes_per_entry(OffsetTable, groups, partitions)
+        print(f"table memory, {groups} groups x {partitions} partitions "
+              f"({groups * partitions} entries): {per_entry:.1f} bytes/entry (goal <= 64) "
+              f"{cluster_bench.verdict(per_entry <= 64)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The consumer-offsets benchmark is not a test, but it must keep running: ``--quick`` exercises
 every part of it (commit and produce sides of every configuration, OffsetFetch beside the health
-check, coordinator kills and restarts) on tiny sizes and prints the same
+check, coordinator kills and restarts, the table's memory) on tiny sizes and prints the same
 summary lines as a full run. Its figures are never checked here."""
 
 from __future__ import annotations
@@ -39,3 +39,5 @@ def test_quick_offsets_benchmark_runs_and_prints_its_ratios() -> None:
                      out, re.M), out
     assert re.search(r"^failover p50: \d+ ms, p99: \d+ ms, max: \d+ ms over \d+ commits \(goal",
                      out, re.M), out
+    assert len(re.findall(rf"^table memory, .*: {number} bytes/entry \(goal <= 64\)", out,
+                          re.M)) == 2, out
