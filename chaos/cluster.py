@@ -71,17 +71,18 @@ class ProxiedCluster(LocalCluster):
     def _create_proxies(self) -> None:
         existing = self.proxies.proxies()
         listen: dict[str, str] = {}
-        wanted = [(peer_link(a, b), b) for a, b in itertools.permutations(self.node_ids, 2)]
-        wanted += [(client_link(n), n) for n in self.node_ids]
+        wanted = [
+            (peer_link(a, b), self.internal_address_of(b))
+            for a, b in itertools.permutations(self.node_ids, 2)
+        ]
+        wanted += [(client_link(n), self.address_of(n)) for n in self.node_ids]
         for name, upstream in wanted:
-            info = existing.get(name) or self.proxies.create_proxy(
-                name, self.address_of(upstream)
-            )
+            info = existing.get(name) or self.proxies.create_proxy(name, upstream)
             listen[name] = info.listen
         self._client_addresses = {n: listen[client_link(n)] for n in self.node_ids}
         for node_id in self.node_ids:
             peers = {
-                n: self.address_of(n) if n == node_id else listen[peer_link(node_id, n)]
+                n: self.internal_address_of(n) if n == node_id else listen[peer_link(node_id, n)]
                 for n in self.node_ids
             }
             self._routes[node_id] = NodeRoutes(peers, dict(self._client_addresses))

@@ -21,6 +21,8 @@ from tidelog.coordinator.controller import MAX_PARTITIONS
 from tidelog.errors import InvalidConfigError
 
 FlushPolicy = Literal["always", "never"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL"]
+ClientAuth = Literal["none", "required"]
 
 #: Kafka-style key -> NodeConfig field, for every setting a node understands itself. Keys not in
 #: this table are topic defaults and go to ``NodeConfig.extra``.
@@ -57,6 +59,14 @@ KEYS: dict[str, str] = {
     "test.ack.before.commit": "test_ack_before_commit",
     "test.offsets.ack.before.commit": "test_offsets_ack_before_commit",
     "test.seed": "test_seed",
+    # Listeners and TLS (issue 17)
+    "internal.listen": "internal_listen",
+    "security.protocol": "security_protocol",
+    "security.inter.broker.protocol": "security_inter_broker_protocol",
+    "ssl.certfile": "ssl_certfile",
+    "ssl.keyfile": "ssl_keyfile",
+    "ssl.cafile": "ssl_cafile",
+    "ssl.client.auth": "ssl_client_auth",
 }
 _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
 _REQUIRED = ("node.id", "listen", "data.dir")
@@ -69,13 +79,14 @@ class NodeConfig:
     """One node's settings. Defaults follow Kafka where Kafka has the setting."""
 
     node_id: int
-    #: "host:port" to bind; the host must be loopback, the port may be 0 (any free port).
+    #: "host:port" of the client listener (the Tidelog service, health, reflection); the host
+    #: must be loopback, the port may be 0 (any free port).
     listen: str
     data_dir: Path
-    #: node_id -> address of every voter, this node included (added from the advertised address
-    #: when omitted, so a single node needs no peers).
+    #: node_id -> node-to-node address of every node, this one included (its own entry is
+    #: added from the bound internal listener when omitted, so a single node needs no peers).
     peers: Mapping[int, str] = field(default_factory=dict)
-    #: The address other nodes and clients use; empty means "the bound listen address".
+    #: The client address published for this node; empty means "the bound listen address".
     advertised: str = ""
     segment_bytes: int = 1024 * 1024 * 1024
     index_interval_bytes: int = 4096
@@ -133,9 +144,25 @@ class NodeConfig:
     #: on the coordinator, not once they committed, so the chaos checker can show it catches
     #: stale and lost commits.
     test_offsets_ack_before_commit: bool = False
-    #: node_id -> the address clients should dial for that node (Metadata, leader hints), when
-    #: it differs from the address peers use: chaos runs put a proxy on every link.
+    #: node_id -> the client address of every other node, published in Metadata and leader
+    #: hints and used to forward requests (this node's own is its advertised address).
     client_addresses: Mapping[int, str] = field(default_factory=dict)
+    # ---- Listeners and TLS (issue 17) ----
+    #: "host:port" of the node-to-node listener (Raft streams, metadata pulls), never served on
+    #: the client port. Empty: this node's own entry in `peers`, else listen's host, any port.
+    internal_listen: str = ""
+    #: PLAINTEXT or SSL on the client listener, and on the node-to-node one (Kafka's
+    #: security.inter.broker.protocol; SSL there is always mutual: each node presents
+    #: ssl.certfile and verifies its peers' certificates against ssl.cafile).
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    security_inter_broker_protocol: SecurityProtocol = "PLAINTEXT"
+    #: PEM files: this node's certificate (chain) and key, and the CA certificates it trusts.
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    ssl_cafile: str = ""
+    #: "required": a client of the SSL client listener must present a certificate that
+    #: ssl.cafile verifies (mutual TLS; its subject becomes the principal); "none": it need not.
+    ssl_client_auth: ClientAuth = "none"
     #: Topic defaults (Kafka topic-config names), applied to topics created without an override.
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -202,9 +229,60 @@ class NodeConfig:
         for node, address in self.client_addresses.items():
             _parse_address(f"client.addresses: address of node {node}", address,
                            loopback_only=False)
+        self._check_listeners()
         object.__setattr__(self, "peers", dict(self.peers))
         object.__setattr__(self, "client_addresses", dict(self.client_addresses))
         object.__setattr__(self, "extra", dict(self.extra))
+
+    def _check_listeners(self) -> None:
+        """Resolves internal.listen, and refuses listener and TLS settings that cannot work."""
+        if not self.internal_listen:
+            own = self.peers.get(self.node_id)
+            own_host = _parse_address("peers", own, loopback_only=False)[0] if own else ""
+            if own is not None and not _is_loopback(own_host):
+                raise InvalidConfigError(
+                    f"peers names node {self.node_id} at {own}, which is not a loopback "
+                    "address to bind: set internal.listen"
+                )
+            host = _parse_address("listen", self.listen, loopback_only=True)[0]
+            object.__setattr__(self, "internal_listen", own or _format_address(host, 0))
+        internal = _parse_address("internal.listen", self.internal_listen, loopback_only=True)
+        client = _parse_address("listen", self.listen, loopback_only=True)
+        _require(
+            internal[1] == 0 or internal != client,
+            f"internal.listen and listen are both {self.listen}: the node-to-node listener "
+            "needs its own port (peers lists node-to-node addresses, client.addresses the "
+            "client ones)",
+        )
+        missing = sorted(set(self.peers) - set(self.client_addresses) - {self.node_id})
+        _require(
+            not missing,
+            f"client.addresses has no address for node(s) {', '.join(map(str, missing))}: "
+            "peers lists node-to-node addresses; clients are told client.addresses",
+        )
+        for key, value, allowed in (
+            ("security.protocol", self.security_protocol, ("PLAINTEXT", "SSL")),
+            ("security.inter.broker.protocol", self.security_inter_broker_protocol,
+             ("PLAINTEXT", "SSL")),
+            ("ssl.client.auth", self.ssl_client_auth, ("none", "required")),
+        ):
+            _require(value in allowed, f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+        uses_ssl = "SSL" in (self.security_protocol, self.security_inter_broker_protocol)
+        _require(
+            not uses_ssl or bool(self.ssl_certfile and self.ssl_keyfile),
+            "an SSL listener needs ssl.certfile and ssl.keyfile",
+        )
+        _require(
+            self.security_inter_broker_protocol == "PLAINTEXT" or bool(self.ssl_cafile),
+            "security.inter.broker.protocol=SSL is mutual TLS: it needs ssl.cafile to verify "
+            "the peers' certificates",
+        )
+        _require(
+            self.ssl_client_auth == "none"
+            or (self.security_protocol == "SSL" and bool(self.ssl_cafile)),
+            "ssl.client.auth=required needs security.protocol=SSL and ssl.cafile (the CA that "
+            "signs client certificates)",
+        )
 
     @property
     def election_timeout_max_ms(self) -> int:
@@ -212,25 +290,33 @@ class NodeConfig:
         return 2 * self.election_timeout_ms
 
     def client_address_of(self, node_id: int) -> str:
-        """Where a client reaches `node_id`: its advertised client address, else its peer
-        address."""
-        return self.client_addresses.get(node_id) or self.peers.get(node_id, "")
+        """Where a client reaches `node_id` ("" for a node this one does not know)."""
+        if node_id == self.node_id and node_id not in self.client_addresses:
+            return self.advertised_address
+        return self.client_addresses.get(node_id, "")
 
     @property
     def advertised_address(self) -> str:
         """The address to publish: the explicit one, else what the node listens on."""
         return self.advertised or self.listen
 
-    def bound(self, port: int) -> NodeConfig:
-        """This config once the server has bound ``port`` (which differs when listen asked for
-        port 0): the runtime must publish the real address, to peers and in Metadata."""
+    def bound(self, port: int, internal_port: int) -> NodeConfig:
+        """This config once the servers have bound ``port`` and ``internal_port`` (which differ
+        when a listener asked for port 0): the runtime must publish the real addresses, to
+        peers and in Metadata."""
         listen = _format_address(_parse_address("listen", self.listen, loopback_only=True)[0], port)
+        internal = _format_address(
+            _parse_address("internal.listen", self.internal_listen, loopback_only=True)[0],
+            internal_port,
+        )
         advertised = self.advertised or listen
         peers = dict(self.peers)
         own = peers.get(self.node_id)
         if own is None or _parse_address("peers", own, loopback_only=False)[1] == 0:
-            peers[self.node_id] = advertised
-        return dataclasses.replace(self, listen=listen, advertised=advertised, peers=peers)
+            peers[self.node_id] = internal
+        return dataclasses.replace(
+            self, listen=listen, internal_listen=internal, advertised=advertised, peers=peers
+        )
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> NodeConfig:
@@ -325,8 +411,8 @@ def _parse_address(what: str, address: str, *, loopback_only: bool) -> tuple[str
         raise InvalidConfigError(f"{what}: expected HOST:PORT, got {address!r}")
     if loopback_only and not _is_loopback(host):
         raise InvalidConfigError(
-            f"{what}: {host!r} is not a loopback address; Tidelog nodes have no authentication "
-            "and bind only to loopback (use 127.0.0.1, ::1 or localhost)"
+            f"{what}: {host!r} is not a loopback address; Tidelog nodes bind only to loopback "
+            "(use 127.0.0.1, ::1 or localhost)"
         )
     return host, int(port_text)
 
@@ -349,8 +435,11 @@ def _convert(key: str, name: str, value: str) -> Any:
         return Path(value)
     if name in ("peers", "client_addresses"):
         return parse_peers(value)
-    if name in ("listen", "advertised", "log_flush_policy"):
+    if name in ("listen", "advertised", "log_flush_policy", "internal_listen", "ssl_certfile",
+                "ssl_keyfile", "ssl_cafile", "ssl_client_auth"):
         return value
+    if name in ("security_protocol", "security_inter_broker_protocol"):
+        return value.upper()
     if name in ("test_ack_before_commit", "test_offsets_ack_before_commit"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")

@@ -141,7 +141,7 @@ class ControllerDriver:
 
     async def pull_loop(self) -> None:
         """Nodes outside the metadata quorum pull its committed records from a voter."""
-        channels = {v: grpc.aio.insecure_channel(self.config.peers[v]) for v in self.voters}
+        channels = {v: self.replicas.connect_peer(self.config.peers[v]) for v in self.voters}
         try:
             turn = 0
             while True:
@@ -173,7 +173,7 @@ class ControllerDriver:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        channels = [grpc.aio.insecure_channel(self.config.peers[v]) for v in others]
+        channels = [self.replicas.connect_peer(self.config.peers[v]) for v in others]
         try:
             while loop.time() < deadline:
                 answered = False

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from tidelog.node.routing import Routing
+from tidelog.node.security import client_port_channel
 from tidelog.node.transport import CHANNEL_OPTIONS
 from tidelog.v1 import tidelog_pb2_grpc
 
@@ -29,7 +30,7 @@ class Forwarder:
         address = self.routing.address_of(node)
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = client_port_channel(self.routing.config, address, CHANNEL_OPTIONS)
             self._channels[address] = channel
         stub = tidelog_pb2_grpc.TidelogStub(channel)
         return await getattr(stub, method)(

@@ -23,12 +23,15 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import grpc
+
 from tidelog import errors
 from tidelog.errors import CorruptMessageError
 from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.reads import wait_read
-from tidelog.node.transport import Outgoing, PeerLink, messages_of
+from tidelog.node.security import peer_channel
+from tidelog.node.transport import CHANNEL_OPTIONS, Outgoing, PeerLink, messages_of
 from tidelog.replication import (
     AppendResponse,
     HeartbeatResponse,
@@ -85,10 +88,14 @@ class ReplicaSet:
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
         )
 
+    def connect_peer(self, address: str) -> grpc.aio.Channel:
+        """A channel to a peer's node-to-node listener, as this node's settings secure it."""
+        return peer_channel(self.config, address, CHANNEL_OPTIONS)
+
     def start_links(self) -> None:
         for peer_id, address in self.config.peers.items():
             if peer_id != self.node_id:
-                link = PeerLink(self.node_id, peer_id, address)
+                link = PeerLink(self.node_id, peer_id, address, self.connect_peer)
                 link.start()
                 self.links[peer_id] = link
 

@@ -1,4 +1,6 @@
-"""Who is calling: the principal of a request, as Kafka's DefaultKafkaPrincipalBuilder names it.
+"""Who is calling, and the TLS credentials of a node's listeners and of the channels it dials.
+
+The principal of a request is named as Kafka's DefaultKafkaPrincipalBuilder names it.
 
 On a listener with mutual TLS the peer's certificate was verified against the CA during the
 handshake, so its subject names the caller: ``User:<subject>``, the subject written as Java's
@@ -10,10 +12,17 @@ else (a plaintext listener, or TLS without client authentication) is ``User:ANON
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import grpc
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
+
+from tidelog.errors import InvalidConfigError
+from tidelog.node.config import NodeConfig
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -99,3 +108,66 @@ def _der_hex(attribute: x509.NameAttribute[str | bytes]) -> str:
         octets = size.to_bytes((size.bit_length() + 7) // 8, "big")
         length = bytes([0x80 | len(octets)]) + octets
     return (bytes([tag]) + length + contents).hex()
+
+
+# ---- credentials -------------------------------------------------------------------------------
+
+
+def server_credentials(config: NodeConfig, *, internal: bool) -> grpc.ServerCredentials | None:
+    """The client listener's (``internal`` False) or node-to-node listener's credentials; None
+    for a PLAINTEXT one. The node-to-node listener always requires and verifies a peer
+    certificate: only nodes speak there."""
+    protocol = config.security_inter_broker_protocol if internal else config.security_protocol
+    if protocol == "PLAINTEXT":
+        return None
+    require = internal or config.ssl_client_auth == "required"
+    return grpc.ssl_server_credentials(
+        [(_pem(config.ssl_keyfile, "ssl.keyfile"), _pem(config.ssl_certfile, "ssl.certfile"))],
+        root_certificates=_pem(config.ssl_cafile, "ssl.cafile") if require else None,
+        require_client_auth=require,
+    )
+
+
+def peer_channel(
+    config: NodeConfig, address: str, options: Sequence[tuple[str, Any]]
+) -> grpc.aio.Channel:
+    """A channel to a peer's node-to-node listener: mutual TLS when that listener is SSL."""
+    if config.security_inter_broker_protocol == "PLAINTEXT":
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(address, _node_credentials(config), options=options)
+
+
+def client_port_channel(
+    config: NodeConfig, address: str, options: Sequence[tuple[str, Any]]
+) -> grpc.aio.Channel:
+    """A channel to another node's client listener (forwarded requests): TLS when that
+    listener is SSL, presenting this node's certificate in case it requires one."""
+    if config.security_protocol == "PLAINTEXT":
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(address, _node_credentials(config), options=options)
+
+
+def _node_credentials(config: NodeConfig) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(
+        root_certificates=_pem(config.ssl_cafile, "ssl.cafile") if config.ssl_cafile else None,
+        private_key=_pem(config.ssl_keyfile, "ssl.keyfile"),
+        certificate_chain=_pem(config.ssl_certfile, "ssl.certfile"),
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _pem(path: str, key: str) -> bytes:
+    """The PEM file a setting names, checked here (a bad file is a config error at startup,
+    not a failed handshake later, which gRPC reports far from its cause)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
+    try:
+        if key == "ssl.keyfile":
+            serialization.load_pem_private_key(data, password=None)
+        else:
+            x509.load_pem_x509_certificates(data)
+    except (ValueError, TypeError) as exc:
+        raise InvalidConfigError(f"{key}: {path} is not a usable PEM file: {exc}") from None
+    return data

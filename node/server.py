@@ -37,7 +37,8 @@ from tidelog.v1 import tidelog_pb2
 #: Holds an exclusive flock while a node runs, so two nodes never share a data dir and a
 #: launcher can tell a running node from a stale pid.
 LOCK_FILE = "node.lock"
-#: "host:port" the node actually bound, written once it listens (for launchers using port 0).
+#: The "host:port" the node actually bound, written once it listens (for launchers using port
+#: 0): the client listener's on the first line, the node-to-node listener's on the second.
 ADDR_FILE = "node.addr"
 TIDELOG_SERVICE = tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name
 
@@ -57,19 +58,26 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     # The runtime is heavy; config errors come first.
     from tidelog.node.api import TidelogServicer
     from tidelog.node.runtime import NodeRuntime
+    from tidelog.node.security import server_credentials
     from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
     from tidelog.v1 import tidelog_pb2_grpc
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with _hold_data_dir(config.data_dir):
+        # Two servers, since a gRPC server serves each service on every port it has: the
+        # client listener never serves the node-to-node service, nor the other way round.
         server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RejectMalformedRequests()])
-        try:
-            port = server.add_insecure_port(config.listen)
-        except RuntimeError:
-            raise InvalidConfigError(
-                f"cannot listen on {config.listen}: the address is in use or unavailable"
-            ) from None
-        config = config.bound(port)
+        internal_server = grpc.aio.server(
+            options=SERVER_OPTIONS, interceptors=[RejectMalformedRequests()]
+        )
+        port = _add_port(
+            server, config.listen, "listen", server_credentials(config, internal=False)
+        )
+        internal_port = _add_port(
+            internal_server, config.internal_listen, "internal.listen",
+            server_credentials(config, internal=True),
+        )
+        config = config.bound(port, internal_port)
         health_servicer = health.aio.HealthServicer()
         for service in (health.OVERALL_HEALTH, TIDELOG_SERVICE):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -84,7 +92,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             server,
         )
         close_inbound = add_raft_transport(
-            server, runtime.on_envelope, runtime.controller.fetch_metadata
+            internal_server, runtime.on_envelope, runtime.controller.fetch_metadata
         )
 
         stopping = asyncio.Event()
@@ -101,10 +109,15 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         if exit_with_parent is not None:
             _start_parent_watchdog(exit_with_parent, lambda: request_stop(False), loop)
 
+        await internal_server.start()
         await server.start()
         addr_path = config.data_dir / ADDR_FILE
-        _write_atomically(addr_path, config.listen + "\n")
-        log.info("node %d listening on %s", config.node_id, config.listen)
+        _write_atomically(addr_path, f"{config.listen}\n{config.internal_listen}\n")
+        log.info(
+            "node %d listening on %s (clients, %s) and %s (nodes, %s)", config.node_id,
+            config.listen, config.security_protocol, config.internal_listen,
+            config.security_inter_broker_protocol,
+        )
         try:
             await runtime.start()
             for service in (health.OVERALL_HEALTH, TIDELOG_SERVICE):
@@ -117,9 +130,23 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         finally:
             close_inbound()
             await server.stop(_SERVER_GRACE_S if graceful else 0)
+            await internal_server.stop(_SERVER_GRACE_S if graceful else 0)
             addr_path.unlink(missing_ok=True)
     log.info("node %d stopped", config.node_id)
     return 0
+
+
+def _add_port(
+    server: grpc.aio.Server, address: str, key: str, credentials: grpc.ServerCredentials | None
+) -> int:
+    try:
+        if credentials is None:
+            return int(server.add_insecure_port(address))
+        return int(server.add_secure_port(address, credentials))
+    except RuntimeError:
+        raise InvalidConfigError(
+            f"{key}: cannot listen on {address}: the address is in use or unavailable"
+        ) from None
 
 
 class RejectMalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]

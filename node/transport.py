@@ -69,8 +69,8 @@ _MESSAGE_LIMITS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
-#: The node's gRPC server: peers' streams and clients' requests share it, and both may carry a
-#: batch of up to MAX_BATCH_BYTES (gRPC's default would refuse anything over 4 MiB).
+#: The node's gRPC servers (client and node-to-node listeners): peers' streams and clients'
+#: requests may carry a batch of up to MAX_BATCH_BYTES (gRPC's default refuses over 4 MiB).
 SERVER_OPTIONS = [*_MESSAGE_LIMITS, ("grpc.so_reuseport", 0)]
 #: A node's channels to its peers.
 CHANNEL_OPTIONS = [*_MESSAGE_LIMITS, ("grpc.keepalive_time_ms", 10_000)]
@@ -262,10 +262,15 @@ def messages_of(
 class PeerLink:
     """The outbound stream to one peer."""
 
-    def __init__(self, node_id: int, peer_id: int, address: str) -> None:
+    def __init__(
+        self, node_id: int, peer_id: int, address: str,
+        connect: Callable[[str], grpc.aio.Channel],
+    ) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
         self.address = address
+        #: Opens a channel to a peer's node-to-node listener (plaintext or mutual TLS).
+        self._connect = connect
         self._queue: deque[tuple[int, list[bytes | memoryview]]] = deque()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -305,7 +310,7 @@ class PeerLink:
     async def _run(self) -> None:
         attempt = 0
         while True:
-            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self._channel = self._connect(self.address)
             try:
                 stream = self._channel.stream_unary(
                     STREAM_METHOD, response_deserializer=pb.StreamSummary.FromString

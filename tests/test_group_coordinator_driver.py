@@ -38,7 +38,7 @@ T = TypeVar("T")
 @contextlib.asynccontextmanager
 async def _coordinator(tmp_path: Path) -> AsyncIterator[GroupCoordinatorDriver]:
     """One node leading the one partition of the offsets topic, with a topic to commit for."""
-    config = NodeConfig(node_id=1, listen="127.0.0.1:1", data_dir=tmp_path,
+    config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
                         peers={1: "127.0.0.1:1"}, offsets_topic_num_partitions=1)
     replicas = ReplicaSet(config)
     routing = Routing(config, replicas.partitions, METADATA_TP)

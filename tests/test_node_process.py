@@ -21,7 +21,7 @@ from tidelog import wire
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig, parse_peers, read_properties
 from tidelog.testing import LocalCluster, wait_for
-from tidelog.v1 import tidelog_pb2_grpc
+from tidelog.v1 import raft_pb2, raft_pb2_grpc, tidelog_pb2_grpc
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -79,12 +79,13 @@ def health_status(address: str, service: str) -> int | None:
 def start_serving_node(
     processes: list[subprocess.Popen[str]], data_dir: Path, *args: str
 ) -> tuple[subprocess.Popen[str], str]:
-    """Starts a node on port 0 and returns it with the address it published in node.addr."""
+    """Starts a node on port 0 and returns it with the client address it published in
+    node.addr."""
     proc = spawn_node("--data-dir", str(data_dir), *args)
     processes.append(proc)
     addr_file = data_dir / "node.addr"
     wait_for(while_running(proc, addr_file.exists), DEADLINE_S, "node.addr")
-    address = addr_file.read_text().strip()
+    address = addr_file.read_text().split()[0]
     wait_for(
         while_running(proc, lambda: health_status(address, TIDELOG_SERVICE) == SERVING),
         DEADLINE_S,
@@ -118,6 +119,37 @@ def test_node_serves_health_reflection_and_metadata(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=DEADLINE_S) == 0
     assert not (tmp_path / "node.addr").exists()
+
+
+def test_the_node_to_node_service_is_served_on_its_own_listener_only(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Whoever reaches the client port cannot speak Raft or pull the metadata log: the
+    RaftTransport service answers UNIMPLEMENTED there, and the client service is not on the
+    node-to-node listener either."""
+    _, address = start_serving_node(
+        processes, tmp_path, "--node-id", "1", "--listen", "127.0.0.1:0"
+    )
+    internal = (tmp_path / "node.addr").read_text().split()[1]
+    assert internal != address and not internal.endswith(":0")
+    pull = raft_pb2.FetchMetadataRequest(from_offset=0, node_id=2)
+
+    with grpc.insecure_channel(address) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            raft_pb2_grpc.RaftTransportStub(channel).FetchMetadata(pull, timeout=5)
+        assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED
+        with pytest.raises(grpc.RpcError) as refused:
+            raft_pb2_grpc.RaftTransportStub(channel).Stream(
+                iter([raft_pb2.RaftEnvelope()]), timeout=5
+            )
+        assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+    with grpc.insecure_channel(internal) as channel:
+        answer = raft_pb2_grpc.RaftTransportStub(channel).FetchMetadata(pull, timeout=5)
+        assert answer.error_code == 0
+        with pytest.raises(grpc.RpcError) as refused:
+            tidelog_pb2_grpc.TidelogStub(channel).Metadata(wire.metadata_request(), timeout=5)
+        assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_config_file_with_flag_and_set_overrides(
@@ -220,7 +252,7 @@ def test_health_is_not_serving_until_the_runtime_has_started(
         addr_file = tmp_path / "node.addr"
         while not addr_file.exists():
             await asyncio.sleep(0.01)
-        async with grpc.aio.insecure_channel(addr_file.read_text().strip()) as channel:
+        async with grpc.aio.insecure_channel(addr_file.read_text().split()[0]) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
 
             async def status(service: str) -> int:
@@ -247,10 +279,15 @@ BASE = {"node.id": "1", "listen": "127.0.0.1:7420", "data.dir": "/tmp/x"}
 
 def test_config_defaults_and_kafka_keys() -> None:
     config = NodeConfig.from_properties(
-        {**BASE, "peers": "1=127.0.0.1:7420,2=127.0.0.1:7421", "election.timeout.ms": "400",
-         "log.flush.policy": "never", "cleanup.policy": "compact"}
+        {**BASE, "peers": "1=127.0.0.1:7520,2=127.0.0.1:7521", "election.timeout.ms": "400",
+         "client.addresses": "2=127.0.0.1:7421", "log.flush.policy": "never",
+         "cleanup.policy": "compact"}
     )
-    assert config.peers == {1: "127.0.0.1:7420", 2: "127.0.0.1:7421"}
+    assert config.peers == {1: "127.0.0.1:7520", 2: "127.0.0.1:7521"}
+    # The node-to-node listener binds this node's own entry in peers.
+    assert config.internal_listen == "127.0.0.1:7520"
+    assert (config.client_address_of(1), config.client_address_of(2)) == (
+        "127.0.0.1:7420", "127.0.0.1:7421")
     assert (config.election_timeout_ms, config.election_timeout_max_ms) == (400, 800)
     assert config.log_flush_policy == "never"
     assert config.extra == {"cleanup.policy": "compact"}
@@ -259,10 +296,15 @@ def test_config_defaults_and_kafka_keys() -> None:
 
 
 def test_bound_config_publishes_the_real_port() -> None:
-    config = NodeConfig.from_properties({**BASE, "listen": "127.0.0.1:0", "peers": "2=h:1"})
-    bound = config.bound(5555)
+    config = NodeConfig.from_properties(
+        {**BASE, "listen": "127.0.0.1:0", "peers": "2=h:1", "client.addresses": "2=h:2"}
+    )
+    assert config.internal_listen == "127.0.0.1:0"
+    bound = config.bound(5555, 5556)
     assert (bound.listen, bound.advertised_address) == ("127.0.0.1:5555", "127.0.0.1:5555")
-    assert bound.peers == {1: "127.0.0.1:5555", 2: "h:1"}
+    assert bound.internal_listen == "127.0.0.1:5556"
+    assert bound.peers == {1: "127.0.0.1:5556", 2: "h:1"}
+    assert bound.client_address_of(1) == "127.0.0.1:5555"
 
 
 @pytest.mark.parametrize(
@@ -284,6 +326,17 @@ def test_bound_config_publishes_the_real_port() -> None:
         ({"offset.metadata.max.bytes": "-1"}, "offset.metadata.max.bytes must be >= 0"),
         ({"offsets.commit.timeout.ms": "0"}, "offsets.commit.timeout.ms must be >= 1"),
         ({"offsets.topic.num.partition": "3"}, "did you mean 'offsets.topic.num.partitions'"),
+        ({"peers": "1=127.0.0.1:7420"}, "internal.listen and listen are both 127.0.0.1:7420"),
+        ({"internal.listen": "127.0.0.1:7420"}, "internal.listen and listen are both"),
+        ({"internal.listen": "10.0.0.1:7520"}, "internal.listen: '10.0.0.1' is not a loopback"),
+        ({"peers": "1=127.0.0.1:7520,2=127.0.0.1:7521"}, "client.addresses has no address for "
+                                                         "node(s) 2"),
+        ({"security.protocol": "SASL_SSL"}, "security.protocol must be one of PLAINTEXT, SSL"),
+        ({"security.protocol": "SSL"}, "an SSL listener needs ssl.certfile and ssl.keyfile"),
+        ({"security.inter.broker.protocol": "ssl", "ssl.certfile": "c", "ssl.keyfile": "k"},
+         "security.inter.broker.protocol=SSL is mutual TLS: it needs ssl.cafile"),
+        ({"ssl.client.auth": "required"}, "ssl.client.auth=required needs security.protocol=SSL"),
+        ({"ssl.client.auth": "requested"}, "ssl.client.auth must be one of none, required"),
     ],
 )
 def test_config_refusals_name_the_setting(override: dict[str, str], message: str) -> None:

@@ -92,8 +92,10 @@ async def _cluster(tmp_path: Path, election_timeout_ms: int) -> AsyncIterator[_C
     nodes: dict[int, _Node] = {}
     cluster = _Cluster(nodes)
     for i in IDS:
-        config = NodeConfig(node_id=i, listen=peers[i], data_dir=tmp_path / f"node-{i}",
-                            peers=peers, election_timeout_ms=election_timeout_ms,
+        # Raft only: the peers' node-to-node listeners; no client listener is served.
+        config = NodeConfig(node_id=i, listen="127.0.0.1:0", data_dir=tmp_path / f"node-{i}",
+                            peers=peers, client_addresses=peers,
+                            election_timeout_ms=election_timeout_ms,
                             heartbeat_interval_ms=election_timeout_ms // 6)
         node = nodes[i] = _Node(ReplicaSet(config))
         add_raft_transport(
@@ -206,8 +208,9 @@ def test_a_new_core_stays_out_of_elections_for_an_election_timeout(tmp_path: Pat
     lease counts on that. A transfer's forced election is not refused."""
 
     async def scenario() -> None:
-        config = NodeConfig(node_id=1, listen="127.0.0.1:1", data_dir=tmp_path,
-                            peers={i: f"127.0.0.1:{i}" for i in IDS},
+        peers = {i: f"127.0.0.1:{i}" for i in IDS}
+        config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
+                            peers=peers, client_addresses=peers,
                             election_timeout_ms=60_000)
         replicas = ReplicaSet(config)
         try:

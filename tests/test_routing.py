@@ -28,8 +28,9 @@ def announcement(epoch: int) -> rpb.LeaderAnnouncement:
 @pytest.fixture
 def hosted(tmp_path: Path) -> tuple[Routing, PartitionReplica]:
     config = NodeConfig(
-        node_id=1, listen="127.0.0.1:1", data_dir=tmp_path,
+        node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
         peers={1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"},
+        client_addresses={2: "127.0.0.1:12", 3: "127.0.0.1:13"},
     )
     replica = PartitionReplica(
         TP, 1, (1, 2, 3), tmp_path / "events-0", LogConfig(), RaftConfig(), seed=1
@@ -61,7 +62,7 @@ def test_an_election_under_way_names_no_leader_of_an_older_epoch(
 
 
 def test_a_partition_hosted_elsewhere_follows_the_newest_announcement(tmp_path: Path) -> None:
-    config = NodeConfig(node_id=1, listen="127.0.0.1:1", data_dir=tmp_path,
+    config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
                         peers={1: "127.0.0.1:1"})
     routing = Routing(config, {}, CONTROLLER)
     assert routing.leader_of(TP) == (-1, -1)

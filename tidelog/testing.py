@@ -141,7 +141,9 @@ class LocalCluster:
 
     ``data_dir`` None uses a temporary directory removed on close; a given directory is kept and
     a cluster started on it again resumes with the same node ids, ports and data (the layout is
-    recorded in ``cluster.json``). ``base_port`` 0 picks free ports once; restarts reuse them.
+    recorded in ``cluster.json``). Node N's client listener is on ``base_port + N - 1``, its
+    node-to-node listener on ``base_port + nodes + N - 1``; ``base_port`` 0 picks free ports
+    once; restarts reuse them.
     ``node_config`` holds node settings by Python or Kafka name (``segment_bytes=1024`` or
     ``**{"segment.bytes": 1024}``); other names are topic defaults.
     ``require_controller``: readiness also needs every live node to know a metadata leader.
@@ -164,7 +166,7 @@ class LocalCluster:
     ) -> None:
         if nodes < 1:
             raise ConfigurationError(f"a cluster needs at least one node, got {nodes}")
-        if not 0 <= base_port <= 65535 - nodes:
+        if not 0 <= base_port <= 65535 - 2 * nodes:
             raise ConfigurationError(f"base port {base_port} leaves no room for {nodes} nodes")
         self._owns_dir = data_dir is None
         self._dir = Path(data_dir if data_dir is not None else tempfile.mkdtemp(prefix="tidelog-"))
@@ -174,7 +176,9 @@ class LocalCluster:
         self.require_controller = require_controller
         self._ready_timeout = ready_timeout
         self._exit_with_parent = exit_with_parent
+        #: Node id -> client address, and -> node-to-node address.
         self._addresses: dict[int, str] = {}
+        self._internal: dict[int, str] = {}
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._paused: set[int] = set()
 
@@ -202,14 +206,14 @@ class LocalCluster:
         from tidelog.node.server import data_dir_in_use
 
         self._dir.mkdir(parents=True, exist_ok=True)
-        self._addresses = self._layout()
+        self._addresses, self._internal = self._layout()
         for node_id in self._addresses:
             if data_dir_in_use(self._node_dir(node_id)):
                 raise ClusterError(
                     f"data dir {self._dir} is held by a running cluster (node {node_id}); "
                     f"stop it with: tidelog cluster down --data-dir {self._dir}"
                 )
-        _check_ports_free(self._addresses)
+        _check_ports_free([*self._addresses.values(), *self._internal.values()])
         _LIVE.add(self)
         for node_id in self._addresses:
             self._spawn(node_id)
@@ -250,7 +254,12 @@ class LocalCluster:
         return ",".join(self._addresses[n] for n in self.node_ids)
 
     def address_of(self, node_id: int) -> str:
+        """The node's client listener."""
         return self._addresses[self._known(node_id)]
+
+    def internal_address_of(self, node_id: int) -> str:
+        """The node's node-to-node listener (Raft streams, metadata pulls)."""
+        return self._internal[self._known(node_id)]
 
     def pid_of(self, node_id: int) -> int | None:
         """The node's pid (also its process group), or None when it is not running."""
@@ -285,7 +294,8 @@ class LocalCluster:
         return None if best is None else best[1]
 
     def routes(self, node_id: int) -> NodeRoutes | None:
-        """The links a node is started with; None means every node's own address. A subclass
+        """The links a node is started with; None means every node's own addresses (its
+        node-to-node listener for peers, its client listener for clients). A subclass
         overrides it to route links through proxies (see ``chaos.cluster``)."""
         return None
 
@@ -379,24 +389,34 @@ class LocalCluster:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _layout(self) -> dict[int, str]:
-        """Node id -> address: the recorded one when resuming, else freshly chosen."""
+    def _layout(self) -> tuple[dict[int, str], dict[int, str]]:
+        """Node id -> client address and node id -> node-to-node address: the recorded ones
+        when resuming, else freshly chosen."""
         layout_path = self._dir / LAYOUT_FILE
         if layout_path.exists():
-            recorded = _read_layout(self._dir)
+            recorded, internal = _read_layout(self._dir)
             ports = sorted(int(a.rpartition(":")[2]) for a in recorded.values())
             if len(recorded) != self._nodes or self._base_port not in (0, ports[0]):
                 raise ConfigurationError(
                     f"{self._dir} holds a {len(recorded)}-node cluster on ports from {ports[0]}; "
                     "start it with the same --nodes and --base-port, or use another data dir"
                 )
-            return recorded
+            if set(internal) != set(recorded):  # recorded before nodes had two listeners
+                internal = dict(zip(sorted(recorded), _addresses(_free_ports(self._nodes)),
+                                    strict=True))
+            return recorded, internal
+        count = 2 * self._nodes
         ports = (
-            list(range(self._base_port, self._base_port + self._nodes))
+            list(range(self._base_port, self._base_port + count))
             if self._base_port
-            else _free_ports(self._nodes)
+            else _free_ports(count)
         )
-        return {node_id: f"127.0.0.1:{port}" for node_id, port in enumerate(ports, start=1)}
+        addresses = _addresses(ports)
+        ids = range(1, self._nodes + 1)
+        return (
+            dict(zip(ids, addresses[: self._nodes], strict=True)),
+            dict(zip(ids, addresses[self._nodes :], strict=True)),
+        )
 
     def _spawn(self, node_id: int) -> None:
         from tidelog.node.config import NodeConfig, format_peers, key_for
@@ -407,8 +427,10 @@ class LocalCluster:
         props.update({
             "node.id": str(node_id),
             "listen": self._addresses[node_id],
+            "internal.listen": self._internal[node_id],
             "data.dir": str(node_dir),
-            "peers": format_peers(self._addresses),
+            "peers": format_peers(self._internal),
+            "client.addresses": format_peers(self._addresses),
         })
         routes = self.routes(node_id)
         if routes is not None:
@@ -437,7 +459,11 @@ class LocalCluster:
 
     def _record_layout(self) -> None:
         pids = {str(n): p.pid for n, p in self._procs.items() if p.poll() is None}
-        layout = {"nodes": {str(n): a for n, a in self._addresses.items()}, "pids": pids}
+        layout = {
+            "nodes": {str(n): a for n, a in self._addresses.items()},
+            "internal": {str(n): a for n, a in self._internal.items()},
+            "pids": pids,
+        }
         path = self._dir / LAYOUT_FILE
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(layout, indent=2) + "\n")
@@ -786,11 +812,16 @@ def _terminate(
         time.sleep(_POLL_S)
 
 
-def _read_layout(data_dir: Path) -> dict[int, str]:
+def _read_layout(data_dir: Path) -> tuple[dict[int, str], dict[int, str]]:
+    """The recorded client and node-to-node addresses (the latter empty in a layout recorded
+    before nodes had two listeners)."""
     try:
         recorded: dict[str, Any] = json.loads((data_dir / LAYOUT_FILE).read_text())
-        return {int(n): str(a) for n, a in recorded["nodes"].items()}
-    except (ValueError, KeyError, TypeError) as exc:
+        return (
+            {int(n): str(a) for n, a in recorded["nodes"].items()},
+            {int(n): str(a) for n, a in recorded.get("internal", {}).items()},
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigurationError(f"{data_dir / LAYOUT_FILE} is unreadable: {exc}") from None
 
 
@@ -801,8 +832,12 @@ def _free_ports(count: int) -> list[int]:
         return [_bind(sock, 0) for sock in socks]
 
 
-def _check_ports_free(addresses: dict[int, str]) -> None:
-    for address in addresses.values():
+def _addresses(ports: Iterable[int]) -> list[str]:
+    return [f"127.0.0.1:{port}" for port in ports]
+
+
+def _check_ports_free(addresses: Iterable[str]) -> None:
+    for address in addresses:
         with socket.socket() as sock:
             _bind(sock, int(address.rpartition(":")[2]))
 
