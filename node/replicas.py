@@ -30,7 +30,7 @@ from tidelog.errors import CorruptMessageError
 from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.reads import wait_read
-from tidelog.node.security import peer_channel
+from tidelog.node.security import PeerDialer
 from tidelog.node.transport import CHANNEL_OPTIONS, Outgoing, PeerLink, messages_of
 from tidelog.replication import (
     AppendResponse,
@@ -64,6 +64,7 @@ class ReplicaSet:
         self.node_id = config.node_id
         self.partitions: dict[TopicPartition, PartitionReplica] = {}
         self.links: dict[int, PeerLink] = {}
+        self.dialer = PeerDialer(config)
         #: The only writer of every log: Ready rounds, replica creation and deletion,
         #: checkpoints and retention all run here, one after another.
         self.disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"disk-{self.node_id}")
@@ -90,12 +91,12 @@ class ReplicaSet:
 
     def connect_peer(self, address: str) -> grpc.aio.Channel:
         """A channel to a peer's node-to-node listener, as this node's settings secure it."""
-        return peer_channel(self.config, address, CHANNEL_OPTIONS)
+        return self.dialer.channel(address, CHANNEL_OPTIONS)
 
     def start_links(self) -> None:
         for peer_id, address in self.config.peers.items():
             if peer_id != self.node_id:
-                link = PeerLink(self.node_id, peer_id, address, self.connect_peer)
+                link = PeerLink(self.node_id, peer_id, address, self.dialer)
                 link.start()
                 self.links[peer_id] = link
 

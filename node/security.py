@@ -23,6 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
+from tidelog.transport import Security
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -128,13 +129,30 @@ def server_credentials(config: NodeConfig, *, internal: bool) -> grpc.ServerCred
     )
 
 
-def peer_channel(
-    config: NodeConfig, address: str, options: Sequence[tuple[str, Any]]
-) -> grpc.aio.Channel:
-    """A channel to a peer's node-to-node listener: mutual TLS when that listener is SSL."""
-    if config.security_inter_broker_protocol == "PLAINTEXT":
-        return grpc.aio.insecure_channel(address, options=options)
-    return grpc.aio.secure_channel(address, _node_credentials(config), options=options)
+class PeerDialer:
+    """Opens channels to peers' node-to-node listeners (mutual TLS when that listener is SSL)
+    and says why a TLS link cannot connect, for the log line of a broken link: gRPC itself
+    only says "Socket closed" when a peer refuses this node's certificate."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self._security = Security(
+            config.security_inter_broker_protocol,
+            config.ssl_cafile or None,
+            config.ssl_certfile or None,
+            config.ssl_keyfile or None,
+        )
+
+    def channel(self, address: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Channel:
+        if not self._security.tls:
+            return grpc.aio.insecure_channel(address, options=options)
+        return grpc.aio.secure_channel(address, _node_credentials(self.config), options=options)
+
+    async def why_refused(self, address: str) -> str | None:
+        """The TLS reason `address` refuses this node, or None (plaintext, or not TLS)."""
+        if not self._security.tls:
+            return None
+        return await self._security.diagnose(address)
 
 
 def client_port_channel(

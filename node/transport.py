@@ -35,6 +35,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from tidelog.node.malformed import reject_malformed
+from tidelog.node.security import PeerDialer
 from tidelog.records import MAX_MESSAGE_BYTES
 from tidelog.replication import (
     AppendRequest,
@@ -262,15 +263,12 @@ def messages_of(
 class PeerLink:
     """The outbound stream to one peer."""
 
-    def __init__(
-        self, node_id: int, peer_id: int, address: str,
-        connect: Callable[[str], grpc.aio.Channel],
-    ) -> None:
+    def __init__(self, node_id: int, peer_id: int, address: str, dialer: PeerDialer) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
         self.address = address
-        #: Opens a channel to a peer's node-to-node listener (plaintext or mutual TLS).
-        self._connect = connect
+        #: Opens channels to the peer's node-to-node listener (plaintext or mutual TLS).
+        self._dialer = dialer
         self._queue: deque[tuple[int, list[bytes | memoryview]]] = deque()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -310,7 +308,7 @@ class PeerLink:
     async def _run(self) -> None:
         attempt = 0
         while True:
-            self._channel = self._connect(self.address)
+            self._channel = self._dialer.channel(self.address, CHANNEL_OPTIONS)
             try:
                 stream = self._channel.stream_unary(
                     STREAM_METHOD, response_deserializer=pb.StreamSummary.FromString
@@ -320,7 +318,7 @@ class PeerLink:
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as exc:
-                self._log_break(exc)
+                await self._log_break(exc)
             finally:
                 await self._channel.close()
             # Messages queued for a dead peer are stale by the time it returns; Raft resends.
@@ -328,19 +326,23 @@ class PeerLink:
             await asyncio.sleep(_RECONNECT_BACKOFF_S[min(attempt, len(_RECONNECT_BACKOFF_S) - 1)])
             attempt += 1
 
-    def _log_break(self, exc: grpc.aio.AioRpcError) -> None:
-        """A break loses everything queued to the peer, so it is worth a warning with its cause;
-        a peer that stays down breaks every reconnect, so those are counted, not each logged."""
+    async def _log_break(self, exc: grpc.aio.AioRpcError) -> None:
+        """A break loses everything queued to the peer, so it is worth a warning with its cause
+        (with TLS, why the handshake fails: gRPC's "Socket closed" does not say); a peer that
+        stays down breaks every reconnect, so those are counted, not each logged."""
         self._breaks += 1
         now = time.monotonic()
         if now - self._break_logged_at < _BREAK_LOG_EVERY_S:
             log.debug("link %d->%d broke: %s %s", self.node_id, self.peer_id, exc.code().name,
                       exc.details())
             return
+        refused = None
+        if exc.code() is grpc.StatusCode.UNAVAILABLE:
+            refused = await self._dialer.why_refused(self.address)
         log.warning(
-            "link %d->%d (%s) broke: %s %s (%d break(s) since the last warning)",
+            "link %d->%d (%s) broke: %s %s%s (%d break(s) since the last warning)",
             self.node_id, self.peer_id, self.address, exc.code().name, exc.details(),
-            self._breaks,
+            f"; TLS: {refused}" if refused else "", self._breaks,
         )
         self._break_logged_at = now
         self._breaks = 0

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import grpc
 import pytest
 
+from tidelog.node.config import NodeConfig
+from tidelog.node.security import PeerDialer
 from tidelog.node.transport import (
     COALESCE_BYTES,
     SERVER_OPTIONS,
@@ -36,6 +39,9 @@ from tidelog.replication import (
 )
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
+
+#: Links of node 1 over plaintext (the node-to-node listener's default).
+PLAINTEXT = PeerDialer(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=Path("unused")))
 
 A, B = TopicPartition("a", 0), TopicPartition("b", 3)
 
@@ -146,7 +152,7 @@ def test_a_peer_link_never_writes_a_message_its_peer_refuses() -> None:
     and none reaches MAX_MESSAGE_BYTES. Everything arrives, in order."""
     maximal = memoryview(bytes(MAX_BATCH_BYTES))
     sizes = [100, 300_000, 1 << 20, 3 << 20, 900_000, MAX_BATCH_BYTES, 2000, 5 << 20, 10]
-    link = PeerLink(1, 2, "127.0.0.1:1")
+    link = PeerLink(1, 2, "127.0.0.1:1", PLAINTEXT)
     sent: list[Message] = []
     for round_ in range(3):
         outgoing = Outgoing(1, 2)
@@ -191,7 +197,7 @@ def test_a_maximal_batch_crosses_a_real_stream() -> None:
         add_raft_transport(server, on_envelope, lambda _: rpb.FetchMetadataResponse())
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        link = PeerLink(1, 2, f"127.0.0.1:{port}")
+        link = PeerLink(1, 2, f"127.0.0.1:{port}", PLAINTEXT)
         link.start()
         try:
             outgoing = Outgoing(1, 2)
@@ -235,7 +241,7 @@ def test_a_broken_stream_is_a_warning_with_its_cause_once_per_period(
                            lambda _: rpb.FetchMetadataResponse())
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        link = PeerLink(1, 2, f"127.0.0.1:{port}")
+        link = PeerLink(1, 2, f"127.0.0.1:{port}", PLAINTEXT)
         link.start()
         try:
             deadline = asyncio.get_running_loop().time() + 30

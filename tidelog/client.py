@@ -13,10 +13,11 @@ client with its own transport.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog import wire
@@ -34,7 +35,7 @@ from tidelog.errors import (
 from tidelog.metadata import ClusterMetadata, TopicInfo
 from tidelog.partitioned import PartitionedRequest
 from tidelog.retry import Backoff, Deadline, call_with_retry
-from tidelog.transport import CallObserver, Transport
+from tidelog.transport import CallObserver, Security, Transport
 from tidelog.types import (
     CONSUMER_OFFSETS_TOPIC,
     CONSUMER_REPLICA_ID,
@@ -68,6 +69,8 @@ class ClientConfig:
     #: Told of every request and answer (``tidelog.transport.CallObserver``): the supported
     #: hook for tracing a client's traffic.
     observers: tuple[CallObserver, ...] = ()
+    #: TLS to the nodes' client listeners (kafka-python's names; see ``transport.Security``).
+    security: Security = field(default_factory=Security)
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -108,8 +111,17 @@ class Client:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         observers: Sequence[CallObserver] = (),
+        security_protocol: str = "PLAINTEXT",
+        ssl_cafile: str | os.PathLike[str] | None = None,
+        ssl_certfile: str | os.PathLike[str] | None = None,
+        ssl_keyfile: str | os.PathLike[str] | None = None,
     ) -> None:
         addresses = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+        security = Security(
+            security_protocol,
+            *(None if path is None else os.fspath(path)
+              for path in (ssl_cafile, ssl_certfile, ssl_keyfile)),
+        )
         self._init(
             ClientConfig(
                 bootstrap=tuple(a.strip() for a in addresses if a.strip()),
@@ -117,6 +129,7 @@ class Client:
                 retry_backoff_ms=retry_backoff_ms,
                 retry_backoff_max_ms=retry_backoff_max_ms,
                 observers=tuple(observers),
+                security=security,
             )
         )
 
@@ -124,7 +137,7 @@ class Client:
         self.config = config
         self.metadata = ClusterMetadata()
         self.backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
-        self.transport = Transport(self.metadata, config.observers)
+        self.transport = Transport(self.metadata, config.observers, config.security)
         self.coordinators = Coordinators(self)
         self._refresh_cond = threading.Condition()
         self._refreshing = False

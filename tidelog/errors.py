@@ -665,6 +665,14 @@ class NodeUnavailableError(InvalidMetadataError):
     description = "The node could not be reached."
 
 
+class SslAuthenticationError(AuthenticationError):
+    """A TLS handshake with a node failed, or a node's listener speaks another protocol than
+    the client (Kafka's SslAuthenticationException): a setting to fix, never retried."""
+
+    name = "SSL_AUTHENTICATION_FAILED"
+    description = "The TLS handshake with the node failed."
+
+
 class ConfigurationError(TidelogError, ValueError):
     """A client-side misuse (bad argument); never retried."""
 

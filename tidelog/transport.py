@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import functools
+import ssl
 import threading
 from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -28,6 +33,7 @@ from tidelog.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
     NodeUnavailableError,
+    SslAuthenticationError,
     TidelogError,
     UnknownServerError,
     UnsupportedVersionError,
@@ -49,11 +55,143 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+#: How long the diagnosis of a connection that failed may take (it runs only for an address
+#: that never answered, so a node that is merely down or paused costs it once).
+_PROBE_TIMEOUT_S = 1.0
 _TRANSPORT_FAILURES = {
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.CANCELLED,
 }
+
+
+@dataclass(frozen=True)
+class Security:
+    """How the client talks to the nodes' client listeners: kafka-python's
+    ``security_protocol`` ("PLAINTEXT" or "SSL") and, for SSL, ``ssl_cafile`` (the CA that
+    signed the nodes' certificates; the system's CAs when None) and, for listeners that require
+    client certificates, ``ssl_certfile`` and ``ssl_keyfile`` (PEM files)."""
+
+    security_protocol: str = "PLAINTEXT"
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def __post_init__(self) -> None:
+        protocol = self.security_protocol.upper()
+        object.__setattr__(self, "security_protocol", protocol)
+        if protocol not in ("PLAINTEXT", "SSL"):
+            raise ConfigurationError(
+                f"security_protocol must be 'PLAINTEXT' or 'SSL', got {self.security_protocol!r}"
+            )
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ConfigurationError("ssl_certfile and ssl_keyfile go together")
+        if protocol == "PLAINTEXT" and (self.ssl_cafile or self.ssl_certfile):
+            raise ConfigurationError("ssl_* files need security_protocol='SSL'")
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol == "SSL"
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """None for PLAINTEXT; the files are read (and checked) once per client."""
+        if not self.tls:
+            return None
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read_pem(self.ssl_cafile, "ssl_cafile"),
+            private_key=_read_pem(self.ssl_keyfile, "ssl_keyfile"),
+            certificate_chain=_read_pem(self.ssl_certfile, "ssl_certfile"),
+        )
+
+    def aio_channel(self, address: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Channel:
+        credentials = self.credentials()
+        if credentials is None:
+            return grpc.aio.insecure_channel(address, options=options)
+        return grpc.aio.secure_channel(address, credentials, options=options)
+
+    def channel(self, address: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
+        """A blocking channel (the CLI's and the test harness's direct calls)."""
+        credentials = self.credentials()
+        if credentials is None:
+            return grpc.insecure_channel(address, options=options)
+        return grpc.secure_channel(address, credentials, options=options)
+
+    async def diagnose(self, address: str) -> str | None:
+        """Why connecting to ``address`` fails, when TLS is the reason: a listener that speaks
+        TLS to a PLAINTEXT client (or the reverse), a node certificate ssl_cafile does not
+        trust, or a node that hangs up right after the handshake (it refused this client's
+        certificate, or that there was none). None when the connection is not the problem.
+
+        gRPC reports most of these as "Socket closed", which also means a node going down, so
+        a handshake of our own tells them apart."""
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.set_alpn_protocols(["h2"])
+        if self.tls:
+            if self.ssl_cafile:
+                context.load_verify_locations(self.ssl_cafile)
+            else:
+                context.load_default_certs()
+            if self.ssl_certfile and self.ssl_keyfile:
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        else:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, int(port), ssl=context, server_hostname=host),
+                _PROBE_TIMEOUT_S,
+            )
+        except ssl.SSLCertVerificationError as exc:
+            return (f"the node's certificate is not trusted by ssl_cafile "
+                    f"({self.ssl_cafile or 'the system CAs'}): {exc.verify_message}")
+        except ssl.SSLError as exc:
+            if not self.tls:
+                return None
+            if exc.reason == "WRONG_VERSION_NUMBER":
+                return ("the node's listener speaks PLAINTEXT, not TLS: connect with "
+                        "security_protocol='PLAINTEXT'")
+            return f"the TLS handshake failed: {exc.reason or exc}"
+        except (OSError, TimeoutError, ValueError):
+            return None
+        try:
+            if not self.tls:
+                return ("the node's listener requires TLS (it completed a TLS handshake) and "
+                        "this client speaks PLAINTEXT: connect with security_protocol='SSL' and "
+                        "ssl_cafile (plus ssl_certfile and ssl_keyfile if the listener requires "
+                        "client certificates)")
+            try:
+                # A gRPC server speaks first (its SETTINGS); one that refused our certificate
+                # hangs up instead.
+                first = await asyncio.wait_for(reader.read(1), _PROBE_TIMEOUT_S)
+            except (OSError, TimeoutError):
+                return None
+            if first:
+                return None
+            presented = (f"the certificate {self.ssl_certfile}" if self.ssl_certfile
+                         else "no certificate")
+            return (f"the node closed the connection right after the TLS handshake: it refused "
+                    f"{presented} (its listener requires a client certificate signed by a CA "
+                    "it trusts)")
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError, ssl.SSLError):
+                await writer.wait_closed()
+
+
+@functools.lru_cache(maxsize=16)
+def _read_pem_cached(path: str) -> bytes:
+    return Path(path).read_bytes()
+
+
+def _read_pem(path: str | None, name: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return _read_pem_cached(path)
+    except OSError as exc:
+        raise ConfigurationError(f"{name}: cannot read {path}: {exc.strerror}") from None
 
 
 class CallObserver:
@@ -88,9 +226,16 @@ class Transport:
     """The loop thread (started on first use, so an unpickled or idle client costs none) and
     the channels on it; safe to use from any thread."""
 
-    def __init__(self, metadata: ClusterMetadata, observers: Sequence[CallObserver] = ()) -> None:
+    def __init__(
+        self, metadata: ClusterMetadata, observers: Sequence[CallObserver] = (),
+        security: Security | None = None,
+    ) -> None:
         self._metadata = metadata
         self._observers = tuple(observers)
+        self._security = security or Security()
+        #: Addresses that answered once: a later failure there is the node, not the setup, so
+        #: only a failure at an address that never answered gets a TLS diagnosis.
+        self._answered: set[str] = set()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -153,7 +298,7 @@ class Transport:
         if stub is None:
             if self._closed:
                 raise ConfigurationError("the client is closed")
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._security.aio_channel(address, CHANNEL_OPTIONS)
             self._channels.append(channel)
             stub = self._stubs[address] = _NodeStub(channel)
         for observer in self._observers:
@@ -161,7 +306,13 @@ class Transport:
         try:
             response = await getattr(stub, method)(request, timeout=max(timeout_s, 0.001))
         except grpc.RpcError as exc:
+            if address not in self._answered and exc.code() is grpc.StatusCode.UNAVAILABLE:
+                reason = await self._security.diagnose(address)
+                if reason is not None:
+                    where = f"node {node_id} ({address})" if node_id is not None else address
+                    raise SslAuthenticationError(f"{where}: {reason}") from None
             raise self._translate(exc, node_id, address) from None
+        self._answered.add(address)
         for observer in self._observers:
             observer.on_response(node_id, method, request, response)
         return response
