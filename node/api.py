@@ -13,6 +13,10 @@ Three rules hold for every request, so that no handler can forget them:
   and nothing is done for it (:func:`each_once`);
 * a per-partition error answer says -1 for every offset it cannot vouch for, and carries the
   leader hint exactly with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (:meth:`_fail`).
+
+Authorization comes first in every handler, as in Kafka's: the node that answers a request asks
+`node.authorization` which of the topics (groups, ...) it names the caller may act on, answers
+the others with their AUTHORIZATION_FAILED code, and serves the rest as if they were alone.
 """
 
 from __future__ import annotations
@@ -20,13 +24,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
 
 from tidelog import errors
+from tidelog.acl import Operation, ResourceType
 from tidelog.coordinator.controller import INTERNAL_TOPICS
+from tidelog.node.acl_api import AclApi
+from tidelog.node.acl_api import all_failed as acls_failed
+from tidelog.node.authorization import Authorization
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.forwarding import Forwarder, was_forwarded
@@ -106,7 +114,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.controller = controller
         self.offsets_topic = offsets_topic
         self.forwarder = Forwarder(config.node_id, routing)
-        self.group_api = GroupApi(config, controller, offsets_topic, groups, self.forwarder)
+        self.authorization = Authorization(config, controller.image.acls)
+        self.group_api = GroupApi(
+            config, controller, offsets_topic, groups, self.forwarder, self.authorization
+        )
+        self.acl_api = AclApi(controller, self.authorization, self._forward_to_controller)
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
         self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
 
@@ -167,7 +179,15 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         response = pb.MetadataResponse(controller_id=routing.controller_id)
         for node_id in sorted(self.config.peers):
             response.nodes.add(node_id=node_id, address=routing.address_of(node_id))
-        for name in dict.fromkeys(request.topics) or sorted(self.controller.image.topics):
+        names = list(dict.fromkeys(request.topics) or sorted(self.controller.image.topics))
+        refused = self.authorization.refusals(
+            self.authorization.principal(context), Operation.DESCRIBE, ResourceType.TOPIC, names
+        )
+        for name in names:
+            if (error := refused.get(name)) is not None:
+                if request.topics:  # a topic asked for by name says why; the others hide
+                    response.topics.add(name=name, error_code=error.code)
+                continue
             topic = self.controller.image.topics.get(name)
             if topic is None:
                 response.topics.add(name=name, error_code=errors.UnknownTopicOrPartitionError.code)
@@ -199,6 +219,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
         response = pb.CreateTopicsResponse()
         topics, twice = each_once((topic.name, topic) for topic in request.topics)
+        refused = self._refused_unless_cluster(context, Operation.CREATE, topics)
         config = self.config
         for topic in topics.values():
             # Kafka: -1 (and, here, unset) takes the node's default; 0 is refused by the plan.
@@ -218,6 +239,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             ) -> Any:
                 if name in twice:
                     raise errors.InvalidRequestError(f"topic {name!r} appears more than once")
+                if name in refused:
+                    raise refused[name]
                 self.replicas.validate_topic_configs(configs)
                 return self.controller.image.plan_create(
                     name,
@@ -241,16 +264,29 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
         response = pb.DeleteTopicsResponse()
         names, twice = each_once((name, name) for name in request.topic_names)
+        refused = self._refused_unless_cluster(context, Operation.DELETE, names)
         for name in names:
             result = response.topics.add(name=name)
 
             def plan(name: str = name) -> Any:
                 if name in twice:
                     raise errors.InvalidRequestError(f"topic {name!r} appears more than once")
+                if name in refused:
+                    raise refused[name]
                 return self.controller.image.plan_delete(name)
 
             await self._run_metadata_change(result, plan, False, timeout_s)
         return response
+
+    def _refused_unless_cluster(
+        self, context: grpc.aio.ServicerContext, operation: Operation, names: Iterable[str]
+    ) -> dict[str, errors.AuthorizationError]:
+        """CreateTopics and DeleteTopics: the operation on the cluster allows every topic,
+        else each topic needs it (kafka-reference §11.3)."""
+        principal = self.authorization.principal(context)
+        if self.authorization.cluster_refused(principal, operation) is None:
+            return {}
+        return self.authorization.refusals(principal, operation, ResourceType.TOPIC, names)
 
     async def _run_metadata_change(
         self, result: Any, plan: Callable[[], Any], validate_only: bool, timeout_s: float
@@ -278,7 +314,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             return _all_failed(method, request, errors.NotControllerError("no controller known"))
         try:
             timeout_s = getattr(request, "timeout_ms", 0) / 1000 or 30.0
-            return await self.forwarder.call(controller, method, request, timeout_s)
+            return await self.forwarder.call(
+                controller, method, request, timeout_s, self.authorization.principal(context)
+            )
         except grpc.aio.AioRpcError as exc:
             return _all_failed(
                 method, request, errors.NotControllerError(f"controller unreachable: {exc.code()}")
@@ -289,17 +327,32 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
+        principal = self.authorization.principal(context)
+        parts, twice = each_once(partitions_of(request.topics))
         if request.HasField("transactional_id"):
-            await unsupported(context, "transactional produce")
+            # Kafka refuses the whole request (53) before anything else; then: not built yet.
+            txn_refused = self.authorization.refused(
+                principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                request.transactional_id,
+            )
+            if txn_refused is None:
+                await unsupported(context, "transactional produce")
+            refused = dict.fromkeys((tp.topic for tp in parts), txn_refused)
+        else:
+            refused = self.authorization.refusals(
+                principal, Operation.WRITE, ResourceType.TOPIC, (tp.topic for tp in parts)
+            )
         acks = or_unset(request, "acks", _DEFAULT_ACKS)
         if acks == -1 and self.config.test_ack_before_commit:
             acks = 1  # the planted bug of the chaos suite's self-test (tests only)
         response = pb.ProduceResponse()
         answers = Answers(response)
-        parts, twice = each_once(partitions_of(request.topics))
         pending: list[tuple[Any, PartitionReplica, asyncio.Future[None] | None]] = []
         for tp, part in parts.items():
             result = answers.add(tp)
+            if (error := refused.get(tp.topic)) is not None:
+                self._fail(result, tp, error)
+                continue
             if tp in twice:
                 self._fail(result, tp, errors.InvalidRequestError(
                     f"{tp} appears more than once; none of its batches was written"
@@ -359,9 +412,13 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             isolation = IsolationLevel(request.isolation_level)
         except ValueError:
             await invalid(context, f"unknown isolation level {request.isolation_level}")
+        refused = self.authorization.refusals(
+            self.authorization.principal(context), Operation.READ, ResourceType.TOPIC,
+            (topic.name for topic in request.topics),
+        )
         deadline = asyncio.get_running_loop().time() + request.max_wait_ms / 1000
         while True:
-            response, size, replicas = self._read_fetch(request, replica_id, isolation)
+            response, size, replicas = self._read_fetch(request, replica_id, isolation, refused)
             remaining = deadline - asyncio.get_running_loop().time()
             # Kafka answers at once when what it has reaches min_bytes, so min_bytes 0 never
             # waits.
@@ -373,7 +430,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 waiter.cancel()
 
     def _read_fetch(
-        self, request: pb.FetchRequest, replica_id: int, isolation: IsolationLevel
+        self,
+        request: pb.FetchRequest,
+        replica_id: int,
+        isolation: IsolationLevel,
+        refused: dict[str, errors.AuthorizationError],
     ) -> tuple[pb.FetchResponse, int, list[PartitionReplica]]:
         """The answer, its records' total size, and the replicas it read. `budget` bounds the
         whole answer, records and the fields around them (exactly, up to varint widths)."""
@@ -392,8 +453,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             if tp.topic not in topics:
                 topics.add(tp.topic)
                 used += len(tp.topic.encode()) + _ENTRY_ROOM
-            if tp in twice:
-                self._fail(result, tp, errors.InvalidRequestError(f"{tp} appears more than once"))
+            failure: errors.TidelogError | None = refused.get(tp.topic)
+            if failure is None and tp in twice:
+                failure = errors.InvalidRequestError(f"{tp} appears more than once")
+            if failure is not None:
+                self._fail(result, tp, failure)
                 used += result.ByteSize() + _ENTRY_ROOM
                 continue
             epoch = or_unset(part, "current_leader_epoch", _NO_EPOCH_CHECK)
@@ -447,8 +511,15 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         response = pb.ListOffsetsResponse()
         answers = Answers(response)
         parts, twice = each_once(partitions_of(request.topics))
+        refused = self.authorization.refusals(
+            self.authorization.principal(context), Operation.DESCRIBE, ResourceType.TOPIC,
+            (tp.topic for tp in parts),
+        )
         for tp, part in parts.items():
             result = answers.add(tp)
+            if (error := refused.get(tp.topic)) is not None:
+                self._fail(result, tp, error)
+                continue
             try:
                 answer = self._list_offset(tp, part, replica_id, isolation, tp in twice)
             except errors.TidelogError as exc:
@@ -492,11 +563,21 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         """The leader of the group's `__consumer_offsets` partition; the topic is created on
         the first call (through the controller: a node that is not the controller forwards
         the call there)."""
+        if request.key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
+            await invalid(context, f"unknown key_type {request.key_type} (0: consumer group)")
+        resource = ResourceType.GROUP if request.key_type == _GROUP_KEY else (
+            ResourceType.TRANSACTIONAL_ID
+        )
+        refused = self.authorization.refused(
+            self.authorization.principal(context), Operation.DESCRIBE, resource, request.key
+        )
+        if refused is not None:
+            return pb.FindCoordinatorResponse(
+                error_code=refused.code, error_message=str(refused), node_id=-1
+            )
         if request.key_type == _TRANSACTION_KEY:
             # As transactional Produce and InitProducerId: a client must not retry it.
             await unsupported(context, "FindCoordinator for transactional ids (key_type 1)")
-        if request.key_type != _GROUP_KEY:
-            await invalid(context, f"unknown key_type {request.key_type} (0: consumer group)")
         offsets = self.offsets_topic
         if not offsets.exists:
             forwarded = await self._forward_to_controller("FindCoordinator", request, context)
@@ -530,7 +611,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListGroupsResponse:
-        return self.group_api.list_groups(request)
+        return self.group_api.list_groups(request, context)
 
     async def DeleteGroups(
         self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext
@@ -543,9 +624,27 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> pb.InitProducerIdResponse:
-        """Idempotent producers get a fresh id at epoch 0 from the controller's blocks."""
+        """Idempotent producers get a fresh id at epoch 0 from the controller's blocks. Kafka's
+        check: IDEMPOTENT_WRITE on the cluster or WRITE on some topic (31 otherwise); with a
+        transactional id, WRITE on it (53)."""
+        principal = self.authorization.principal(context)
         if request.HasField("transactional_id"):
+            refused = self.authorization.refused(
+                principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                request.transactional_id,
+            )
+            if refused is not None:
+                return pb.InitProducerIdResponse(
+                    error_code=refused.code, producer_id=-1, producer_epoch=-1
+                )
             await unsupported(context, "InitProducerId for transactional producers")
+        refused = self.authorization.cluster_refused(principal, Operation.IDEMPOTENT_WRITE)
+        if refused is not None and not self.authorization.allowed_any(
+            principal, Operation.WRITE, ResourceType.TOPIC
+        ):
+            return pb.InitProducerIdResponse(
+                error_code=refused.code, producer_id=-1, producer_epoch=-1
+            )
         forwarded = await self._forward_to_controller("InitProducerId", request, context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
@@ -563,8 +662,27 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def EndTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await unsupported(context, "EndTxn (transactions)")
 
+    # ---- ACLs ------------------------------------------------------------------------------
+
+    async def CreateAcls(
+        self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateAclsResponse:
+        return await self.acl_api.create_acls(request, context)
+
+    async def DescribeAcls(
+        self, request: pb.DescribeAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeAclsResponse:
+        return self.acl_api.describe_acls(request, context)
+
+    async def DeleteAcls(
+        self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteAclsResponse:
+        return await self.acl_api.delete_acls(request, context)
+
 
 def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
+    if method in ("CreateAcls", "DeleteAcls"):
+        return acls_failed(method, request, exc)
     if method == "InitProducerId":
         return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
     if method == "FindCoordinator":

@@ -67,6 +67,9 @@ KEYS: dict[str, str] = {
     "ssl.keyfile": "ssl_keyfile",
     "ssl.cafile": "ssl_cafile",
     "ssl.client.auth": "ssl_client_auth",
+    # ACLs (acls)
+    "super.users": "super_users",
+    "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
 }
 _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
 _REQUIRED = ("node.id", "listen", "data.dir")
@@ -163,6 +166,14 @@ class NodeConfig:
     #: "required": a client of the SSL client listener must present a certificate that
     #: ssl.cafile verifies (mutual TLS; its subject becomes the principal); "none": it need not.
     ssl_client_auth: ClientAuth = "none"
+    # ---- ACLs (acls) ----
+    #: Principals allowed everything whatever the ACLs say (Kafka's ``super.users``,
+    #: ``;``-separated in a properties file): the nodes' own principals belong here once
+    #: clients authenticate, so that requests they forward keep their client's principal.
+    super_users: tuple[str, ...] = ()
+    #: Whether a resource no ACL mentions is open to everyone. Kafka defaults to false;
+    #: Tidelog to true, so that a cluster without ACLs behaves as one without authorization.
+    allow_everyone_if_no_acl_found: bool = True
     #: Topic defaults (Kafka topic-config names), applied to topics created without an override.
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -225,6 +236,11 @@ class NodeConfig:
             0.0 <= self.test_drop_produce_response_rate <= 1.0,
             "test.drop.produce.response.rate must be within 0..1",
         )
+        for principal in self.super_users:
+            kind, sep, name = principal.partition(":")
+            _require(bool(sep and kind and name),
+                     f"super.users: {principal!r} is not a principal such as User:alice")
+        object.__setattr__(self, "super_users", tuple(self.super_users))
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         for node, address in self.client_addresses.items():
             _parse_address(f"client.addresses: address of node {node}", address,
@@ -348,6 +364,8 @@ class NodeConfig:
             value = getattr(self, name)
             if name in ("peers", "client_addresses"):
                 value = format_peers(value)
+            elif name == "super_users":
+                value = ";".join(value)
             if value != "":
                 props[key] = str(value)
         props.update(self.extra)
@@ -444,7 +462,9 @@ def _convert(key: str, name: str, value: str) -> Any:
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"
-    if name == "auto_leader_rebalance_enable":
+    if name == "super_users":
+        return tuple(filter(None, (part.strip() for part in value.split(";"))))
+    if name in ("auto_leader_rebalance_enable", "allow_everyone_if_no_acl_found"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"

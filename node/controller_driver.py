@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
@@ -221,17 +221,31 @@ class ControllerDriver:
         """On the controller leader: decide (validate) and commit one metadata record, then wait
         until this node has applied it; returns the record. Raises the Kafka error of the
         decision."""
+        (record,) = await self.propose_metadata_records(lambda: [plan()], timeout_s)
+        return record
+
+    async def propose_metadata_records(
+        self, plan: Callable[[], Sequence[MetadataRecord]], timeout_s: float
+    ) -> Sequence[MetadataRecord]:
+        """As `propose_metadata`, for the records of one decision, committed together in one
+        batch (the ACLs of one CreateAcls); a decision of no records commits nothing."""
         replica = self.replicas.partitions.get(METADATA_TP)
         if replica is None or not replica.is_leader:
             raise errors.NotControllerError("this node is not the controller")
-        record = plan()
-        name = record.subject
-        if name in self._pending_topics:
-            raise errors.ConcurrentTransactionsError(f"another change to {name!r} is in flight")
-        self._pending_topics.add(name)
+        records = plan()
+        if not records:
+            return records
+        names = {record.subject for record in records}
+        busy = names & self._pending_topics
+        if busy:
+            raise errors.ConcurrentTransactionsError(
+                f"another change to {sorted(busy)[0]!r} is in flight"
+            )
+        self._pending_topics |= names
         try:
+            now = wall_clock_ms()
             batch = build_batch(
-                [RecordInput(value=encode_record(record), timestamp=wall_clock_ms())]
+                [RecordInput(value=encode_record(record), timestamp=now) for record in records]
             )
             try:
                 produced = replica.propose(batch, acks=-1)
@@ -244,10 +258,10 @@ class ControllerDriver:
             except errors.NotLeaderOrFollowerError as exc:  # deposed before it committed
                 raise errors.NotControllerError(str(exc)) from None
             self._apply_committed_metadata()
-            await self._applied(produced.base_offset, timeout_s)
-            return record
+            await self._applied(produced.base_offset + len(records) - 1, timeout_s)
+            return records
         finally:
-            self._pending_topics.discard(name)
+            self._pending_topics -= names
 
     async def allocate_producer_id(self, timeout_s: float) -> int:
         """On the controller leader: the next producer id of the block this node holds,

@@ -1,7 +1,12 @@
 """Requests a node accepts and another node answers: admin changes go to the controller, offset
 requests to the group's coordinator. They travel on the other node's client port, marked as
 forwarded, and a forwarded request is answered where it lands, never forwarded again: nodes
-whose views of a leader disagree (one of them is behind) cannot pass it around."""
+whose views of a leader disagree (one of them is behind) cannot pass it around.
+
+A forwarded request carries the principal of the client that sent it, as Kafka's forwarding
+envelope does: the node that answers authorizes the client, not the node that forwarded it, and
+honours the carried principal only from a caller allowed CLUSTER_ACTION on the cluster
+(`node.authorization`)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from tidelog.v1 import tidelog_pb2_grpc
 
 #: The gRPC metadata key that marks a forwarded request; its value is the forwarding node's id.
 FORWARDED_BY = "tidelog-forwarded-by"
+#: The gRPC metadata key that carries the principal of the client of a forwarded request.
+FORWARDED_PRINCIPAL = "tidelog-forwarded-principal"
 
 
 class Forwarder:
@@ -25,8 +32,11 @@ class Forwarder:
         #: One channel per address, kept: forwarding is on the request path.
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    async def call(self, node: int, method: str, request: Any, timeout_s: float) -> Any:
-        """`request` answered by `node`'s `method`; raises grpc.aio.AioRpcError."""
+    async def call(
+        self, node: int, method: str, request: Any, timeout_s: float, principal: str
+    ) -> Any:
+        """`request` of `principal` answered by `node`'s `method`; raises
+        grpc.aio.AioRpcError."""
         address = self.routing.address_of(node)
         channel = self._channels.get(address)
         if channel is None:
@@ -34,10 +44,20 @@ class Forwarder:
             self._channels[address] = channel
         stub = tidelog_pb2_grpc.TidelogStub(channel)
         return await getattr(stub, method)(
-            request, timeout=timeout_s, metadata=((FORWARDED_BY, str(self.node_id)),)
+            request,
+            timeout=timeout_s,
+            metadata=((FORWARDED_BY, str(self.node_id)), (FORWARDED_PRINCIPAL, principal)),
         )
 
 
 def was_forwarded(context: grpc.aio.ServicerContext) -> bool:
     """Whether another node forwarded this request here."""
     return any(key == FORWARDED_BY for key, _ in context.invocation_metadata() or ())
+
+
+def forwarded_principal(context: grpc.aio.ServicerContext) -> str | None:
+    """The principal a forwarded request says it comes from; None when it says nothing."""
+    for key, value in context.invocation_metadata() or ():
+        if key == FORWARDED_PRINCIPAL:
+            return str(value)
+    return None

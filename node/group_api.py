@@ -7,18 +7,22 @@ where it lands, NOT_COORDINATOR (16) if that node does not coordinate the group 
 coordinator checks each partition as Kafka's API layer does (kafka-reference §7.5): a topic or
 partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION (3), one named twice
 INVALID_REQUEST (42); group-level errors go on every partition of a commit, and in the
-group-level error code of the other answers.
+group-level error code of the other answers. Authorization comes first, where the request is
+answered (kafka-reference §11.3): the group (30) before anything else, then each topic (29).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import grpc
 
 from tidelog import errors
+from tidelog.acl import Operation, ResourceType
 from tidelog.coordinator.group_coordinator import PartitionOffsets
+from tidelog.node.authorization import Authorization
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.forwarding import Forwarder, was_forwarded
@@ -45,8 +49,10 @@ class GroupApi:
         offsets_topic: OffsetsTopic,
         groups: GroupCoordinatorDriver,
         forwarder: Forwarder,
+        authorization: Authorization,
     ) -> None:
         self.node_id = config.node_id
+        self.authorization = authorization
         self.controller = controller
         self.offsets_topic = offsets_topic
         self.groups = groups
@@ -69,12 +75,30 @@ class GroupApi:
         remaining = context.time_remaining()
         timeout_s = _FORWARD_TIMEOUT_S if remaining is None else min(remaining, _FORWARD_TIMEOUT_S)
         try:
-            return await self.forwarder.call(leader, method, request, timeout_s)
+            return await self.forwarder.call(
+                leader, method, request, timeout_s, self.authorization.principal(context)
+            )
         except grpc.aio.AioRpcError as exc:
             unreachable = errors.CoordinatorNotAvailableError(
                 f"coordinator {leader} unreachable: {exc.code()}"
             )
             return _failed(method, request, unreachable)
+
+    def _group_refused(
+        self, context: grpc.aio.ServicerContext, operation: Operation, group: str
+    ) -> tuple[str, errors.AuthorizationError | None]:
+        """The caller's principal, and the refusal of `operation` on `group` (None: allowed)."""
+        principal = self.authorization.principal(context)
+        return principal, self.authorization.refused(
+            principal, operation, ResourceType.GROUP, group
+        )
+
+    def _topics_refused(
+        self, principal: str, operation: Operation, tps: Iterable[TopicPartition]
+    ) -> dict[str, errors.AuthorizationError]:
+        return self.authorization.refusals(
+            principal, operation, ResourceType.TOPIC, (tp.topic for tp in tps)
+        )
 
     def _missing(self, tp: TopicPartition) -> errors.TidelogError | None:
         topic = self.controller.image.topics.get(tp.topic)
@@ -91,11 +115,18 @@ class GroupApi:
                                                    context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
+        principal, group_refused = self._group_refused(context, Operation.READ, request.group_id)
+        if group_refused is not None:
+            failed: pb.OffsetCommitResponse = _failed("OffsetCommit", request, group_refused)
+            return failed
         parts, twice = each_once(partitions_of(request.topics))
+        refused = self._topics_refused(principal, Operation.READ, parts)
         results: dict[TopicPartition, errors.TidelogError | None] = {}
         offsets: dict[TopicPartition, PartitionOffsets] = {}
         for tp, part in parts.items():
-            if tp in twice:
+            if tp.topic in refused:
+                results[tp] = refused[tp.topic]
+            elif tp in twice:
                 results[tp] = errors.InvalidRequestError(f"{tp} appears more than once")
             elif (missing := self._missing(tp)) is not None:
                 results[tp] = missing
@@ -127,19 +158,37 @@ class GroupApi:
                                                    context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
+        principal, group_refused = self._group_refused(
+            context, Operation.DESCRIBE, request.group_id
+        )
+        if group_refused is not None:
+            return pb.OffsetFetchResponse(
+                error_code=group_refused.code, error_message=str(group_refused)
+            )
         named, twice = each_once(
             (TopicPartition(t.name, p), None) for t in request.topics for p in t.partitions
         )
-        wanted = [tp for tp in named if tp not in twice] if request.topics else None
+        refused = self._topics_refused(principal, Operation.DESCRIBE, named)
+        wanted = (
+            [tp for tp in named if tp not in twice and tp.topic not in refused]
+            if request.topics else None
+        )
         response = pb.OffsetFetchResponse()
         try:
             found = await self.groups.fetch(request.group_id, wanted, request.require_stable)
         except errors.TidelogError as exc:
             return pb.OffsetFetchResponse(error_code=exc.code, error_message=str(exc))
+        if not request.topics:  # "all": the topics the caller may not describe are left out
+            refused = self._topics_refused(principal, Operation.DESCRIBE, found)
+            found = {tp: v for tp, v in found.items() if tp.topic not in refused}
         answers = Answers(response)
         for tp in named if request.topics else sorted(found):
             answer = answers.add(tp)
             value = found.get(tp)
+            if (error := refused.get(tp.topic)) is not None:
+                answer.error_code = error.code
+                answer.committed_offset = answer.committed_leader_epoch = -1
+                continue
             if tp in twice:
                 answer.error_code = errors.InvalidRequestError.code
             if value is None:  # none committed (or asked twice): -1 and no error, as Kafka
@@ -157,12 +206,20 @@ class GroupApi:
                                                    context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
+        principal, group_refused = self._group_refused(context, Operation.DELETE, request.group_id)
+        if group_refused is not None:
+            return pb.OffsetDeleteResponse(
+                error_code=group_refused.code, error_message=str(group_refused)
+            )
         named, twice = each_once(
             (TopicPartition(t.name, p), None) for t in request.topics for p in t.partitions
         )
+        topics_refused = self._topics_refused(principal, Operation.READ, named)
         refused: dict[TopicPartition, errors.TidelogError] = {}
         for tp in named:
-            if tp in twice:
+            if tp.topic in topics_refused:
+                refused[tp] = topics_refused[tp.topic]
+            elif tp in twice:
                 refused[tp] = errors.InvalidRequestError(f"{tp} appears more than once")
             elif tp.topic not in self.controller.image.topics:  # Kafka checks the topic only
                 refused[tp] = errors.UnknownTopicOrPartitionError(f"{tp.topic} does not exist")
@@ -181,11 +238,20 @@ class GroupApi:
                 answer.error_message = str(error)
         return response
 
-    def list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
+    def list_groups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListGroupsResponse:
         """The groups this node coordinates (a client asks every node and merges the answers,
         as Kafka's admin client does); COORDINATOR_LOAD_IN_PROGRESS beside those it has while
-        a partition it leads is still loading."""
+        a partition it leads is still loading. Without DESCRIBE on the cluster, the groups
+        the caller may not describe are left out."""
         groups, loading = self.groups.list_groups()
+        principal = self.authorization.principal(context)
+        if self.authorization.cluster_refused(principal, Operation.DESCRIBE) is not None:
+            refused = self.authorization.refusals(
+                principal, Operation.DESCRIBE, ResourceType.GROUP, (g for g, _ in groups)
+            )
+            groups = [(g, c) for g, c in groups if g not in refused]
         wanted = {state.lower() for state in request.states_filter}
         response = pb.ListGroupsResponse(
             error_code=errors.CoordinatorLoadInProgressError.code if loading else 0
@@ -206,10 +272,14 @@ class GroupApi:
             name: errors.InvalidRequestError(f"group {name!r} appears more than once")
             for name in twice
         }
+        results.update(self.authorization.refusals(
+            self.authorization.principal(context), Operation.DELETE, ResourceType.GROUP,
+            (name for name in names if name not in twice),
+        ))
         here: list[str] = []
         elsewhere: dict[int, list[str]] = {}
         for name in names:
-            if name in twice:
+            if name in results:
                 continue
             try:
                 _, leader = self.offsets_topic.coordinator_of(name)

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tidelog import wire
+from tidelog.coordinator.controller import MetadataImage
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig, parse_peers, read_properties
 from tidelog.testing import LocalCluster, wait_for
@@ -232,7 +233,7 @@ def test_health_is_not_serving_until_the_runtime_has_started(
         def __init__(self, config: NodeConfig) -> None:
             # Only wired to the services by the server, never called before start().
             self.replicas = self.routing = self.offsets_topic = self.groups = None
-            self.controller = SimpleNamespace(fetch_metadata=None)
+            self.controller = SimpleNamespace(fetch_metadata=None, image=MetadataImage())
 
         def on_envelope(self, env: object, payload: memoryview) -> None:
             pass
@@ -403,7 +404,11 @@ def test_the_produce_test_hook_draws_from_a_seeded_generator(tmp_path: Path) -> 
         config = NodeConfig.from_properties({
             **BASE, "node.id": str(node_id), "data.dir": str(tmp_path), "test.seed": str(seed),
         })
-        servicer = TidelogServicer(config, None, None, None, None, None)  # type: ignore[arg-type]
+        # Only the controller's image is read at construction (the ACLs to authorize with).
+        controller = SimpleNamespace(image=MetadataImage())
+        servicer = TidelogServicer(
+            config, None, None, controller, None, None  # type: ignore[arg-type]
+        )
         return [servicer._test_rng.random() for _ in range(5)]
 
     random.seed(3)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog import wire
+from tidelog.acl import ANY_ACL, AclBinding, AclBindingFilter
 from tidelog.coordinated import Coordinators, check_group_id, checked_offsets
 from tidelog.errors import (
     ConfigurationError,
@@ -375,6 +376,75 @@ class Client:
         call_with_retry(lambda: self.refresh_metadata(deadline), what="Metadata",
                         deadline=deadline, backoff=self.backoff)
         return ClusterDescription(self.metadata.nodes(), self.metadata.controller_id)
+
+    # ---- ACLs ------------------------------------------------------------------------------
+
+    def create_acls(
+        self, bindings: Iterable[AclBinding], *, timeout_ms: int | None = None
+    ) -> None:
+        """Create ACLs through the controller (needs ALTER on the cluster). One that exists
+        already succeeds, so a retry after a lost answer is safe. Raises the first binding's
+        error, naming the binding (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, ...).
+        Other nodes apply the ACLs shortly after the controller does, as in Kafka."""
+        wanted = list(bindings)
+        deadline = self.deadline(timeout_ms)
+        state = _Attempts(self.metadata.version)
+
+        def attempt() -> None:
+            response = self._controller_call(
+                "CreateAcls", lambda: wire.create_acls_request(wanted), deadline, state
+            )
+            for error in wire.parse_create_acls(response, wanted):
+                if error is not None:
+                    state.refresh = isinstance(error, RetriableError)
+                    raise error
+
+        if wanted:
+            call_with_retry(attempt, what="CreateAcls", deadline=deadline, backoff=self.backoff)
+
+    def describe_acls(
+        self, acl_filter: AclBindingFilter = ANY_ACL, *, timeout_ms: int | None = None
+    ) -> list[AclBinding]:
+        """The ACLs `acl_filter` selects (all by default), as the controller has them;
+        needs DESCRIBE on the cluster."""
+        deadline = self.deadline(timeout_ms)
+        state = _Attempts(self.metadata.version)
+
+        def attempt() -> list[AclBinding]:
+            response = self._controller_call(
+                "DescribeAcls", lambda: wire.describe_acls_request(acl_filter), deadline, state
+            )
+            return wire.parse_describe_acls(response)
+
+        return call_with_retry(
+            attempt, what="DescribeAcls", deadline=deadline, backoff=self.backoff
+        )
+
+    def delete_acls(
+        self, filters: Iterable[AclBindingFilter], *, timeout_ms: int | None = None
+    ) -> list[AclBinding]:
+        """Delete every ACL some filter selects, through the controller (needs ALTER on the
+        cluster); returns the ACLs deleted. Raises the first filter's error."""
+        wanted = list(filters)
+        deadline = self.deadline(timeout_ms)
+        state = _Attempts(self.metadata.version)
+
+        def attempt() -> list[AclBinding]:
+            response = self._controller_call(
+                "DeleteAcls", lambda: wire.delete_acls_request(wanted), deadline, state
+            )
+            deleted: dict[AclBinding, None] = {}
+            for outcome in wire.parse_delete_acls(response, wanted):
+                if isinstance(outcome, TidelogError):
+                    state.refresh = isinstance(outcome, RetriableError)
+                    raise outcome
+                deleted.update(dict.fromkeys(outcome))
+            return list(deleted)
+
+        if not wanted:
+            return []
+        return call_with_retry(attempt, what="DeleteAcls", deadline=deadline,
+                               backoff=self.backoff)
 
     # ---- offsets ---------------------------------------------------------------------------
 

@@ -10,14 +10,26 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, TypeVar
 
+from tidelog.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 from tidelog.errors import CoordinatorNotAvailableError, TidelogError, for_code
 from tidelog.metadata import LeaderHint, MetadataSnapshot, PartitionInfo, TopicInfo
 from tidelog.types import GroupListing, IsolationLevel, OffsetAndMetadata, TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
 V = TypeVar("V")
+E = TypeVar("E", bound=IntEnum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,3 +448,111 @@ def parse_delete_groups(response: pb.DeleteGroupsResponse) -> dict[str, TidelogE
         if r.error_code else None
         for r in response.results
     }
+
+
+# ---- ACLs -------------------------------------------------------------------------------------
+
+
+def create_acls_request(bindings: Sequence[AclBinding]) -> pb.CreateAclsRequest:
+    return pb.CreateAclsRequest(creations=[
+        pb.AclCreation(
+            resource_type=b.pattern.resource_type,
+            resource_name=b.pattern.name,
+            resource_pattern_type=b.pattern.pattern_type,
+            principal=b.entry.principal,
+            host=b.entry.host,
+            operation=b.entry.operation,
+            permission_type=b.entry.permission,
+        )
+        for b in bindings
+    ])
+
+
+def parse_create_acls(
+    response: pb.CreateAclsResponse, bindings: Sequence[AclBinding]
+) -> list[TidelogError | None]:
+    """Each binding's outcome, in order: None when created (or there already), else its error
+    naming the binding."""
+    if len(response.results) != len(bindings):
+        raise TidelogError(f"CreateAcls answered {len(response.results)} results for "
+                           f"{len(bindings)} creations")
+    return [
+        error_for(r.error_code, r.error_message, f"ACL {b}") if r.error_code else None
+        for r, b in zip(response.results, bindings, strict=True)
+    ]
+
+
+def acl_filter(acl_filter: AclBindingFilter) -> pb.AclFilter:
+    pattern, entry = acl_filter.pattern, acl_filter.entry
+    message = pb.AclFilter(
+        resource_type_filter=pattern.resource_type,
+        pattern_type_filter=pattern.pattern_type,
+        operation=entry.operation,
+        permission_type=entry.permission,
+    )
+    if pattern.name is not None:
+        message.resource_name_filter = pattern.name
+    if entry.principal is not None:
+        message.principal_filter = entry.principal
+    if entry.host is not None:
+        message.host_filter = entry.host
+    return message
+
+
+def describe_acls_request(acl_filter_: AclBindingFilter) -> pb.DescribeAclsRequest:
+    return pb.DescribeAclsRequest(filter=acl_filter(acl_filter_))
+
+
+def parse_describe_acls(response: pb.DescribeAclsResponse) -> list[AclBinding]:
+    """The bindings described; raises the answer's error."""
+    if response.error_code:
+        raise error_for(response.error_code, response.error_message, "DescribeAcls")
+    return [
+        _binding(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host,
+                 a.operation, a.permission_type)
+        for r in response.resources
+        for a in r.acls
+    ]
+
+
+def delete_acls_request(filters: Sequence[AclBindingFilter]) -> pb.DeleteAclsRequest:
+    return pb.DeleteAclsRequest(filters=[acl_filter(f) for f in filters])
+
+
+def parse_delete_acls(
+    response: pb.DeleteAclsResponse, filters: Sequence[AclBindingFilter]
+) -> list[list[AclBinding] | TidelogError]:
+    """Per filter, in order: the bindings it deleted, or its error."""
+    if len(response.filter_results) != len(filters):
+        raise TidelogError(f"DeleteAcls answered {len(response.filter_results)} results for "
+                           f"{len(filters)} filters")
+    out: list[list[AclBinding] | TidelogError] = []
+    for result, acl_filter_ in zip(response.filter_results, filters, strict=True):
+        if result.error_code:
+            out.append(error_for(result.error_code, result.error_message,
+                                 f"ACL filter {acl_filter_}"))
+            continue
+        out.append([
+            _binding(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host,
+                     m.operation, m.permission_type)
+            for m in result.matching_acls
+        ])
+    return out
+
+
+def _binding(resource_type: int, name: str, pattern_type: int, principal: str, host: str,
+             operation: int, permission: int) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(_code(ResourceType, resource_type), name,
+                        _code(PatternType, pattern_type)),
+        AccessControlEntry(principal, _code(Operation, operation),
+                           _code(Permission, permission), host),
+    )
+
+
+def _code(kind: type[E], value: int) -> E:
+    """A code this client does not know reads as UNKNOWN (0), as Kafka's clients read it."""
+    try:
+        return kind(value)
+    except ValueError:
+        return kind(0)

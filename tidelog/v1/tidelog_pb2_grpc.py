@@ -111,6 +111,21 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/tidelog.v1.Tidelog/CreateAcls',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DescribeAcls',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DeleteAcls',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -223,6 +238,28 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Creates ACLs through the controller (kafka-reference §11); needs ALTER on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """The ACLs a filter selects, as the answering node has applied them; needs DESCRIBE on the
+        cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Deletes the ACLs each filter selects, through the controller; needs ALTER on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -300,6 +337,21 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.EndTxn,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.CreateAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -709,6 +761,87 @@ class Tidelog:
             '/tidelog.v1.Tidelog/EndTxn',
             tidelog_dot_v1_dot_tidelog__pb2.EndTxnRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/CreateAcls',
+            tidelog_dot_v1_dot_tidelog__pb2.CreateAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DescribeAcls',
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DeleteAcls',
+            tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,245 @@
+"""CreateAcls, DescribeAcls and DeleteAcls (kafka-reference §11.3-11.4).
+
+Changes go through the controller as topic changes do (any node forwards them there): the
+controller leader checks ALTER on the cluster, plans the records on its image
+(`MetadataImage.plan_create_acls` / `plan_delete_acls`) and commits them in one batch; every
+node then applies them to the ACLs it authorizes with. One change at a time on a node, so each
+plan sees the ids the previous one took. DescribeAcls needs DESCRIBE on the cluster and is
+answered by any node from the ACLs it has applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from enum import IntEnum
+from typing import Any, TypeVar
+
+import grpc
+
+from tidelog import errors
+from tidelog.acl import (
+    WILDCARD,
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from tidelog.node.authorization import Authorization
+from tidelog.node.controller_driver import ControllerDriver
+from tidelog.v1 import tidelog_pb2 as pb
+
+E = TypeVar("E", bound=IntEnum)
+#: How long an ACL change may take to commit when the client set no deadline.
+_CHANGE_TIMEOUT_S = 30.0
+
+Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
+
+
+class AclApi:
+    def __init__(
+        self, controller: ControllerDriver, authorization: Authorization, forward: Forward
+    ) -> None:
+        self.controller = controller
+        self.authorization = authorization
+        self._forward = forward
+        self._changing = asyncio.Lock()
+
+    async def create_acls(
+        self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateAclsResponse:
+        forwarded = await self._forward("CreateAcls", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        refused = self.authorization.cluster_refused(
+            self.authorization.principal(context), Operation.ALTER
+        )
+        if refused is not None:
+            return _creations_failed(request, refused)
+        parsed = [_parsed(_binding_of, creation) for creation in request.creations]
+        valid = [binding for binding in parsed if isinstance(binding, AclBinding)]
+        planned: list[errors.InvalidRequestError | None] = []
+
+        def plan() -> Any:
+            records, outcomes = self.controller.image.plan_create_acls(valid)
+            planned[:] = outcomes
+            return records
+
+        try:
+            await self._change(plan, context)
+        except errors.TidelogError as exc:
+            return _creations_failed(request, exc)
+        outcomes = iter(planned)
+        response = pb.CreateAclsResponse()
+        for binding in parsed:
+            error = next(outcomes) if isinstance(binding, AclBinding) else binding
+            response.results.add(
+                error_code=error.code if error else 0, error_message=str(error) if error else ""
+            )
+        return response
+
+    async def delete_acls(
+        self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteAclsResponse:
+        forwarded = await self._forward("DeleteAcls", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        refused = self.authorization.cluster_refused(
+            self.authorization.principal(context), Operation.ALTER
+        )
+        if refused is not None:
+            return _deletions_failed(request, refused)
+        parsed = [_parsed(_filter_of, acl_filter) for acl_filter in request.filters]
+        valid = [f for f in parsed if isinstance(f, AclBindingFilter)]
+        planned: list[list[AclBinding] | errors.InvalidRequestError] = []
+
+        def plan() -> Any:
+            records, outcomes = self.controller.image.plan_delete_acls(valid)
+            planned[:] = outcomes
+            return records
+
+        try:
+            await self._change(plan, context)
+        except errors.TidelogError as exc:
+            return _deletions_failed(request, exc)
+        outcomes = iter(planned)
+        response = pb.DeleteAclsResponse()
+        for acl_filter in parsed:
+            outcome = next(outcomes) if isinstance(acl_filter, AclBindingFilter) else acl_filter
+            result = response.filter_results.add()
+            if isinstance(outcome, errors.TidelogError):
+                result.error_code, result.error_message = outcome.code, str(outcome)
+                continue
+            for binding in outcome:
+                pattern, entry = binding.pattern, binding.entry
+                result.matching_acls.add(
+                    resource_type=pattern.resource_type,
+                    resource_name=pattern.name,
+                    pattern_type=pattern.pattern_type,
+                    principal=entry.principal,
+                    host=entry.host,
+                    operation=entry.operation,
+                    permission_type=entry.permission,
+                )
+        return response
+
+    def describe_acls(
+        self, request: pb.DescribeAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeAclsResponse:
+        refused = self.authorization.cluster_refused(
+            self.authorization.principal(context), Operation.DESCRIBE
+        )
+        if refused is not None:
+            return pb.DescribeAclsResponse(error_code=refused.code, error_message=str(refused))
+        acl_filter = _parsed(_filter_of, request.filter)
+        if isinstance(acl_filter, errors.TidelogError):
+            return pb.DescribeAclsResponse(
+                error_code=acl_filter.code, error_message=str(acl_filter)
+            )
+        response = pb.DescribeAclsResponse()
+        resources: dict[ResourcePattern, Any] = {}
+        for _, binding in self.controller.image.acls.matching(acl_filter):
+            pattern, entry = binding.pattern, binding.entry
+            resource = resources.get(pattern)
+            if resource is None:
+                resource = resources[pattern] = response.resources.add(
+                    resource_type=pattern.resource_type,
+                    resource_name=pattern.name,
+                    pattern_type=pattern.pattern_type,
+                )
+            resource.acls.add(
+                principal=entry.principal,
+                host=entry.host,
+                operation=entry.operation,
+                permission_type=entry.permission,
+            )
+        return response
+
+    async def _change(self, plan: Callable[[], Any], context: grpc.aio.ServicerContext) -> None:
+        remaining = context.time_remaining()
+        timeout_s = _CHANGE_TIMEOUT_S if remaining is None else min(remaining, _CHANGE_TIMEOUT_S)
+        async with self._changing:
+            await self.controller.propose_metadata_records(plan, timeout_s)
+
+
+def all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
+    """The answer of a CreateAcls or DeleteAcls that failed as a whole: `exc` for each item."""
+    if method == "CreateAcls":
+        return _creations_failed(request, exc)
+    return _deletions_failed(request, exc)
+
+
+def _creations_failed(
+    request: pb.CreateAclsRequest, exc: errors.TidelogError
+) -> pb.CreateAclsResponse:
+    response = pb.CreateAclsResponse()
+    for _ in request.creations:
+        response.results.add(error_code=exc.code, error_message=str(exc))
+    return response
+
+
+def _deletions_failed(
+    request: pb.DeleteAclsRequest, exc: errors.TidelogError
+) -> pb.DeleteAclsResponse:
+    response = pb.DeleteAclsResponse()
+    for _ in request.filters:
+        response.filter_results.add(error_code=exc.code, error_message=str(exc))
+    return response
+
+
+_T = TypeVar("_T")
+
+
+def _parsed(parse: Callable[[Any], _T], message: Any) -> _T | errors.InvalidRequestError:
+    try:
+        return parse(message)
+    except errors.InvalidRequestError as exc:
+        return exc
+
+
+def _code(kind: type[E], value: int, unset: E | None = None) -> E:
+    """The enum member of a wire code; `unset` for 0 when the field's comment says so."""
+    if value == 0 and unset is not None:
+        return unset
+    try:
+        return kind(value)
+    except ValueError:
+        raise errors.InvalidRequestError(f"unknown {kind.__name__} code {value}") from None
+
+
+def _binding_of(creation: pb.AclCreation) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(
+            _code(ResourceType, creation.resource_type),
+            creation.resource_name,
+            _code(PatternType, creation.resource_pattern_type, PatternType.LITERAL),
+        ),
+        AccessControlEntry(
+            creation.principal,
+            _code(Operation, creation.operation),
+            _code(Permission, creation.permission_type),
+            creation.host or WILDCARD,
+        ),
+    )
+
+
+def _filter_of(message: pb.AclFilter) -> AclBindingFilter:
+    return AclBindingFilter(
+        ResourcePatternFilter(
+            _code(ResourceType, message.resource_type_filter, ResourceType.ANY),
+            message.resource_name_filter if message.HasField("resource_name_filter") else None,
+            _code(PatternType, message.pattern_type_filter, PatternType.ANY),
+        ),
+        AccessControlEntryFilter(
+            message.principal_filter if message.HasField("principal_filter") else None,
+            _code(Operation, message.operation, Operation.ANY),
+            _code(Permission, message.permission_type, Permission.ANY),
+            message.host_filter if message.HasField("host_filter") else None,
+        ),
+    )

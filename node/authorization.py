@@ -1,0 +1,87 @@
+"""What every handler of the client API asks before it acts: who is calling, and which of the
+resources a request names the caller may act on (kafka-reference §11.3).
+
+One `Authorization` per node, over the ACLs of its metadata image, so a decision takes the ACL
+records this node has applied. A handler asks `refusals` for the names its request carries (a
+topic per partition, a group, a transactional id, the cluster) and answers the refused ones
+with the error of their resource type, naming principal, operation and resource: TOPIC
+(29) per partition while the others are served, GROUP (30), CLUSTER (31), TRANSACTIONAL_ID (53).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import grpc
+
+from tidelog import errors
+from tidelog.acl import CLUSTER_NAME, Operation, ResourceType
+from tidelog.coordinator.acls import AclIndex, Authorizer
+from tidelog.node.config import NodeConfig
+from tidelog.node.forwarding import forwarded_principal
+from tidelog.node.security import principal_of
+
+_REFUSED: dict[ResourceType, type[errors.AuthorizationError]] = {
+    ResourceType.TOPIC: errors.TopicAuthorizationFailedError,
+    ResourceType.GROUP: errors.GroupAuthorizationFailedError,
+    ResourceType.CLUSTER: errors.ClusterAuthorizationFailedError,
+    ResourceType.TRANSACTIONAL_ID: errors.TransactionalIdAuthorizationFailedError,
+}
+
+
+class Authorization:
+    def __init__(self, config: NodeConfig, acls: AclIndex) -> None:
+        self.authorizer = Authorizer(
+            acls, config.super_users, config.allow_everyone_if_no_acl_found
+        )
+
+    def principal(self, context: grpc.aio.ServicerContext) -> str:
+        """The caller's principal; for a request another node forwarded, its client's, when
+        the forwarding caller may act for the cluster (CLUSTER_ACTION, as Kafka requires of
+        an envelope's sender); a client cannot pass itself off as someone else."""
+        own = principal_of(context)
+        carried = forwarded_principal(context)
+        if carried is None or not self.authorizer.authorize(
+            own, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        ):
+            return own
+        return carried
+
+    def refused(
+        self, principal: str, operation: Operation, resource_type: ResourceType, name: str
+    ) -> errors.AuthorizationError | None:
+        """None when allowed, else the error to answer, naming who may not do what to what."""
+        if self.authorizer.authorize(principal, operation, resource_type, name):
+            return None
+        what = resource_type.name.lower().replace("_", " ")
+        return _REFUSED[resource_type](
+            f"{principal} is not authorized to {operation.name} {what} {name!r}"
+        )
+
+    def refusals(
+        self,
+        principal: str,
+        operation: Operation,
+        resource_type: ResourceType,
+        names: Iterable[str],
+    ) -> dict[str, errors.AuthorizationError]:
+        """The refused names among `names`, each decided once however often it appears (a
+        topic per partition of a request)."""
+        out: dict[str, errors.AuthorizationError] = {}
+        for name in dict.fromkeys(names):
+            refused = self.refused(principal, operation, resource_type, name)
+            if refused is not None:
+                out[name] = refused
+        return out
+
+    def cluster_refused(
+        self, principal: str, operation: Operation
+    ) -> errors.AuthorizationError | None:
+        return self.refused(principal, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def allowed_any(
+        self, principal: str, operation: Operation, resource_type: ResourceType
+    ) -> bool:
+        """Whether some resource of the type allows the operation (Kafka's
+        authorizeByResourceType)."""
+        return self.authorizer.authorize_by_resource_type(principal, operation, resource_type)

@@ -1,0 +1,249 @@
+"""ACLs on real node processes (SPEC §10, kafka-reference §11): seed 003's case and its siblings.
+
+Over plaintext every caller is User:ANONYMOUS, so the module's cluster lives twice on one data
+dir: first with ANONYMOUS as a super user (the admin creates topics, commits offsets and writes
+the ACLs), then restarted without super users and with ``allow.everyone.if.no.acl.found=false``,
+where ANONYMOUS may only do what the ACLs (replayed from the metadata log) grant it:
+
+* DESCRIBE on topic ``a`` (only), WRITE on ``w``, READ on ``r`` and on group ``g``;
+* nothing on topic ``b`` or group ``h``, and nothing on the cluster.
+
+Each request names an allowed and a refused resource at once: the allowed one is answered, the
+other gets its AUTHORIZATION_FAILED code. Requests are raw stubs, so every answer is seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from offsets_helpers import codes, commit_request, committed, fetch, found, other_than
+
+from tidelog import Client, errors
+from tidelog.acl import (
+    CLUSTER_NAME,
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from tidelog.node.forwarding import FORWARDED_BY, FORWARDED_PRINCIPAL
+from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
+from tidelog.types import TopicPartition
+from tidelog.v1 import tidelog_pb2 as pb
+
+pytestmark = pytest.mark.timeout(240)
+
+ANONYMOUS = "User:ANONYMOUS"
+TOPIC_DENIED = errors.TopicAuthorizationFailedError.code
+GROUP_DENIED = errors.GroupAuthorizationFailedError.code
+CLUSTER_DENIED = errors.ClusterAuthorizationFailedError.code
+OPTIONS = {"nodes": 3, "offsets_topic_num_partitions": 3,
+           "allow_everyone_if_no_acl_found": "false"}
+
+
+def grant(principal: str, operation: Operation, kind: ResourceType, name: str) -> AclBinding:
+    return AclBinding(ResourcePattern(kind, name),
+                      AccessControlEntry(principal, operation, Permission.ALLOW))
+
+
+GRANTS = [
+    grant(ANONYMOUS, Operation.DESCRIBE, ResourceType.TOPIC, "a"),
+    grant(ANONYMOUS, Operation.WRITE, ResourceType.TOPIC, "w"),
+    grant(ANONYMOUS, Operation.READ, ResourceType.TOPIC, "r"),
+    grant(ANONYMOUS, Operation.READ, ResourceType.GROUP, "g"),
+    grant("User:admin", Operation.ALL, ResourceType.TOPIC, "b"),
+]
+
+
+def acls_on(raw: Raw, node: int) -> set[tuple[int, str, int, str, int, int]]:
+    answer = raw.stub(node).DescribeAcls(pb.DescribeAclsRequest(), timeout=10)
+    assert answer.error_code == 0, answer
+    return {(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.operation,
+             a.permission_type) for r in answer.resources for a in r.acls}
+
+
+def applied_everywhere(raw: Raw, count: int) -> None:
+    """Every node applied `count` ACLs (the controller's answer comes before the others')."""
+    wait_for(lambda: all(len(acls_on(raw, n)) == count for n in raw.cluster.node_ids),
+             60, f"{count} ACLs on every node")
+
+
+@pytest.fixture(scope="module")
+def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Raw]:
+    data_dir: Path = tmp_path_factory.mktemp("acls")
+    with LocalCluster(data_dir=data_dir, super_users=ANONYMOUS, **OPTIONS) as admin, \
+            Raw(admin) as raw, Client(admin.bootstrap) as client:
+        for topic in ("a", "b", "w", "r"):
+            raw.create_topic(topic, 1, 3)
+            raw.produce_acknowledged(topic, 0, [[b"one", b"two"]])
+        for group in ("g", "h"):
+            found(raw, 1, group)
+            committed(raw, 1, group, {("r", 0): (1, -1, ""), ("b", 0): (1, -1, "")})
+        client.create_acls(GRANTS)
+        assert set(client.describe_acls()) == set(GRANTS)
+        applied_everywhere(raw, len(GRANTS))
+    with LocalCluster(data_dir=data_dir, **OPTIONS) as cluster, Raw(cluster) as raw:
+        for topic in ("a", "w", "r"):  # what ANONYMOUS may still describe
+            raw.wait_leaders(topic, 1)
+        yield raw
+
+
+def leader(raw: Raw, topic: str) -> int:
+    return raw.wait_leaders(topic, 1)[0]
+
+
+def by_partition(response: object) -> dict[str, object]:
+    return {t.name: t.partitions[0] for t in response.topics}  # type: ignore[attr-defined]
+
+
+def test_list_offsets_answers_the_described_topic_and_refuses_the_other(restricted: Raw) -> None:
+    """Seed 003: one request for a and b; a is answered, b gets 29."""
+    request = pb.ListOffsetsRequest(topics=[
+        pb.ListOffsetsTopic(name="a", partitions=[pb.ListOffsetsPartition(timestamp=-1)]),
+        pb.ListOffsetsTopic(name="b", partitions=[pb.ListOffsetsPartition(timestamp=-1)]),
+    ])
+    answers = by_partition(restricted.stub(leader(restricted, "a")).ListOffsets(request,
+                                                                                 timeout=10))
+    # Two records and the leader-change markers of the elections so far.
+    assert answers["a"].error_code == 0 and answers["a"].offset >= 2
+    assert answers["b"].error_code == TOPIC_DENIED
+    assert (answers["b"].offset, answers["b"].timestamp) == (-1, -1)
+    assert "User:ANONYMOUS is not authorized to DESCRIBE topic 'b'" in answers["b"].error_message
+
+
+def test_produce_writes_the_writable_topic_only(restricted: Raw) -> None:
+    """WRITE on w; a (DESCRIBE only) and b (nothing) get 29 in the same request."""
+    end_of_a = restricted.list_offset(leader(restricted, "a"), "a", 0, -1).offset
+    request = pb.ProduceRequest(topics=[
+        pb.TopicProduceData(name=name, partitions=[
+            pb.PartitionProduceData(records=make_batch([b"x"]))
+        ]) for name in ("w", "a", "b")
+    ])
+    answers = by_partition(restricted.stub(leader(restricted, "w")).Produce(request, timeout=20))
+    assert answers["w"].error_code == 0 and answers["w"].base_offset >= 2
+    assert answers["a"].error_code == answers["b"].error_code == TOPIC_DENIED
+    assert answers["a"].base_offset == -1
+    assert restricted.list_offset(leader(restricted, "a"), "a", 0, -1).offset == end_of_a
+
+
+def test_fetch_reads_the_readable_topic_only(restricted: Raw) -> None:
+    request = pb.FetchRequest(topics=[
+        pb.FetchTopic(name=name, partitions=[pb.FetchPartition(fetch_offset=0)])
+        for name in ("r", "a", "b")
+    ])
+    answers = by_partition(restricted.stub(leader(restricted, "r")).Fetch(request, timeout=10))
+    assert answers["r"].error_code == 0 and answers["r"].records
+    for refused in ("a", "b"):
+        assert answers[refused].error_code == TOPIC_DENIED
+        assert not answers[refused].records and answers[refused].high_watermark == -1
+
+
+def test_offset_commit_needs_read_on_the_group_and_on_each_topic(restricted: Raw) -> None:
+    """Sent to a node that does not coordinate the group too: forwarded, the client's
+    principal goes along and the coordinator decides the same."""
+    request = commit_request("g", {("r", 0): (2, -1, ""), ("b", 0): (2, -1, "")})
+    coordinator = found(restricted, 1, "g").node_id
+    for node in (coordinator, other_than(restricted, coordinator)):
+        assert codes(restricted.stub(node).OffsetCommit(request, timeout=30)) == {
+            ("r", 0): 0, ("b", 0): TOPIC_DENIED}
+    denied = commit_request("h", {("r", 0): (2, -1, "")})
+    assert codes(restricted.stub(1).OffsetCommit(denied, timeout=30)) == {
+        ("r", 0): GROUP_DENIED}
+
+
+def test_a_denied_group_gets_30_from_find_coordinator_and_offset_fetch(restricted: Raw) -> None:
+    answer = restricted.stub(1).FindCoordinator(pb.FindCoordinatorRequest(key="h"), timeout=10)
+    assert (answer.error_code, answer.node_id) == (GROUP_DENIED, -1)
+    assert fetch(restricted, 1, "h")[0] == GROUP_DENIED
+    # g: READ implies DESCRIBE; all of its offsets leave b out, b by name is refused.
+    code, values = fetch(restricted, 1, "g")
+    assert code == 0 and set(values) == {("r", 0)}
+    code, values = fetch(restricted, 1, "g", [("r", 0), ("b", 0)])
+    assert code == 0 and values[("b", 0)].offset == -1000 - TOPIC_DENIED
+    assert values[("r", 0)].offset >= 1
+
+
+def test_list_groups_leaves_out_groups_the_caller_may_not_describe(restricted: Raw) -> None:
+    listed: set[str] = set()
+    for node in restricted.cluster.node_ids:
+        answer = restricted.stub(node).ListGroups(pb.ListGroupsRequest(), timeout=10)
+        listed |= {g.group_id for g in answer.groups}
+    assert listed == {"g"}
+
+
+def test_metadata_hides_the_topics_the_caller_may_not_describe(restricted: Raw) -> None:
+    everything = restricted.stub(2).Metadata(pb.MetadataRequest(), timeout=10)
+    assert {t.name for t in everything.topics} == {"a", "w", "r"}
+    named = restricted.stub(2).Metadata(pb.MetadataRequest(topics=["b", "a"]), timeout=10)
+    assert [(t.name, t.error_code) for t in named.topics] == [("b", TOPIC_DENIED), ("a", 0)]
+    assert not named.topics[0].partitions
+
+
+def test_admin_requests_need_the_cluster(restricted: Raw) -> None:
+    stub = restricted.stub(3)
+    created = stub.CreateAcls(pb.CreateAclsRequest(creations=[pb.AclCreation(
+        resource_type=2, resource_name="b", principal=ANONYMOUS, operation=2, permission_type=3
+    )]), timeout=30)
+    assert [r.error_code for r in created.results] == [CLUSTER_DENIED]
+    assert stub.DescribeAcls(pb.DescribeAclsRequest(), timeout=10).error_code == CLUSTER_DENIED
+    deleted = stub.DeleteAcls(pb.DeleteAclsRequest(filters=[pb.AclFilter()]), timeout=30)
+    assert [r.error_code for r in deleted.filter_results] == [CLUSTER_DENIED]
+    topics = stub.CreateTopics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="new")]),
+                               timeout=30)
+    assert topics.topics[0].error_code == TOPIC_DENIED
+    removed = stub.DeleteTopics(pb.DeleteTopicsRequest(topic_names=["a"]), timeout=30)
+    assert removed.topics[0].error_code == TOPIC_DENIED
+    producer_id = stub.InitProducerId(pb.InitProducerIdRequest(), timeout=30)
+    assert producer_id.error_code == 0  # WRITE on topic w is enough (no IDEMPOTENT_WRITE)
+
+
+def test_a_client_cannot_claim_another_principal(restricted: Raw) -> None:
+    """The forwarded-principal header counts only from a caller allowed CLUSTER_ACTION."""
+    forged = ((FORWARDED_BY, "1"), (FORWARDED_PRINCIPAL, "User:admin"))
+    request = pb.ListOffsetsRequest(topics=[
+        pb.ListOffsetsTopic(name="b", partitions=[pb.ListOffsetsPartition(timestamp=-1)])])
+    answer = restricted.stub(1).ListOffsets(request, timeout=10, metadata=forged)
+    assert answer.topics[0].partitions[0].error_code == TOPIC_DENIED
+
+
+def test_the_client_raises_authorization_errors_naming_the_resource(restricted: Raw) -> None:
+    with Client(restricted.cluster.bootstrap, request_timeout_ms=20_000) as client:
+        assert client.list_offsets({TopicPartition("a", 0): -1})[("a", 0)].offset >= 2
+        with pytest.raises(errors.TopicAuthorizationFailedError, match="topic 'a'"):
+            client.producer().send("a", b"x").result(timeout=20)
+        with pytest.raises(errors.ClusterAuthorizationFailedError, match="ALTER cluster"):
+            client.create_acls([GRANTS[0]])
+        with pytest.raises(errors.GroupAuthorizationFailedError, match="group 'h'"):
+            client.list_consumer_group_offsets("h")
+
+
+def test_acl_calls_of_the_client_round_trip() -> None:
+    """Default settings (allow.everyone.if.no.acl.found=true): ANONYMOUS manages ACLs while
+    the cluster resource has none; a prefixed DENY then closes topics, a deletion opens them."""
+    with LocalCluster(1) as cluster, Raw(cluster) as raw, \
+            Client(cluster.bootstrap) as client:
+        raw.create_topic("secret.keys", 1, 1)
+        deny = AclBinding(ResourcePattern(ResourceType.TOPIC, "secret.", PatternType.PREFIXED),
+                          AccessControlEntry("User:*", Operation.ALL, Permission.DENY))
+        admin = grant(ANONYMOUS, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+        client.create_acls([deny, admin, deny])
+        assert client.describe_acls() == [deny, admin]
+        match = AclBindingFilter(ResourcePatternFilter(ResourceType.TOPIC, "secret.keys",
+                                                       PatternType.MATCH))
+        assert client.describe_acls(match) == [deny]
+        assert raw.list_offset(1, "secret.keys", 0, -1).error_code == TOPIC_DENIED
+        with pytest.raises(errors.InvalidRequestError, match="kafka-cluster"):
+            client.create_acls([grant(ANONYMOUS, Operation.ALTER, ResourceType.CLUSTER, "x")])
+        gone = client.delete_acls([AclBindingFilter(
+            entry=AccessControlEntryFilter(permission=Permission.DENY))])
+        assert gone == [deny]
+        assert client.describe_acls() == [admin]
+        assert raw.list_offset(1, "secret.keys", 0, -1).error_code == 0
