@@ -34,6 +34,7 @@ from tidelog.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
+from tidelog.cli import main
 from tidelog.node.forwarding import FORWARDED_BY, FORWARDED_PRINCIPAL
 from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
 from tidelog.types import TopicPartition
@@ -225,11 +226,27 @@ def test_the_client_raises_authorization_errors_naming_the_resource(restricted: 
             client.list_consumer_group_offsets("h")
 
 
-def test_acl_calls_of_the_client_round_trip() -> None:
+def test_acl_calls_of_the_client_and_the_cli_round_trip(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Default settings (allow.everyone.if.no.acl.found=true): ANONYMOUS manages ACLs while
     the cluster resource has none; a prefixed DENY then closes topics, a deletion opens them."""
     with LocalCluster(1) as cluster, Raw(cluster) as raw, \
             Client(cluster.bootstrap) as client:
+        cli = ("--bootstrap", cluster.bootstrap)
+        assert main(["acls", "add", "--allow-principal", "User:alice", "--operation", "read",
+                     "--operation", "describe-configs", "--topic", "t", "--group", "g", *cli]) == 0
+        assert main(["acls", "list", "--topic", "t", *cli]) == 0
+        listed = capsys.readouterr().out
+        assert "resourceType=TOPIC, name=t, patternType=LITERAL" in listed
+        assert "(principal=User:alice, host=*, operation=DESCRIBE_CONFIGS, " \
+            "permissionType=ALLOW)" in listed and "GROUP" not in listed
+        assert main(["acls", "remove", "--group", "g", "--allow-principal", "User:alice",
+                     "--operation", "read", *cli]) == 0
+        assert "removed ALLOW User:alice READ from * on group 'g'" in capsys.readouterr().out
+        assert len(client.describe_acls()) == 3
+        assert main(["acls", "remove", "--topic", "t", "--group", "g", *cli]) == 0
+        assert client.describe_acls() == []
         raw.create_topic("secret.keys", 1, 1)
         deny = AclBinding(ResourcePattern(ResourceType.TOPIC, "secret.", PatternType.PREFIXED),
                           AccessControlEntry("User:*", Operation.ALL, Permission.DENY))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Self
 
 from tidelog.errors import ConfigurationError
 
@@ -28,7 +29,7 @@ WILDCARD_PRINCIPAL = "User:*"
 
 class _Parsed(IntEnum):
     @classmethod
-    def parse(cls, text: str) -> _Parsed:
+    def parse(cls, text: str) -> Self:
         """The member named `text`, in any case and with ``-`` for ``_`` (``describe-configs``,
         as kafka-acls spells them)."""
         try:

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consume": ("consume", "print records from a position"),
     "offsets": ("offsets", "earliest, latest, max-timestamp or by-time offsets per partition"),
     "groups": ("groups", "list, describe, reset the offsets of, or delete consumer groups"),
+    "acls": ("acls", "add, list or remove ACLs (kafka-acls' flags)"),
     "chaos": ("chaos", "run a workload under injected faults and check every invariant"),
 }
 

@@ -1,0 +1,174 @@
+"""``tidelog acls add|list|remove``: ACLs with kafka-acls' flags (kafka-reference §11).
+
+``add`` creates, for every resource given, an ALLOW binding per ``--allow-principal`` and a DENY
+binding per ``--deny-principal``, for each ``--operation`` (default ALL, as kafka-acls).
+``list`` prints the ACLs of the resources given (every ACL without one), grouped by resource
+pattern. ``remove`` deletes the ACLs of the resources given that match the principals and
+operations given (all of the resource's ACLs without them). ``--resource-pattern-type`` is
+``literal`` (the default) or ``prefixed`` for ``add``; ``list`` and ``remove`` also take ``any``
+(any pattern, the exact name) and ``match`` (every ACL that applies to the name).
+Hosts are always ``*``: Tidelog's ACLs apply to every host.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tidelog.acl import (
+    CLUSTER_NAME,
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from tidelog.commands._common import add_bootstrap, client_for
+from tidelog.errors import ConfigurationError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    for name, help_text in (
+        ("add", "create ACLs"),
+        ("list", "print ACLs (of the resources given, else all)"),
+        ("remove", "delete ACLs"),
+    ):
+        action = sub.add_parser(name, help=help_text, description=help_text)
+        _resources(action, "add" if name == "add" else "filter")
+        if name != "list":
+            action.add_argument("--allow-principal", action="append", default=[],
+                                metavar="PRINCIPAL", help="e.g. User:alice (repeatable)")
+            action.add_argument("--deny-principal", action="append", default=[],
+                                metavar="PRINCIPAL", help="e.g. User:mallory (repeatable)")
+            action.add_argument("--operation", action="append", default=[], metavar="OP",
+                                help="read, write, create, delete, alter, describe, "
+                                "cluster-action, describe-configs, alter-configs, "
+                                "idempotent-write or all (repeatable; default: all for add, "
+                                "any for remove)")
+        else:
+            action.add_argument("--principal", action="append", default=[],
+                                metavar="PRINCIPAL", help="only the ACLs of these (repeatable)")
+        add_bootstrap(action)
+
+
+def _resources(parser: argparse.ArgumentParser, mode: str) -> None:
+    parser.add_argument("--topic", action="append", default=[], help="a topic (repeatable)")
+    parser.add_argument("--group", action="append", default=[], help="a group (repeatable)")
+    parser.add_argument("--transactional-id", action="append", default=[],
+                        help="a transactional id (repeatable)")
+    parser.add_argument("--cluster", action="store_true", help="the cluster")
+    choices = ["literal", "prefixed"] if mode == "add" else ["any", "match", "literal", "prefixed"]
+    parser.add_argument("--resource-pattern-type", choices=choices, default="literal",
+                        help="how the names match (default: literal)")
+
+
+def run(args: argparse.Namespace) -> int:
+    pattern_type = PatternType.parse(args.resource_pattern_type)
+    named = [
+        *((ResourceType.TOPIC, n) for n in args.topic),
+        *((ResourceType.GROUP, n) for n in args.group),
+        *((ResourceType.TRANSACTIONAL_ID, n) for n in args.transactional_id),
+        *([(ResourceType.CLUSTER, CLUSTER_NAME)] if args.cluster else []),
+    ]
+    if args.cluster and pattern_type == PatternType.PREFIXED:
+        raise ConfigurationError("--cluster takes no --resource-pattern-type prefixed")
+    client = client_for(args)
+    try:
+        if args.action == "add":
+            bindings = _bindings(args, named, pattern_type)
+            client.create_acls(bindings)
+            for binding in bindings:
+                print(f"added {binding}")
+        elif args.action == "list":
+            principals: list[str | None] = list(args.principal) or [None]
+            filters = [
+                AclBindingFilter(pattern, AccessControlEntryFilter(principal))
+                for pattern in _pattern_filters(named, pattern_type)
+                for principal in principals
+            ]
+            found: dict[AclBinding, None] = {}
+            for acl_filter in filters:
+                found.update(dict.fromkeys(client.describe_acls(acl_filter)))
+            _print(list(found))
+        else:
+            removed = client.delete_acls(_removal_filters(args, named, pattern_type))
+            for binding in removed:
+                print(f"removed {binding}")
+            if not removed:
+                print("no ACL matched")
+    finally:
+        client.close()
+    return 0
+
+
+def _bindings(
+    args: argparse.Namespace, named: list[tuple[ResourceType, str]], pattern_type: PatternType
+) -> list[AclBinding]:
+    if not named:
+        raise ConfigurationError("name a resource: --topic, --group, --transactional-id "
+                                 "or --cluster")
+    if not args.allow_principal and not args.deny_principal:
+        raise ConfigurationError("name a principal: --allow-principal or --deny-principal")
+    operations = [Operation.parse(op) for op in args.operation] or [Operation.ALL]
+    return [
+        AclBinding(
+            ResourcePattern(kind, name, PatternType.LITERAL if kind == ResourceType.CLUSTER
+                            else pattern_type),
+            AccessControlEntry(principal, operation, permission),
+        )
+        for kind, name in named
+        for permission, principals in ((Permission.ALLOW, args.allow_principal),
+                                       (Permission.DENY, args.deny_principal))
+        for principal in principals
+        for operation in operations
+    ]
+
+
+def _pattern_filters(
+    named: list[tuple[ResourceType, str]], pattern_type: PatternType
+) -> list[ResourcePatternFilter]:
+    if not named:
+        return [ResourcePatternFilter()]
+    return [ResourcePatternFilter(kind, name, pattern_type) for kind, name in named]
+
+
+def _removal_filters(
+    args: argparse.Namespace, named: list[tuple[ResourceType, str]], pattern_type: PatternType
+) -> list[AclBindingFilter]:
+    if not named:
+        raise ConfigurationError("name the resources whose ACLs to remove: --topic, --group, "
+                                 "--transactional-id or --cluster")
+    operations = [Operation.parse(op) for op in args.operation] or [Operation.ANY]
+    entries = [
+        AccessControlEntryFilter(principal, operation, permission)
+        for permission, principals in ((Permission.ALLOW, args.allow_principal),
+                                       (Permission.DENY, args.deny_principal))
+        for principal in principals
+        for operation in operations
+    ] or [AccessControlEntryFilter(operation=operation) for operation in operations]
+    return [
+        AclBindingFilter(pattern, entry)
+        for pattern in _pattern_filters(named, pattern_type)
+        for entry in entries
+    ]
+
+
+def _print(bindings: list[AclBinding]) -> None:
+    """As kafka-acls prints them: per resource pattern, one line per entry."""
+    by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = {}
+    for binding in bindings:
+        by_pattern.setdefault(binding.pattern, []).append(binding.entry)
+    for pattern, entries in by_pattern.items():
+        print(f"Current ACLs for resource `ResourcePattern(resourceType="
+              f"{pattern.resource_type.name}, name={pattern.name}, "
+              f"patternType={pattern.pattern_type.name})`:")
+        for entry in entries:
+            print(f" \t(principal={entry.principal}, host={entry.host}, "
+                  f"operation={entry.operation.name}, permissionType={entry.permission.name})")
+        print()
