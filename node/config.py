@@ -23,6 +23,7 @@ from tidelog.errors import InvalidConfigError
 FlushPolicy = Literal["always", "never"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL"]
 ClientAuth = Literal["none", "required"]
+LogFormat = Literal["text", "json"]
 
 #: Kafka-style key -> NodeConfig field, for every setting a node understands itself. Keys not in
 #: this table are topic defaults and go to ``NodeConfig.extra``.
@@ -55,6 +56,9 @@ KEYS: dict[str, str] = {
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
     "offset.metadata.max.bytes": "offset_metadata_max_bytes",
     "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
+    # observability (metrics, logs)
+    "metrics.port": "metrics_port",
+    "log.format": "log_format",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
     "test.ack.before.commit": "test_ack_before_commit",
     "test.offsets.ack.before.commit": "test_offsets_ack_before_commit",
@@ -134,6 +138,11 @@ class NodeConfig:
     #: How long an OffsetCommit waits for its records to commit before it fails
     #: (COORDINATOR_NOT_AVAILABLE, as Kafka maps the timeout).
     offsets_commit_timeout_ms: int = 5000
+    #: Observability. The port of the Prometheus endpoint (/metrics), on the listen address's
+    #: host; 0 picks a free port (written to metrics.addr in the data dir), -1 serves none.
+    metrics_port: int = -1
+    #: "text" lines for people, or "json": one JSON object per line for log pipelines.
+    log_format: LogFormat = "text"
     #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
     #: committed, to prove that idempotent retries write nothing twice.
     test_drop_produce_response_rate: float = 0.0
@@ -207,6 +216,14 @@ class NodeConfig:
             self.log_flush_policy in ("always", "never"),
             f"log.flush.policy must be 'always' or 'never', got {self.log_flush_policy!r}",
         )
+        _require(
+            -1 <= self.metrics_port <= 65535,
+            f"metrics.port must be a port, 0 (any free one) or -1 (off), got {self.metrics_port}",
+        )
+        _require(
+            self.log_format in ("text", "json"),
+            f"log.format must be 'text' or 'json', got {self.log_format!r}",
+        )
         _require(self.replica_lag_max_ms >= 1, "replica.lag.max.ms must be >= 1")
         _require(
             self.log_scrub_bytes_per_second >= 0,
@@ -261,7 +278,7 @@ class NodeConfig:
                     "address to bind: set internal.listen"
                 )
             host = _parse_address("listen", self.listen, loopback_only=True)[0]
-            object.__setattr__(self, "internal_listen", own or _format_address(host, 0))
+            object.__setattr__(self, "internal_listen", own or format_address(host, 0))
         internal = _parse_address("internal.listen", self.internal_listen, loopback_only=True)
         client = _parse_address("listen", self.listen, loopback_only=True)
         _require(
@@ -312,6 +329,11 @@ class NodeConfig:
         return self.client_addresses.get(node_id, "")
 
     @property
+    def listen_host(self) -> str:
+        """The host of the listen address (a loopback one): the metrics endpoint binds it too."""
+        return _parse_address("listen", self.listen, loopback_only=True)[0]
+
+    @property
     def advertised_address(self) -> str:
         """The address to publish: the explicit one, else what the node listens on."""
         return self.advertised or self.listen
@@ -320,8 +342,8 @@ class NodeConfig:
         """This config once the servers have bound ``port`` and ``internal_port`` (which differ
         when a listener asked for port 0): the runtime must publish the real addresses, to
         peers and in Metadata."""
-        listen = _format_address(_parse_address("listen", self.listen, loopback_only=True)[0], port)
-        internal = _format_address(
+        listen = format_address(_parse_address("listen", self.listen, loopback_only=True)[0], port)
+        internal = format_address(
             _parse_address("internal.listen", self.internal_listen, loopback_only=True)[0],
             internal_port,
         )
@@ -435,7 +457,7 @@ def _parse_address(what: str, address: str, *, loopback_only: bool) -> tuple[str
     return host, int(port_text)
 
 
-def _format_address(host: str, port: int) -> str:
+def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -454,7 +476,7 @@ def _convert(key: str, name: str, value: str) -> Any:
     if name in ("peers", "client_addresses"):
         return parse_peers(value)
     if name in ("listen", "advertised", "log_flush_policy", "internal_listen", "ssl_certfile",
-                "ssl_keyfile", "ssl_cafile", "ssl_client_auth"):
+                "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format"):
         return value
     if name in ("security_protocol", "security_inter_broker_protocol"):
         return value.upper()

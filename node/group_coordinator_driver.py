@@ -398,6 +398,17 @@ class GroupCoordinatorDriver:
                 groups += ((group, self.node_id) for group in led.state.groups())
         return groups, loading
 
+    def committed_offsets(self) -> Iterator[tuple[str, TopicPartition, int]]:
+        """(group, partition, committed offset) of every group whose partition of the offsets
+        topic this node leads and has loaded (its metrics: group lag)."""
+        for led in list(self._led.values()):
+            if led.loading or not self._still_leads(led):
+                continue
+            for group in led.state.groups():
+                for tp, committed in led.state.fetch(group, None).items():
+                    if committed is not None:
+                        yield group, tp, committed.offset
+
     # ---- expiration ------------------------------------------------------------------------------
 
     async def expiration_loop(self) -> None:

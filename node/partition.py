@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import errno
+import logging
 import random
 import shutil
 import time
@@ -43,6 +44,8 @@ from tidelog.types import (
 )
 
 UNKNOWN = -1
+
+log = logging.getLogger("tidelog.node")
 
 
 @dataclass(order=True)
@@ -115,6 +118,11 @@ class PartitionReplica:
         #: Out of the Ready loop while its storage is being repaired or refuses writes:
         #: its core neither ticks nor steps, and clients get KAFKA_STORAGE_ERROR.
         self.offline = False
+        #: Leaderships gained and lost since the node started (the node's metrics).
+        self.leaderships_won = 0
+        self.leaderships_lost = 0
+        #: The leader this replica last knew of (its log line when another is elected).
+        self._leader_seen: int | None = None
 
     def _new_core(self) -> tuple[RaftCore, DrivenReplica]:
         """A core from what storage holds, and what the node's Raft driver keeps of it.
@@ -203,9 +211,18 @@ class PartitionReplica:
         if change.epoch_start is not None:
             self.leader_epoch_start_offset = change.epoch_start
             self._caught_up_ms = {}
+            self.leaderships_won += 1
+            log.info("%s: elected leader in term %d (its epoch starts at offset %d)",
+                     self.tp, change.term, change.epoch_start,
+                     extra={"topic": self.tp.topic, "partition": self.tp.partition,
+                            "event": "election_won", "term": change.term})
         elif self.leader_epoch_start_offset is not None:
             self.leader_epoch_start_offset = None
             self._fail_waiters(errors.NotLeaderOrFollowerError("leadership moved"))
+            self.leaderships_lost += 1
+            log.info("%s: leadership lost (term now %d)", self.tp, change.term,
+                     extra={"topic": self.tp.topic, "partition": self.tp.partition,
+                            "event": "leadership_lost", "term": change.term})
 
     # ---- high watermark and waiters ------------------------------------------------------
 
@@ -221,6 +238,14 @@ class PartitionReplica:
 
     def publish(self, rd: Ready) -> None:
         """After a Ready is durable: expose its HW and complete what it decided."""
+        leader = self.core.leader_id
+        if leader != self._leader_seen and leader is not None:
+            self._leader_seen = leader
+            if leader != self.node_id:  # its own election has its line (`on_leadership`)
+                log.info("%s: the leader is node %d in term %d", self.tp, leader, self.core.term,
+                         extra={"topic": self.tp.topic, "partition": self.tp.partition,
+                                "event": "leader_changed", "leader": leader,
+                                "term": self.core.term})
         if rd.high_watermark != self.log.high_watermark:
             self.log.update_high_watermark(rd.high_watermark)
         self.reads.on_ready(rd, self.core)

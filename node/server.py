@@ -30,7 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from tidelog.errors import InvalidConfigError
-from tidelog.node.config import NodeConfig
+from tidelog.node.config import NodeConfig, format_peers
 from tidelog.node.malformed import reject_malformed
 from tidelog.v1 import tidelog_pb2
 
@@ -40,6 +40,8 @@ LOCK_FILE = "node.lock"
 #: The "host:port" the node actually bound, written once it listens (for launchers using port
 #: 0): the client listener's on the first line, the node-to-node listener's on the second.
 ADDR_FILE = "node.addr"
+#: "host:port" of the node's metrics endpoint, written once it serves (metrics.port >= 0).
+METRICS_ADDR_FILE = "metrics.addr"
 TIDELOG_SERVICE = tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name
 
 _PARENT_POLL_S = 0.2
@@ -57,6 +59,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     this process's parent (immediate). Returns the process exit code."""
     # The runtime is heavy; config errors come first.
     from tidelog.node.api import TidelogServicer
+    from tidelog.node.metrics import NodeMetrics, RequestMetrics
     from tidelog.node.runtime import NodeRuntime
     from tidelog.node.security import server_credentials
     from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
@@ -64,12 +67,13 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with _hold_data_dir(config.data_dir):
+        metrics = NodeMetrics()
+        # Outermost first: a request refused as malformed is counted (and timed) too.
+        interceptors = [RequestMetrics(metrics), RejectMalformedRequests()]
         # Two servers, since a gRPC server serves each service on every port it has: the
         # client listener never serves the node-to-node service, nor the other way round.
-        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RejectMalformedRequests()])
-        internal_server = grpc.aio.server(
-            options=SERVER_OPTIONS, interceptors=[RejectMalformedRequests()]
-        )
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+        internal_server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         port = _add_port(
             server, config.listen, "listen", server_credentials(config, internal=False)
         )
@@ -94,6 +98,11 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         close_inbound = add_raft_transport(
             internal_server, runtime.on_envelope, runtime.controller.fetch_metadata
         )
+        loop = asyncio.get_running_loop()
+        metrics.export_state(
+            config.node_id, runtime.replicas, runtime.routing, lambda: runtime.controller.image,
+            runtime.groups, loop,
+        )
 
         stopping = asyncio.Event()
         graceful = True
@@ -103,28 +112,41 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             graceful = graceful and is_graceful
             stopping.set()
 
-        loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, request_stop, True)
         if exit_with_parent is not None:
             _start_parent_watchdog(exit_with_parent, lambda: request_stop(False), loop)
 
+        metrics_path = config.data_dir / METRICS_ADDR_FILE
+        metrics_path.unlink(missing_ok=True)
+        stop_metrics: Callable[[], None] | None = None
+        metrics_address = ""
+        if config.metrics_port >= 0:
+            metrics_address, stop_metrics = metrics.serve(config.listen_host, config.metrics_port)
+            _write_atomically(metrics_path, metrics_address + "\n")
         await internal_server.start()
         await server.start()
         addr_path = config.data_dir / ADDR_FILE
         _write_atomically(addr_path, f"{config.listen}\n{config.internal_listen}\n")
         log.info(
-            "node %d listening on %s (clients, %s) and %s (nodes, %s)", config.node_id,
-            config.listen, config.security_protocol, config.internal_listen,
+            "node %d listening on %s (clients, %s) and %s (nodes, %s)%s; peers %s",
+            config.node_id, config.listen, config.security_protocol, config.internal_listen,
             config.security_inter_broker_protocol,
+            f"; metrics on http://{metrics_address}/metrics" if metrics_address else "",
+            format_peers(config.peers),
+            extra={"event": "node_started", "listen": config.listen,
+                   "internal_listen": config.internal_listen,
+                   "advertised": config.advertised_address, "metrics": metrics_address,
+                   "peers": {str(n): a for n, a in config.peers.items()}},
         )
         try:
             await runtime.start()
             for service in (health.OVERALL_HEALTH, TIDELOG_SERVICE):
                 await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-            log.info("node %d serving", config.node_id)
+            log.info("node %d serving", config.node_id, extra={"event": "node_serving"})
             await stopping.wait()
-            log.info("node %d stopping (%s)", config.node_id, "graceful" if graceful else "now")
+            log.info("node %d stopping (%s)", config.node_id, "graceful" if graceful else "now",
+                     extra={"event": "node_stopping", "graceful": graceful})
             await health_servicer.enter_graceful_shutdown()
             await runtime.stop(graceful=graceful)
         finally:
@@ -132,7 +154,10 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             await server.stop(_SERVER_GRACE_S if graceful else 0)
             await internal_server.stop(_SERVER_GRACE_S if graceful else 0)
             addr_path.unlink(missing_ok=True)
-    log.info("node %d stopped", config.node_id)
+            if stop_metrics is not None:
+                await loop.run_in_executor(None, stop_metrics)
+                metrics_path.unlink(missing_ok=True)
+    log.info("node %d stopped", config.node_id, extra={"event": "node_stopped"})
     return 0
 
 

@@ -266,6 +266,18 @@ class LocalCluster:
         proc = self._procs.get(self._known(node_id))
         return proc.pid if proc is not None and proc.poll() is None else None
 
+    def metrics_address(self, node_id: int) -> str | None:
+        """"host:port" of the node's Prometheus endpoint (``/metrics``), once it serves; None
+        while it is not running or serves no metrics (``metrics_port=-1``)."""
+        from tidelog.node.server import METRICS_ADDR_FILE
+
+        if not self.is_running(node_id):
+            return None
+        path = self._node_dir(node_id) / METRICS_ADDR_FILE
+        with contextlib.suppress(FileNotFoundError):
+            return path.read_text().strip() or None
+        return None
+
     def is_running(self, node_id: int) -> bool:
         return self.pid_of(node_id) is not None
 
@@ -423,7 +435,9 @@ class LocalCluster:
 
         node_dir = self._node_dir(node_id)
         node_dir.mkdir(parents=True, exist_ok=True)
-        props = {key_for(name): str(value) for name, value in self._node_config.items()}
+        # Every node serves metrics on a free port unless told otherwise (metrics_address).
+        props = {"metrics.port": "0"}
+        props.update({key_for(name): str(value) for name, value in self._node_config.items()})
         props.update({
             "node.id": str(node_id),
             "listen": self._addresses[node_id],
