@@ -55,6 +55,9 @@ class ControllerDriver:
         self._metadata_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._producer_id_lock = asyncio.Lock()
         self._producer_ids_next = self._producer_ids_end = 0
+        #: Set once the metadata on disk is applied: topics changed later get a log line each
+        #: (those loaded at start one line for all).
+        self._loaded = False
         replicas.on_published(METADATA_TP, self._apply_committed_metadata)
 
     @property
@@ -70,6 +73,10 @@ class ControllerDriver:
             )
             self._apply_committed_metadata()
         await loop.run_in_executor(self.replicas.disk, self._open_assigned_replicas)
+        self._loaded = True
+        log.info("node %d: metadata loaded up to offset %d: %d topics, %d replicas here",
+                 self.node_id, self.image.applied_offset, len(self.image.topics),
+                 len(self.replicas.partitions))
 
     def _open_assigned_replicas(self) -> None:
         for topic in list(self.image.topics.values()):
@@ -114,12 +121,18 @@ class ControllerDriver:
         for name, topic in self.image.topics.items():
             if before.get(name) is topic:
                 continue
+            if self._loaded and name not in before:
+                log.info("topic %s created: %d partition(s), replication factor %d", name,
+                         topic.partition_count, len(topic.assignment[0]),
+                         extra={"topic": name, "event": "topic_created"})
             for p, replicas in enumerate(topic.assignment):
                 if self.node_id in replicas:
                     self.replicas.add_replica(
                         TopicPartition(name, p), replicas, dict(topic.configs)
                     )
         for name, topic in before.items():
+            if self._loaded and name not in self.image.topics:
+                log.info("topic %s deleted", name, extra={"topic": name, "event": "topic_deleted"})
             if self.image.topics.get(name) is not topic:
                 for p in range(topic.partition_count):
                     tp = TopicPartition(name, p)

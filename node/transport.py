@@ -343,6 +343,7 @@ class PeerLink:
             "link %d->%d (%s) broke: %s %s%s (%d break(s) since the last warning)",
             self.node_id, self.peer_id, self.address, exc.code().name, exc.details(),
             f"; TLS: {refused}" if refused else "", self._breaks,
+            extra={"event": "stream_broken", "peer": self.peer_id, "status": exc.code().name},
         )
         self._break_logged_at = now
         self._breaks = 0

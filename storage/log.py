@@ -352,6 +352,8 @@ class Log:
             active.on_become_inactive()
             # Closed segments hold no descriptors; flush() fsyncs them through a fresh one.
             active.close_handles()
+            log.info("%s: rolled the segment at %d (%d bytes); the next starts at %d",
+                     self.directory.name, active.base_offset, active.size, base_offset)
         segment = LogSegment.create(self.directory, base_offset, self._config, now)
         self._segments.add(segment)
         self._dir_dirty = True
@@ -544,6 +546,8 @@ class Log:
             self._check_open()
             if offset >= self._log_end_offset:
                 return False
+            log.info("%s: truncated to offset %d (the log end was %d): it diverged from the "
+                     "leader's", self.directory.name, offset, self._log_end_offset)
             now = self._clock()
             if self._segments.first.base_offset > offset:
                 self._truncate_fully(offset, now)
@@ -619,6 +623,9 @@ class Log:
         and HW (a follower far behind a leader whose log now starts later)."""
         with self._lock:
             self._check_open()
+            log.info("%s: emptied to start at offset %d (it held [%d, %d)): the leader's log "
+                     "starts later", self.directory.name, offset, self._log_start_offset,
+                     self._log_end_offset)
             self._truncate_fully(offset, self._clock())
 
     def _truncate_fully(self, offset: int, now: int) -> None:
@@ -644,7 +651,9 @@ class Log:
         """
         with self._lock:
             self._check_open()
-            deleted = self._delete_segments(lambda segment, upper: upper <= self._log_start_offset)
+            deleted = self._delete_segments(
+                lambda segment, upper: upper <= self._log_start_offset, "below the log start"
+            )
             if self._config.delete_enabled:
                 deleted += self._delete_retention_bytes_breached()
                 deleted += self._delete_retention_ms_breached()
@@ -656,7 +665,8 @@ class Log:
             return 0
         now = self._clock()
         return self._delete_segments(
-            lambda segment, upper: now - segment.largest_timestamp > retention_ms
+            lambda segment, upper: now - segment.largest_timestamp > retention_ms,
+            f"older than retention.ms={retention_ms}",
         )
 
     def _delete_retention_bytes_breached(self) -> int:
@@ -672,9 +682,11 @@ class Log:
             excess -= segment.size
             return True
 
-        return self._delete_segments(breached)
+        return self._delete_segments(breached, f"over retention.bytes={retention_bytes}")
 
-    def _delete_segments(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+    def _delete_segments(
+        self, predicate: Callable[[LogSegment, int], bool], reason: str
+    ) -> int:
         doomed: list[LogSegment] = []
         for i, segment in enumerate(self._segments):
             upper = self._segments.upper_bound(i, self._log_end_offset)
@@ -691,6 +703,8 @@ class Log:
         if len(doomed) == len(self._segments):
             self._roll(self._log_end_offset, self._clock())
         survivor = self._segments[len(doomed)].base_offset
+        log.info("%s: deleted %d segment(s) from %d to %d (%s)", self.directory.name,
+                 len(doomed), doomed[0].base_offset, survivor, reason)
         if survivor > self._log_start_offset:
             self._advance_log_start_offset(survivor)
         for segment in doomed:

@@ -12,6 +12,8 @@ _FLAG_KEYS = {
     "advertised": "advertised.address",
     "data_dir": "data.dir",
     "peers": "peers",
+    "metrics_port": "metrics.port",
+    "log_format": "log.format",
 }
 
 
@@ -24,6 +26,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--advertised", help="address published to peers and clients (default: the bound one)"
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics, HOST being the listen host; "
+             "0 picks a free port (metrics.port; default -1: none)",
+    )
+    parser.add_argument(
+        "--log-format", choices=("text", "json"),
+        help="text lines, or one JSON object per line (log.format; default text)",
     )
     parser.add_argument(
         "--config", type=Path, metavar="FILE", help="key=value properties file; flags win over it"
@@ -45,9 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
 
     from tidelog.errors import InvalidConfigError
+    from tidelog.node import logs
     from tidelog.node.config import NodeConfig
     from tidelog.node.server import serve
 
@@ -59,7 +70,5 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidConfigError(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
     config = NodeConfig.load(args.config, overrides)
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s node-{config.node_id} %(levelname)s %(message)s"
-    )
+    logs.configure(config.node_id, config.log_format)
     return asyncio.run(serve(config, exit_with_parent=args.exit_with_parent))
