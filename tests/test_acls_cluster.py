@@ -224,6 +224,24 @@ def test_the_client_raises_authorization_errors_naming_the_resource(restricted: 
             client.create_acls([GRANTS[0]])
         with pytest.raises(errors.GroupAuthorizationFailedError, match="group 'h'"):
             client.list_consumer_group_offsets("h")
+        # b is not in the metadata at all: asked for by name, it is refused (not retried
+        # until the deadline as a topic that does not exist yet, RequestTimedOutError).
+        with pytest.raises(errors.TopicAuthorizationFailedError, match="topic 'b'"):
+            client.list_offsets({TopicPartition("b", 0): -1})
+        with pytest.raises(errors.TopicAuthorizationFailedError, match="topic 'b'"):
+            client.producer().send("b", b"x").result(timeout=20)
+        consumer = client.consumer()
+        consumer.assign([TopicPartition("b", 0)])
+        consumer.seek(TopicPartition("b", 0), 0)
+        with pytest.raises(errors.TopicAuthorizationFailedError, match="topic 'b'"):
+            consumer.poll(timeout_ms=15_000)
+        consumer.close()
+        consumer = client.consumer()
+        consumer.assign([TopicPartition("a", 0)])  # described, but not readable
+        consumer.seek(TopicPartition("a", 0), 0)
+        with pytest.raises(errors.TopicAuthorizationFailedError, match="READ topic 'a'"):
+            consumer.poll(timeout_ms=15_000)
+        consumer.close()
 
 
 def test_acl_calls_of_the_client_and_the_cli_round_trip(

@@ -24,6 +24,7 @@ from tidelog import wire
 from tidelog.acl import ANY_ACL, AclBinding, AclBindingFilter
 from tidelog.coordinated import Coordinators, check_group_id, checked_offsets
 from tidelog.errors import (
+    AuthorizationError,
     ConfigurationError,
     LeaderNotAvailableError,
     NodeUnavailableError,
@@ -32,6 +33,7 @@ from tidelog.errors import (
     TidelogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    for_code,
 )
 from tidelog.metadata import ClusterMetadata, TopicInfo
 from tidelog.partitioned import PartitionedRequest
@@ -206,8 +208,9 @@ class Client:
                 self._refreshing = False
                 self._refresh_cond.notify_all()
 
-    def _fetch_metadata(self, deadline: Deadline) -> Any:
-        """Ask the known nodes in random order, then the bootstrap addresses."""
+    def _fetch_metadata(self, deadline: Deadline, topics: Sequence[str] = ()) -> Any:
+        """Ask the known nodes in random order, then the bootstrap addresses (for `topics`
+        by name, else for all)."""
         known = list(self.metadata.nodes().items())
         random.shuffle(known)
         candidates: list[tuple[int | None, str]] = list(known)
@@ -219,13 +222,25 @@ class Client:
                 break
             try:
                 return self.run(self.transport.call(
-                    node_id, "Metadata", wire.metadata_request(), timeout, address
+                    node_id, "Metadata", wire.metadata_request(topics), timeout, address
                 ))
             except NodeUnavailableError as exc:
                 failures.append(str(exc))
         raise NodeUnavailableError(
             "no node answered Metadata: " + ("; ".join(failures) or "the deadline passed")
         )
+
+    def check_described(self, topics: Iterable[str], deadline: Deadline) -> None:
+        """Raise the authorization error of a topic the metadata leaves out because this
+        client may not DESCRIBE it. A node leaves such a topic out of an answer for all topics
+        and answers TOPIC_AUTHORIZATION_FAILED (29) only when asked for it by name (as Kafka
+        does), so the topics missing from the last answer are asked for by name, once."""
+        missing = [t for t in dict.fromkeys(topics) if self.metadata.topic(t) is None]
+        if not missing:
+            return
+        for topic in self._fetch_metadata(deadline, missing).topics:
+            if issubclass(for_code(topic.error_code), AuthorizationError):
+                raise wire.error_for(topic.error_code, "", f"topic {topic.name!r}")
 
     def ensure_metadata(self, deadline: Deadline) -> None:
         if self.metadata.version == 0:
@@ -247,6 +262,7 @@ class Client:
             self.refresh_metadata(deadline)
             found = self.metadata.partition_count(topic)
             if found is None:
+                self.check_described([topic], deadline)
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} is not in the metadata")
             return found
 

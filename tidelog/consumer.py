@@ -439,6 +439,9 @@ class Consumer:
                                    deadline.remaining()))
                     with contextlib.suppress(RetriableError):
                         self.client.refresh_metadata()
+                        self.client.check_described(
+                            (tp.topic for tp in self._positions), self.client.deadline()
+                        )
                 else:
                     self._failed_rounds = 0
 

@@ -183,6 +183,7 @@ class PartitionedRequest(Generic[Q, A]):
             if refresh or any(client.metadata.leader_for(tp) is None for tp in pending):
                 try:
                     client.refresh_metadata(deadline, seen_version)
+                    client.check_described((tp.topic for tp in pending), deadline)
                 except RetriableError as exc:
                     # Keep naming the partitions: they are what the caller waits for.
                     raise PartitionsFailed(
