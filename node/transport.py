@@ -276,6 +276,7 @@ class PeerLink:
         self.dropped = 0
         self._breaks = 0
         self._break_logged_at = -_BREAK_LOG_EVERY_S
+        self._logged_cause: tuple[grpc.StatusCode, str | None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"link-{self.node_id}-{self.peer_id}")
@@ -329,10 +330,12 @@ class PeerLink:
     async def _log_break(self, exc: grpc.aio.AioRpcError) -> None:
         """A break loses everything queued to the peer, so it is worth a warning with its cause
         (with TLS, why the handshake fails: gRPC's "Socket closed" does not say); a peer that
-        stays down breaks every reconnect, so those are counted, not each logged."""
+        stays down breaks every reconnect, so those are counted, not each logged, unless the
+        cause changed (a peer that was down is back but refuses this node)."""
         self._breaks += 1
         now = time.monotonic()
-        if now - self._break_logged_at < _BREAK_LOG_EVERY_S:
+        cause = (exc.code(), exc.details())
+        if now - self._break_logged_at < _BREAK_LOG_EVERY_S and cause == self._logged_cause:
             log.debug("link %d->%d broke: %s %s", self.node_id, self.peer_id, exc.code().name,
                       exc.details())
             return
@@ -346,6 +349,7 @@ class PeerLink:
             extra={"event": "stream_broken", "peer": self.peer_id, "status": exc.code().name},
         )
         self._break_logged_at = now
+        self._logged_cause = cause
         self._breaks = 0
 
     async def close(self) -> None:

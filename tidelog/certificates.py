@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,7 @@ class CertFiles:
 class CertificateAuthority:
     """A CA whose key and certificate live in ``directory`` (created, or reused if present)."""
 
-    def __init__(self, directory: Path, common_name: str = "Tidelog throwaway CA") -> None:
+    def __init__(self, directory: Path, common_name: str | None = None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.cafile = self.directory / "ca.pem"
@@ -50,6 +51,9 @@ class CertificateAuthority:
             self._cert = x509.load_pem_x509_certificate(self.cafile.read_bytes())
             return
         key = ec.generate_private_key(ec.SECP256R1())
+        # Each throwaway CA is named apart, so that a certificate of another one is refused as
+        # "unknown issuer" rather than as a bad signature of a namesake.
+        common_name = common_name or f"Tidelog throwaway CA {secrets.token_hex(4)}"
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         now = datetime.datetime.now(datetime.UTC)
         cert = (

@@ -47,10 +47,12 @@ from tidelog.errors import (
     for_code,
 )
 from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.transport import Security
 from tidelog.types import IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
 if TYPE_CHECKING:
+    from tidelog.certificates import CertFiles
     from tidelog.consumer import Consumer
     from tidelog.types import ConsumerRecord
 
@@ -102,10 +104,12 @@ class NodeStatus:
         return self.detail
 
 
-def probe(address: str, *, with_metadata: bool = True) -> NodeStatus:
+def probe(
+    address: str, *, with_metadata: bool = True, security: Security | None = None
+) -> NodeStatus:
     """One health check (and Metadata call) against ``address``; never raises for a node that is
     down, because callers poll it."""
-    with grpc.insecure_channel(address) as channel:
+    with (security or Security()).channel(address) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=_TIDELOG_SERVICE), timeout=_RPC_TIMEOUT_S
@@ -147,6 +151,10 @@ class LocalCluster:
     ``node_config`` holds node settings by Python or Kafka name (``segment_bytes=1024`` or
     ``**{"segment.bytes": 1024}``); other names are topic defaults.
     ``require_controller``: readiness also needs every live node to know a metadata leader.
+    ``tls`` True runs TLS on both listeners of every node, from certificates of a throwaway CA
+    made in ``<data_dir>/tls`` (``tidelog.certificates``): mutual TLS between nodes, and clients
+    must present a certificate too (``client_options`` are a Client's arguments for that, with
+    the principal ``User:CN=client``).
     ``exit_with_parent`` False lets the nodes outlive this process (``tidelog cluster up
     --detach``); otherwise they stop when it dies, however it dies, and also when the *thread*
     that started them ends (the kernel's parent-death signal follows the thread): start and
@@ -162,6 +170,7 @@ class LocalCluster:
         require_controller: bool = True,
         ready_timeout: float = 30.0,
         exit_with_parent: bool = True,
+        tls: bool = False,
         **node_config: object,
     ) -> None:
         if nodes < 1:
@@ -176,6 +185,7 @@ class LocalCluster:
         self.require_controller = require_controller
         self._ready_timeout = ready_timeout
         self._exit_with_parent = exit_with_parent
+        self.tls = tls
         #: Node id -> client address, and -> node-to-node address.
         self._addresses: dict[int, str] = {}
         self._internal: dict[int, str] = {}
@@ -253,6 +263,31 @@ class LocalCluster:
     def bootstrap(self) -> str:
         return ",".join(self._addresses[n] for n in self.node_ids)
 
+    @property
+    def tls_dir(self) -> Path:
+        """Where a TLS cluster keeps its CA and certificates (``ca.pem``, ``node-N.pem``,
+        ``client.pem`` and their ``-key.pem``)."""
+        return self._dir / "tls"
+
+    @property
+    def client_options(self) -> dict[str, str]:
+        """``Client(cluster.bootstrap, **cluster.client_options)`` connects as this cluster's
+        listeners require (nothing for a plaintext cluster)."""
+        if not self.tls:
+            return {}
+        files = self._certificates("client")
+        return {
+            "security_protocol": "SSL",
+            "ssl_cafile": str(files.cafile),
+            "ssl_certfile": str(files.certfile),
+            "ssl_keyfile": str(files.keyfile),
+        }
+
+    @property
+    def security(self) -> Security:
+        """How the harness's own channels (probes, :class:`Raw`) connect."""
+        return Security(**self.client_options)
+
     def address_of(self, node_id: int) -> str:
         """The node's client listener."""
         return self._addresses[self._known(node_id)]
@@ -292,7 +327,7 @@ class LocalCluster:
         topic, partition = tp
         best: tuple[int, int] | None = None
         for node_id in self._live():
-            with grpc.insecure_channel(self._addresses[node_id]) as channel:
+            with self.security.channel(self._addresses[node_id]) as channel:
                 try:
                     meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
                         tidelog_pb2.MetadataRequest(topics=[topic]), timeout=_RPC_TIMEOUT_S
@@ -374,7 +409,9 @@ class LocalCluster:
                         + self._log_tail(node_id)
                     )
             statuses = {
-                n: probe(self._addresses[n], with_metadata=require_controller) for n in node_ids
+                n: probe(self._addresses[n], with_metadata=require_controller,
+                         security=self.security)
+                for n in node_ids
             }
             serving = sum(s.serving for s in statuses.values())
             controllers = {s.controller_id for s in statuses.values()}
@@ -446,6 +483,16 @@ class LocalCluster:
             "peers": format_peers(self._internal),
             "client.addresses": format_peers(self._addresses),
         })
+        if self.tls:
+            files = self._certificates(f"node-{node_id}")
+            props.update({
+                "security.protocol": "SSL",
+                "security.inter.broker.protocol": "SSL",
+                "ssl.certfile": str(files.certfile),
+                "ssl.keyfile": str(files.keyfile),
+                "ssl.cafile": str(files.cafile),
+                "ssl.client.auth": "required",
+            })
         routes = self.routes(node_id)
         if routes is not None:
             props["peers"] = format_peers(routes.peers)
@@ -470,6 +517,21 @@ class LocalCluster:
             )
         self._paused.discard(node_id)
         self._record_layout()
+
+    def _certificates(self, name: str) -> CertFiles:
+        """The certificate ``name`` (its common name too) of the cluster's CA, made on first
+        use and kept with the cluster's data."""
+        from tidelog.certificates import CertFiles, CertificateAuthority
+
+        ca = CertificateAuthority(self.tls_dir)
+        files = CertFiles(
+            certfile=self.tls_dir / f"{name}.pem",
+            keyfile=self.tls_dir / f"{name}-key.pem",
+            cafile=ca.cafile,
+        )
+        if files.certfile.exists() and files.keyfile.exists():
+            return files
+        return ca.issue(name, name)
 
     def _record_layout(self) -> None:
         pids = {str(n): p.pid for n, p in self._procs.items() if p.poll() is None}
@@ -641,7 +703,7 @@ class Raw:
         address = self.cluster.address_of(node_id)
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.insecure_channel(address, options=self._options)
+            channel = self.cluster.security.channel(address, options=self._options)
             self._channels[address] = channel
         return tidelog_pb2_grpc.TidelogStub(channel)
 
