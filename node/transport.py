@@ -276,7 +276,8 @@ class PeerLink:
         self.dropped = 0
         self._breaks = 0
         self._break_logged_at = -_BREAK_LOG_EVERY_S
-        self._logged_cause: tuple[grpc.StatusCode, str | None] | None = None
+        #: The TLS reason of the last warning (None: plaintext, or TLS was not the cause).
+        self._logged_refusal: str | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"link-{self.node_id}-{self.peer_id}")
@@ -331,17 +332,16 @@ class PeerLink:
         """A break loses everything queued to the peer, so it is worth a warning with its cause
         (with TLS, why the handshake fails: gRPC's "Socket closed" does not say); a peer that
         stays down breaks every reconnect, so those are counted, not each logged, unless the
-        cause changed (a peer that was down is back but refuses this node)."""
+        TLS reason changed (a peer that was down is back but refuses this node)."""
         self._breaks += 1
         now = time.monotonic()
-        cause = (exc.code(), exc.details())
-        if now - self._break_logged_at < _BREAK_LOG_EVERY_S and cause == self._logged_cause:
-            log.debug("link %d->%d broke: %s %s", self.node_id, self.peer_id, exc.code().name,
-                      exc.details())
-            return
         refused = None
         if exc.code() is grpc.StatusCode.UNAVAILABLE:
             refused = await self._dialer.why_refused(self.address)
+        if now - self._break_logged_at < _BREAK_LOG_EVERY_S and refused == self._logged_refusal:
+            log.debug("link %d->%d broke: %s %s", self.node_id, self.peer_id, exc.code().name,
+                      exc.details())
+            return
         log.warning(
             "link %d->%d (%s) broke: %s %s%s (%d break(s) since the last warning)",
             self.node_id, self.peer_id, self.address, exc.code().name, exc.details(),
@@ -349,7 +349,7 @@ class PeerLink:
             extra={"event": "stream_broken", "peer": self.peer_id, "status": exc.code().name},
         )
         self._break_logged_at = now
-        self._logged_cause = cause
+        self._logged_refusal = refused
         self._breaks = 0
 
     async def close(self) -> None:
