@@ -34,11 +34,14 @@ from tidelog.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
+from tidelog.certificates import CertificateAuthority
 from tidelog.cli import main
 from tidelog.node.forwarding import FORWARDED_BY, FORWARDED_PRINCIPAL
 from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
+from tidelog.transport import Security
 from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
+from tidelog.v1 import tidelog_pb2_grpc
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -282,3 +285,59 @@ def test_acl_calls_of_the_client_and_the_cli_round_trip(
         assert gone == [deny]
         assert client.describe_acls() == [admin]
         assert raw.list_offset(1, "secret.keys", 0, -1).error_code == 0
+
+
+def test_two_principals_over_mutual_tls() -> None:
+    """With client certificates the principal is the certificate's subject. The harness's
+    client (User:CN=client) is a super user and sets up; alice (User:CN=alice) may READ topic
+    a (so DESCRIBE it too) and group g, nothing else. The nodes (User:CN=node-N) are super
+    users, so a request one of them forwards keeps alice's principal: were the forwarding
+    node's own principal used, b would be allowed at the coordinator."""
+    supers = ";".join(["User:CN=client", *(f"User:CN=node-{n}" for n in (1, 2, 3))])
+    alice_acls = [grant("User:CN=alice", Operation.READ, ResourceType.TOPIC, "a"),
+                  grant("User:CN=alice", Operation.READ, ResourceType.GROUP, "g")]
+    with LocalCluster(tls=True, super_users=supers, **OPTIONS) as cluster, Raw(cluster) as admin, \
+            Client(cluster.bootstrap, **cluster.client_options) as admin_client:
+        for topic in ("a", "b"):
+            admin.create_topic(topic, 1, 3)
+            admin.produce_acknowledged(topic, 0, [[b"one"]])
+        coordinator = found(admin, 1, "g").node_id
+        admin_client.create_acls(alice_acls)
+        applied_everywhere(admin, len(alice_acls))
+        files = CertificateAuthority(cluster.tls_dir).issue("alice", "alice")
+        alice_options = {"security_protocol": "SSL", "ssl_cafile": str(files.cafile),
+                         "ssl_certfile": str(files.certfile), "ssl_keyfile": str(files.keyfile)}
+        alice = Security(**alice_options)
+
+        def as_alice(node: int) -> tidelog_pb2_grpc.TidelogStub:
+            return tidelog_pb2_grpc.TidelogStub(alice.channel(cluster.address_of(node)))
+
+        lookups = pb.ListOffsetsRequest(topics=[
+            pb.ListOffsetsTopic(name=name, partitions=[pb.ListOffsetsPartition(timestamp=-1)])
+            for name in ("a", "b")
+        ])
+        answers = by_partition(as_alice(leader(admin, "a")).ListOffsets(lookups, timeout=10))
+        assert answers["a"].error_code == 0 and answers["a"].offset >= 1
+        assert answers["b"].error_code == TOPIC_DENIED
+        assert "User:CN=alice is not authorized to DESCRIBE topic 'b'" in \
+            answers["b"].error_message
+        assert admin.list_offset(leader(admin, "b"), "b", 0, -1).error_code == 0
+
+        request = commit_request("g", {("a", 0): (1, -1, ""), ("b", 0): (1, -1, "")})
+        for node in (coordinator, other_than(admin, coordinator)):
+            assert codes(as_alice(node).OffsetCommit(request, timeout=30)) == {
+                ("a", 0): 0, ("b", 0): TOPIC_DENIED}
+        assert codes(admin.stub(other_than(admin, coordinator)).OffsetCommit(
+            request, timeout=30)) == {("a", 0): 0, ("b", 0): 0}
+
+        seen = as_alice(2).Metadata(pb.MetadataRequest(), timeout=10)
+        assert {t.name for t in seen.topics} == {"a"}
+        assert {"a", "b"} <= {t.name for t in admin.stub(2).Metadata(
+            pb.MetadataRequest(), timeout=10).topics}
+
+        with Client(cluster.bootstrap, **alice_options) as alice_client:
+            with pytest.raises(errors.TopicAuthorizationFailedError, match="topic 'b'"):
+                alice_client.list_offsets({TopicPartition("b", 0): -1})
+            with pytest.raises(errors.ClusterAuthorizationFailedError,
+                               match="User:CN=alice is not authorized to ALTER cluster"):
+                alice_client.create_acls(alice_acls)
