@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from tidelog.coordinator.controller import MAX_PARTITIONS
 from tidelog.errors import InvalidConfigError
+from tidelog.properties import read_properties
 
 FlushPolicy = Literal["always", "never"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL"]
@@ -422,25 +423,6 @@ def parse_peers(text: str) -> dict[int, str]:
 
 def format_peers(peers: Mapping[int, str]) -> str:
     return ",".join(f"{node_id}={address}" for node_id, address in sorted(peers.items()))
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """Reads a Java-style properties file: ``key=value`` or ``key: value``, ``#``/``!``
-    comments. Line continuations and escapes are not supported; no setting needs them."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InvalidConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    props: dict[str, str] = {}
-    for number, raw in enumerate(lines, start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        match = re.fullmatch(r"([^=:\s]+)\s*[=:]\s*(.*)", line)
-        if match is None:
-            raise InvalidConfigError(f"{path}:{number}: expected key=value, got {line!r}")
-        props[match.group(1)] = match.group(2)
-    return props
 
 
 def _parse_address(what: str, address: str, *, loopback_only: bool) -> tuple[str, int]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import test_client_cluster as plaintext_suite
 
-from tidelog import Client, OffsetSpec, TopicPartition
+from tidelog import Client, OffsetSpec, TopicPartition, cli
 from tidelog.certificates import CertificateAuthority
 from tidelog.errors import SslAuthenticationError
 from tidelog.testing import LocalCluster, Raw, values_of, wait_for
@@ -57,7 +57,7 @@ def test_a_client_without_a_certificate_is_refused(cluster: LocalCluster) -> Non
     options = {k: v for k, v in cluster.client_options.items() if k == "ssl_cafile"}
     message = _refusal(bootstrap=cluster.bootstrap, request_timeout_ms=10_000,
                        security_protocol="SSL", **options)
-    assert "refused no certificate" in message, message
+    assert "requires a client certificate" in message, message
 
 
 def test_a_client_that_does_not_trust_the_nodes_ca_says_so(
@@ -67,6 +67,21 @@ def test_a_client_that_does_not_trust_the_nodes_ca_says_so(
     options = {**cluster.client_options, "ssl_cafile": str(other_ca.cafile)}
     message = _refusal(bootstrap=cluster.bootstrap, request_timeout_ms=10_000, **options)
     assert "not trusted by ssl_cafile" in message, message
+
+
+def test_the_cli_takes_tls_flags_or_a_command_config(
+    cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = cluster.client_options
+    flags = [f"--{key.replace('_', '-')}={value}" for key, value in options.items()]
+    properties = tmp_path / "client.properties"
+    properties.write_text("".join(f"{k.replace('_', '.', 1)}={v}\n" for k, v in options.items()))
+    bootstrap = f"--bootstrap={cluster.bootstrap}"
+    assert cli.main(["topic", "create", "cli-tls", bootstrap, *flags]) == 0
+    assert cli.main(["topic", "list", bootstrap, f"--command-config={properties}"]) == 0
+    assert "cli-tls" in capsys.readouterr().out
+    assert cli.main(["topic", "list", bootstrap, "--timeout-ms=10000"]) == 2
+    assert "requires TLS" in capsys.readouterr().err
 
 
 def test_the_main_scenario_runs_with_tls(client: Client, cluster: LocalCluster) -> None:

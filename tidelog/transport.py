@@ -169,11 +169,12 @@ class Security:
                 return None
             if first:
                 return None
-            presented = (f"the certificate {self.ssl_certfile}" if self.ssl_certfile
-                         else "no certificate")
-            return (f"the node closed the connection right after the TLS handshake: it refused "
-                    f"{presented} (its listener requires a client certificate signed by a CA "
-                    "it trusts)")
+            closed = "the node closed the connection right after the TLS handshake"
+            if not self.ssl_certfile:
+                return (f"{closed}: its listener requires a client certificate (set "
+                        "ssl_certfile and ssl_keyfile)")
+            return (f"{closed}: it refused the certificate {self.ssl_certfile} (its listener "
+                    "requires one signed by a CA it trusts)")
         finally:
             writer.close()
             with contextlib.suppress(OSError, ssl.SSLError):

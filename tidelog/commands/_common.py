@@ -1,16 +1,19 @@
-"""What the operator commands share: the --bootstrap option, a client, and time parsing."""
+"""What the operator commands share: the --bootstrap and TLS options, a client, and time
+parsing."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidelog.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from tidelog.client import Client
+    from tidelog.transport import Security
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7420"
 
@@ -25,12 +28,62 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout-ms", type=int, default=30_000, help="overall deadline of each call"
     )
+    add_security(parser)
+
+
+#: --command-config keys (the node's own names for them) -> Security's fields.
+_SECURITY_KEYS = {
+    "security.protocol": "security_protocol",
+    "ssl.cafile": "ssl_cafile",
+    "ssl.certfile": "ssl_certfile",
+    "ssl.keyfile": "ssl_keyfile",
+}
+
+
+def add_security(parser: argparse.ArgumentParser) -> None:
+    """How to reach TLS listeners: kafka-python's names as flags, or Kafka tools'
+    ``--command-config`` properties file (flags win over it)."""
+    parser.add_argument("--security-protocol", choices=["PLAINTEXT", "SSL"], type=str.upper,
+                        help="PLAINTEXT (default) or SSL")
+    parser.add_argument("--ssl-cafile",
+                        help="PEM file of the CA that signed the nodes' certificates")
+    parser.add_argument("--ssl-certfile", help="PEM file of this client's certificate "
+                        "(listeners with ssl.client.auth=required)")
+    parser.add_argument("--ssl-keyfile", help="PEM file of that certificate's private key")
+    parser.add_argument(
+        "--command-config", type=Path, metavar="FILE",
+        help="properties file with security.protocol, ssl.cafile, ssl.certfile, ssl.keyfile",
+    )
+
+
+def security_for(args: argparse.Namespace) -> Security:
+    from tidelog.properties import read_properties
+    from tidelog.transport import Security
+
+    settings: dict[str, str] = {}
+    if args.command_config is not None:
+        for key, value in read_properties(args.command_config).items():
+            if key not in _SECURITY_KEYS:
+                raise ConfigurationError(
+                    f"--command-config {args.command_config}: unknown setting {key!r} (known: "
+                    f"{', '.join(_SECURITY_KEYS)})"
+                )
+            settings[_SECURITY_KEYS[key]] = value.strip()
+    for name in _SECURITY_KEYS.values():
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    return Security(**settings)
 
 
 def client_for(args: argparse.Namespace) -> Client:
     from tidelog.client import Client
 
-    return Client(args.bootstrap, request_timeout_ms=args.timeout_ms)
+    security = security_for(args)
+    return Client(
+        args.bootstrap, request_timeout_ms=args.timeout_ms,
+        security_protocol=security.security_protocol, ssl_cafile=security.ssl_cafile,
+        ssl_certfile=security.ssl_certfile, ssl_keyfile=security.ssl_keyfile,
+    )
 
 
 def parse_time(text: str, option: str = "--time") -> int:

@@ -11,6 +11,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from tidelog.commands._common import add_security, security_for
+
 if TYPE_CHECKING:
     from tidelog.testing import LocalCluster
 
@@ -32,6 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                     help="return once ready and leave the nodes running (stop: cluster down)")
     up.add_argument("--timeout", type=float, default=30.0,
                     help="seconds to wait for readiness (default 30)")
+    up.add_argument("--tls", action="store_true",
+                    help="TLS on both listeners of every node, with certificates of a throwaway "
+                         "CA made in DATA_DIR/tls (clients need one too; up prints the flags)")
 
     down = sub.add_parser("down", help="gracefully stop a cluster started with up")
     down.add_argument("--data-dir", type=Path, default=Path("tidelog-data"),
@@ -42,6 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     status = sub.add_parser("status", help="nodes, partitions, leaders and epochs")
     status.add_argument("--bootstrap", default=_DEFAULT_BOOTSTRAP,
                         help=f"any node(s), HOST:PORT[,...] (default {_DEFAULT_BOOTSTRAP})")
+    add_security(status)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,6 +62,7 @@ def _up(args: argparse.Namespace) -> int:
         args.data_dir.resolve(),
         args.base_port,
         exit_with_parent=not args.detach,
+        tls=args.tls,
     )
     # SIGTERM should stop the nodes as gracefully as Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -64,6 +71,8 @@ def _up(args: argparse.Namespace) -> int:
         cluster.wait_ready(args.timeout, progress=_progress)
         _progress_done()
         print(cluster.bootstrap, flush=True)
+        if args.tls:
+            _print_tls_howto(cluster)
         if args.detach:
             cluster.detach()
             print(f"stop it with: tidelog cluster down --data-dir {args.data_dir}", file=sys.stderr)
@@ -77,6 +86,25 @@ def _up(args: argparse.Namespace) -> int:
     finally:
         cluster.close()
     return 0
+
+
+def _print_tls_howto(cluster: LocalCluster) -> None:
+    """How a client connects: the flags, the same as a --command-config file, and Python."""
+    options = cluster.client_options
+    properties = cluster.tls_dir / "client.properties"
+    properties.write_text(
+        "".join(f"{key.replace('_', '.', 1)}={value}\n" for key, value in options.items())
+    )
+    flags = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in options.items())
+    python = ", ".join(f"{key}={value!r}" for key, value in options.items())
+    print(
+        f"TLS on every listener (client certificate required; principal User:CN=client).\n"
+        f"  CLI:    tidelog topic list --bootstrap {cluster.bootstrap} {flags}\n"
+        f"     or:  tidelog topic list --bootstrap {cluster.bootstrap} "
+        f"--command-config {properties}\n"
+        f"  Python: Client({cluster.bootstrap!r}, {python})",
+        file=sys.stderr,
+    )
 
 
 def _watch(cluster: LocalCluster) -> None:
@@ -109,9 +137,10 @@ def _status(args: argparse.Namespace) -> int:
     from tidelog.testing import probe
     from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
+    security = security_for(args)
     meta = None
     for address in filter(None, (a.strip() for a in args.bootstrap.split(","))):
-        with grpc.insecure_channel(address) as channel:
+        with security.channel(address) as channel:
             try:
                 meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
                     tidelog_pb2.MetadataRequest(), timeout=5.0
@@ -125,7 +154,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"{'NODE':>4}  {'ADDRESS':<22} STATUS")
     for node in meta.nodes:
         mark = " (controller)" if node.node_id == meta.controller_id else ""
-        status = probe(node.address, with_metadata=False)
+        status = probe(node.address, with_metadata=False, security=security)
         print(f"{node.node_id:>4}  {node.address:<22} {status}{mark}")
     if meta.controller_id < 0:
         print("no controller elected")
@@ -147,7 +176,7 @@ def _status(args: argparse.Namespace) -> int:
     print()
     print(f"{'TOPIC':<24} {'PART':>4} {'REPLICA':>7} {'ROLE':<8} {'START':>8} {'HW':>8} "
           f"{'LSO':>8} {'LEO':>8}")
-    channels = {a: grpc.insecure_channel(a) for a in addresses.values()}
+    channels = {a: security.channel(a) for a in addresses.values()}
     try:
         for topic in sorted(meta.topics, key=lambda t: t.name):
             for p in topic.partitions:
