@@ -2,10 +2,13 @@
 on a real node with 1,000 ACLs, beside the same request with no ACLs (the default
 allow.everyone.if.no.acl.found=true), in one run.
 
-One node, one topic; the calls are raw gRPC from this process (a blocking stub, one call at a
-time), so the figure compares two server paths. The run alternates: a slice without ACLs, then
-1,000 ACLs created in one CreateAcls (they commit as one batch), a slice with them, then a
-DeleteAcls of all of them, for ``--rounds`` rounds; the p50 of each side is over all its calls.
+Two one-node clusters side by side, one topic each; the calls are raw gRPC from this process
+(a blocking stub, one call at a time), so the figure compares two server paths. One cluster
+holds the 1,000 ACLs (created in one CreateAcls: they commit as one batch), the other none, and
+the calls alternate between them one by one, so both sides see the same moments of a shared
+machine's load. After each round the ACLs move to the other cluster (a DeleteAcls there, a
+CreateAcls here), so that neither process's luck is counted as the ACLs' cost; the p50 of each
+side is over all its calls of all ``--rounds`` rounds.
 The 1,000 ACLs are a mix a real cluster could hold: literal ACLs on 600 other topics for 50
 principals, 200 prefixed ones (prefix lengths 1 to 12, some of them prefixes of the measured
 topic, so the decision walks the prefix lookup and finds bindings), 150 on groups, and
@@ -23,6 +26,7 @@ only when something went wrong (an answer with an error, ACLs that did not apply
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -131,29 +135,36 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=None, help="calls per slice")
     parser.add_argument("--rounds", type=int, default=None, help="slices per side")
     args = parser.parse_args()
-    calls = args.calls or (50 if args.quick else 2000)
-    rounds = args.rounds or (1 if args.quick else 5)
+    calls = args.calls or (50 if args.quick else 5000)
+    rounds = args.rounds or (2 if args.quick else 4)
     acls = thousand_acls()
     print(f"bench/acls.py at {datetime.now(UTC):%Y-%m-%d %H:%M UTC} on {platform.node()}, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; {rounds} rounds of {calls} "
           f"calls per side")
     sides: dict[str, list[int]] = {"no ACLs": [], f"{ACL_COUNT} ACLs": []}
-    with LocalCluster(1, log_flush_policy="never") as cluster, Raw(cluster) as raw, \
-            Client(cluster.bootstrap) as client:
-        raw.create_topic(TOPIC, 1, 1)
-        raw.produce_acknowledged(TOPIC, 0, [[b"x"] * 10])
-        stub = raw.stub(1)
-        latencies(stub, max(calls // 10, 10))  # warm-up: connection, caches
-        for _ in range(rounds):
-            sides["no ACLs"] += latencies(stub, calls)
-            client.create_acls(acls)
-            wait_for(lambda: len(stub.DescribeAcls(pb.DescribeAclsRequest(), timeout=10)
-                                 .resources) > 0, 30, "the ACLs applied")
-            sides[f"{ACL_COUNT} ACLs"] += latencies(stub, calls)
-            removed = client.delete_acls([ANY_ACL])
-            if len(removed) != ACL_COUNT:
-                print(f"deleted {len(removed)} ACLs, not {ACL_COUNT}")
+    with contextlib.ExitStack() as stack:
+        nodes = []
+        for _ in range(2):
+            cluster = stack.enter_context(LocalCluster(1, log_flush_policy="never"))
+            raw = stack.enter_context(Raw(cluster))
+            client = stack.enter_context(Client(cluster.bootstrap))
+            raw.create_topic(TOPIC, 1, 1)
+            raw.produce_acknowledged(TOPIC, 0, [[b"x"] * 10])
+            nodes.append((raw.stub(1), client))
+            latencies(raw.stub(1), max(calls // 10, 10))  # warm-up: connection, caches
+        for round_ in range(rounds):
+            (plain, plain_client), (guarded, guarded_client) = (
+                nodes if round_ % 2 == 0 else nodes[::-1]
+            )
+            if round_ > 0 and len(plain_client.delete_acls([ANY_ACL])) != ACL_COUNT:
+                print(f"the ACLs of round {round_ - 1} were not all deleted")
                 return 1
+            guarded_client.create_acls(acls)
+            wait_for(lambda stub=guarded: len(stub.DescribeAcls(
+                pb.DescribeAclsRequest(), timeout=10).resources) > 0, 30, "the ACLs applied")
+            for _ in range(calls):
+                sides["no ACLs"] += latencies(plain, 1)
+                sides[f"{ACL_COUNT} ACLs"] += latencies(guarded, 1)
     p50 = {side: statistics.median(ns) / 1000 for side, ns in sides.items()}
     for side, value in p50.items():
         print(f"ListOffsets p50 with {side}: {value:.0f} us over {len(sides[side])} calls")
