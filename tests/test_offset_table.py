@@ -227,6 +227,20 @@ def test_interleaved_growth_moves_blocks_without_losing_entries(table: OffsetTab
         assert [v.offset for _, _, v in offsets] == [g * 100 + 29 - p for p in range(30)]
 
 
+def test_position_columns_widen_past_their_limit() -> None:
+    table = NarrowTable()
+    for g in range(30):
+        for p in range(g % 5 + 1):
+            table.put(f"name-{g:02}", "t", p, CommittedOffset(g * 10 + p, 0, ""), T0)
+    # Positions past 40 (names: 7 bytes x 30, entries: 90) were stored, in 8-byte columns.
+    assert table._g_name.typecode == "q"
+    assert table._g_start.typecode == table._g_count.typecode == "q"
+    for g in range(30):
+        assert [v.offset for _, _, v in table.group_offsets(f"name-{g:02}")] == [
+            g * 10 + p for p in range(g % 5 + 1)
+        ]
+
+
 # ---- the model: a plain dict
 
 
