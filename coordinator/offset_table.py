@@ -38,10 +38,11 @@ for by removals numbering a quarter of what it rewrites.
 Measured with tracemalloc (`bench/offset_table.py`; Python 3.11, group names ``group-<n>`` of
 7-12 bytes, one topic, empty metadata), bytes per entry:
 
-* 10^4 groups x 100 partitions: 16.8 (the 16-byte entry, plus the columns' growth slack; the
+* 10^4 groups x 100 partitions: 16.7 (the 16-byte entry, plus the columns' growth slack; the
   group's row, name and hash slot shared by 100 entries); a dict of tuples: 211;
 * 10^6 groups x 1 partition: 57.9 (about 17 for the entry, 21 for the group row, 12 for the
-  name, 8.4 for the hash slots, 2^21 of them); a dict of tuples: 338.
+  name, 8.4 for the hash slots, 2^21 of them); a dict of tuples: 338;
+* 10^5 groups x 100 partitions (10^7 entries): 16.8.
 
 Lookups cost about as much as a few dict operations in Python (1-2 us a get or a put, the
 benchmark prints them). Growing the hash table and compacting are pauses proportional to the
