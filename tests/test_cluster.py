@@ -373,11 +373,13 @@ def test_cluster_status_shows_offsets_per_replica(raw: Raw) -> None:
          "--bootstrap", raw.cluster.bootstrap],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
-    rows = [line.split() for line in out.splitlines() if line.startswith("statused ")]
-    per_replica = [r for r in rows if r[3] in ("leader", "follower")]
+    rows = [cols for cols in (line.split() for line in out.splitlines())
+            if cols[:1] == ["statused"]]
+    per_replica = [r for r in rows if r[3] in ("leader", "in-sync", "out-of-sync")]
     assert sorted(int(r[2]) for r in per_replica) == [1, 2, 3]
     assert [r[3] for r in per_replica].count("leader") == 1
-    assert all(r[-1] == "4" for r in per_replica), out  # LEO of every replica
+    # START HW LSO LEO LAG of every replica
+    assert all(r[4:] == ["0", "4", "4", "4", "0"] for r in per_replica), out
 
 
 def test_compacted_topic_keeps_the_newest_value_per_key_at_its_offset(raw: Raw) -> None:

@@ -156,6 +156,9 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
         bootstrap = up.stdout.strip()
         addresses = bootstrap.split(",")
         assert len(addresses) == 3
+        for node_id in (1, 2, 3):  # each node's metrics endpoint, told on stderr
+            metrics = (data_dir / f"node-{node_id}" / "metrics.addr").read_text().strip()
+            assert f"node {node_id}: metrics on http://{metrics}/metrics" in up.stderr
         assert all(probe(a, with_metadata=False).serving for a in addresses)
         pids = json.loads((data_dir / "cluster.json").read_text())["pids"].values()
         assert all(alive(pid) for pid in pids)
@@ -179,8 +182,9 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
             assert address in status.stdout
         assert "(controller)" in status.stdout
         # The partition table (leader, epoch, replicas, ISR), before the per-replica one.
+        roles = ("leader", "in-sync", "out-of-sync")
         partition_lines = [cols for cols in (line.split() for line in status.stdout.splitlines())
-                           if cols[:1] == ["events"] and cols[3] not in ("leader", "follower")]
+                           if cols[:1] == ["events"] and cols[3] not in roles]
         assert [(int(cols[1]), int(cols[2]) >= 0) for cols in partition_lines] == [
             (0, True), (1, True)
         ]

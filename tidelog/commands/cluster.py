@@ -6,12 +6,12 @@ import argparse
 import signal
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tidelog.commands._common import add_security, security_for
+from tidelog.commands import cluster_status
+from tidelog.commands._common import add_security
 
 if TYPE_CHECKING:
     from tidelog.testing import LocalCluster
@@ -44,14 +44,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     down.add_argument("--timeout", type=float, default=10.0,
                       help="seconds before stragglers are killed (default 10)")
 
-    status = sub.add_parser("status", help="nodes, partitions, leaders and epochs")
-    status.add_argument("--bootstrap", default=_DEFAULT_BOOTSTRAP,
-                        help=f"any node(s), HOST:PORT[,...] (default {_DEFAULT_BOOTSTRAP})")
+    status = sub.add_parser(
+        "status", help="nodes, partitions, leaders, epochs and every replica's offsets and lag"
+    )
+    cluster_status.configure(status, _DEFAULT_BOOTSTRAP)
     add_security(status)
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"up": _up, "down": _down, "status": _status}[args.action](args)
+    return {"up": _up, "down": _down, "status": cluster_status.run}[args.action](args)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -71,6 +72,9 @@ def _up(args: argparse.Namespace) -> int:
         cluster.wait_ready(args.timeout, progress=_progress)
         _progress_done()
         print(cluster.bootstrap, flush=True)
+        for node_id in cluster.node_ids:
+            print(f"node {node_id}: metrics on http://{cluster.metrics_address(node_id)}/metrics",
+                  file=sys.stderr)
         if args.tls:
             _print_tls_howto(cluster)
         if args.detach:
@@ -128,107 +132,6 @@ def _down(args: argparse.Namespace) -> int:
     else:
         print(f"no node of {args.data_dir} was running")
     return 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    import grpc
-
-    from tidelog.errors import NodeUnavailableError
-    from tidelog.testing import probe
-    from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
-
-    security = security_for(args)
-    meta = None
-    for address in filter(None, (a.strip() for a in args.bootstrap.split(","))):
-        with security.channel(address) as channel:
-            try:
-                meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
-                    tidelog_pb2.MetadataRequest(), timeout=5.0
-                )
-                break
-            except grpc.RpcError:
-                continue
-    if meta is None:
-        raise NodeUnavailableError(f"no node reachable at {args.bootstrap}")
-
-    print(f"{'NODE':>4}  {'ADDRESS':<22} STATUS")
-    for node in meta.nodes:
-        mark = " (controller)" if node.node_id == meta.controller_id else ""
-        status = probe(node.address, with_metadata=False, security=security)
-        print(f"{node.node_id:>4}  {node.address:<22} {status}{mark}")
-    if meta.controller_id < 0:
-        print("no controller elected")
-    if not meta.topics:
-        print("no topics")
-        return 0
-    print()
-    print(f"{'TOPIC':<24} {'PART':>4} {'LEADER':>6} {'EPOCH':>5}  {'REPLICAS':<12} ISR")
-    for topic in sorted(meta.topics, key=lambda t: t.name):
-        if topic.error_code:
-            print(f"{topic.name:<24} error {topic.error_code}")
-        for p in topic.partitions:
-            print(
-                f"{topic.name:<24} {p.partition:>4} {p.leader_id:>6} {p.leader_epoch:>5}  "
-                f"{_ids(p.replicas):<12} {_ids(p.isr)}"
-                + (f"  error {p.error_code}" if p.error_code else "")
-            )
-    addresses = {node.node_id: node.address for node in meta.nodes}
-    print()
-    print(f"{'TOPIC':<24} {'PART':>4} {'REPLICA':>7} {'ROLE':<8} {'START':>8} {'HW':>8} "
-          f"{'LSO':>8} {'LEO':>8}")
-    channels = {a: security.channel(a) for a in addresses.values()}
-    try:
-        for topic in sorted(meta.topics, key=lambda t: t.name):
-            for p in topic.partitions:
-                for replica in p.replicas:
-                    stub = tidelog_pb2_grpc.TidelogStub(channels[addresses[replica]])
-                    role = "leader" if replica == p.leader_id else "follower"
-                    state = _replica_offsets(stub, topic.name, p.partition)
-                    cells = " ".join(f"{v:>8}" for v in state) if state else "unreachable"
-                    print(f"{topic.name:<24} {p.partition:>4} {replica:>7} {role:<8} {cells}")
-    finally:
-        for channel in channels.values():
-            channel.close()
-    return 0
-
-
-def _replica_offsets(stub: Any, topic: str, partition: int) -> tuple[int, int, int, int] | None:
-    """(log start, HW, LSO, LEO) as one replica holds them, through debug requests
-    (replica_id -2), which any replica answers."""
-    import grpc
-
-    from tidelog.v1 import tidelog_pb2 as pb
-
-    try:
-        listed = stub.ListOffsets(
-            pb.ListOffsetsRequest(
-                replica_id=-2,
-                topics=[pb.ListOffsetsTopic(name=topic, partitions=[
-                    pb.ListOffsetsPartition(partition=partition, timestamp=-1,
-                                            current_leader_epoch=-1)])],
-            ),
-            timeout=5.0,
-        ).topics[0].partitions[0]
-        leo = listed.offset
-        fetched = stub.Fetch(
-            pb.FetchRequest(
-                replica_id=-2,
-                max_bytes=1,
-                topics=[pb.FetchTopic(name=topic, partitions=[
-                    pb.FetchPartition(partition=partition, fetch_offset=leo,
-                                      current_leader_epoch=-1)])],
-            ),
-            timeout=5.0,
-        ).topics[0].partitions[0]
-    except grpc.RpcError:
-        return None
-    if listed.error_code or fetched.error_code:
-        return None
-    return (fetched.log_start_offset, fetched.high_watermark, fetched.last_stable_offset, leo)
-
-
-def _ids(ids: Iterable[int]) -> str:
-    return ",".join(map(str, ids))
 
 
 def _progress(summary: str) -> None:
