@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from tidelog import Client  # noqa: E402
 from tidelog.records import HEADER_SIZE, RECORD_OVERHEAD  # noqa: E402
 from tidelog.testing import LocalCluster  # noqa: E402
+from tidelog.transport import Security  # noqa: E402
 
 
 def _load_cluster_bench() -> Any:
@@ -66,6 +67,7 @@ class Addresses:
     can be sent to the raw side's process."""
 
     by_id: dict[int, str]
+    security: Security = field(default_factory=Security)
 
     @property
     def node_ids(self) -> list[int]:

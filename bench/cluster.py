@@ -11,6 +11,9 @@
   over many segments, beside the baseline: the gRPC health check of the same node (same process,
   event loop and channel, no work). An empty echo on the bench-local server and ListOffsets
   "latest" (no lookup) are printed for context. Goal: p50 ratio <= 1.5.
+* produce with ``--tls``: the produce measurement against two clusters running side by side,
+  one plaintext and one with TLS on both listeners (mutual TLS between nodes, client
+  certificates required), in alternating rounds; the ratio of their medians. Goal: >= 0.8.
 * failover: SIGKILL of a partition leader to the first acks=all produce that the new leader
   acknowledges, found by polling Metadata of the live nodes and retrying; the node restarts and
   catches up, and its preferred leadership returns, before the next kill. Goal: p50 <= 1 s,
@@ -46,10 +49,11 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
-from tidelog import Client  # noqa: E402
+from tidelog import Client, ClientConfig  # noqa: E402
 from tidelog.clock import wall_clock_ms  # noqa: E402
 from tidelog.records import RecordInput, build_batch  # noqa: E402
 from tidelog.testing import LocalCluster  # noqa: E402
+from tidelog.transport import Security  # noqa: E402
 from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
 from tidelog.v1 import tidelog_pb2_grpc  # noqa: E402
 
@@ -80,6 +84,9 @@ class Nodes(Protocol):
 
     def address_of(self, node_id: int) -> str: ...
 
+    @property
+    def security(self) -> Security: ...
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -105,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, help="produce measurement time (after warm-up)")
     parser.add_argument("--only", choices=("produce", "list-offsets", "failover"),
                         help="run one benchmark (to profile it)")
+    parser.add_argument("--tls", action="store_true",
+                        help="produce throughput with TLS on both listeners against plaintext")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --tls")
     parser.add_argument("--baseline-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--relay-node", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -123,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
           f"grpcio {grpc.__version__}; 3 nodes and this client share the cores")
     print("# load average before the run (other work on this machine skews every figure): "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    if args.tls:
+        return 0 if bench_tls(sizes, 1 if args.quick else args.rounds) else 1
     ok = True
     with BaselineServer() as baseline:
         if args.only in (None, "produce"):
@@ -395,7 +407,7 @@ def raw_produce(cluster: Nodes, topic: str, sizes: Sizes) -> RawProduce:
 
     async def run() -> Window:
         channels = {
-            n: grpc.aio.insecure_channel(cluster.address_of(n), options=CHANNEL_OPTIONS)
+            n: cluster.security.aio_channel(cluster.address_of(n), CHANNEL_OPTIONS)
             for n in cluster.node_ids
         }
         stubs = {p: tidelog_pb2_grpc.TidelogStub(channels[n]) for p, n in enumerate(leaders)}
@@ -452,6 +464,30 @@ def bench_produce(
     print(f"ratio produce MiB/s tidelog/baseline: {ratio:.2f} (goal >= 0.25) "
           f"{verdict(ratio >= 0.25)}")
     return raw.completed > 0
+
+
+def bench_tls(sizes: Sizes, rounds: int) -> bool:
+    """Produce throughput of a TLS cluster against a plaintext one, both running the whole
+    time, measured in alternating rounds (each round a topic of its own), so that load from
+    elsewhere on the machine falls on both alike."""
+    results: dict[bool, list[float]] = {False: [], True: []}
+    with LocalCluster(3) as plain, LocalCluster(3, tls=True) as tls:
+        for round_ in range(rounds):
+            for cluster in (plain, tls):
+                raw = raw_produce(cluster, f"bench-tls-{round_}", sizes)
+                if raw.completed == 0:
+                    print(f"round {round_}: nothing completed ({dict(raw.errors)})")
+                    return False
+                results[cluster.tls].append(raw.mib_s)
+                print(f"round {round_} {'TLS' if cluster.tls else 'plaintext':>9}: "
+                      f"{raw.mib_s:8.1f} MiB/s {raw.records_s:10.0f} records/s"
+                      + (f" (retried errors {dict(raw.errors)})" if raw.errors else ""))
+    plain_mib_s, tls_mib_s = (statistics.median(results[k]) for k in (False, True))
+    ratio = tls_mib_s / plain_mib_s
+    print(f"median produce MiB/s, acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x "
+          f"{sizes.inflight} in flight: plaintext {plain_mib_s:.1f}, TLS {tls_mib_s:.1f}")
+    print(f"ratio produce MiB/s TLS/plaintext: {ratio:.2f} (goal >= 0.8) {verdict(ratio >= 0.8)}")
+    return True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -639,7 +675,7 @@ def channel_to(cluster: Nodes, node: int) -> grpc.Channel:
     address = cluster.address_of(node)
     channel = _CHANNELS.get(address)
     if channel is None:
-        channel = _CHANNELS[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        channel = _CHANNELS[address] = cluster.security.channel(address, CHANNEL_OPTIONS)
     return channel
 
 
@@ -648,7 +684,9 @@ def create_topic(
 ) -> None:
     """Through the client library, which retries while the controller moves (the benchmarks
     load the machine enough for elections to happen)."""
-    with Client(cluster.bootstrap) as client:
+    config = ClientConfig(bootstrap=tuple(cluster.bootstrap.split(",")),
+                          security=cluster.security)
+    with Client.from_config(config) as client:
         client.create_topic(name, partitions=partitions, replication_factor=3,
                             config=configs or {})
 

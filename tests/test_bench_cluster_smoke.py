@@ -49,3 +49,16 @@ def test_quick_client_benchmark_runs_and_prints_its_ratio() -> None:
     assert len(re.findall(r"^round \d \((raw then client|client then raw)\): raw Produce", out,
                           re.M)) == 2
     assert re.search(r"^ratio client/raw: \d+\.\d+ \(goal >= 0\.8\)", out, re.M)
+
+
+@pytest.mark.timeout(240)
+def test_quick_tls_benchmark_runs_and_prints_its_ratio() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "cluster.py"), "--quick", "--tls"],
+        capture_output=True, text=True, cwd=REPO, check=False, timeout=220,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert re.search(r"^round 0 +TLS: +\d+\.\d+ MiB/s", out, re.M)
+    assert re.search(r"^ratio produce MiB/s TLS/plaintext: \d+\.\d+ \(goal >= 0\.8\)", out, re.M)
