@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import ssl
 import threading
@@ -176,9 +175,9 @@ class Security:
             return (f"{closed}: it refused the certificate {self.ssl_certfile} (its listener "
                     "requires one signed by a CA it trusts)")
         finally:
-            writer.close()
-            with contextlib.suppress(OSError, ssl.SSLError):
-                await writer.wait_closed()
+            # No TLS close_notify exchange: a gRPC server does not answer it, and waiting for
+            # it (asyncio's SSL shutdown timeout is 30 s) stalled the caller, a peer link too.
+            writer.transport.abort()
 
 
 @functools.lru_cache(maxsize=16)
