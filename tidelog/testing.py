@@ -493,6 +493,12 @@ class LocalCluster:
                 "ssl.cafile": str(files.cafile),
                 "ssl.client.auth": "required",
             })
+            # The nodes are super users: a request one forwards (to the controller, to a
+            # group's coordinator) keeps its client's principal only from a node allowed
+            # CLUSTER_ACTION (node/authorization.py).
+            principals = [*props.get("super.users", "").split(";"),
+                          *(f"User:CN=node-{n}" for n in self._addresses)]
+            props["super.users"] = ";".join(dict.fromkeys(filter(None, principals)))
         routes = self.routes(node_id)
         if routes is not None:
             props["peers"] = format_peers(routes.peers)
