@@ -325,10 +325,25 @@ def test_acl_calls_of_the_client_and_the_cli_round_trip(
         assert raw.list_offset(1, "secret.keys", 0, -1).error_code == TOPIC_DENIED
         with pytest.raises(errors.InvalidRequestError, match="kafka-cluster"):
             client.create_acls([grant(ANONYMOUS, Operation.ALTER, ResourceType.CLUSTER, "x")])
+        # What the wire may carry that no binding is: each creation answered on its own.
+        creations = [pb.AclCreation(resource_type=99, resource_name="t", principal=ANONYMOUS,
+                                    operation=3, permission_type=3),
+                     pb.AclCreation(resource_type=2, resource_name="t", principal=ANONYMOUS,
+                                    operation=3, permission_type=0),
+                     pb.AclCreation(resource_type=3, resource_name="g", principal=ANONYMOUS,
+                                    operation=3, permission_type=3)]  # unset pattern: literal
+        answer = raw.stub(1).CreateAcls(pb.CreateAclsRequest(creations=creations), timeout=30)
+        assert [r.error_code for r in answer.results] == [42, 42, 0]
+        assert "unknown ResourceType code 99" in answer.results[0].error_message
+        assert "permission UNKNOWN cannot be stored" in answer.results[1].error_message
+        bad_filter = pb.DescribeAclsRequest(filter=pb.AclFilter(operation=77))
+        assert raw.stub(1).DescribeAcls(bad_filter, timeout=10).error_code == 42
+        assert grant(ANONYMOUS, Operation.READ, ResourceType.GROUP, "g") in client.describe_acls()
         gone = client.delete_acls([AclBindingFilter(
             entry=AccessControlEntryFilter(permission=Permission.DENY))])
         assert gone == [deny]
-        assert client.describe_acls() == [admin]
+        assert client.describe_acls() == [
+            admin, grant(ANONYMOUS, Operation.READ, ResourceType.GROUP, "g")]
         assert raw.list_offset(1, "secret.keys", 0, -1).error_code == 0
 
 
