@@ -93,6 +93,13 @@ _UNKNOWN_ON_ERROR: dict[type, tuple[str, ...]] = {
     pb.FetchPartitionData: ("high_watermark", "last_stable_offset", "log_start_offset"),
     pb.ListOffsetsPartitionResponse: ("timestamp", "offset", "leader_epoch"),
 }
+#: The RPC of each per-partition answer that `_fail` fills: their errors are counted there,
+#: as they happen, rather than found again by walking every answer (node/metrics.py).
+PARTITION_ERROR_RPCS: dict[type, str] = {
+    pb.PartitionProduceResponse: "Produce",
+    pb.FetchPartitionData: "Fetch",
+    pb.ListOffsetsPartitionResponse: "ListOffsets",
+}
 #: FindCoordinator key types (Kafka's CoordinatorType).
 _GROUP_KEY = 0
 _TRANSACTION_KEY = 1
@@ -107,8 +114,12 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         controller: ControllerDriver,
         offsets_topic: OffsetsTopic,
         groups: GroupCoordinatorDriver,
+        partition_error: Callable[[str, int], None],
     ) -> None:
+        """`partition_error(rpc, code)` counts each per-partition error of Produce, Fetch and
+        ListOffsets answers (the node's metrics)."""
         self.config = config
+        self._partition_error = partition_error
         self.replicas = replicas
         self.routing = routing
         self.controller = controller
@@ -134,6 +145,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         """Turn one partition's answer into an error answer: the code and its explanation,
         -1 for the offsets it carried, and the leader hint with the errors that call for one."""
         code = result.error_code = exc.code
+        self._partition_error(PARTITION_ERROR_RPCS[type(result)], code)
         result.error_message = str(exc)
         for name in _UNKNOWN_ON_ERROR[type(result)]:
             setattr(result, name, -1)

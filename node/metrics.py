@@ -28,7 +28,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,11 +141,28 @@ class NodeMetrics:
 class RequestMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Counts, times and sizes every unary RPC, and counts the Kafka error codes its answer
     carries. Streaming RPCs (the node-to-node Raft stream, health Watch, reflection) live as
-    long as a connection: a latency or a count per stream would say nothing, so they pass."""
+    long as a connection: a latency or a count per stream would say nothing, so they pass.
 
-    def __init__(self, metrics: NodeMetrics) -> None:
+    Finding the codes costs a walk over the answer's topics and partitions (about 0.3 us of CPU
+    per partition, half of what building the answer costs): for the methods named in
+    `counted_by_handler` (full names, "/service/Method": the large per-partition answers of
+    Produce, Fetch and ListOffsets) the handler reports each error as it sets it, through
+    :meth:`count_error`, and nothing is walked."""
+
+    def __init__(self, metrics: NodeMetrics, counted_by_handler: Collection[str] = ()) -> None:
         self._metrics = metrics
+        self._counted_by_handler = frozenset(counted_by_handler)
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._errors: dict[tuple[str, str, int], Any] = {}
+
+    def count_error(self, service: str, rpc: str, code: int) -> None:
+        """One Kafka error code found in an answer of `service`'s `rpc`."""
+        key = (service, rpc, code)
+        child = self._errors.get(key)
+        if child is None:
+            name = _KAFKA_NAMES.get(code, f"CODE_{code}")
+            child = self._errors[key] = self._metrics.errors.labels(service, rpc, str(code), name)
+        child.inc()
 
     async def intercept_service(
         self,
@@ -170,7 +187,8 @@ class RequestMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         received = metrics.request_bytes.labels(service, rpc)
         sent = metrics.response_bytes.labels(service, rpc)
         by_status: dict[str, Any] = {}
-        by_code: dict[int, Any] = {}
+        walks = method not in self._counted_by_handler
+        count_error = self.count_error
         behavior = handler.unary_unary
 
         def count_status(status: str) -> None:
@@ -186,11 +204,7 @@ class RequestMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             found: list[int] = []
             walk(response, found)
             for code in found:
-                child = by_code.get(code)
-                if child is None:
-                    name = _KAFKA_NAMES.get(code, f"CODE_{code}")
-                    child = by_code[code] = metrics.errors.labels(service, rpc, str(code), name)
-                child.inc()
+                count_error(service, rpc, code)
 
         async def measured(request: Any, context: grpc.aio.ServicerContext) -> Any:
             started = time.perf_counter()
@@ -207,7 +221,8 @@ class RequestMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             finally:
                 latency.observe(time.perf_counter() - started)
             count_status(_status_name(context.code(), grpc.StatusCode.OK))
-            count_codes(response)
+            if walks:
+                count_codes(response)
             return response
 
         changes: dict[str, Any] = {"unary_unary": measured}

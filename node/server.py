@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     """Runs one node until SIGTERM/SIGINT (graceful) or until ``exit_with_parent`` is no longer
     this process's parent (immediate). Returns the process exit code."""
     # The runtime is heavy; config errors come first.
-    from tidelog.node.api import TidelogServicer
+    from tidelog.node.api import PARTITION_ERROR_RPCS, TidelogServicer
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
     from tidelog.node.runtime import NodeRuntime
     from tidelog.node.security import server_credentials
@@ -69,7 +70,11 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     with _hold_data_dir(config.data_dir):
         metrics = NodeMetrics()
         # Outermost first: a request refused as malformed is counted (and timed) too.
-        interceptors = [RequestMetrics(metrics), RejectMalformedRequests()]
+        request_metrics = RequestMetrics(
+            metrics, counted_by_handler={f"/{TIDELOG_SERVICE}/{rpc}"
+                                         for rpc in PARTITION_ERROR_RPCS.values()},
+        )
+        interceptors = [request_metrics, RejectMalformedRequests()]
         # Two servers, since a gRPC server serves each service on every port it has: the
         # client listener never serves the node-to-node service, nor the other way round.
         server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
@@ -92,6 +97,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             TidelogServicer(
                 config, runtime.replicas, runtime.routing, runtime.controller,
                 runtime.offsets_topic, runtime.groups,
+                partial(request_metrics.count_error, TIDELOG_SERVICE),
             ),
             server,
         )

@@ -122,6 +122,13 @@ def test_per_partition_error_codes_and_whole_call_statuses_are_counted(
     # The answer counts as OK: the error is inside it, per partition.
     assert rpc_value(after, "tidelog_requests_total", "Produce", status="OK") >= 3
 
+    # Answers whose handler does not report its errors are walked for their codes.
+    invalid = errors.InvalidTopicError
+    created = raw.create_topic_once("bad/name", 1, 1, {})
+    assert created.topics[0].error_code == invalid.code
+    assert rpc_value(scrape(cluster, cluster.node_ids[0]), "tidelog_request_errors_total",
+                     "CreateTopics", code=str(invalid.code), error=invalid.name) >= 1
+
     # A body that does not parse fails the whole call: counted by its gRPC status.
     channel = grpc.insecure_channel(cluster.address_of(follower))
     try:

@@ -407,7 +407,7 @@ def test_the_produce_test_hook_draws_from_a_seeded_generator(tmp_path: Path) -> 
         # Only the controller's image is read at construction (the ACLs to authorize with).
         controller = SimpleNamespace(image=MetadataImage())
         servicer = TidelogServicer(
-            config, None, None, controller, None, None  # type: ignore[arg-type]
+            config, None, None, controller, None, None, lambda rpc, code: None  # type: ignore[arg-type]
         )
         return [servicer._test_rng.random() for _ in range(5)]
 
