@@ -158,3 +158,19 @@ def test_under_replicated_and_out_of_sync_rows_are_highlighted_with_the_lag() ->
         ["2", "leader", "5", "8", "8", "8", "0"],
         ["1", "in-sync", "unreachable"],
     ]
+
+
+def test_status_of_a_tls_cluster_with_the_client_flags(tmp_path: Path) -> None:
+    with LocalCluster(1, tmp_path / "tls-cluster", tls=True) as cluster, Raw(cluster) as raw:
+        raw.create_topic("secret", 1, 1)
+        flags = [arg for key, value in cluster.client_options.items()
+                 for arg in (f"--{key.replace('_', '-')}", value)]
+        out = status(cluster, *flags)
+        _, replicas = rows(out, "secret")
+        assert [r[3:] for r in replicas] == [["leader", "0", "0", "0", "0", "0"]], out
+        plaintext = subprocess.run(
+            [sys.executable, "-m", "tidelog.cli", "cluster", "status", "--bootstrap",
+             cluster.bootstrap], cwd=REPO, capture_output=True, text=True, timeout=60,
+        )
+        assert plaintext.returncode == 2
+        assert "no node reachable" in plaintext.stderr and "Traceback" not in plaintext.stderr
