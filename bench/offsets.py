@@ -16,12 +16,14 @@ the same run.
   the gRPC health check of the same node (same process, channel and connection; the node
   answers it on the same event loop as OffsetFetch but does nothing else for it), the calls
   taking turns. OffsetFetch of 100 partitions is printed for context. Goal: ratio <= 1.5.
-* failover: SIGKILL of a group's coordinator to the next OffsetCommit that a coordinator
-  acknowledges, found as a client finds it: FindCoordinator on the live nodes until one names
-  a live node, then OffsetCommit there, retried on any error. The node restarts, and every
-  partition of __consumer_offsets is back on its preferred leader and the next group's replicas
-  agree on its log end before the next kill; the groups rotate over partitions whose preferred
-  leaders are on different nodes, so every node dies in turn. Goal: p50 <= 1 s, p99 <= 2 s.
+* failover (run first, on small partitions): SIGKILL of a node; every group it coordinated (a
+  group per offsets partition) commits again as a client would, concurrently: FindCoordinator
+  on the live nodes until one names a live node, then OffsetCommit there, retried on any error.
+  A sample per group and kill, from the kill to the acknowledgement; beside them, the next
+  acks=all Produce to the partition of a regular topic that the node led. The node restarts,
+  and every partition of __consumer_offsets is back on its preferred leader and the replicas
+  of the next kill's groups agree on their log ends before it; the kills rotate over the nodes.
+  Goal: p50 <= 1 s, p99 <= 2 s.
 * table: bytes per entry of the coordinator's offset table at 10^6 entries, in both shapes of
   the issue (10^4 groups x 100 partitions, 10^6 groups x 1), measured by bench/offset_table.py's
   own function (tracemalloc, empty metadata). Goal: <= 64. That script also measures 10^7
