@@ -28,7 +28,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from tidelog.coordinator.controller import METADATA_TP, MetadataImage
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import format_address
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
+from tidelog.node.interceptors import HandlerRewriter
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
@@ -138,7 +139,7 @@ class NodeMetrics:
 # ---- request metrics ----------------------------------------------------------------------
 
 
-class RequestMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class RequestMetrics(HandlerRewriter):
     """Counts, times and sizes every unary RPC, and counts the Kafka error codes its answer
     carries. Streaming RPCs (the node-to-node Raft stream, health Watch, reflection) live as
     long as a connection: a latency or a count per stream would say nothing, so they pass.
@@ -150,9 +151,9 @@ class RequestMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     :meth:`count_error`, and nothing is walked."""
 
     def __init__(self, metrics: NodeMetrics, counted_by_handler: Collection[str] = ()) -> None:
+        super().__init__()
         self._metrics = metrics
         self._counted_by_handler = frozenset(counted_by_handler)
-        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._errors: dict[tuple[str, str, int], Any] = {}
 
     def count_error(self, service: str, rpc: str, code: int) -> None:
@@ -164,21 +165,7 @@ class RequestMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             child = self._errors[key] = self._metrics.errors.labels(service, rpc, str(code), name)
         child.inc()
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method = handler_call_details.method
-        handler = self._handlers.get(method)
-        if handler is None:
-            found = await continuation(handler_call_details)
-            if found is None:  # an unknown method: grpc answers UNIMPLEMENTED; nothing cached
-                return found
-            handler = self._handlers[method] = self._measured(method, found)
-        return handler
-
-    def _measured(self, method: str, handler: Any) -> Any:
+    def rewrite(self, method: str, handler: Any) -> Any:
         if handler.request_streaming or handler.response_streaming:
             return handler
         service, _, rpc = method.lstrip("/").rpartition("/")

@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig, format_peers
+from tidelog.node.interceptors import HandlerRewriter
 from tidelog.node.malformed import reject_malformed
 from tidelog.v1 import tidelog_pb2
 
@@ -180,7 +181,7 @@ def _add_port(
         ) from None
 
 
-class RejectMalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class RejectMalformedRequests(HandlerRewriter):
     """Answers INVALID_ARGUMENT to a request body that does not parse, for every method that
     has grpc parse its requests, with the node's rate-limited log line (node.malformed).
 
@@ -188,24 +189,7 @@ class RejectMalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     traceback in the log per request. So the handler each method had gets its parsing moved
     into the method: the bytes are parsed there, and a failure aborts the call."""
 
-    def __init__(self) -> None:
-        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method = handler_call_details.method
-        handler = self._handlers.get(method)
-        if handler is None:
-            found = await continuation(handler_call_details)
-            if found is None:  # an unknown method: grpc answers UNIMPLEMENTED; nothing cached
-                return found
-            handler = self._handlers[method] = self._parsing_inside(method, found)
-        return handler
-
-    def _parsing_inside(self, method: str, handler: Any) -> Any:
+    def rewrite(self, method: str, handler: Any) -> Any:
         deserialize = handler.request_deserializer
         if deserialize is None:  # the method takes bytes and parses them itself
             return handler
