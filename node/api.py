@@ -671,6 +671,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def AddPartitionsToTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await unsupported(context, "AddPartitionsToTxn (transactions)")
 
+    async def AddOffsetsToTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await unsupported(context, "AddOffsetsToTxn (transactions)")
+
     async def EndTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await unsupported(context, "EndTxn (transactions)")
 

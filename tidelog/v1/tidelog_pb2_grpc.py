@@ -106,6 +106,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.AddPartitionsToTxnRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AddPartitionsToTxnResponse.FromString,
                 _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/tidelog.v1.Tidelog/AddOffsetsToTxn',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
         self.EndTxn = channel.unary_unary(
                 '/tidelog.v1.Tidelog/EndTxn',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnRequest.SerializeToString,
@@ -231,6 +236,14 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddOffsetsToTxn(self, request, context):
+        """Adds a consumer group's __consumer_offsets partition to the producer's ongoing transaction,
+        before its offsets are committed in it (TxnOffsetCommit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def EndTxn(self, request, context):
         """Commits or aborts the producer's ongoing transaction.
         """
@@ -332,6 +345,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.AddPartitionsToTxn,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AddPartitionsToTxnRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnResponse.SerializeToString,
             ),
             'EndTxn': grpc.unary_unary_rpc_method_handler(
                     servicer.EndTxn,
@@ -734,6 +752,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/AddPartitionsToTxn',
             tidelog_dot_v1_dot_tidelog__pb2.AddPartitionsToTxnRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/AddOffsetsToTxn',
+            tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,
