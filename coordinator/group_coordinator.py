@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from tidelog.coordinator import consumer_group_records
+from tidelog.coordinator.consumer_groups import ConsumerGroupConfig, ConsumerGroups
 from tidelog.coordinator.offset_table import CommittedOffset, OffsetTable
 from tidelog.coordinator.offsets_records import (
     MAX_KEY_STRING_BYTES,
@@ -60,6 +62,7 @@ from tidelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
+_GROUP_RECORD_TYPES = consumer_group_records.RECORD_TYPES
 #: The leader epoch of an offset committed without one.
 NO_LEADER_EPOCH = -1
 _INT32_MAX = 0x7FFF_FFFF
@@ -100,9 +103,13 @@ def java_length(text: str) -> int:
 class GroupCoordinatorState:
     """The state of ONE `__consumer_offsets` partition, kept by its leader."""
 
-    def __init__(self, config: OffsetsConfig) -> None:
+    def __init__(
+        self, config: OffsetsConfig, groups_config: ConsumerGroupConfig | None = None
+    ) -> None:
         self.config = config
         self.table = OffsetTable()
+        #: The consumer groups (KIP-848) whose records share this partition with the offsets.
+        self.consumer_groups = ConsumerGroups(groups_config or ConsumerGroupConfig())
         #: The last log offset applied; -1 before any.
         self.applied_offset = -1
         #: Past every commit id planned here or seen in the log. Sets are told apart inside a
@@ -157,6 +164,13 @@ class GroupCoordinatorState:
         for record in records:
             if record.key is None:
                 log.warning("offsets record %d skipped: it has no key", record.offset)
+                continue
+            if consumer_group_records.record_type_of(record.key) in _GROUP_RECORD_TYPES:
+                # Written in batches of their own, so never inside a commit set.
+                try:
+                    self.consumer_groups.apply_record(record.key, record.value)
+                except consumer_group_records.GroupRecordError as exc:
+                    log.warning("consumer group record %d skipped: %s", record.offset, exc)
                 continue
             try:
                 key = decode_key(record.key)
@@ -226,6 +240,7 @@ class GroupCoordinatorState:
         them with no value (so that part of a set never outlives compaction); append them as
         one batch. Empty when there is nothing to repair. It plans only: the keys stay due
         until the records come back committed, so after a failed append it returns them again."""
+        self.consumer_groups.start_timers(now_ms)
         keys = list(self._unapplied)
         if not keys:
             return []
@@ -347,14 +362,20 @@ class GroupCoordinatorState:
     def plan_delete_groups(
         self, groups: Iterable[str], *, now_ms: int = NO_TIMESTAMP
     ) -> tuple[list[RecordInput], dict[str, TidelogError]]:
-        """Tombstones for every offset of each group, and GROUP_ID_NOT_FOUND for a group with
-        none (every group here is a simple group: no members, so never NON_EMPTY_GROUP)."""
+        """Tombstones for every offset of each group and for an empty consumer group's records;
+        NON_EMPTY_GROUP for a consumer group with members, GROUP_ID_NOT_FOUND for a group with
+        neither offsets nor consumer-group records."""
         records: list[RecordInput] = []
         errors: dict[str, TidelogError] = {}
         for group in dict.fromkeys(groups):
+            try:
+                group_records = self.consumer_groups.plan_delete(group, now_ms)
+            except TidelogError as exc:
+                errors[group] = exc
+                continue
             tombstones = self._group_tombstones(group, now_ms)
-            if tombstones:
-                records += tombstones
+            if tombstones or group_records is not None:
+                records += tombstones + (group_records or [])
             else:
                 errors[group] = GroupIdNotFoundError(f"group {group!r} has no committed offsets")
         return records, errors
@@ -377,8 +398,8 @@ class GroupCoordinatorState:
         ]
 
     def groups(self) -> list[str]:
-        """The groups with at least one committed offset."""
-        return self.table.groups()
+        """The groups with at least one committed offset, and the consumer groups."""
+        return sorted(set(self.table.groups()) | set(self.consumer_groups.groups))
 
 
 def _tombstone(key: OffsetKey, now_ms: int) -> RecordInput:

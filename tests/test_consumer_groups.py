@@ -1,0 +1,430 @@
+"""The consumer-group state machine (KIP-848): joins, epochs, assignors, incremental
+reconciliation, timeouts, static members, error codes, and the records that survive failover.
+
+Every plan's records are applied as the log would commit them (through the offsets partition's
+own `GroupCoordinatorState.apply`), so the state under test is always the one replay builds."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import struct
+
+import pytest
+
+from tidelog import errors
+from tidelog.coordinator import consumer_group_records as rec
+from tidelog.coordinator.assignors import range_assign, uniform_assign
+from tidelog.coordinator.consumer_groups import (
+    ConsumerGroupConfig,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
+from tidelog.coordinator.group_coordinator import GroupCoordinatorState, OffsetsConfig
+from tidelog.records import RecordInput, build_batch
+
+SESSION_MS = 1000
+TOPICS = {"t": 6}
+
+
+class Cluster:
+    """One offsets partition: plans are appended as batches and applied, as the driver does."""
+
+    def __init__(self, topics: dict[str, int] | None = None, **config: object) -> None:
+        self.config = ConsumerGroupConfig(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=100,
+                                          **config)  # type: ignore[arg-type]
+        self.state = GroupCoordinatorState(OffsetsConfig(), self.config)
+        self.topics = dict(topics or TOPICS)
+        self.now = 0
+        self.log: list[bytes] = []
+        self.offset = 0
+
+    @property
+    def groups(self):  # type: ignore[no-untyped-def]
+        return self.state.consumer_groups
+
+    def commit(self, records: list[RecordInput]) -> None:
+        if not records:
+            return
+        batch = bytearray(build_batch(records))
+        struct.pack_into(">q", batch, 0, self.offset)
+        self.offset += len(records)
+        self.log.append(bytes(batch))
+        self.state.apply(bytes(batch))
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        plan = self.groups.plan_heartbeat(request, self.topics, self.now)
+        self.commit(plan.records)
+        self.groups.heartbeat_answered(request.group_id, request.member_id, self.now)
+        return plan.response
+
+    def reloaded(self) -> GroupCoordinatorState:
+        state = GroupCoordinatorState(OffsetsConfig(), self.config)
+        for batch in self.log:
+            state.apply(batch)
+        state.finish_loading(self.now)
+        return state
+
+
+class Client:
+    """A member that behaves as the protocol asks: it owns what the last answer assigned and
+    reports it in every heartbeat."""
+
+    def __init__(self, cluster: Cluster, member_id: str, topics: tuple[str, ...] = ("t",),
+                 instance_id: str | None = None, group: str = "g") -> None:
+        self.cluster = cluster
+        self.member_id = member_id
+        self.topics = topics
+        self.instance_id = instance_id
+        self.group = group
+        self.epoch = 0
+        self.owned: rec.Assignment = {}
+
+    def beat(self, **changes: object) -> HeartbeatResponse:
+        joining = self.epoch == 0
+        request = HeartbeatRequest(
+            self.group, self.member_id, self.epoch, instance_id=self.instance_id,
+            rebalance_timeout_ms=5000 if joining else -1,
+            subscribed_topics=self.topics if joining else None,
+            owned=dict(self.owned),
+        )._replace(**changes)
+        response = self.cluster.heartbeat(request)
+        self.epoch = response.member_epoch
+        if response.assignment is not None:
+            self.owned = response.assignment
+        return response
+
+    def leave(self, epoch: int = -1) -> HeartbeatResponse:
+        response = self.cluster.heartbeat(HeartbeatRequest(
+            self.group, self.member_id, epoch, instance_id=self.instance_id))
+        self.owned = {}
+        return response
+
+    @property
+    def count(self) -> int:
+        return sum(len(ps) for ps in self.owned.values())
+
+
+def settle(clients: list[Client], rounds: int = 10) -> None:
+    for _ in range(rounds):
+        for client in clients:
+            client.beat()
+        check_disjoint(clients)
+
+
+def check_disjoint(clients: list[Client]) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    for client in clients:
+        for topic, partitions in client.owned.items():
+            for p in partitions:
+                assert (topic, p) not in seen, (topic, p, seen[(topic, p)], client.member_id)
+                seen[(topic, p)] = client.member_id
+
+
+def held_disjoint(cluster: Cluster, group: str = "g") -> None:
+    seen: set[tuple[str, int]] = set()
+    for member in cluster.groups.groups[group].members.values():
+        for tp in member.held:
+            assert tp not in seen, tp
+            seen.add(tp)
+
+
+def test_three_members_share_six_partitions_and_epochs_follow_kip848() -> None:
+    cluster = Cluster()
+    a = Client(cluster, "a")
+    first = a.beat()
+    assert first.member_epoch == 1 and first.assignment == {"t": (0, 1, 2, 3, 4, 5)}
+    assert first.heartbeat_interval_ms == 100
+    b, c = Client(cluster, "b"), Client(cluster, "c")
+    clients = [a, b, c]
+    settle(clients)
+    assert [x.count for x in clients] == [2, 2, 2]
+    group = cluster.groups.groups["g"]
+    assert group.epoch == 3 and group.assignment_epoch == 3
+    assert {x.epoch for x in clients} == {3}
+    assert group.state == "Stable"
+    description = cluster.groups.describe("g")
+    assert description is not None and description.assignor == "uniform"
+    assert [m.member_epoch for m in description.members] == [3, 3, 3]
+
+
+def test_a_fourth_member_gets_partitions_only_after_their_owners_revoked_them() -> None:
+    cluster = Cluster(topics={"t": 12})
+    clients = [Client(cluster, m) for m in "abc"]
+    settle(clients)
+    before = {c.member_id: dict(c.owned) for c in clients}
+    d = Client(cluster, "d")
+    joined = d.beat()
+    # Every partition is still held by a, b or c: d gets nothing yet and waits.
+    assert joined.assignment == {} and joined.member_epoch == 4
+    assert cluster.groups.groups["g"].members["d"].current.state == rec.UNRELEASED_PARTITIONS
+    a = clients[0]
+    revoking = a.beat()  # a learns its new target: it must give one up, at its old epoch
+    assert revoking.member_epoch == 3 and a.count == 3
+    assert cluster.groups.groups["g"].members["a"].current.state == rec.UNREVOKED_PARTITIONS
+    # An answer that loses the client's owned list (None) does not count as a revocation.
+    assert cluster.heartbeat(HeartbeatRequest("g", "a", 3)).member_epoch == 3
+    a.beat()  # the acknowledgement: a no longer reports the revoked partition
+    assert a.epoch == 4
+    settle([*clients, d])
+    assert sorted(c.count for c in [*clients, d]) == [3, 3, 3, 3]
+    # Sticky: every old member kept 3 of its 4 partitions.
+    for client in clients:
+        kept = set(client.owned["t"]) & set(before[client.member_id]["t"])
+        assert len(kept) == 3
+
+
+def test_leave_and_session_timeout_release_partitions() -> None:
+    cluster = Cluster()
+    a, b, c = (Client(cluster, m) for m in "abc")
+    settle([a, b, c])
+    assert c.leave().member_epoch == -1
+    settle([a, b])
+    assert a.count + b.count == 6
+    # b goes silent: after the session timeout it is fenced, and a gets everything.
+    cluster.now += SESSION_MS - 1
+    a.beat()
+    assert cluster.groups.expired(cluster.now) == []
+    cluster.now += 1
+    assert cluster.groups.expired(cluster.now) == [("g", "b", "session timeout")]
+    cluster.commit(cluster.groups.plan_fence("g", "b", cluster.now))
+    assert cluster.groups.plan_fence("g", "b", cluster.now) == []
+    settle([a])
+    assert a.count == 6
+    with pytest.raises(errors.UnknownMemberIdError):
+        b.beat()
+
+
+def test_a_member_that_does_not_revoke_within_the_rebalance_timeout_is_fenced() -> None:
+    cluster = Cluster()
+    a = Client(cluster, "a")
+    a.beat(rebalance_timeout_ms=300)
+    Client(cluster, "b").beat()
+    cluster.now += 10
+    cluster.heartbeat(HeartbeatRequest("g", "a", a.epoch))  # never acknowledges
+    assert cluster.groups.expired(cluster.now + 299) == []
+    assert cluster.groups.expired(cluster.now + 300) == [("g", "a", "rebalance timeout")]
+
+
+def test_error_codes() -> None:
+    cluster = Cluster(max_size=2)
+    a = Client(cluster, "a")
+    a.beat()
+    with pytest.raises(errors.FencedMemberEpochError):
+        a.beat(member_epoch=a.epoch + 1)
+    with pytest.raises(errors.UnknownMemberIdError):
+        Client(cluster, "zz").beat(member_epoch=1)
+    with pytest.raises(errors.GroupIdNotFoundError):
+        Client(cluster, "a", group="other").beat(member_epoch=1)
+    with pytest.raises(errors.UnsupportedAssignorError):
+        Client(cluster, "b").beat(server_assignor="sticky")
+    Client(cluster, "s", instance_id="i1").beat()
+    with pytest.raises(errors.UnreleasedInstanceIdError):
+        Client(cluster, "s2", instance_id="i1").beat()
+    with pytest.raises(errors.GroupMaxSizeReachedError):
+        Client(cluster, "c").beat()
+    with pytest.raises(errors.FencedInstanceIdError):
+        Client(cluster, "a", instance_id="i1").leave()
+    for bad in (
+        {"group_id": ""}, {"member_id": ""}, {"instance_id": ""},
+        {"subscribed_topics": ()}, {"rebalance_timeout_ms": -1}, {"owned": {"t": (1,)}},
+        {"member_epoch": -3},
+    ):
+        with pytest.raises(errors.InvalidRequestError):
+            Client(cluster, "n").beat(**bad)
+    # A lost answer: the previous epoch with owned partitions it still has is accepted.
+    b = Client(cluster, "a")
+    b.epoch, b.owned = a.epoch, a.owned
+    cluster.heartbeat(HeartbeatRequest("g", "a", a.epoch, owned=a.owned))
+
+
+def test_offset_commit_member_epoch_checks() -> None:
+    cluster = Cluster()
+    a = Client(cluster, "a")
+    a.beat()
+    groups = cluster.groups
+    assert groups.validate_offset_commit("simple", "", -1) is False
+    assert groups.validate_offset_commit("g", "a", a.epoch) is True
+    with pytest.raises(errors.StaleMemberEpochError):
+        groups.validate_offset_commit("g", "a", a.epoch - 1)
+    with pytest.raises(errors.UnknownMemberIdError):
+        groups.validate_offset_commit("g", "", -1)
+    a.leave()
+    assert groups.validate_offset_commit("g", "", -1) is True
+
+
+def test_a_static_member_back_within_the_session_keeps_its_partitions() -> None:
+    cluster = Cluster()
+    s = Client(cluster, "s1", instance_id="i")
+    o = Client(cluster, "o")
+    settle([s, o])
+    owned = s.owned
+    epoch = cluster.groups.groups["g"].epoch
+    assert s.leave(epoch=-2).member_epoch == -2
+    settle([o])
+    assert o.count == 3  # nothing moved to o
+    back = Client(cluster, "s2", instance_id="i")
+    answer = back.beat()
+    assert answer.assignment == owned and answer.member_epoch == epoch
+    assert cluster.groups.groups["g"].epoch == epoch  # no rebalance
+    assert set(cluster.groups.groups["g"].members) == {"o", "s2"}
+
+
+def test_new_partitions_and_subscription_changes_move_the_group_epoch() -> None:
+    cluster = Cluster(topics={"t": 2, "u": 2})
+    a, b = Client(cluster, "a"), Client(cluster, "b")
+    settle([a, b])
+    epoch = cluster.groups.groups["g"].epoch
+    cluster.topics["t"] = 4
+    settle([a, b])
+    assert cluster.groups.groups["g"].epoch == epoch + 1 and a.count + b.count == 4
+    a.beat(subscribed_topics=("t", "u"))
+    settle([a, b])
+    assert cluster.groups.groups["g"].epoch == epoch + 2
+    assert "u" in a.owned and "u" not in b.owned
+    del cluster.topics["u"]  # deleted
+    settle([a, b])
+    assert "u" not in a.owned
+
+
+def test_range_assignor_per_group() -> None:
+    cluster = Cluster(topics={"t": 5})
+    a = Client(cluster, "a")
+    a.beat(server_assignor="range")
+    b = Client(cluster, "b")
+    b.beat(server_assignor="range")
+    settle([a, b])
+    assert a.owned == {"t": (0, 1, 2)} and b.owned == {"t": (3, 4)}
+    assert cluster.groups.describe("g").assignor == "range"  # type: ignore[union-attr]
+
+
+def test_assignors() -> None:
+    subs = {m: ("t", "u") for m in "abc"}
+    out = range_assign(subs, {"t": 7, "u": 3}, {})
+    assert out["a"] == {"t": (0, 1, 2), "u": (0,)} and out["c"] == {"t": (5, 6), "u": (2,)}
+    uniform = uniform_assign(subs, {"t": 7, "u": 3}, {})
+    assert sorted(sum(len(p) for p in a.values()) for a in uniform.values()) == [3, 3, 4]
+    # Heterogeneous: only subscribers get a topic.
+    mixed = uniform_assign({"a": ("t",), "b": ("t", "u")}, {"t": 4, "u": 4}, {})
+    assert "u" not in mixed["a"] and len(mixed["a"]["t"]) == 4
+    # Sticky: a member joining moves only what it takes.
+    prev = uniform_assign({"a": ("t",), "b": ("t",)}, {"t": 6}, {})
+    nxt = uniform_assign({"a": ("t",), "b": ("t",), "c": ("t",)}, {"t": 6}, prev)
+    for m in "ab":
+        assert set(nxt[m]["t"]) <= set(prev[m]["t"]) and len(nxt[m]["t"]) == 2
+
+
+def test_group_state_survives_a_reload_and_delete_groups() -> None:
+    cluster = Cluster()
+    a, b = Client(cluster, "a"), Client(cluster, "b", instance_id="i")
+    settle([a, b])
+    reloaded = cluster.reloaded().consumer_groups
+    assert reloaded.describe("g") == cluster.groups.describe("g")
+    assert reloaded.expired(cluster.now + SESSION_MS - 1) == []
+    assert "g" in cluster.state.groups()
+    with pytest.raises(errors.NonEmptyGroupError):
+        cluster.groups.plan_delete("g", 0)
+    a.leave()
+    b.leave()
+    records, refused = cluster.state.plan_delete_groups(["g"])
+    assert refused == {}
+    cluster.commit(records)
+    assert "g" not in cluster.groups.groups and "g" not in cluster.state.groups()
+    assert "g" not in cluster.reloaded().consumer_groups.groups
+
+
+def test_records_round_trip_and_every_damaged_byte_is_refused() -> None:
+    values: list[tuple[int, rec.GroupValue]] = [
+        (rec.GROUP_METADATA, 7),
+        (rec.PARTITION_METADATA, {"t": 3, "ü": 1}),
+        (rec.MEMBER_METADATA, rec.MemberMetadata("i", None, "c", "h", ("a", "b"), 5, "range")),
+        (rec.TARGET_METADATA, 7),
+        (rec.TARGET_MEMBER, {"t": (0, 2)}),
+        (rec.CURRENT_ASSIGNMENT, rec.CurrentAssignment(3, 2, 1, {"t": (1,)}, {"t": (0,)})),
+    ]
+    for kind, value in values:
+        key = rec.GroupKey(kind, "g", "m" if kind in (5, 7, 8) else "")
+        data = rec.encode_key(key)
+        assert rec.decode_key(data) == key
+        encoded = rec.encode_value(kind, value)
+        assert rec.decode_value(kind, encoded) == value
+        for cut in range(len(encoded)):
+            with pytest.raises(rec.GroupRecordError):
+                rec.decode_value(kind, encoded[:cut])
+        with pytest.raises(rec.GroupRecordError):
+            rec.decode_value(kind, encoded + b"\0")
+        for cut in range(len(data)):
+            with pytest.raises(rec.GroupRecordError):
+                rec.decode_key(data[:cut])
+    bad_values = [
+        (rec.GROUP_METADATA, struct.pack(">hi", 1, 1)),  # version
+        (rec.GROUP_METADATA, struct.pack(">hi", 0, -1)),  # epoch
+        (rec.TARGET_MEMBER, struct.pack(">hih1sii", 0, 1, 1, b"t", 2, 1) + struct.pack(">i", 1)),
+        (rec.TARGET_MEMBER, struct.pack(">hih1sii", 0, 1, 1, b"t", 1, -4)),
+        (rec.CURRENT_ASSIGNMENT, struct.pack(">hiibii", 0, 1, 0, 9, 0, 0)),  # state
+        (rec.TARGET_MEMBER, struct.pack(">hi", 0, 1 << 30)),  # lying count
+    ]
+    for kind, data in bad_values:
+        with pytest.raises(rec.GroupRecordError):
+            rec.decode_value(kind, data)
+    rng = random.Random(5)
+    for _ in range(2000):  # nothing but GroupRecordError, whatever the bytes
+        blob = bytes(rng.randrange(256) for _ in range(rng.randrange(24)))
+        for kind in rec.RECORD_TYPES:
+            with contextlib.suppress(rec.GroupRecordError):
+                rec.decode_value(kind, blob)
+        with contextlib.suppress(rec.GroupRecordError):
+            rec.decode_key(struct.pack(">h", rng.choice(sorted(rec.RECORD_TYPES))) + blob)
+
+
+def test_a_damaged_group_record_is_skipped_on_replay() -> None:
+    cluster = Cluster()
+    Client(cluster, "a").beat()
+    key = rec.encode_key(rec.GroupKey(rec.MEMBER_METADATA, "g", "x"))
+    cluster.commit([RecordInput(b"\0\0garbage", key, 0)])
+    assert "x" not in cluster.groups.groups["g"].members
+    assert cluster.reloaded().consumer_groups.describe("g") == cluster.groups.describe("g")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_membership_never_gives_a_partition_to_two_members(seed: int) -> None:
+    """Members join, leave, go silent and get fenced, rejoin, change subscriptions and
+    assignors while topics grow, heartbeating in random order; after every step no partition
+    is held by two members (server side) or owned by two live clients (client side), and once
+    things calm down every partition is owned."""
+    rng = random.Random(seed)
+    cluster = Cluster(topics={"t": 8, "u": 3})
+    live: dict[str, Client] = {}
+    names = iter(f"m{i}" for i in range(1000))
+    for _ in range(300):
+        action = rng.random()
+        if action < 0.15 and len(live) < 6:
+            client = Client(cluster, next(names), topics=rng.choice([("t",), ("t", "u")]))
+            live[client.member_id] = client
+            client.beat(server_assignor=rng.choice([None, "range", "uniform"]))
+        elif action < 0.22 and live:
+            live.pop(rng.choice(sorted(live))).leave()
+        elif action < 0.28 and live:
+            victim = live.pop(rng.choice(sorted(live)))  # dies: fenced by its session timeout
+            cluster.commit(cluster.groups.plan_fence("g", victim.member_id, cluster.now))
+        elif action < 0.31:
+            cluster.topics["t"] += 1
+        elif action < 0.34 and live:
+            rng.choice(list(live.values())).beat(subscribed_topics=rng.choice([("t",), ("u",)]))
+        elif live:
+            client = live[rng.choice(sorted(live))]
+            try:
+                client.beat()
+            except errors.FencedMemberEpochError:
+                client.epoch, client.owned = 0, {}
+        check_disjoint(list(live.values()))
+        if live:
+            held_disjoint(cluster)
+    settle(list(live.values()), rounds=6)
+    if live:
+        group = cluster.groups.groups["g"]
+        subscribed = {
+            t for c in live.values() for t in group.members[c.member_id].metadata.subscribed_topics
+        }
+        total = sum(cluster.topics[t] for t in subscribed)
+        assert sum(c.count for c in live.values()) == total
