@@ -25,7 +25,7 @@ sets are applied as they stand.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -384,12 +384,20 @@ class GroupCoordinatorState:
         """Tombstones for every offset of each group whose newest commit is at least
         `retention_ms` old: Kafka's rule for a simple group (no members), whose expiration base
         is the commit time (kafka-reference §7.8), taken per group as the table keeps it."""
-        records: list[RecordInput] = []
-        for group in self.table.groups():
-            last_commit_ms = self.table.last_commit_ms(group)
-            if last_commit_ms is not None and now_ms - last_commit_ms >= self.config.retention_ms:
-                records += self._group_tombstones(group, now_ms)
-        return records
+        return [record for step in self.expiration_steps(now_ms, len(self.table) + 1)
+                for record in step]
+
+    def expiration_steps(self, now_ms: int, groups_per_step: int) -> Iterator[list[RecordInput]]:
+        """`plan_expiration` in steps that each look at `groups_per_step` groups: the
+        tombstones of each step, for a caller that lets others run between steps (at 10^6
+        groups the whole scan is seconds of Python). The table may change between steps."""
+        cutoff_ms = now_ms - self.config.retention_ms
+        cursor = 0
+        while True:
+            groups, cursor = self.table.groups_committed_by(cutoff_ms, cursor, groups_per_step)
+            yield [record for group in groups for record in self._group_tombstones(group, now_ms)]
+            if cursor == 0:
+                return
 
     def _group_tombstones(self, group: str, now_ms: int) -> list[RecordInput]:
         return [

@@ -450,6 +450,29 @@ class OffsetTable:
         _, keys = self._live_rows()
         return sorted(key.decode("utf-8", "surrogatepass") for key in keys)
 
+    def groups_committed_by(
+        self, cutoff_ms: int, cursor: int, count: int
+    ) -> tuple[list[str], int]:
+        """The groups whose newest commit is at or before `cutoff_ms`, among at most `count`
+        groups from `cursor`, and the cursor to go on from (0 once every group was looked at;
+        start from 0). A bounded step, so that a scan of a million groups can be spread out
+        (one pass over them all takes about a second of Python). The cursor is a group row:
+        removals that compact the table renumber rows, so a scan across them may miss or
+        repeat a group, which the next scan finds again."""
+        rows = len(self._g_count)
+        start = min(cursor, rows)
+        stop = min(start + count, rows)
+        live = self._g_count[start:stop]
+        stale = compress(range(start, stop), map(cutoff_ms.__ge__, self._g_ts[start:stop]))
+        names = self._g_name
+        arena = self._arena
+        found = [
+            arena[names[row] : names[row + 1]].decode("utf-8", "surrogatepass")
+            for row in stale
+            if live[row - start]
+        ]
+        return found, (0 if stop >= rows else stop)
+
     def last_commit_ms(self, group: str) -> int | None:
         """The newest commit timestamp put for the group, None when it has no entry."""
         row, _ = self._probe(_name_key(group))

@@ -5,12 +5,15 @@ As `controller_driver` does for the metadata log, this module holds the I/O and 
 the state machine holds the rules. Per offsets partition, for one leader epoch:
 
 * Loading. When the node becomes the partition's leader, the log is replayed into a new state,
-  from the log start to the high watermark, in chunks on the disk thread (so a long log never
-  stalls the event loop); requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS (14)
-  meanwhile. Loading ends once the state has applied everything below the start of this
-  leader's epoch: only then does it hold every commit an earlier leader acknowledged. The
-  records `finish_loading` returns (seed 004: the previous values of keys whose commit set was
-  found incomplete) are then the first this leader appends.
+  from the log start to the high watermark, on the event loop in slices of a few milliseconds
+  that yield between them; requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS (14)
+  meanwhile. Not on the disk thread: the replay is Python holding the GIL, and there it held up
+  every fsync of the node (its one disk thread) and starved the loop through the GIL for as long
+  as it ran (264,000 records: 3-6 s, in which the node's other partitions lost elections).
+  Loading ends once the state has applied everything below the start of this leader's epoch
+  (waiting for the high watermark to get there): only then does it hold every commit an
+  earlier leader acknowledged. The records `finish_loading` returns (seed 004: the previous
+  values of keys whose commit set was found incomplete) are then the first this leader appends.
 * Leading. Committed records are applied as the high watermark moves (the `on_published` hook,
   as the controller applies its log). An OffsetCommit's records are appended with acks=all
   semantics and answered only once committed and applied, so the table changes only through
@@ -44,11 +47,18 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
-from tidelog.records import RecordInput, build_batch
+from tidelog.records import RecordInput, build_batch, read_header
 from tidelog.types import TopicPartition
 
-#: How much of the log one step of loading reads (Kafka's offsets.load.buffer.size).
-_LOAD_CHUNK_BYTES = 5 * 1024 * 1024
+#: How much of the log one read of loading takes (Kafka's offsets.load.buffer.size is 5 MiB;
+#: less here, as the read is on the event loop).
+_LOAD_CHUNK_BYTES = 1024 * 1024
+#: How long loading runs before it lets the event loop serve others (Raft ticks and heartbeats,
+#: other partitions' requests). A batch is applied whole, so a slice can run over by one batch.
+_LOAD_SLICE_S = 0.005
+#: Groups one step of expiration looks at before it lets the event loop serve others (a few
+#: milliseconds of Python).
+_EXPIRE_GROUPS_PER_STEP = 5000
 
 log = logging.getLogger("tidelog.node")
 
@@ -71,11 +81,14 @@ class _Led:
     #: Offsets below it were written by earlier leaders: loading ends once all are applied.
     epoch_start: int
     state: GroupCoordinatorState
-    #: The disk-thread part of loading is done: committed records are applied on the loop.
+    #: The sliced part of loading is done: committed records are applied as they commit.
     replayed: bool = False
     loading: bool = True
     dropped: bool = False
     pending: list[_Append] = field(default_factory=list)
+    #: Set when the high watermark may have moved or the state was dropped: loading waits on it
+    #: for the records of earlier leaders to commit.
+    progress: asyncio.Event = field(default_factory=asyncio.Event)
     applied_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     #: Per group, the commits appended and not yet answered (OffsetFetch's require_stable).
     unstable: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
@@ -135,6 +148,7 @@ class GroupCoordinatorDriver:
                 self._loads.add(task)
                 task.add_done_callback(self._loads.discard)
             return
+        led.progress.set()
         self._apply_committed(led)
 
     def _still_leads(self, led: _Led) -> bool:
@@ -151,6 +165,7 @@ class GroupCoordinatorDriver:
         if self._led.get(led.tp) is led:
             del self._led[led.tp]
         led.dropped = True
+        led.progress.set()
         exc = errors.NotCoordinatorError(f"node {self.node_id} no longer leads {led.tp}: {why}")
         for append in led.pending:
             if append.proposed is not None and not append.proposed.done():
@@ -163,11 +178,8 @@ class GroupCoordinatorDriver:
 
     async def _load(self, led: _Led) -> None:
         started = time.monotonic()
-        hw = led.replica.high_watermark
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self.replicas.disk, _replay, led, hw
-            )
+            await _replay(led)
         except (OSError, ValueError, errors.TidelogError) as exc:  # a closed or failing log
             log.error("%s: not loaded (%s); this node does not coordinate its groups in epoch "
                       "%d", led.tp, exc, led.epoch)
@@ -413,18 +425,25 @@ class GroupCoordinatorDriver:
 
     async def expiration_loop(self) -> None:
         """Every offsets.retention.check.interval.ms, tombstones for the offsets of groups that
-        committed nothing for offsets.retention.minutes, on each partition this node leads."""
+        committed nothing for offsets.retention.minutes, on each partition this node leads;
+        `_EXPIRE_GROUPS_PER_STEP` groups at a time, yielding to the loop between steps."""
         while True:
             await asyncio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
-            now_ms = wall_clock_ms()
             for led in list(self._led.values()):
-                if led.loading or not self._still_leads(led):
-                    continue
-                records = led.state.plan_expiration(now_ms)
-                if records:
-                    log.info("%s: %d expired offsets deleted", led.tp, len(records))
-                    led.pending.append(_Append(records, None))
-                    self.replicas.wake()
+                await self._expire(led, wall_clock_ms())
+
+    async def _expire(self, led: _Led, now_ms: int) -> None:
+        expired = 0
+        for records in led.state.expiration_steps(now_ms, _EXPIRE_GROUPS_PER_STEP):
+            if led.loading or not self._still_leads(led):
+                return
+            if records:
+                expired += len(records)
+                led.pending.append(_Append(records, None))
+                self.replicas.wake()
+            await asyncio.sleep(0)
+        if expired:
+            log.info("%s: %d expired offsets deleted", led.tp, expired)
 
 
 def coordinator_error(exc: errors.TidelogError) -> errors.TidelogError:
@@ -443,17 +462,40 @@ def coordinator_error(exc: errors.TidelogError) -> errors.TidelogError:
     return exc
 
 
-def _replay(led: _Led, hw: int) -> None:
-    """On the disk thread: the partition's log below `hw` into the state, a chunk at a time,
-    stopping early once the replica no longer leads (`_Led.dropped`)."""
+async def _replay(led: _Led) -> None:
+    """The partition's log into the state up to the start of this leader's epoch (at least),
+    a slice of about `_LOAD_SLICE_S` at a time, yielding to the event loop between slices, and
+    waiting for the high watermark to pass what earlier leaders wrote; stops early once the
+    replica no longer leads (`_Led.dropped`). Raises CorruptMessageError when a chunk of the
+    log applies nothing (a batch that does not parse would stop the load there for good)."""
     replica = led.replica
     state = led.state
+    slice_end = time.monotonic() + _LOAD_SLICE_S
     while not led.dropped:
+        led.progress.clear()
+        hw = replica.high_watermark
         start = max(state.applied_offset + 1, replica.log.log_start_offset)
         if start >= hw:
-            return
+            if state.applied_offset >= led.epoch_start - 1:
+                return
+            await led.progress.wait()
+            slice_end = time.monotonic() + _LOAD_SLICE_S
+            continue
         before = state.applied_offset
-        state.apply(replica.log.read(start, _LOAD_CHUNK_BYTES, upper_bound=hw))
+        data = memoryview(replica.log.read(start, _LOAD_CHUNK_BYTES, upper_bound=hw))
+        pos = 0
+        while pos < len(data):
+            try:
+                end = pos + read_header(data, pos).size
+            except errors.CorruptMessageError:
+                end = len(data)  # `apply` logs why and applies nothing of it
+            state.apply(data[pos:end])
+            pos = end
+            if time.monotonic() >= slice_end:
+                await asyncio.sleep(0)
+                if led.dropped:
+                    return
+                slice_end = time.monotonic() + _LOAD_SLICE_S
         if state.applied_offset == before:
             raise errors.CorruptMessageError(f"the batch at offset {start} does not parse")
 

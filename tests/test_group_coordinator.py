@@ -454,6 +454,23 @@ def test_expiration_tombstones_groups_without_a_commit_for_the_retention(part: P
     assert len(state.plan_expiration(T0 + 500 + retention)) == 2
 
 
+def test_expiration_in_bounded_steps_finds_the_same_groups(part: Partition) -> None:
+    """The node expires a partition of 10^6 groups in steps that yield between them: the steps
+    together tombstone exactly what one pass does, each looking at no more groups than asked."""
+    retention = 1000
+    state = GroupCoordinatorState(OffsetsConfig(retention_ms=retention))
+    for n in range(7):
+        commit(state, part, f"g{n}", offsets((TP0, n), (TP1, n)), now_ms=T0 + 600 * (n % 2))
+    commit(state, part, "g2", offsets((TP0, 9)), now_ms=T0 + 900)  # refreshed
+    now = T0 + retention
+    steps = list(state.expiration_steps(now, 2))
+    assert len(steps) == 4  # 7 groups, 2 a step
+    assert [len(step) for step in steps] == [2, 0, 2, 2]  # g0; none; g4; g6
+    assert sorted(r for step in steps for r in step) == sorted(state.plan_expiration(now))
+    assert {k.group for step in steps for k, _ in set_of(step)} == {"g0", "g4", "g6"}
+    assert list(state.expiration_steps(T0, 3)) == [[], [], []]
+
+
 # ---- damaged bytes: logged and skipped, never raised -------------------------------------------
 
 
