@@ -36,6 +36,8 @@ from tidelog.node.acl_api import AclApi
 from tidelog.node.acl_api import all_failed as acls_failed
 from tidelog.node.authorization import Authorization
 from tidelog.node.config import NodeConfig
+from tidelog.node.consumer_group_api import ConsumerGroupApi
+from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.forwarding import Forwarder, was_forwarded
 from tidelog.node.group_api import GroupApi
@@ -115,6 +117,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         offsets_topic: OffsetsTopic,
         groups: GroupCoordinatorDriver,
         partition_error: Callable[[str, int], None],
+        consumer_groups: ConsumerGroupDriver | None = None,
     ) -> None:
         """`partition_error(rpc, code)` counts each per-partition error of Produce, Fetch and
         ListOffsets answers (the node's metrics)."""
@@ -127,7 +130,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.forwarder = Forwarder(config.node_id, routing)
         self.authorization = Authorization(config, controller.image.acls)
         self.group_api = GroupApi(
-            config, controller, offsets_topic, groups, self.forwarder, self.authorization
+            config, controller, offsets_topic, groups, self.forwarder, self.authorization,
+            consumer_groups,
+        )
+        self.consumer_group_api = (
+            ConsumerGroupApi(self.group_api, consumer_groups) if consumer_groups else None
         )
         self.acl_api = AclApi(controller, self.authorization, self._forward_to_controller)
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
@@ -629,6 +636,18 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteGroupsResponse:
         return await self.group_api.delete_groups(request, context)
+
+    async def ConsumerGroupHeartbeat(
+        self, request: pb.ConsumerGroupHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumerGroupHeartbeatResponse:
+        assert self.consumer_group_api is not None
+        return await self.consumer_group_api.heartbeat(request, context)
+
+    async def ConsumerGroupDescribe(
+        self, request: pb.ConsumerGroupDescribeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumerGroupDescribeResponse:
+        assert self.consumer_group_api is not None
+        return await self.consumer_group_api.describe(request, context)
 
     # ---- not built yet ---------------------------------------------------------------------
 

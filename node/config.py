@@ -57,6 +57,10 @@ KEYS: dict[str, str] = {
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
     "offset.metadata.max.bytes": "offset_metadata_max_bytes",
     "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
+    "group.consumer.session.timeout.ms": "group_consumer_session_timeout_ms",
+    "group.consumer.heartbeat.interval.ms": "group_consumer_heartbeat_interval_ms",
+    "group.consumer.max.size": "group_consumer_max_size",
+    "group.consumer.assignors": "group_consumer_assignors",
     # observability (metrics, logs)
     "metrics.port": "metrics_port",
     "log.format": "log_format",
@@ -139,6 +143,14 @@ class NodeConfig:
     #: How long an OffsetCommit waits for its records to commit before it fails
     #: (COORDINATOR_NOT_AVAILABLE, as Kafka maps the timeout).
     offsets_commit_timeout_ms: int = 5000
+    #: Consumer groups (KIP-848), Kafka's defaults: a member that sends no heartbeat for the
+    #: session timeout is fenced; members heartbeat at the interval; at most max.size members;
+    #: the server-side assignors a group may ask for, the first the default. Kafka bounds the
+    #: timeouts to 45-60 s and 5-15 s; Tidelog lets a test cluster go lower.
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_size: int = 0x7FFF_FFFF
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     #: Observability. The port of the Prometheus endpoint (/metrics), on the listen address's
     #: host; 0 picks a free port (written to metrics.addr in the data dir), -1 serves none.
     metrics_port: int = -1
@@ -250,6 +262,18 @@ class NodeConfig:
         )
         _require(self.offset_metadata_max_bytes >= 0, "offset.metadata.max.bytes must be >= 0")
         _require(self.offsets_commit_timeout_ms >= 1, "offsets.commit.timeout.ms must be >= 1")
+        _require(
+            1 <= self.group_consumer_heartbeat_interval_ms < self.group_consumer_session_timeout_ms,
+            "group.consumer.heartbeat.interval.ms must be >= 1 and below "
+            "group.consumer.session.timeout.ms",
+        )
+        _require(self.group_consumer_max_size >= 1, "group.consumer.max.size must be >= 1")
+        object.__setattr__(self, "group_consumer_assignors", tuple(self.group_consumer_assignors))
+        _require(
+            bool(self.group_consumer_assignors)
+            and set(self.group_consumer_assignors) <= {"uniform", "range"},
+            "group.consumer.assignors must name uniform and/or range",
+        )
         _require(
             0.0 <= self.test_drop_produce_response_rate <= 1.0,
             "test.drop.produce.response.rate must be within 0..1",
@@ -389,6 +413,8 @@ class NodeConfig:
                 value = format_peers(value)
             elif name == "super_users":
                 value = ";".join(value)
+            elif name == "group_consumer_assignors":
+                value = ",".join(value)
             if value != "":
                 props[key] = str(value)
         props.update(self.extra)
@@ -468,6 +494,8 @@ def _convert(key: str, name: str, value: str) -> Any:
         return value.lower() == "true"
     if name == "super_users":
         return tuple(filter(None, (part.strip() for part in value.split(";"))))
+    if name == "group_consumer_assignors":
+        return tuple(filter(None, (part.strip() for part in value.split(","))))
     if name in ("auto_leader_rebalance_enable", "allow_everyone_if_no_acl_found"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")

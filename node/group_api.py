@@ -14,16 +14,19 @@ answered (kafka-reference §11.3): the group (30) before anything else, then eac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import grpc
 
 from tidelog import errors
 from tidelog.acl import Operation, ResourceType
+from tidelog.coordinator.consumer_groups import PROTOCOL_TYPE
 from tidelog.coordinator.group_coordinator import PartitionOffsets
 from tidelog.node.authorization import Authorization
 from tidelog.node.config import NodeConfig
+from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.forwarding import Forwarder, was_forwarded
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
@@ -50,8 +53,11 @@ class GroupApi:
         groups: GroupCoordinatorDriver,
         forwarder: Forwarder,
         authorization: Authorization,
+        consumer_groups: ConsumerGroupDriver | None = None,
     ) -> None:
         self.node_id = config.node_id
+        #: The consumer groups (KIP-848) among the groups, for their states in ListGroups.
+        self.consumer_groups = consumer_groups
         self.authorization = authorization
         self.controller = controller
         self.offsets_topic = offsets_topic
@@ -61,15 +67,19 @@ class GroupApi:
     # ---- routing to the coordinator --------------------------------------------------------------
 
     async def _coordinator_answer(
-        self, method: str, group: str, request: Any, context: grpc.aio.ServicerContext
+        self, method: str, group: str, request: Any, context: grpc.aio.ServicerContext,
+        failed: Callable[[errors.TidelogError], Any] | None = None,
     ) -> Any | None:
         """None when this node answers for `group` (it coordinates the group, or the request
         was forwarded here); else the answer of the coordinator the request was forwarded to,
-        or the error answer when there is none to forward to."""
+        or the error answer when there is none to forward to (`failed(error)`, by default
+        this module's answer of `method` failing whole)."""
+        if failed is None:
+            failed = partial(_failed, method, request)
         try:
             _, leader = self.offsets_topic.coordinator_of(group)
         except errors.TidelogError as exc:
-            return _failed(method, request, exc)
+            return failed(exc)
         if leader == self.node_id or was_forwarded(context):
             return None
         remaining = context.time_remaining()
@@ -79,10 +89,9 @@ class GroupApi:
                 leader, method, request, timeout_s, self.authorization.principal(context)
             )
         except grpc.aio.AioRpcError as exc:
-            unreachable = errors.CoordinatorNotAvailableError(
+            return failed(errors.CoordinatorNotAvailableError(
                 f"coordinator {leader} unreachable: {exc.code()}"
-            )
-            return _failed(method, request, unreachable)
+            ))
 
     def _group_refused(
         self, context: grpc.aio.ServicerContext, operation: Operation, group: str
@@ -139,7 +148,9 @@ class GroupApi:
         if offsets:
             generation = or_unset(request, "generation_id", _NO_GENERATION)
             try:
-                results.update(await self.groups.commit(request.group_id, generation, offsets))
+                results.update(await self.groups.commit(
+                    request.group_id, generation, offsets, request.member_id
+                ))
             except errors.TidelogError as exc:
                 results.update(dict.fromkeys(offsets, exc))
         response = pb.OffsetCommitResponse()
@@ -256,9 +267,12 @@ class GroupApi:
         response = pb.ListGroupsResponse(
             error_code=errors.CoordinatorLoadInProgressError.code if loading else 0
         )
-        if not wanted or _EMPTY.lower() in wanted:
-            for group, coordinator in sorted(groups):
-                response.groups.add(group_id=group, protocol_type="", group_state=_EMPTY,
+        states = self.consumer_groups.group_states() if self.consumer_groups else {}
+        for group, coordinator in sorted(groups):
+            state = states.get(group, _EMPTY)
+            if not wanted or state.lower() in wanted:
+                response.groups.add(group_id=group, group_state=state,
+                                    protocol_type=PROTOCOL_TYPE if group in states else "",
                                     coordinator_id=coordinator)
         return response
 

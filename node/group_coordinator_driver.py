@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from tidelog import errors
 from tidelog.clock import wall_clock_ms
+from tidelog.coordinator.consumer_groups import ConsumerGroupConfig
 from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC
 from tidelog.coordinator.group_coordinator import (
     GroupCoordinatorState,
@@ -111,6 +112,12 @@ class GroupCoordinatorDriver:
             metadata_max_bytes=config.offset_metadata_max_bytes,
             retention_ms=config.offsets_retention_minutes * 60_000,
         )
+        self.groups_config = ConsumerGroupConfig(
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            max_size=config.group_consumer_max_size,
+            assignors=config.group_consumer_assignors,
+        )
         self._led: dict[TopicPartition, _Led] = {}
         self._loads: set[asyncio.Task[None]] = set()
         #: Partitions whose log failed to load, with the leader epoch that tried: not loaded
@@ -142,7 +149,8 @@ class GroupCoordinatorDriver:
             failed_epoch = self._unloadable.get(replica.tp)
             if replica.is_leader and start is not None and failed_epoch != replica.leader_epoch:
                 led = self._led[replica.tp] = _Led(
-                    replica, replica.leader_epoch, start, GroupCoordinatorState(self._state_config)
+                    replica, replica.leader_epoch, start,
+                    GroupCoordinatorState(self._state_config, self.groups_config),
                 )
                 task = asyncio.get_running_loop().create_task(self._load(led))
                 self._loads.add(task)
@@ -315,12 +323,17 @@ class GroupCoordinatorDriver:
         return led
 
     async def commit(
-        self, group: str, generation: int, offsets: Mapping[TopicPartition, PartitionOffsets]
+        self, group: str, generation: int, offsets: Mapping[TopicPartition, PartitionOffsets],
+        member_id: str = "",
     ) -> dict[TopicPartition, errors.TidelogError | None]:
         """Commit `offsets` for `group`, all or none (but the partitions the plan refuses);
-        the error of each partition, None where committed. Raises a group-level error."""
+        the error of each partition, None where committed. Raises a group-level error: for a
+        consumer group, that of a member or epoch it does not know (`generation` is the
+        member epoch then, as in Kafka's OffsetCommit v9)."""
         led = self._coordinating(group)
-        if generation >= 0:
+        if led.state.consumer_groups.validate_offset_commit(group, member_id, generation):
+            pass
+        elif generation >= 0:
             # Every group here is a simple group, with no members and no generation: Kafka's
             # classic coordinator refuses a generation for a group it does not know, and a
             # member it does not know for one it does (kafka-reference §7.5).

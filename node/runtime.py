@@ -21,6 +21,7 @@ from typing import Any
 
 from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
+from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.housekeeping import Housekeeping
@@ -46,6 +47,7 @@ class NodeRuntime:
         self.controller = ControllerDriver(config, self.replicas, self.routing)
         self.offsets_topic = OffsetsTopic(config, self.controller, self.routing)
         self.groups = GroupCoordinatorDriver(config, self.replicas, self.offsets_topic)
+        self.consumer_groups = ConsumerGroupDriver(self.groups)
         self.housekeeping = Housekeeping(config, self.replicas, METADATA_TP)
         self.scrubber = Scrubber(config, self.replicas)
         self._tasks: list[asyncio.Task[None]] = []
@@ -69,6 +71,7 @@ class NodeRuntime:
             self.replicas.ready_loop(),
             self.housekeeping.loop(),
             self.groups.expiration_loop(),
+            self.consumer_groups.expiry_loop(),
         ]
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())

@@ -99,6 +99,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
                 config, runtime.replicas, runtime.routing, runtime.controller,
                 runtime.offsets_topic, runtime.groups,
                 partial(request_metrics.count_error, TIDELOG_SERVICE),
+                consumer_groups=runtime.consumer_groups,
             ),
             server,
         )

@@ -42,9 +42,11 @@ from tidelog.errors import (
     InvalidGroupIdError,
     OffsetOutOfRangeError,
     RetriableError,
+    StaleMemberEpochError,
     TidelogError,
     UnsupportedCompressionTypeError,
 )
+from tidelog.membership import ConsumerRebalanceListener, Membership
 from tidelog.partitioned import PartitionedRequest
 from tidelog.records import (
     HEADER_SIZE,
@@ -92,6 +94,14 @@ class ConsumerConfig:
     #: with a group_id (kafka-python's reading of Kafka's default).
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = 5000
+    #: group.instance.id: a static member of a subscribed group (its partitions wait for it
+    #: through a restart within the session timeout).
+    group_instance_id: str | None = None
+    #: group.remote.assignor: the server-side assignor asked for ("uniform" or "range").
+    group_remote_assignor: str | None = None
+    #: How long a subscribed member may take to revoke partitions (sent as the rebalance
+    #: timeout); Kafka's default.
+    max_poll_interval_ms: int = 300_000
     fetch_max_wait_ms: int = 500
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
@@ -146,6 +156,9 @@ class Consumer:
         self._in_flight = []
         self._callbacks: collections.deque[Callable[[], None]] = collections.deque()
         self._closed = False
+        #: The group membership of `subscribe()`; None while partitions are assigned by hand.
+        self._membership: Membership | None = None
+        self._listener = ConsumerRebalanceListener()
 
     # ---- assignment and positions ------------------------------------------------------------
 
@@ -153,10 +166,126 @@ class Consumer:
         """Replace the assignment; partitions kept keep their positions."""
         wanted = [TopicPartition(*tp) for tp in partitions]
         with self._lock:
+            if self._membership is not None:
+                raise ConfigurationError("the consumer is subscribed: unsubscribe() first")
             self._maybe_auto_commit()  # Kafka does too, so the dropped partitions keep theirs
-            self._positions = {tp: self._positions.get(tp) for tp in wanted}
-            self._resets = {tp: s for tp, s in self._resets.items() if tp in self._positions}
-            self._epochs = {tp: e for tp, e in self._epochs.items() if tp in self._positions}
+            self._set_assignment(wanted)
+
+    def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
+        self._positions = {tp: self._positions.get(tp) for tp in partitions}
+        self._resets = {tp: s for tp, s in self._resets.items() if tp in self._positions}
+        self._epochs = {tp: e for tp, e in self._epochs.items() if tp in self._positions}
+
+    # ---- group membership (KIP-848) ----------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the consumer group: its coordinator assigns the partitions of `topics` (or of
+        every topic whose whole name matches the regular expression `pattern`) among the
+        members, and moves them as members come and go (`membership`). The listener's
+        callbacks run inside poll(). Needs a group_id."""
+        if (topics is None) == (pattern is None):
+            raise ConfigurationError("subscribe() takes topics or pattern=..., one of them")
+        if isinstance(topics, str):
+            raise ConfigurationError("subscribe() takes a list of topics: subscribe([topic])")
+        names = None if topics is None else list(topics)
+        if names is not None and (not names or not all(isinstance(t, str) and t for t in names)):
+            raise ConfigurationError("subscribe() needs at least one non-empty topic name")
+        with self._lock:
+            group_id = self._group_id()
+            if self._positions and self._membership is None:
+                raise ConfigurationError("the consumer has assigned partitions: assign([]) first")
+            if self._membership is not None:
+                self._leave_group()
+            self._listener = listener or ConsumerRebalanceListener()
+            self._membership = Membership(
+                self.client, group_id, names, pattern,
+                instance_id=self.config.group_instance_id,
+                rebalance_timeout_ms=self.config.max_poll_interval_ms,
+                server_assignor=self.config.group_remote_assignor,
+            )
+            self._membership.refresh_pattern(self.client.list_topics)
+
+    def subscription(self) -> set[str]:
+        with self._lock:
+            return set(self._membership.topics) if self._membership is not None else set()
+
+    def unsubscribe(self) -> None:
+        """Leave the group: the partitions' positions are committed (auto-commit on), the
+        listener's on_partitions_revoked runs, and the member leaves at once."""
+        with self._lock:
+            if self._membership is not None:
+                self._leave_group()
+
+    def _leave_group(self) -> None:
+        membership = self._membership
+        assert membership is not None
+        owned = set(self._positions)
+        try:
+            if owned and (membership.lost or membership.fatal is not None):
+                self._listener.on_partitions_lost(owned)
+            elif owned:
+                self._commit_revoked(owned)
+                self._listener.on_partitions_revoked(owned)
+        finally:
+            self._set_assignment(())
+            self._membership = None
+            membership.leave(self.client.deadline().remaining())
+
+    def _reconcile(self) -> None:
+        """Do what the membership asks of the application (`membership.Membership`)."""
+        membership = self._membership
+        if membership is None:
+            return
+        membership.refresh_pattern(self.client.list_topics)
+        work = membership.take_work()
+        if work is None:
+            return
+        kind, revoked, added = work
+        if kind == "lost":
+            self._set_assignment(())
+            if revoked:
+                self._listener.on_partitions_lost(revoked)
+        else:
+            if revoked:
+                self._commit_revoked(revoked)
+                self._set_assignment(tp for tp in self._positions if tp not in revoked)
+                self._listener.on_partitions_revoked(revoked)
+            self._set_assignment([*self._positions, *sorted(added)])
+            self._listener.on_partitions_assigned(added)
+        membership.done(kind, revoked, added)
+
+    def _commit_revoked(self, revoked: set[TopicPartition]) -> None:
+        """With auto-commit on, the positions of partitions about to be revoked, committed
+        before they go (a failure is logged and the revocation goes on, as in Kafka)."""
+        membership = self._membership
+        if not self._auto_commit or membership is None:
+            return
+        offsets = {tp: o for tp, o in self._consumed().items() if tp in revoked}
+        if not offsets:
+            return
+        assert self.config.group_id is not None
+        for attempt in range(2):  # STALE_MEMBER_EPOCH: again with the newer epoch, once
+            try:
+                self.client.run(self.client.coordinators.commit(
+                    self.config.group_id, offsets, self.client.deadline(),
+                    member=membership.member(),
+                ))
+                return
+            except StaleMemberEpochError:
+                if attempt:
+                    raise
+            except TidelogError as exc:
+                log.warning("the commit of revoked partitions failed: %s", exc)
+                return
+
+    def _member(self) -> tuple[str, int] | None:
+        return self._membership.member() if self._membership is not None else None
 
     def assignment(self) -> set[TopicPartition]:
         with self._lock:
@@ -288,7 +417,9 @@ class Consumer:
             self._run_callbacks()
             chosen = self._consumed() if offsets is None else checked_offsets(offsets)
             deadline = self.client.deadline(timeout_ms)
-            self.client.run(self.client.coordinators.commit(group_id, chosen, deadline))
+            self.client.run(self.client.coordinators.commit(
+                group_id, chosen, deadline, member=self._member()
+            ))
 
     def commit_async(
         self,
@@ -314,9 +445,10 @@ class Consumer:
     ) -> concurrent.futures.Future[dict[TopicPartition, OffsetAndMetadata]]:
         coordinators = self.client.coordinators
         deadline = self.client.deadline()
+        member = self._member()
 
         async def commit() -> dict[TopicPartition, OffsetAndMetadata]:
-            await coordinators.commit(group_id, offsets, deadline, retry=False)
+            await coordinators.commit(group_id, offsets, deadline, retry=False, member=member)
             return offsets
 
         future = self.client.transport.submit(commit())
@@ -393,6 +525,10 @@ class Consumer:
                 return
             deadline = self.client.deadline(timeout_ms)
             try:
+                if self._membership is not None:  # commits what it owns, then leaves
+                    if not autocommit:
+                        self._auto_commit = False
+                    self._leave_group()
                 if self._auto_commit and autocommit:
                     try:
                         self.client.run(self.client.coordinators.commit(
@@ -424,8 +560,15 @@ class Consumer:
                 raise ConfigurationError("the consumer is closed")
             while True:
                 self._run_callbacks()
+                self._reconcile()
                 self._maybe_auto_commit()
                 self._raise_corrupt()
+                if self._membership is not None and not self._positions:
+                    # Nothing assigned yet: wait for the membership, not for a Fetch.
+                    self._membership.changed.wait(min(deadline.remaining(), 0.1))
+                    if deadline.expired:
+                        return []
+                    continue
                 try:
                     self._resolve_positions(self.client.deadline())
                     records, refresh = self._fetch_round(deadline)

@@ -159,11 +159,13 @@ class Coordinators:
         deadline: Deadline,
         *,
         retry: bool = True,
+        member: tuple[str, int] | None = None,
     ) -> None:
-        """OffsetCommit of a simple consumer (generation -1); raises the first error."""
+        """OffsetCommit of a simple consumer (generation -1), or of a group member with its
+        (member id, member epoch); raises the first error."""
         if not offsets:
             return
-        request = wire.offset_commit_request(group_id, offsets)
+        request = wire.offset_commit_request(group_id, offsets, member)
 
         def parse(response: Any) -> None:
             outcome = wire.parse_offset_commit(response)

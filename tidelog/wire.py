@@ -351,12 +351,16 @@ def parse_find_coordinator(response: pb.FindCoordinatorResponse, key: str) -> Co
 
 
 def offset_commit_request(
-    group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    group_id: str,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    member: tuple[str, int] | None = None,
 ) -> pb.OffsetCommitRequest:
-    """A simple (manually assigned) consumer's commit: generation -1, no member id."""
+    """A simple (manually assigned) consumer's commit: generation -1, no member id; a group
+    member's carries its member id and epoch (Kafka's OffsetCommit v9)."""
     return pb.OffsetCommitRequest(
         group_id=group_id,
-        generation_id=-1,
+        generation_id=-1 if member is None else member[1],
+        member_id="" if member is None else member[0],
         topics=[
             pb.OffsetCommitTopic(
                 name=topic,

@@ -96,6 +96,16 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.ConsumerGroupHeartbeat = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ConsumerGroupHeartbeat',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.ConsumerGroupDescribe = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ConsumerGroupDescribe',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupDescribeRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupDescribeResponse.FromString,
+                _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/tidelog.v1.Tidelog/InitProducerId',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.InitProducerIdRequest.SerializeToString,
@@ -222,6 +232,23 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerGroupHeartbeat(self, request, context):
+        """Joins, heartbeats in or leaves a consumer group with server-side assignment (Kafka's
+        KIP-848 protocol, kafka-reference §10.2); needs READ on the group. Any node accepts it and
+        forwards it to the group's coordinator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumerGroupDescribe(self, request, context):
+        """Consumer groups' state, epochs, assignor, and members with their assignments; needs
+        DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED (30) for the others).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def InitProducerId(self, request, context):
         """Assigns a producer id and epoch for idempotent or transactional producing.
         """
@@ -335,6 +362,16 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'ConsumerGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupHeartbeat,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupHeartbeatRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
+            ),
+            'ConsumerGroupDescribe': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupDescribe,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupDescribeRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupDescribeResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
@@ -698,6 +735,60 @@ class Tidelog:
             '/tidelog.v1.Tidelog/DeleteGroups',
             tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ConsumerGroupHeartbeat',
+            tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupDescribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ConsumerGroupDescribe',
+            tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupDescribeRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ConsumerGroupDescribeResponse.FromString,
             options,
             channel_credentials,
             insecure,
