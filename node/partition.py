@@ -21,16 +21,19 @@ from pathlib import Path
 
 from tidelog import errors
 from tidelog.clock import wall_clock_ms
-from tidelog.node.producer_state import ProducerStateManager
 from tidelog.node.reads import LeaderReads, lease_seconds
 from tidelog.records import (
+    ControlType,
     TimestampType,
+    build_txn_marker,
+    iter_batches,
     read_header,
 )
 from tidelog.replication import NotLeaderError, RaftConfig, RaftCore, Ready, Role
 from tidelog.replication.driver import DrivenReplica, Leadership
 from tidelog.replication.log_store import LogCodec, LogStore
-from tidelog.storage import Log, LogConfig, TimestampAndOffset
+from tidelog.storage import AbortedTxn, Log, LogConfig, TimestampAndOffset
+from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -232,9 +235,10 @@ class PartitionReplica:
 
     @property
     def last_stable_offset(self) -> int:
-        """Offsets below it hold no undecided transaction. Without open transactions (none can
-        exist before transactional producing lands) it is the high watermark."""
-        return self.high_watermark
+        """Offsets below it hold no undecided transaction: the first offset of the oldest
+        transaction that is open or whose marker is not committed yet, else the high watermark
+        (kafka-reference §6.1). Every replica knows it from its log's producer state."""
+        return self.log.last_stable_offset
 
     def publish(self, rd: Ready) -> None:
         """After a Ready is durable: expose its HW and complete what it decided."""
@@ -313,6 +317,31 @@ class PartitionReplica:
             entry.base_offset, append_time, self._waiter(entry.last_offset, entry.epoch, acks)
         )
 
+    def write_txn_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> asyncio.Future[None]:
+        """Propose the COMMIT or ABORT marker of a producer's transaction (WriteTxnMarkers);
+        the future completes once it is committed. Raises NOT_LEADER_OR_FOLLOWER,
+        INVALID_PRODUCER_EPOCH (an epoch older than the producer's here) and
+        TRANSACTION_COORDINATOR_FENCED (a coordinator epoch older than the last marker's)."""
+        producers = self._producer_state()
+        producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = build_txn_marker(
+            commit, producer_id=producer_id, producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+        )
+        try:
+            entry = self.core.propose(batch, 1)
+        except NotLeaderError as exc:
+            raise errors.NotLeaderOrFollowerError(str(exc)) from None
+        stamped = read_header(entry.data)
+        producers.update_marker(
+            stamped, ControlType.COMMIT if commit else ControlType.ABORT, coordinator_epoch
+        )
+        done = self._waiter(entry.last_offset, entry.epoch, -1)
+        assert done is not None  # acks=all always waits
+        return done
+
     def _producer_state(self) -> ProducerStateManager:
         if self._producers is None:
             if not self.is_leader:
@@ -324,7 +353,8 @@ class PartitionReplica:
                 # Rebuilt from the durable log only once the driver has seen the election and
                 # its writes are on disk.
                 raise errors.NotEnoughReplicasError("the new leader is still settling its log")
-            self._producers = ProducerStateManager.from_log(self.log)
+            # The log's own state, as of its end (= the core's: nothing is in flight).
+            self._producers = self.log.producer_state.clone()
         return self._producers
 
     def _waiter(self, last_offset: int, epoch: int, acks: int) -> asyncio.Future[None] | None:
@@ -344,6 +374,15 @@ class PartitionReplica:
                 return self.last_stable_offset
             return self.high_watermark
         return self.log.log_end_offset
+
+    def aborted_in(self, fetch_offset: int, data: bytes) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed consumer needs to drop what it fetched
+        from `fetch_offset`: those overlapping the batches of `data`, up to the offset after
+        the last of them (kafka-reference §8.10)."""
+        end = fetch_offset
+        for _, header in iter_batches(data):
+            end = header.next_offset
+        return self.log.aborted_transactions(fetch_offset, end)
 
     def wait_for_data(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

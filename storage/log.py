@@ -38,6 +38,7 @@ from tidelog.records import (
     TimestampType,
     assign_offsets,
     check_crc,
+    control_record_of,
     iter_batches,
     read_header,
     validate_batch,
@@ -46,6 +47,7 @@ from tidelog.storage.checkpoint import fsync_dir
 from tidelog.storage.config import LONG_MAX, LogConfig
 from tidelog.storage.epoch import LeaderEpochFileCache
 from tidelog.storage.errors import OffsetsOutOfOrderError, UnexpectedAppendOffsetError
+from tidelog.storage.index import AbortedTxn
 from tidelog.storage.loader import (
     CLEAN_SHUTDOWN_FILE,
     DURABLE_END,
@@ -56,6 +58,13 @@ from tidelog.storage.loader import (
     LogLoader,
     last_modified_checkpoint,
     offsets_checkpoint,
+)
+from tidelog.storage.producer_state import (
+    ProducerStateManager,
+    delete_snapshots,
+    snapshot_offsets,
+    snapshot_path,
+    write_snapshot,
 )
 from tidelog.storage.segment import SWAP_SUFFIX, LogSegment, TimestampAndOffset
 from tidelog.storage.segments import LogSegments
@@ -104,6 +113,8 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._closed = False
+        #: Every producer's state as of the log end (`storage.producer_state`).
+        self.producer_state = self._load_producer_state()
 
     @classmethod
     def open(
@@ -322,8 +333,95 @@ class Log:
         if epoch >= 0 and epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(epoch, header.base_offset)
         segment.append(data, header, now)
+        # Before the log end moves: a leader copies the state once the log end reaches its
+        # core's (PartitionReplica._producer_state), from its loop, without the lock.
+        self._update_producer_state(self.producer_state, segment, data, 0, header)
         self._log_end_offset = header.next_offset
         self._unflushed_messages += header.records_count
+
+    def _update_producer_state(
+        self,
+        state: ProducerStateManager,
+        segment: LogSegment,
+        buf: bytes | memoryview,
+        pos: int,
+        header: BatchHeader,
+    ) -> None:
+        """Apply one batch of `segment` to `state`; a transaction ended by an ABORT marker
+        gets its `.txnindex` entry in the marker's segment, unless the entry is there already
+        (a scan on open meets markers whose entries were written before)."""
+        if not header.is_control:
+            state.update(header)
+            return
+        if not header.is_transactional:
+            return  # an epoch marker
+        control_type, coordinator_epoch = control_record_of(buf, pos, header)
+        done = state.update_marker(header, control_type, coordinator_epoch, self._high_watermark)
+        if done is None or not done.aborted:
+            return
+        entries = segment.txn_index.entries
+        if entries and entries[-1].last_offset >= done.marker_offset:
+            return
+        other = state.open_txn_first_offset_besides(done.producer_id)
+        segment.txn_index.append(AbortedTxn(
+            done.producer_id, done.first_offset, done.marker_offset,
+            done.marker_offset + 1 if other is None else other,
+        ))
+
+    def _load_producer_state(self) -> ProducerStateManager:
+        """The newest valid snapshot at or below the recovery point (what lies below it is on
+        disk with its indexes), then the batches after it. Snapshots above the log end are
+        stale (recovery cut the log below them) and go; a bad one is logged, removed, and an
+        older one tried; with none, the whole log is scanned."""
+        end = self._log_end_offset
+        offsets = snapshot_offsets(self.directory)
+        delete_snapshots(self.directory, [o for o in offsets if o > end])
+        state, start = ProducerStateManager(), self._log_start_offset
+        for offset in reversed([o for o in offsets if o <= min(end, self._recovery_point)]):
+            path = snapshot_path(self.directory, offset)
+            try:
+                state = ProducerStateManager.decode(path.read_bytes(), offset)
+            except (OSError, ValueError) as exc:
+                log.warning("%s: ignoring the producer snapshot %s: %s",
+                            self.directory.name, path.name, exc)
+                path.unlink(missing_ok=True)
+                continue
+            start = max(offset, self._log_start_offset)
+            break
+        self._scan_producer_state(state, start)
+        return state
+
+    def _scan_producer_state(self, state: ProducerStateManager, start: int) -> None:
+        """Apply the batches from `start` to the log end (headers, and the one record of
+        each transaction marker)."""
+        if start >= self._log_end_offset:
+            return
+        for segment in list(self._segments)[self._segments.floor_index(start):]:
+            for scanned in segment.batches_from(0):
+                if scanned.header.last_offset >= start:
+                    self._update_producer_state(
+                        state, segment, scanned.buffer, scanned.pos, scanned.header
+                    )
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest undecided transaction, or the HW (kafka-reference
+        §6.1): what read_committed consumers may read below. Lock-free (the node's loop asks
+        it on every read_committed fetch; see ProducerStateManager._open)."""
+        return self.producer_state.last_stable_offset(self._high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound), from the
+        `.txnindex` of the segment holding `fetch_offset` on, until an entry says no later
+        segment can hold more (Kafka's LocalLog.collectAbortedTransactions)."""
+        found: list[AbortedTxn] = []
+        with self._lock:
+            for segment in list(self._segments)[self._segments.floor_index(fetch_offset):]:
+                result = segment.txn_index.collect_aborted_txns(fetch_offset, upper_bound)
+                found.extend(result.aborted)
+                if result.is_complete or segment.base_offset >= upper_bound:
+                    break
+        return found
 
     def _maybe_flush(self, now: int) -> None:
         """flush.messages / flush.ms (off by default: durability is the caller's flush())."""
@@ -354,6 +452,7 @@ class Log:
             active.close_handles()
             log.info("%s: rolled the segment at %d (%d bytes); the next starts at %d",
                      self.directory.name, active.base_offset, active.size, base_offset)
+            write_snapshot(self.directory, self.producer_state, self._log_end_offset)
         segment = LogSegment.create(self.directory, base_offset, self._config, now)
         self._segments.add(segment)
         self._dir_dirty = True
@@ -562,7 +661,8 @@ class Log:
             return True
 
     def _truncated(self) -> None:
-        """After the active segment was cut: the offsets follow its new end."""
+        """After the active segment was cut: the offsets follow its new end, and the producer
+        state is rebuilt from the snapshots and batches left."""
         self._segments.timestamps_changed()
         self._log_end_offset = end = self._segments.active.read_next_offset()
         self.leader_epoch_cache.truncate_from_end(end)
@@ -570,6 +670,7 @@ class Log:
         self._high_watermark = min(self._high_watermark, end)
         self._recovery_point = min(self._recovery_point, end)
         self._write_offsets_checkpoint()
+        self.producer_state = self._load_producer_state()
 
     def truncate_damaged(self, segment: LogSegment, position: int, offset: int) -> bool:
         """Cut the log where a scrub found `segment` damaged: at byte `position`, the first
@@ -638,6 +739,8 @@ class Log:
         self._log_start_offset = self._log_end_offset = offset
         self._high_watermark = self._recovery_point = offset
         self._write_offsets_checkpoint()
+        delete_snapshots(self.directory, snapshot_offsets(self.directory))
+        self.producer_state = ProducerStateManager()
 
     # ------------------------------------------------------------------------------------------
     # Retention (kafka-reference §5.9)
@@ -647,7 +750,8 @@ class Log:
 
         Segments below the log start offset always go; with cleanup.policy=delete, so do the
         oldest while the log exceeds retention.bytes and those older than retention.ms.
-        Never a segment reaching the HW; the log start offset moves before files are removed.
+        Never a segment reaching the last stable offset (so the HW, and the start of an
+        undecided transaction); the log start offset moves before files are removed.
         """
         with self._lock:
             self._check_open()
@@ -688,11 +792,12 @@ class Log:
         self, predicate: Callable[[LogSegment, int], bool], reason: str
     ) -> int:
         doomed: list[LogSegment] = []
+        stable = self.producer_state.last_stable_offset(self._high_watermark)
         for i, segment in enumerate(self._segments):
             upper = self._segments.upper_bound(i, self._log_end_offset)
             is_last = i == len(self._segments) - 1
             if (
-                self._high_watermark < upper
+                stable < upper
                 or (is_last and segment.size == 0)
                 or not predicate(segment, upper)
             ):
@@ -711,6 +816,10 @@ class Log:
             self._segments.remove(segment)
             segment.delete()
         self._dir_dirty = True
+        delete_snapshots(
+            self.directory, [o for o in snapshot_offsets(self.directory) if o < survivor]
+        )
+        self.producer_state.forget_below(survivor)
         return len(doomed)
 
     # ------------------------------------------------------------------------------------------
@@ -791,6 +900,7 @@ class Log:
             self._segments.active.on_become_inactive()
             self.flush()
             self.checkpoint()
+            write_snapshot(self.directory, self.producer_state, self._log_end_offset)
             marker = self.directory / CLEAN_SHUTDOWN_FILE
             marker.touch()
             fsync_dir(self.directory)

@@ -1,6 +1,6 @@
 """What a client writes is validated by the leader before anything is appended (one node,
 shared by the module): a batch whose CRC is right but whose records lie is CORRUPT_MESSAGE,
-control batches are INVALID_RECORD, transactional batches INVALID_TXN_STATE, compressed ones
+control batches and transactional batches without a producer id are INVALID_RECORD, compressed ones
 UNSUPPORTED_COMPRESSION_TYPE, Kafka's varint records are named as such; the node stays up and
 consumers keep reading the records written before."""
 
@@ -81,9 +81,8 @@ def test_records_lying_about_their_lengths_are_refused_and_readers_go_on(
          errors.InvalidRecordError, "control batches"),
         (lambda: build_control_batch(ControlType.ABORT, timestamp=_now()),
          errors.InvalidRecordError, "control batches"),
-        (lambda: build_batch([RecordInput(b"t", None, _now())], producer_id=9, producer_epoch=0,
-                             base_sequence=0, transactional=True),
-         errors.InvalidTxnStateError, "ongoing transaction"),
+        (lambda: build_batch([RecordInput(b"t", None, _now())], transactional=True),
+         errors.InvalidRecordError, "without a producer id"),
         (lambda: forge_batch(forge_record(), attributes=2, first_timestamp=_now(),
                              max_timestamp=_now()),
          errors.UnsupportedCompressionTypeError, "snappy"),

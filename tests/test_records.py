@@ -14,7 +14,6 @@ from tidelog.errors import (
     CorruptMessageError,
     InvalidRecordError,
     InvalidTimestampError,
-    InvalidTxnStateError,
     UnsupportedCompressionTypeError,
 )
 from tidelog.records import (
@@ -26,7 +25,9 @@ from tidelog.records import (
     assign_offsets,
     build_batch,
     build_control_batch,
+    build_txn_marker,
     check_crc,
+    control_record_of,
     control_type_of,
     crc_matches,
     decode_records,
@@ -287,14 +288,24 @@ def test_clients_may_not_write_control_batches() -> None:
     assert err.value.code == 87
 
 
-def test_transactional_batches_outside_a_transaction_are_refused() -> None:
-    buf = build_batch(
-        [RecordInput(b"v", None, T)], producer_id=5, producer_epoch=0, base_sequence=0,
-        transactional=True,
-    )
-    with pytest.raises(InvalidTxnStateError, match="ongoing transaction") as err:
+def test_a_transactional_batch_needs_a_producer_id() -> None:
+    buf = build_batch([RecordInput(b"v", None, T)], transactional=True)
+    with pytest.raises(InvalidRecordError, match="without a producer id") as err:
         _validate(buf, from_client=True)
-    assert err.value.code == 48
+    assert err.value.code == 87
+    _validate(build_batch([RecordInput(b"v", None, T)], producer_id=5, producer_epoch=0,
+                          base_sequence=0, transactional=True), from_client=True)
+
+
+def test_a_txn_marker_carries_its_type_and_coordinator_epoch() -> None:
+    """kafka-reference §8.6: key (version 0, type), value (version 0, coordinator epoch)."""
+    for commit, kind in ((True, ControlType.COMMIT), (False, ControlType.ABORT)):
+        buf = build_txn_marker(commit, producer_id=7, producer_epoch=3, coordinator_epoch=11)
+        header = read_header(buf)
+        assert header.is_control and header.is_transactional
+        assert (header.producer_id, header.producer_epoch) == (7, 3)
+        assert control_record_of(buf, 0, header) == (kind, 11)
+        assert decode_records(buf, 0, header)[0].value == b"\x00\x00\x00\x00\x00\x0b"
 
 
 @pytest.mark.parametrize(("codec", "name"), [(1, "gzip"), (2, "snappy"), (3, "lz4"), (4, "zstd"),

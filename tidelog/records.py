@@ -60,7 +60,6 @@ from tidelog.errors import (
     CorruptMessageError,
     InvalidRecordError,
     InvalidTimestampError,
-    InvalidTxnStateError,
     TidelogError,
     UnsupportedCompressionTypeError,
 )
@@ -130,6 +129,7 @@ class ControlType(IntEnum):
 
 
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
+_TXN_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 
 
 class BatchHeader(NamedTuple):
@@ -415,10 +415,7 @@ def validate_batch(
     AppendOrigin.CLIENT: a control batch (INVALID_RECORD: markers are the node's to write, and
     a forged one would hide the records after it from read_committed consumers), attribute
     bits with no meaning (INVALID_RECORD), a producer id without a base sequence
-    (INVALID_RECORD), and a transactional batch (INVALID_TXN_STATE, what Kafka answers a
-    transactional write to a partition that is not in an ongoing transaction (KIP-890): no
-    Tidelog transaction can be ongoing until transactions exist, and a transactional batch
-    with no marker ever deciding it would hold the last stable offset back for good).
+    (INVALID_RECORD), and a transactional batch without a producer id (INVALID_RECORD).
     """
     header = read_header(buf, 0)
     if header.size != len(buf):
@@ -468,11 +465,8 @@ def _check_client_batch(header: BatchHeader) -> None:
             "clients may not write control batches (attribute 0x20): markers are written by "
             "the partition leader"
         )
-    if header.is_transactional:
-        raise InvalidTxnStateError(
-            "a transactional batch (attribute 0x10) needs an ongoing transaction, and this "
-            "Tidelog version has none to be part of; produce without the transactional bit"
-        )
+    if header.is_transactional and header.producer_id < 0:
+        raise InvalidRecordError("a transactional batch (attribute 0x10) without a producer id")
     if header.producer_id >= 0 and header.base_sequence < 0:
         raise InvalidRecordError(
             f"producer id {header.producer_id} without a base sequence ({header.base_sequence})"
@@ -876,8 +870,41 @@ def retain_records(
 
 def control_type_of(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> int:
     """The ControlType of a control batch's (single) record."""
+    return control_record_of(buf, pos, header)[0]
+
+
+def control_record_of(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> tuple[int, int]:
+    """The ControlType of a control batch's (single) record and, for a transaction marker,
+    the coordinator epoch in its value (-1 when the value holds none: an epoch marker). A value
+    of a later version is read as version 0, as Kafka's EndTransactionMarker does."""
     records = decode_records(buf, pos, header)
     key = records[0].key if records else None
     if key is None or len(key) < _CONTROL_KEY.size:
         raise CorruptMessageError("control batch without a control record and key")
-    return int(_CONTROL_KEY.unpack_from(key)[1])
+    value = records[0].value
+    coordinator_epoch = -1
+    if value is not None and len(value) >= _TXN_MARKER_VALUE.size:
+        coordinator_epoch = _TXN_MARKER_VALUE.unpack_from(value)[1]
+    return int(_CONTROL_KEY.unpack_from(key)[1]), coordinator_epoch
+
+
+def build_txn_marker(
+    commit: bool, *, producer_id: int, producer_epoch: int, coordinator_epoch: int
+) -> bytes:
+    """A COMMIT or ABORT marker (kafka-reference §8.6): a transactional control batch of the
+    producer with one record, key (version 0, type), value (version 0, coordinator epoch).
+    It carries no timestamp, like the epoch marker (SPEC §7)."""
+    control_type = ControlType.COMMIT if commit else ControlType.ABORT
+    return build_batch(
+        [RecordInput(
+            value=_TXN_MARKER_VALUE.pack(0, coordinator_epoch),
+            key=_CONTROL_KEY.pack(0, control_type),
+            timestamp=NO_TIMESTAMP,
+        )],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+    )
