@@ -511,6 +511,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 self._fail(result, tp, exc)
                 used += result.ByteSize() + _ENTRY_ROOM
                 continue
+            if data and isolation is IsolationLevel.READ_COMMITTED and replica_id < 0:
+                for txn in replica.aborted_in(part.fetch_offset, data):
+                    result.aborted_transactions.add(
+                        producer_id=txn.producer_id, first_offset=txn.first_offset
+                    )
             result.records = data
             total += len(data)
             used += around + len(data)

@@ -29,6 +29,7 @@ from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.node.scrubber import Scrubber
+from tidelog.node.txn_markers import TxnMarkers
 from tidelog.replication import NotLeaderError
 from tidelog.v1 import raft_pb2 as rpb
 
@@ -50,6 +51,10 @@ class NodeRuntime:
         self.consumer_groups = ConsumerGroupDriver(self.groups)
         self.housekeeping = Housekeeping(config, self.replicas, METADATA_TP)
         self.scrubber = Scrubber(config, self.replicas)
+        #: WriteTxnMarkers: served for partitions led here, sent for a transaction coordinator.
+        self.txn_markers = TxnMarkers(
+            config, self.replicas.partitions, self.routing, self.replicas.dialer
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
@@ -90,6 +95,7 @@ class NodeRuntime:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.txn_markers.close()
         await self.replicas.close()
 
     async def _move_leadership_away(self) -> None:

@@ -104,7 +104,8 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             server,
         )
         close_inbound = add_raft_transport(
-            internal_server, runtime.on_envelope, runtime.controller.fetch_metadata
+            internal_server, runtime.on_envelope, runtime.controller.fetch_metadata,
+            runtime.txn_markers.handle,
         )
         loop = asyncio.get_running_loop()
         metrics.export_state(

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -66,6 +66,11 @@ _BREAK_LOG_EVERY_S = 30.0
 COALESCE_BYTES = 4 * 1024 * 1024
 _SERVICE = pb.DESCRIPTOR.services_by_name["RaftTransport"].full_name
 STREAM_METHOD = f"/{_SERVICE}/Stream"
+WRITE_TXN_MARKERS_METHOD = f"/{_SERVICE}/WriteTxnMarkers"
+#: How long a WriteTxnMarkers handler waits at most for its markers to commit.
+DEFAULT_MARKERS_WAIT_S = 30.0
+#: What a WriteTxnMarkers handler keeps of its caller's deadline to answer before it passes.
+_DEADLINE_MARGIN_S = 0.2
 _MESSAGE_LIMITS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -363,9 +368,13 @@ def add_raft_transport(
     server: grpc.aio.Server,
     on_envelope: Callable[[pb.RaftEnvelope, memoryview], None],
     fetch_metadata: Callable[[pb.FetchMetadataRequest], pb.FetchMetadataResponse],
+    write_txn_markers: Callable[
+        [pb.WriteTxnMarkersRequest, float], Awaitable[pb.WriteTxnMarkersResponse]
+    ],
 ) -> Callable[[], None]:
     """Serve the RaftTransport service: Stream takes its messages as bytes (it parses the
-    frames itself), FetchMetadata is plain protobuf.
+    frames itself), FetchMetadata and WriteTxnMarkers are plain protobuf (the latter is given
+    how long it may wait for its markers to commit: the caller's deadline, less a margin).
 
     Returns the function that ends the inbound streams before the server stops: a peer's
     stream never ends by itself, and one that the server cancels at the end of its grace
@@ -406,6 +415,13 @@ def add_raft_transport(
     ) -> pb.FetchMetadataResponse:
         return fetch_metadata(request)
 
+    async def markers(
+        request: pb.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteTxnMarkersResponse:
+        remaining = context.time_remaining()
+        wait = DEFAULT_MARKERS_WAIT_S if remaining is None else remaining - _DEADLINE_MARGIN_S
+        return await write_txn_markers(request, max(min(wait, DEFAULT_MARKERS_WAIT_S), 0.0))
+
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(_SERVICE, {
         "Stream": grpc.stream_unary_rpc_method_handler(
             stream, response_serializer=pb.StreamSummary.SerializeToString
@@ -414,6 +430,11 @@ def add_raft_transport(
             fetch,
             request_deserializer=pb.FetchMetadataRequest.FromString,
             response_serializer=pb.FetchMetadataResponse.SerializeToString,
+        ),
+        "WriteTxnMarkers": grpc.unary_unary_rpc_method_handler(
+            markers,
+            request_deserializer=pb.WriteTxnMarkersRequest.FromString,
+            response_serializer=pb.WriteTxnMarkersResponse.SerializeToString,
         ),
     })])
     return close_inbound

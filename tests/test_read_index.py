@@ -101,6 +101,7 @@ async def _cluster(tmp_path: Path, election_timeout_ms: int) -> AsyncIterator[_C
         add_raft_transport(
             servers[i], lambda env, payload, node=node: cluster.receive(node, env, payload),
             lambda request: rpb.FetchMetadataResponse(),
+            lambda request, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()),
         )
     try:
         for i in IDS:

@@ -45,6 +45,11 @@ class RaftTransportStub:
                 request_serializer=tidelog_dot_v1_dot_raft__pb2.FetchMetadataRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_raft__pb2.FetchMetadataResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/tidelog.v1.RaftTransport/WriteTxnMarkers',
+                request_serializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
 
 
 class RaftTransportServicer:
@@ -70,6 +75,15 @@ class RaftTransportServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """Kafka's WriteTxnMarkers (api 27): from a transaction coordinator to partition leaders, the
+        COMMIT or ABORT control batch that ends a producer's transaction on each partition. A
+        partition is answered once its marker is committed (the high watermark passed it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftTransportServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -82,6 +96,11 @@ def add_RaftTransportServicer_to_server(servicer, server):
                     servicer.FetchMetadata,
                     request_deserializer=tidelog_dot_v1_dot_raft__pb2.FetchMetadataRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_raft__pb2.FetchMetadataResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -139,6 +158,33 @@ class RaftTransport:
             '/tidelog.v1.RaftTransport/FetchMetadata',
             tidelog_dot_v1_dot_raft__pb2.FetchMetadataRequest.SerializeToString,
             tidelog_dot_v1_dot_raft__pb2.FetchMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.RaftTransport/WriteTxnMarkers',
+            tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.SerializeToString,
+            tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,214 @@
+"""WriteTxnMarkers (kafka-reference §8.6): the node-to-node RPC that ends a transaction on its
+partitions, both sides of it.
+
+* `TxnMarkers.handle` serves the RPC on a partition's leader: each partition of each marker
+  gets one COMMIT or ABORT control batch, proposed through Raft
+  (`PartitionReplica.write_txn_marker`), and is answered once that batch is committed.
+* `TxnMarkers.send` is what a transaction coordinator's markers sender calls: it finds each
+  partition's leader, sends it the marker over the node-to-node listener (or serves it here
+  when this node leads), and retries what Kafka's coordinator retries until the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+
+import grpc
+
+from tidelog import errors
+from tidelog.node.config import NodeConfig
+from tidelog.node.partition import PartitionReplica
+from tidelog.node.routing import Routing
+from tidelog.node.security import PeerDialer
+from tidelog.node.transport import (
+    CHANNEL_OPTIONS,
+    DEFAULT_MARKERS_WAIT_S,
+    WRITE_TXN_MARKERS_METHOD,
+)
+from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
+
+log = logging.getLogger("tidelog.node")
+
+NONE = 0
+#: What a coordinator retries (Kafka's TransactionMarkerRequestCompletionHandler): the leader
+#: moved or is not known yet, the marker did not commit in time, the disk failed.
+RETRIABLE = frozenset({
+    errors.UnknownTopicOrPartitionError.code,
+    errors.NotLeaderOrFollowerError.code,
+    errors.NotEnoughReplicasError.code,
+    errors.NotEnoughReplicasAfterAppendError.code,
+    errors.RequestTimedOutError.code,
+    errors.KafkaStorageError.code,
+    errors.NetworkExceptionError.code,
+})
+_RETRY_BACKOFF_S = 0.05
+
+
+class TxnMarkers:
+    """Both ends of WriteTxnMarkers on one node."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        partitions: Mapping[TopicPartition, PartitionReplica],
+        routing: Routing,
+        dialer: PeerDialer,
+    ) -> None:
+        self.config = config
+        self._partitions = partitions
+        self._routing = routing
+        self._dialer = dialer
+        #: One channel per peer address, kept (markers go out on every transaction's end).
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    # ---- the partition leader's side -----------------------------------------------------
+
+    async def handle(
+        self, request: rpb.WriteTxnMarkersRequest, timeout_s: float = DEFAULT_MARKERS_WAIT_S
+    ) -> rpb.WriteTxnMarkersResponse:
+        """Write every marker of `request` on the partitions this node leads and answer each
+        partition once its marker is committed (or with the error that stopped it)."""
+        response = rpb.WriteTxnMarkersResponse()
+        waits: list[tuple[rpb.WritableTxnMarkerPartitionResult, asyncio.Future[None]]] = []
+        for marker in request.markers:
+            result = response.markers.add(producer_id=marker.producer_id)
+            for topic in marker.topics:
+                topic_result = result.topics.add(name=topic.name)
+                for index in topic.partition_indexes:
+                    answer = topic_result.partitions.add(partition_index=index)
+                    try:
+                        done = self._write(TopicPartition(topic.name, index), marker)
+                    except errors.TidelogError as exc:
+                        answer.error_code = exc.code
+                        continue
+                    waits.append((answer, done))
+        if waits:
+            await asyncio.wait([done for _, done in waits], timeout=timeout_s)
+        for answer, done in waits:
+            if not done.done():
+                done.cancel()
+                answer.error_code = errors.RequestTimedOutError.code
+            elif done.cancelled():
+                answer.error_code = errors.RequestTimedOutError.code
+            else:
+                failure = done.exception()
+                if failure is None:
+                    answer.error_code = NONE
+                elif isinstance(failure, errors.TidelogError):
+                    answer.error_code = failure.code
+                else:
+                    answer.error_code = errors.UnknownServerError.code
+        return response
+
+    def _write(self, tp: TopicPartition, marker: rpb.WritableTxnMarker) -> asyncio.Future[None]:
+        replica = self._partitions.get(tp)
+        if replica is None:
+            if self._routing.leader_of(tp) == (-1, -1):
+                raise errors.UnknownTopicOrPartitionError(f"{tp} is not known here")
+            raise errors.NotLeaderOrFollowerError(f"node {self.config.node_id} hosts no {tp}")
+        if not replica.is_leader:
+            raise errors.NotLeaderOrFollowerError(f"not the leader of {tp}")
+        return replica.write_txn_marker(
+            marker.producer_id, marker.producer_epoch, marker.transaction_result,
+            marker.coordinator_epoch,
+        )
+
+    # ---- the coordinator's side ----------------------------------------------------------
+
+    async def send(
+        self, marker: rpb.WritableTxnMarker, timeout_s: float
+    ) -> dict[TopicPartition, int]:
+        """Write one transaction's marker on every partition it names, each at that
+        partition's leader, retrying until each is written or `timeout_s` has passed.
+
+        `marker` is one WritableTxnMarker: producer id and epoch, the result (True: COMMIT),
+        the coordinator epoch, and the partitions by topic. Returns the last error code of
+        every partition: NONE (0) once its marker is committed; INVALID_PRODUCER_EPOCH (47)
+        or TRANSACTION_COORDINATOR_FENCED (52) mean this coordinator must stop (a newer
+        epoch or coordinator exists); a code in `RETRIABLE` means the deadline passed first
+        and the caller should call again (markers are idempotent: a second COMMIT of a
+        decided transaction changes nothing). Leaders are found with the node's routing; the
+        partitions this node leads are written here without a call."""
+        deadline = time.monotonic() + timeout_s
+        codes: dict[TopicPartition, int] = {
+            TopicPartition(t.name, p): errors.NotLeaderOrFollowerError.code
+            for t in marker.topics for p in t.partition_indexes
+        }
+        pending = set(codes)
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in pending:
+                leader = self._routing.leader_of(tp)[0]
+                if leader >= 0:
+                    by_leader.setdefault(leader, []).append(tp)
+            calls = [self._send_to(leader, marker, tps, remaining)
+                     for leader, tps in by_leader.items()]
+            for answers in await asyncio.gather(*calls):
+                for tp, code in answers.items():
+                    codes[tp] = code
+                    if code not in RETRIABLE:
+                        pending.discard(tp)
+            if pending:
+                await asyncio.sleep(min(_RETRY_BACKOFF_S, max(deadline - time.monotonic(), 0)))
+        return codes
+
+    async def _send_to(
+        self, leader: int, marker: rpb.WritableTxnMarker, tps: list[TopicPartition],
+        timeout_s: float,
+    ) -> dict[TopicPartition, int]:
+        one = rpb.WritableTxnMarker(
+            producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+            transaction_result=marker.transaction_result,
+            coordinator_epoch=marker.coordinator_epoch,
+        )
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        for name, indexes in by_topic.items():
+            one.topics.add(name=name, partition_indexes=sorted(indexes))
+        request = rpb.WriteTxnMarkersRequest(markers=[one])
+        if leader == self.config.node_id:
+            response = await self.handle(request, timeout_s)
+        else:
+            address = self.config.peers.get(leader)
+            if address is None:
+                return dict.fromkeys(tps, errors.NotLeaderOrFollowerError.code)
+            try:
+                response = await self._call(address, request, timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                log.debug("WriteTxnMarkers to node %d failed: %s", leader, exc.code().name)
+                return dict.fromkeys(tps, errors.NetworkExceptionError.code)
+        answers = {}
+        for result in response.markers:
+            for topic in result.topics:
+                for part in topic.partitions:
+                    answers[TopicPartition(topic.name, part.partition_index)] = part.error_code
+        return {tp: answers.get(tp, errors.UnknownServerError.code) for tp in tps}
+
+    async def _call(
+        self, address: str, request: rpb.WriteTxnMarkersRequest, timeout_s: float
+    ) -> rpb.WriteTxnMarkersResponse:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = self._dialer.channel(address, CHANNEL_OPTIONS)
+        call = channel.unary_unary(
+            WRITE_TXN_MARKERS_METHOD,
+            request_serializer=rpb.WriteTxnMarkersRequest.SerializeToString,
+            response_deserializer=rpb.WriteTxnMarkersResponse.FromString,
+        )
+        response: rpb.WriteTxnMarkersResponse = await call(request, timeout=timeout_s)
+        return response
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            with contextlib.suppress(Exception):
+                await channel.close()
+        self._channels.clear()

@@ -1,0 +1,245 @@
+"""Transactions as partitions see them (SPEC §9, kafka-reference §8.9-8.10), on real nodes that
+share one 3-node cluster: transactional batches produced straight to leaders and ended with the
+node-to-node WriteTxnMarkers RPC, as a transaction coordinator would, so the partition side is
+tested on its own. The last stable offset stops at an open transaction in ListOffsets, Fetch,
+`cluster status` and the metrics; read_committed sees a committed transaction on all of its
+partitions or on none, never an aborted record; markers are fenced by producer and coordinator
+epochs; a leader killed while markers are written loses none of them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from tidelog import Client, TopicPartition, errors
+from tidelog.commands import cluster_status
+from tidelog.records import RecordInput, build_batch, iter_batches
+from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
+from tidelog.transport import Security
+from tidelog.v1 import raft_pb2 as rpb
+from tidelog.v1 import tidelog_pb2
+
+pytestmark = pytest.mark.timeout(240)
+
+TOPIC = "txn"
+PARTITIONS = 3
+_METHOD = "/tidelog.v1.RaftTransport/WriteTxnMarkers"
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, object]:
+    return {"nodes": 3}
+
+
+@pytest.fixture(scope="module")
+def raw(raw: Raw) -> Raw:
+    raw.create_topic(TOPIC, PARTITIONS, 3)
+    return raw
+
+
+class Coordinator:
+    """What a transaction coordinator does to partitions: WriteTxnMarkers to a node's
+    internal listener."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self._channels: dict[int, grpc.Channel] = {}
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+
+    def write(
+        self, node: int, pid: int, epoch: int, commit: bool, partitions: list[int],
+        coordinator_epoch: int = 0,
+    ) -> dict[int, int]:
+        """One WriteTxnMarkers call; the error code of each partition."""
+        channel = self._channels.get(node)
+        if channel is None:
+            channel = grpc.insecure_channel(self.cluster.internal_address_of(node))
+            self._channels[node] = channel
+        call = channel.unary_unary(
+            _METHOD,
+            request_serializer=rpb.WriteTxnMarkersRequest.SerializeToString,
+            response_deserializer=rpb.WriteTxnMarkersResponse.FromString,
+        )
+        marker = rpb.WritableTxnMarker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=commit,
+            coordinator_epoch=coordinator_epoch,
+            topics=[rpb.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=partitions)],
+        )
+        response = call(rpb.WriteTxnMarkersRequest(markers=[marker]), timeout=15)
+        [result] = response.markers
+        assert result.producer_id == pid
+        return {p.partition_index: p.error_code for t in result.topics for p in t.partitions}
+
+    def end(self, pid: int, epoch: int, commit: bool, partitions: list[int],
+            coordinator_epoch: int = 0) -> None:
+        """Markers on every partition, each at its leader, retried as Kafka's coordinator
+        retries (NOT_LEADER_OR_FOLLOWER, timeouts, a node that is down) until all are
+        written."""
+        pending = set(partitions)
+
+        def written() -> bool:
+            for p in sorted(pending):
+                leader = self.cluster.leader_of((TOPIC, p))
+                if leader is None or not self.cluster.is_running(leader):
+                    continue
+                try:
+                    code = self.write(leader, pid, epoch, commit, [p], coordinator_epoch)[p]
+                except grpc.RpcError:
+                    continue
+                if code == 0:
+                    pending.discard(p)
+                else:
+                    assert code in (6, 7, 19, 3), code
+            return not pending
+
+        wait_for(written, 60, f"markers of producer {pid} on {partitions}")
+
+
+@pytest.fixture(scope="module")
+def coordinator(cluster: LocalCluster) -> Iterator[Coordinator]:
+    c = Coordinator(cluster)
+    yield c
+    c.close()
+
+
+_SEQUENCES: dict[tuple[int, int], int] = {}
+#: A leader that moved or is settling its log after an election: ask again.
+_SETTLING = (errors.NotLeaderOrFollowerError.code, errors.NotEnoughReplicasError.code)
+
+
+def produce(raw: Raw, partition: int, values: list[bytes], pid: int = -1, epoch: int = 0,
+            transactional: bool = True) -> tuple[int, int]:
+    """One batch at the partition's leader; (error code, base offset)."""
+    seq = _SEQUENCES.get((pid, partition), 0) if pid >= 0 else -1
+    now = int(time.time() * 1000)
+    batch = build_batch(
+        [RecordInput(v, None, now) for v in values], producer_id=pid,
+        producer_epoch=epoch if pid >= 0 else -1, base_sequence=seq,
+        transactional=transactional,
+    )
+
+    def answered() -> tidelog_pb2.PartitionProduceResponse | None:
+        leader = raw.cluster.leader_of((TOPIC, partition))
+        if leader is None:
+            return None
+        answer = raw.produce(leader, TOPIC, partition, batch)
+        return None if answer.error_code in _SETTLING else answer
+
+    answer = wait_for(answered, 30, f"an answer from the leader of {partition}")
+    if answer.error_code == 0 and pid >= 0:
+        _SEQUENCES[(pid, partition)] = seq + len(values)
+    return answer.error_code, answer.base_offset
+
+
+def offsets(raw: Raw, partition: int) -> tuple[int, int]:
+    """(read_committed latest, read_uncommitted latest) = (LSO, HW) from ListOffsets."""
+    leader = wait_for(lambda: raw.cluster.leader_of((TOPIC, partition)), 30, "a leader")
+    committed = raw.list_offset(leader, TOPIC, partition, -1, isolation=1)
+    uncommitted = raw.list_offset(leader, TOPIC, partition, -1, isolation=0)
+    assert committed.error_code == uncommitted.error_code == 0
+    return committed.offset, uncommitted.offset
+
+
+def committed_values(cluster: LocalCluster, partition: int, until: int) -> list[bytes | None]:
+    """What a read_committed consumer reads of the partition below `until` (an LSO)."""
+    with Client(cluster.bootstrap) as client:
+        consumer = client.consumer(auto_offset_reset="earliest", isolation_level="read_committed")
+        consumer.assign([TopicPartition(TOPIC, partition)])
+        got: list[bytes | None] = []
+
+        def done() -> bool:
+            got.extend(r.value for r in consumer.poll(timeout_ms=200))
+            return consumer.position(TopicPartition(TOPIC, partition)) >= until
+
+        wait_for(done, 30, f"read_committed up to {until}")
+        return got
+
+
+def test_lso_stops_at_open_transactions_and_markers_decide_them(
+    cluster: LocalCluster, raw: Raw, coordinator: Coordinator
+) -> None:
+    all_parts = list(range(PARTITIONS))
+    for p in all_parts:  # some data before, from a plain producer
+        assert produce(raw, p, [b"plain-%d" % p], transactional=False)[0] == 0
+    # A transaction over three partitions (three leaders' worth of partitions), left open.
+    firsts = {}
+    for p in all_parts:
+        code, base = produce(raw, p, [b"c1-%d-a" % p, b"c1-%d-b" % p], pid=1000)
+        assert code == 0
+        firsts[p] = base
+    for p in all_parts:
+        assert produce(raw, p, [b"after-%d" % p], transactional=False)[0] == 0
+        lso, hw = offsets(raw, p)
+        assert lso == firsts[p] < hw, (p, lso, hw)
+        leader = raw.cluster.leader_of((TOPIC, p))
+        assert leader is not None
+        fetched = raw.fetch(leader, TOPIC, p, 0, isolation=1)
+        assert fetched.last_stable_offset == firsts[p] < fetched.high_watermark
+        assert all(h.last_offset < firsts[p] for _, h in iter_batches(fetched.records))
+        uncommitted = raw.fetch(leader, TOPIC, p, 0, isolation=0)
+        assert any(h.producer_id == 1000 for _, h in iter_batches(uncommitted.records))
+    # The producer cannot leave its transaction with a plain batch (INVALID_TXN_STATE).
+    code = produce(raw, 0, [b"x"], pid=1000, transactional=False)[0]
+    assert code == errors.InvalidTxnStateError.code
+
+    # cluster status shows LSO < HW on every replica (followers too, once they hold it all).
+    def status_shows_open() -> bool:
+        state = cluster_status.gather(cluster.bootstrap, Security())
+        assert state is not None
+        return all(
+            r.offsets is not None and r.offsets[2] <= firsts[x.partition] < r.offsets[1]
+            for x in state.partitions if x.topic == TOPIC for r in x.states
+        )
+
+    wait_for(status_shows_open, 30, "every replica's LSO below its HW")
+
+    # A non-leader refuses the marker; a leader writes it (commit) and answers once committed.
+    leader0 = cluster.leader_of((TOPIC, 0))
+    other = next(n for n in cluster.node_ids if n != leader0)
+    assert coordinator.write(other, 1000, 0, True, [0], 5) == {0: 6}
+    coordinator.end(1000, 0, True, all_parts, coordinator_epoch=5)
+    for p in all_parts:
+        lso, hw = offsets(raw, p)
+        assert lso == hw, (p, lso, hw)
+        got = committed_values(cluster, p, hw)
+        assert got == [b"plain-%d" % p, b"c1-%d-a" % p, b"c1-%d-b" % p, b"after-%d" % p]
+
+    # Fencing: an older coordinator epoch, then an older producer epoch.
+    assert coordinator.write(cluster.leader_of((TOPIC, 0)) or 0, 1000, 0, True, [0], 4) == {0: 52}
+    _SEQUENCES[(1000, 1)] = 0  # a new epoch starts at sequence 0
+    assert produce(raw, 1, [b"e1"], pid=1000, epoch=1)[0] == 0
+    assert coordinator.write(cluster.leader_of((TOPIC, 1)) or 0, 1000, 0, False, [1], 5) == {1: 47}
+    coordinator.end(1000, 1, False, [1], coordinator_epoch=5)
+
+    # An aborted transaction, interleaved with a committed one of another producer.
+    for p in all_parts:
+        assert produce(raw, p, [b"abort-%d" % p], pid=2000)[0] == 0
+        assert produce(raw, p, [b"keep-%d" % p], pid=3000)[0] == 0
+        assert produce(raw, p, [b"abort2-%d" % p], pid=2000)[0] == 0
+    coordinator.end(2000, 0, False, all_parts)
+    for p in all_parts:
+        lso, hw = offsets(raw, p)
+        assert lso < hw  # 3000's transaction is still open
+    coordinator.end(3000, 0, True, all_parts)
+    for p in all_parts:
+        lso, hw = offsets(raw, p)
+        assert lso == hw
+        leader = cluster.leader_of((TOPIC, p))
+        assert leader is not None
+        fetched = raw.fetch(leader, TOPIC, p, 0, isolation=1)
+        aborted = [2000] if p != 1 else [1000, 2000]  # 1000's epoch 1 aborted on 1
+        assert [a.producer_id for a in fetched.aborted_transactions] == aborted
+        got = committed_values(cluster, p, hw)
+        assert not any(v is not None and v.startswith(b"abort") for v in got), got
+        assert b"keep-%d" % p in got
+    with Client(cluster.bootstrap) as client:  # read_uncommitted sees everything
+        consumer = client.consumer(auto_offset_reset="earliest")
+        consumer.assign([TopicPartition(TOPIC, 2)])
+        values = [r.value for r in poll_records(consumer, 7)]
+        assert b"abort-2" in values and b"abort2-2" in values
