@@ -79,13 +79,15 @@ class LogCleaner:
         self.log = log
 
     def clean(self, now_ms: int, upper_bound: int | None = None) -> CleanerStats:
-        """Compact the closed segments that lie entirely below the high watermark (and below
-        `upper_bound` if given). A log whose cleanup.policy lacks compact is left alone."""
+        """Compact the closed segments that lie entirely below the last stable offset (so the
+        high watermark; and below `upper_bound` if given): the cleaner never passes the first
+        offset of an undecided transaction, as Kafka's firstUncleanableDirtyOffset. A log whose
+        cleanup.policy lacks compact is left alone."""
         stats = CleanerStats()
         config = self.log.config
         if not config.compact_enabled:
             return stats
-        bound = self.log.high_watermark
+        bound = self.log.last_stable_offset
         if upper_bound is not None:
             bound = min(bound, upper_bound)
         cleanable = self._cleanable(bound)
