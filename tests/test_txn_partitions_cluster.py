@@ -8,6 +8,7 @@ epochs; a leader killed while markers are written loses none of them."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -243,3 +244,30 @@ def test_lso_stops_at_open_transactions_and_markers_decide_them(
         consumer.assign([TopicPartition(TOPIC, 2)])
         values = [r.value for r in poll_records(consumer, 7)]
         assert b"abort-2" in values and b"abort2-2" in values
+
+
+def test_a_leader_killed_while_markers_are_written_loses_none(
+    cluster: LocalCluster, raw: Raw, coordinator: Coordinator
+) -> None:
+    """The new leader, a follower until then, knows the open transaction from its own log
+    (its producer state follows every append), so the retried marker ends it there."""
+    all_parts = list(range(PARTITIONS))
+    expected: dict[int, list[bytes]] = {}
+    for p in all_parts:
+        values = [b"k-%d-%d" % (p, i) for i in range(3)]
+        assert produce(raw, p, values, pid=4000)[0] == 0
+        expected[p] = values
+    victim = cluster.leader_of((TOPIC, 0))
+    assert victim is not None
+    writer = threading.Thread(target=coordinator.end, args=(4000, 0, True, all_parts))
+    writer.start()
+    cluster.kill(victim)
+    writer.join(90)
+    assert not writer.is_alive()
+    for p in all_parts:
+        lso, hw = offsets(raw, p)
+        assert lso == hw, (p, lso, hw)
+        got = committed_values(cluster, p, hw)
+        assert got[-3:] == expected[p], got
+    cluster.restart(victim)
+    raw.wait_leaders(TOPIC, PARTITIONS)
