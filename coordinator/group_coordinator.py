@@ -39,6 +39,7 @@ from tidelog.coordinator.offsets_records import (
     OffsetValue,
     decode_key,
     decode_value,
+    encode_commit_set,
     encode_key,
     encode_value,
 )
@@ -86,12 +87,33 @@ class PartitionOffsets(NamedTuple):
     metadata: str
 
 
+class CommitSet(NamedTuple):
+    """A planned commit set as the table takes it: what `apply` would decode from its records.
+    The leader keeps it beside its append (`PlannedBatch`) so that applying its own commits
+    costs no decoding."""
+
+    group: str
+    commit_timestamp_ms: int
+    #: (topic, partition, offset, leader epoch, metadata) of each record, in record order.
+    entries: list[tuple[str, int, int, int, str]]
+
+
 class CommitPlan(NamedTuple):
     """What a commit request becomes: the commit set to append as ONE batch (empty when nothing
-    is to be written) and the partitions answered with an error instead."""
+    is to be written), the partitions answered with an error instead, and the set as the table
+    takes it (None when nothing is to be written)."""
 
     records: list[RecordInput]
     refused: dict[TopicPartition, TidelogError]
+    commit_set: CommitSet | None = None
+
+
+class PlannedBatch(NamedTuple):
+    """A batch this leader built from planned sets and appended (`apply`'s `planned`)."""
+
+    leader_epoch: int
+    records_count: int
+    sets: list[CommitSet]
 
 
 def java_length(text: str) -> int:
@@ -123,10 +145,19 @@ class GroupCoordinatorState:
 
     # -- committed records (load and steady state) --------------------------------------------
 
-    def apply(self, data: bytes | memoryview) -> None:
+    def apply(
+        self, data: bytes | memoryview, planned: dict[int, PlannedBatch] | None = None
+    ) -> None:
         """Apply committed record batches of the partition, in log order. Batches at or below
         `applied_offset` were applied already and are skipped. Nothing in `data` can make this
-        raise: a damaged batch or record is logged and skipped."""
+        raise: a damaged batch or record is logged and skipped.
+
+        `planned`: the batches this leader appended from planned sets, by base offset (taken
+        out as they are met). Such a batch is applied from its sets, not decoded (7-12 us a
+        record less, most of what a commit cost the coordinator): the leader wrote those very
+        bytes in its epoch, where nothing can replace them; the batch's leader epoch and record
+        count are still checked against the plan, and a batch that does not match is decoded.
+        Followers and a new leader's replay decode everything."""
         pos = 0
         while pos < len(data):
             try:
@@ -137,10 +168,27 @@ class GroupCoordinatorState:
                     "%d bytes are not applied", self.applied_offset, exc, len(data) - pos,
                 )
                 return
+            mine = planned.pop(header.base_offset, None) if planned else None
             if header.last_offset > self.applied_offset:
-                self._apply_batch(data, pos, header)
+                if (
+                    mine is not None
+                    and mine.leader_epoch == header.partition_leader_epoch
+                    and mine.records_count == header.records_count
+                    and not (header.is_control or header.is_transactional)
+                ):
+                    self._apply_sets(mine.sets)
+                else:
+                    self._apply_batch(data, pos, header)
                 self.applied_offset = header.last_offset
             pos += header.size
+
+    def _apply_sets(self, sets: list[CommitSet]) -> None:
+        put_many = self.table.put_many
+        for group, commit_timestamp_ms, entries in sets:
+            put_many(group, entries, commit_timestamp_ms)
+            if self._unapplied:
+                for topic, partition, *_ in entries:
+                    self._unapplied.pop(OffsetKey(group, topic, partition), None)
 
     def _apply_batch(self, data: bytes | memoryview, pos: int, header: BatchHeader) -> None:
         if header.is_control:
@@ -289,46 +337,42 @@ class GroupCoordinatorState:
         -1 (unknown), the one negative epoch a record may hold.
         """
         refused: dict[TopicPartition, TidelogError] = {}
-        accepted: list[tuple[TopicPartition, PartitionOffsets]] = []
+        entries: list[tuple[str, int, int, int, str]] = []
         group_bytes = len(group.encode())
+        limit = self.config.metadata_max_bytes
+        topic_fits: dict[str, bool] = {}
         for tp, part in offsets.items():
+            topic, partition = tp
+            fits = topic_fits.get(topic)
+            if fits is None:
+                fits = topic_fits[topic] = len(topic.encode()) <= MAX_KEY_STRING_BYTES
+            metadata = part.metadata
             if group_bytes > MAX_KEY_STRING_BYTES:
                 refused[tp] = InvalidGroupIdError(
                     f"group id is {group_bytes} bytes of UTF-8, the limit is {MAX_KEY_STRING_BYTES}"
                 )
-            elif (
-                not 0 <= tp.partition <= _INT32_MAX
-                or len(tp.topic.encode()) > MAX_KEY_STRING_BYTES
-            ):
+            elif not (fits and 0 <= partition <= _INT32_MAX):
                 refused[tp] = UnknownTopicOrPartitionError(f"no partition {tp}")
-            elif (length := java_length(part.metadata)) > self.config.metadata_max_bytes:
+            elif (
+                2 * len(metadata) > limit  # a Java char per code point, two beyond the BMP
+                and (length := java_length(metadata)) > limit
+            ):
                 refused[tp] = OffsetMetadataTooLargeError(
-                    f"metadata of {tp} is {length} characters long, the limit is "
-                    f"{self.config.metadata_max_bytes}"
+                    f"metadata of {tp} is {length} characters long, the limit is {limit}"
                 )
             else:
-                accepted.append((tp, part))
-        if not accepted:
+                leader_epoch = part.leader_epoch
+                entries.append((topic, partition, part.offset,
+                                leader_epoch if leader_epoch >= 0 else NO_LEADER_EPOCH, metadata))
+        if not entries:
             return CommitPlan([], refused)
         commit_id = self._take_commit_id()
+        new_record = tuple.__new__  # a RecordInput without NamedTuple's Python-level __new__
         records = [
-            RecordInput(
-                encode_value(
-                    OffsetValue(
-                        part.offset,
-                        part.leader_epoch if part.leader_epoch >= 0 else NO_LEADER_EPOCH,
-                        part.metadata,
-                        now_ms,
-                        commit_id,
-                        len(accepted),
-                    )
-                ),
-                encode_key(OffsetKey(group, tp.topic, tp.partition)),
-                now_ms,
-            )
-            for tp, part in accepted
+            new_record(RecordInput, (value, key, now_ms, ()))
+            for key, value in encode_commit_set(group, entries, now_ms, commit_id)
         ]
-        return CommitPlan(records, refused)
+        return CommitPlan(records, refused, CommitSet(group, now_ms, entries))
 
     def _take_commit_id(self) -> int:
         commit_id = self._next_commit_id

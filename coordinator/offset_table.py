@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import accumulate, chain, compress, repeat
 from operator import add
 from typing import NamedTuple
@@ -376,6 +376,48 @@ class OffsetTable:
                 del self._metadata[row]
         if not found:
             self._maybe_compact()
+
+    def put_many(
+        self,
+        group: str,
+        entries: Iterable[tuple[str, int, int, int, str]],
+        commit_timestamp_ms: int,
+    ) -> None:
+        """`put` of every (topic, partition, offset, leader epoch, metadata) of one commit of
+        `group`, as one call: the group is found once and an entry it has is overwritten in
+        place, so a commit set costs one probe rather than one a partition (the coordinator
+        applies every committed offset through here). New entries go through `put`."""
+        row, _ = self._probe(_name_key(group))
+        tp_ids = self._tp_ids
+        e_tp = self._e_tp
+        put_any = False
+        for topic, partition, offset, leader_epoch, metadata in entries:
+            put_any = True
+            if row >= 0:
+                tp_id = tp_ids.get((topic, partition))
+                if tp_id is not None:
+                    start = self._g_start[row]
+                    end = start + self._g_count[row]
+                    pos = bisect_left(e_tp, tp_id, start, end)
+                    if (
+                        pos < end
+                        and e_tp[pos] == tp_id
+                        and _INT64_MIN <= offset <= _INT64_MAX
+                        and _INT32_MIN <= leader_epoch <= _INT32_MAX
+                        and not metadata
+                        and row not in self._metadata
+                    ):
+                        self._e_off[pos] = offset
+                        self._e_epoch[pos] = leader_epoch
+                        continue
+            # New entry, metadata to keep or drop, or a value `put` refuses: the general way.
+            self.put(group, topic, partition,
+                     _new_value(CommittedOffset, (offset, leader_epoch, metadata)),
+                     commit_timestamp_ms)
+            row, _ = self._probe(_name_key(group))  # the put may have moved or renumbered it
+            e_tp = self._e_tp
+        if put_any and row >= 0 and commit_timestamp_ms > self._g_ts[row]:
+            self._g_ts[row] = commit_timestamp_ms
 
     def get(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
         row, _ = self._probe(_name_key(group))

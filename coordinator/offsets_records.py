@@ -34,6 +34,7 @@ skips, never a crash.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 #: The key version Kafka's writers use for an offset commit.
@@ -49,6 +50,8 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch (then the metadata)
 _VALUE_TAIL = struct.Struct(">qqi")  # commit timestamp, commit id, commit size
+#: A whole value with empty metadata (the common case): one struct call.
+_VALUE_BARE = struct.Struct(">hqiiqqi")
 
 
 class OffsetRecordError(ValueError):
@@ -104,6 +107,37 @@ def encode_value(value: OffsetValue) -> bytes:
             _VALUE_TAIL.pack(value.commit_timestamp_ms, value.commit_id, value.commit_size),
         )
     )
+
+
+def encode_commit_set(
+    group: str,
+    parts: Sequence[tuple[str, int, int, int, str]],
+    commit_timestamp_ms: int,
+    commit_id: int,
+) -> list[tuple[bytes, bytes]]:
+    """(key, value) of every record of one commit set of `group`, from (topic, partition,
+    offset, leader epoch, metadata) each: the bytes `encode_key` and `encode_value` give, made
+    with a struct call or two a record and the group's part of the key made once (the commit
+    path encodes every committed offset, so this is per-record cost). `OffsetRecordError` if
+    a name is too long for its int16 length."""
+    prefix = _I16.pack(KEY_VERSION) + _key_string(group, "group")
+    topics: dict[str, bytes] = {}
+    size = len(parts)
+    pack_bare = _VALUE_BARE.pack
+    pack_partition = _I32.pack
+    out: list[tuple[bytes, bytes]] = []
+    for topic, partition, offset, leader_epoch, metadata in parts:
+        topic_key = topics.get(topic)
+        if topic_key is None:
+            topic_key = topics[topic] = prefix + _key_string(topic, "topic")
+        if metadata:
+            value = encode_value(OffsetValue(offset, leader_epoch, metadata, commit_timestamp_ms,
+                                             commit_id, size))
+        else:
+            value = pack_bare(VALUE_VERSION, offset, leader_epoch, 0, commit_timestamp_ms,
+                              commit_id, size)
+        out.append((topic_key + pack_partition(partition), value))
+    return out
 
 
 # ---- decoding ------------------------------------------------------------------------------

@@ -39,9 +39,11 @@ from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.consumer_groups import ConsumerGroupConfig
 from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC
 from tidelog.coordinator.group_coordinator import (
+    CommitSet,
     GroupCoordinatorState,
     OffsetsConfig,
     PartitionOffsets,
+    PlannedBatch,
 )
 from tidelog.coordinator.offset_table import CommittedOffset
 from tidelog.node.config import NodeConfig
@@ -71,6 +73,9 @@ class _Append:
     records: list[RecordInput]
     #: Set once proposed: (the batch's acks=all waiter, its last offset); None when nobody waits.
     proposed: asyncio.Future[tuple[asyncio.Future[None], int]] | None
+    #: The set as the table takes it, when the records are a planned commit: applied from it,
+    #: not decoded, once committed.
+    commit_set: CommitSet | None = None
 
 
 @dataclass
@@ -91,6 +96,8 @@ class _Led:
     #: for the records of earlier leaders to commit.
     progress: asyncio.Event = field(default_factory=asyncio.Event)
     applied_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    #: The batches this leader appended from planned commit sets, by base offset, until applied.
+    planned: dict[int, PlannedBatch] = field(default_factory=dict)
     #: Per group, the commits appended and not yet answered (OffsetFetch's require_stable).
     unstable: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
     loaded_in_s: float = 0.0
@@ -211,7 +218,7 @@ class GroupCoordinatorDriver:
         hw = replica.high_watermark
         while (start := max(state.applied_offset + 1, replica.log.log_start_offset)) < hw:
             before = state.applied_offset
-            state.apply(replica.log.read(start, _LOAD_CHUNK_BYTES, upper_bound=hw))
+            state.apply(replica.log.read(start, _LOAD_CHUNK_BYTES, upper_bound=hw), led.planned)
             if state.applied_offset == before:
                 log.error("%s: the batch at offset %d does not parse; applying stops here",
                           led.tp, start)
@@ -267,20 +274,27 @@ class GroupCoordinatorDriver:
                     continue
                 assert produced.done is not None
                 result = (produced.done, produced.base_offset + count - 1)
+                sets = [append.commit_set for append in chunk if append.commit_set is not None]
+                if len(sets) == len(chunk):
+                    led.planned[produced.base_offset] = PlannedBatch(led.epoch, count, sets)
                 for append in chunk:
                     if append.proposed is not None and not append.proposed.done():
                         append.proposed.set_result(result)
 
-    async def _append(self, led: _Led, records: list[RecordInput], group: str | None) -> None:
+    async def _append(
+        self, led: _Led, records: list[RecordInput], group: str | None,
+        commit_set: CommitSet | None = None,
+    ) -> None:
         """Append `records` as one set with the next round, and return once they are committed
         and applied. Raises the append's error as kafka-reference §7.5 maps it (new
-        coordinator); `group` is marked unstable meanwhile."""
+        coordinator); `group` is marked unstable meanwhile. `commit_set`: the records as the
+        table takes them (a planned commit), so that the state need not decode them."""
         loop = asyncio.get_running_loop()
         proposed: asyncio.Future[tuple[asyncio.Future[None], int]] = loop.create_future()
         settled: asyncio.Future[None] = loop.create_future()
         unstable = led.unstable.setdefault(group, set()) if group is not None else set()
         unstable.add(settled)
-        led.pending.append(_Append(records, proposed))
+        led.pending.append(_Append(records, proposed, commit_set))
         self.replicas.wake()
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -348,7 +362,7 @@ class GroupCoordinatorDriver:
         }
         if plan.records:
             try:
-                await self._append(led, plan.records, group)
+                await self._append(led, plan.records, group, plan.commit_set)
             except errors.TidelogError as exc:
                 return {tp: error or exc for tp, error in results.items()}
         return results

@@ -19,9 +19,11 @@ from storage_helpers import T0, FakeClock, open_log
 
 from tidelog.coordinator.group_coordinator import (
     CommitPlan,
+    CommitSet,
     GroupCoordinatorState,
     OffsetsConfig,
     PartitionOffsets,
+    PlannedBatch,
     java_length,
 )
 from tidelog.coordinator.offset_table import CommittedOffset
@@ -399,6 +401,39 @@ def test_the_same_two_records_uncompacted_are_an_incomplete_set() -> None:
     state.apply(assign_offsets(build_batch(plan.records[:2]), 0, 0))
     assert state.groups() == []
     assert len(state.finish_loading(T0)) == 2  # two tombstones: no previous values
+
+
+def test_the_leaders_own_batch_is_applied_from_its_sets_and_equals_decoding_it(
+    part: Partition,
+) -> None:
+    """A batch the leader built from planned sets is applied from the sets (no decoding); the
+    table is the one decoding gives. A plan that does not match the batch's leader epoch or
+    record count is not trusted: the batch is decoded."""
+    leader = GroupCoordinatorState(CONFIG)
+    plans = [leader.plan_commit("a", offsets((TP0, 5), (TP1, 6), metadata="m"), T0),
+             leader.plan_commit("b", offsets((TP2, 7)), T0 + 1)]
+    part.append([r for plan in plans for r in plan.records])  # one batch, as a Ready round
+    sets = [plan.commit_set for plan in plans]
+    assert all(s is not None for s in sets)
+    header = next(iter_batches(part.read()))[1]
+    planned = {0: PlannedBatch(header.partition_leader_epoch, 3, [s for s in sets if s])}
+    leader.apply(part.read(), planned)
+    assert planned == {}
+    decoded = part.load()
+    assert table(leader) == table(decoded) == {("a", TP0): 5, ("a", TP1): 6, ("b", TP2): 7}
+    assert leader.fetch("a", None) == decoded.fetch("a", None)
+    assert leader.table.last_commit_ms("b") == decoded.table.last_commit_ms("b") == T0 + 1
+
+    # The sets are what is applied: a (made up) plan that differs from the bytes shows it.
+    made_up = [CommitSet("a", T0, [("t", 0, 99, -1, "")])]
+    fast = GroupCoordinatorState(CONFIG)
+    epoch = header.partition_leader_epoch
+    fast.apply(part.read(), {0: PlannedBatch(epoch, 3, made_up)})
+    assert table(fast) == {("a", TP0): 99}
+    for wrong in [PlannedBatch(epoch + 1, 3, made_up), PlannedBatch(epoch, 2, made_up)]:
+        state = GroupCoordinatorState(CONFIG)
+        state.apply(part.read(), {0: wrong})
+        assert table(state) == table(decoded)
 
 
 # ---- tombstones, group deletion, expiration ----------------------------------------------------

@@ -291,6 +291,12 @@ ops_st = st.lists(
         ),
         st.tuples(st.just("remove"), groups_st, topics_st, partitions_st),
         st.tuples(st.just("remove_group"), groups_st),
+        st.tuples(
+            st.just("put_many"),
+            groups_st,
+            st.lists(st.tuples(topics_st, partitions_st, values_st), max_size=6),
+            st.integers(T0 - 100, T0 + 100),
+        ),
     ),
     max_size=120,
 )
@@ -323,6 +329,12 @@ def test_behaves_like_a_dict(ops: list[tuple[object, ...]], cls: type[OffsetTabl
             assert isinstance(value, CommittedOffset)
             table.put(group, topic, partition, value, ts)
             model.put(group, topic, partition, value, ts)
+        elif op[0] == "put_many":  # one commit set: as many puts
+            _, group, parts, ts = op
+            assert isinstance(group, str) and isinstance(parts, list) and isinstance(ts, int)
+            table.put_many(group, [(t, p, *value) for t, p, value in parts], ts)
+            for topic, partition, value in parts:
+                model.put(group, topic, partition, value, ts)
         elif op[0] == "remove":
             _, group, topic, partition = op
             assert isinstance(group, str) and isinstance(topic, str)

@@ -17,6 +17,7 @@ from tidelog.coordinator.offsets_records import (
     OffsetValue,
     decode_key,
     decode_value,
+    encode_commit_set,
     encode_key,
     encode_value,
 )
@@ -158,3 +159,18 @@ def test_every_truncation_of_a_good_record_is_refused(data: st.DataObject) -> No
         decode_value(value[:cut])
     with pytest.raises(OffsetRecordError):
         decode_key(key[: min(cut, len(key) - 1)])
+
+
+def test_a_commit_set_encodes_as_its_records_one_by_one() -> None:
+    """The commit path's encoder gives the bytes of encode_key and encode_value, for bare
+    values (one struct call) and ones with metadata, over two topics."""
+    parts = [("events", 7, 42, 3, ""), ("ü-topic", 0, -1, -1, "ü checkpoint 🚀"),
+             ("events", 2**31 - 1, 2**63 - 1, 0, "")]
+    encoded = encode_commit_set("my-group", parts, 1_700_000_000_000, 9)
+    assert encoded == [
+        (encode_key(OffsetKey("my-group", topic, partition)),
+         encode_value(OffsetValue(offset, epoch, metadata, 1_700_000_000_000, 9, len(parts))))
+        for topic, partition, offset, epoch, metadata in parts
+    ]
+    with pytest.raises(OffsetRecordError, match="topic is 32768 bytes"):
+        encode_commit_set("g", [("t" * 32768, 0, 0, -1, "")], 0, 0)
