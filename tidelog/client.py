@@ -35,6 +35,7 @@ from tidelog.errors import (
     UnknownTopicOrPartitionError,
     for_code,
 )
+from tidelog.membership import ConsumerGroupDescription, describe_request, parse_describe
 from tidelog.metadata import ClusterMetadata, TopicInfo
 from tidelog.partitioned import PartitionedRequest
 from tidelog.retry import Backoff, Deadline, call_with_retry
@@ -604,6 +605,18 @@ class Client:
             node_id, "ListGroups", wire.list_groups_request(), timeout_s
         )
         return wire.parse_list_groups(response, node_id)
+
+    def describe_consumer_group(
+        self, group_id: str, *, timeout_ms: int | None = None
+    ) -> ConsumerGroupDescription:
+        """A consumer group's state, epochs, assignor and members with their assignments
+        (ConsumerGroupDescribe at its coordinator); GROUP_ID_NOT_FOUND when the group has no
+        members' records (a group that only commits offsets)."""
+        group_id = check_group_id(group_id)
+        return self.run(self.coordinators.call(
+            group_id, "ConsumerGroupDescribe", describe_request(group_id),
+            lambda response: parse_describe(response, group_id), self.deadline(timeout_ms),
+        ))
 
     def list_consumer_group_offsets(
         self,

@@ -248,14 +248,14 @@ class Consumer:
             return
         kind, revoked, added = work
         if kind == "lost":
-            self._set_assignment(())
             if revoked:
                 self._listener.on_partitions_lost(revoked)
+            self._set_assignment(())
         else:
-            if revoked:
+            if revoked:  # committed and revoked while still assigned, as in Kafka
                 self._commit_revoked(revoked)
-                self._set_assignment(tp for tp in self._positions if tp not in revoked)
                 self._listener.on_partitions_revoked(revoked)
+                self._set_assignment(tp for tp in self._positions if tp not in revoked)
             self._set_assignment([*self._positions, *sorted(added)])
             self._listener.on_partitions_assigned(added)
         membership.done(kind, revoked, added)

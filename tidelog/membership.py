@@ -32,6 +32,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import (
@@ -39,6 +40,7 @@ from tidelog.errors import (
     RetriableError,
     TidelogError,
     UnknownMemberIdError,
+    UnknownServerError,
     for_code,
 )
 from tidelog.retry import Deadline
@@ -54,6 +56,59 @@ log = logging.getLogger("tidelog.consumer")
 _FIRST_INTERVAL_S = 0.1
 #: How often a pattern subscription looks for new matching topics (Kafka's metadata.max.age).
 _PATTERN_REFRESH_S = 5.0
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """One member of a consumer group, as ConsumerGroupDescribe shows it."""
+
+    member_id: str
+    instance_id: str | None
+    member_epoch: int
+    client_host: str
+    subscribed_topics: tuple[str, ...]
+    assignment: frozenset[TopicPartition]
+    target_assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: tuple[MemberDescription, ...]
+
+
+def describe_request(group_id: str) -> pb.ConsumerGroupDescribeRequest:
+    return pb.ConsumerGroupDescribeRequest(group_ids=[group_id])
+
+
+def parse_describe(response: Any, group_id: str) -> ConsumerGroupDescription:
+    """The answer of ConsumerGroupDescribe for one group; raises its error."""
+    for group in response.groups:
+        if group.group_id != group_id:
+            continue
+        if group.error_code:
+            raise for_code(group.error_code)(group.error_message)
+        return ConsumerGroupDescription(
+            group.group_id, group.group_state, group.group_epoch, group.assignment_epoch,
+            group.assignor_name,
+            tuple(
+                MemberDescription(
+                    m.member_id, m.instance_id if m.HasField("instance_id") else None,
+                    m.member_epoch, m.client_host, tuple(m.subscribed_topic_names),
+                    _partitions(m.assignment), _partitions(m.target_assignment),
+                )
+                for m in group.members
+            ),
+        )
+    raise UnknownServerError(f"ConsumerGroupDescribe did not answer for {group_id!r}")
+
+
+def _partitions(assignment: Any) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(t.topic, p) for t in assignment.topics for p in t.partitions)
 
 
 class ConsumerRebalanceListener:

@@ -1,4 +1,8 @@
-"""``tidelog consume TOPIC``: print records from a position (like kafka-console-consumer)."""
+"""``tidelog consume TOPIC``: print records from a position (like kafka-console-consumer).
+
+With ``--group G`` it consumes as a member of the consumer group G (``subscribe``): the group's
+coordinator assigns it partitions, it starts from the group's committed offsets (else from
+``--from`` earliest or latest), commits as it goes, and leaves the group when it stops."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from tidelog.commands._common import add_bootstrap, client_for, parse_time
+from tidelog.errors import ConfigurationError
 from tidelog.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -25,17 +30,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="stop after this long without new records (0: follow forever)")
     parser.add_argument("--isolation", choices=["read_uncommitted", "read_committed"],
                         default="read_uncommitted")
+    parser.add_argument("--group", default=None,
+                        help="consume as a member of this consumer group (no --partition)")
     add_bootstrap(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.group is not None and (args.partition or args.start not in ("earliest", "latest")):
+        raise ConfigurationError("--group takes partitions from the group: no --partition, "
+                                 "and --from is earliest or latest (for partitions without "
+                                 "a committed offset)")
     client = client_for(args)
-    consumer = client.consumer(isolation_level=args.isolation)
+    consumer = client.consumer(
+        isolation_level=args.isolation, group_id=args.group,
+        auto_offset_reset=args.start if args.group is not None else "latest",
+    )
     try:
-        count = len(client.describe_topics([args.topic])[args.topic].partitions)
-        tps = [TopicPartition(args.topic, p) for p in (args.partition or range(count))]
-        consumer.assign(tps)
-        _seek(consumer, tps, args.start)
+        if args.group is not None:
+            client.describe_topics([args.topic])  # UNKNOWN_TOPIC_OR_PARTITION, not a wait
+            consumer.subscribe([args.topic])
+        else:
+            count = len(client.describe_topics([args.topic])[args.topic].partitions)
+            tps = [TopicPartition(args.topic, p) for p in (args.partition or range(count))]
+            consumer.assign(tps)
+            _seek(consumer, tps, args.start)
         shown = 0
         last_record = time.monotonic()
         while args.max_records is None or shown < args.max_records:
@@ -47,13 +65,16 @@ def run(args: argparse.Namespace) -> int:
                 shown += 1
                 if args.max_records is not None and shown >= args.max_records:
                     break
-            if records:
+            if records or not consumer.assignment():  # a member idles once it has partitions
                 last_record = time.monotonic()
             elif args.idle_ms and (time.monotonic() - last_record) * 1000 >= args.idle_ms:
                 break
         print(f"{shown} record(s)", file=sys.stderr)
     finally:
-        client.close()
+        try:
+            consumer.close()  # a member commits and leaves the group
+        finally:
+            client.close()
     return 0
 
 

@@ -1,8 +1,11 @@
 """``tidelog groups list|describe|reset-offsets|delete``: consumer groups and their committed
 offsets, with kafka-consumer-groups' semantics.
 
-``describe`` shows, per committed partition, the committed offset, the log end offset (the
-high watermark, what a read_uncommitted consumer can reach) and the lag between them.
+``describe`` shows a consumer group's members (KIP-848): each one's id, instance id, epoch,
+host, assigned and target partitions, and the group's state and epochs; then, per committed
+partition, the committed offset, the log end offset (the
+high watermark, what a read_uncommitted consumer can reach), the lag between them and the
+member that owns the partition.
 ``reset-offsets`` computes new offsets for the group (earliest, latest, by time through
 ListOffsets, an absolute offset, or a shift of the committed one), clamped to what the log
 holds as Kafka does, and prints the plan; only ``--execute`` commits it.
@@ -24,6 +27,7 @@ from tidelog.types import (
 
 if TYPE_CHECKING:
     from tidelog.client import Client
+    from tidelog.membership import ConsumerGroupDescription
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -80,9 +84,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _describe(client: Client, group: str) -> None:
+    try:
+        members: ConsumerGroupDescription | None = client.describe_consumer_group(group)
+    except GroupIdNotFoundError:
+        members = None  # a group that only commits offsets
+    owners: dict[TopicPartition, str] = {}
+    if members is not None:
+        print(f"group {group}: {members.state}, group epoch {members.group_epoch}, "
+              f"assignment epoch {members.assignment_epoch}, assignor {members.assignor}")
+        rows = []
+        for member in members.members:
+            owners.update(dict.fromkeys(member.assignment, member.member_id))
+            rows.append([member.member_id, member.instance_id or "-", str(member.member_epoch),
+                         member.client_host or "-", _format_partitions(member.assignment),
+                         _format_partitions(member.target_assignment)])
+        if rows:
+            print_table(["MEMBER-ID", "INSTANCE-ID", "EPOCH", "HOST", "ASSIGNMENT", "TARGET"],
+                        rows)
+        else:
+            print("no members")
+        print()
     committed = client.list_consumer_group_offsets(group)
     if not committed:
-        if group not in {g.group_id for g in client.list_consumer_groups()}:
+        if members is None and \
+                group not in {g.group_id for g in client.list_consumer_groups()}:
             raise GroupIdNotFoundError(f"consumer group {group!r} does not exist")
         print(f"consumer group {group!r} has no committed offsets")
         return
@@ -96,8 +121,18 @@ def _describe(client: Client, group: str) -> None:
         end = ends.get(tp)
         rows.append([group, tp.topic, str(tp.partition), str(value.offset),
                      "-" if end is None else str(end),
-                     "-" if end is None else str(max(end - value.offset, 0))])
-    print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"], rows)
+                     "-" if end is None else str(max(end - value.offset, 0)),
+                     owners.get(tp, "-")])
+    print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                 "CONSUMER-ID"], rows)
+
+
+def _format_partitions(partitions: frozenset[TopicPartition]) -> str:
+    """t:0,1 u:3 (empty: -)."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in by_topic.items()) or "-"
 
 
 def _partitions(client: Client, specs: list[str]) -> list[TopicPartition]:

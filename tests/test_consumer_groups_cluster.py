@@ -1,0 +1,231 @@
+"""Consumer groups (KIP-848) on a real cluster with real member processes (issue 15's Tests):
+incremental rebalances that pause only the moved partitions, a killed member's partitions taken
+over from its commits, a coordinator killed during a rebalance, static members, fenced
+commits, and the `tidelog groups describe` / `tidelog consume --group` commands.
+
+One cluster for the module, with short session timeouts (node options), shared by few tests
+that each check several points: the processes are what costs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tidelog import Client, TopicPartition
+from tidelog.cli import main
+from tidelog.member_history import MemberProcess, double_ownership
+from tidelog.testing import LocalCluster, wait_for
+from tidelog.v1 import tidelog_pb2 as pb
+
+pytestmark = pytest.mark.timeout(240)
+
+SESSION_MS = 2500
+TOPIC = "cg-events"
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, Any]:
+    return {
+        "offsets_topic_num_partitions": 3,
+        "group_consumer_session_timeout_ms": SESSION_MS,
+        "group_consumer_heartbeat_interval_ms": 250,
+    }
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap) as shared:
+        shared.create_topic(TOPIC, partitions=6, replication_factor=3)
+        yield shared
+
+
+class Producing:
+    """Records into every partition, round after round, until stopped."""
+
+    def __init__(self, client: Client, topic: str) -> None:
+        self.producer = client.producer(acks="all")
+        self.topic = topic
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for p in range(6):
+                self.producer.send(self.topic, b"x", partition=p)
+            self.producer.flush()
+            self.stop.wait(0.02)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.producer.close()
+
+
+@pytest.fixture
+def members(cluster: LocalCluster) -> Iterator[list[MemberProcess]]:
+    started: list[MemberProcess] = []
+    yield started
+    for member in started:
+        member.kill()
+
+
+def _start(members: list[MemberProcess], cluster: LocalCluster, group: str, name: str,
+           *extra: str) -> MemberProcess:
+    member = MemberProcess(cluster.bootstrap, group, TOPIC, name, *extra)
+    members.append(member)
+    return member
+
+
+def _settled(live: list[MemberProcess], counts: list[int]) -> bool:
+    owned = [m.owned for m in live]
+    return sorted(len(o) for o in owned) == sorted(counts) and \
+        len(set().union(*owned)) == sum(counts)
+
+
+def test_members_share_rebalance_incrementally_and_take_over_from_commits(
+    cluster: LocalCluster, client: Client, members: list[MemberProcess]
+) -> None:
+    producing = Producing(client, TOPIC)
+    try:
+        first = [_start(members, cluster, "cg-a", f"m{i}") for i in range(3)]
+        wait_for(lambda: _settled(first, [2, 2, 2]), 60, "three members own two each")
+        before = {m.name: m.owned for m in first}
+
+        # A fourth joins: one partition moves to it; the other five are never revoked and
+        # their owners keep returning their records while the group rebalances.
+        joining_at = time.time()
+        fourth = _start(members, cluster, "cg-a", "m3")
+        live = [*first, fourth]
+        wait_for(lambda: _settled(live, [2, 2, 1, 1]), 60, "four members own all six")
+        moved = fourth.owned
+        revoked = {p for m in first for e in m.history()
+                   if e["ev"] == "revoked" and e["t"] >= joining_at for p in e["p"]}
+        assert revoked == moved and len(moved) == 1
+        (moved_p,) = moved
+        old_owner = next(m for m in first if moved_p in before[m.name])
+        # The handover: the old owner's position was committed before it revoked, so the new
+        # owner starts right after the last record the old one returned.
+        revoked_at = next(e["t"] for e in old_owner.history()
+                          if e["ev"] == "revoked" and e["t"] >= joining_at)
+        last_old = max(o for p, o, t in old_owner.consumed() if p == moved_p and t <= revoked_at)
+        wait_for(lambda: any(p == moved_p for p, _, _ in fourth.consumed()), 30, "4th reads")
+        assert min(o for p, o, _ in fourth.consumed() if p == moved_p) == last_old + 1
+        first_grant = next(e["t"] for e in fourth.history() if e["ev"] == "assigned" and e["p"])
+        for member in first:
+            kept = before[member.name] - moved
+            during = {p for p, _, t in member.consumed() if joining_at <= t <= first_grant}
+            assert kept <= during, (member.name, kept, during)
+            for p in kept:  # one owner throughout: every offset once, in order
+                offsets = [o for q, o, _ in member.consumed() if q == p]
+                assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+
+        # SIGKILL one member: after the session timeout the others own its partitions, and
+        # nothing it committed before the kill is consumed again.
+        victim = next(m for m in live if m is not old_owner and len(m.owned) == 2)
+        victim_parts = victim.owned
+        committed = client.list_consumer_group_offsets(
+            "cg-a", [TopicPartition(TOPIC, p) for p in victim_parts])
+        victim.kill()
+        last_seen = {p: max(o for q, o, _ in victim.consumed() if q == p) for p in victim_parts}
+        survivors = [m for m in live if m is not victim]
+        wait_for(lambda: _settled(survivors, [2, 2, 2]), 60, "survivors own the victim's")
+        for p in victim_parts:
+            taker = next(m for m in survivors if p in m.owned)
+            taken_at = max(e["t"] for e in taker.history()
+                           if e["ev"] == "assigned" and p in e["p"])
+
+            def taken(taker: MemberProcess = taker, p: int = p, at: float = taken_at
+                      ) -> list[int]:
+                return [o for q, o, t in taker.consumed() if q == p and t >= at]
+
+            wait_for(taken, 30, "the taker reads")
+            first_offset = min(taken())
+            before_kill = committed.get(TopicPartition(TOPIC, p))
+            assert (before_kill.offset if before_kill else 0) <= first_offset <= last_seen[p] + 1
+
+        # SIGKILL the group's coordinator while a member joins: the group converges again.
+        coordinator = client.find_coordinator("cg-a")
+        late = _start(members, cluster, "cg-a", "m4")
+        wait_for(lambda: len(client.describe_consumer_group("cg-a").members) == 4, 30,
+                 "the fifth member joined")
+        cluster.kill(coordinator)
+        try:
+            everyone = [*survivors, late]
+            wait_for(lambda: _settled(everyone, [2, 2, 1, 1]), 90, "converged again")
+            description = client.describe_consumer_group("cg-a")
+            assert description.state == "Stable" and len(description.members) == 4
+        finally:
+            cluster.restart(coordinator)
+        assert double_ownership(members) == []
+    finally:
+        producing.close()
+
+
+def test_static_member_fenced_commits_and_the_commands(
+    cluster: LocalCluster, client: Client, members: list[MemberProcess],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    producer = client.producer(acks="all")
+    for i in range(12):
+        producer.send(TOPIC, b"s", partition=i % 6)
+    producer.flush()
+    # A static member closes (epoch -2) and its next incarnation gets its partitions back
+    # within the session timeout, without a rebalance (the group epoch stays).
+    static = _start(members, cluster, "cg-s", "s1", "--instance-id", "box-1")
+    other = _start(members, cluster, "cg-s", "o1")
+    wait_for(lambda: _settled([static, other], [3, 3]), 60, "two members own three each")
+    owned = static.owned
+    epoch = client.describe_consumer_group("cg-s").group_epoch
+    again = _start(members, cluster, "cg-s", "s2", "--instance-id", "box-1", "--wait-for-go")
+    wait_for(lambda: any(e["ev"] == "ready" for e in again.history()), 30, "s2 started")
+    static.close()
+    again.send("go")
+    wait_for(lambda: again.owned == owned, 30, "the static member's partitions back")
+    after = client.describe_consumer_group("cg-s")
+    assert after.group_epoch == epoch and other.owned == {0, 1, 2, 3, 4, 5} - owned
+    assert {m.instance_id for m in after.members} == {"box-1", None}
+
+    # `tidelog groups describe` shows the members, their partitions and epochs.
+    described = _cli(capsys, cluster, "groups", "describe", "cg-s")
+    for member in after.members:
+        assert member.member_id in described and str(member.member_epoch) in described
+    assert "Stable" in described and "box-1" in described
+
+    # A member's commit with an old epoch is STALE_MEMBER_EPOCH; once the member is fenced
+    # (silent past its session), UNKNOWN_MEMBER_ID.
+    node = client.find_coordinator("cg-f")
+    joined = client.call(node, "ConsumerGroupHeartbeat", pb.ConsumerGroupHeartbeatRequest(
+        group_id="cg-f", member_id="raw-1", member_epoch=0, rebalance_timeout_ms=1000,
+        subscribed_topic_names=pb.ConsumerGroupTopicNames(names=[TOPIC]),
+        topic_partitions=pb.ConsumerGroupAssignment()), 10)
+    assert joined.error_code == 0 and joined.member_epoch == 1, joined
+
+    def commit(epoch: int) -> int:
+        answer = client.call(node, "OffsetCommit", pb.OffsetCommitRequest(
+            group_id="cg-f", member_id="raw-1", generation_id=epoch, topics=[
+                pb.OffsetCommitTopic(name=TOPIC, partitions=[pb.OffsetCommitPartition(
+                    partition=0, committed_offset=1)])]), 10)
+        return int(answer.topics[0].partitions[0].error_code)
+
+    assert commit(1) == 0
+    assert commit(0) == 113  # STALE_MEMBER_EPOCH
+    wait_for(lambda: commit(1) == 25, 30, "the silent member fenced")  # UNKNOWN_MEMBER_ID
+    stale = client.call(node, "ConsumerGroupHeartbeat", pb.ConsumerGroupHeartbeatRequest(
+        group_id="cg-f", member_id="raw-1", member_epoch=1), 10)
+    assert stale.error_code == 25
+
+    # `tidelog consume --group` consumes as a member and commits what it printed.
+    out = _cli(capsys, cluster, "consume", TOPIC, "--group", "cg-c", "--max-records", "5")
+    assert len(out.strip().splitlines()) == 5
+    assert client.list_consumer_group_offsets("cg-c")
+
+
+def _cli(capsys: pytest.CaptureFixture[str], cluster: LocalCluster, *args: str) -> str:
+    capsys.readouterr()
+    assert main([*args, "--bootstrap", cluster.bootstrap]) == 0
+    return capsys.readouterr().out
