@@ -110,13 +110,26 @@ def ownership(member: MemberProcess) -> list[tuple[int, float, float]]:
     return out
 
 
+def fenced_at(member: MemberProcess) -> float | None:
+    """When the member learnt it had been fenced (its first `lost`), if it was."""
+    return next((e["t"] for e in member.history() if e["ev"] == "lost"), None)
+
+
 def double_ownership(members: Iterable[MemberProcess]) -> list[str]:
-    """Every time two members owned the same partition at once."""
+    """Every time two members owned the same partition at once. A member that was fenced
+    (its session ran out: it was too slow, or cut off) may go on reading what it owned until
+    its next heartbeat tells it, as in Kafka (whose protocol cannot stop a zombie either; its
+    commits are refused, STALE_MEMBER_EPOCH or UNKNOWN_MEMBER_ID): an overlap with such a
+    member up to the moment it learnt of its fencing is listed apart, with "zombie"."""
+    members = list(members)
+    fenced = {m.name: fenced_at(m) for m in members}
     intervals = [(p, a, b, m.name) for m in members for p, a, b in ownership(m)]
     found = []
     for i, (p, a, b, name) in enumerate(intervals):
         for q, c, d, other in intervals[i + 1:]:
             if p == q and name != other and a < d and c < b:
-                found.append(f"partition {p}: {name} [{a:.3f}, {b:.3f}] and "
-                             f"{other} [{c:.3f}, {d:.3f}]")
+                zombie = any(at is not None and max(a, c) <= at
+                             for at in (fenced[name], fenced[other]))
+                found.append(f"{'zombie ' if zombie else ''}partition {p}: {name} "
+                             f"[{a:.3f}, {b:.3f}] and {other} [{c:.3f}, {d:.3f}]")
     return found
