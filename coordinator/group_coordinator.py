@@ -43,6 +43,7 @@ from tidelog.coordinator.offsets_records import (
     encode_key,
     encode_value,
 )
+from tidelog.coordinator.txn_offsets import PendingTxnOffsets
 from tidelog.errors import (
     CorruptMessageError,
     GroupIdNotFoundError,
@@ -54,7 +55,9 @@ from tidelog.errors import (
 from tidelog.records import (
     NO_TIMESTAMP,
     BatchHeader,
+    ControlType,
     RecordInput,
+    control_type_of,
     crc_matches,
     decode_records,
     read_header,
@@ -142,6 +145,8 @@ class GroupCoordinatorState:
         #: Keys whose newest record in the log was not applied (part of an incomplete set, or
         #: an undecodable value), in the order found: their current value is written again.
         self._unapplied: dict[OffsetKey, None] = {}
+        #: Offsets of TxnOffsetCommit waiting for their transaction's marker.
+        self.txn_offsets = PendingTxnOffsets()
 
     # -- committed records (load and steady state) --------------------------------------------
 
@@ -191,12 +196,12 @@ class GroupCoordinatorState:
                     self._unapplied.pop(OffsetKey(group, topic, partition), None)
 
     def _apply_batch(self, data: bytes | memoryview, pos: int, header: BatchHeader) -> None:
+        if header.is_transactional:
+            self._apply_transactional(data, pos, header)
+            return
         if header.is_control:
             return  # a leader-change marker: no offsets
         where = f"offsets batch {header.base_offset}-{header.last_offset}"
-        if header.is_transactional:
-            log.warning("%s skipped: transactional offset commits are not supported", where)
-            return
         try:
             if not crc_matches(data, pos, header):
                 raise CorruptMessageError("CRC mismatch")
@@ -230,6 +235,7 @@ class GroupCoordinatorState:
                 open_set = []
                 self.table.remove(key.group, key.topic, key.partition)
                 self._unapplied.pop(key, None)
+                self.txn_offsets.discard(key)
                 continue
             try:
                 value = decode_value(record.value)
@@ -251,6 +257,38 @@ class GroupCoordinatorState:
                 self._put_all(open_set)
                 open_set = []
         self._close_set(open_set, compacted)
+
+    def _apply_transactional(
+        self, data: bytes | memoryview, pos: int, header: BatchHeader
+    ) -> None:
+        """A TxnOffsetCommit's batch parks its offsets under its producer id; the producer's
+        COMMIT marker applies them, its ABORT drops them (`txn_offsets`)."""
+        where = f"transactional offsets batch {header.base_offset}-{header.last_offset}"
+        try:
+            if not crc_matches(data, pos, header):
+                raise CorruptMessageError("CRC mismatch")
+            if header.is_control:
+                control_type = control_type_of(data, pos, header)
+                if control_type in (ControlType.COMMIT, ControlType.ABORT):
+                    committed = self.txn_offsets.end(
+                        header.producer_id, control_type == ControlType.COMMIT
+                    )
+                    if committed:
+                        self._put_all(committed)
+                return
+            records = decode_records(data, pos, header)
+        except TidelogError as exc:
+            log.warning("%s skipped: %s", where, exc)
+            return
+        entries = []
+        for record in records:
+            try:
+                if record.key is None or record.value is None:
+                    raise OffsetRecordError("no key or no value")
+                entries.append((decode_key(record.key), decode_value(record.value)))
+            except OffsetRecordError as exc:
+                log.warning("transactional offsets record %d skipped: %s", record.offset, exc)
+        self.txn_offsets.park(header.producer_id, entries)
 
     def _close_set(self, entries: list[tuple[OffsetKey, OffsetValue]], compacted: bool) -> None:
         """A set ended before all its records came: the records it lacks were cleaned if its

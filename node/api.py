@@ -622,6 +622,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     ) -> pb.OffsetCommitResponse:
         return await self.group_api.offset_commit(request, context)
 
+    async def TxnOffsetCommit(
+        self, request: pb.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TxnOffsetCommitResponse:
+        return await self.group_api.txn_offset_commit(request, context)
+
     async def OffsetFetch(
         self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetFetchResponse:

@@ -14,9 +14,9 @@ answered (kafka-reference §11.3): the group (30) before anything else, then eac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -42,6 +42,8 @@ _NO_LEADER_EPOCH = -1
 _FORWARD_TIMEOUT_S = 30.0
 #: The only state a group of committed offsets alone has (Kafka's name for a memberless group).
 _EMPTY = "Empty"
+
+R = TypeVar("R", pb.OffsetCommitResponse, pb.TxnOffsetCommitResponse)
 
 
 class GroupApi:
@@ -128,6 +130,51 @@ class GroupApi:
         if group_refused is not None:
             failed: pb.OffsetCommitResponse = _failed("OffsetCommit", request, group_refused)
             return failed
+        return await self._commit(
+            principal, request, pb.OffsetCommitResponse(),
+            partial(self.groups.commit, request.group_id),
+        )
+
+    async def txn_offset_commit(
+        self, request: pb.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TxnOffsetCommitResponse:
+        """TxnOffsetCommit at the group's coordinator (kafka-reference §8.5): WRITE on the
+        transactional id (53), READ on the group (30) and on each topic (29), as Kafka."""
+        forwarded = await self._coordinator_answer(
+            "TxnOffsetCommit", request.group_id, request, context
+        )
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        principal = self.authorization.principal(context)
+        refused: errors.TidelogError | None = self.authorization.refused(
+            principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        )
+        if refused is None:
+            refused = self._group_refused(context, Operation.READ, request.group_id)[1]
+        if refused is None and not request.transactional_id:
+            refused = errors.InvalidRequestError("a TxnOffsetCommit needs its transactional id")
+        if refused is not None:
+            failed: pb.TxnOffsetCommitResponse = _failed("TxnOffsetCommit", request, refused)
+            return failed
+        return await self._commit(
+            principal, request, pb.TxnOffsetCommitResponse(),
+            partial(self.groups.txn_commit, request.group_id, request.producer_id,
+                    request.producer_epoch),
+        )
+
+    async def _commit(
+        self,
+        principal: str,
+        request: pb.OffsetCommitRequest | pb.TxnOffsetCommitRequest,
+        response: R,
+        commit: Callable[
+            [int, dict[TopicPartition, PartitionOffsets], str],
+            Awaitable[dict[TopicPartition, errors.TidelogError | None]],
+        ],
+    ) -> R:
+        """The partitions of an OffsetCommit or TxnOffsetCommit checked as Kafka's API layer
+        does, the valid ones committed with `commit(generation, offsets, member id)`, and the
+        answer of each in `response`."""
         parts, twice = each_once(partitions_of(request.topics))
         refused = self._topics_refused(principal, Operation.READ, parts)
         results: dict[TopicPartition, errors.TidelogError | None] = {}
@@ -148,12 +195,9 @@ class GroupApi:
         if offsets:
             generation = or_unset(request, "generation_id", _NO_GENERATION)
             try:
-                results.update(await self.groups.commit(
-                    request.group_id, generation, offsets, request.member_id
-                ))
+                results.update(await commit(generation, offsets, request.member_id))
             except errors.TidelogError as exc:
                 results.update(dict.fromkeys(offsets, exc))
-        response = pb.OffsetCommitResponse()
         answers = Answers(response)
         for tp in parts:
             answer = answers.add(tp)
@@ -187,6 +231,11 @@ class GroupApi:
         response = pb.OffsetFetchResponse()
         try:
             found = await self.groups.fetch(request.group_id, wanted, request.require_stable)
+            # KIP-447: a partition whose transactional offsets await their marker is unstable.
+            unstable = (
+                self.groups.pending_txn_partitions(request.group_id)
+                if request.require_stable else set()
+            )
         except errors.TidelogError as exc:
             return pb.OffsetFetchResponse(error_code=exc.code, error_message=str(exc))
         if not request.topics:  # "all": the topics the caller may not describe are left out
@@ -202,6 +251,9 @@ class GroupApi:
                 continue
             if tp in twice:
                 answer.error_code = errors.InvalidRequestError.code
+            elif tp in unstable:
+                answer.error_code = errors.UnstableOffsetCommitError.code
+                value = None
             if value is None:  # none committed (or asked twice): -1 and no error, as Kafka
                 answer.committed_offset = answer.committed_leader_epoch = -1
             else:
@@ -339,8 +391,10 @@ class GroupApi:
 def _failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
     """The answer of a whole request that failed with `exc`: on every partition of a commit
     (Kafka's OffsetCommit has no group-level code), at the group level otherwise."""
-    if method == "OffsetCommit":
-        response = pb.OffsetCommitResponse()
+    if method in ("OffsetCommit", "TxnOffsetCommit"):
+        response = (
+            pb.OffsetCommitResponse() if method == "OffsetCommit" else pb.TxnOffsetCommitResponse()
+        )
         answers = Answers(response)
         for tp, _ in each_once(partitions_of(request.topics))[0].items():
             answer = answers.add(tp)

@@ -76,6 +76,8 @@ class _Append:
     #: The set as the table takes it, when the records are a planned commit: applied from it,
     #: not decoded, once committed.
     commit_set: CommitSet | None = None
+    #: (producer id, epoch) of a TxnOffsetCommit: the set is a transactional batch of its own.
+    producer: tuple[int, int] | None = None
 
 
 @dataclass
@@ -266,35 +268,33 @@ class GroupCoordinatorDriver:
                 self._drop(led, "leadership moved")
                 continue
             limit = led.replica.log.config.max_message_bytes
-            for batch, count, chunk in _batches(appends, limit):
-                try:
-                    produced = led.replica.propose(batch, acks=-1)
-                except errors.TidelogError as exc:
-                    _settle(chunk, exc)
-                    continue
-                assert produced.done is not None
-                result = (produced.done, produced.base_offset + count - 1)
-                sets = [append.commit_set for append in chunk if append.commit_set is not None]
-                if len(sets) == len(chunk):
-                    led.planned[produced.base_offset] = PlannedBatch(led.epoch, count, sets)
-                for append in chunk:
-                    if append.proposed is not None and not append.proposed.done():
-                        append.proposed.set_result(result)
+            plain = [append for append in appends if append.producer is None]
+            for append in appends:
+                if append.producer is not None:
+                    pid, epoch = append.producer
+                    batch = build_batch(append.records, producer_id=pid, producer_epoch=epoch,
+                                        transactional=True)
+                    _propose(led, batch, len(append.records), [append])
+            if plain:
+                for batch, count, chunk in _batches(plain, limit):
+                    _propose(led, batch, count, chunk)
 
     async def _append(
         self, led: _Led, records: list[RecordInput], group: str | None,
-        commit_set: CommitSet | None = None,
+        commit_set: CommitSet | None = None, producer: tuple[int, int] | None = None,
     ) -> None:
         """Append `records` as one set with the next round, and return once they are committed
         and applied. Raises the append's error as kafka-reference §7.5 maps it (new
         coordinator); `group` is marked unstable meanwhile. `commit_set`: the records as the
-        table takes them (a planned commit), so that the state need not decode them."""
+        table takes them (a planned commit), so that the state need not decode them. With
+        `producer` (id, epoch), the set is a transactional batch of that producer
+        (TxnOffsetCommit), which the table takes only with its COMMIT marker."""
         loop = asyncio.get_running_loop()
         proposed: asyncio.Future[tuple[asyncio.Future[None], int]] = loop.create_future()
         settled: asyncio.Future[None] = loop.create_future()
         unstable = led.unstable.setdefault(group, set()) if group is not None else set()
         unstable.add(settled)
-        led.pending.append(_Append(records, proposed, commit_set))
+        led.pending.append(_Append(records, proposed, commit_set, producer))
         self.replicas.wake()
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -345,27 +345,48 @@ class GroupCoordinatorDriver:
         consumer group, that of a member or epoch it does not know (`generation` is the
         member epoch then, as in Kafka's OffsetCommit v9)."""
         led = self._coordinating(group)
-        if led.state.consumer_groups.validate_offset_commit(group, member_id, generation):
-            pass
-        elif generation >= 0:
-            # Every group here is a simple group, with no members and no generation: Kafka's
-            # classic coordinator refuses a generation for a group it does not know, and a
-            # member it does not know for one it does (kafka-reference §7.5).
-            if led.state.fetch(group, None):
-                raise errors.UnknownMemberIdError(f"group {group!r} has no members")
-            raise errors.IllegalGenerationError(
-                f"group {group!r} does not exist, generation {generation} cannot be checked"
-            )
+        _check_member(led, group, generation, member_id)
+        return await self._commit(led, group, offsets, None)
+
+    async def txn_commit(
+        self, group: str, producer_id: int, producer_epoch: int, generation: int,
+        offsets: Mapping[TopicPartition, PartitionOffsets], member_id: str = "",
+    ) -> dict[TopicPartition, errors.TidelogError | None]:
+        """TxnOffsetCommit (kafka-reference §8.5): `offsets` as a transactional batch of the
+        producer, answered once committed; they stay pending (`txn_offsets`) until the
+        transaction's marker lands on the partition. A member epoch the consumer group refuses
+        is ILLEGAL_GENERATION here, as in Kafka; an epoch older than the producer's last on the
+        partition is INVALID_PRODUCER_EPOCH."""
+        led = self._coordinating(group)
+        try:
+            _check_member(led, group, generation, member_id)
+        except errors.StaleMemberEpochError as exc:
+            raise errors.IllegalGenerationError(str(exc)) from None
+        return await self._commit(led, group, offsets, (producer_id, producer_epoch))
+
+    async def _commit(
+        self, led: _Led, group: str, offsets: Mapping[TopicPartition, PartitionOffsets],
+        producer: tuple[int, int] | None,
+    ) -> dict[TopicPartition, errors.TidelogError | None]:
         plan = led.state.plan_commit(group, offsets, wall_clock_ms())
         results: dict[TopicPartition, errors.TidelogError | None] = {
             tp: plan.refused.get(tp) for tp in offsets
         }
         if plan.records:
             try:
-                await self._append(led, plan.records, group, plan.commit_set)
+                await self._append(
+                    led, plan.records, group, plan.commit_set if producer is None else None,
+                    producer,
+                )
             except errors.TidelogError as exc:
                 return {tp: error or exc for tp, error in results.items()}
         return results
+
+    def pending_txn_partitions(self, group: str) -> set[TopicPartition]:
+        """The partitions `group` has TxnOffsetCommit offsets pending for (waiting for their
+        transaction's marker): OffsetFetch with require_stable answers them
+        UNSTABLE_OFFSET_COMMIT."""
+        return self._coordinating(group).state.txn_offsets.partitions(group)
 
     async def fetch(
         self, group: str, partitions: Iterable[TopicPartition] | None, require_stable: bool
@@ -473,6 +494,22 @@ class GroupCoordinatorDriver:
             log.info("%s: %d expired offsets deleted", led.tp, expired)
 
 
+def _check_member(led: _Led, group: str, generation: int, member_id: str) -> None:
+    """A commit's member and generation: a consumer group checks its own (raising
+    UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH)."""
+    if led.state.consumer_groups.validate_offset_commit(group, member_id, generation):
+        return
+    if generation >= 0:
+        # Every other group here is a simple group, with no members and no generation: Kafka's
+        # classic coordinator refuses a generation for a group it does not know, and a member
+        # it does not know for one it does (kafka-reference §7.5).
+        if led.state.fetch(group, None):
+            raise errors.UnknownMemberIdError(f"group {group!r} has no members")
+        raise errors.IllegalGenerationError(
+            f"group {group!r} does not exist, generation {generation} cannot be checked"
+        )
+
+
 def coordinator_error(exc: errors.TidelogError) -> errors.TidelogError:
     """An append's (or a read index's) error as the coordinator answers it, kafka-reference
     §7.5 (the new coordinator's `CoordinatorOperationExceptionHelper`)."""
@@ -533,6 +570,24 @@ def _settle(appends: Iterable[_Append], exc: errors.TidelogError) -> None:
             append.proposed.set_exception(exc)
         elif append.proposed is None:
             log.warning("offsets records not appended: %s", exc)
+
+
+def _propose(led: _Led, batch: bytes, count: int, chunk: list[_Append]) -> None:
+    """Propose one batch of `count` records holding the sets of `chunk`, and tell them; the
+    planned sets of a batch made of planned commits only are kept for its apply."""
+    try:
+        produced = led.replica.propose(batch, acks=-1, from_client=False)
+    except errors.TidelogError as exc:
+        _settle(chunk, exc)
+        return
+    assert produced.done is not None
+    result = (produced.done, produced.base_offset + count - 1)
+    sets = [append.commit_set for append in chunk if append.commit_set is not None]
+    if len(sets) == len(chunk):
+        led.planned[produced.base_offset] = PlannedBatch(led.epoch, count, sets)
+    for append in chunk:
+        if append.proposed is not None and not append.proposed.done():
+            append.proposed.set_result(result)
 
 
 def _batches(appends: list[_Append], limit: int) -> Iterator[tuple[bytes, int, list[_Append]]]:

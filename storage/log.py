@@ -355,7 +355,12 @@ class Log:
             return
         if not header.is_transactional:
             return  # an epoch marker
-        control_type, coordinator_epoch = control_record_of(buf, pos, header)
+        try:
+            control_type, coordinator_epoch = control_record_of(buf, pos, header)
+        except CorruptMessageError as exc:  # a marker whose record does not parse decides nothing
+            log.warning("%s: marker at offset %d skipped: %s", self.directory.name,
+                        header.base_offset, exc)
+            return
         done = state.update_marker(header, control_type, coordinator_epoch, self._high_watermark)
         if done is None or not done.aborted:
             return

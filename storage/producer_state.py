@@ -38,6 +38,7 @@ import crc32c
 from tidelog import errors
 from tidelog.records import (
     NO_PRODUCER_ID,
+    NO_SEQUENCE,
     BatchHeader,
     ControlType,
 )
@@ -136,6 +137,15 @@ class ProducerStateManager:
         if header.producer_id == NO_PRODUCER_ID or header.is_control:
             return None
         entry = self.producers.get(header.producer_id)
+        if header.base_sequence == NO_SEQUENCE:
+            # A node's own batch for the producer (TxnOffsetCommit's records): no sequence to
+            # check, only the epoch (clients' batches always carry one: `validate_batch`).
+            if entry is not None and header.producer_epoch < entry.producer_epoch:
+                raise errors.InvalidProducerEpochError(
+                    f"producer {header.producer_id} epoch {header.producer_epoch} is older "
+                    f"than {entry.producer_epoch}"
+                )
+            return None
         if entry is None or header.producer_epoch > entry.producer_epoch:
             if header.base_sequence != 0:
                 raise errors.OutOfOrderSequenceNumberError(
@@ -198,6 +208,8 @@ class ProducerStateManager:
             )
         if header.is_transactional and entry.txn_first_offset == NO_TXN:
             entry.txn_first_offset = self._open[header.producer_id] = header.base_offset
+        if header.base_sequence == NO_SEQUENCE:
+            return  # nothing to deduplicate it against
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence, last_seq_of(header), header.base_offset,

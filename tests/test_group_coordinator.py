@@ -577,18 +577,6 @@ def test_bytes_that_are_no_batch_stop_the_apply_without_raising(
     assert state.fetch("g", [TP0]) == {TP0: CommittedOffset(5, -1, "")}
 
 
-def test_a_transactional_batch_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
-    state = GroupCoordinatorState(CONFIG)
-    data = assign_offsets(
-        build_batch([_record(GOOD_KEY, GOOD)], producer_id=1, producer_epoch=0,
-                    base_sequence=0, transactional=True), 0, 0,
-    )
-    with caplog.at_level(logging.WARNING):
-        state.apply(data)
-    assert "transactional" in caplog.text
-    assert state.groups() == [] and state.applied_offset == 0
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.binary(min_size=1, max_size=300))
 def test_random_bytes_never_raise(data: bytes) -> None:

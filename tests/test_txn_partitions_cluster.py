@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from offsets_helpers import coordinator as offsets_coordinator
 
 from tidelog import Client, TopicPartition, errors
 from tidelog.commands import cluster_status
@@ -32,7 +34,7 @@ _METHOD = "/tidelog.v1.RaftTransport/WriteTxnMarkers"
 
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, object]:
-    return {"nodes": 3}
+    return {"nodes": 3, "offsets_topic_num_partitions": 1}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,7 @@ class Coordinator:
 
     def write(
         self, node: int, pid: int, epoch: int, commit: bool, partitions: list[int],
-        coordinator_epoch: int = 0,
+        coordinator_epoch: int = 0, topic: str = TOPIC,
     ) -> dict[int, int]:
         """One WriteTxnMarkers call; the error code of each partition."""
         channel = self._channels.get(node)
@@ -70,7 +72,7 @@ class Coordinator:
         marker = rpb.WritableTxnMarker(
             producer_id=pid, producer_epoch=epoch, transaction_result=commit,
             coordinator_epoch=coordinator_epoch,
-            topics=[rpb.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=partitions)],
+            topics=[rpb.WritableTxnMarkerTopic(name=topic, partition_indexes=partitions)],
         )
         response = call(rpb.WriteTxnMarkersRequest(markers=[marker]), timeout=15)
         [result] = response.markers
@@ -78,7 +80,7 @@ class Coordinator:
         return {p.partition_index: p.error_code for t in result.topics for p in t.partitions}
 
     def end(self, pid: int, epoch: int, commit: bool, partitions: list[int],
-            coordinator_epoch: int = 0) -> None:
+            coordinator_epoch: int = 0, topic: str = TOPIC) -> None:
         """Markers on every partition, each at its leader, retried as Kafka's coordinator
         retries (NOT_LEADER_OR_FOLLOWER, timeouts, a node that is down) until all are
         written."""
@@ -86,11 +88,12 @@ class Coordinator:
 
         def written() -> bool:
             for p in sorted(pending):
-                leader = self.cluster.leader_of((TOPIC, p))
+                leader = self.cluster.leader_of((topic, p))
                 if leader is None or not self.cluster.is_running(leader):
                     continue
                 try:
-                    code = self.write(leader, pid, epoch, commit, [p], coordinator_epoch)[p]
+                    code = self.write(leader, pid, epoch, commit, [p], coordinator_epoch,
+                                      topic)[p]
                 except grpc.RpcError:
                     continue
                 if code == 0:
@@ -189,7 +192,8 @@ def test_lso_stops_at_open_transactions_and_markers_decide_them(
     code = produce(raw, 0, [b"x"], pid=1000, transactional=False)[0]
     assert code == errors.InvalidTxnStateError.code
 
-    # cluster status shows LSO < HW on every replica (followers too, once they hold it all).
+    # cluster status shows LSO < HW on every replica (followers too, once they hold it
+    # all), and the leader's metrics too.
     def status_shows_open() -> bool:
         state = cluster_status.gather(cluster.bootstrap, Security())
         assert state is not None
@@ -199,9 +203,17 @@ def test_lso_stops_at_open_transactions_and_markers_decide_them(
         )
 
     wait_for(status_shows_open, 30, "every replica's LSO below its HW")
+    leader0 = cluster.leader_of((TOPIC, 0))
+    assert leader0 is not None
+    with urllib.request.urlopen(f"http://{cluster.metrics_address(leader0)}/metrics") as page:
+        text = page.read().decode()
+    labels = f'{{partition="0",topic="{TOPIC}"}}'
+    gauges = {name: float(line.split()[-1]) for line in text.splitlines()
+              for name in ("high_watermark", "last_stable_offset")
+              if line.startswith(f"tidelog_partition_{name}{labels}")}
+    assert gauges["last_stable_offset"] == firsts[0] < gauges["high_watermark"], gauges
 
     # A non-leader refuses the marker; a leader writes it (commit) and answers once committed.
-    leader0 = cluster.leader_of((TOPIC, 0))
     other = next(n for n in cluster.node_ids if n != leader0)
     assert coordinator.write(other, 1000, 0, True, [0], 5) == {0: 6}
     coordinator.end(1000, 0, True, all_parts, coordinator_epoch=5)
@@ -271,3 +283,41 @@ def test_a_leader_killed_while_markers_are_written_loses_none(
         assert got[-3:] == expected[p], got
     cluster.restart(victim)
     raw.wait_leaders(TOPIC, PARTITIONS)
+
+
+def test_txn_offset_commit_is_pending_until_its_commit_marker(
+    cluster: LocalCluster, raw: Raw, coordinator: Coordinator
+) -> None:
+    """KIP-447 on the group coordinator: offsets committed in a transaction are invisible to
+    OffsetFetch (UNSTABLE_OFFSET_COMMIT with require_stable) until the producer's COMMIT marker
+    lands on the group's __consumer_offsets partition; an ABORT drops them."""
+    group = "txn-group"
+    node = offsets_coordinator(raw, group, cluster.node_ids)  # creates __consumer_offsets
+
+    def txn_commit(pid: int, offset: int) -> None:
+        request = tidelog_pb2.TxnOffsetCommitRequest(
+            transactional_id=f"t{pid}", group_id=group, producer_id=pid, producer_epoch=0,
+            topics=[tidelog_pb2.OffsetCommitTopic(name=TOPIC, partitions=[
+                tidelog_pb2.OffsetCommitPartition(partition=0, committed_offset=offset)])],
+        )
+        answer = raw.stub(cluster.node_ids[0]).TxnOffsetCommit(request, timeout=30)
+        assert [p.error_code for t in answer.topics for p in t.partitions] == [0], answer
+
+    def committed(require_stable: bool) -> tuple[int, int]:
+        request = tidelog_pb2.OffsetFetchRequest(
+            group_id=group, require_stable=require_stable,
+            topics=[tidelog_pb2.OffsetFetchTopic(name=TOPIC, partitions=[0])],
+        )
+        answer = raw.stub(node).OffsetFetch(request, timeout=30)
+        assert answer.error_code == 0, answer
+        [part] = [p for t in answer.topics for p in t.partitions]
+        return part.error_code, part.committed_offset
+
+    txn_commit(6000, 3)  # through node 1, forwarded to the coordinator
+    assert committed(require_stable=True) == (errors.UnstableOffsetCommitError.code, -1)
+    assert committed(require_stable=False) == (0, -1)
+    coordinator.end(6000, 0, True, [0], topic="__consumer_offsets")
+    assert committed(require_stable=True) == (0, 3)
+    txn_commit(6001, 9)
+    coordinator.end(6001, 0, False, [0], topic="__consumer_offsets")
+    assert committed(require_stable=True) == (0, 3)

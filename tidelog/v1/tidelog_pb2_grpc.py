@@ -121,6 +121,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnResponse.FromString,
                 _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/tidelog.v1.Tidelog/TxnOffsetCommit',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
         self.EndTxn = channel.unary_unary(
                 '/tidelog.v1.Tidelog/EndTxn',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnRequest.SerializeToString,
@@ -271,6 +276,16 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TxnOffsetCommit(self, request, context):
+        """Commits a consumer group's offsets inside the producer's transaction (Kafka's api 28), at
+        the group's coordinator: they stay pending, invisible to OffsetFetch, until the
+        transaction's COMMIT marker lands on the group's __consumer_offsets partition; an ABORT
+        drops them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def EndTxn(self, request, context):
         """Commits or aborts the producer's ongoing transaction.
         """
@@ -387,6 +402,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.AddOffsetsToTxn,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.TxnOffsetCommitResponse.SerializeToString,
             ),
             'EndTxn': grpc.unary_unary_rpc_method_handler(
                     servicer.EndTxn,
@@ -870,6 +890,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/AddOffsetsToTxn',
             tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/TxnOffsetCommit',
+            tidelog_dot_v1_dot_tidelog__pb2.TxnOffsetCommitRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.TxnOffsetCommitResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,153 @@
+"""read_committed against read_uncommitted consume of a log with 10% aborted transactions
+(issue 16's second benchmark; goal >= 0.9), in one run.
+
+One node, one partition. The log is written once: ``--txns`` transactions of ``--records``
+records of 1 KiB, each a transactional batch of its own producer ended by a marker that this
+process writes as a transaction coordinator would (node-to-node WriteTxnMarkers on the node's
+internal listener); every tenth transaction is aborted, so the .txnindex holds one entry per
+ten transactions and every read_committed Fetch answer carries the aborted ones it overlaps.
+Then the whole log is consumed from the start by a fresh `Client` consumer, alternately
+read_uncommitted and read_committed, ``--rounds`` times each: the figure is the median time
+to reach the log end, and the ratio is read_uncommitted's median over read_committed's (the
+read_committed consumer's speed over the same log bytes, relative to the other's; it returns
+10% fewer records, which it must skip, not save). Each round also checks what it read: every
+committed record, and under read_committed no aborted one.
+
+Run: ``.venv/bin/python bench/transactions.py [--quick] [--txns N] [--records N] [--rounds N]``.
+``--quick`` is a smoke test (seconds) whose figures mean little. Figures are printed, never
+asserted: exit 1 only when something went wrong (an error answer, records missing or aborted
+records read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+# Run as a script, this file's directory comes first on sys.path; keep the repository's.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+import grpc  # noqa: E402
+
+from tidelog import Client, TopicPartition  # noqa: E402
+from tidelog.records import RecordInput, build_batch  # noqa: E402
+from tidelog.testing import LocalCluster, Raw  # noqa: E402
+from tidelog.v1 import raft_pb2 as rpb  # noqa: E402
+
+TOPIC = "bench-txn"
+TP = TopicPartition(TOPIC, 0)
+VALUE_BYTES = 1024
+ABORT_EVERY = 10
+_METHOD = "/tidelog.v1.RaftTransport/WriteTxnMarkers"
+
+
+class BenchError(Exception):
+    pass
+
+
+def write_log(cluster: LocalCluster, raw: Raw, txns: int, records: int) -> tuple[int, int]:
+    """The transactions, each aborted when its index is a multiple of ABORT_EVERY; returns
+    (the log end offset, the committed records written)."""
+    node = cluster.node_ids[0]
+    channel = grpc.insecure_channel(cluster.internal_address_of(node))
+    markers = channel.unary_unary(
+        _METHOD,
+        request_serializer=rpb.WriteTxnMarkersRequest.SerializeToString,
+        response_deserializer=rpb.WriteTxnMarkersResponse.FromString,
+    )
+    committed = 0
+    try:
+        for i in range(txns):
+            pid, commit = 10_000 + i, i % ABORT_EVERY != 0
+            now = int(time.time() * 1000)
+            values = [b"%c%08d-%06d" % (b"c" if commit else b"a", i, j) + b"x" * VALUE_BYTES
+                      for j in range(records)]
+            batch = build_batch([RecordInput(v, None, now) for v in values], producer_id=pid,
+                                producer_epoch=0, base_sequence=0, transactional=True)
+            answer = raw.produce(node, TOPIC, 0, batch)
+            if answer.error_code:
+                raise BenchError(f"produce of transaction {i}: error {answer.error_code}")
+            request = rpb.WriteTxnMarkersRequest(markers=[rpb.WritableTxnMarker(
+                producer_id=pid, producer_epoch=0, transaction_result=commit,
+                topics=[rpb.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=[0])],
+            )])
+            result = markers(request, timeout=30)
+            codes = [p.error_code for m in result.markers for t in m.topics for p in t.partitions]
+            if codes != [0]:
+                raise BenchError(f"marker of transaction {i}: {codes}")
+            committed += records if commit else 0
+    finally:
+        channel.close()
+    end = raw.list_offset(node, TOPIC, 0, -1, isolation=1)
+    if end.error_code:
+        raise BenchError(f"ListOffsets: error {end.error_code}")
+    return end.offset, committed
+
+
+def consume(cluster: LocalCluster, isolation: str, end: int) -> tuple[float, int, int]:
+    """(seconds to reach `end`, records read, aborted records read) of a fresh consumer."""
+    with Client(cluster.bootstrap) as client:
+        consumer = client.consumer(auto_offset_reset="earliest", isolation_level=isolation)
+        consumer.assign([TP])
+        read = aborted = 0
+        started = time.perf_counter()
+        deadline = time.monotonic() + 300
+        while consumer.position(TP) < end:
+            if time.monotonic() > deadline:
+                raise BenchError(f"{isolation}: stuck at {consumer.position(TP)} of {end}")
+            for record in consumer.poll(timeout_ms=500):
+                read += 1
+                aborted += record.value is not None and record.value[:1] == b"a"
+        return time.perf_counter() - started, read, aborted
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes")
+    parser.add_argument("--txns", type=int, default=400)
+    parser.add_argument("--records", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if args.quick:
+        args.txns, args.records, args.rounds = 20, 10, 1
+    print(f"# bench/transactions.py {datetime.now(UTC).isoformat(timespec='seconds')} "
+          f"python {platform.python_version()} cpus {os.cpu_count()} "
+          f"load {os.getloadavg()[0]:.1f}")
+    print(f"log: {args.txns} transactions of {args.records} records of {VALUE_BYTES} B, "
+          f"1 in {ABORT_EVERY} aborted")
+    try:
+        with LocalCluster(nodes=1) as cluster, Raw(cluster) as raw:
+            raw.create_topic(TOPIC, 1, 1)
+            started = time.perf_counter()
+            end, committed = write_log(cluster, raw, args.txns, args.records)
+            print(f"written in {time.perf_counter() - started:.1f}s; log end offset {end}")
+            times: dict[str, list[float]] = {"read_uncommitted": [], "read_committed": []}
+            total = args.txns * args.records
+            for _ in range(args.rounds):
+                for isolation, expected in (("read_uncommitted", total),
+                                            ("read_committed", committed)):
+                    seconds, read, aborted = consume(cluster, isolation, end)
+                    if read != expected or (isolation == "read_committed" and aborted):
+                        raise BenchError(f"{isolation}: read {read} records ({aborted} "
+                                         f"aborted), expected {expected}")
+                    times[isolation].append(seconds)
+    except BenchError as exc:
+        print(f"FAILED: {exc}")
+        return 1
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    for isolation, median in medians.items():
+        print(f"{isolation}: median {median:.3f}s over {args.rounds} round(s) "
+              f"({args.txns * args.records / median:,.0f} log records/s)")
+    print(f"ratio read_committed/read_uncommitted consume speed: "
+          f"{medians['read_uncommitted'] / medians['read_committed']:.3f} (goal >= 0.9)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
