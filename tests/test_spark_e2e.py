@@ -226,6 +226,25 @@ def test_batch_and_streaming_write(
     assert sorted(r.value for r in copied) == sorted(event(i)["value"] for i in range(EVENTS))
 
 
+def test_write_and_read_back_over_mutual_tls(spark: SparkSession, tmp_path: Path) -> None:
+    """A cluster with TLS on every listener and client certificates required: the sink's and
+    the source's clients, built on the executors, connect with the tidelog.security.protocol
+    and tidelog.ssl.* options (a plaintext client's refusal is tests/test_tls_cluster.py's)."""
+    with LocalCluster(1, tmp_path / "tls-cluster", tls=True) as cluster, \
+            Client(cluster.bootstrap, **cluster.client_options) as client:
+        client.create_topic("sealed", partitions=2, replication_factor=1)
+        tls = {f"tidelog.{key.replace('_', '.', 1)}": value
+               for key, value in cluster.client_options.items()}
+        rows = [(b"k%d" % i, f"v{i}", i % 2) for i in range(20)]
+        df = spark.createDataFrame(rows, "key binary, value string, partition int")
+        (df.write.format("tidelog").mode("append").options(**tls)
+         .option("tidelog.bootstrap.servers", cluster.bootstrap).option("topic", "sealed")
+         .save())
+        read_back = read(spark, cluster, subscribe="sealed", **tls).selectExpr(
+            "key", "CAST(value AS STRING) AS value", "partition").collect()
+        assert sorted((r.key, r.value, r.partition) for r in read_back) == sorted(rows)
+
+
 def test_data_loss_fails_or_skips(
     spark: SparkSession, cluster: LocalCluster, client: Client
 ) -> None:

@@ -21,6 +21,7 @@ from tidelog.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
+from tidelog.transport import Security
 from tidelog.types import IsolationLevel, TopicPartition
 
 BASE = {"tidelog.bootstrap.servers": "127.0.0.1:7420", "subscribe": "events"}
@@ -83,6 +84,23 @@ def test_passthrough_settings_map_onto_the_client_configs() -> None:
 def test_unknown_or_rejected_passthrough_fails(key: str, match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         source(**{key: "1"})
+
+
+def test_tls_settings_reach_the_clients_of_source_and_sink_and_pickle() -> None:
+    """The executors build their clients from the pickled ClientConfig: its Security must
+    carry the TLS files there."""
+    tls = {"tidelog.security.protocol": "ssl", "tidelog.ssl.cafile": "/certs/ca.pem",
+           "tidelog.ssl.certfile": "/certs/client.pem", "tidelog.ssl.keyfile": "/certs/key.pem"}
+    expected = Security("SSL", "/certs/ca.pem", "/certs/client.pem", "/certs/key.pem")
+    opts = source(**tls)
+    assert opts.client.security == expected
+    assert pickle.loads(pickle.dumps(opts)).client.security == expected
+    assert parse_sink_options({**BASE, **tls, "topic": "out"}).client.security == expected
+    assert source().client.security == Security()  # PLAINTEXT unless told
+    with pytest.raises(ConfigurationError, match="need security_protocol='SSL'"):
+        source(**{"tidelog.ssl.cafile": "/certs/ca.pem"})
+    with pytest.raises(ConfigurationError, match=r"tidelog\.ssl\.keyfile"):
+        source(**{"tidelog.ssl.key": "/certs/key.pem"})
 
 
 def test_sink_refuses_weaker_acks() -> None:

@@ -64,6 +64,17 @@ _TRANSPORT_FAILURES = {
 }
 
 
+#: The TLS settings under the names of properties files (the node's own names for them, as
+#: ``--command-config`` files and the Spark data source's ``tidelog.``-prefixed options spell
+#: them) -> Security's fields.
+SECURITY_SETTINGS = {
+    "security.protocol": "security_protocol",
+    "ssl.cafile": "ssl_cafile",
+    "ssl.certfile": "ssl_certfile",
+    "ssl.keyfile": "ssl_keyfile",
+}
+
+
 @dataclass(frozen=True)
 class Security:
     """How the client talks to the nodes' client listeners: kafka-python's

@@ -31,15 +31,6 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     add_security(parser)
 
 
-#: --command-config keys (the node's own names for them) -> Security's fields.
-_SECURITY_KEYS = {
-    "security.protocol": "security_protocol",
-    "ssl.cafile": "ssl_cafile",
-    "ssl.certfile": "ssl_certfile",
-    "ssl.keyfile": "ssl_keyfile",
-}
-
-
 def add_security(parser: argparse.ArgumentParser) -> None:
     """How to reach TLS listeners: kafka-python's names as flags, or Kafka tools'
     ``--command-config`` properties file (flags win over it)."""
@@ -58,18 +49,18 @@ def add_security(parser: argparse.ArgumentParser) -> None:
 
 def security_for(args: argparse.Namespace) -> Security:
     from tidelog.properties import read_properties
-    from tidelog.transport import Security
+    from tidelog.transport import SECURITY_SETTINGS, Security
 
     settings: dict[str, str] = {}
     if args.command_config is not None:
         for key, value in read_properties(args.command_config).items():
-            if key not in _SECURITY_KEYS:
+            if key not in SECURITY_SETTINGS:
                 raise ConfigurationError(
                     f"--command-config {args.command_config}: unknown setting {key!r} (known: "
-                    f"{', '.join(_SECURITY_KEYS)})"
+                    f"{', '.join(SECURITY_SETTINGS)})"
                 )
-            settings[_SECURITY_KEYS[key]] = value.strip()
-    for name in _SECURITY_KEYS.values():
+            settings[SECURITY_SETTINGS[key]] = value.strip()
+    for name in SECURITY_SETTINGS.values():
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     return Security(**settings)

@@ -7,6 +7,11 @@ names up lower-cased. Options Spark's Kafka source passes through to the Kafka c
 dataclasses by name (``tidelog.request.timeout.ms`` -> ``ClientConfig.request_timeout_ms``), so a
 typo is an error instead of a silently ignored setting. ``kafka.isolation.level`` is accepted as
 an alias of ``tidelog.isolation.level``, the one pass-through a Kafka job is likely to carry.
+
+TLS is set the same way, under the names of a client's properties file:
+``tidelog.security.protocol`` (PLAINTEXT or SSL), ``tidelog.ssl.cafile``, ``tidelog.ssl.certfile``
+and ``tidelog.ssl.keyfile`` (PEM files, paths as the executors see them: each executor builds its
+own clients from the pickled ``ClientConfig``, which carries them).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from tidelog.client import ClientConfig
 from tidelog.consumer import ConsumerConfig
 from tidelog.errors import ConfigurationError
 from tidelog.producer import ProducerConfig
+from tidelog.transport import SECURITY_SETTINGS, Security
 from tidelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, IsolationLevel, TopicPartition
 
 PREFIX = "tidelog."
@@ -346,9 +352,9 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
 def _client_config(
     opts: Mapping[str, str], role: type[Any]
 ) -> tuple[ClientConfig, dict[str, Any]]:
-    """The client's config from ``tidelog.*`` options, plus the integer settings of `role`
-    (ConsumerConfig or ProducerConfig) given the same way; anything else under the prefix is
-    an error naming what is accepted."""
+    """The client's config from ``tidelog.*`` options (its TLS settings among them), plus the
+    integer settings of `role` (ConsumerConfig or ProducerConfig) given the same way; anything
+    else under the prefix is an error naming what is accepted."""
     bootstrap = opts.get(BOOTSTRAP, "").strip()
     if not bootstrap:
         raise ConfigurationError(f"Option '{BOOTSTRAP}' must be specified (HOST:PORT,...)")
@@ -356,6 +362,7 @@ def _client_config(
     role_names = _int_settings(role)
     client_kwargs: dict[str, Any] = {}
     role_kwargs: dict[str, Any] = {}
+    security_kwargs: dict[str, str] = {}
     for key, value in sorted(opts.items()):
         if not key.startswith(PREFIX) or key in (BOOTSTRAP, ISOLATION):
             continue
@@ -363,20 +370,25 @@ def _client_config(
         if setting in _REJECTED:
             raise ConfigurationError(f"option '{key}' is not supported. {_REJECTED[setting]}")
         name = setting.replace(".", "_")
-        if name in client_names:
+        if setting in SECURITY_SETTINGS:
+            security_kwargs[SECURITY_SETTINGS[setting]] = value.strip()
+        elif name in client_names:
             client_kwargs[name] = _to_int(key, value)
         elif name in role_names:
             role_kwargs[name] = _to_int(key, value)
         else:
-            known = ", ".join(
-                sorted(PREFIX + n.replace("_", ".") for n in (*client_names, *role_names))
-            )
+            known = ", ".join(sorted(
+                [PREFIX + n.replace("_", ".") for n in (*client_names, *role_names)]
+                + [PREFIX + n for n in SECURITY_SETTINGS]
+            ))
             raise ConfigurationError(
                 f"unknown option '{key}'; besides {BOOTSTRAP} and {ISOLATION} the "
                 f"accepted {PREFIX}* options are: {known}"
             )
     addresses = tuple(a.strip() for a in bootstrap.split(",") if a.strip())
-    return ClientConfig(bootstrap=addresses, **client_kwargs), role_kwargs
+    return ClientConfig(
+        bootstrap=addresses, security=Security(**security_kwargs), **client_kwargs
+    ), role_kwargs
 
 
 def _int_settings(config: type[Any]) -> set[str]:
