@@ -58,6 +58,7 @@ ANONYMOUS = "User:ANONYMOUS"
 TOPIC_DENIED = errors.TopicAuthorizationFailedError.code
 GROUP_DENIED = errors.GroupAuthorizationFailedError.code
 CLUSTER_DENIED = errors.ClusterAuthorizationFailedError.code
+TXN_DENIED = errors.TransactionalIdAuthorizationFailedError.code
 OPTIONS = {"nodes": 3, "offsets_topic_num_partitions": 3,
            "allow_everyone_if_no_acl_found": "false"}
 
@@ -252,6 +253,27 @@ def test_admin_requests_need_the_cluster(restricted: Raw) -> None:
     assert removed.topics[0].error_code == TOPIC_DENIED
     producer_id = stub.InitProducerId(pb.InitProducerIdRequest(), timeout=30)
     assert producer_id.error_code == 0  # WRITE on topic w is enough (no IDEMPOTENT_WRITE)
+
+
+def test_a_transactional_id_needs_write_on_it(restricted: Raw) -> None:
+    """ANONYMOUS holds no ACL on any transactional id: InitProducerId and FindCoordinator
+    (key type 1) naming one get 53, and a Produce carrying one is refused whole with 53 (the
+    topic w it may write too), before anything is written."""
+    stub = restricted.stub(1)
+    answer = stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="tx"), timeout=30)
+    assert (answer.error_code, answer.producer_id, answer.producer_epoch) == (TXN_DENIED, -1, -1)
+    coordinator = stub.FindCoordinator(pb.FindCoordinatorRequest(key="tx", key_type=1),
+                                       timeout=10)
+    assert (coordinator.error_code, coordinator.node_id) == (TXN_DENIED, -1)
+    assert "User:ANONYMOUS is not authorized to DESCRIBE transactional id 'tx'" in \
+        coordinator.error_message
+    writer = leader(restricted, "w")
+    end_of_w = restricted.list_offset(writer, "w", 0, -1).offset
+    request = pb.ProduceRequest(transactional_id="tx", topics=[pb.TopicProduceData(
+        name="w", partitions=[pb.PartitionProduceData(records=make_batch([b"x"]))])])
+    assert by_partition(restricted.stub(writer).Produce(request, timeout=20))["w"].error_code \
+        == TXN_DENIED
+    assert restricted.list_offset(writer, "w", 0, -1).offset == end_of_w
 
 
 def test_a_client_cannot_claim_another_principal(restricted: Raw) -> None:
