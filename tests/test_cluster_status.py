@@ -19,7 +19,7 @@ from tidelog.commands.cluster_status import (
     ReplicaState,
     render,
 )
-from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
+from tidelog.testing import LocalCluster, Raw, make_batch, stop_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -33,12 +33,13 @@ def cluster_options() -> dict[str, Any]:
     return {"auto_leader_rebalance_enable": False, "replica_lag_max_ms": 1000}
 
 
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tidelog.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
 def status(cluster: LocalCluster, *extra: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", "cluster", "status", "--bootstrap",
-         cluster.bootstrap, *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )
+    done = cli("cluster", "status", "--bootstrap", cluster.bootstrap, *extra)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -160,17 +161,36 @@ def test_under_replicated_and_out_of_sync_rows_are_highlighted_with_the_lag() ->
     ]
 
 
-def test_status_of_a_tls_cluster_with_the_client_flags(tmp_path: Path) -> None:
-    with LocalCluster(1, tmp_path / "tls-cluster", tls=True) as cluster, Raw(cluster) as raw:
-        raw.create_topic("secret", 1, 1)
-        flags = [arg for key, value in cluster.client_options.items()
-                 for arg in (f"--{key.replace('_', '-')}", value)]
-        out = status(cluster, *flags)
+def test_cluster_up_tls_prints_the_flags_that_status_then_connects_with(tmp_path: Path) -> None:
+    """`cluster up --tls` is the whole secure setup: a throwaway CA, TLS with client
+    certificates required on both listeners, and the client flags printed (and written as a
+    --command-config file) for the other commands; status without them is one clear line."""
+    data_dir = tmp_path / "tls-cluster"
+    try:
+        up = cli("cluster", "up", "--tls", "--nodes", "1", "--data-dir", str(data_dir),
+                 "--base-port", "0", "--detach")
+        assert up.returncode == 0, up.stderr
+        bootstrap = up.stdout.strip()
+        properties = data_dir / "tls" / "client.properties"
+        assert "security.protocol=SSL" in properties.read_text()
+        assert f"--command-config {properties}" in up.stderr
+        printed = next(line for line in up.stderr.splitlines() if line.strip().startswith("CLI:"))
+        flags = printed.split("topic list", 1)[1].split()
+        assert flags[:2] == ["--bootstrap", bootstrap] and "--ssl-certfile" in flags
+        created = cli("topic", "create", "secret", "--replication-factor", "1", "--bootstrap",
+                      bootstrap, "--command-config", str(properties))
+        assert created.returncode == 0, created.stderr
+
+        def secret_led() -> str | None:
+            done = cli("cluster", "status", *flags)
+            assert done.returncode == 0, done.stderr
+            return done.stdout if rows(done.stdout, "secret")[1] else None
+
+        out = wait_for(secret_led, 60, "the topic's leader in the status table")
         _, replicas = rows(out, "secret")
         assert [r[3:] for r in replicas] == [["leader", "0", "0", "0", "0", "0"]], out
-        plaintext = subprocess.run(
-            [sys.executable, "-m", "tidelog.cli", "cluster", "status", "--bootstrap",
-             cluster.bootstrap], cwd=REPO, capture_output=True, text=True, timeout=60,
-        )
+        plaintext = cli("cluster", "status", "--bootstrap", bootstrap)
         assert plaintext.returncode == 2
         assert "no node reachable" in plaintext.stderr and "Traceback" not in plaintext.stderr
+    finally:
+        stop_cluster(data_dir, timeout=5)
