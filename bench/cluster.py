@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -393,25 +393,48 @@ class RawProduce:
     completed: int
     leaders: list[int]
     errors: Counter[str]
+    #: CPU seconds (user + system, every thread) spent during the measured window by the
+    #: processes of ``meter_pids`` together, and by this process (the client).
+    nodes_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+    #: MiB acknowledged in the measured window.
+    mib: float = 0.0
 
 
-def raw_produce(cluster: Nodes, topic: str, sizes: Sizes) -> RawProduce:
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all of its threads, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def raw_produce(
+    cluster: Nodes, topic: str, sizes: Sizes, meter_pids: Sequence[int] = ()
+) -> RawProduce:
     """acks=all Produce of one pre-built batch per request, ``sizes.inflight`` requests in
     flight per partition, each partition's requests sent to its leader (followed when it
     moves): the cluster's throughput with no client library in the way. bench/client.py
-    measures the client library against this same function."""
+    measures the client library against this same function. The CPU time of ``meter_pids``
+    (the nodes) and of this process is read at both ends of the measured window."""
     create_topic(cluster, topic, sizes.partitions)
     leaders = wait_leaders(cluster, topic, sizes.partitions)
     batch = make_batch(sizes.records_per_batch, wall_clock_ms(), random.randbytes(RECORD_BYTES))
     errors: Counter[str] = Counter()
 
-    async def run() -> Window:
+    async def run() -> tuple[Window, list[tuple[float, float]]]:
         channels = {
             n: cluster.security.aio_channel(cluster.address_of(n), CHANNEL_OPTIONS)
             for n in cluster.node_ids
         }
         stubs = {p: tidelog_pb2_grpc.TidelogStub(channels[n]) for p, n in enumerate(leaders)}
         window = Window(sizes.warmup_s, sizes.produce_s)
+        cpu: list[tuple[float, float]] = []
+
+        async def meter() -> None:
+            for moment in (window.start, window.end):
+                await asyncio.sleep(max(0.0, moment - time.perf_counter()))
+                times = os.times()
+                cpu.append((sum(cpu_seconds(pid) for pid in meter_pids),
+                            times.user + times.system))
 
         async def produce(partition: int) -> None:
             request = pb.ProduceRequest(acks=-1, timeout_ms=30_000, topics=[pb.TopicProduceData(
@@ -436,18 +459,20 @@ def raw_produce(cluster: Nodes, topic: str, sizes: Sizes) -> RawProduce:
                 await asyncio.sleep(0.05)
 
         try:
-            await asyncio.gather(*(
+            await asyncio.gather(meter(), *(
                 produce(p) for p in range(sizes.partitions) for _ in range(sizes.inflight)
             ))
         finally:
             for channel in channels.values():
                 await channel.close()
-        return window
+        return window, cpu
 
-    window = asyncio.run(run())
+    window, cpu = asyncio.run(run())
+    (nodes_before, client_before), (nodes_after, client_after) = cpu
     return RawProduce(window.per_second(len(batch) / MIB),
                       window.per_second(sizes.records_per_batch), window.completed, leaders,
-                      errors)
+                      errors, nodes_after - nodes_before, client_after - client_before,
+                      window.completed * len(batch) / MIB)
 
 
 def bench_produce(
@@ -469,23 +494,45 @@ def bench_produce(
 def bench_tls(sizes: Sizes, rounds: int) -> bool:
     """Produce throughput of a TLS cluster against a plaintext one, both running the whole
     time, measured in alternating rounds (each round a topic of its own), so that load from
-    elsewhere on the machine falls on both alike."""
-    results: dict[bool, list[float]] = {False: [], True: []}
+    elsewhere on the machine falls on both alike. Beside each round, the CPU time the three
+    nodes and the client spent per MiB acknowledged (from /proc): throughput on a shared
+    machine moves with the load, CPU per MiB much less, and the nodes and the client share
+    the cores, so their CPU per MiB is what decides the ratio once the cores are busy."""
+    results: dict[bool, list[RawProduce]] = {False: [], True: []}
     with LocalCluster(3) as plain, LocalCluster(3, tls=True) as tls:
+        print(f"\n## produce, TLS against plaintext: {sizes.records_per_batch} x {RECORD_BYTES} B "
+              f"records per batch, acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x "
+              f"{sizes.inflight} in flight, {sizes.produce_s:g} s after {sizes.warmup_s:g} s "
+              "warm-up per round")
+        print(f"{'round':<16} {'MiB/s':>8} {'records/s':>10} {'nodes CPU ms/MiB':>17} "
+              f"{'client CPU ms/MiB':>18} {'cores busy':>10}")
         for round_ in range(rounds):
             for cluster in (plain, tls):
-                raw = raw_produce(cluster, f"bench-tls-{round_}", sizes)
+                pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
+                raw = raw_produce(cluster, f"bench-tls-{round_}", sizes, pids)
                 if raw.completed == 0:
                     print(f"round {round_}: nothing completed ({dict(raw.errors)})")
                     return False
-                results[cluster.tls].append(raw.mib_s)
-                print(f"round {round_} {'TLS' if cluster.tls else 'plaintext':>9}: "
-                      f"{raw.mib_s:8.1f} MiB/s {raw.records_s:10.0f} records/s"
-                      + (f" (retried errors {dict(raw.errors)})" if raw.errors else ""))
-    plain_mib_s, tls_mib_s = (statistics.median(results[k]) for k in (False, True))
+                results[cluster.tls].append(raw)
+                print(f"{round_:<5} {'TLS' if cluster.tls else 'plaintext':>10} "
+                      f"{raw.mib_s:8.1f} {raw.records_s:10.0f} "
+                      f"{raw.nodes_cpu_s * 1000 / raw.mib:17.1f} "
+                      f"{raw.client_cpu_s * 1000 / raw.mib:18.1f} "
+                      f"{(raw.nodes_cpu_s + raw.client_cpu_s) / sizes.produce_s:10.2f}"
+                      + (f" (retried errors {dict(raw.errors)})" if raw.errors else ""),
+                      flush=True)
+
+    def median(tls_on: bool, figure: Callable[[RawProduce], float]) -> float:
+        return statistics.median(figure(raw) for raw in results[tls_on])
+
+    plain_mib_s, tls_mib_s = (median(k, lambda r: r.mib_s) for k in (False, True))
+    cpu = {k: (median(k, lambda r: r.nodes_cpu_s * 1000 / r.mib),
+               median(k, lambda r: r.client_cpu_s * 1000 / r.mib)) for k in (False, True)}
+    print(f"median CPU ms per MiB, nodes + client: plaintext {cpu[False][0]:.1f} + "
+          f"{cpu[False][1]:.1f}, TLS {cpu[True][0]:.1f} + {cpu[True][1]:.1f}; ratio of the sums "
+          f"plaintext/TLS {sum(cpu[False]) / sum(cpu[True]):.2f}")
+    print(f"median produce MiB/s: plaintext {plain_mib_s:.1f}, TLS {tls_mib_s:.1f}")
     ratio = tls_mib_s / plain_mib_s
-    print(f"median produce MiB/s, acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x "
-          f"{sizes.inflight} in flight: plaintext {plain_mib_s:.1f}, TLS {tls_mib_s:.1f}")
     print(f"ratio produce MiB/s TLS/plaintext: {ratio:.2f} (goal >= 0.8) {verdict(ratio >= 0.8)}")
     return True
 

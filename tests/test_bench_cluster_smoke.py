@@ -60,5 +60,6 @@ def test_quick_tls_benchmark_runs_and_prints_its_ratio() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert re.search(r"^round 0 +TLS: +\d+\.\d+ MiB/s", out, re.M)
+    assert re.search(r"^0 +TLS +\d+\.\d+ +\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+$", out, re.M)
+    assert re.search(r"^median CPU ms per MiB, nodes \+ client: plaintext \d", out, re.M)
     assert re.search(r"^ratio produce MiB/s TLS/plaintext: \d+\.\d+ \(goal >= 0\.8\)", out, re.M)
