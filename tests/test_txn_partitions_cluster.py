@@ -8,6 +8,7 @@ epochs; a leader killed while markers are written loses none of them."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import urllib.request
@@ -19,6 +20,11 @@ from offsets_helpers import coordinator as offsets_coordinator
 
 from tidelog import Client, TopicPartition, errors
 from tidelog.commands import cluster_status
+from tidelog.coordinator.controller import METADATA_TP
+from tidelog.node.config import NodeConfig
+from tidelog.node.routing import Routing
+from tidelog.node.security import PeerDialer
+from tidelog.node.txn_markers import TxnMarkers
 from tidelog.records import RecordInput, build_batch, iter_batches
 from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
 from tidelog.transport import Security
@@ -103,6 +109,34 @@ class Coordinator:
             return not pending
 
         wait_for(written, 60, f"markers of producer {pid} on {partitions}")
+
+
+def send_markers(
+    cluster: LocalCluster, raw: Raw, marker: rpb.WritableTxnMarker
+) -> dict[TopicPartition, int]:
+    """`marker` sent as a node's transaction coordinator sends it (`TxnMarkers.send`), from a
+    node of this process (id 99, no partitions) that knows the leaders from Metadata."""
+    config = NodeConfig(
+        node_id=99, listen="127.0.0.1:0", data_dir=cluster.data_dir / "markers-sender",
+        peers={n: cluster.internal_address_of(n) for n in cluster.node_ids},
+        client_addresses={n: cluster.address_of(n) for n in cluster.node_ids},
+    )
+    routing = Routing(config, {}, METADATA_TP)
+    for topic in marker.topics:
+        for p in raw.metadata(cluster.node_ids[0], topic.name).partitions:
+            routing.learn(p.leader_id, [rpb.LeaderAnnouncement(
+                group=rpb.GroupId(topic=topic.name, partition=p.partition),
+                epoch=p.leader_epoch,
+            )])
+
+    async def send() -> dict[TopicPartition, int]:
+        sender = TxnMarkers(config, {}, routing, PeerDialer(config))
+        try:
+            return await sender.send(marker, 30)
+        finally:
+            await sender.close()
+
+    return asyncio.run(send())
 
 
 @pytest.fixture(scope="module")
@@ -213,10 +247,15 @@ def test_lso_stops_at_open_transactions_and_markers_decide_them(
               if line.startswith(f"tidelog_partition_{name}{labels}")}
     assert gauges["last_stable_offset"] == firsts[0] < gauges["high_watermark"], gauges
 
-    # A non-leader refuses the marker; a leader writes it (commit) and answers once committed.
+    # A non-leader refuses the marker; the coordinator's sender (TxnMarkers.send) writes it
+    # (commit) at each leader, which answers once it is committed.
     other = next(n for n in cluster.node_ids if n != leader0)
     assert coordinator.write(other, 1000, 0, True, [0], 5) == {0: 6}
-    coordinator.end(1000, 0, True, all_parts, coordinator_epoch=5)
+    codes = send_markers(cluster, raw, rpb.WritableTxnMarker(
+        producer_id=1000, producer_epoch=0, transaction_result=True, coordinator_epoch=5,
+        topics=[rpb.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=all_parts)],
+    ))
+    assert codes == {TopicPartition(TOPIC, p): 0 for p in all_parts}, codes
     for p in all_parts:
         lso, hw = offsets(raw, p)
         assert lso == hw, (p, lso, hw)
