@@ -9,13 +9,14 @@ import pickle
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition, errors
 from tidelog.hashing import partition_for_key
 from tidelog.records import HEADER_SIZE, RECORD_OVERHEAD
-from tidelog.testing import LocalCluster, poll_records
+from tidelog.testing import LocalCluster, poll_records, wait_for
 from tidelog.types import ConsumerRecord
 
 pytestmark = pytest.mark.timeout(180)
@@ -247,6 +248,56 @@ def test_a_paused_leader_does_not_stall_a_lookup(client: Client, cluster: LocalC
         assert client.metadata.leader_for(tp) not in (None, victim)
     finally:
         cluster.resume(victim)
+
+
+def test_after_a_leader_dies_retries_follow_the_election_not_the_backoff(
+    client: Client, cluster: LocalCluster,
+) -> None:
+    """With a 20 s retry backoff, a retry that waited for it would come 16 s after the kill at
+    the earliest. The producer's send, a consumer's poll (of a record committed before the
+    kill) and a lookup all complete long before: each spends its backoff polling the nodes'
+    metadata and goes as soon as one names a leader other than the one that died."""
+    # Created by a client with the usual backoff: the creation waits for a leader.
+    client.create_topic("watched", partitions=1, replication_factor=3)
+    tp = TopicPartition("watched", 0)
+    with Client(cluster.bootstrap, retry_backoff_ms=20_000,
+                retry_backoff_max_ms=20_000) as patient:
+        producer = patient.producer(linger_ms=0)
+        consumer = patient.consumer()
+        victim: int | None = None
+        try:
+            producer.send("watched", b"first").result()
+            pending = producer.send("watched", b"pending").result().offset
+            consumer.assign([tp])
+            consumer.seek(tp, pending)
+            victim = patient.metadata.leader_for(tp)
+            assert victim is not None
+            cluster.kill(victim)
+
+            def polled() -> bool:
+                """Polls as long as a backoff (short polls would refresh at each return)."""
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    if any(r.offset == pending for r in consumer.poll(timeout_ms=30_000)):
+                        return True
+                return False
+
+            with ThreadPoolExecutor(3) as pool:
+                calls = [
+                    pool.submit(lambda: producer.send("watched", b"after").result()),
+                    pool.submit(polled),
+                    pool.submit(patient.list_offsets, {tp: OffsetSpec.latest()}),
+                ]
+                wait_for(lambda: all(c.done() for c in calls), timeout=12,
+                         what="send, poll and lookup, long before a 16 s backoff ends")
+            assert calls[0].result().offset > pending and calls[1].result()
+            assert calls[2].result()[tp].offset > pending
+            assert patient.metadata.leader_for(tp) not in (None, victim)
+        finally:
+            producer.close()
+            consumer.close()
+            if victim is not None:
+                cluster.restart(victim)
 
 
 def test_sticky_partitioner_fills_a_batch_then_moves(client: Client) -> None:

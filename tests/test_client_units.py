@@ -3,13 +3,22 @@ backoff formula, the metadata merge rules, and pickling of configurations."""
 
 from __future__ import annotations
 
+import itertools
 import pickle
+from dataclasses import replace
 
 import pytest
 
 from tidelog import Client, ProducerConfig, RecordMetadata, TopicPartition, errors
 from tidelog.consumer import ConsumerConfig
-from tidelog.metadata import ClusterMetadata, LeaderHint, MetadataSnapshot, PartitionInfo, TopicInfo
+from tidelog.metadata import (
+    ClusterMetadata,
+    LeaderHint,
+    MetadataSnapshot,
+    PartitionInfo,
+    TopicInfo,
+    merge_snapshots,
+)
 from tidelog.records import RecordInput, batch_header, build_batch, encode_record
 from tidelog.retry import Backoff
 
@@ -256,6 +265,38 @@ def test_leader_hints_apply_only_when_newer_and_invalidation_forgets_a_node() ->
     meta.invalidate_node(3)
     assert meta.leader_for(tp) is None and meta.leader_epoch(tp) == 6
     assert meta.available_partitions("t") == [0]
+
+
+def test_answers_of_several_nodes_merge_to_the_newest_leader_of_each_partition() -> None:
+    """A node that missed the election (older epoch), one still electing (the new epoch, no
+    leader yet) and one that has not heard of a topic are each outvoted, in any order."""
+    stale = _snapshot(leader=1, epoch=4)
+    electing = replace(_snapshot(leader=-1, epoch=5), controller_id=-1)
+    elected = replace(_snapshot(leader=2, epoch=5), controller_id=2, topics={
+        **_snapshot(leader=2, epoch=5).topics, "u": TopicInfo("u", (PartitionInfo(3, 1),)),
+    })
+    unknown = replace(_snapshot(leader=1, epoch=4), controller_id=2, topics={
+        **stale.topics, "u": TopicInfo("u", error_code=3),
+    })
+    for order in itertools.permutations([stale, electing, elected, unknown]):
+        merged = merge_snapshots(order)
+        assert [(p.leader, p.leader_epoch) for p in merged.topics["t"].partitions] == [(2, 5)] * 2
+        assert merged.topics["u"].error_code == 0 and merged.topics["u"].partitions[0].leader == 3
+        assert merged.controller_id == 2  # two name it, one another, one none
+
+
+def test_a_leader_has_moved_once_another_one_is_named_in_the_same_or_a_newer_epoch() -> None:
+    meta = ClusterMetadata()
+    tp = TopicPartition("t", 0)
+    meta.update(_snapshot(leader=2, epoch=5))
+    assert not meta.moved(tp, (2, 5))  # the nodes still name the leader that failed
+    meta.invalidate_node(2)
+    assert not meta.moved(tp, (2, 5))  # no leader known
+    meta.update(_snapshot(leader=-1, epoch=6))
+    assert not meta.moved(tp, (2, 5))  # an election under way
+    meta.update(_snapshot(leader=3, epoch=6))
+    assert meta.moved(tp, (2, 5)) and meta.moved(tp, (-1, 6))  # also after a leaderless send
+    assert not meta.moved(tp, (3, 7)) and not meta.moved(TopicPartition("t", 9), (2, 5))
 
 
 def test_configurations_pickle() -> None:

@@ -13,9 +13,11 @@ client with its own transport.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,9 +38,9 @@ from tidelog.errors import (
     for_code,
 )
 from tidelog.membership import ConsumerGroupDescription, describe_request, parse_describe
-from tidelog.metadata import ClusterMetadata, TopicInfo
+from tidelog.metadata import ClusterMetadata, MetadataSnapshot, TopicInfo, merge_snapshots
 from tidelog.partitioned import PartitionedRequest
-from tidelog.retry import Backoff, Deadline, call_with_retry
+from tidelog.retry import LEADER_POLL_S, Backoff, Deadline, call_with_retry
 from tidelog.transport import CallObserver, Security, Transport
 from tidelog.types import (
     CONSUMER_OFFSETS_TOPIC,
@@ -203,13 +205,83 @@ class Client:
             self._refreshing = True
         try:
             self._refreshes += 1
-            self.metadata.update(wire.parse_metadata(self._fetch_metadata(deadline)))
+            self.metadata.update(self.run(self._metadata_from_all(deadline)))
         finally:
             with self._refresh_cond:
                 self._refreshing = False
                 self._refresh_cond.notify_all()
 
+    async def _metadata_from_all(self, deadline: Deadline) -> MetadataSnapshot:
+        """Every known node's answer at once, merged (the highest leader epoch of each
+        partition wins), so one node that has not heard of an election yet, or that stalls,
+        costs nothing: the answer is complete once every node not suspect has answered (a
+        suspect one counts only while nothing else answered). The bootstrap addresses are
+        asked one after the other only while no node is known."""
+        nodes = self.metadata.nodes()
+        if not nodes:
+            return wire.parse_metadata(await self._fetch_metadata_async(deadline))
+        timeout = min(deadline.remaining(), _METADATA_ATTEMPT_S)
+        request = wire.metadata_request(())
+        transport = self.transport
+        asked = {
+            asyncio.ensure_future(transport.call(node_id, "Metadata", request, timeout, address)):
+            node_id for node_id, address in nodes.items()
+        }
+        answers: list[MetadataSnapshot] = []
+        failures: list[TidelogError] = []
+        pending = set(asked)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    try:
+                        answers.append(wire.parse_metadata(task.result()))
+                    except TidelogError as exc:
+                        failures.append(exc)
+                if answers and all(transport.suspect(asked[task]) for task in pending):
+                    break
+        finally:
+            for task in pending:
+                task.cancel()
+        if answers:
+            return merge_snapshots(answers)
+        final = [exc for exc in failures if not isinstance(exc, NodeUnavailableError)]
+        if final:
+            raise final[0]
+        return wire.parse_metadata(await self._fetch_metadata_async(deadline))
+
+    def await_new_leaders(
+        self, failed: Mapping[TopicPartition, tuple[int, int]], window_s: float,
+        deadline: Deadline,
+    ) -> None:
+        """The retry backoff of requests whose leaders failed them (`failed`: each partition's
+        (leader, epoch) that failed): metadata is refreshed every LEADER_POLL_S or so during
+        the `window_s` the backoff would sleep, and the wait ends as soon as every partition
+        has a leader other than the one that failed (`ClusterMetadata.moved`), so a retry
+        follows an election within a poll of it instead of a backoff later. Without failed
+        leaders to watch (nothing named a partition's leader), it sleeps the window and
+        refreshes once, as a plain backoff does. A failed refresh is no news; the caller's
+        next attempt finds out what is wrong."""
+        until = min(time.monotonic() + window_s, deadline.at)
+        poll_s = max(LEADER_POLL_S, window_s / 10)
+        while True:
+            if failed:
+                with contextlib.suppress(RetriableError):
+                    self.refresh_metadata(deadline)
+                if all(self.metadata.moved(tp, was) for tp, was in failed.items()):
+                    return
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(poll_s if failed else left, left))
+        if not failed:
+            with contextlib.suppress(RetriableError):
+                self.refresh_metadata(deadline)
+
     def _fetch_metadata(self, deadline: Deadline, topics: Sequence[str] = ()) -> Any:
+        return self.run(self._fetch_metadata_async(deadline, topics))
+
+    async def _fetch_metadata_async(self, deadline: Deadline, topics: Sequence[str] = ()) -> Any:
         """Ask the known nodes in random order, then the bootstrap addresses (for `topics`
         by name, else for all)."""
         known = list(self.metadata.nodes().items())
@@ -222,9 +294,9 @@ class Client:
             if timeout <= 0:
                 break
             try:
-                return self.run(self.transport.call(
+                return await self.transport.call(
                     node_id, "Metadata", wire.metadata_request(topics), timeout, address
-                ))
+                )
             except NodeUnavailableError as exc:
                 failures.append(str(exc))
         raise NodeUnavailableError(

@@ -569,28 +569,33 @@ class Consumer:
                     if deadline.expired:
                         return []
                     continue
+                failed_leaders: dict[TopicPartition, tuple[int, int]] | None
                 try:
                     self._resolve_positions(self.client.deadline())
-                    records, refresh = self._fetch_round(deadline)
+                    records, failed_leaders = self._fetch_round(deadline)
                 except RetriableError:
-                    records, refresh = [], True
+                    records, failed_leaders = [], {}
                 if records or deadline.expired:
                     return records
-                if refresh:
+                if failed_leaders is not None:
                     self._failed_rounds += 1
-                    time.sleep(min(self.client.backoff.delay_s(self._failed_rounds),
-                                   deadline.remaining()))
+                    self.client.await_new_leaders(
+                        failed_leaders, self.client.backoff.delay_s(self._failed_rounds),
+                        deadline,
+                    )
                     with contextlib.suppress(RetriableError):
-                        self.client.refresh_metadata()
                         self.client.check_described(
                             (tp.topic for tp in self._positions), self.client.deadline()
                         )
                 else:
                     self._failed_rounds = 0
 
-    def _fetch_round(self, deadline: Deadline) -> tuple[list[ConsumerRecord], bool]:
+    def _fetch_round(
+        self, deadline: Deadline
+    ) -> tuple[list[ConsumerRecord], dict[TopicPartition, tuple[int, int]] | None]:
         """One round of the partitioned-request engine: one Fetch per leader, all in flight
-        together; (records, whether to refresh metadata before the next round)."""
+        together; the records, and when metadata must be refreshed before the next round, the
+        (leader, epoch) that failed each partition that needs it (None when none does)."""
         metadata = self.client.metadata
         work = {
             tp: wire.FetchPosition(position, metadata.leader_epoch(tp))
@@ -622,7 +627,7 @@ class Consumer:
             if not isinstance(error, OffsetOutOfRangeError) or self._reset_spec() is None:
                 raise error
             self._positions[tp] = None  # auto_offset_reset at the next round
-        return records, outcome.refresh
+        return records, outcome.failed_leaders if outcome.refresh else None
 
     def _reset_spec(self) -> int | None:
         return _RESETS[self.config.auto_offset_reset]

@@ -9,7 +9,8 @@ election (an older epoch) never replaces a newer leader, as Kafka's ``Metadata``
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tidelog.types import TopicPartition
@@ -47,6 +48,38 @@ class MetadataSnapshot:
     nodes: Mapping[int, str]
     controller_id: int
     topics: Mapping[str, TopicInfo]
+
+
+def merge_snapshots(snapshots: Sequence[MetadataSnapshot]) -> MetadataSnapshot:
+    """What several nodes' answers say together, each partition as the answer with the highest
+    leader epoch has it (at equal epochs, one that names the leader: a node still electing
+    does not hide the winner another already knows). A node that missed an election, or has
+    not heard of a topic yet, is outvoted by the one that did; the controller is the one most
+    answers name, the first answer's on a tie."""
+    if len(snapshots) == 1:
+        return snapshots[0]
+    nodes: dict[int, str] = {}
+    topics: dict[str, TopicInfo] = {}
+    for snapshot in snapshots:
+        nodes.update(snapshot.nodes)
+        for name, fresh in snapshot.topics.items():
+            known = topics.get(name)
+            if known is None or (known.error_code != 0 and fresh.error_code == 0):
+                topics[name] = fresh
+            elif fresh.error_code == 0 and len(known.partitions) == len(fresh.partitions):
+                topics[name] = replace(known, partitions=tuple(
+                    new if _newer(new, old) else old
+                    for old, new in zip(known.partitions, fresh.partitions, strict=True)
+                ))
+    named = Counter(s.controller_id for s in snapshots if s.controller_id != NO_LEADER)
+    controller = named.most_common(1)[0][0] if named else NO_LEADER
+    return MetadataSnapshot(nodes=nodes, controller_id=controller, topics=topics)
+
+
+def _newer(new: PartitionInfo, old: PartitionInfo) -> bool:
+    if new.leader_epoch != old.leader_epoch:
+        return new.leader_epoch > old.leader_epoch
+    return old.leader == NO_LEADER and new.leader != NO_LEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +149,15 @@ class ClusterMetadata:
     def leader_epoch(self, tp: TopicPartition) -> int:
         part = self.partition(tp)
         return -1 if part is None else part.leader_epoch
+
+    def moved(self, tp: TopicPartition, failed: tuple[int, int]) -> bool:
+        """Whether the metadata names a leader of `tp` other than `failed`, the (leader, epoch)
+        a request just failed against, in that epoch or a newer one: news worth retrying at
+        once, where the same leader again means the cluster has not moved yet."""
+        part = self.partition(tp)
+        if part is None or self.leader_for(tp) is None or part.leader_epoch < failed[1]:
+            return False
+        return (part.leader, part.leader_epoch) != failed
 
     def available_partitions(self, topic: str) -> list[int]:
         """Partitions of `topic` with a known leader (the sticky partitioner prefers them)."""

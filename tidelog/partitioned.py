@@ -8,7 +8,11 @@ What an error does, by class (``tidelog.errors``), never by code:
 * not a ``RetriableError``: final for its partition, never sent again;
 * a ``RetriableError``: the partition is tried again after a backoff;
 * an ``InvalidMetadataError``: metadata is refreshed first, unless the error carried a newer
-  leader hint (KIP-951), which is adopted and lets the retry go at once.
+  leader hint (KIP-951), which is adopted and lets the retry go at once. Without a hint (the
+  leader died, or does not know its successor yet) the backoff is spent polling the metadata
+  of every node (``Client.await_new_leaders``), and the retry goes as soon as a node names a
+  leader other than the one that failed: an election is followed within a poll, not a
+  backoff, while the nodes still naming the dead leader cost no retry against it.
 
 A call's overall deadline bounds its retries, and each attempt gets a bounded slice of it
 (``Deadline.attempt_s``), never all of it: a node that stalls (a paused process keeps its
@@ -38,6 +42,7 @@ from tidelog.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.metadata import NO_LEADER
 from tidelog.retry import Deadline, PartitionsFailed, call_with_retry
 from tidelog.types import TopicPartition
 
@@ -70,6 +75,9 @@ class Attempt(Generic[A]):
     refresh: bool = False
     #: Every retriable failure came with a newer leader (meaningless when none failed).
     immediate: bool = True
+    #: The partitions that need fresh metadata, each with the (leader, epoch) that failed it
+    #: (NO_LEADER when the metadata named none): see ``ClusterMetadata.moved``.
+    failed_leaders: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
 
 class PartitionedRequest(Generic[Q, A]):
@@ -147,6 +155,9 @@ class PartitionedRequest(Generic[Q, A]):
         """One round: a request to each leader, all in flight together, each bounded by
         `timeout_s`."""
         groups, failures = self.by_leader(work)
+        metadata = self.client.metadata
+        sent_to = {tp: (node, metadata.leader_epoch(tp))
+                   for node, tps in groups.items() for tp in tps}
         sent = await asyncio.gather(*(
             self.send(node, {tp: work[tp] for tp in tps}, timeout_s)
             for node, tps in groups.items()
@@ -166,6 +177,9 @@ class PartitionedRequest(Generic[Q, A]):
             outcome.retry[tp] = failure.error
             outcome.refresh |= reaction.refresh
             outcome.immediate &= reaction.immediate
+            if reaction.refresh:
+                outcome.failed_leaders[tp] = sent_to.get(
+                    tp, (NO_LEADER, metadata.leader_epoch(tp)))
         return outcome
 
     def run(self, work: Mapping[TopicPartition, Q], deadline: Deadline) -> dict[TopicPartition, A]:
@@ -175,12 +189,12 @@ class PartitionedRequest(Generic[Q, A]):
         client = self.client
         results: dict[TopicPartition, A] = {}
         seen_version = client.metadata.version
-        refresh = False
+        failed_rounds = 0
 
         def attempt() -> dict[TopicPartition, A]:
-            nonlocal seen_version, refresh
+            nonlocal seen_version, failed_rounds
             pending = {tp: q for tp, q in work.items() if tp not in results}
-            if refresh or any(client.metadata.leader_for(tp) is None for tp in pending):
+            if any(client.metadata.leader_for(tp) is None for tp in pending):
                 try:
                     client.refresh_metadata(deadline, seen_version)
                     client.check_described((tp.topic for tp in pending), deadline)
@@ -196,7 +210,14 @@ class PartitionedRequest(Generic[Q, A]):
                 raise outcome.final[min(outcome.final)]
             if not outcome.retry:
                 return results
-            refresh = outcome.refresh
-            raise PartitionsFailed(outcome.retry, refresh=refresh, immediate=outcome.immediate)
+            failed_rounds += 1
+            if outcome.refresh:
+                # The backoff, spent watching for the next leaders: the retry goes at once.
+                client.await_new_leaders(
+                    outcome.failed_leaders, client.backoff.delay_s(failed_rounds), deadline
+                )
+                seen_version = client.metadata.version
+            raise PartitionsFailed(outcome.retry, refresh=False,
+                                   immediate=outcome.immediate or outcome.refresh)
 
         return call_with_retry(attempt, what=self.what, deadline=deadline, backoff=client.backoff)

@@ -6,7 +6,9 @@
   (``ExponentialBackoff``), never sleeping past the call's deadline.
 * An ``invalid_metadata`` error (the leader moved, the node is down) also asks for a metadata
   refresh before the retry, unless the error carried a newer leader hint: then the retry goes
-  straight to the hinted leader, without a refresh and without a backoff (KIP-951).
+  straight to the hinted leader, without a refresh and without a backoff (KIP-951). Without a
+  hint, the partitioned requests spend the backoff polling every node's metadata and retry as
+  soon as one names another leader (``Client.await_new_leaders``).
 * Only the failed partitions are retried; the ones that succeeded keep their answers.
 * At the deadline, RequestTimedOutError names the partitions still failing and why.
 """
@@ -29,6 +31,10 @@ T = TypeVar("T")
 DEFAULT_RETRY_BACKOFF_MS = 100
 DEFAULT_RETRY_BACKOFF_MAX_MS = 1000
 BACKOFF_JITTER = 0.2
+#: How often a request whose leader failed it polls the metadata for the next leader during
+#: its backoff (at least; a tenth of the backoff when that is longer, so a long outage costs
+#: about as many refreshes as Kafka's retry.backoff.ms would): an election takes 0.3-1 s.
+LEADER_POLL_S = 0.02
 #: One attempt may take this share of its call's whole timeout (Kafka gives a request half of
 #: default.api.timeout.ms; a quarter leaves room for a refresh and two more attempts)...
 ATTEMPT_SHARE = 0.25

@@ -247,6 +247,9 @@ class Transport:
         #: Addresses that answered once: a later failure there is the node, not the setup, so
         #: only a failure at an address that never answered gets a TLS diagnosis.
         self._answered: set[str] = set()
+        #: Nodes whose last call failed in transport (down, or stalled): a metadata refresh
+        #: does not wait for them while others answer. A node's next answer clears it.
+        self._suspects: set[int] = set()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -271,6 +274,10 @@ class Transport:
                 self._thread.start()
                 self._loop = loop
             return self._loop
+
+    def suspect(self, node_id: int) -> bool:
+        """Whether the node's last call failed in transport (it has not answered since)."""
+        return node_id in self._suspects
 
     def on_loop_thread(self) -> bool:
         return self._thread is not None and threading.get_ident() == self._thread.ident
@@ -324,6 +331,8 @@ class Transport:
                     raise SslAuthenticationError(f"{where}: {reason}") from None
             raise self._translate(exc, node_id, address) from None
         self._answered.add(address)
+        if node_id is not None:
+            self._suspects.discard(node_id)
         for observer in self._observers:
             observer.on_response(node_id, method, request, response)
         return response
@@ -334,6 +343,7 @@ class Transport:
         detail = f"{where}: {code.name}: {exc.details()}"
         if code in _TRANSPORT_FAILURES:
             if node_id is not None:
+                self._suspects.add(node_id)
                 self._metadata.invalidate_node(node_id)
             return NodeUnavailableError(detail)
         if code is grpc.StatusCode.UNIMPLEMENTED:

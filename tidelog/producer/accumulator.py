@@ -36,7 +36,7 @@ from tidelog.records import (
     encode_record,
     pack_plain_record_prefix,
 )
-from tidelog.retry import Deadline
+from tidelog.retry import LEADER_POLL_S, Deadline
 from tidelog.types import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -153,6 +153,11 @@ class PartitionQueue:
     #: The sequence after the last acknowledged batch: the batch carrying it is "next".
     acked_sequence: int = 0
     retry_at: float = 0.0
+    #: The (leader, epoch) that failed the batch waiting for `retry_at`, when the failure asked
+    #: for fresh metadata: the batch goes before `retry_at` once the metadata names another
+    #: leader (`ClusterMetadata.moved`), the sender polling it every `poll_s` meanwhile.
+    failed_leader: tuple[int, int] | None = None
+    poll_s: float = 0.0
 
 
 @dataclass(eq=False)
@@ -381,14 +386,15 @@ class RecordAccumulator:
 
     # ---- the sender's side (under the lock) --------------------------------------------------
 
-    def ready(self, now: float) -> tuple[list[Batch], float, bool]:
-        """Pop the batches to send now (numbering them); also when to look again, and whether
-        a partition waits for a leader (metadata must be refreshed)."""
+    def ready(self, now: float) -> tuple[list[Batch], float, float | None]:
+        """Pop the batches to send now (numbering them); also when to look again, and how
+        soon metadata must be refreshed (None: no need), for a partition that waits for a
+        leader or watches for one other than the leader that failed it."""
         wake_at = now + IDLE_S
         linger = self.config.linger_ms / 1000
         draining = self._flushing > 0 or self.closing
         metadata = self.client.metadata
-        leaderless = False
+        refresh_s: float | None = None
         ready: list[Batch] = []
         for tp, state in self._partitions.items():
             if not state.queue:
@@ -396,8 +402,12 @@ class RecordAccumulator:
             head = state.queue[0]
             if len(state.in_flight) >= (1 if head.attempts else self.config.max_in_flight):
                 continue
-            if state.retry_at > now:
+            if state.retry_at > now and (
+                state.failed_leader is None or not metadata.moved(tp, state.failed_leader)
+            ):
                 wake_at = min(wake_at, state.retry_at)
+                if state.failed_leader is not None:
+                    refresh_s = _sooner(refresh_s, state.poll_s)
                 continue
             due = head.created + linger
             # A batch is sealed once full (or once sent, when it comes back as a retry).
@@ -405,14 +415,15 @@ class RecordAccumulator:
                 wake_at = min(wake_at, due)
                 continue
             if metadata.leader_for(tp) is None:
-                leaderless = True
+                refresh_s = _sooner(refresh_s, self.client.backoff.delay_s(1))
                 continue
+            state.failed_leader = None
             state.queue.popleft()
             head.sealed = True
             self.idempotence.number(head, state)
             state.in_flight.append(head)
             ready.append(head)
-        return ready, wake_at, leaderless
+        return ready, wake_at, refresh_s
 
     def has_batches(self) -> tuple[bool, bool]:
         """(anything queued, anything in flight)."""
@@ -447,8 +458,12 @@ class RecordAccumulator:
         self.records_failed += batch.count
         self._finish(batch)
 
-    def requeue(self, batch: Batch, retry_at: float) -> None:
-        """Put a batch that will be sent again back in its queue, in creation order."""
+    def requeue(
+        self, batch: Batch, now: float, retry_at: float,
+        failed_leader: tuple[int, int] | None = None,
+    ) -> None:
+        """Put a batch that will be sent again back in its queue, in creation order; with
+        `failed_leader`, it goes before `retry_at` once another leader is known."""
         state = self.queue_of(batch)
         batch.attempts += 1
         self.retries += 1
@@ -456,6 +471,8 @@ class RecordAccumulator:
         serials = [b.serial for b in state.queue]
         state.queue.insert(bisect.bisect_right(serials, batch.serial), batch)
         state.retry_at = retry_at
+        state.failed_leader = failed_leader
+        state.poll_s = max(LEADER_POLL_S, (retry_at - now) / 10)
 
     def expire(self, now: float) -> None:
         """Fail queued batches past their delivery timeout (in-flight ones wait for answers).
@@ -484,6 +501,10 @@ class RecordAccumulator:
 
     def pending(self) -> list[Batch]:
         return [b for s in self._partitions.values() for b in (*s.queue, *s.in_flight)]
+
+
+def _sooner(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)
 
 
 def _checked_bytes(name: str, data: object) -> bytes | None:

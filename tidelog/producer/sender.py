@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from tidelog import wire
 from tidelog.errors import RequestTimedOutError, RetriableError, TidelogError
+from tidelog.metadata import NO_LEADER
 from tidelog.partitioned import PartitionedRequest
 from tidelog.producer.accumulator import IDLE_S, Batch, RecordAccumulator
 from tidelog.producer.idempotence import IdempotenceState, Verdict, explain_init_failure
@@ -77,6 +78,7 @@ class Sender:
             while True:
                 init = refresh = False
                 ready: list[Batch] = []
+                refresh_s: float | None = None
                 with self._lock:
                     self._wake_pending = False
                     self._wakeup.clear()
@@ -95,14 +97,17 @@ class Sender:
                         init = not in_flight and now >= idempotence.init_at
                         wake_at = max(idempotence.init_at, now) if not in_flight else wake_at
                     else:
-                        ready, wake_at, leaderless = accumulator.ready(now)
-                        if leaderless:
+                        ready, wake_at, refresh_s = accumulator.ready(now)
+                        if refresh_s is not None:
                             self._refresh_wanted = True
-                            wake_at = min(wake_at, now + self.client.backoff.delay_s(1))
+                            wake_at = min(wake_at, now + refresh_s)
                     if self._refresh_wanted:
                         if now >= self._refresh_at:
                             refresh, self._refresh_wanted = True, False
-                            self._refresh_at = now + self.client.backoff.delay_s(1)
+                            self._refresh_at = now + (
+                                self.client.backoff.delay_s(1) if refresh_s is None
+                                else refresh_s
+                            )
                         else:
                             wake_at = min(wake_at, self._refresh_at)
                 if init:
@@ -131,7 +136,7 @@ class Sender:
             work[batch.tp] = batch
         groups, leaderless = self._request.by_leader(work)
         if leaderless:
-            self._handle(work, leaderless)
+            self._handle(work, leaderless, NO_LEADER)
         timeout_s = self.client.config.request_timeout_ms / 1000 + _RPC_SLACK_S
         for node, tps in groups.items():
             group = {tp: work[tp] for tp in tps}
@@ -149,18 +154,21 @@ class Sender:
         self, node: int, batches: dict[TopicPartition, Batch], timeout_s: float
     ) -> None:
         """One Produce request and what its answer does to each of its batches."""
-        self._handle(batches, await self._request.send(node, batches, timeout_s))
+        self._handle(batches, await self._request.send(node, batches, timeout_s), node)
 
     def _handle(
         self,
         batches: Mapping[TopicPartition, Batch],
         answers: Mapping[TopicPartition, wire.ProduceAnswer | wire.Failure],
+        node: int,
     ) -> None:
+        """`node`: where the batches went (NO_LEADER: nowhere, none was known)."""
         with self._lock:
             now = time.monotonic()
+            metadata = self.client.metadata
             for tp, answer in answers.items():
                 if isinstance(answer, wire.Failure):
-                    self._on_failure(batches[tp], answer, now)
+                    self._on_failure(batches[tp], answer, now, (node, metadata.leader_epoch(tp)))
                 else:
                     self.accumulator.complete(
                         batches[tp], answer.base_offset, answer.log_append_time_ms
@@ -189,7 +197,9 @@ class Sender:
             )
             batch.built_for = stamp
 
-    def _on_failure(self, batch: Batch, failure: wire.Failure, now: float) -> None:
+    def _on_failure(
+        self, batch: Batch, failure: wire.Failure, now: float, sent_to: tuple[int, int]
+    ) -> None:
         error = failure.error
         accumulator = self.accumulator
         verdict = self.idempotence.verdict(batch, accumulator.queue_of(batch), error)
@@ -207,9 +217,10 @@ class Sender:
             return
         reaction = self._request.classify(batch.tp, failure)
         immediate = reaction is not None and reaction.immediate
-        self._refresh_wanted |= reaction is not None and reaction.refresh
+        refresh = reaction is not None and reaction.refresh
+        self._refresh_wanted |= refresh
         retry_at = now if immediate else now + self.client.backoff.delay_s(batch.attempts + 1)
-        accumulator.requeue(batch, retry_at)
+        accumulator.requeue(batch, now, retry_at, sent_to if refresh else None)
 
     def _refresh(self) -> None:
         # On failure the batches stay queued and the next round asks again.
