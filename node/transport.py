@@ -77,7 +77,15 @@ _MESSAGE_LIMITS = [
 ]
 #: The node's gRPC servers (client and node-to-node listeners): peers' streams and clients'
 #: requests may carry a batch of up to MAX_BATCH_BYTES (gRPC's default refuses over 4 MiB).
-SERVER_OPTIONS = [*_MESSAGE_LIMITS, ("grpc.so_reuseport", 0)]
+#: Clients ping every second to find out a stalled node (tidelog.transport.KEEPALIVE_TIME_MS),
+#: also on connections with no call in flight; gRPC's defaults would take that for abuse (a
+#: ping without data at most every 5 minutes, GOAWAY after two "strikes").
+SERVER_OPTIONS = [
+    *_MESSAGE_LIMITS,
+    ("grpc.so_reuseport", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 500),
+    ("grpc.http2.max_ping_strikes", 0),
+]
 #: A node's channels to its peers.
 CHANNEL_OPTIONS = [*_MESSAGE_LIMITS, ("grpc.keepalive_time_ms", 10_000)]
 

@@ -228,26 +228,41 @@ def test_leader_kills_during_lookups_sends_and_polls_reach_no_caller(
     assert 1 <= refreshes <= 100, refreshes
 
 
-def test_a_paused_leader_does_not_stall_a_lookup(client: Client, cluster: LocalCluster) -> None:
-    """SIGSTOP keeps the leader's sockets open, so its requests fail only by timing out. The
-    lookup's first attempt gets a slice of the deadline, then the node is suspect and the
-    lookup reaches the leader the others elected, within the deadline (an attempt given the
-    whole deadline used it all and raised REQUEST_TIMED_OUT)."""
-    client.create_topic("paused", partitions=1, replication_factor=3)
-    tp = TopicPartition("paused", 0)
-    with client.producer() as producer:
-        producer.send("paused", b"before").result()
-    assert client.list_offsets({tp: OffsetSpec.latest()})[tp].offset == 1
-    victim = cluster.leader_of(tuple(tp))
-    assert victim is not None and client.metadata.leader_for(tp) == victim
-    cluster.pause(victim)
-    try:
-        found = client.list_offsets({tp: OffsetSpec.latest()}, timeout_ms=20_000)
-        # 1, or 2 once the new leader's leader-change marker (a control batch) is committed.
-        assert found[tp].offset in (1, 2)
-        assert client.metadata.leader_for(tp) not in (None, victim)
-    finally:
-        cluster.resume(victim)
+def test_a_paused_leader_and_controller_stall_neither_a_lookup_nor_a_new_producer(
+    cluster: LocalCluster,
+) -> None:
+    """SIGSTOP keeps a node's sockets open, so its calls fail only by timing out. The paused
+    node is the controller and leads the partition; a lookup with a 60 s timeout and a new
+    idempotent producer (its InitProducerId goes to the paused controller, its Produce to
+    the paused leader) both complete long before their first attempt's slice of 15 s would
+    end: the client's HTTP/2 pings go unanswered, the connection fails, the node is suspect,
+    and the retries reach the nodes the others elected. Without pings, both waited out the
+    slice (and a Produce its request_timeout_ms plus slack)."""
+    with Client(cluster.bootstrap, request_timeout_ms=60_000) as client:
+        client.create_topic("paused", partitions=3, replication_factor=3)
+        controller = client.describe_cluster().controller_id
+
+        def led_by_controller() -> TopicPartition | None:
+            return next((TopicPartition("paused", p) for p in range(3)
+                         if cluster.leader_of(("paused", p)) == controller), None)
+
+        tp = wait_for(led_by_controller, timeout=60, what="a partition led by the controller")
+        assert client.list_offsets({tp: OffsetSpec.latest()})[tp].offset == 0
+        assert client.metadata.leader_for(tp) == controller
+        cluster.pause(controller)
+        try:
+            with client.producer(idempotent=True) as producer, ThreadPoolExecutor(2) as pool:
+                lookup = pool.submit(client.list_offsets, {tp: OffsetSpec.latest()},
+                                     timeout_ms=60_000)
+                sent = producer.send("paused", b"after", partition=tp.partition)
+                wait_for(lambda: lookup.done() and sent.done(), timeout=12,
+                         what="the lookup and the send, well within a 15 s attempt")
+                # 0, or 1 once the new leader's leader-change marker is committed.
+                assert lookup.result()[tp].offset in (0, 1)
+                assert sent.result().offset >= 0
+                assert client.metadata.leader_for(tp) not in (None, controller)
+        finally:
+            cluster.resume(controller)
 
 
 def test_after_a_leader_dies_retries_follow_the_election_not_the_backoff(

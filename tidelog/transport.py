@@ -43,6 +43,11 @@ from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
 T = TypeVar("T")
 
+#: How often the client pings each node it has a connection to, and how long a ping may go
+#: unanswered: a stalled node is given up within their sum (a loaded node answers a ping from
+#: gRPC's own threads, without waiting for its Python code).
+KEEPALIVE_TIME_MS = 1000
+KEEPALIVE_TIMEOUT_MS = 1000
 CHANNEL_OPTIONS = [
     # The nodes' own limit: a Produce may carry, and a Fetch answer return, one batch of up to
     # records.MAX_BATCH_BYTES (a Fetch holds at most 64 MiB otherwise).
@@ -53,6 +58,18 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A node that stalls without failing (SIGSTOP, a hung host) keeps its connection open, so
+    # a call to it would end only at its deadline (a Produce's is request_timeout_ms plus
+    # slack). HTTP/2 pings find it out: unanswered for KEEPALIVE_TIMEOUT_MS, the connection is
+    # closed and every call on it fails UNAVAILABLE, which makes the node suspect. The nodes
+    # accept pings this often (node.transport.SERVER_OPTIONS); a ping costs a few bytes.
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # What gRPC 1.85 actually waits for a ping's answer (keepalive_timeout_ms alone left an
+    # unanswered ping pending for the call's whole deadline).
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
 ]
 #: How long the diagnosis of a connection that failed may take (it runs only for an address
 #: that never answered, so a node that is merely down or paused costs it once).
