@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tidelog.testing import LocalCluster, Raw, wait_for
+from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,7 +29,7 @@ def entries(cluster: LocalCluster, node: int) -> list[dict[str, Any]]:
     return parsed
 
 
-def test_json_lines_hold_the_start_election_and_topic_events() -> None:
+def test_json_lines_hold_the_start_election_leadership_and_topic_events() -> None:
     with LocalCluster(3, log_format="json") as cluster, Raw(cluster) as raw:
         raw.create_topic("logged", 1, 3)
         leader = raw.wait_leaders("logged")[0]
@@ -59,6 +60,19 @@ def test_json_lines_hold_the_start_election_and_topic_events() -> None:
         wait_for(lambda: any(e["topic"] == "logged" and e["leader"] == new
                              for e in events(other, "leader_changed")),
                  30, "the new leader logged by the other survivor")
+        # The preferred replica back: it takes its leadership back, and `new` logs the loss
+        # with the term that ended it.
+        cluster.restart(leader)
+        lost = wait_for(lambda: [e for e in events(new, "leadership_lost")
+                                 if e["topic"] == "logged"], 60, "the leadership loss logged")
+        assert lost[-1]["term"] > won[-1]["term"] and lost[-1]["level"] == "INFO"
+        deleted = raw.stub(other).DeleteTopics(
+            pb.DeleteTopicsRequest(topic_names=["logged"], timeout_ms=15_000), timeout=30)
+        assert deleted.topics[0].error_code == 0, deleted
+        for node in cluster.node_ids:
+            wait_for(lambda node=node: [e for e in events(node, "topic_deleted")
+                                        if e["topic"] == "logged"],
+                     30, f"node {node} to log the topic's deletion")
         cluster.stop(new)
         stopping = events(new, "node_stopping")
         assert stopping and stopping[-1]["graceful"] is True

@@ -4,6 +4,7 @@ retention, checkpoints, clean reopen and segment replacement."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
 import shutil
@@ -443,6 +444,29 @@ class TestRetention:
         log.maybe_increment_log_start_offset(5)
         assert log.delete_old_segments() == 2
         assert log.log_start_offset == 5
+
+
+def test_rolls_truncations_and_deletions_are_logged_for_operators(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 17's storage events: a segment roll, a truncation of a diverged suffix and the
+    deletion of segments each make one INFO line naming the partition's directory."""
+    caplog.set_level(logging.INFO, logger="tidelog.storage")
+    log = open_log(tmp_path / "events-0", clock, segment_bytes=2 * len(batch([T0])),
+                   retention_bytes=0)
+    for i in range(5):  # segments [0,2) [2,4) [4,5)
+        log.append_as_leader(batch([T0 + i]), 0)
+    assert log.truncate_to(4)
+    log.update_high_watermark(4)
+    assert log.delete_old_segments() == 2
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    size = 2 * len(batch([T0]))
+    assert (logging.INFO, f"events-0: rolled the segment at 0 ({size} bytes); the next starts "
+            "at 2") in lines, lines
+    assert (logging.INFO, "events-0: truncated to offset 4 (the log end was 5): it diverged "
+            "from the leader's") in lines, lines
+    assert any(level == logging.INFO and m.startswith(
+        "events-0: deleted 2 segment(s) from 0 to 4 (") for level, m in lines), lines
 
 
 class TestReopen:
