@@ -43,6 +43,7 @@ from tidelog.coordinator.offsets_records import (
     encode_key,
     encode_value,
 )
+from tidelog.coordinator.record_codec import checked_records
 from tidelog.coordinator.txn_offsets import PendingTxnOffsets
 from tidelog.errors import (
     CorruptMessageError,
@@ -202,12 +203,8 @@ class GroupCoordinatorState:
         if header.is_control:
             return  # a leader-change marker: no offsets
         where = f"offsets batch {header.base_offset}-{header.last_offset}"
-        try:
-            if not crc_matches(data, pos, header):
-                raise CorruptMessageError("CRC mismatch")
-            records = decode_records(data, pos, header)
-        except TidelogError as exc:  # CorruptMessageError, or a compression codec
-            log.warning("%s skipped: %s", where, exc)
+        records = checked_records(data, pos, header, where)
+        if records is None:
             return
         compacted = header.records_count < header.last_offset_delta + 1
         # The set being read: its records so far, its commit id and size. A set's records are

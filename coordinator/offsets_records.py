@@ -37,6 +37,18 @@ import struct
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
+from tidelog.coordinator.record_codec import I16 as _I16
+from tidelog.coordinator.record_codec import I32 as _I32
+from tidelog.coordinator.record_codec import (
+    MAX_INT16_STRING_BYTES,
+    CoordinatorRecordError,
+    check_size,
+    encode_string,
+    read_string,
+    read_version,
+    truncated,
+)
+
 #: The key version Kafka's writers use for an offset commit.
 KEY_VERSION: Final = 1
 #: Kafka's key version of a group-metadata record (a group's members; not an offset).
@@ -44,18 +56,16 @@ GROUP_METADATA_KEY_VERSION: Final = 2
 VALUE_VERSION: Final = 1000
 
 #: The longest string an int16 length prefix can announce.
-MAX_KEY_STRING_BYTES: Final = 0x7FFF
+MAX_KEY_STRING_BYTES: Final = MAX_INT16_STRING_BYTES
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch (then the metadata)
 _VALUE_TAIL = struct.Struct(">qqi")  # commit timestamp, commit id, commit size
 #: A whole value with empty metadata (the common case): one struct call.
 _VALUE_BARE = struct.Struct(">hqiiqqi")
 
 
-class OffsetRecordError(ValueError):
-    """A key or value of `__consumer_offsets` that does not decode (or cannot be encoded)."""
+#: A key or value of `__consumer_offsets` that does not decode (or cannot be encoded).
+OffsetRecordError = CoordinatorRecordError
 
 
 class OffsetKey(NamedTuple):
@@ -81,20 +91,11 @@ def encode_key(key: OffsetKey) -> bytes:
     return b"".join(
         (
             _I16.pack(KEY_VERSION),
-            _key_string(key.group, "group"),
-            _key_string(key.topic, "topic"),
+            encode_string(key.group, "group"),
+            encode_string(key.topic, "topic"),
             _I32.pack(key.partition),
         )
     )
-
-
-def _key_string(text: str, what: str) -> bytes:
-    data = text.encode()
-    if len(data) > MAX_KEY_STRING_BYTES:
-        raise OffsetRecordError(
-            f"{what} is {len(data)} bytes of UTF-8, the limit is {MAX_KEY_STRING_BYTES}"
-        )
-    return _I16.pack(len(data)) + data
 
 
 def encode_value(value: OffsetValue) -> bytes:
@@ -120,7 +121,7 @@ def encode_commit_set(
     with a struct call or two a record and the group's part of the key made once (the commit
     path encodes every committed offset, so this is per-record cost). `OffsetRecordError` if
     a name is too long for its int16 length."""
-    prefix = _I16.pack(KEY_VERSION) + _key_string(group, "group")
+    prefix = _I16.pack(KEY_VERSION) + encode_string(group, "group")
     topics: dict[str, bytes] = {}
     size = len(parts)
     pack_bare = _VALUE_BARE.pack
@@ -129,7 +130,7 @@ def encode_commit_set(
     for topic, partition, offset, leader_epoch, metadata in parts:
         topic_key = topics.get(topic)
         if topic_key is None:
-            topic_key = topics[topic] = prefix + _key_string(topic, "topic")
+            topic_key = topics[topic] = prefix + encode_string(topic, "topic")
         if metadata:
             value = encode_value(OffsetValue(offset, leader_epoch, metadata, commit_timestamp_ms,
                                              commit_id, size))
@@ -148,14 +149,14 @@ def encode_commit_set(
 def decode_key(data: bytes | memoryview) -> OffsetKey:
     """The offset key in `data`, checked field by field; `OffsetRecordError` otherwise."""
     data = bytes(data)
-    version = _version(data, "key")
+    version = read_version(data, "key")
     if version == GROUP_METADATA_KEY_VERSION:
         raise OffsetRecordError("a group-metadata key (version 2), not an offset commit")
     if version != KEY_VERSION:
         raise OffsetRecordError(f"unknown key version {version}")
-    group, pos = _string(data, 2, _I16, "key")
-    topic, pos = _string(data, pos, _I16, "key")
-    _check_size(data, pos + _I32.size, "key")
+    group, pos = read_string(data, 2, _I16, "key")
+    topic, pos = read_string(data, pos, _I16, "key")
+    check_size(data, pos + _I32.size, "key")
     (partition,) = _I32.unpack_from(data, pos)
     if partition < 0:
         raise OffsetRecordError(f"negative partition {partition} in the key")
@@ -165,14 +166,14 @@ def decode_key(data: bytes | memoryview) -> OffsetKey:
 def decode_value(data: bytes | memoryview) -> OffsetValue:
     """The offset value in `data` (not a tombstone), checked; `OffsetRecordError` otherwise."""
     data = bytes(data)
-    version = _version(data, "value")
+    version = read_version(data, "value")
     if version != VALUE_VERSION:
         raise OffsetRecordError(f"unknown value version {version}")
     if len(data) < _VALUE_HEAD.size:
-        raise _truncated("value", len(data))
+        raise truncated("value", len(data))
     _, offset, leader_epoch = _VALUE_HEAD.unpack_from(data)
-    metadata, pos = _string(data, _VALUE_HEAD.size, _I32, "value")
-    _check_size(data, pos + _VALUE_TAIL.size, "value")
+    metadata, pos = read_string(data, _VALUE_HEAD.size, _I32, "value")
+    check_size(data, pos + _VALUE_TAIL.size, "value")
     commit_timestamp_ms, commit_id, commit_size = _VALUE_TAIL.unpack_from(data, pos)
     if leader_epoch < -1:
         raise OffsetRecordError(f"leader epoch {leader_epoch} (only -1 means unknown)")
@@ -181,38 +182,3 @@ def decode_value(data: bytes | memoryview) -> OffsetValue:
     if commit_size < 1:
         raise OffsetRecordError(f"commit size {commit_size} (a commit set holds a record)")
     return OffsetValue(offset, leader_epoch, metadata, commit_timestamp_ms, commit_id, commit_size)
-
-
-def _version(data: bytes, what: str) -> int:
-    if len(data) < _I16.size:
-        raise _truncated(what, 0)
-    return int(_I16.unpack_from(data)[0])
-
-
-def _string(data: bytes, pos: int, length_field: struct.Struct, what: str) -> tuple[str, int]:
-    """The string at `pos` and the position after it."""
-    start = pos + length_field.size
-    if start > len(data):
-        raise _truncated(what, pos)
-    (length,) = length_field.unpack_from(data, pos)
-    if length < 0:
-        raise OffsetRecordError(f"negative string length {length} in the {what}")
-    end = start + length
-    if end > len(data):
-        raise OffsetRecordError(f"string length {length} runs past the end of the {what}")
-    try:
-        return data[start:end].decode(), end
-    except UnicodeDecodeError as exc:
-        raise OffsetRecordError(f"string in the {what} is not UTF-8: {exc}") from None
-
-
-def _check_size(data: bytes, size: int, what: str) -> None:
-    """`data` holds exactly `size` bytes: its last field is whole and nothing follows."""
-    if len(data) < size:
-        raise _truncated(what, len(data))
-    if len(data) > size:
-        raise OffsetRecordError(f"{len(data) - size} bytes left over after the {what}")
-
-
-def _truncated(what: str, pos: int) -> OffsetRecordError:
-    return OffsetRecordError(f"the {what} ends inside a field at byte {pos}")
