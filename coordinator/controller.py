@@ -41,7 +41,8 @@ from tidelog.types import TopicPartition
 
 METADATA_TOPIC = "__cluster_metadata"
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 #: The controller's Raft group: the one partition of the metadata topic.
 METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
 

@@ -39,10 +39,10 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_api import ConsumerGroupApi
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.coordinator_topic import CoordinatorTopic
 from tidelog.node.forwarding import Forwarder, was_forwarded
 from tidelog.node.group_api import GroupApi
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
-from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.partition import ListOffsetsResult, PartitionReplica, is_debug_or_leader
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.request_rules import (
@@ -114,7 +114,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         replicas: ReplicaSet,
         routing: Routing,
         controller: ControllerDriver,
-        offsets_topic: OffsetsTopic,
+        offsets_topic: CoordinatorTopic,
         groups: GroupCoordinatorDriver,
         partition_error: Callable[[str, int], None],
         consumer_groups: ConsumerGroupDriver | None = None,

@@ -61,6 +61,11 @@ KEYS: dict[str, str] = {
     "group.consumer.heartbeat.interval.ms": "group_consumer_heartbeat_interval_ms",
     "group.consumer.max.size": "group_consumer_max_size",
     "group.consumer.assignors": "group_consumer_assignors",
+    "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
+    "transaction.state.log.replication.factor": "transaction_state_log_replication_factor",
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
     # observability (metrics, logs)
     "metrics.port": "metrics_port",
     "log.format": "log_format",
@@ -134,6 +139,16 @@ class NodeConfig:
     #: Kafka's defaults. Once it exists, its own partition count places groups.
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
+    #: The internal topic of transactions (`__transaction_state`), created on the first
+    #: FindCoordinator of a transactional id, as the offsets topic; Kafka's defaults.
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    #: The longest transaction.timeout.ms a producer may ask for (Kafka's 15 minutes); larger
+    #: is INVALID_TRANSACTION_TIMEOUT (50).
+    transaction_max_timeout_ms: int = 900_000
+    #: How often the coordinator looks for transactions past their timeout, aborts them and
+    #: fences their producers (Kafka's 10 s).
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     #: A group's offsets expire this long after its newest commit (Kafka's 7 days), checked
     #: every offsets.retention.check.interval.ms (Kafka's 10 minutes).
     offsets_retention_minutes: int = 7 * 24 * 60
@@ -273,6 +288,19 @@ class NodeConfig:
             bool(self.group_consumer_assignors)
             and set(self.group_consumer_assignors) <= {"uniform", "range"},
             "group.consumer.assignors must name uniform and/or range",
+        )
+        _require(
+            1 <= self.transaction_state_log_num_partitions <= MAX_PARTITIONS,
+            f"transaction.state.log.num.partitions must be between 1 and {MAX_PARTITIONS}",
+        )
+        _require(
+            self.transaction_state_log_replication_factor >= 1,
+            "transaction.state.log.replication.factor must be >= 1",
+        )
+        _require(self.transaction_max_timeout_ms >= 1, "transaction.max.timeout.ms must be >= 1")
+        _require(
+            self.transaction_abort_timed_out_transaction_cleanup_interval_ms >= 1,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms must be >= 1",
         )
         _require(
             0.0 <= self.test_drop_produce_response_rate <= 1.0,

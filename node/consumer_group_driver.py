@@ -64,7 +64,7 @@ class ConsumerGroupDriver:
             now_ms = wall_clock_ms()
             plan = state.plan_heartbeat(request, self._topics(), now_ms)
             if plan.records:
-                await self.groups._append(led, plan.records, None)
+                await self.groups._append_group(led, plan.records, None)
             state.heartbeat_answered(request.group_id, request.member_id, now_ms)
             return plan.response
 
@@ -77,9 +77,8 @@ class ConsumerGroupDriver:
 
     def _loaded(self) -> Iterator[ConsumerGroups]:
         """The groups of each partition this node leads and has loaded."""
-        for led in list(self.groups._led.values()):
-            if not led.loading and self.groups._still_leads(led):
-                yield led.state.consumer_groups
+        for led in self.groups._loaded_leds():
+            yield led.state.consumer_groups
 
     def group_states(self) -> dict[str, str]:
         """group -> its state, for every consumer group this node coordinates (ListGroups)."""
@@ -104,4 +103,4 @@ class ConsumerGroupDriver:
             records = led.state.consumer_groups.plan_fence(group, member, wall_clock_ms())
             if records:
                 log.info("group %s: member %s fenced (%s)", group, member, why)
-                await self.groups._append(led, records, None)
+                await self.groups._append_group(led, records, None)

@@ -28,9 +28,9 @@ from tidelog.node.authorization import Authorization
 from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.coordinator_topic import CoordinatorTopic
 from tidelog.node.forwarding import Forwarder, was_forwarded
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
-from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.request_rules import Answers, each_once, or_unset, partitions_of
 from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
@@ -51,7 +51,7 @@ class GroupApi:
         self,
         config: NodeConfig,
         controller: ControllerDriver,
-        offsets_topic: OffsetsTopic,
+        offsets_topic: CoordinatorTopic,
         groups: GroupCoordinatorDriver,
         forwarder: Forwarder,
         authorization: Authorization,

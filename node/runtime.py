@@ -3,7 +3,7 @@
 The parts, one job each: the hosted replicas and the Raft driver loops (`replicas.ReplicaSet`),
 what the node knows of leaders elsewhere (`routing.Routing`), the controller's state machine
 over its Raft log (`controller_driver.ControllerDriver`), the internal topic of consumer
-offsets (`offsets_topic.OffsetsTopic`) and the group coordinator's state machines over its
+offsets (`coordinator_topic.CoordinatorTopic`) and the group coordinator's state machines over its
 partitions (`group_coordinator_driver.GroupCoordinatorDriver`), periodic chores
 (`housekeeping.Housekeeping`), and the check of old data on disk (`scrubber.Scrubber`). The
 server wires them to the gRPC services.
@@ -23,9 +23,9 @@ from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.coordinator_topic import CoordinatorTopic
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.housekeeping import Housekeeping
-from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.node.scrubber import Scrubber
@@ -46,7 +46,7 @@ class NodeRuntime:
         self.replicas = ReplicaSet(config)
         self.routing = Routing(config, self.replicas.partitions, METADATA_TP)
         self.controller = ControllerDriver(config, self.replicas, self.routing)
-        self.offsets_topic = OffsetsTopic(config, self.controller, self.routing)
+        self.offsets_topic = CoordinatorTopic.offsets(config, self.controller, self.routing)
         self.groups = GroupCoordinatorDriver(config, self.replicas, self.offsets_topic)
         self.consumer_groups = ConsumerGroupDriver(self.groups)
         self.housekeeping = Housekeeping(config, self.replicas, METADATA_TP)

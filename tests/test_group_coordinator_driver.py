@@ -18,11 +18,11 @@ from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC, METADATA_TP
 from tidelog.coordinator.group_coordinator import PartitionOffsets
 from tidelog.coordinator.metadata_records import TopicRecord
 from tidelog.coordinator.offset_table import CommittedOffset
-from tidelog.node import group_coordinator_driver
+from tidelog.node import coordinator_driver
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.coordinator_topic import CoordinatorTopic
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
-from tidelog.node.offsets_topic import OffsetsTopic
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.types import TopicPartition
@@ -45,7 +45,9 @@ async def _coordinator(tmp_path: Path) -> AsyncIterator[GroupCoordinatorDriver]:
     configs = {"cleanup.policy": "compact"}
     controller.image.apply(0, TopicRecord(CONSUMER_OFFSETS_TOPIC, 1, ((1,),), configs))
     controller.image.apply(1, TopicRecord(EVENTS_0.topic, 2, ((1,),), {}))
-    driver = GroupCoordinatorDriver(config, replicas, OffsetsTopic(config, controller, routing))
+    driver = GroupCoordinatorDriver(
+        config, replicas, CoordinatorTopic.offsets(config, controller, routing)
+    )
     replicas.open_replica(OFFSETS_TP, (1,), configs)
     tasks = [asyncio.create_task(replicas.tick_loop()),
              asyncio.create_task(replicas.ready_loop())]
@@ -74,7 +76,7 @@ async def _once_loaded(call: Callable[[], Awaitable[T]]) -> T:
 def test_a_new_leader_answers_load_in_progress_until_its_replay_is_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    replay = group_coordinator_driver._replay
+    replay = coordinator_driver._replay
 
     async def scenario() -> None:
         gate = asyncio.Event()
@@ -84,7 +86,7 @@ def test_a_new_leader_answers_load_in_progress_until_its_replay_is_done(
             await gate.wait()
             await replay(*args)
 
-        monkeypatch.setattr(group_coordinator_driver, "_replay", held_replay)
+        monkeypatch.setattr(coordinator_driver, "_replay", held_replay)
         async with _coordinator(tmp_path) as driver:
             offsets = {EVENTS_0: PartitionOffsets(42, 3, "m")}
             answer = await _once_loaded(lambda: driver.commit("g", -1, offsets))
