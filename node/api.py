@@ -54,6 +54,8 @@ from tidelog.node.request_rules import (
     unsupported,
 )
 from tidelog.node.routing import Routing
+from tidelog.node.txn_api import TxnApi
+from tidelog.node.txn_coordinator_driver import TxnCoordinatorDriver
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -116,6 +118,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         controller: ControllerDriver,
         offsets_topic: CoordinatorTopic,
         groups: GroupCoordinatorDriver,
+        txn_topic: CoordinatorTopic,
+        txns: TxnCoordinatorDriver,
         partition_error: Callable[[str, int], None],
         consumer_groups: ConsumerGroupDriver | None = None,
     ) -> None:
@@ -136,6 +140,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.consumer_group_api = (
             ConsumerGroupApi(self.group_api, consumer_groups) if consumer_groups else None
         )
+        self.txn_topic = txn_topic
+        self.txn_api = TxnApi(controller, txn_topic, txns, self.forwarder, self.authorization)
         self.acl_api = AclApi(controller, self.authorization, self._forward_to_controller)
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
         self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
@@ -584,11 +590,12 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def FindCoordinator(
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindCoordinatorResponse:
-        """The leader of the group's `__consumer_offsets` partition; the topic is created on
-        the first call (through the controller: a node that is not the controller forwards
-        the call there)."""
+        """The leader of the group's `__consumer_offsets` partition, or of the transactional
+        id's `__transaction_state` partition; the topic is created on the first call (through
+        the controller: a node that is not the controller forwards the call there)."""
         if request.key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
-            await invalid(context, f"unknown key_type {request.key_type} (0: consumer group)")
+            await invalid(context, f"unknown key_type {request.key_type} (0: consumer group, "
+                                   f"1: transaction)")
         resource = ResourceType.GROUP if request.key_type == _GROUP_KEY else (
             ResourceType.TRANSACTIONAL_ID
         )
@@ -599,18 +606,15 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             return pb.FindCoordinatorResponse(
                 error_code=refused.code, error_message=str(refused), node_id=-1
             )
-        if request.key_type == _TRANSACTION_KEY:
-            # As transactional Produce and InitProducerId: a client must not retry it.
-            await unsupported(context, "FindCoordinator for transactional ids (key_type 1)")
-        offsets = self.offsets_topic
-        if not offsets.exists:
+        topic = self.offsets_topic if request.key_type == _GROUP_KEY else self.txn_topic
+        if not topic.exists:
             forwarded = await self._forward_to_controller("FindCoordinator", request, context)
             if forwarded is not None:
                 return forwarded  # type: ignore[no-any-return]
             if self.routing.controller_id == self.config.node_id:
-                offsets.create()
+                topic.create()
         try:
-            _, leader = offsets.coordinator_of(request.key)
+            _, leader = topic.coordinator_of(request.key)
         except errors.TidelogError as exc:
             return pb.FindCoordinatorResponse(
                 error_code=exc.code, error_message=str(exc), node_id=-1
@@ -659,7 +663,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         assert self.consumer_group_api is not None
         return await self.consumer_group_api.describe(request, context)
 
-    # ---- not built yet ---------------------------------------------------------------------
+    # ---- producer ids and transactions -------------------------------------------------------
 
 
     async def InitProducerId(
@@ -676,9 +680,10 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             )
             if refused is not None:
                 return pb.InitProducerIdResponse(
-                    error_code=refused.code, producer_id=-1, producer_epoch=-1
+                    error_code=refused.code, error_message=str(refused), producer_id=-1,
+                    producer_epoch=-1,
                 )
-            await unsupported(context, "InitProducerId for transactional producers")
+            return await self.txn_api.init_producer_id(request, context, self._new_producer_id)
         refused = self.authorization.cluster_refused(principal, Operation.IDEMPOTENT_WRITE)
         if refused is not None and not self.authorization.allowed_any(
             principal, Operation.WRITE, ResourceType.TOPIC
@@ -697,14 +702,43 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
-    async def AddPartitionsToTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await unsupported(context, "AddPartitionsToTxn (transactions)")
+    async def _new_producer_id(self, timeout_s: float, principal: str) -> int:
+        """A producer id from the controller's blocks, for a transaction coordinator: asked
+        of the controller leader, for the client whose InitProducerId needs it."""
+        controller = self.routing.controller_id
+        if controller == self.config.node_id:
+            return await self.controller.allocate_producer_id(timeout_s)
+        if controller < 0 or not self.routing.address_of(controller):
+            raise errors.CoordinatorNotAvailableError("no controller known to allocate an id")
+        try:
+            response = await self.forwarder.call(
+                controller, "InitProducerId", pb.InitProducerIdRequest(), timeout_s, principal
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise errors.CoordinatorNotAvailableError(
+                f"controller unreachable for a producer id: {exc.code()}"
+            ) from None
+        if response.error_code:
+            error = errors.for_code(response.error_code)(response.error_message)
+            if isinstance(error, errors.NotControllerError | errors.RequestTimedOutError):
+                raise errors.CoordinatorNotAvailableError(f"no producer id yet: {error}")
+            raise error
+        return int(response.producer_id)
 
-    async def AddOffsetsToTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await unsupported(context, "AddOffsetsToTxn (transactions)")
+    async def AddPartitionsToTxn(
+        self, request: pb.AddPartitionsToTxnRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AddPartitionsToTxnResponse:
+        return await self.txn_api.add_partitions_to_txn(request, context)
 
-    async def EndTxn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await unsupported(context, "EndTxn (transactions)")
+    async def AddOffsetsToTxn(
+        self, request: pb.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AddOffsetsToTxnResponse:
+        return await self.txn_api.add_offsets_to_txn(request, context)
+
+    async def EndTxn(
+        self, request: pb.EndTxnRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EndTxnResponse:
+        return await self.txn_api.end_txn(request, context)
 
     # ---- ACLs ------------------------------------------------------------------------------
 

@@ -10,14 +10,22 @@ honours the carried principal only from a caller allowed CLUSTER_ACTION on the c
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from tidelog import errors
 from tidelog.node.routing import Routing
 from tidelog.node.security import client_port_channel
 from tidelog.node.transport import CHANNEL_OPTIONS
 from tidelog.v1 import tidelog_pb2_grpc
+
+if TYPE_CHECKING:
+    from tidelog.node.coordinator_topic import CoordinatorTopic
+
+#: How long a forwarded request may take when the client set no deadline.
+FORWARD_TIMEOUT_S = 30.0
 
 #: The gRPC metadata key that marks a forwarded request; its value is the forwarding node's id.
 FORWARDED_BY = "tidelog-forwarded-by"
@@ -48,6 +56,36 @@ class Forwarder:
             timeout=timeout_s,
             metadata=((FORWARDED_BY, str(self.node_id)), (FORWARDED_PRINCIPAL, principal)),
         )
+
+
+async def coordinator_answer(
+    forwarder: Forwarder,
+    topic: CoordinatorTopic,
+    key: str,
+    method: str,
+    request: Any,
+    context: grpc.aio.ServicerContext,
+    principal: str,
+    failed: Callable[[errors.TidelogError], Any],
+) -> Any | None:
+    """None when this node answers for `key` (it leads the key's partition of `topic`, or the
+    request was forwarded here); else the answer of the coordinator the request was forwarded
+    to, or `failed(error)` when there is none to forward to."""
+    try:
+        _, leader = topic.coordinator_of(key)
+    except errors.TidelogError as exc:
+        return failed(exc)
+    if leader == forwarder.node_id or was_forwarded(context):
+        return None
+    remaining = context.time_remaining()
+    timeout_s = FORWARD_TIMEOUT_S if remaining is None else min(remaining, FORWARD_TIMEOUT_S)
+    try:
+        return await forwarder.call(leader, method, request, timeout_s, principal)
+    except grpc.aio.AioRpcError as exc:
+        unreachable = errors.CoordinatorNotAvailableError(
+            f"coordinator {leader} unreachable: {exc.code()}"
+        )
+        return failed(unreachable)
 
 
 def was_forwarded(context: grpc.aio.ServicerContext) -> bool:

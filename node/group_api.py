@@ -29,7 +29,7 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.coordinator_topic import CoordinatorTopic
-from tidelog.node.forwarding import Forwarder, was_forwarded
+from tidelog.node.forwarding import Forwarder, coordinator_answer, was_forwarded
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.request_rules import Answers, each_once, or_unset, partitions_of
 from tidelog.types import TopicPartition
@@ -38,8 +38,6 @@ from tidelog.v1 import tidelog_pb2 as pb
 #: What an unset generation_id means: a simple consumer, no generation (Kafka's -1).
 _NO_GENERATION = -1
 _NO_LEADER_EPOCH = -1
-#: How long a forwarded request may take when the client set no deadline.
-_FORWARD_TIMEOUT_S = 30.0
 #: The only state a group of committed offsets alone has (Kafka's name for a memberless group).
 _EMPTY = "Empty"
 
@@ -73,27 +71,13 @@ class GroupApi:
         failed: Callable[[errors.TidelogError], Any] | None = None,
     ) -> Any | None:
         """None when this node answers for `group` (it coordinates the group, or the request
-        was forwarded here); else the answer of the coordinator the request was forwarded to,
-        or the error answer when there is none to forward to (`failed(error)`, by default
-        this module's answer of `method` failing whole)."""
-        if failed is None:
-            failed = partial(_failed, method, request)
-        try:
-            _, leader = self.offsets_topic.coordinator_of(group)
-        except errors.TidelogError as exc:
-            return failed(exc)
-        if leader == self.node_id or was_forwarded(context):
-            return None
-        remaining = context.time_remaining()
-        timeout_s = _FORWARD_TIMEOUT_S if remaining is None else min(remaining, _FORWARD_TIMEOUT_S)
-        try:
-            return await self.forwarder.call(
-                leader, method, request, timeout_s, self.authorization.principal(context)
-            )
-        except grpc.aio.AioRpcError as exc:
-            return failed(errors.CoordinatorNotAvailableError(
-                f"coordinator {leader} unreachable: {exc.code()}"
-            ))
+        was forwarded here); else the coordinator's answer (`forwarding.coordinator_answer`);
+        `failed(error)` is the answer when there is none to forward to, by default this
+        module's answer of `method` failing whole."""
+        return await coordinator_answer(
+            self.forwarder, self.offsets_topic, group, method, request, context,
+            self.authorization.principal(context), failed or partial(_failed, method, request),
+        )
 
     def _group_refused(
         self, context: grpc.aio.ServicerContext, operation: Operation, group: str

@@ -4,7 +4,8 @@ The parts, one job each: the hosted replicas and the Raft driver loops (`replica
 what the node knows of leaders elsewhere (`routing.Routing`), the controller's state machine
 over its Raft log (`controller_driver.ControllerDriver`), the internal topic of consumer
 offsets (`coordinator_topic.CoordinatorTopic`) and the group coordinator's state machines over its
-partitions (`group_coordinator_driver.GroupCoordinatorDriver`), periodic chores
+partitions (`group_coordinator_driver.GroupCoordinatorDriver`), the same for transactions
+(`__transaction_state`, `txn_coordinator_driver.TxnCoordinatorDriver`), periodic chores
 (`housekeeping.Housekeeping`), and the check of old data on disk (`scrubber.Scrubber`). The
 server wires them to the gRPC services.
 """
@@ -29,6 +30,7 @@ from tidelog.node.housekeeping import Housekeeping
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.node.scrubber import Scrubber
+from tidelog.node.txn_coordinator_driver import TxnCoordinatorDriver
 from tidelog.node.txn_markers import TxnMarkers
 from tidelog.replication import NotLeaderError
 from tidelog.v1 import raft_pb2 as rpb
@@ -55,6 +57,10 @@ class NodeRuntime:
         self.txn_markers = TxnMarkers(
             config, self.replicas.partitions, self.routing, self.replicas.dialer
         )
+        self.txn_topic = CoordinatorTopic.transactions(config, self.controller, self.routing)
+        self.txns = TxnCoordinatorDriver(
+            config, self.replicas, self.txn_topic, self.offsets_topic, self.txn_markers.send
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
@@ -77,6 +83,7 @@ class NodeRuntime:
             self.housekeeping.loop(),
             self.groups.expiration_loop(),
             self.consumer_groups.expiry_loop(),
+            self.txns.expiration_loop(),
         ]
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())
@@ -90,6 +97,7 @@ class NodeRuntime:
         if graceful:
             await self._move_leadership_away()
         self.groups.close()
+        self.txns.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

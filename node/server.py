@@ -97,7 +97,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
             TidelogServicer(
                 config, runtime.replicas, runtime.routing, runtime.controller,
-                runtime.offsets_topic, runtime.groups,
+                runtime.offsets_topic, runtime.groups, runtime.txn_topic, runtime.txns,
                 partial(request_metrics.count_error, TIDELOG_SERVICE),
                 consumer_groups=runtime.consumer_groups,
             ),

@@ -1,0 +1,260 @@
+"""The transaction coordinator's node side: the state machine of each `__transaction_state`
+partition this node leads (`coordinator.txn_coordinator`), driven over that partition's Raft
+log by `coordinator_driver.CoordinatorDriver` (loading, applying, group commit, leadership).
+
+A request's record is appended and the request answered once it is committed and applied, so
+every answer follows a durable state (kafka-reference §8.6: the client learns of a commit only
+once PrepareCommit is durable). Then, off the request path, the markers sender writes COMMIT or
+ABORT to every partition of each prepared transaction (WriteTxnMarkers at each partition's
+leader, retried while the leader moves or the marker does not commit in time) and appends the
+Complete record once all are acknowledged. It starts from what the state says is prepared, so
+a new leader finishes what the old one decided. Markers carry this leader's epoch of the
+partition as the coordinator epoch: a partition that saw a newer coordinator refuses the old
+one's (TRANSACTION_COORDINATOR_FENCED), and the old one stops.
+
+Transactions past their timeout are fenced and aborted every
+transaction.abort.timed.out.transaction.cleanup.interval.ms (kafka-reference §8.7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from tidelog import errors
+from tidelog.clock import wall_clock_ms
+from tidelog.coordinator.txn_coordinator import (
+    Decision,
+    MarkerWork,
+    TransactionCoordinatorState,
+    TxnConfig,
+)
+from tidelog.node.config import NodeConfig
+from tidelog.node.coordinator_driver import CoordinatorDriver, Led
+from tidelog.node.coordinator_topic import CoordinatorTopic
+from tidelog.node.partition import PartitionReplica
+from tidelog.node.replicas import ReplicaSet
+from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
+
+log = logging.getLogger("tidelog.node")
+
+#: Writes one transaction's marker on the partitions it names, each at its leader, within the
+#: timeout; the last error code of each partition (0 once written).
+MarkerSender = Callable[[rpb.WritableTxnMarker, float], Awaitable[dict[TopicPartition, int]]]
+#: A new producer id from the controller, within the timeout.
+ProducerIdSource = Callable[[float], Awaitable[int]]
+
+#: Marker answers after which a partition needs no more tries: written, or a partition that
+#: cannot hold markers (Kafka marks those done too).
+_DONE = frozenset({0, errors.UnsupportedForMessageFormatError.code,
+                   errors.UnsupportedVersionError.code})
+#: Marker answers that say this coordinator is no longer the one (a newer coordinator epoch or
+#: producer epoch was seen): it stops, and the newer one finishes.
+_FENCED = frozenset({errors.InvalidProducerEpochError.code,
+                     errors.TransactionCoordinatorFencedError.code})
+#: How long one round of marker writes may take before the sender looks again.
+_MARKERS_ROUND_S = 5.0
+_MARKERS_BACKOFF_S = 0.1
+
+
+@dataclass(eq=False)
+class _TxnLed(Led[TransactionCoordinatorState]):
+    #: The markers being written, by transactional id.
+    marking: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+
+class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
+    key_name = "transactional id"
+
+    def __init__(
+        self, config: NodeConfig, replicas: ReplicaSet, txn_topic: CoordinatorTopic,
+        offsets_topic: CoordinatorTopic, send_markers: MarkerSender,
+    ) -> None:
+        super().__init__(config, replicas, txn_topic, config.offsets_commit_timeout_ms)
+        self.offsets_topic = offsets_topic
+        self._send_markers = send_markers
+        self._state_config = TxnConfig(max_timeout_ms=config.transaction_max_timeout_ms)
+
+    def _new_state(self) -> TransactionCoordinatorState:
+        return TransactionCoordinatorState(self._state_config)
+
+    def _new_led(
+        self, replica: PartitionReplica, epoch: int, start: int
+    ) -> Led[TransactionCoordinatorState]:
+        return _TxnLed(replica, epoch, start, self._new_state())
+
+    def _describe(self, led: Led[TransactionCoordinatorState]) -> str:
+        return f"{len(led.state.txns)} transactional ids"
+
+    def _after_apply(self, led: Led[TransactionCoordinatorState]) -> None:
+        """Start writing the markers of every prepared transaction not being marked yet."""
+        assert isinstance(led, _TxnLed)
+        for work in led.state.prepared():
+            if work.transactional_id not in led.marking:
+                task = asyncio.get_running_loop().create_task(self._mark(led, work))
+                led.marking[work.transactional_id] = task
+
+    def _dropped(self, led: Led[TransactionCoordinatorState]) -> None:
+        assert isinstance(led, _TxnLed)
+        for task in led.marking.values():
+            task.cancel()
+
+    def close(self) -> None:
+        super().close()
+        for led in list(self._led.values()):
+            self._dropped(led)
+
+    # ---- markers ---------------------------------------------------------------------------------
+
+    async def _mark(self, led: _TxnLed, work: MarkerWork) -> None:
+        """Markers on every partition of `work` until each is written, then Complete."""
+        txn_id = work.transactional_id
+        pending = set(work.partitions)
+        try:
+            while pending and self._still_leads(led):
+                codes = await self._send_markers(self._marker(led, work, pending),
+                                                 _MARKERS_ROUND_S)
+                fenced = {tp: c for tp, c in codes.items() if c in _FENCED}
+                if fenced:
+                    log.warning("%s: markers of %r refused (%s): a newer coordinator finishes it",
+                                led.tp, txn_id, fenced)
+                    return
+                topics = self.topic.controller.image.topics
+                pending = {
+                    tp for tp in pending
+                    if codes.get(tp, -1) not in _DONE and tp.topic in topics  # deleted: done
+                }
+                if pending:
+                    await asyncio.sleep(_MARKERS_BACKOFF_S)
+            if not self._still_leads(led):
+                return
+            decision = led.state.plan_complete(work, wall_clock_ms())
+            if decision is not None:
+                await self._decide(led, txn_id, decision)
+        except errors.TidelogError as exc:  # the Complete append failed: retried on next apply
+            log.info("%s: %r not completed yet: %s", led.tp, txn_id, exc)
+        finally:
+            if led.marking.get(txn_id) is asyncio.current_task():
+                del led.marking[txn_id]
+
+    @staticmethod
+    def _marker(
+        led: Led[TransactionCoordinatorState], work: MarkerWork, tps: Iterable[TopicPartition]
+    ) -> rpb.WritableTxnMarker:
+        marker = rpb.WritableTxnMarker(
+            producer_id=work.producer_id, producer_epoch=work.producer_epoch,
+            transaction_result=work.commit, coordinator_epoch=led.epoch,
+        )
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(tps):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        for name, indexes in by_topic.items():
+            marker.topics.add(name=name, partition_indexes=indexes)
+        return marker
+
+    # ---- requests --------------------------------------------------------------------------------
+
+    async def _decide(
+        self, led: Led[TransactionCoordinatorState], txn_id: str, decision: Decision
+    ) -> Decision:
+        """Append the decision's record (if any) and return it once committed; a failed
+        append leaves the id as it was and raises the coordinator's error."""
+        if decision.record is not None:
+            try:
+                await self._append(led, [decision.record])
+            except errors.TidelogError:
+                led.state.abandon(txn_id)
+                raise
+        return decision
+
+    async def init_producer_id(
+        self, txn_id: str, timeout_ms: int, producer_id: int, producer_epoch: int,
+        new_producer_id: ProducerIdSource,
+    ) -> tuple[int, int]:
+        """The id's producer id and new epoch; raises the answer's error. A new id, when one
+        is needed, comes from `new_producer_id` (the controller's blocks)."""
+        led = self._coordinating(txn_id)
+        decision = led.state.init_producer_id(
+            txn_id, timeout_ms, producer_id, producer_epoch, wall_clock_ms()
+        )
+        if decision.needs_producer_id:
+            fresh = await new_producer_id(self._timeout_s)
+            led = self._coordinating(txn_id)
+            decision = led.state.init_producer_id(
+                txn_id, timeout_ms, producer_id, producer_epoch, wall_clock_ms(), fresh
+            )
+        decision = await self._decide(led, txn_id, decision)
+        if decision.error is not None:
+            raise decision.error
+        assert decision.producer is not None
+        return decision.producer
+
+    async def add_partitions(
+        self, txn_id: str, producer_id: int, producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> None:
+        """AddPartitionsToTxn; raises the error every partition is answered with."""
+        led = self._coordinating(txn_id)
+        decision = led.state.add_partitions(
+            txn_id, producer_id, producer_epoch, partitions, wall_clock_ms()
+        )
+        await self._answer(led, txn_id, decision)
+
+    async def add_offsets(
+        self, txn_id: str, producer_id: int, producer_epoch: int, group: str
+    ) -> None:
+        """AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction."""
+        tp = self.offsets_topic.partition_of(group)
+        if tp is None:
+            raise errors.CoordinatorNotAvailableError(
+                f"the {self.offsets_topic.name} topic does not exist yet (FindCoordinator of "
+                f"the group creates it)"
+            )
+        await self.add_partitions(txn_id, producer_id, producer_epoch, [tp])
+
+    async def end_txn(
+        self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """EndTxn: answered once PrepareCommit/PrepareAbort is durable (the markers follow)."""
+        led = self._coordinating(txn_id)
+        decision = led.state.end_txn(txn_id, producer_id, producer_epoch, commit,
+                                     wall_clock_ms())
+        await self._answer(led, txn_id, decision)
+
+    async def _answer(
+        self, led: Led[TransactionCoordinatorState], txn_id: str, decision: Decision
+    ) -> None:
+        decision = await self._decide(led, txn_id, decision)
+        if decision.error is not None:
+            raise decision.error
+
+    # ---- expiration ------------------------------------------------------------------------------
+
+    async def expiration_loop(self) -> None:
+        """Every transaction.abort.timed.out.transaction.cleanup.interval.ms: transactions
+        past their timeout fenced and aborted, on each partition this node leads."""
+        interval_s = self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.abort_expired()
+
+    async def abort_expired(self) -> None:
+        now_ms = wall_clock_ms()
+        fences = [
+            (led, txn_id, decision) for led in self._loaded_leds()
+            for txn_id, decision in led.state.plan_expiration(now_ms)
+        ]
+        for _, txn_id, _ in fences:
+            log.info("transaction of %r timed out: its producer is fenced and it is aborted",
+                     txn_id)
+        results = await asyncio.gather(
+            *(self._decide(led, txn_id, decision) for led, txn_id, decision in fences),
+            return_exceptions=True,
+        )
+        for (_, txn_id, _), result in zip(fences, results, strict=True):
+            if isinstance(result, errors.TidelogError):
+                log.warning("the timed-out transaction of %r is not aborted yet: %s", txn_id,
+                            result)
