@@ -13,7 +13,7 @@ import time
 import grpc
 import pytest
 
-from tidelog.errors import OffsetNotAvailableError, for_code
+from tidelog.errors import CoordinatorNotAvailableError, OffsetNotAvailableError, for_code
 from tidelog.records import RecordInput, build_batch
 from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
@@ -168,10 +168,10 @@ def test_bad_input_gets_error_codes_and_the_node_keeps_serving(raw: Raw) -> None
         timeout=5,
     )
     assert [p.error_code for p in duplicated.topics[0].partitions] == [42]
-    with pytest.raises(grpc.RpcError) as unsupported:
-        stub.EndTxn(pb.EndTxnRequest(transactional_id="t"), timeout=5)
-    assert unsupported.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not supported yet" in (unsupported.value.details() or "")
+    # Before any transactional id was looked up there is no coordinator (15), and nothing is
+    # created by it: only FindCoordinator creates __transaction_state.
+    no_coordinator = stub.EndTxn(pb.EndTxnRequest(transactional_id="t"), timeout=5)
+    assert no_coordinator.error_code == CoordinatorNotAvailableError.code
     still = raw.produce(leader, "strict", 0, make_batch([b"fine"]))
     assert (still.error_code, still.base_offset) == (0, 0)
 

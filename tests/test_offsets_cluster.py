@@ -46,7 +46,8 @@ TOPIC_PARTITIONS = 4
 def cluster_options() -> dict[str, Any]:
     # A small max.message.bytes, so that a commit of metadata at the limit on each of four
     # partitions is too large (4 x 12 KiB), and one of the longest group id (32 KiB) is not.
-    return {"nodes": 3, "offsets_topic_num_partitions": PARTITIONS, "max.message.bytes": 40_000}
+    return {"nodes": 3, "offsets_topic_num_partitions": PARTITIONS, "max.message.bytes": 40_000,
+            "transaction_state_log_num_partitions": 1}
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +130,10 @@ def test_users_cannot_create_or_delete_the_offsets_topic(coordinators: Raw) -> N
 
 
 def test_find_coordinator_refuses_unknown_key_types(coordinators: Raw) -> None:
-    """Transactions (key type 1) are not built yet: UNIMPLEMENTED, as transactional Produce
-    and InitProducerId, so no client retries it; any other key type is malformed."""
-    with pytest.raises(grpc.RpcError) as info:
-        find(coordinators, 1, "txn", key_type=1)
-    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    """Key type 1 looks for a transactional id's coordinator (__transaction_state, created on
+    first use: 15 meanwhile); any other key type is malformed."""
+    answer = find(coordinators, 1, "txn", key_type=1)
+    assert answer.error_code in (0, errors.CoordinatorNotAvailableError.code), answer
     for key_type in (-1, 2, 2**31 - 1):
         with pytest.raises(grpc.RpcError) as info:
             find(coordinators, 2, "g", key_type=key_type)
