@@ -701,3 +701,19 @@ class CorruptRecordError(TidelogError):
         self.topic = topic
         self.partition = partition
         self.offset = offset
+
+
+class IllegalTransactionStateError(ConfigurationError):
+    """A transactional producer's method called in a state that does not allow it (Kafka's
+    IllegalStateException: send() outside a transaction, commit before begin, ...)."""
+
+    name = "ILLEGAL_TRANSACTION_STATE"
+    description = "The transactional producer is not in a state that allows this call."
+
+
+class TransactionAbortedError(TidelogError):
+    """A record of a transaction the application aborted before the record was sent (Kafka's
+    TransactionAbortedException): it is not in the log."""
+
+    name = "TRANSACTION_ABORTED"
+    description = "The record's transaction was aborted before it was sent."

@@ -203,7 +203,8 @@ class ProduceAnswer:
 
 
 def serialized_produce_request(
-    batches: Mapping[TopicPartition, Sequence[bytes]], acks: int, timeout_ms: int
+    batches: Mapping[TopicPartition, Sequence[bytes]], acks: int, timeout_ms: int,
+    transactional_id: str | None = None,
 ) -> bytes:
     """A ProduceRequest, serialized, for `batches` given as pieces (a batch's header and
     body). Through the generated code each batch would be copied three times (into the
@@ -212,7 +213,10 @@ def serialized_produce_request(
     the records is written by hand (protobuf merges fields of one message that arrive in
     parts, so the concatenation parses as one message; tests compare it with the generated
     encoding)."""
-    pieces = [pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms).SerializeToString()]
+    request = pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms)
+    if transactional_id is not None:
+        request.transactional_id = transactional_id
+    pieces = [request.SerializeToString()]
     for topic, parts in _by_topic(batches).items():
         topic_head = pb.TopicProduceData(name=topic).SerializeToString()
         topic_pieces: list[bytes] = []
@@ -316,15 +320,87 @@ def parse_fetch(response: pb.FetchResponse) -> dict[TopicPartition, FetchAnswer 
 # ---- InitProducerId ---------------------------------------------------------------------------
 
 
-def init_producer_id_request(producer_id: int, producer_epoch: int) -> pb.InitProducerIdRequest:
-    return pb.InitProducerIdRequest(producer_id=producer_id, producer_epoch=producer_epoch)
+def init_producer_id_request(
+    producer_id: int, producer_epoch: int, transactional_id: str | None = None,
+    transaction_timeout_ms: int = 0,
+) -> pb.InitProducerIdRequest:
+    request = pb.InitProducerIdRequest(producer_id=producer_id, producer_epoch=producer_epoch)
+    if transactional_id is not None:
+        request.transactional_id = transactional_id
+        request.transaction_timeout_ms = transaction_timeout_ms
+    return request
 
 
 def parse_init_producer_id(response: pb.InitProducerIdResponse) -> tuple[int, int]:
     """(producer id, epoch); raises the error of a failed answer."""
     if response.error_code:
-        raise error_for(response.error_code, "", "InitProducerId")
+        raise error_for(response.error_code, response.error_message, "InitProducerId")
     return response.producer_id, response.producer_epoch
+
+
+def add_partitions_to_txn_request(
+    transactional_id: str, producer_id: int, producer_epoch: int,
+    partitions: Iterable[TopicPartition],
+) -> pb.AddPartitionsToTxnRequest:
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return pb.AddPartitionsToTxnRequest(
+        transactional_id=transactional_id, producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        topics=[pb.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+    )
+
+
+def parse_add_partitions_to_txn(
+    response: pb.AddPartitionsToTxnResponse,
+) -> dict[TopicPartition, TidelogError | None]:
+    """Each partition's outcome: None when added, else its error."""
+    return {
+        TopicPartition(t.name, p.partition): error_for(
+            p.error_code, p.error_message, TopicPartition(t.name, p.partition)
+        ) if p.error_code else None
+        for t in response.results
+        for p in t.partitions
+    }
+
+
+def add_offsets_to_txn_request(
+    transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+) -> pb.AddOffsetsToTxnRequest:
+    return pb.AddOffsetsToTxnRequest(
+        transactional_id=transactional_id, producer_id=producer_id,
+        producer_epoch=producer_epoch, group_id=group_id,
+    )
+
+
+def end_txn_request(
+    transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+) -> pb.EndTxnRequest:
+    return pb.EndTxnRequest(
+        transactional_id=transactional_id, producer_id=producer_id,
+        producer_epoch=producer_epoch, committed=commit,
+    )
+
+
+def raise_txn_error(
+    response: pb.AddOffsetsToTxnResponse | pb.EndTxnResponse, what: str
+) -> None:
+    """Raise the error of a failed AddOffsetsToTxn or EndTxn answer."""
+    if response.error_code:
+        raise error_for(response.error_code, response.error_message, what)
+
+
+def txn_offset_commit_request(
+    transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata],
+) -> pb.TxnOffsetCommitRequest:
+    """A simple consumer's offsets (generation -1) committed in the producer's transaction."""
+    plain = offset_commit_request(group_id, offsets)
+    return pb.TxnOffsetCommitRequest(
+        transactional_id=transactional_id, group_id=group_id, producer_id=producer_id,
+        producer_epoch=producer_epoch, generation_id=-1, topics=plain.topics,
+    )
 
 
 # ---- Coordinators and consumer offsets --------------------------------------------------------
@@ -380,7 +456,7 @@ def offset_commit_request(
 
 
 def parse_offset_commit(
-    response: pb.OffsetCommitResponse | pb.OffsetDeleteResponse,
+    response: pb.OffsetCommitResponse | pb.OffsetDeleteResponse | pb.TxnOffsetCommitResponse,
 ) -> dict[TopicPartition, TidelogError | None]:
     """Each partition's outcome: None when done, else its error (naming it)."""
     return {

@@ -2,20 +2,32 @@
 (``accumulator``), a sender that drains them to their leaders through the client's
 partitioned-request engine (``sender``), and, on by default with acks=all, the idempotence
 state that numbers each partition's records so that retries never write a batch twice
-(``idempotence``).
+(``idempotence``). With a ``transactional_id`` it is transactional (``transactions``):
+``init_transactions()`` once, then ``begin_transaction()``, sends (and
+``send_offsets_to_transaction()``), and ``commit_transaction()`` or ``abort_transaction()``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidelog.errors import RequestTimedOutError
+from tidelog.coordinated import check_group_id, checked_offsets
+from tidelog.errors import (
+    IllegalTransactionStateError,
+    RequestTimedOutError,
+    RetriableError,
+    TidelogError,
+    TransactionAbortedError,
+)
 from tidelog.producer.accumulator import RecordAccumulator, RecordFuture
 from tidelog.producer.config import ProducerConfig
 from tidelog.producer.idempotence import IdempotenceState
 from tidelog.producer.sender import Sender
+from tidelog.producer.transactions import TransactionManager, TxnState
 from tidelog.retry import Deadline
+from tidelog.types import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from tidelog.client import Client
@@ -30,7 +42,13 @@ class Producer(RecordAccumulator):
 
     def __init__(self, client: Client, config: ProducerConfig) -> None:
         idempotence = IdempotenceState(config.idempotence)
-        super().__init__(client, config, idempotence)
+        transactions = None
+        if config.transactional_id is not None:
+            transactions = TransactionManager(
+                client, config.transactional_id, config.transaction_timeout_ms
+            )
+            idempotence.needs_producer_id = False  # init_transactions() gets it
+        super().__init__(client, config, idempotence, transactions)
         self._sender = Sender(client, self, idempotence)
         self._wake_sender = self._sender.wake
         self._sending = client.transport.submit(self._sender.run())
@@ -77,3 +95,104 @@ class Producer(RecordAccumulator):
     def producer_id(self) -> tuple[int, int]:
         """(producer id, epoch); (-1, -1) before InitProducerId or without idempotence."""
         return self.idempotence.producer_id, self.idempotence.producer_epoch
+
+    # ---- transactions (kafka-python's names) ------------------------------------------------
+
+    def _transactions(self) -> TransactionManager:
+        if self.transactions is None:
+            raise IllegalTransactionStateError(
+                "not a transactional producer: create it with transactional_id=..."
+            )
+        return self.transactions
+
+    def init_transactions(self, timeout_ms: int | None = None) -> None:
+        """Get the transactional id's producer id and a new epoch, which fences any earlier
+        producer of the id; its open transaction is aborted first (the coordinator answers
+        CONCURRENT_TRANSACTIONS meanwhile, which is retried)."""
+        txn = self._transactions()
+        txn.require(TxnState.UNINITIALIZED)
+        txn.state = TxnState.INITIALIZING
+        deadline = Deadline(self.config.max_block_ms if timeout_ms is None else timeout_ms)
+        try:
+            producer_id, epoch = self.client.run(txn.init_producer_id(-1, -1, deadline))
+        except TidelogError as exc:
+            with self._lock:
+                if isinstance(exc, RetriableError | RequestTimedOutError):
+                    txn.state = TxnState.UNINITIALIZED  # may be called again
+                else:
+                    txn.failed(exc)
+            raise
+        with self._lock:
+            self.new_epoch(producer_id, epoch)
+            txn.state = TxnState.READY
+
+    def begin_transaction(self) -> None:
+        txn = self._transactions()
+        with self._lock:
+            txn.require(TxnState.READY)
+            txn.state = TxnState.IN_TRANSACTION
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group_id: str,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit a consumer group's offsets in the transaction: they become the group's
+        committed offsets if, and when, the transaction commits (consume-transform-produce)."""
+        txn = self._transactions()
+        txn.require(TxnState.IN_TRANSACTION)
+        group_id = check_group_id(group_id)
+        checked = checked_offsets(offsets)
+        deadline = Deadline(self.config.max_block_ms if timeout_ms is None else timeout_ms)
+        try:
+            self.client.run(txn.send_offsets(self.producer_id, checked, group_id, deadline))
+        except TidelogError as exc:
+            with self._lock:
+                txn.failed(exc)
+            raise
+
+    def commit_transaction(self, timeout_ms: int | None = None) -> None:
+        """Send what is queued, then commit: once this returns, the transaction's records
+        and offsets are committed (every read_committed consumer will see all of them). An
+        error that fails the transaction is raised; then call abort_transaction()."""
+        txn = self._transactions()
+        txn.require(TxnState.IN_TRANSACTION)
+        deadline = Deadline(self.config.max_block_ms if timeout_ms is None else timeout_ms)
+        self.flush(int(deadline.remaining() * 1000))
+        with self._lock:
+            txn.require(TxnState.IN_TRANSACTION)  # a batch failed: raises its error
+            txn.state = TxnState.COMMITTING
+        self._end(txn, True, deadline)
+
+    def abort_transaction(self, timeout_ms: int | None = None) -> None:
+        """Abort the transaction: records not sent yet fail (TransactionAbortedError), those
+        sent are aborted; the producer can begin the next one."""
+        txn = self._transactions()
+        txn.require(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING)
+        deadline = Deadline(self.config.max_block_ms if timeout_ms is None else timeout_ms)
+        with self._lock:
+            txn.state = TxnState.ABORTING
+            self.fail_queued(TransactionAbortedError("the transaction was aborted"))
+        self.flush(int(deadline.remaining() * 1000))
+        self._end(txn, False, deadline)
+        if self.idempotence.needs_producer_id:
+            # A failed batch left a gap in its partition's sequences: a new epoch restarts
+            # them (the coordinator bumps it; KIP-360).
+            producer_id, epoch = self.client.run(
+                txn.init_producer_id(*self.producer_id, deadline)
+            )
+            with self._lock:
+                self.new_epoch(producer_id, epoch)
+
+    def _end(self, txn: TransactionManager, commit: bool, deadline: Deadline) -> None:
+        state = txn.state
+        try:
+            self.client.run(txn.end(self.producer_id, commit, deadline))
+        except TidelogError as exc:
+            with self._lock:
+                if isinstance(exc, RetriableError | RequestTimedOutError):
+                    # Ask again: a retried EndTxn of a decided transaction is answered as
+                    # it was decided.
+                    txn.state = TxnState.IN_TRANSACTION if commit else state
+                else:
+                    txn.failed(exc)
+            raise

@@ -41,6 +41,7 @@ from tidelog.types import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from tidelog.client import Client
+    from tidelog.producer.transactions import TransactionManager
 
 log = logging.getLogger("tidelog.producer")
 _time_ns = time.time_ns
@@ -183,10 +184,13 @@ class RecordAccumulator:
     _wake_sender: Callable[[], None]
 
     def __init__(self, client: Client, config: ProducerConfig,
-                 idempotence: IdempotenceState) -> None:
+                 idempotence: IdempotenceState,
+                 transactions: TransactionManager | None = None) -> None:
         self.client = client
         self.config = config
         self.idempotence = idempotence
+        #: A transactional producer's transactions; None for any other.
+        self.transactions = transactions
         # send()'s hot settings as plain attributes, one lookup each.
         self._batch_size = config.batch_size
         self._buffer_memory = config.buffer_memory
@@ -227,6 +231,8 @@ class RecordAccumulator:
         sticky partitioner has open for its topic, when that has room: one dict lookup."""
         if self.closing:
             raise ConfigurationError("send() on a closed producer")
+        if self.transactions is not None:
+            self.transactions.check_send()
         timestamp = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         plain = key is None and not headers and type(value) is bytes
         if not plain:
@@ -396,8 +402,12 @@ class RecordAccumulator:
         metadata = self.client.metadata
         refresh_s: float | None = None
         ready: list[Batch] = []
+        txn = self.transactions
         for tp, state in self._partitions.items():
             if not state.queue:
+                continue
+            if txn is not None and tp not in txn.partitions:
+                txn.wanted.add(tp)  # its batches leave once the coordinator has it
                 continue
             head = state.queue[0]
             if len(state.in_flight) >= (1 if head.attempts else self.config.max_in_flight):
@@ -484,6 +494,12 @@ class RecordAccumulator:
                 self.fail(batch, RequestTimedOutError(
                     f"{batch.tp}: not delivered within {self.config.delivery_timeout_ms} ms"
                 ))
+
+    def fail_queued(self, error: TidelogError) -> None:
+        """Fail the batches not in flight (those in flight wait for their answers)."""
+        for state in self._partitions.values():
+            for batch in list(state.queue):
+                self.fail(batch, error)
 
     def fail_all(self, error: TidelogError) -> None:
         for state in self._partitions.values():

@@ -25,6 +25,13 @@ class ProducerConfig:
     max_in_flight: int = 5
     #: How long send() may block for metadata or for room in the buffer.
     max_block_ms: int = 60_000
+    #: Makes the producer transactional (kafka-python's transactional_id): its records go in
+    #: transactions that commit or abort whole, and a newer producer with the same id fences
+    #: it. Needs idempotence.
+    transactional_id: str | None = None
+    #: How long the coordinator lets a transaction stay open before it aborts it and fences the
+    #: producer (Kafka's transaction.timeout.ms; at most the nodes' transaction.max.timeout.ms).
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         if self.acks not in _ACKS:
@@ -37,6 +44,15 @@ class ProducerConfig:
             raise ConfigurationError("max_in_flight must be 1..5 with idempotence (Kafka's rule)")
         if self.max_in_flight < 1 or self.batch_size < 1 or self.linger_ms < 0:
             raise ConfigurationError("need max_in_flight >= 1, batch_size >= 1, linger_ms >= 0")
+        if self.transactional_id is not None:
+            if not isinstance(self.transactional_id, str) or not self.transactional_id:
+                raise ConfigurationError("transactional_id must be a non-empty string")
+            if not self.idempotence:
+                raise ConfigurationError(
+                    "a transactional producer is idempotent: leave acks='all' and idempotent on"
+                )
+        if self.transaction_timeout_ms <= 0:
+            raise ConfigurationError("transaction_timeout_ms must be > 0")
         if self.delivery_timeout_ms <= 0 or self.max_block_ms < 0 or self.buffer_memory < 1:
             raise ConfigurationError(
                 "need delivery_timeout_ms > 0, max_block_ms >= 0, buffer_memory >= 1"

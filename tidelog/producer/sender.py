@@ -24,7 +24,8 @@ from tidelog.metadata import NO_LEADER
 from tidelog.partitioned import PartitionedRequest
 from tidelog.producer.accumulator import IDLE_S, Batch, RecordAccumulator
 from tidelog.producer.idempotence import IdempotenceState, Verdict, explain_init_failure
-from tidelog.records import batch_header
+from tidelog.producer.transactions import TransactionManager, TxnState
+from tidelog.records import ATTR_TRANSACTIONAL, batch_header
 from tidelog.retry import Deadline
 from tidelog.types import TopicPartition
 
@@ -45,6 +46,7 @@ class Sender:
         self.client = client
         self.accumulator = accumulator
         self.idempotence = idempotence
+        self.transactions = accumulator.transactions
         self._lock = accumulator._lock
         self._acks = accumulator.config.acks_value
         self._request: PartitionedRequest[Batch, wire.ProduceAnswer] = PartitionedRequest(
@@ -93,7 +95,10 @@ class Sender:
                     now = time.monotonic()
                     accumulator.expire(now)
                     wake_at = now + IDLE_S
-                    if idempotence.needs_producer_id and queued:
+                    txn = self.transactions
+                    if txn is not None:
+                        self._drive_transaction(txn, queued)
+                    if idempotence.needs_producer_id and queued and txn is None:
                         init = not in_flight and now >= idempotence.init_at
                         wake_at = max(idempotence.init_at, now) if not in_flight else wake_at
                     else:
@@ -128,6 +133,36 @@ class Sender:
             for task in self._calls:
                 task.cancel()
 
+    def _drive_transaction(self, txn: TransactionManager, queued: bool) -> None:
+        """(Under the lock.) A failed transaction fails what is queued; partitions that
+        batches wait for are added to the transaction, one AddPartitionsToTxn at a time."""
+        if txn.in_error:
+            if queued:
+                assert txn.error is not None
+                self.accumulator.fail_queued(txn.error)
+            return
+        if txn.wanted and txn.adding is None and txn.state is TxnState.IN_TRANSACTION:
+            wanted, txn.wanted = txn.wanted - txn.partitions, set()
+            if wanted:
+                txn.adding = self._loop.create_task(self._add_partitions(txn, wanted))
+
+    async def _add_partitions(self, txn: TransactionManager, tps: set[TopicPartition]) -> None:
+        idempotence = self.idempotence
+        producer = (idempotence.producer_id, idempotence.producer_epoch)
+        deadline = Deadline(self.accumulator.config.delivery_timeout_ms)
+        try:
+            await txn.add_partitions(producer, tps, deadline)
+        except TidelogError as exc:
+            with self._lock:
+                txn.failed(exc)
+        else:
+            with self._lock:
+                txn.partitions |= tps
+        finally:
+            with self._lock:
+                txn.adding = None
+                self._wakeup.set()
+
     def _send(self, batches: list[Batch]) -> None:
         """Frame the batches (outside the lock) and start one Produce per leader."""
         work: dict[TopicPartition, Batch] = {}
@@ -148,6 +183,7 @@ class Sender:
         return wire.serialized_produce_request(
             {tp: (b.header, b.body) for tp, b in batches.items()}, self._acks,
             self.client.config.request_timeout_ms,
+            None if self.transactions is None else self.transactions.transactional_id,
         )
 
     async def _produce(
@@ -186,7 +222,7 @@ class Sender:
                 batch.body,
                 base_offset=0,
                 partition_leader_epoch=-1,
-                attributes=0,
+                attributes=0 if self.transactions is None else ATTR_TRANSACTIONAL,
                 last_offset_delta=batch.count - 1,
                 first_timestamp=batch.first_timestamp,
                 max_timestamp=batch.max_timestamp,
@@ -214,6 +250,8 @@ class Sender:
                     f"{accumulator.config.delivery_timeout_ms} ms; last error: {error}"
                 )
             accumulator.fail(batch, error)
+            if self.transactions is not None:
+                self.transactions.failed(error, from_produce=True)
             return
         reaction = self._request.classify(batch.tp, failure)
         immediate = reaction is not None and reaction.immediate
