@@ -233,6 +233,8 @@ def test_health_is_not_serving_until_the_runtime_has_started(
         def __init__(self, config: NodeConfig) -> None:
             # Only wired to the services by the server, never called before start().
             self.replicas = self.routing = self.offsets_topic = self.groups = None
+            self.consumer_groups = self.txn_topic = self.txns = None
+            self.txn_markers = SimpleNamespace(handle=None)
             self.controller = SimpleNamespace(fetch_metadata=None, image=MetadataImage())
 
         def on_envelope(self, env: object, payload: memoryview) -> None:
@@ -407,7 +409,7 @@ def test_the_produce_test_hook_draws_from_a_seeded_generator(tmp_path: Path) -> 
         # Only the controller's image is read at construction (the ACLs to authorize with).
         controller = SimpleNamespace(image=MetadataImage())
         servicer = TidelogServicer(
-            config, None, None, controller, None, None, lambda rpc, code: None  # type: ignore[arg-type]
+            config, None, None, controller, None, None, None, None, lambda rpc, code: None  # type: ignore[arg-type]
         )
         return [servicer._test_rng.random() for _ in range(5)]
 
