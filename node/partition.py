@@ -295,7 +295,7 @@ class PartitionReplica:
         """Validate, deduplicate and propose one produced batch; `from_client` False for a
         batch the node builds itself (a group coordinator's records, which may be
         transactional and carry no sequence)."""
-        header = self.log.validate_produced_batch(batch, from_client=from_client)
+        batch, header = self.log.validate_produced_batch(batch, from_client=from_client)
         producers = self._producer_state()
         original = producers.check(header)
         if original is not None:  # a retry of a batch already written: acknowledge, don't write

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
+from tidelog.compression import TOPIC_CODECS, TOPIC_KEEPS_PRODUCER_CODEC, Codec
 from tidelog.errors import InvalidConfigError
 from tidelog.records import TimestampType
 
@@ -45,6 +46,14 @@ class LogConfig:
     max_message_bytes: int = 1024 * 1024 + 12
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
+    #: Kafka's topic compression.type: "producer" keeps each batch's codec, any other value
+    #: (uncompressed, gzip, snappy, lz4, zstd) is the codec the leader writes.
+    compression_type: str = TOPIC_KEEPS_PRODUCER_CODEC
+
+    @property
+    def codec(self) -> Codec | None:
+        """The codec the leader writes batches with; None keeps the producer's."""
+        return TOPIC_CODECS.get(self.compression_type)
 
     @property
     def delete_enabled(self) -> bool:
@@ -111,6 +120,16 @@ def _timestamp_type(name: str, raw: str) -> object:
         ) from None
 
 
+def _compression_type(name: str, raw: str) -> object:
+    value = raw.strip().lower()
+    if value != TOPIC_KEEPS_PRODUCER_CODEC and value not in TOPIC_CODECS:
+        raise InvalidConfigError(
+            f"{name}={raw!r} must be one of {TOPIC_KEEPS_PRODUCER_CODEC}, "
+            f"{', '.join(TOPIC_CODECS)}"
+        )
+    return value
+
+
 def _cleanup_policy(name: str, raw: str) -> object:
     policies = frozenset(p.strip() for p in raw.split(",") if p.strip())
     if not policies or not policies <= {CLEANUP_DELETE, CLEANUP_COMPACT}:
@@ -138,6 +157,7 @@ _PROPS: dict[str, _Prop] = {
     "max.message.bytes": _Prop("max_message_bytes", _integer(0, INT_MAX)),
     "flush.messages": _Prop("flush_messages", _integer(1, LONG_MAX)),
     "flush.ms": _Prop("flush_ms", _integer(0, LONG_MAX)),
+    "compression.type": _Prop("compression_type", _compression_type),
 }
 
 assert {p.field for p in _PROPS.values()} == {f.name for f in fields(LogConfig)}

@@ -32,6 +32,7 @@ from tidelog.errors import (
     UnsupportedVersionError,
 )
 from tidelog.records import (
+    ATTR_COMPRESSION,
     MAX_BATCH_BYTES,
     NO_TIMESTAMP,
     BatchHeader,
@@ -42,6 +43,7 @@ from tidelog.records import (
     iter_batches,
     read_header,
     validate_batch,
+    with_codec,
 )
 from tidelog.storage.checkpoint import fsync_dir
 from tidelog.storage.config import LONG_MAX, LogConfig
@@ -198,7 +200,7 @@ class Log:
         """
         with self._lock:
             self._check_open()
-            self.validate_produced_batch(batch, from_client=False)
+            batch, _ = self.validate_produced_batch(batch, from_client=False)
             data = self.stamp(batch, self._log_end_offset, leader_epoch)
             header = read_header(data)
             now = self._clock()
@@ -228,8 +230,13 @@ class Log:
             and not read_header(batch).is_control
         )
 
-    def validate_produced_batch(self, batch: bytes, *, from_client: bool) -> BatchHeader:
+    def validate_produced_batch(
+        self, batch: bytes, *, from_client: bool
+    ) -> tuple[bytes, BatchHeader]:
         """The leader's checks of a produced batch under this topic's config; nothing is written.
+        Returns the batch to write and its header: the batch itself, or, when the topic's
+        compression.type names a codec other than the batch's, the batch recompressed with it
+        (`with_codec`; `producer`, the default, keeps the producer's codec and bytes).
 
         Refused: a batch over max.message.bytes or over records.MAX_BATCH_BYTES
         (MESSAGE_TOO_LARGE, as Kafka's RecordTooLargeException), one larger than a segment
@@ -244,7 +251,7 @@ class Log:
         self._check_size(len(batch), check_max_message_bytes=True)
         config = self._config
         log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
-        return validate_batch(
+        header = validate_batch(
             batch,
             now_ms=self._clock(),
             timestamp_before_max_ms=LONG_MAX
@@ -256,6 +263,12 @@ class Log:
             from_client=from_client,
             require_keys=config.compact_enabled,
         )
+        codec = config.codec
+        if codec is None or header.is_control or header.attributes & ATTR_COMPRESSION == codec:
+            return batch, header
+        converted = with_codec(batch, codec)
+        self._check_size(len(converted), check_max_message_bytes=True)
+        return converted, read_header(converted)
 
     def append_as_follower(self, batches: bytes | memoryview) -> LogAppendInfo:
         """Append the leader's batches as they are (offsets, epochs, timestamps included).

@@ -15,9 +15,9 @@ import pytest
 
 from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition, errors
 from tidelog.hashing import partition_for_key
-from tidelog.records import HEADER_SIZE, RECORD_OVERHEAD
-from tidelog.testing import LocalCluster, poll_records, wait_for
-from tidelog.types import ConsumerRecord
+from tidelog.records import ATTR_COMPRESSION, HEADER_SIZE, RECORD_OVERHEAD, iter_batches
+from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
+from tidelog.types import DEBUGGING_REPLICA_ID, ConsumerRecord
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -376,3 +376,45 @@ def test_concurrent_refreshes_merge_into_one_metadata_call(cluster: LocalCluster
         assert not errors_seen
         assert client.metadata_refreshes - before == 1
         assert client.metadata.version > seen
+
+
+def test_compressed_batches_from_producer_to_disk_to_consumer(
+    client: Client, cluster: LocalCluster
+) -> None:
+    """Every codec through the client's producer, the leader's checks, replication and the
+    consumer; a topic with compression.type=producer keeps each producer's codec on every
+    replica, one with compression.type=gzip gets gzip whatever was sent."""
+    client.create_topic("codecs", partitions=1, replication_factor=3)
+    client.create_topic("to-gzip", partitions=1, replication_factor=3,
+                        config={"compression.type": "gzip"})
+    sent = []
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        with client.producer(compression_type=codec, linger_ms=50) as producer:
+            values = [b'{"codec": "%s", "n": %d}' % (codec.encode(), i) for i in range(100)]
+            for topic in ("codecs", "to-gzip"):
+                for i, value in enumerate(values):
+                    producer.send(topic, value, key=b"k%d" % i, headers=[("c", codec.encode())])
+            producer.flush()
+        sent += values
+    for topic in ("codecs", "to-gzip"):
+        consumer = client.consumer()
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        records = poll_records(consumer, len(sent))
+        assert [r.value for r in records] == sent
+        assert all(r.key == b"k%d" % (n % 100) for n, r in enumerate(records))
+    with Raw(cluster) as raw:
+        for node in cluster.node_ids:
+            kept = wait_for(lambda n=node: _codecs_on(raw, n, "codecs", len(sent)), 30)
+            assert kept[0] == 0 and set(kept) == {0, 1, 2, 3, 4}, kept
+            assert set(wait_for(lambda n=node: _codecs_on(raw, n, "to-gzip", len(sent)))) == {1}
+
+
+def _codecs_on(raw: Raw, node: int, topic: str, records: int) -> list[int] | None:
+    """The codec of every data batch of partition 0 as the node's replica holds it, once it
+    holds `records` records."""
+    data = raw.fetch(node, topic, 0, 0, replica_id=DEBUGGING_REPLICA_ID, max_bytes=8 << 20)
+    batches = [h for _, h in iter_batches(data.records) if not h.is_control]
+    if sum(h.records_count for h in batches) < records:
+        return None
+    return [h.attributes & ATTR_COMPRESSION for h in batches]

@@ -1,7 +1,8 @@
 """What a client writes is validated by the leader before anything is appended (one node,
 shared by the module): a batch whose CRC is right but whose records lie is CORRUPT_MESSAGE,
-control batches and transactional batches without a producer id are INVALID_RECORD, compressed ones
-UNSUPPORTED_COMPRESSION_TYPE, Kafka's varint records are named as such; the node stays up and
+control batches and transactional batches without a producer id are INVALID_RECORD, a codec id
+Kafka does not define UNSUPPORTED_COMPRESSION_TYPE and records that are not a stream of their
+codec CORRUPT_MESSAGE, Kafka's varint records are named as such; the node stays up and
 consumers keep reading the records written before."""
 
 from __future__ import annotations
@@ -83,14 +84,18 @@ def test_records_lying_about_their_lengths_are_refused_and_readers_go_on(
          errors.InvalidRecordError, "control batches"),
         (lambda: build_batch([RecordInput(b"t", None, _now())], transactional=True),
          errors.InvalidRecordError, "without a producer id"),
+        (lambda: forge_batch(forge_record(), attributes=6, first_timestamp=_now(),
+                             max_timestamp=_now()),
+         errors.UnsupportedCompressionTypeError, "codec 6"),
         (lambda: forge_batch(forge_record(), attributes=2, first_timestamp=_now(),
                              max_timestamp=_now()),
-         errors.UnsupportedCompressionTypeError, "snappy"),
+         errors.CorruptMessageError, "snappy records do not decompress"),
         (lambda: forge_batch(kafka_v2_record(0, b"a"), kafka_v2_record(1, b"b"),
                              first_timestamp=_now(), max_timestamp=_now()),
          errors.CorruptMessageError, "Kafka's v2 record encoding"),
     ],
-    ids=["txn-marker", "control", "transactional", "compressed", "kafka-v2-varint"],
+    ids=["txn-marker", "control", "transactional", "undefined-codec", "not-snappy",
+         "kafka-v2-varint"],
 )
 def test_what_only_the_leader_may_write_or_tidelog_cannot_read_is_refused(
     cluster: LocalCluster, raw: Raw, batch: object, error: type[errors.TidelogError], says: str

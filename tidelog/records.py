@@ -16,7 +16,7 @@ full specification, with test vectors, for clients in other languages::
     12      4     partition_leader_epoch   epoch of the leader that appended it
     16      1     magic                    format version (MAGIC)
     17      4     crc                      CRC32C of everything from `attributes` to the end
-    21      2     attributes               bits 0-2 compression (always 0: none), bit 3
+    21      2     attributes               bits 0-2 compression codec (Kafka's ids), bit 3
                                            timestamp type, bit 4 transactional, bit 5 control
     23      4     last_offset_delta        last offset - base offset
     27      8     first_timestamp          timestamp of the first record
@@ -29,6 +29,13 @@ full specification, with test vectors, for clients in other languages::
 
 The CRC does not cover base offset, length, epoch or magic, so assigning offsets and stamping the
 epoch leaves it valid (as in Kafka); switching a batch to log-append time does recompute it.
+
+A compressed batch (codec in attribute bits 0-2, `tidelog.compression`) has the same header and
+its records section, all records back to back, compressed as one stream; the CRC covers the
+compressed bytes. Every reader of records here (`validate_records`, `decode_records`,
+`record_keys`, `retain_records`, the timestamp walks) decompresses it first (`plain_batch`),
+within MAX_BATCH_BYTES, and then checks and reads the records exactly as those of an
+uncompressed batch.
 
 A record is fixed-width rather than varint-encoded: Python decodes one ``struct`` call much faster
 than a chain of varints, and the few extra bytes per record do not matter at 1 KiB values::
@@ -56,12 +63,12 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
+from tidelog.compression import Codec, check_codec, compress, decompress
 from tidelog.errors import (
     CorruptMessageError,
     InvalidRecordError,
     InvalidTimestampError,
     TidelogError,
-    UnsupportedCompressionTypeError,
 )
 
 MAGIC = 2
@@ -80,14 +87,12 @@ MAX_BATCH_BYTES = 100 * 1024 * 1024
 #: maximal batch and room for the request, response or envelope around it.
 MAX_MESSAGE_BYTES = MAX_BATCH_BYTES + 1024 * 1024
 
-ATTR_COMPRESSION = 0x07  # Kafka's codec bits; Tidelog writes 0 (none) and reads nothing else
+ATTR_COMPRESSION = 0x07  # Kafka's codec bits (tidelog.compression.Codec)
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 #: Every attribute bit with a meaning; a producer setting another one is refused.
 ATTR_DEFINED = ATTR_COMPRESSION | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
-#: Kafka's codec numbers, for the message that refuses them.
-_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = _HEADER.size  # 61
@@ -249,8 +254,10 @@ def build_batch(
     base_sequence: int = NO_SEQUENCE,
     transactional: bool = False,
     control: bool = False,
+    compression: Codec = Codec.NONE,
 ) -> bytes:
-    """Encode records into one batch with offsets 0..n-1 relative to `base_offset`."""
+    """Encode records into one batch with offsets 0..n-1 relative to `base_offset`, its
+    records section compressed with `compression`."""
     if not records:
         raise ValueError("a batch holds at least one record")
     first_timestamp = records[0].timestamp
@@ -261,9 +268,13 @@ def build_batch(
         encode_record(
             parts, delta, rec.timestamp - first_timestamp, rec.key, rec.value, rec.headers
         )
-    attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
+    attributes = (
+        (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
+        | compression
+    )
+    body = b"".join(parts)
     return assemble_batch(
-        b"".join(parts),
+        compress(compression, body) if compression else body,
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=attributes,
@@ -384,6 +395,71 @@ def check_crc(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
         raise CorruptMessageError(f"CRC mismatch in batch at position {pos}")
 
 
+def codec_of(header: BatchHeader) -> Codec:
+    """The batch's compression codec; UNSUPPORTED_COMPRESSION_TYPE for ids 5-7."""
+    return check_codec(header.attributes & ATTR_COMPRESSION)
+
+
+def plain_batch(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> tuple[bytes | bytearray | memoryview, int, BatchHeader]:
+    """The batch at `pos` with its records uncompressed: (buffer, position, header) of the same
+    batch when it is not compressed, else of a copy at position 0 whose records section is
+    decompressed and whose header says so (codec bits 0, batch_length of the plain records;
+    its CRC is the compressed batch's and is not checked again). At most MAX_BATCH_BYTES come
+    out of one batch: more is CORRUPT_MESSAGE, as is a stream that does not decompress."""
+    codec = header.attributes & ATTR_COMPRESSION
+    if not codec:
+        return buf, pos, header
+    records = decompress(
+        check_codec(codec),
+        memoryview(buf)[pos + HEADER_SIZE : pos + header.size],
+        MAX_BATCH_BYTES - HEADER_SIZE,
+    )
+    plain = header._replace(
+        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(records),
+        attributes=header.attributes & ~ATTR_COMPRESSION,
+    )
+    head = bytearray(memoryview(buf)[pos : pos + HEADER_SIZE])
+    _I32.pack_into(head, 8, plain.batch_length)
+    _ATTRS_FIELD.pack_into(head, 21, plain.attributes)
+    return b"".join((head, records)), 0, plain
+
+
+def with_codec(batch: bytes, codec: Codec) -> bytes:
+    """A validated batch (`validate_batch`) with its records compressed by `codec` instead
+    (Codec.NONE: uncompressed), every header field kept and the CRC recomputed: what a
+    leader writes when the topic's compression.type names a codec other than the batch's
+    (Kafka's LogValidator recompresses the same way)."""
+    header = read_header(batch)
+    if header.attributes & ATTR_COMPRESSION == codec:
+        return batch
+    plain, pos, plain_header = plain_batch(batch, 0, header)
+    records = bytes(memoryview(plain)[pos + HEADER_SIZE : pos + plain_header.size])
+    return _framed(header, compress(codec, records) if codec else records, codec)
+
+
+def _framed(header: BatchHeader, records: bytes, codec: int, **changes: int) -> bytes:
+    """A batch of `header`'s fields (with `changes`) around `records`, already encoded with
+    `codec`."""
+    fields = header._replace(
+        attributes=(header.attributes & ~ATTR_COMPRESSION) | codec, **changes
+    )
+    return assemble_batch(
+        records,
+        base_offset=fields.base_offset,
+        partition_leader_epoch=fields.partition_leader_epoch,
+        attributes=fields.attributes,
+        last_offset_delta=fields.last_offset_delta,
+        first_timestamp=fields.first_timestamp,
+        max_timestamp=fields.max_timestamp,
+        producer_id=fields.producer_id,
+        producer_epoch=fields.producer_epoch,
+        base_sequence=fields.base_sequence,
+        records_count=fields.records_count,
+    )
+
+
 def iter_batches(
     buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
 ) -> Iterator[tuple[int, BatchHeader]]:
@@ -411,6 +487,11 @@ def validate_batch(
     timestamp, and (for CreateTime) every timestamp within the topic's allowed distance from
     `now_ms`. `require_keys` (compacted topics) refuses a record without a key in the same pass.
 
+    A compressed batch is checked record by record after decompressing it (a stream that
+    does not decompress, or to more than MAX_BATCH_BYTES, is CORRUPT_MESSAGE; a codec id
+    Kafka does not define UNSUPPORTED_COMPRESSION_TYPE); the header returned is the batch's
+    own, as it will be written.
+
     `from_client` adds what only a producer may not do, as Kafka's LogValidator does for
     AppendOrigin.CLIENT: a control batch (INVALID_RECORD: markers are the node's to write, and
     a forged one would hide the records after it from read_committed consumers), attribute
@@ -423,6 +504,7 @@ def validate_batch(
     check_crc(buf, 0, header)
     if from_client:
         _check_client_batch(header)
+    plain, _, plain_header = plain_batch(buf, 0, header)
     if header.records_count < 1 or header.records_count != header.last_offset_delta + 1:
         raise CorruptMessageError(
             f"a produced batch holds one record per offset and at least one: "
@@ -431,7 +513,7 @@ def validate_batch(
     # Offset deltas strictly increasing within 0..last_offset_delta, one record per offset:
     # exactly 0, 1, ..., n-1.
     min_delta, max_delta = validate_records(
-        buf, 0, header, require_keys=require_keys and not header.is_control
+        plain, 0, plain_header, require_keys=require_keys and not header.is_control
     )
     if header.first_timestamp + max_delta != header.max_timestamp:
         raise CorruptMessageError(
@@ -492,19 +574,13 @@ def validate_records(
     attributes 0, offset deltas strictly increasing within last_offset_delta, and the first
     record's timestamp delta 0; the records fill the batch exactly. `require_keys` (compacted
     topics) refuses a record without a key in the same pass.
-    A batch compressed with a Kafka codec is refused (UNSUPPORTED_COMPRESSION_TYPE); anything
-    else raises CorruptMessageError naming the record and the field.
+    A compressed batch's records are decompressed first (`plain_batch`). Anything wrong raises
+    CorruptMessageError naming the record and the field.
 
     No value is copied and no object is built per record (header keys are decoded to check
     their UTF-8): `struct.unpack_from` at computed offsets, as this runs on every produce.
     """
-    compression = header.attributes & ATTR_COMPRESSION
-    if compression:
-        codec = _CODEC_NAMES.get(compression, f"unknown codec {compression}")
-        raise UnsupportedCompressionTypeError(
-            f"the batch is compressed ({codec}); Tidelog implements no compression, so "
-            "batches must be sent uncompressed (attribute bits 0-2 zero)"
-        )
+    buf, pos, header = plain_batch(buf, pos, header)
     start = pos + HEADER_SIZE
     end = pos + header.size
     try:
@@ -715,7 +791,10 @@ def _iter_record_prefixes(
     """Yield (record position, offset, timestamp) of each record without decoding payloads.
 
     Only each record's length is checked (it must fit the batch), which is all this walk
-    relies on; readers of keys, values or headers call `validate_records` first."""
+    relies on; readers of keys, values or headers call `validate_records` first. A compressed
+    batch is decompressed first, so positions are then into its plain copy: callers that use
+    them pass a plain batch (`plain_batch`)."""
+    buf, pos, header = plain_batch(buf, pos, header)
     unpack = _RECORD_PREFIX.unpack_from
     rec_pos = pos + HEADER_SIZE
     end = pos + header.size
@@ -739,6 +818,7 @@ def first_record_reaching(
     timestamp is >= `target_ms`, or None. A plain loop rather than `record_timestamps`: it is
     the inner loop of every lookup by timestamp, where generators cost as much as the rest.
     It checks what it relies on as `_iter_record_prefixes` does."""
+    buf, pos, header = plain_batch(buf, pos, header)
     unpack = _RECORD_PREFIX.unpack_from
     base, first_ts = header.base_offset, header.first_timestamp
     log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
@@ -769,7 +849,9 @@ def decode_records(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> list[Record]:
     """Decode every record of the batch at `pos` (consumer side), after `validate_records`
-    (so a lying length raises CorruptMessageError instead of decoding garbage)."""
+    (so a lying length raises CorruptMessageError instead of decoding garbage), decompressing
+    a compressed batch first."""
+    buf, pos, header = plain_batch(buf, pos, header)
     validate_records(buf, pos, header)
     out: list[Record] = []
     data = bytes(memoryview(buf)[pos : pos + header.size])
@@ -811,6 +893,7 @@ def record_keys(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> Iterator[RecordKey]:
     """Yield offset, key and tombstone flag of each record, without copying values."""
+    buf, pos, header = plain_batch(buf, pos, header)
     validate_records(buf, pos, header)
     unpack_i32 = _I32.unpack_from
     for rec_pos, offset, _ in _iter_record_prefixes(buf, pos, header):
@@ -831,7 +914,13 @@ def retain_records(
     still says where its offsets went. Epoch, producer fields and attributes stay. The first
     and max timestamps are recomputed because lookups trust them; under LogAppendTime the
     records read the batch's time, which stays while a record does.
+
+    A compressed batch keeps its codec, as Kafka's cleaner keeps a batch's compression type:
+    its kept records are compressed again. A batch left with no record is written
+    uncompressed (nothing to compress; Kafka writes empty batches so too).
     """
+    original = header
+    buf, pos, header = plain_batch(buf, pos, header)
     validate_records(buf, pos, header)
     unpack = _RECORD_PREFIX.unpack_from
     view = memoryview(buf)
@@ -853,18 +942,11 @@ def retain_records(
             max_timestamp = header.max_timestamp
         else:
             max_timestamp = header.first_timestamp + max(ts_delta for _, ts_delta in kept)
-    return assemble_batch(
-        b"".join(record for record, _ in kept),
-        base_offset=header.base_offset,
-        partition_leader_epoch=header.partition_leader_epoch,
-        attributes=header.attributes,
-        last_offset_delta=header.last_offset_delta,
-        first_timestamp=first_timestamp,
-        max_timestamp=max_timestamp,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        records_count=len(kept),
+    records = b"".join(record for record, _ in kept)
+    codec = codec_of(original) if kept else Codec.NONE
+    return _framed(
+        header, compress(codec, records) if codec else records, codec,
+        first_timestamp=first_timestamp, max_timestamp=max_timestamp, records_count=len(kept),
     )
 
 

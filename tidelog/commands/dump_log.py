@@ -160,8 +160,15 @@ def _batch_line(h: BatchHeader, position: int, crc_valid: bool) -> str:
         f"timestampType: {_timestamp_type_name(h)} maxTimestamp: {h.max_timestamp} "
         f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
         f"baseSequence: {h.base_sequence} isTransactional: {str(h.is_transactional).lower()} "
-        f"isControl: {str(h.is_control).lower()}"
+        f"isControl: {str(h.is_control).lower()} compresscodec: {_codec_name(h)}"
     )
+
+
+def _codec_name(h: BatchHeader) -> str:
+    from tidelog.compression import codec_name
+    from tidelog.records import ATTR_COMPRESSION
+
+    return codec_name(h.attributes & ATTR_COMPRESSION)
 
 
 def _timestamp_type_name(h: BatchHeader) -> str:

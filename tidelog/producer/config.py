@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidelog.compression import PRODUCER_CODECS, Codec
 from tidelog.errors import ConfigurationError
 
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
@@ -32,6 +33,9 @@ class ProducerConfig:
     #: How long the coordinator lets a transaction stay open before it aborts it and fences the
     #: producer (Kafka's transaction.timeout.ms; at most the nodes' transaction.max.timeout.ms).
     transaction_timeout_ms: int = 60_000
+    #: Kafka's compression.type: none, gzip, snappy, lz4 or zstd. Each batch's records are
+    #: compressed as one stream when the batch leaves (batch_size counts them uncompressed).
+    compression_type: str = "none"
 
     def __post_init__(self) -> None:
         if self.acks not in _ACKS:
@@ -53,10 +57,19 @@ class ProducerConfig:
                 )
         if self.transaction_timeout_ms <= 0:
             raise ConfigurationError("transaction_timeout_ms must be > 0")
+        if self.compression_type not in PRODUCER_CODECS:
+            raise ConfigurationError(
+                f"compression_type must be one of {', '.join(PRODUCER_CODECS)}, got "
+                f"{self.compression_type!r}"
+            )
         if self.delivery_timeout_ms <= 0 or self.max_block_ms < 0 or self.buffer_memory < 1:
             raise ConfigurationError(
                 "need delivery_timeout_ms > 0, max_block_ms >= 0, buffer_memory >= 1"
             )
+
+    @property
+    def codec(self) -> Codec:
+        return PRODUCER_CODECS[self.compression_type]
 
     @property
     def acks_value(self) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tidelog import wire
+from tidelog.compression import compress
 from tidelog.errors import RequestTimedOutError, RetriableError, TidelogError
 from tidelog.metadata import NO_LEADER
 from tidelog.partitioned import PartitionedRequest
@@ -49,6 +50,7 @@ class Sender:
         self.transactions = accumulator.transactions
         self._lock = accumulator._lock
         self._acks = accumulator.config.acks_value
+        self._codec = accumulator.config.codec
         self._request: PartitionedRequest[Batch, wire.ProduceAnswer] = PartitionedRequest(
             client, "Produce", "ProduceSerialized", self._request_of, wire.parse_produce
         )
@@ -213,16 +215,19 @@ class Sender:
 
     def _frame(self, batch: Batch) -> None:
         """Frame the batch's encoded records for the producer id, epoch and sequence it
-        leaves with (framed again when a new epoch renumbers it)."""
+        leaves with (framed again when a new epoch renumbers it). The records are joined, and
+        compressed with the producer's codec, once: a retry re-frames the same body."""
         stamp = self.idempotence.stamp(batch)
         if batch.built_for != stamp:
             if batch.parts:
                 batch.body, batch.parts = b"".join(batch.parts), []
+                if self._codec:
+                    batch.body = compress(self._codec, batch.body)
             batch.header = batch_header(
                 batch.body,
                 base_offset=0,
                 partition_leader_epoch=-1,
-                attributes=0 if self.transactions is None else ATTR_TRANSACTIONAL,
+                attributes=self._codec | (0 if self.transactions is None else ATTR_TRANSACTIONAL),
                 last_offset_delta=batch.count - 1,
                 first_timestamp=batch.first_timestamp,
                 max_timestamp=batch.max_timestamp,
