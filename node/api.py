@@ -51,7 +51,6 @@ from tidelog.node.request_rules import (
     invalid,
     or_unset,
     partitions_of,
-    unsupported,
 )
 from tidelog.node.routing import Routing
 from tidelog.node.txn_api import TxnApi
@@ -354,14 +353,16 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     ) -> pb.ProduceResponse:
         principal = self.authorization.principal(context)
         parts, twice = each_once(partitions_of(request.topics))
+        txn_refused = None
         if request.HasField("transactional_id"):
-            # Kafka refuses the whole request (53) before anything else; then: not built yet.
+            # A transactional producer's: Kafka refuses the whole request (53) before anything
+            # else; the batches' producer ids, epochs and transactional flags go to the
+            # partitions' producer state like any other.
             txn_refused = self.authorization.refused(
                 principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                 request.transactional_id,
             )
-            if txn_refused is None:
-                await unsupported(context, "transactional produce")
+        if txn_refused is not None:
             refused = dict.fromkeys((tp.topic for tp in parts), txn_refused)
         else:
             refused = self.authorization.refusals(

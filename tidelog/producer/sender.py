@@ -98,13 +98,16 @@ class Sender:
                     accumulator.expire(now)
                     wake_at = now + IDLE_S
                     txn = self.transactions
-                    if txn is not None:
-                        self._drive_transaction(txn, queued)
+                    if txn is not None and txn.in_error and queued:
+                        assert txn.error is not None
+                        accumulator.fail_queued(txn.error)  # a failed transaction sends nothing
                     if idempotence.needs_producer_id and queued and txn is None:
                         init = not in_flight and now >= idempotence.init_at
                         wake_at = max(idempotence.init_at, now) if not in_flight else wake_at
                     else:
                         ready, wake_at, refresh_s = accumulator.ready(now)
+                        if txn is not None:
+                            self._add_wanted(txn)
                         if refresh_s is not None:
                             self._refresh_wanted = True
                             wake_at = min(wake_at, now + refresh_s)
@@ -135,14 +138,9 @@ class Sender:
             for task in self._calls:
                 task.cancel()
 
-    def _drive_transaction(self, txn: TransactionManager, queued: bool) -> None:
-        """(Under the lock.) A failed transaction fails what is queued; partitions that
-        batches wait for are added to the transaction, one AddPartitionsToTxn at a time."""
-        if txn.in_error:
-            if queued:
-                assert txn.error is not None
-                self.accumulator.fail_queued(txn.error)
-            return
+    def _add_wanted(self, txn: TransactionManager) -> None:
+        """(Under the lock.) The partitions that queued batches wait for are added to the
+        transaction, one AddPartitionsToTxn at a time."""
         if txn.wanted and txn.adding is None and txn.state is TxnState.IN_TRANSACTION:
             wanted, txn.wanted = txn.wanted - txn.partitions, set()
             if wanted:
