@@ -125,12 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, help="slices per side of each commit configuration")
     parser.add_argument("--seconds", type=float, help="seconds per slice")
     parser.add_argument("--kills", type=int, help="coordinator kills in the failover benchmark")
+    parser.add_argument("--committers", type=int, action="append",
+                        help="commit part: only this many committers (repeatable)")
+    parser.add_argument("--partitions", type=int, action="append",
+                        help="commit part: only sets of this many partitions (repeatable)")
     parser.add_argument("--offsets-partitions", type=int, default=50,
                         help="offsets.topic.num.partitions (Kafka's default: 50)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     overrides = {k: v for k, v in (("slices", args.slices), ("slice_s", args.seconds),
-                                   ("kills", args.kills)) if v}
+                                   ("kills", args.kills),
+                                   ("committers", tuple(args.committers or ())),
+                                   ("partitions", tuple(args.partitions or ()))) if v}
     sizes = Sizes(**{**sizes.__dict__, **overrides})
     parts = set(args.only or PARTS)
     print(f"# tidelog consumer-offsets benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
@@ -271,12 +277,24 @@ async def run_slice(call: grpc.aio.UnaryUnaryMultiCallable, side: Side, seconds:
     return completed
 
 
-def compare(address: str, sides: dict[str, Side], sizes: Sizes,
-            answers: Counter[str]) -> dict[str, list[int]]:
-    """Requests acknowledged per slice, per side: after a warm-up of each, the sides take
-    turns slice by slice (which goes first alternating), over one channel and connection."""
+def process_cpu_s(pid: int | None) -> float:
+    """User plus system CPU seconds of process `pid` so far (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
-    async def run() -> dict[str, list[int]]:
+
+def compare(address: str, sides: dict[str, Side], sizes: Sizes, answers: Counter[str],
+            pid: int | None = None) -> tuple[dict[str, list[int]], dict[str, float]]:
+    """Requests acknowledged per slice, per side: after a warm-up of each, the sides take
+    turns slice by slice (which goes first alternating), over one channel and connection.
+    Also the CPU seconds process `pid` (the coordinator's node) spent in each side's slices:
+    CPU time, unlike the throughput, hardly depends on what else the machine runs."""
+
+    async def run() -> tuple[dict[str, list[int]], dict[str, float]]:
         async with grpc.aio.insecure_channel(address,
                                              options=cluster_bench.CHANNEL_OPTIONS) as channel:
             calls = {name: channel.unary_unary(SERVICE + side.method)
@@ -284,12 +302,15 @@ def compare(address: str, sides: dict[str, Side], sizes: Sizes,
             for name, side in sides.items():
                 await run_slice(calls[name], side, sizes.warmup_s, answers)
             counts: dict[str, list[int]] = {name: [] for name in sides}
+            cpu = dict.fromkeys(sides, 0.0)
             names = list(sides)
             for i in range(sizes.slices):
                 for name in names if i % 2 == 0 else reversed(names):
+                    before = process_cpu_s(pid)
                     counts[name].append(
                         await run_slice(calls[name], sides[name], sizes.slice_s, answers))
-            return counts
+                    cpu[name] += process_cpu_s(pid) - before
+            return counts, cpu
 
     return asyncio.run(run())
 
@@ -302,7 +323,8 @@ def bench_commit(cluster: LocalCluster, setup: Setup, sizes: Sizes) -> bool:
           f"configuration {sizes.slices} slices of {sizes.slice_s:g} s per side, taking turns, "
           f"after {sizes.warmup_s:g} s of warm-up each")
     print(f"{'committers':>10} {'partitions':>10} {'produce rec/s':>14} {'commit rec/s':>13} "
-          f"{'ratio':>6}  {'slice pairs: min p25 p50 p75 max':>34}")
+          f"{'ratio':>6}  {'slice pairs: min p25 p50 p75 max':>34}  "
+          f"{'coordinator CPU us/record: produce commit':>42}")
     answers: Counter[str] = Counter()
     summary: list[tuple[int, int, float]] = []
     for partitions in sizes.partitions:
@@ -318,7 +340,8 @@ def bench_commit(cluster: LocalCluster, setup: Setup, sizes: Sizes) -> bool:
             }
             # An election in the previous configuration must not leave this one elsewhere.
             wait_layout(cluster, setup)
-            counts = compare(address, sides, sizes, answers)
+            counts, cpu = compare(address, sides, sizes, answers,
+                                  cluster.pid_of(setup.coordinator))
             produced, committed = sum(counts["produce"]), sum(counts["commit"])
             ratio = committed / produced if produced else 0.0
             pairs = sorted(c / p for p, c in zip(counts["produce"], counts["commit"], strict=True)
@@ -327,8 +350,12 @@ def bench_commit(cluster: LocalCluster, setup: Setup, sizes: Sizes) -> bool:
                                for q in (1, 25, 50, 75, 99)) if pairs else "-")
             per_s = partitions / (sizes.slices * sizes.slice_s)  # records/s per request counted
             summary.append((committers, partitions, ratio))
+            cpu_us = "".join(
+                f"{cpu[name] / (n * partitions) * 1e6:>8.1f}" if n else f"{'-':>8}"
+                for name, n in (("produce", produced), ("commit", committed)))
             print(f"{committers:>10} {partitions:>10} {produced * per_s:>14,.0f} "
-                  f"{committed * per_s:>13,.0f} {ratio:>6.2f}  {spread:>34}", flush=True)
+                  f"{committed * per_s:>13,.0f} {ratio:>6.2f}  {spread:>34}  {cpu_us:>42}",
+                  flush=True)
     errors = {k: n for k, n in answers.items() if not k.endswith(" OK")}
     if errors:
         print(f"errors (retried): {errors}")

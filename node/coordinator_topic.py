@@ -26,10 +26,12 @@ from tidelog.types import TopicPartition
 #: `segment.bytes` of the topics, unless the node's segments are smaller. Kafka's
 #: `offsets.topic.segment.bytes` (and `transaction.state.log.segment.bytes`) is 100 MiB, but
 #: the cleaner compacts closed segments only and a new leader replays what is not compacted:
-#: 100 MiB of commits (~1.2 million records) would take it 10-20 s of Python. 4 MiB keeps the
-#: uncompacted part to ~50,000 records (about a second at worst), and the segments the cleaner
-#: merges stay as small as the live offsets.
-_SEGMENT_BYTES = 4 * 1024 * 1024
+#: 100 MiB of commits (~1 million records) would take it 10-20 s of Python. 1 MiB keeps the
+#: uncompacted part to ~10,000 records (~0.1 s), and a cleaner pass, which holds the node's disk
+#: thread (every fsync waits for it), to ~0.1 s of CPU: 4 MiB segments (~40,000 records) made
+#: passes of 0.4 s of CPU, seconds of wall time on a loaded host, in which commits timed out.
+#: Cleaning merges the small segments again.
+_SEGMENT_BYTES = 1024 * 1024
 #: How long the controller leader waits for the topic's record to commit.
 _CREATE_TIMEOUT_S = 30.0
 

@@ -26,6 +26,9 @@ from tidelog.types import TopicPartition
 _ANNOUNCE_EVERY_S = 0.2
 _CHECKPOINT_EVERY_S = 5.0
 _RETENTION_EVERY_S = 5.0
+#: How often a compacted partition whose closed segments did not change is cleaned all the same
+#: (for its tombstones coming of age, after delete.retention.ms).
+_RECLEAN_EVERY_MS = 5 * 60 * 1000
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,9 @@ class Housekeeping:
         #: Compacted partitions whose log holds a batch the cleaner cannot read: not cleaned
         #: again until the node restarts (Kafka's cleaner marks such a partition uncleanable).
         self.uncleanable: set[TopicPartition] = set()
+        #: Per compacted partition, where its closed segments ended at its last cleaner pass,
+        #: and when that was (ms): see `_retention_pass`.
+        self._cleaned: dict[TopicPartition, tuple[int, int]] = {}
 
     async def loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -109,14 +115,24 @@ class Housekeeping:
 
     def _retention_pass(self) -> list[tuple[PartitionReplica, OSError]]:
         """Retention and, for compacted topics, a cleaner pass bounded by the last stable
-        offset; on the disk thread, which is the only writer of every log."""
+        offset; on the disk thread, which is the only writer of every log.
+
+        A compacted partition is cleaned again only once a segment closed since its last pass
+        (or after `_RECLEAN_EVERY_MS`, for tombstones): a pass reads the whole log, in Python
+        on the disk thread that every fsync of the node waits for, and the offsets topic, whose
+        small segments keep a new coordinator's replay short, is written to all the time."""
         now_ms = wall_clock_ms()
 
         def retain(replica: PartitionReplica) -> None:
             replica.log.delete_old_segments()
             if replica.log.config.compact_enabled and replica.tp not in self.uncleanable:
-                self._clean(replica.tp, LogCleaner(replica.log), now_ms,
-                            replica.last_stable_offset)
+                cleaner = LogCleaner(replica.log)
+                bound = replica.last_stable_offset
+                end = cleaner.cleanable_end(bound)
+                last = self._cleaned.get(replica.tp)
+                if last is None or last[0] != end or now_ms - last[1] >= _RECLEAN_EVERY_MS:
+                    self._clean(replica.tp, cleaner, now_ms, bound)
+                    self._cleaned[replica.tp] = (end, now_ms)
 
         return self._each_log(retain)
 

@@ -87,9 +87,7 @@ class LogCleaner:
         config = self.log.config
         if not config.compact_enabled:
             return stats
-        bound = self.log.last_stable_offset
-        if upper_bound is not None:
-            bound = min(bound, upper_bound)
+        bound = self._bound(upper_bound)
         cleanable = self._cleanable(bound)
         if not cleanable:
             return stats
@@ -99,6 +97,17 @@ class LogCleaner:
         if stats.segments_written:
             self.log.checkpoint()  # the rewritten segments' last-modified times, with new sizes
         return stats
+
+    def cleanable_end(self, upper_bound: int | None = None) -> int:
+        """Where the closed segments that `clean` would compact end (the base offset of the
+        first segment it leaves alone; the log start when there are none). While it stays put
+        a pass finds what the last one found: only tombstones can have come of age since."""
+        cleanable = self._cleanable(self._bound(upper_bound))
+        return cleanable[-1][1] if cleanable else self.log.log_start_offset
+
+    def _bound(self, upper_bound: int | None) -> int:
+        bound = self.log.last_stable_offset
+        return bound if upper_bound is None else min(bound, upper_bound)
 
     def _cleanable(self, bound: int) -> list[tuple[LogSegment, int]]:
         """The closed segments, each with its upper bound, up to the first reaching `bound`."""

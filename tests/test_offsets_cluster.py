@@ -80,7 +80,7 @@ def test_the_first_find_coordinator_creates_the_topic_and_answers_not_available_
     assert len(md.partitions) == PARTITIONS
     assert all(len(p.replicas) == 3 for p in md.partitions)
     assert md.configs["cleanup.policy"] == "compact"
-    assert int(md.configs["segment.bytes"]) == 4 * 1024 * 1024  # replays stay short
+    assert int(md.configs["segment.bytes"]) == 1024 * 1024  # replays stay short
     leader = fresh_raw.wait_leaders(OFFSETS, PARTITIONS)[group_partition("g", PARTITIONS)]
     assert answer.node_id == leader
     assert answer.address == fresh_cluster.address_of(leader)

@@ -148,6 +148,22 @@ def test_offsets_of_a_group_that_stopped_committing_expire() -> None:
         assert answer == {(TOPIC, 0): 0}
 
 
+def test_the_cleaner_compacts_the_offsets_topic() -> None:
+    """The offsets topic is compacted in normal operation, so that a new leader replays little
+    more than what the cleaner left (the topic's segments are small for it, see
+    node/offsets_topic.py); the newest commit of every key stays. (Replaying a compacted log:
+    tests/test_group_coordinator.py.)"""
+    with LocalCluster(1, segment_bytes=8192, offsets_topic_num_partitions=1) as cluster, \
+            Raw(cluster) as raw:
+        wait_for(lambda: find(raw, 1, "warm-up").error_code == 0, 60, "the offsets topic")
+        raw.create_topic("wide", 50, 1)
+        sets = 10  # 500 records of 50 keys, a batch of ~4.2 KiB each: 5 segments
+        for n in range(sets):
+            committed(raw, 1, "g", {("wide", p): Committed(n) for p in range(50)})
+        wait_for(lambda: len(offsets_keys(raw, 0)) < sets * 50 // 2, 60, "a cleaner pass")
+        assert fetched(raw, 1, "g") == {("wide", p): Committed(sets - 1) for p in range(50)}
+
+
 def test_commits_of_many_partitions_stay_whole_across_a_sigkill_of_the_coordinator(
     fresh_cluster: LocalCluster, fresh_raw: Raw
 ) -> None:

@@ -483,3 +483,19 @@ def _crash_on_call(monkeypatch: pytest.MonkeyPatch, n: int) -> Callable[[], bool
     monkeypatch.setattr(os, "replace", wrap(os.replace))
     monkeypatch.setattr(os, "unlink", wrap(os.unlink))
     return lambda: calls[0] > n
+
+
+def test_cleanable_end_moves_only_when_a_segment_closes(tmp_path: Path, clock: FakeClock) -> None:
+    """The node cleans a compacted partition again only when this moved (a pass reads the
+    whole log on the disk thread): it is where the closed segments below the bound end, and a
+    pass, which merges them, leaves it where it was."""
+    log = compacted_log(tmp_path, clock)
+    cleaner = LogCleaner(log)
+    assert cleaner.cleanable_end() == 0  # nothing closed yet
+    append_all(log, [keyed(("a", "1")), keyed(("a", "2")), keyed(("b", "1"))])
+    assert cleaner.cleanable_end() == 2  # segments 0 and 1 closed; 2 is the active one
+    assert cleaner.cleanable_end(upper_bound=1) == 1
+    clean(log, T0)
+    assert cleaner.cleanable_end() == 2
+    append_all(log, [keyed(("b", "2"))])
+    assert cleaner.cleanable_end() == 3
