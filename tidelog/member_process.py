@@ -50,13 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignor", default=None)
     parser.add_argument("--auto-commit-interval-ms", type=int, default=200)
     parser.add_argument("--quiet", action="store_true", help="report record counts only")
+    parser.add_argument("--assign", action="store_true",
+                        help="no group membership: assign every partition (a baseline)")
     parser.add_argument("--wait-for-go", action="store_true",
                         help="subscribe only once a line `go` comes on stdin (a restart that "
                              "must not include the interpreter's start)")
     args = parser.parse_args(argv)
     client = Client(args.bootstrap)
     consumer = client.consumer(
-        group_id=args.group, auto_offset_reset="earliest",
+        group_id=None if args.assign else args.group, auto_offset_reset="earliest",
         auto_commit_interval_ms=args.auto_commit_interval_ms,
         group_instance_id=args.instance_id, group_remote_assignor=args.assignor,
     )
@@ -77,7 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     _emit({"ev": "ready"})
     if args.wait_for_go:
         go.wait()
-    consumer.subscribe([args.topic], listener=_Reporter())
+    if args.assign:
+        count = len(client.describe_topics([args.topic])[args.topic].partitions)
+        consumer.assign([TopicPartition(args.topic, p) for p in range(count)])
+        consumer.seek_to_beginning()
+    else:
+        consumer.subscribe([args.topic], listener=_Reporter())
     while not closing.is_set():
         records = consumer.poll(timeout_ms=200)
         if records and args.quiet:
