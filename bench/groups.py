@@ -55,7 +55,7 @@ def rebalance(cluster: LocalCluster, runs: int) -> list[float]:
     base = [MemberProcess(cluster.bootstrap, "bench-rb", topic, f"m{i}") for i in range(3)]
     samples: list[float] = []
     try:
-        wait_for(lambda: _split(base) == [4, 4, 4], 60, "three members own four each")
+        wait_for(lambda: _split(base) == [4, 4, 4], 180, "three members own four each")
         for run in range(runs):
             joiner = MemberProcess(cluster.bootstrap, "bench-rb", topic, f"j{run}",
                                    "--wait-for-go")
@@ -76,7 +76,7 @@ def rebalance(cluster: LocalCluster, runs: int) -> list[float]:
                 samples.append((done - go) * 1000 / HEARTBEAT_MS)
             finally:
                 joiner.close()
-            wait_for(lambda: _split(base) == [4, 4, 4], 60, "three members own four each")
+            wait_for(lambda: _split(base) == [4, 4, 4], 180, "three members own four each")
             print(f"  run {run + 1}: {samples[-1]:.2f} heartbeat intervals", flush=True)
     finally:
         for member in base:

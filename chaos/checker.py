@@ -12,6 +12,9 @@ committed at that moment, so it must still be there (answer <= final HW), and a 
 must be the first record at or after its target in the final log (below the answer, the log was
 committed, hence unchanged since).
 
+Consumer-group members (``check_members``) are checked from their histories (who owned which
+partition when, what they consumed, the group's committed offsets over time) and the final log.
+
 Consumer offsets are checked from the history alone: each (group, partition) is a register
 whose writes (commits) carry values unique in the run, read by OffsetFetch. Every commit is
 one attempt, so it takes effect at most once (a retried commit may land twice, around a newer
@@ -35,12 +38,14 @@ import grpc
 from tidelog import wire
 from tidelog.chaos.history import OK, UNKNOWN, Op, operations
 from tidelog.errors import CorruptMessageError
+from tidelog.member_history import double_ownership
 from tidelog.records import check_crc, decode_records, iter_batches
 from tidelog.testing import LocalCluster
 from tidelog.types import DEBUGGING_REPLICA_ID, IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2_grpc
 
-__all__ = ["FinalState", "Invariant", "ReplicaSnapshot", "check", "read_final_state"]
+__all__ = ["FinalState", "Invariant", "ReplicaSnapshot", "check", "check_members",
+           "read_final_state"]
 
 _EXAMPLES = 5
 _FETCH_BYTES = 4 << 20
@@ -103,6 +108,16 @@ class FinalState:
                     for batch in log.batches:
                         file.write(json.dumps({"partition": partition, "node": node,
                                                **batch.to_json()}) + "\n")
+
+    def data_offsets(self) -> dict[int, set[int]]:
+        """partition -> the offsets of the data records of its reference log (committed)."""
+        out: dict[int, set[int]] = {}
+        for partition in self.replicas:
+            reference = self.reference(partition)
+            if reference is not None:
+                out[partition] = {offset for batch in _committed(reference)
+                                  for offset, _, _ in batch.records}
+        return out
 
     def reference(self, partition: int) -> ReplicaSnapshot | None:
         """The leader's log, else the replica with the highest HW."""
@@ -304,6 +319,7 @@ def check(entries: list[dict[str, Any]], final: FinalState) -> list[Invariant]:
     starts = {p: r.log_start_offset for p in hws if (r := final.reference(p)) is not None}
     _check_lookups(list(operations(entries, "list_offsets")), logs, hws, starts, bounded,
                    monotonic)
+    invariants += check_members(entries, final.data_offsets())
     return invariants
 
 
@@ -491,6 +507,53 @@ def _check_register(name: str, writes: dict[int, Op], reads: list[tuple[Op, int]
             linear.fail(f"{name}: {who} read {value} (in effect from "
                         f"{max(known[value] - origin, 0):.3f}s), but {newer}, begun after that, "
                         f"was in effect from {newer_known - origin:.3f}s")
+
+
+def check_members(entries: list[dict[str, Any]],
+                  data_offsets: dict[int, set[int]]) -> list[Invariant]:
+    """Consumer-group members (issue 15) against their histories: no partition owned by two
+    members at once, the group's committed offsets never going back, and every record of the
+    final log consumed by some member. `data_offsets`: partition -> offsets of the data
+    records in the final log. Nothing to check (and nothing failed) in a run without
+    members."""
+    single = Invariant("no_double_ownership",
+                       "no partition is owned by two group members at once (a fenced member "
+                       "that has not learnt it yet excepted, as in Kafka)")
+    forward = Invariant("member_commits_never_go_back",
+                        "the group's committed offset of each partition never decreases")
+    consumed = Invariant("every_record_consumed",
+                         "every record of the final log was returned to some group member")
+    histories: dict[str, tuple[list[dict[str, Any]], float | None]] = {}
+    seen: dict[int, set[int]] = defaultdict(set)
+    for entry in entries:
+        if entry.get("f") == "member":
+            events, _ = histories.setdefault(entry["process"], ([], None))
+            events.append(entry)
+            if entry["ev"] == "recs":
+                for partition, offset in entry["r"]:
+                    seen[partition].add(offset)
+        elif entry.get("f") == "member_end":
+            events, _ = histories.setdefault(entry["process"], ([], None))
+            histories[entry["process"]] = (events, entry["at"])
+    if not histories:
+        return []
+    for overlap in double_ownership(histories):
+        if not overlap.startswith("zombie"):
+            single.fail(overlap)
+    last: dict[int, int] = {}
+    for entry in entries:
+        if entry.get("f") != "member_offsets":
+            continue
+        for partition, offset in entry["offsets"]:
+            if offset < last.get(partition, -1):
+                forward.fail(f"p{partition}: committed {last[partition]}, later {offset}")
+            last[partition] = max(offset, last.get(partition, -1))
+    for partition, offsets in sorted(data_offsets.items()):
+        missing = sorted(offsets - seen[partition])
+        if missing:
+            consumed.fail(f"p{partition}: {len(missing)} records never consumed, e.g. at "
+                          f"{missing[:5]}")
+    return [single, forward, consumed]
 
 
 def summarize_writes(entries: list[dict[str, Any]]) -> dict[str, int]:

@@ -24,6 +24,10 @@ from tidelog.client import Client
 __all__ = ["RunConfig", "run"]
 
 TOPIC = "chaos"
+#: With members: sessions short enough that a killed member's partitions move within the run
+#: (Kafka's 45 s would hold them past most of it).
+MEMBER_NODE_OPTIONS = {"group.consumer.session.timeout.ms": "6000",
+                       "group.consumer.heartbeat.interval.ms": "500"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,10 @@ class RunConfig:
     commit_rate: float = 20.0
     #: Partitions of __consumer_offsets (few: every coordinator then has groups to lose).
     offsets_partitions: int = 2
+    #: Consumer-group member processes subscribed to the topic, and how often one is killed
+    #: (0: never).
+    members: int = 0
+    member_kill_interval_s: float = 0.0
 
     def replay_command(self) -> str:
         """The command line that runs this same plan again."""
@@ -64,6 +72,9 @@ class RunConfig:
             ("--hold", self.hold, defaults.hold),
             ("--commit-rate", self.commit_rate, defaults.commit_rate),
             ("--offsets-partitions", self.offsets_partitions, defaults.offsets_partitions),
+            ("--members", self.members, defaults.members),
+            ("--member-kill-interval", self.member_kill_interval_s,
+             defaults.member_kill_interval_s),
         ):
             if value != default:
                 text = f"{value[0]:g}:{value[1]:g}" if isinstance(value, tuple) else f"{value:g}"
@@ -80,6 +91,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
                       config.interval, config.hold)
     history = History(config.out / "history.jsonl")
     node_options = {"offsets.topic.num.partitions": str(config.offsets_partitions),
+                    **(MEMBER_NODE_OPTIONS if config.members else {}),
                     **config.node_options}
     with start_toxiproxy(config.seed) as server, server.client() as proxies, ProxiedCluster(
         config.nodes, proxies, **node_options
@@ -89,7 +101,9 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
             WorkloadConfig(TOPIC, config.partitions, rate=config.rate, seed=config.seed,
                            delivery_timeout_ms=config.delivery_timeout_ms,
                            commit_rate=config.commit_rate,
-                           offsets_partitions=config.offsets_partitions),
+                           offsets_partitions=config.offsets_partitions,
+                           members=config.members,
+                           member_kill_interval_s=config.member_kill_interval_s),
             history,
         )
         try:
@@ -118,6 +132,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
             workload.final_fetches(timeout_s=60)
             history.info("run", "drained")
             final = read_final_state(cluster, TOPIC, assignment)
+            workload.finish_members(final.data_offsets(), timeout_s=60)
             with Client(cluster.bootstrap) as admin:
                 epochs_after = _epochs(admin)
         finally:

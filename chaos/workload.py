@@ -32,6 +32,7 @@ from tidelog.client import Client
 from tidelog.clock import wall_clock_ms
 from tidelog.errors import RetriableError, TidelogError
 from tidelog.hashing import group_partition
+from tidelog.member_history import MemberProcess
 from tidelog.producer import RecordFuture
 from tidelog.records import read_header
 from tidelog.transport import CallObserver
@@ -42,6 +43,8 @@ __all__ = ["AckInfo", "Tracer", "Workload", "WorkloadConfig", "offset_groups"]
 
 #: Kinds of ListOffsets lookups consumers make, each with the spec it sends.
 LOOKUPS = ("earliest", "latest", "max", "timestamp")
+#: The consumer group of the member processes.
+MEMBER_GROUP = "chaos-members"
 #: Records of one poll kept in the history: enough to compare reads with the final log.
 _POLL_RECORDS_KEPT = 200
 
@@ -129,6 +132,11 @@ class WorkloadConfig:
     #: Groups committed to, spread over the partitions of __consumer_offsets.
     groups: int = 3
     offsets_partitions: int = 2
+    #: Consumer-group member processes (issue 15) subscribed to the topic; 0: none.
+    members: int = 0
+    #: Every this many seconds (seeded draw around it) a member is SIGKILLed and a new one
+    #: started; 0: members are never killed.
+    member_kill_interval_s: float = 0.0
 
 
 class Workload:
@@ -150,6 +158,9 @@ class Workload:
         self.groups = offset_groups(config.groups, config.offsets_partitions)
         #: Commit values, unique in the run (itertools.count is safe to share between threads).
         self._commit_values = itertools.count()
+        #: Member processes, live and dead, in start order.
+        self.members: list[MemberProcess] = []
+        self._stop_members = threading.Event()
 
     def _client(self) -> tuple[Client, Tracer]:
         tracer = Tracer()
@@ -170,6 +181,65 @@ class Workload:
             for i in range(self.config.fetchers):
                 self._spawn(f"of{i}", self._fetch_offsets, f"of{i}",
                             random.Random(f"{self.config.seed}-of{i}"))
+        if self.config.members > 0:
+            for _ in range(self.config.members):
+                self._start_member()
+            self._spawn("mf", self._fetch_member_offsets)
+            if self.config.member_kill_interval_s > 0:
+                self._spawn("mk", self._kill_members, random.Random(f"{self.config.seed}-mk"))
+
+    # ---- consumer-group members ------------------------------------------------------------
+
+    def _start_member(self) -> None:
+        name = f"gm{len(self.members)}"
+        self.members.append(MemberProcess(self.bootstrap, MEMBER_GROUP, self.config.topic, name))
+        self.history.info(name, "member_start")
+
+    def _kill_members(self, rng: random.Random) -> None:
+        """The members' nemesis: SIGKILL one, start a replacement, again and again."""
+        interval = self.config.member_kill_interval_s
+        while not self._stop_members.wait(rng.uniform(interval / 2, interval * 3 / 2)):
+            live = [m for m in self.members if m.proc.poll() is None]
+            if live:
+                victim = rng.choice(live)
+                victim.kill()
+                self.history.info(victim.name, "member_kill")
+            self._start_member()
+
+    def _fetch_member_offsets(self) -> None:
+        """The group's committed offsets, over and over: they must never go back."""
+        client, _ = self._client()
+        while not self._stop_members.wait(0.5):
+            try:
+                found = client.list_consumer_group_offsets(MEMBER_GROUP, timeout_ms=5_000)
+            except TidelogError:
+                continue
+            self.history.info("mf", "member_offsets",
+                              offsets=[[tp.partition, o.offset] for tp, o in found.items()])
+
+    def finish_members(self, data_offsets: dict[int, set[int]], timeout_s: float) -> None:
+        """Once the log is final: wait until the live members have consumed it all (or the
+        timeout), close them (commit, leave), and write every member's history."""
+        if not self.members:
+            return
+        self._stop_members.set()
+        deadline = time.monotonic() + timeout_s
+
+        def caught_up() -> bool:
+            seen: dict[int, set[int]] = collections.defaultdict(set)
+            for member in self.members:
+                for partition, offset, _ in member.consumed():
+                    seen[partition].add(offset)
+            return all(offsets <= seen[p] for p, offsets in data_offsets.items())
+
+        while not caught_up() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for member in self.members:
+            member.close()
+        for member in self.members:
+            for event in member.history():
+                self.history.info(member.name, "member", **event)
+            self.history.info(member.name, "member_end", at=member.ended_at)
 
     def _spawn(self, name: str, target: Any, *args: Any) -> None:
         def guarded() -> None:
@@ -414,6 +484,9 @@ class Workload:
     def close(self) -> None:
         self._stop_writes.set()
         self._stop_reads.set()
+        self._stop_members.set()
+        for member in self.members:
+            member.kill()
         for client in self._clients:
             client.close()
 

@@ -89,6 +89,9 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     max_size: int = 0x7FFF_FFFF  # group.consumer.max.size
     assignors: tuple[str, ...] = (UNIFORM, "range")  # group.consumer.assignors; first = default
+    #: Tests only, a planted bug: a partition goes to its new owner before the previous owner
+    #: revoked it, so the chaos checker can show it catches double ownership.
+    test_grant_before_revoke: bool = False
 
 
 #: The current assignment of a member that has just joined.
@@ -376,7 +379,8 @@ class ConsumerGroups:
             group.assignment_epoch,
             group.targets.get(request.member_id, {}),
             request.owned,
-            _holders(group, request.member_id),
+            _nobody if self.config.test_grant_before_revoke
+            else _holders(group, request.member_id),
         )
         if current != member.current:
             work.emit(rec.CURRENT_ASSIGNMENT, current, request.member_id)
@@ -660,6 +664,10 @@ def _holders(group: Group, member_id: str) -> Callable[[str, int], str | None]:
             for tp in other.held:
                 held[tp] = other.member_id
     return lambda topic, p: held.get((topic, p))
+
+
+def _nobody(topic: str, partition: int) -> None:
+    return None
 
 
 def _frozen(parts: Mapping[str, Iterable[int]]) -> Assignment:

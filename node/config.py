@@ -72,6 +72,7 @@ KEYS: dict[str, str] = {
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
     "test.ack.before.commit": "test_ack_before_commit",
     "test.offsets.ack.before.commit": "test_offsets_ack_before_commit",
+    "test.groups.grant.before.revoke": "test_groups_grant_before_revoke",
     "test.seed": "test_seed",
     # Listeners and TLS (issue 17)
     "internal.listen": "internal_listen",
@@ -184,6 +185,10 @@ class NodeConfig:
     #: on the coordinator, not once they committed, so the chaos checker can show it catches
     #: stale and lost commits.
     test_offsets_ack_before_commit: bool = False
+    #: Tests only, a planted bug: a consumer group hands a partition to its new owner before
+    #: the previous owner revoked it, so the chaos checker can show it catches double
+    #: ownership.
+    test_groups_grant_before_revoke: bool = False
     #: node_id -> the client address of every other node, published in Metadata and leader
     #: hints and used to forward requests (this node's own is its advertised address).
     client_addresses: Mapping[int, str] = field(default_factory=dict)
@@ -516,7 +521,8 @@ def _convert(key: str, name: str, value: str) -> Any:
         return value
     if name in ("security_protocol", "security_inter_broker_protocol"):
         return value.upper()
-    if name in ("test_ack_before_commit", "test_offsets_ack_before_commit"):
+    if name in ("test_ack_before_commit", "test_offsets_ack_before_commit",
+                "test_groups_grant_before_revoke"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"

@@ -66,6 +66,7 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
             heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             max_size=config.group_consumer_max_size,
             assignors=config.group_consumer_assignors,
+            test_grant_before_revoke=config.test_groups_grant_before_revoke,
         )
 
     def _new_state(self) -> GroupCoordinatorState:

@@ -428,3 +428,15 @@ def test_random_membership_never_gives_a_partition_to_two_members(seed: int) -> 
         }
         total = sum(cluster.topics[t] for t in subscribed)
         assert sum(c.count for c in live.values()) == total
+
+
+def test_the_planted_bug_hands_a_partition_over_before_its_revocation() -> None:
+    """The chaos suite's self-test (test.groups.grant.before.revoke): the joiner gets a
+    partition its owner still holds, which the property above and the chaos checker catch."""
+    cluster = Cluster(test_grant_before_revoke=True)
+    a = Client(cluster, "a")
+    a.beat()
+    b = Client(cluster, "b")
+    b.beat()  # b gets its share at once, while a still owns it
+    with pytest.raises(AssertionError):
+        check_disjoint([a, b])

@@ -17,11 +17,11 @@ import pytest
 
 from tidelog import Client, TopicPartition, errors
 from tidelog.cli import main
-from tidelog.member_history import MemberProcess, double_ownership
+from tidelog.member_history import MemberProcess, double_ownership, histories_of
 from tidelog.testing import LocalCluster, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(400)
 
 SESSION_MS = 5000
 TOPIC = "cg-events"
@@ -143,7 +143,7 @@ def test_members_share_rebalance_incrementally_and_take_over_from_commits(
                       ) -> list[int]:
                 return [o for q, o, t in taker.consumed() if q == p and t >= at]
 
-            wait_for(taken, 30, "the taker reads")
+            wait_for(taken, 90, "the taker reads")
             first_offset = min(taken())
             before_kill = committed.get(TopicPartition(TOPIC, p))
             assert (before_kill.offset if before_kill else 0) <= first_offset <= last_seen[p] + 1
@@ -161,7 +161,7 @@ def test_members_share_rebalance_incrementally_and_take_over_from_commits(
             assert description.state == "Stable" and len(description.members) == 4
         finally:
             cluster.restart(coordinator)
-        overlaps = double_ownership(members)
+        overlaps = double_ownership(histories_of(members))
         assert [o for o in overlaps if not o.startswith("zombie")] == [], [
             (m.name, [e for e in m.history() if e["ev"] != "recs"]) for m in members]
     finally:

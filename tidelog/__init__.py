@@ -26,6 +26,7 @@ from tidelog.types import (
 if TYPE_CHECKING:
     from tidelog.client import Client, ClientConfig, ClusterDescription
     from tidelog.consumer import Consumer, ConsumerConfig
+    from tidelog.membership import ConsumerGroupDescription, ConsumerRebalanceListener
     from tidelog.metadata import PartitionInfo, TopicInfo
     from tidelog.producer import Producer, ProducerConfig, RecordFuture
     from tidelog.transport import CallObserver
@@ -38,6 +39,8 @@ _LAZY = {
     "ClusterDescription": "tidelog.client",
     "Consumer": "tidelog.consumer",
     "ConsumerConfig": "tidelog.consumer",
+    "ConsumerGroupDescription": "tidelog.membership",
+    "ConsumerRebalanceListener": "tidelog.membership",
     "PartitionInfo": "tidelog.metadata",
     "TopicInfo": "tidelog.metadata",
     "Producer": "tidelog.producer",
@@ -54,6 +57,8 @@ __all__ = [
     "ConfigurationError",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerGroupDescription",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "GroupListing",
     "IsolationLevel",

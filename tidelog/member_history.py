@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -93,11 +93,15 @@ class MemberProcess:
             self.ended_at = history[-1]["t"] if history else 0.0
 
 
-def ownership(member: MemberProcess) -> list[tuple[int, float, float]]:
-    """(partition, from, to) of each time the member owned a partition."""
+Events = list[dict[str, Any]]
+
+
+def ownership(events: Events, ended_at: float | None) -> list[tuple[int, float, float]]:
+    """(partition, from, to) of each time a member owned a partition, from its events; what it
+    still owned at its end (`ended_at`; None: still running) runs to then."""
     since: dict[int, float] = {}
     out: list[tuple[int, float, float]] = []
-    for event in member.history():
+    for event in events:
         if event["ev"] == "assigned":
             for p in event["p"]:
                 since.setdefault(p, event["t"])
@@ -105,25 +109,26 @@ def ownership(member: MemberProcess) -> list[tuple[int, float, float]]:
             for p in event["p"]:
                 if p in since:
                     out.append((p, since.pop(p), event["t"]))
-    end = member.ended_at if member.ended_at is not None else float("inf")
+    end = ended_at if ended_at is not None else float("inf")
     out += [(p, start, end) for p, start in since.items()]
     return out
 
 
-def fenced_at(member: MemberProcess) -> float | None:
+def fenced_at(events: Events) -> float | None:
     """When the member learnt it had been fenced (its first `lost`), if it was."""
-    return next((e["t"] for e in member.history() if e["ev"] == "lost"), None)
+    return next((e["t"] for e in events if e["ev"] == "lost"), None)
 
 
-def double_ownership(members: Iterable[MemberProcess]) -> list[str]:
-    """Every time two members owned the same partition at once. A member that was fenced
-    (its session ran out: it was too slow, or cut off) may go on reading what it owned until
-    its next heartbeat tells it, as in Kafka (whose protocol cannot stop a zombie either; its
-    commits are refused, STALE_MEMBER_EPOCH or UNKNOWN_MEMBER_ID): an overlap with such a
-    member up to the moment it learnt of its fencing is listed apart, with "zombie"."""
-    members = list(members)
-    fenced = {m.name: fenced_at(m) for m in members}
-    intervals = [(p, a, b, m.name) for m in members for p, a, b in ownership(m)]
+def double_ownership(histories: Mapping[str, tuple[Events, float | None]]) -> list[str]:
+    """Every time two members owned the same partition at once, from each member's (events,
+    end). A member that was fenced (its session ran out: it was too slow, or cut off) may go
+    on reading what it owned until its next heartbeat tells it, as in Kafka (whose protocol
+    cannot stop a zombie either; its commits are refused, STALE_MEMBER_EPOCH or
+    UNKNOWN_MEMBER_ID): an overlap with such a member before it learnt of its fencing is
+    listed apart, marked "zombie"."""
+    fenced = {name: fenced_at(events) for name, (events, _) in histories.items()}
+    intervals = [(p, a, b, name) for name, (events, end) in histories.items()
+                 for p, a, b in ownership(events, end)]
     found = []
     for i, (p, a, b, name) in enumerate(intervals):
         for q, c, d, other in intervals[i + 1:]:
@@ -133,3 +138,7 @@ def double_ownership(members: Iterable[MemberProcess]) -> list[str]:
                 found.append(f"{'zombie ' if zombie else ''}partition {p}: {name} "
                              f"[{a:.3f}, {b:.3f}] and {other} [{c:.3f}, {d:.3f}]")
     return found
+
+
+def histories_of(members: Iterable[MemberProcess]) -> dict[str, tuple[Events, float | None]]:
+    return {m.name: (m.history(), m.ended_at) for m in members}

@@ -59,6 +59,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "partition; 0 turns committers and offset fetchers off (default 20)")
     run.add_argument("--offsets-partitions", type=int, default=2,
                      help="partitions of __consumer_offsets (default 2)")
+    run.add_argument("--members", type=int, default=0,
+                     help="consumer-group member processes subscribed to the topic, checked "
+                     "for double ownership, backward commits and unconsumed records "
+                     "(default 0)")
+    run.add_argument("--member-kill-interval", type=float, default=0.0, metavar="S",
+                     help="SIGKILL a member (and start another) about every S seconds "
+                     "(default 0: never)")
     run.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                      help="a node setting for every node, e.g. election.timeout.ms=500")
 
@@ -79,12 +86,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("need --nodes >= 3, --partitions >= 1, --rate > 0, --duration > 0")
     if args.commit_rate < 0 or args.offsets_partitions < 1:
         raise ConfigurationError("need --commit-rate >= 0 and --offsets-partitions >= 1")
+    if args.members < 0 or args.member_kill_interval < 0:
+        raise ConfigurationError("need --members >= 0 and --member-kill-interval >= 0")
     config = RunConfig(
         seed=args.seed, duration=args.duration, nemeses=tuple(kinds), out=args.out,
         nodes=args.nodes, partitions=args.partitions, rate=args.rate,
         delivery_timeout_ms=args.delivery_timeout_ms,
         interval=args.interval, hold=args.hold, node_options=dict(args.set),
         commit_rate=args.commit_rate, offsets_partitions=args.offsets_partitions,
+        members=args.members, member_kill_interval_s=args.member_kill_interval,
     )
     print(f"chaos run: {config.replay_command()}", flush=True)
     report = run_chaos(config, progress=lambda line: print(line, flush=True))
