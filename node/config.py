@@ -73,6 +73,7 @@ KEYS: dict[str, str] = {
     "test.ack.before.commit": "test_ack_before_commit",
     "test.offsets.ack.before.commit": "test_offsets_ack_before_commit",
     "test.groups.grant.before.revoke": "test_groups_grant_before_revoke",
+    "test.txn.markers.delay.ms": "test_txn_markers_delay_ms",
     "test.seed": "test_seed",
     # Listeners and TLS (issue 17)
     "internal.listen": "internal_listen",
@@ -189,6 +190,10 @@ class NodeConfig:
     #: the previous owner revoked it, so the chaos checker can show it catches double
     #: ownership.
     test_groups_grant_before_revoke: bool = False
+    #: Tests only: the transaction coordinator waits this long after a transaction is prepared
+    #: before it writes its markers, so that a test can kill it between PrepareCommit and
+    #: CompleteCommit.
+    test_txn_markers_delay_ms: int = 0
     #: node_id -> the client address of every other node, published in Metadata and leader
     #: hints and used to forward requests (this node's own is its advertised address).
     client_addresses: Mapping[int, str] = field(default_factory=dict)

@@ -114,6 +114,8 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         txn_id = work.transactional_id
         pending = set(work.partitions)
         try:
+            if self.config.test_txn_markers_delay_ms:
+                await asyncio.sleep(self.config.test_txn_markers_delay_ms / 1000)
             while pending and self._still_leads(led):
                 codes = await self._send_markers(self._marker(led, work, pending),
                                                  _MARKERS_ROUND_S)
