@@ -51,6 +51,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from tidelog import Client, ClientConfig  # noqa: E402
 from tidelog.clock import wall_clock_ms  # noqa: E402
+from tidelog.compression import Codec  # noqa: E402
 from tidelog.records import RecordInput, build_batch  # noqa: E402
 from tidelog.testing import LocalCluster  # noqa: E402
 from tidelog.transport import Security  # noqa: E402
@@ -114,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="run one benchmark (to profile it)")
     parser.add_argument("--tls", action="store_true",
                         help="produce throughput with TLS on both listeners against plaintext")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --tls")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="alternating rounds of --tls or --compression")
+    parser.add_argument("--compression", choices=("gzip", "snappy", "lz4", "zstd"),
+                        help="produce throughput of compressed JSON-like records against the "
+                             "same records uncompressed")
     parser.add_argument("--baseline-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--relay-node", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -135,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.tls:
         return 0 if bench_tls(sizes, 1 if args.quick else args.rounds) else 1
+    if args.compression:
+        rounds = 1 if args.quick else args.rounds
+        return 0 if bench_compression(sizes, Codec[args.compression.upper()], rounds) else 1
     ok = True
     with BaselineServer() as baseline:
         if args.only in (None, "produce"):
@@ -408,16 +416,20 @@ def cpu_seconds(pid: int) -> float:
 
 
 def raw_produce(
-    cluster: Nodes, topic: str, sizes: Sizes, meter_pids: Sequence[int] = ()
+    cluster: Nodes, topic: str, sizes: Sizes, meter_pids: Sequence[int] = (),
+    batch: bytes | None = None,
 ) -> RawProduce:
     """acks=all Produce of one pre-built batch per request, ``sizes.inflight`` requests in
     flight per partition, each partition's requests sent to its leader (followed when it
     moves): the cluster's throughput with no client library in the way. bench/client.py
     measures the client library against this same function. The CPU time of ``meter_pids``
-    (the nodes) and of this process is read at both ends of the measured window."""
+    (the nodes) and of this process is read at both ends of the measured window. ``batch``
+    replaces the default batch of random 1 KiB values (MiB/s count its bytes as sent)."""
     create_topic(cluster, topic, sizes.partitions)
     leaders = wait_leaders(cluster, topic, sizes.partitions)
-    batch = make_batch(sizes.records_per_batch, wall_clock_ms(), random.randbytes(RECORD_BYTES))
+    if batch is None:
+        batch = make_batch(sizes.records_per_batch, wall_clock_ms(),
+                           random.randbytes(RECORD_BYTES))
     errors: Counter[str] = Counter()
 
     async def run() -> tuple[Window, list[tuple[float, float]]]:
@@ -489,6 +501,91 @@ def bench_produce(
     print(f"ratio produce MiB/s tidelog/baseline: {ratio:.2f} (goal >= 0.25) "
           f"{verdict(ratio >= 0.25)}")
     return raw.completed > 0
+
+
+#: Words of free text in the records (a customer's note): English text compresses about 3x.
+_TEXT = (
+    "the of and to in is was for on that with as by at from his an were are which this be has "
+    "or had not but one their its all been have new more after also who two first into other "
+    "delivery order package arrived late damaged great quality size color return refund "
+    "shipping customer support thanks please update address gift wrap weekend morning "
+    "evening store online price discount coupon account password email phone"
+)
+_WORDS = tuple(_TEXT.split())
+
+
+def json_like_values(count: int, rng: random.Random) -> list[bytes]:
+    """About 1 KiB of JSON per record, an event as applications log them: repeated field names
+    and enumerations, ids, timestamps, a URL and a user agent, and a random token (which does
+    not compress). What compresses is what compresses in real JSON streams."""
+    events = ("page_view", "add_to_cart", "checkout", "search", "login", "logout")
+    agents = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+              "Chrome/126.0 Safari/537.36",
+              "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) AppleWebKit/605.1.15 (KHTML, like "
+              "Gecko) Version/17.5 Safari/605.1.15")
+    out = []
+    for n in range(count):
+        value = (
+            f'{{"event_id": {1_000_000 + n}, "type": "{rng.choice(events)}", '
+            f'"user": {{"id": {rng.randrange(100_000)}, "name": "user-{rng.randrange(5000)}", '
+            f'"country": "{rng.choice(("DE", "FR", "US", "JP", "BR"))}", "plan": '
+            f'"{rng.choice(("free", "pro", "team"))}"}}, "ts": {1_700_000_000_000 + n * 37}, '
+            f'"url": "https://shop.example.com/products/{rng.randrange(20_000)}?ref=campaign-'
+            f'{rng.randrange(40)}", "user_agent": "{rng.choice(agents)}", "session": '
+            f'"{rng.randbytes(16).hex()}", "items": ['
+            + ", ".join(f'{{"sku": "SKU-{rng.randrange(9999):04d}", "qty": {rng.randrange(1, 4)}, '
+                        f'"price_cents": {rng.randrange(100, 20_000)}}}'
+                        for _ in range(rng.randrange(1, 4)))
+            + "]"
+        )
+        note: list[str] = []
+        while len(value) + sum(len(w) + 1 for w in note) < RECORD_BYTES - 14:
+            note.append(rng.choice(_WORDS))
+        out.append((value + f', "note": "{" ".join(note)}"}}').encode())
+    return out
+
+
+def bench_compression(sizes: Sizes, codec: Codec, rounds: int) -> bool:
+    """acks=all produce of the same JSON-like records, compressed with `codec` by the
+    producer (the topic keeps the producer's codec) and uncompressed, in alternating rounds
+    on one cluster (each round a topic of its own): MiB/s of the records' uncompressed
+    bytes committed, and the ratio of the medians."""
+    ts = wall_clock_ms()
+    records = [RecordInput(v, None, ts + i) for i, v in
+               enumerate(json_like_values(sizes.records_per_batch, random.Random(5)))]
+    batches = {Codec.NONE: build_batch(records), codec: build_batch(records, compression=codec)}
+    plain_bytes = len(batches[Codec.NONE])
+    name = codec.name.lower()
+    print(f"\n## produce, {name} against uncompressed: {sizes.records_per_batch} JSON-like "
+          f"records of about {RECORD_BYTES} B per batch ({plain_bytes} B uncompressed, "
+          f"{len(batches[codec])} B {name}: {plain_bytes / len(batches[codec]):.1f}x), acks=all, "
+          f"3 nodes, RF 3, {sizes.partitions} partitions x {sizes.inflight} in flight, "
+          f"{sizes.produce_s:g} s after {sizes.warmup_s:g} s warm-up per round")
+    print(f"{'round':<16} {'payload MiB/s':>13} {'records/s':>10} {'wire MiB/s':>10} "
+          f"{'nodes CPU ms/MiB':>17}")
+    results: dict[Codec, list[float]] = {Codec.NONE: [], codec: []}
+    with LocalCluster(3) as cluster:
+        pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
+        for round_ in range(rounds):
+            for kind, batch in batches.items():
+                raw = raw_produce(cluster, f"bench-{kind.name.lower()}-{round_}", sizes, pids,
+                                  batch)
+                if raw.completed == 0:
+                    print(f"round {round_}: nothing completed ({dict(raw.errors)})")
+                    return False
+                payload = raw.mib_s * plain_bytes / len(batch)
+                results[kind].append(payload)
+                print(f"{round_:<5} {kind.name.lower():>10} {payload:13.1f} "
+                      f"{raw.records_s:10.0f} {raw.mib_s:10.1f} "
+                      f"{raw.nodes_cpu_s * 1000 / (raw.mib * plain_bytes / len(batch)):17.1f}"
+                      + (f" (retried errors {dict(raw.errors)})" if raw.errors else ""),
+                      flush=True)
+    plain_mib_s, codec_mib_s = (statistics.median(results[k]) for k in (Codec.NONE, codec))
+    ratio = codec_mib_s / plain_mib_s
+    print(f"median payload MiB/s: uncompressed {plain_mib_s:.1f}, {name} {codec_mib_s:.1f}")
+    print(f"ratio payload MiB/s {name}/uncompressed: {ratio:.2f} (goal >= 2) "
+          f"{verdict(ratio >= 2)}")
+    return True
 
 
 def bench_tls(sizes: Sizes, rounds: int) -> bool:

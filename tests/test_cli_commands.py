@@ -109,3 +109,36 @@ def test_unreachable_bootstrap_is_a_clear_error() -> None:
     code, _, err = tidelog("topic", "list", "--bootstrap", "127.0.0.1:1", "--timeout-ms", "1500")
     assert code == 2
     assert "Traceback" not in err and err.strip()
+
+
+def test_perf_produce_and_consume_print_kafkas_lines(cluster: LocalCluster) -> None:
+    """kafka-producer-perf-test's final line (throughput and latency percentiles), then
+    kafka-consumer-perf-test's header and CSV row over the same records; the producer's
+    Kafka-named properties reach the producer (compression.type, linger.ms)."""
+    import re
+
+    b = cluster.bootstrap
+    assert tidelog("topic", "create", "cli-perf", "--partitions", "2", "--bootstrap", b)[0] == 0
+    code, out, err = tidelog("perf", "produce", "--topic", "cli-perf", "--num-records", "1000",
+                             "--record-size", "100", "--throughput", "-1", "--producer-props",
+                             "acks=all", "linger.ms=5", "compression.type=lz4",
+                             "--bootstrap-server", b)
+    assert code == 0, err
+    final = out.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"1000 records sent, \d+\.\d{6} records/sec \(\d+\.\d\d MB/sec\), \d+\.\d\d ms avg "
+        r"latency, \d+\.\d\d ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms "
+        r"99\.9th\.", final), final
+    code, out, err = tidelog("perf", "consume", "--topic", "cli-perf", "--messages", "1000",
+                             "--timeout", "20000", "--bootstrap-server", b)
+    assert code == 0, err
+    header, row = out.strip().splitlines()
+    assert header == ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
+                      "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+    fields = row.split(", ")
+    assert len(fields) == 10 and fields[4] == "1000" and fields[2] == "0.0954", row
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}", fields[0]), row
+    code, _, err = tidelog("perf", "produce", "--topic", "cli-perf", "--num-records", "1",
+                           "--record-size", "1", "--throughput", "-1", "--producer-props",
+                           "no.such=1", "--bootstrap", b)
+    assert code == 2 and "unknown producer property 'no.such'" in err

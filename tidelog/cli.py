@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "groups": ("groups", "list, describe, reset the offsets of, or delete consumer groups"),
     "acls": ("acls", "add, list or remove ACLs (kafka-acls' flags)"),
     "chaos": ("chaos", "run a workload under injected faults and check every invariant"),
+    "perf": ("perf", "producer and consumer throughput and latency (Kafka's perf-test tools)"),
 }
 
 
