@@ -29,5 +29,5 @@ def test_producer_props_by_kafkas_names() -> None:
         "acks": "1", "linger_ms": 20, "compression_type": "zstd", "idempotent": False,
         "batch_size": 65536,
     }
-    with pytest.raises(ConfigurationError, match="linger.ms"):
+    with pytest.raises(ConfigurationError, match=r"linger\.ms"):
         producer_settings({"linger.ms": "soon"})
