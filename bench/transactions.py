@@ -1,5 +1,15 @@
-"""read_committed against read_uncommitted consume of a log with 10% aborted transactions
-(issue 16's second benchmark; goal >= 0.9), in one run.
+"""Issue 16's two benchmarks, each a ratio measured in one run.
+
+Produce (goal >= 0.7): transactional produce against idempotent produce of the same records on
+a 3-node cluster (a topic of 3 partitions, replication factor 3, one leader per node). A round
+sends ``--produce-txns`` transactions of ``--records`` records of 1 KiB spread over the 3
+partitions (begin, sends, commit_transaction() returning once PrepareCommit is durable); the
+idempotent round sends the same number of records with the same producer settings and one
+flush at the end. Rounds alternate, ``--rounds`` each; the figure is the median records/s and
+the ratio transactional/idempotent.
+
+Consume (goal >= 0.9): read_committed against read_uncommitted consume of a log with 10%
+aborted transactions.
 
 One node, one partition. The log is written once: ``--txns`` transactions of ``--records``
 records of 1 KiB, each a transactional batch of its own producer ended by a marker that this
@@ -41,6 +51,7 @@ from tidelog.testing import LocalCluster, Raw  # noqa: E402
 from tidelog.v1 import raft_pb2 as rpb  # noqa: E402
 
 TOPIC = "bench-txn"
+PRODUCE_TOPIC = "bench-txn-produce"
 TP = TopicPartition(TOPIC, 0)
 VALUE_BYTES = 1024
 ABORT_EVERY = 10
@@ -107,18 +118,70 @@ def consume(cluster: LocalCluster, isolation: str, end: int) -> tuple[float, int
         return time.perf_counter() - started, read, aborted
 
 
+def produce_round(client: Client, txns: int, records: int, transactional: bool,
+                  rounds_done: int) -> float:
+    """Records/s of one round: `txns` transactions of `records` records (transactional) or
+    the same records sent and flushed once (idempotent)."""
+    value = b"x" * VALUE_BYTES
+    config = {"transactional_id": f"bench-{rounds_done}"} if transactional else {}
+    with client.producer(**config) as producer:
+        if transactional:
+            producer.init_transactions()
+        started = time.perf_counter()
+        for _ in range(txns):
+            if transactional:
+                producer.begin_transaction()
+            for i in range(records):
+                producer.send(PRODUCE_TOPIC, value, partition=i % 3)
+            if transactional:
+                producer.commit_transaction()
+        producer.flush()
+        seconds = time.perf_counter() - started
+        if producer.records_failed:
+            raise BenchError(f"{producer.records_failed} records failed")
+    return txns * records / seconds
+
+
+def produce(args: argparse.Namespace) -> dict[str, float]:
+    rates: dict[str, list[float]] = {"transactional": [], "idempotent": []}
+    with LocalCluster(nodes=3, transaction_state_log_num_partitions=3,
+                      offsets_topic_num_partitions=1) as cluster, Raw(cluster) as raw:
+        raw.create_topic(PRODUCE_TOPIC, 3, 3)
+        raw.wait_leaders(PRODUCE_TOPIC, 3)
+        with Client(cluster.bootstrap) as client:
+            produce_round(client, 2, args.records, True, -1)  # warm-up: topics, coordinators
+            for n in range(args.rounds):
+                for kind in rates:
+                    rates[kind].append(produce_round(
+                        client, args.produce_txns, args.records, kind == "transactional", n
+                    ))
+    return {kind: statistics.median(values) for kind, values in rates.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes")
     parser.add_argument("--txns", type=int, default=400)
     parser.add_argument("--records", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--produce-txns", type=int, default=20,
+                        help="transactions per produce round")
     args = parser.parse_args()
     if args.quick:
-        args.txns, args.records, args.rounds = 20, 10, 1
+        args.txns, args.records, args.rounds, args.produce_txns = 20, 10, 1, 3
     print(f"# bench/transactions.py {datetime.now(UTC).isoformat(timespec='seconds')} "
           f"python {platform.python_version()} cpus {os.cpu_count()} "
           f"load {os.getloadavg()[0]:.1f}")
+    try:
+        produced = produce(args)
+    except BenchError as exc:
+        print(f"FAILED: {exc}")
+        return 1
+    for kind, rate in produced.items():
+        print(f"{kind} produce: median {rate:,.0f} records/s over {args.rounds} round(s) of "
+              f"{args.produce_txns * args.records} records")
+    print(f"ratio transactional/idempotent produce: "
+          f"{produced['transactional'] / produced['idempotent']:.3f} (goal >= 0.7)")
     print(f"log: {args.txns} transactions of {args.records} records of {VALUE_BYTES} B, "
           f"1 in {ABORT_EVERY} aborted")
     try:
