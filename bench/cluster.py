@@ -54,7 +54,7 @@ from tidelog.clock import wall_clock_ms  # noqa: E402
 from tidelog.compression import Codec  # noqa: E402
 from tidelog.records import RecordInput, build_batch  # noqa: E402
 from tidelog.testing import LocalCluster  # noqa: E402
-from tidelog.transport import Security  # noqa: E402
+from tidelog.transport import CONNECT_TIMEOUT_MS, Security  # noqa: E402
 from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
 from tidelog.v1 import tidelog_pb2_grpc  # noqa: E402
 
@@ -63,10 +63,13 @@ RECORD_BYTES = 1024
 SINK_METHOD = "/bench.Baseline/Sink"
 ECHO_METHOD = "/bench.Baseline/Echo"
 #: Short reconnect backoff (Kafka's reconnect.backoff.ms is 50 ms): after a kill and restart,
-#: gRPC's default (1 s, growing) would measure the client's patience, not the cluster.
+#: gRPC's default (1 s, growing) would measure the client's patience, not the cluster. The
+#: least time a connection attempt gets is the client's (tidelog.transport): at 50 ms, TLS
+#: handshakes on a loaded machine timed out again and again ("connection attempt timed out
+#: before receiving SETTINGS frame"), and the TLS rounds lost seconds to it.
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     ("grpc.max_reconnect_backoff_ms", 250),
     ("grpc.max_send_message_length", 64 * MIB),
     ("grpc.max_receive_message_length", 64 * MIB),

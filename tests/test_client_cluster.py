@@ -4,8 +4,10 @@ loops of list_offsets, send and poll that no caller may notice."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import pickle
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -418,3 +420,57 @@ def _codecs_on(raw: Raw, node: int, topic: str, records: int) -> list[int] | Non
     if sum(h.records_count for h in batches) < records:
         return None
     return [h.attributes & ATTR_COMPRESSION for h in batches]
+
+
+class SlowToGreet:
+    """A loopback proxy to `upstream` that holds back the first bytes the node sends on each
+    connection (its SETTINGS, or its part of a TLS handshake) for `delay_s`, then passes
+    everything through as it comes: a node slow to set a connection up, quick after."""
+
+    def __init__(self, upstream: str, delay_s: float) -> None:
+        host, _, port = upstream.rpartition(":")
+        self._upstream = (host, int(port))
+        self._delay_s = delay_s
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._sockets: list[socket.socket] = [self._listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self._listener.accept()
+                node = socket.create_connection(self._upstream)
+                self._sockets += [client, node]
+                threading.Thread(target=self._pipe, args=(client, node, 0.0), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(node, client, self._delay_s),
+                                 daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket, first_delay_s: float) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                time.sleep(first_delay_s)
+                first_delay_s = 0.0
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            sock.close()
+
+
+def test_a_node_slower_to_set_up_a_connection_than_the_backoff_is_still_reached(
+    cluster: LocalCluster,
+) -> None:
+    """gRPC gives a connection attempt at least grpc.min_reconnect_backoff_ms before it
+    abandons it; at the 100 ms the client once set, a node whose first bytes took longer than
+    the reconnect backoff (1 s at most) was never reached, as TLS handshakes on a loaded
+    machine were not ("connection attempt timed out before receiving SETTINGS frame")."""
+    proxy = SlowToGreet(cluster.address_of(1), 1.4)
+    try:
+        with Client(proxy.address, request_timeout_ms=20_000) as slow:
+            assert slow.describe_cluster().nodes.keys() == set(cluster.node_ids)
+    finally:
+        proxy.close()

@@ -48,6 +48,8 @@ T = TypeVar("T")
 #: gRPC's own threads, without waiting for its Python code).
 KEEPALIVE_TIME_MS = 1000
 KEEPALIVE_TIMEOUT_MS = 1000
+#: The least time a connection attempt gets: as long as a stalled node is given anyway.
+CONNECT_TIMEOUT_MS = KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS
 CHANNEL_OPTIONS = [
     # The nodes' own limit: a Produce may carry, and a Fetch answer return, one batch of up to
     # records.MAX_BATCH_BYTES (a Fetch holds at most 64 MiB otherwise).
@@ -56,8 +58,12 @@ CHANNEL_OPTIONS = [
     # gRPC's default reconnect backoff grows to 2 minutes; a restarted node must be found again
     # within the retry budget of one call.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # Not a backoff: gRPC gives each connection attempt (TCP, the TLS handshake, the node's
+    # first SETTINGS) at least this long before it abandons it and starts over. At 100 ms, a
+    # node slower than the backoff to set a connection up (TLS handshakes between processes on
+    # a loaded machine) was never reached; a refused connection still fails at once.
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     # A node that stalls without failing (SIGSTOP, a hung host) keeps its connection open, so
     # a call to it would end only at its deadline (a Produce's is request_timeout_ms plus
     # slack). HTTP/2 pings find it out: unanswered for KEEPALIVE_TIMEOUT_MS, the connection is
