@@ -221,6 +221,26 @@ def test_transaction_index_entries_are_shown_and_checked(
     assert f"entry 1 (producer 8, last offset {base + 10**6}): the marker offset is outside" in err
 
 
+def test_a_producer_snapshot_is_shown_and_a_damaged_one_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = open_log(tmp_path, FakeClock())
+    log.append_as_leader(build_batch([RecordInput(b"t", None, T0)], producer_id=7,
+                                     producer_epoch=2, base_sequence=0, transactional=True), 1)
+    log.close()  # a snapshot at the log end
+    [path] = tmp_path.glob("*.snapshot")
+    code, out, err = dump(capsys, path)
+    assert code == 0, err
+    assert ("producerId: 7 producerEpoch: 2 coordinatorEpoch: -1 currentTxnFirstOffset: 0 "
+            "lastSequence: 0 lastOffset: 0") in out
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    code, out, err = dump(capsys, path)
+    assert code == 1 and "not a valid producer snapshot: checksum mismatch" in err
+    assert "Traceback" not in err
+
+
 def test_a_crc_mismatch_is_shown_and_fails(
     log_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

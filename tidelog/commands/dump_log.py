@@ -1,5 +1,6 @@
-"""``tidelog dump-log``: print a segment file's batches, records or index entries (Kafka's
-kafka-dump-log.sh) and check that a segment's indexes agree with its ``.log``.
+"""``tidelog dump-log``: print a segment file's batches, records or index entries, or a
+producer-state ``.snapshot`` (Kafka's kafka-dump-log.sh) and check that a segment's indexes
+agree with its ``.log``.
 
 It is the tool for a directory that may be damaged, so it only reads: the segment is viewed
 through ``LogSegment`` objects built in memory (never ``LogSegment.open``, which would rebuild
@@ -26,11 +27,13 @@ if TYPE_CHECKING:
 _PREVIEW_BYTES = 24
 _LOG_SUFFIX = ".log"
 _INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
+_SNAPSHOT_SUFFIX = ".snapshot"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", type=Path, metavar="PATH",
-                        help="a segment file: .log, .index, .timeindex or .txnindex")
+                        help="a segment file: .log, .index, .timeindex or .txnindex, or a "
+                             "producer-state .snapshot")
     parser.add_argument("--deep", action="store_true",
                         help="for a .log, also print every record of every batch")
     parser.add_argument("--index-sanity-check", action="store_true",
@@ -63,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _usage_error(path: Path, index_sanity_check: bool) -> str | None:
-    if path.suffix not in (_LOG_SUFFIX, *_INDEX_SUFFIXES):
-        return (f"{path}: unknown suffix {path.suffix!r}; expected .log, .index, .timeindex "
-                f"or .txnindex")
+    if path.suffix not in (_LOG_SUFFIX, *_INDEX_SUFFIXES, _SNAPSHOT_SUFFIX):
+        return (f"{path}: unknown suffix {path.suffix!r}; expected .log, .index, .timeindex, "
+                f".txnindex or .snapshot")
     if not path.is_file():
         return f"{path}: no such file"
     if not path.stem.isdigit():
@@ -80,6 +83,8 @@ def _dump(path: Path, deep: bool, index_sanity_check: bool, out: TextIO) -> list
     """Print the file; return the problems found (each naming file, position or entry)."""
     log_path = path.with_suffix(_LOG_SUFFIX)
     print(f"Dumping {path}", file=out)
+    if path.suffix == _SNAPSHOT_SUFFIX:
+        return _dump_snapshot(path, out)
     if path.suffix == _LOG_SUFFIX:
         problems = _dump_log(_read_only_segment(log_path), deep, out)
         if index_sanity_check:
@@ -266,6 +271,25 @@ def _dump_index(path: Path, out: TextIO) -> list[str]:
     for t in txns:
         print(f"producerId: {t.producer_id} firstOffset: {t.first_offset} "
               f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}", file=out)
+    return []
+
+
+def _dump_snapshot(path: Path, out: TextIO) -> list[str]:
+    """A producer-state snapshot (`storage.producer_state`), every byte checked as a log's
+    open checks it: a bad one is reported, not printed."""
+    from tidelog.storage.producer_state import ProducerStateManager
+
+    try:
+        state = ProducerStateManager.decode(path.read_bytes(), int(path.stem))
+    except ValueError as exc:
+        return [f"{path}: not a valid producer snapshot: {exc}"]
+    for pid, entry in sorted(state.producers.items()):
+        last = entry.batches[-1] if entry.batches else None
+        print(f"producerId: {pid} producerEpoch: {entry.producer_epoch} "
+              f"coordinatorEpoch: {entry.coordinator_epoch} "
+              f"currentTxnFirstOffset: {entry.txn_first_offset} "
+              f"lastSequence: {entry.last_seq} "
+              f"lastOffset: {last.last_offset if last is not None else -1}", file=out)
     return []
 
 
