@@ -32,6 +32,7 @@ from tidelog.node.coordinator_topic import CoordinatorTopic
 from tidelog.node.forwarding import Forwarder, coordinator_answer, was_forwarded
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.request_rules import Answers, each_once, or_unset, partitions_of
+from tidelog.records import MAX_PRODUCER_EPOCH
 from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -137,6 +138,13 @@ class GroupApi:
             refused = self._group_refused(context, Operation.READ, request.group_id)[1]
         if refused is None and not request.transactional_id:
             refused = errors.InvalidRequestError("a TxnOffsetCommit needs its transactional id")
+        if refused is None and (
+            request.producer_id < 0 or not 0 <= request.producer_epoch <= MAX_PRODUCER_EPOCH
+        ):
+            refused = errors.InvalidRequestError(
+                f"producer id {request.producer_id} epoch {request.producer_epoch}: an id >= 0 "
+                f"and an epoch in [0, {MAX_PRODUCER_EPOCH}] are needed"
+            )
         if refused is not None:
             failed: pb.TxnOffsetCommitResponse = _failed("TxnOffsetCommit", request, refused)
             return failed

@@ -29,6 +29,7 @@ from tidelog.node.transport import (
     DEFAULT_MARKERS_WAIT_S,
     WRITE_TXN_MARKERS_METHOD,
 )
+from tidelog.records import MAX_PRODUCER_EPOCH
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
 
@@ -106,6 +107,11 @@ class TxnMarkers:
         return response
 
     def _write(self, tp: TopicPartition, marker: rpb.WritableTxnMarker) -> asyncio.Future[None]:
+        if marker.producer_id < 0 or not 0 <= marker.producer_epoch <= MAX_PRODUCER_EPOCH:
+            raise errors.InvalidRequestError(
+                f"producer id {marker.producer_id} epoch {marker.producer_epoch}: a marker "
+                f"needs an id >= 0 and an epoch in [0, {MAX_PRODUCER_EPOCH}]"
+            )
         replica = self._partitions.get(tp)
         if replica is None:
             if self._routing.leader_of(tp) == (-1, -1):

@@ -333,14 +333,15 @@ def test_txn_offset_commit_is_pending_until_its_commit_marker(
     group = "txn-group"
     node = offsets_coordinator(raw, group, cluster.node_ids)  # creates __consumer_offsets
 
-    def txn_commit(pid: int, offset: int) -> None:
+    def txn_commit(pid: int, offset: int, epoch: int = 0) -> int:
         request = tidelog_pb2.TxnOffsetCommitRequest(
-            transactional_id=f"t{pid}", group_id=group, producer_id=pid, producer_epoch=0,
+            transactional_id=f"t{pid}", group_id=group, producer_id=pid, producer_epoch=epoch,
             topics=[tidelog_pb2.OffsetCommitTopic(name=TOPIC, partitions=[
                 tidelog_pb2.OffsetCommitPartition(partition=0, committed_offset=offset)])],
         )
         answer = raw.stub(cluster.node_ids[0]).TxnOffsetCommit(request, timeout=30)
-        assert [p.error_code for t in answer.topics for p in t.partitions] == [0], answer
+        [code] = [p.error_code for t in answer.topics for p in t.partitions]
+        return code
 
     def committed(require_stable: bool) -> tuple[int, int]:
         request = tidelog_pb2.OffsetFetchRequest(
@@ -352,11 +353,17 @@ def test_txn_offset_commit_is_pending_until_its_commit_marker(
         [part] = [p for t in answer.topics for p in t.partitions]
         return part.error_code, part.committed_offset
 
-    txn_commit(6000, 3)  # through node 1, forwarded to the coordinator
+    # An epoch no batch header can hold is refused (before, building the batch failed in the
+    # coordinator's Ready loop, which ended the node).
+    assert txn_commit(6000, 1, epoch=40_000) == errors.InvalidRequestError.code
+    assert coordinator.write(node, 6000, 40_000, True, [0], 0, "__consumer_offsets") == {
+        0: errors.InvalidRequestError.code
+    }
+    assert txn_commit(6000, 3) == 0  # through node 1, forwarded to the coordinator
     assert committed(require_stable=True) == (errors.UnstableOffsetCommitError.code, -1)
     assert committed(require_stable=False) == (0, -1)
     coordinator.end(6000, 0, True, [0], topic="__consumer_offsets")
     assert committed(require_stable=True) == (0, 3)
-    txn_commit(6001, 9)
+    assert txn_commit(6001, 9) == 0
     coordinator.end(6001, 0, False, [0], topic="__consumer_offsets")
     assert committed(require_stable=True) == (0, 3)

@@ -76,6 +76,8 @@ NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+#: The largest producer epoch a batch header can carry (int16).
+MAX_PRODUCER_EPOCH = 0x7FFF
 NO_PARTITION_LEADER_EPOCH = -1
 
 #: The largest batch a node takes from a producer, whatever a topic's max.message.bytes says: a
