@@ -479,9 +479,13 @@ class GroupCoordinatorState:
                 return
 
     def _group_tombstones(self, group: str, now_ms: int) -> list[RecordInput]:
+        """A partition whose transactional offsets await their marker does not expire (Kafka's
+        offset expiry skips it: its commit is about to be replaced)."""
+        pending = self.txn_offsets.partitions(group)
         return [
             _tombstone(OffsetKey(group, topic, partition), now_ms)
             for topic, partition, _ in self.table.group_offsets(group)
+            if (topic, partition) not in pending
         ]
 
     def groups(self) -> list[str]:

@@ -80,3 +80,13 @@ def test_a_tombstone_removes_the_pending_offsets_of_its_key() -> None:
     assert log.state.txn_offsets.partitions("g") == {TP1}
     log.marker(7, commit=True)
     assert log.state.fetch("g", [TP0, TP1]) == {TP0: None, TP1: CommittedOffset(11, -1, "")}
+
+
+def test_expiration_skips_a_partition_with_pending_offsets() -> None:
+    log = Offsets()
+    log.txn(7, "g", p0=10, p1=11)
+    log.marker(7, commit=True)
+    log.txn(8, "g", p0=12)
+    retention = log.state.config.retention_ms
+    expired = log.state.plan_expiration(T0 + retention + 1)
+    assert [r.key for r in expired] == [encode_key(OffsetKey("g", "t", 1))]
