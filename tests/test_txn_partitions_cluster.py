@@ -115,25 +115,38 @@ def send_markers(
     cluster: LocalCluster, raw: Raw, marker: rpb.WritableTxnMarker
 ) -> dict[TopicPartition, int]:
     """`marker` sent as a node's transaction coordinator sends it (`TxnMarkers.send`), from a
-    node of this process (id 99, no partitions) that knows the leaders from Metadata."""
+    node of this process (id 99, no partitions) whose routing learns the leaders from
+    Metadata while it sends, as a node learns them from its peers' announcements."""
     config = NodeConfig(
         node_id=99, listen="127.0.0.1:0", data_dir=cluster.data_dir / "markers-sender",
         peers={n: cluster.internal_address_of(n) for n in cluster.node_ids},
         client_addresses={n: cluster.address_of(n) for n in cluster.node_ids},
     )
     routing = Routing(config, {}, METADATA_TP)
-    for topic in marker.topics:
-        for p in raw.metadata(cluster.node_ids[0], topic.name).partitions:
-            routing.learn(p.leader_id, [rpb.LeaderAnnouncement(
-                group=rpb.GroupId(topic=topic.name, partition=p.partition),
-                epoch=p.leader_epoch,
-            )])
+
+    def learn() -> None:
+        for topic in marker.topics:
+            for p in raw.metadata(cluster.node_ids[0], topic.name).partitions:
+                routing.learn(p.leader_id, [rpb.LeaderAnnouncement(
+                    group=rpb.GroupId(topic=topic.name, partition=p.partition),
+                    epoch=p.leader_epoch,
+                )])
 
     async def send() -> dict[TopicPartition, int]:
+        loop = asyncio.get_running_loop()
+
+        async def follow_leaders() -> None:
+            while True:
+                await loop.run_in_executor(None, learn)
+                await asyncio.sleep(0.2)
+
+        learn()
+        follower = asyncio.create_task(follow_leaders())
         sender = TxnMarkers(config, {}, routing, PeerDialer(config))
         try:
             return await sender.send(marker, 30)
         finally:
+            follower.cancel()
             await sender.close()
 
     return asyncio.run(send())
@@ -147,6 +160,11 @@ def coordinator(cluster: LocalCluster) -> Iterator[Coordinator]:
 
 
 _SEQUENCES: dict[tuple[int, int], int] = {}
+#: A group coordinator that is moving, loading or busy (a loaded machine): ask again.
+_COORDINATOR_MOVING = (
+    errors.CoordinatorLoadInProgressError.code, errors.CoordinatorNotAvailableError.code,
+    errors.NotCoordinatorError.code,
+)
 #: A leader that moved or is settling its log after an election: ask again.
 _SETTLING = (errors.NotLeaderOrFollowerError.code, errors.NotEnoughReplicasError.code)
 
@@ -339,16 +357,25 @@ def test_txn_offset_commit_is_pending_until_its_commit_marker(
             topics=[tidelog_pb2.OffsetCommitTopic(name=TOPIC, partitions=[
                 tidelog_pb2.OffsetCommitPartition(partition=0, committed_offset=offset)])],
         )
-        answer = raw.stub(cluster.node_ids[0]).TxnOffsetCommit(request, timeout=30)
-        [code] = [p.error_code for t in answer.topics for p in t.partitions]
-        return code
+
+        def answered() -> tuple[int] | None:
+            answer = raw.stub(cluster.node_ids[0]).TxnOffsetCommit(request, timeout=30)
+            [code] = [p.error_code for t in answer.topics for p in t.partitions]
+            return None if code in _COORDINATOR_MOVING else (code,)
+
+        return wait_for(answered, 60, "a TxnOffsetCommit answer")[0]
 
     def committed(require_stable: bool) -> tuple[int, int]:
         request = tidelog_pb2.OffsetFetchRequest(
             group_id=group, require_stable=require_stable,
             topics=[tidelog_pb2.OffsetFetchTopic(name=TOPIC, partitions=[0])],
         )
-        answer = raw.stub(node).OffsetFetch(request, timeout=30)
+
+        def answered() -> tidelog_pb2.OffsetFetchResponse | None:
+            answer = raw.stub(cluster.node_ids[0]).OffsetFetch(request, timeout=30)
+            return None if answer.error_code in _COORDINATOR_MOVING else answer
+
+        answer = wait_for(answered, 60, "an OffsetFetch answer")
         assert answer.error_code == 0, answer
         [part] = [p for t in answer.topics for p in t.partitions]
         return part.error_code, part.committed_offset
