@@ -1,6 +1,7 @@
 """`tidelog demo`, the README's main job: it must run start to finish on a fresh machine and
-show what it promises (lookups under both isolation levels, a failover without errors, a
-committed offset read back from a new coordinator)."""
+show what it promises (lookups under both isolation levels, LSO < HW while a transaction is
+open and LSO = HW once it commits, a failover without errors, a committed offset read back from
+a new coordinator)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ def test_demo_runs_the_whole_tour_and_stops_every_node() -> None:
         "Starting a local cluster",
         "ListOffsets with read_uncommitted",
         "ListOffsets with read_committed",
+        "A transaction over the 3 partitions: read_committed stops at it while open",
+        "open       p0: LSO 120 HW 121  p1: LSO 120 HW 121  p2: LSO 120 HW 121",
+        "committed: the markers are written, LSO = HW, read_committed reads all",
         "Killing the leader of partition 0",
         "Consumer offsets: commit, kill the coordinator, read the commit back",
         "the same offsets: nothing committed was lost",
