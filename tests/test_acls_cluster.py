@@ -335,6 +335,14 @@ def test_acl_calls_of_the_client_and_the_cli_round_trip(
         assert len(client.describe_acls()) == 3
         assert main(["acls", "remove", "--topic", "t", "--group", "g", *cli]) == 0
         assert client.describe_acls() == []
+        assert main(["acls", "add", "--deny-principal", "User:mallory", "--topic", "secret.",
+                     "--resource-pattern-type", "prefixed", *cli]) == 0
+        assert client.describe_acls() == [AclBinding(
+            ResourcePattern(ResourceType.TOPIC, "secret.", PatternType.PREFIXED),
+            AccessControlEntry("User:mallory", Operation.ALL, Permission.DENY))]
+        assert main(["acls", "remove", "--topic", "secret.", "--resource-pattern-type",
+                     "prefixed", *cli]) == 0
+        assert client.describe_acls() == []
         raw.create_topic("secret.keys", 1, 1)
         deny = AclBinding(ResourcePattern(ResourceType.TOPIC, "secret.", PatternType.PREFIXED),
                           AccessControlEntry("User:*", Operation.ALL, Permission.DENY))
