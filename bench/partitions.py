@@ -1,0 +1,259 @@
+"""What many partitions cost a 3-node cluster (issue 18, "Many partitions").
+
+For each partition count (10, 100, 1,000 and 5,000 by default; RF 3), on a fresh cluster:
+
+* creation: the time from CreateTopics to every partition having a leader, as the Metadata
+  answers of every node agree, and how many of those leaders are the preferred replica;
+* idle CPU: each node process's user + system CPU (from ``/proc/<pid>/stat``) over 30 s with
+  no traffic, as a fraction of one core (after a few seconds for the cluster to settle);
+* produce: the same bytes (1 KiB records, acks=all) spread over all the topic's partitions
+  against over a 6-partition topic of the same cluster, in the same run. Each request goes to
+  one leader with a batch for each of up to 16 of its partitions, 256 KiB in all, 4 requests in
+  flight per node, so only the number of partitions (Raft groups, batches and fsyncs) differs.
+  Ratio goal at 1,000 partitions: >= 0.7.
+
+Goal at 5,000 partitions: idle CPU <= 0.1 core per node.
+
+Run: ``.venv/bin/python bench/partitions.py [--counts 10,100] [--idle-s 30] [--quick]``.
+``--quick`` uses tiny sizes so a smoke test keeps this script working. The figures are printed,
+never asserted: exit 1 only when something went wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+# Run as a script, this file's directory comes first on sys.path, where bench/storage.py would
+# shadow the storage package the nodes' code imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+import grpc  # noqa: E402
+
+from tidelog import Client, ClientConfig  # noqa: E402
+from tidelog.clock import wall_clock_ms  # noqa: E402
+from tidelog.errors import TidelogError  # noqa: E402
+from tidelog.records import RecordInput, build_batch  # noqa: E402
+from tidelog.testing import LocalCluster  # noqa: E402
+from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
+from tidelog.v1 import tidelog_pb2_grpc  # noqa: E402
+
+MIB = 1024 * 1024
+RECORD_BYTES = 1024
+REQUEST_BYTES = 256 * 1024
+PARTITIONS_PER_REQUEST = 16
+INFLIGHT_PER_NODE = 4
+BASE_PARTITIONS = 6
+_TICKS_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    counts: tuple[int, ...]
+    idle_s: float
+    settle_s: float
+    create_timeout_s: float
+    produce_bytes: int
+
+
+FULL = Sizes((10, 100, 1000, 5000), 30.0, 5.0, 300.0, 64 * MIB)
+QUICK = Sizes((4,), 1.0, 0.5, 60.0, 2 * MIB)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--counts", help="partition counts, comma-separated")
+    parser.add_argument("--idle-s", type=float, help="seconds of idle CPU measurement")
+    parser.add_argument("--create-timeout-s", type=float,
+                        help="give up waiting for every partition to be led after this")
+    parser.add_argument("--produce-mib", type=float, help="MiB produced per configuration")
+    parser.add_argument("--no-produce", action="store_true", help="creation and idle CPU only")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    overrides: dict[str, object] = {}
+    if args.counts:
+        overrides["counts"] = tuple(int(c) for c in args.counts.split(","))
+    if args.idle_s:
+        overrides["idle_s"] = args.idle_s
+    if args.create_timeout_s:
+        overrides["create_timeout_s"] = args.create_timeout_s
+    if args.produce_mib:
+        overrides["produce_bytes"] = int(args.produce_mib * MIB)
+    sizes = Sizes(**{**sizes.__dict__, **overrides})
+    print(f"# tidelog partitions benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(f"# {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"grpcio {grpc.__version__}; 3 nodes and this client share the cores")
+    ok = True
+    for count in sizes.counts:
+        ok &= bench_count(count, sizes, with_produce=not args.no_produce)
+    if args.quick:
+        print("# --quick: sizes too small for the goals to mean anything")
+    return 0 if ok else 1
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS_S
+
+
+def idle_cpu(cluster: LocalCluster, seconds: float) -> dict[int, float]:
+    """Each node's CPU over `seconds` with no traffic, as a fraction of one core."""
+    pids = {n: cluster.pid_of(n) for n in cluster.node_ids}
+    before = {n: cpu_seconds(pid) for n, pid in pids.items() if pid is not None}
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    return {n: (cpu_seconds(pids[n] or 0) - cpu) / elapsed for n, cpu in before.items()}
+
+
+def leaders(cluster: LocalCluster, topic: str, count: int) -> list[tuple[int, int] | None]:
+    """(leader, preferred replica) of each partition if every node names the same leader,
+    else None for that partition."""
+    views: list[dict[int, tuple[int, int]]] = []
+    for node in cluster.node_ids:
+        with grpc.insecure_channel(cluster.address_of(node)) as channel:
+            try:
+                meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
+                    pb.MetadataRequest(topics=[topic]), timeout=10)
+            except grpc.RpcError:
+                return [None] * count
+        view = {}
+        for topic_meta in meta.topics:
+            for p in topic_meta.partitions:
+                if p.error_code == 0 and p.leader_id >= 0:
+                    view[p.partition] = (p.leader_id, p.replicas[0])
+        views.append(view)
+    return [views[0].get(p) if all(v.get(p) == views[0].get(p) for v in views) else None
+            for p in range(count)]
+
+
+def create_and_lead(cluster: LocalCluster, topic: str, count: int,
+                    timeout_s: float) -> tuple[float | None, list[tuple[int, int] | None]]:
+    """Seconds from CreateTopics until every node names a leader for every partition (None
+    when that took longer than `timeout_s`), and the leaders at that point."""
+    config = ClientConfig(bootstrap=tuple(cluster.bootstrap.split(",")))
+    started = time.monotonic()
+    with Client.from_config(config) as client:
+        try:
+            client.create_topic(topic, partitions=count, replication_factor=3,
+                                timeout_ms=int(timeout_s * 1000))
+        except TidelogError as exc:
+            print(f"  create_topic: {type(exc).__name__}: {exc}")
+    while True:
+        led = leaders(cluster, topic, count)
+        if None not in led:
+            return time.monotonic() - started, led
+        if time.monotonic() - started > timeout_s:
+            return None, led
+        time.sleep(0.1)
+
+
+def produce_mib_s(cluster: LocalCluster, topic: str, led: list[tuple[int, int] | None],
+            total_bytes: int) -> tuple[float, Counter[str]]:
+    """MiB/s of acks=all produce of `total_bytes` spread evenly over the partitions of
+    `topic` (see the module docstring for the request shape)."""
+    by_node: dict[int, list[int]] = {}
+    for p, lead in enumerate(led):
+        if lead is not None:
+            by_node.setdefault(lead[0], []).append(p)
+    errors: Counter[str] = Counter()
+    batches: dict[int, bytes] = {}
+    requests_per_node = max(1, total_bytes // REQUEST_BYTES // len(by_node))
+
+    def request(partitions: list[int]) -> pb.ProduceRequest:
+        records = max(1, REQUEST_BYTES // RECORD_BYTES // len(partitions))
+        batch = batches.get(records)
+        if batch is None:
+            now = wall_clock_ms()
+            batch = batches[records] = build_batch(
+                [RecordInput(b"x" * RECORD_BYTES, None, now + i) for i in range(records)])
+        return pb.ProduceRequest(acks=-1, timeout_ms=30_000, topics=[pb.TopicProduceData(
+            name=topic, partitions=[pb.PartitionProduceData(partition=p, records=batch)
+                                    for p in partitions])])
+
+    async def run() -> float:
+        channels = {n: grpc.aio.insecure_channel(cluster.address_of(n), options=[
+            ("grpc.max_send_message_length", 64 * MIB)]) for n in by_node}
+
+        async def node_worker(node: int, turns: list[int]) -> None:
+            stub = tidelog_pb2_grpc.TidelogStub(channels[node])
+            parts = by_node[node]
+            per = min(PARTITIONS_PER_REQUEST, len(parts))
+            while turns:
+                i = turns.pop()
+                chosen = [parts[(i * per + k) % len(parts)] for k in range(per)]
+                try:
+                    response = await stub.Produce(request(chosen), timeout=60)
+                except grpc.aio.AioRpcError as exc:
+                    errors[exc.code().name] += 1
+                    continue
+                for t in response.topics:
+                    for r in t.partitions:
+                        if r.error_code:
+                            errors[f"error {r.error_code}"] += 1
+
+        started = time.monotonic()
+        try:
+            await asyncio.gather(*(
+                node_worker(n, turns) for n in by_node
+                for turns in [list(range(requests_per_node))]
+                for _ in range(INFLIGHT_PER_NODE)))
+        finally:
+            for channel in channels.values():
+                await channel.close()
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(run())
+    sent = requests_per_node * len(by_node) * REQUEST_BYTES
+    return sent / MIB / elapsed, errors
+
+
+def bench_count(count: int, sizes: Sizes, with_produce: bool) -> bool:
+    print(f"\n## {count} partitions, RF 3 (load average before: {load()})")
+    with LocalCluster(3, ready_timeout=120.0) as cluster:
+        seconds, led = create_and_lead(cluster, "many", count, sizes.create_timeout_s)
+        led_count = sum(1 for x in led if x is not None)
+        preferred = sum(1 for x in led if x is not None and x[0] == x[1])
+        if seconds is None:
+            print(f"create + every partition led: NOT within {sizes.create_timeout_s:.0f} s "
+                  f"({led_count}/{count} led)")
+        else:
+            print(f"create + every partition led: {seconds:.2f} s "
+                  f"({preferred}/{count} on their preferred replica)")
+        time.sleep(sizes.settle_s)
+        cpu = idle_cpu(cluster, sizes.idle_s)
+        print(f"idle CPU over {sizes.idle_s:.0f} s, fraction of a core per node: "
+              + " ".join(f"node {n}: {c:.3f}" for n, c in sorted(cpu.items()))
+              + f"  (max {max(cpu.values()):.3f}; load average after: {load()})")
+        if not with_produce or seconds is None:
+            return True
+        _, base_led = create_and_lead(cluster, "six", BASE_PARTITIONS, sizes.create_timeout_s)
+        if None in base_led:
+            print("the 6-partition topic was not led: no produce figures")
+            return False
+        base, base_errors = produce_mib_s(cluster, "six", base_led, sizes.produce_bytes)
+        many, many_errors = produce_mib_s(cluster, "many", led, sizes.produce_bytes)
+        print(f"produce {sizes.produce_bytes / MIB:.0f} MiB acks=all: {BASE_PARTITIONS} "
+              f"partitions {base:.1f} MiB/s, {count} partitions {many:.1f} MiB/s; "
+              f"ratio {many / base:.2f}" + (" (goal >= 0.7)" if count >= 1000 else ""))
+        if base_errors or many_errors:
+            print(f"produce errors: {dict(base_errors)} / {dict(many_errors)}")
+        return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
