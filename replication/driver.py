@@ -148,6 +148,9 @@ class Round(Generic[K]):
 
     early: list[tuple[K, Write]] = field(default_factory=list)
     late: list[tuple[K, Write]] = field(default_factory=list)
+    #: Every replica whose Ready the round took (those that wrote nothing, completed at once,
+    #: too): after the round completes, only these may have a new Ready without being touched.
+    keys: list[K] = field(default_factory=list)
 
     @property
     def writes(self) -> list[Write]:
@@ -173,6 +176,7 @@ class Driver(Generic[K]):
             if not core.has_ready():
                 continue
             rd = core.ready()
+            rnd.keys.append(key)
             self._observe(key, replica, rd)
             stored = replica.stored_term_vote
             if not writes(rd, stored):

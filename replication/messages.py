@@ -100,13 +100,17 @@ class Heartbeat:
 
     ``read_ctx`` is the newest read context (`RaftCore.read_index`) the leader had registered
     when it sent this heartbeat, 0 for none: the follower echoes it, and its answer proves the
-    sender still led this term after every read up to that context was registered."""
+    sender still led this term after every read up to that context was registered.
+
+    ``quiesce``: the leader's last heartbeat before it goes quiet (see `tidelog.replication.raft`,
+    "Quiescence"); the follower quiesces too and does not answer."""
 
     term: int
     src: int
     dst: int
     leader_hw: int
     read_ctx: int = 0
+    quiesce: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,37 @@ driver, `tidelog.replication.driver`, honours it for the node, the simulator and
 6. ``core.advance(ready)``.
 
 A crash anywhere before step 3 completes loses the whole Ready and nothing was promised.
+
+Quiescence (``RaftConfig.quiesce``; CockroachDB quiesces idle ranges the same way). A node
+hosts thousands of groups, most of them idle, and a group that ticks and heartbeats costs CPU
+and network whether or not anything changes. So an idle group goes quiet, and node-level
+liveness stands in for its heartbeats:
+
+* When: at a heartbeat tick, a leader with nothing left to do (every follower's ``match`` is
+  the log end, the HW is the log end, no read pending or queued, no transfer under way) sends
+  its followers a heartbeat marked ``quiesce`` instead of an ordinary one and stops ticking. A
+  follower receiving it stops ticking as well once it has applied the HW it carries (its log
+  holds the leader's up to there: the leader capped the HW at its ``match``), and answers
+  nothing. A quiesced core ignores ``tick()``: a driver need not even call it.
+* What wakes a quiesced replica: a proposal, a read, a transfer, and any message that reaches
+  it except a ``quiesce`` heartbeat (an append, an ordinary heartbeat or its answer, a vote or
+  pre-vote request, a message of another term). A follower that missed the ``quiesce``
+  heartbeat times out on its own clock and asks for a pre-vote, which wakes the leader (and
+  the other followers), who rejects it (its lease holds) and heartbeats again. A woken leader
+  starts a fresh check-quorum window.
+* Liveness: `peer_down(node)` tells a core that the node-level liveness of the driver has
+  heard nothing at all from ``node`` for an election timeout (the node hears every envelope a
+  peer sends, and each node sends its peers one small envelope a heartbeat interval whatever
+  its groups do: one heartbeat per node pair, not per partition). A follower whose leader that
+  is wakes and counts its election timer as run out: it campaigns after the random part of its
+  timeout, as if the leader's heartbeats had stopped.
+* Leases stay sound. A quiesced follower's timer stands still, so it refuses votes
+  (`_in_lease`) for as long as it stays quiesced; that is what node liveness proves: its
+  leader's node was heard from less than an election timeout ago. Every message from the
+  leader, the leader's confirmed read rounds included, is also heard by the liveness, so a
+  follower stops refusing no earlier after a confirmed round than an awake follower would
+  (an election timeout after it last heard from the leader), and a leader's read lease, built
+  only on confirmed rounds (never extended by a quiesced group), never outlives the refusals.
 """
 
 from __future__ import annotations
@@ -137,6 +168,9 @@ class RaftConfig:
     max_inflight_bytes: int = 8 << 20
     pre_vote: bool = True
     check_quorum: bool = True
+    #: Idle groups stop ticking and heartbeating (see "Quiescence" above); the driver must then
+    #: run node liveness and report dead peers (`RaftCore.peer_down`).
+    quiesce: bool = False
 
 
 class BatchCodec(Protocol):
@@ -285,6 +319,7 @@ class RaftCore:
         self._last_read_ctx = 0
         self._read_states: list[ReadState] = []
         self._failed_reads: list[int] = []
+        self._quiesced = False
         self._check_repaired()
 
     # ---- read-only state -------------------------------------------------------------------
@@ -337,6 +372,11 @@ class RaftCore:
         the term."""
         return self._transfer_term == self._term
 
+    @property
+    def quiesced(self) -> bool:
+        """Idle and quiet: ticks do nothing (see "Quiescence" in the module docstring)."""
+        return self._quiesced
+
     def epoch_at(self, offset: int) -> int | None:
         return self._log.epoch_at(offset)
 
@@ -349,6 +389,8 @@ class RaftCore:
     # ---- inputs ----------------------------------------------------------------------------
 
     def tick(self) -> None:
+        if self._quiesced:
+            return
         if self._role is Role.LEADER:
             self._tick_leader()
             return
@@ -368,6 +410,7 @@ class RaftCore:
             raise NotLeaderError(self._transferee, "leadership is being transferred")
         if record_count < 1:
             raise ValueError("a batch holds at least one record")
+        self._wake()
         base = self._log.end
         entry = Entry(base, base + record_count - 1, self._term,
                       self._codec.stamp(data, base, self._term))
@@ -383,6 +426,7 @@ class RaftCore:
             raise NotLeaderError(self._leader)
         if target not in self._progress:
             raise ValueError(f"{target} is not another voter of this partition")
+        self._wake()
         self._transferee = target
         self._transfer_term = self._term
         self._election_elapsed = 0
@@ -414,15 +458,50 @@ class RaftCore:
             raise NotLeaderError(self._leader)
         if ctx <= self._last_read_ctx:
             raise ValueError(f"read context {ctx} does not exceed {self._last_read_ctx}")
+        self._wake()
         self._last_read_ctx = ctx
         if self._hw < self._read_floor:
             self._queued_reads.append(ctx)
         else:
             self._register_reads((ctx,))
 
+    def campaign(self) -> None:
+        """Stand for election now rather than after an election timeout: a new partition's
+        preferred replica does, so the topic is led at once, and by the replica meant to lead
+        it (not by whichever timer ran out first, to be moved later)."""
+        if (self._role is Role.LEADER or self.id not in self._voters.voters
+                or self._floor is not None):
+            return
+        self._campaign(pre_vote=self._config.pre_vote, transfer=False)
+
+    def peer_down(self, node: int) -> None:
+        """Node liveness: nothing at all has come from ``node`` for an election timeout (see
+        "Quiescence"). A follower of a leader on that node then counts its election timer as
+        run out, and a quiesced one wakes: it campaigns after the random part of its timeout.
+        Sound for leases: the refusal it ends has lasted an election timeout since the leader's
+        last message, as an awake follower's would."""
+        if self._role is not Role.FOLLOWER or self._leader != node:
+            return
+        self._wake()
+        self._election_elapsed = max(self._election_elapsed, self._config.election_ticks)
+
+    def _wake(self) -> None:
+        if not self._quiesced:
+            return
+        self._quiesced = False
+        if self._role is Role.LEADER:
+            # A fresh check-quorum window: what the followers did before the quiet says nothing
+            # about now.
+            self._election_elapsed = 0
+            self._heartbeat_elapsed = 0
+            for pr in self._progress.values():
+                pr.recent_active = False
+
     def step(self, m: Message) -> None:
         if m.dst != self.id or m.src not in self._voters.voters or m.src == self.id:
             return
+        if self._quiesced and not (isinstance(m, Heartbeat) and m.quiesce):
+            self._wake()
         if m.term > self._term:
             if isinstance(m, PreVoteRequest | VoteRequest):
                 forced = isinstance(m, VoteRequest) and m.transfer
@@ -555,6 +634,7 @@ class RaftCore:
         self._votes = {}
         self._progress = {}
         self._transferee = None
+        self._quiesced = False
         if self._reads or self._queued_reads:
             # Whoever leads next may commit what these reads must see: they can no longer be
             # confirmed here.
@@ -673,7 +753,25 @@ class RaftCore:
             self._transferee = None
         if self._heartbeat_elapsed >= self._config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
-            self._bcast_heartbeat()
+            if self._idle():
+                self._quiesced = True
+                hw = self._hw
+                for peer in self._peers:
+                    self._send(Heartbeat(self._term, self.id, peer, hw, quiesce=True))
+            else:
+                self._bcast_heartbeat()
+
+    def _idle(self) -> bool:
+        """Whether this leader may quiesce: nothing to replicate, commit, read or transfer."""
+        end = self._log.end
+        return (
+            self._config.quiesce
+            and self._hw == end
+            and self._transferee is None
+            and not self._reads
+            and not self._queued_reads
+            and all(pr.match == end for pr in self._progress.values())
+        )
 
     def _bcast_heartbeat(self) -> None:
         """Every heartbeat carries the newest pending read context, so a round whose answers
@@ -892,8 +990,13 @@ class RaftCore:
             return
         if m.leader_hw > self._hw:
             self._hw = m.leader_hw
-        self._send(HeartbeatResponse(self._term, self.id, m.src, m.read_ctx))
         self._check_repaired()
+        if m.quiesce:
+            # Our log holds the leader's up to its HW, which was its log end: quiet until
+            # something changes. An answer would wake the leader.
+            self._quiesced = True
+            return
+        self._send(HeartbeatResponse(self._term, self.id, m.src, m.read_ctx))
 
     def _check_repaired(self) -> None:
         if self._floor is not None and (self._log.last_epoch, self._log.end) >= self._floor:

@@ -90,6 +90,10 @@ class SimConfig:
     liveness_requests: int
     liveness_bound_ticks: int
     readers: int
+    quiesce: bool
+    #: The share of client requests that follow a pause of up to a few election timeouts, so
+    #: groups go quiet and wake under faults.
+    pause_share: float
 
     @classmethod
     def derive(
@@ -133,6 +137,8 @@ class SimConfig:
             liveness_bound_ticks=12 * election_ticks,
             # Drawn last, so the parameters above stay what they were for every seed.
             readers=rng.randint(1, 3) if swarm else 1,
+            quiesce=rng.random() < 0.8 if swarm else True,
+            pause_share=rng.choice((0.0, rng.uniform(0.0, 0.3))) if swarm else 0.05,
         )
 
     def describe(self) -> str:
@@ -149,15 +155,26 @@ class SimResult:
     acked: int = 0
     #: Reads answered to the reader that asked (and checked linearizable).
     reads: int = 0
+    #: How often a core went quiet (`RaftConfig.quiesce`).
+    quiesces: int = 0
     #: Ticks without a leader: after the faults healed (``elections``, a clean network), and at
     #: cold start or after a leader crashed or stepped down while faults were on (``failovers``).
     elections: list[float] = field(default_factory=list)
     failovers: list[float] = field(default_factory=list)
 
 
+class _Ping(NamedTuple):
+    """Node liveness's own heartbeat, one a heartbeat interval per node pair whatever the
+    group does: quiesced groups send nothing, and a node must still learn that a peer died."""
+
+    src: int
+    dst: int
+
+
 class _Node:
-    __slots__ = ("core", "disk", "durable", "id", "incarnation", "pending", "published_hw",
-                 "replica", "round", "store", "tick_interval", "up")
+    __slots__ = ("core", "disk", "durable", "heard", "id", "incarnation", "pending",
+                 "published_hw", "quiesced", "replica", "round", "store", "tick_interval",
+                 "ticks", "up")
 
     def __init__(self, node_id: int, tick_interval: int, directory: Path) -> None:
         self.id = node_id
@@ -173,6 +190,10 @@ class _Node:
         self.up = False
         self.published_hw = 0
         self.pending: list[tuple[Entry, int, int]] = []  # (entry, client, request id)
+        #: Node liveness: when this node last received anything from each peer.
+        self.heard: dict[int, int] = {}
+        self.quiesced = False
+        self.ticks = 0
 
 
 class _Client:
@@ -216,6 +237,7 @@ class Simulator:
             heartbeat_ticks=config.heartbeat_ticks,
             max_append_bytes=config.max_append_bytes,
             max_inflight_appends=config.max_inflight_appends,
+            quiesce=config.quiesce,
         )
         self.log_config = LogConfig(segment_bytes=config.segment_bytes,
                                     index_interval_bytes=min(4096, config.segment_bytes // 4))
@@ -253,6 +275,7 @@ class Simulator:
         self.acked: list[Entry] = []
         self.elections: list[float] = []
         self.failovers: list[float] = []
+        self.quiesces = 0
         self._leader_lost_at: int | None = 0
         self._lost_to_fault = True  # the cold start happens under the fault phase's network
         self._heal_at = 0
@@ -296,6 +319,7 @@ class Simulator:
         result.reads = self.reads_done
         result.elections = self.elections
         result.failovers = self.failovers
+        result.quiesces = self.quiesces
         return result
 
     def _loop(self) -> None:
@@ -350,6 +374,8 @@ class Simulator:
         # as Kafka does): a restarted replica starts from the checkpointed one, never above
         # what it published before, and learns the rest from the leader.
         node.published_hw = node.core.high_watermark
+        node.heard = {v: self.now for v in self.voters if v != node.id}
+        node.quiesced = False
         self._at(self.now + self.rng.randrange(1, node.tick_interval + 1), _TICK, node,
                  node.incarnation)
 
@@ -408,12 +434,30 @@ class Simulator:
         core.tick()
         if was_leader and core.role is not Role.LEADER:
             self._leader_lost(fault=self.faults_on)
+        if self.cfg.quiesce:
+            self._liveness(node, core)
         self._after(node, core)
         self._at(self.now + node.tick_interval, _TICK, node, incarnation)
 
-    def _deliver(self, m: Message) -> None:
+    def _liveness(self, node: _Node, core: RaftCore) -> None:
+        """What a node's liveness does on each tick: a ping to every peer each heartbeat
+        interval, and `RaftCore.peer_down` for every peer not heard from for an election
+        timeout on this node's clock."""
+        node.ticks += 1
+        if node.ticks % self.cfg.heartbeat_ticks == 0:
+            for peer in node.heard:
+                self._send(_Ping(node.id, peer))
+        silent = self.now - self.cfg.election_ticks * node.tick_interval
+        for peer, heard in node.heard.items():
+            if heard <= silent:
+                core.peer_down(peer)
+
+    def _deliver(self, m: Message | _Ping) -> None:
         node = self.nodes[m.dst]
         if node.core is None or (m.src, m.dst) in self.blocked:
+            return
+        node.heard[m.src] = self.now
+        if isinstance(m, _Ping):
             return
         node.core.step(m)
         self._after(node, node.core)
@@ -433,6 +477,9 @@ class Simulator:
                     self._leader_lost_at = None
             elif holder != node.id:
                 raise InvariantViolation(f"two leaders in term {term}: {holder} and {node.id}")
+        if core.quiesced != node.quiesced:
+            node.quiesced = core.quiesced
+            self.quiesces += node.quiesced
         assert node.replica is not None
         self.driver.send_prompt(((node, node.replica),))
         self._drive(node)
@@ -508,7 +555,7 @@ class Simulator:
             raise InvariantViolation(f"node {node.id}: epoch {change.term} said to start at "
                                      f"{start}, but its log disagrees")
 
-    def _send(self, m: Message) -> None:
+    def _send(self, m: Message | _Ping) -> None:
         rng = self.rng
         if self.drop_rate and rng.random() < self.drop_rate:
             return
@@ -671,7 +718,7 @@ class Simulator:
                     node.pending.append((entry, c.id, c.request))
                     self._after(node, core)
         if c.request or c.budget is None or c.budget > 0:
-            self._at(self.now + rng.randint(1, cfg.client_interval), _CLIENT, c)
+            self._at(self.now + self._client_wait(), _CLIENT, c)
 
     def _reader(self, r: _Reader) -> None:
         cfg = self.cfg
@@ -696,7 +743,14 @@ class Simulator:
                     self.reads[r.ctx] = _Read(r.id, node.id, self.chain_end)
                     self._after(node, core)
         if r.ctx or r.budget is None or r.budget > 0:
-            self._at(self.now + rng.randint(1, cfg.client_interval), _READ, r)
+            self._at(self.now + self._client_wait(), _READ, r)
+
+    def _client_wait(self) -> int:
+        cfg = self.cfg
+        rng = self.rng
+        if cfg.pause_share and rng.random() < cfg.pause_share:
+            return rng.randint(1, 4 * cfg.election_ticks) * TICK
+        return rng.randint(1, cfg.client_interval)
 
     def _read_over(self, ctx: int, done: bool = False) -> _Read:
         """The read ``ctx`` was answered (``done``), failed or lost with its node."""
@@ -801,6 +855,11 @@ class Simulator:
         if len(hws) != 1 or hws != ends:
             raise InvariantViolation(f"convergence: HWs {sorted(hws)} and log ends "
                                      f"{sorted(ends)} differ after healing")
+        awake = [n.id for n in self.nodes if n.core is not None and not n.core.quiesced]
+        if self.cfg.quiesce and awake:
+            raise InvariantViolation(f"quiescence: nodes {awake} still tick with nothing to do "
+                                     f"{self.cfg.liveness_bound_ticks} ticks after the last "
+                                     f"request")
         self.finished = True
 
     def _final_check(self) -> None:

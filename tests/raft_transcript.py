@@ -6,8 +6,9 @@ state a scenario goes through, and a regression shows as a diff of them.
 A block is a command line, optional input lines, ``----``, then the expected output up to a
 blank line. Lines starting with ``#`` (and blank lines) between blocks are prose. Commands:
 
-    cluster [n=3] [max-append-bytes=N] [max-inflight-appends=N]
-        A new group of cores 0..n-1. Input lines set a node's log and durable hard state:
+    cluster [n=3] [max-append-bytes=N] [max-inflight-appends=N] [quiesce=true]
+        A new group of cores 0..n-1 (``quiesce``: idle groups go quiet, RaftConfig.quiesce).
+        Input lines set a node's log and durable hard state:
         ``1: log=1,1,2*3 term=2 vote=0 hw=1`` (one single-offset batch per epoch listed,
         from offset 0, ``2*3`` meaning three of epoch 2).
     elect I [drop=F] [hold=F]       ticks I and delivers messages until I leads
@@ -21,6 +22,8 @@ blank line. Lines starting with ``#`` (and blank lines) between blocks are prose
                                      proposes one single-record batch per DATA
     transfer I to=J                  leadership transfer from I to J
     read I ctx=N                     a linearizable read on I (read_index)
+    campaign I                       I stands for election now (a new partition's preferred)
+    peer-down I J                    I's node liveness has not heard from J for a timeout
     step I                           steps each message of the input into core I
     flush I [hold]                   runs I's driver until it has no Ready: what it sent
                                      (dropped, or held with ``hold``)
@@ -335,6 +338,7 @@ class Transcript:
             int(opts.get("n", "3")), logs=logs, hard=hard,
             max_append_bytes=int(opts.get("max-append-bytes", str(1 << 20))),
             max_inflight_appends=int(opts.get("max-inflight-appends", "64")),
+            quiesce=opts.get("quiesce") == "true",
         )
         self.held, self.rounds, self.in_flight = [], {}, {}
         return self.cmd_state([], {}, [])
@@ -411,6 +415,16 @@ class Transcript:
     def cmd_read(self, args: list[str], opts: dict[str, str], given: list[str]) -> list[str]:
         self.c.cores[int(args[0])].read_index(int(opts["ctx"]))
         return []
+
+    def cmd_campaign(self, args: list[str], opts: dict[str, str], given: list[str]
+                     ) -> list[str]:
+        self.c.cores[int(args[0])].campaign()
+        return self.cmd_state(args, {}, [])
+
+    def cmd_peer_down(self, args: list[str], opts: dict[str, str], given: list[str]
+                      ) -> list[str]:
+        self.c.cores[int(args[0])].peer_down(int(args[1]))
+        return self.cmd_state(args[:1], {}, [])
 
     def cmd_restart(self, args: list[str], opts: dict[str, str], given: list[str]) -> list[str]:
         self.c.restart(int(args[0]))
@@ -510,6 +524,8 @@ class Transcript:
             line += f" transferring-to={core.transferring_to}"
         if core.damaged:
             line += " damaged"
+        if core.quiesced:
+            line += " quiesced"
         return line
 
     def cmd_state(self, args: list[str], opts: dict[str, str], given: list[str]) -> list[str]:

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - started
         print(f"events={result.events} simulated_ticks={result.ticks} acked={result.acked} "
               f"reads={result.reads} elections={result.elections} failovers={result.failovers} "
-              f"events_per_s={result.events / elapsed:.0f}")
+              f"quiesces={result.quiesces} events_per_s={result.events / elapsed:.0f}")
         if not result.ok:
             print(f"FAILED: {result.failure}", file=sys.stderr)
             return 1
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     seeds: range = args.seeds
-    failures = events = 0
+    failures = events = quiesces = 0
     elections: list[float] = []
     failovers: list[float] = []
     items = [(seed, args) for seed in seeds]
@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         step = max(1, len(items) // (100 if tty else 10))
         for done, result in enumerate(results, 1):
             events += result.events
+            quiesces += result.quiesces
             elections.extend(result.elections)
             failovers.extend(result.failovers)
             if not result.ok:
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         if len(items) >= 100 and tty:
             print(file=sys.stderr)
     elapsed = time.perf_counter() - started
-    print(f"seeds={len(seeds)} failures={failures} events={events} "
+    print(f"seeds={len(seeds)} failures={failures} events={events} quiesces={quiesces} "
           f"events_per_s={events / elapsed:.0f} wall_s={elapsed:.1f}")
     for name, samples in (("election", elections), ("failover", failovers)):
         if samples:
