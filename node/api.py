@@ -400,7 +400,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             result.log_append_time_ms = produced.log_append_time_ms
             result.log_start_offset = resolved.log.log_start_offset
             pending.append((result, resolved, produced.done))
-        self.replicas.wake()
+        self.replicas.wake_touched()
         timeout_s = max(request.timeout_ms, 0) / 1000 or 30.0
         waits = [f for _, _, f in pending if f is not None]
         if waits:

@@ -265,7 +265,7 @@ class ControllerDriver:
             except errors.NotLeaderOrFollowerError as exc:
                 raise errors.NotControllerError(str(exc)) from None
             assert produced.done is not None
-            self.replicas.wake()
+            self.replicas.wake_touched()
             try:
                 await _wait(produced.done, timeout_s)
             except errors.NotLeaderOrFollowerError as exc:  # deposed before it committed

@@ -260,7 +260,7 @@ class CoordinatorDriver(Generic[S]):
         led.loading = False
         if repairs:
             led.pending.insert(0, Append(repairs, None))
-            self.replicas.wake()
+            self.replicas.wake_touched()
         log.info("%s: loaded in %.2fs (%s, up to offset %d)%s", led.tp, led.loaded_in_s,
                  self._describe(led), led.state.applied_offset,
                  f"; {len(repairs)} records to write again" if repairs else "")
@@ -320,7 +320,7 @@ class CoordinatorDriver(Generic[S]):
     def _append_unwaited(self, led: Led[S], records: list[RecordInput]) -> None:
         """Append `records` as one set with the next round; nobody waits for them."""
         led.pending.append(Append(records, None))
-        self.replicas.wake()
+        self.replicas.wake_touched()
 
     async def _append(
         self, led: Led[S], records: list[RecordInput], *, planned: Any = None,
@@ -334,7 +334,7 @@ class CoordinatorDriver(Generic[S]):
         loop = asyncio.get_running_loop()
         proposed: asyncio.Future[tuple[asyncio.Future[None], int]] = loop.create_future()
         led.pending.append(Append(records, proposed, planned, producer))
-        self.replicas.wake()
+        self.replicas.wake_touched()
         try:
             async with asyncio.timeout(self._timeout_s):
                 committed, last_offset = await proposed

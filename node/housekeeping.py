@@ -24,6 +24,10 @@ from tidelog.storage.cleaner import LogCleaner
 from tidelog.types import TopicPartition
 
 _ANNOUNCE_EVERY_S = 0.2
+#: Every announcement names every partition led here this often; in between, only those whose
+#: epoch or in-sync replicas changed (a frame the link dropped, a peer that restarted, is
+#: made good by the next full one).
+_ANNOUNCE_ALL_EVERY_S = 2.0
 _CHECKPOINT_EVERY_S = 5.0
 _RETENTION_EVERY_S = 5.0
 #: How often a compacted partition whose closed segments did not change is cleaned all the same
@@ -48,6 +52,11 @@ class Housekeeping:
         #: Per compacted partition, where its closed segments ended at its last cleaner pass,
         #: and when that was (ms): see `_retention_pass`.
         self._cleaned: dict[TopicPartition, tuple[int, int]] = {}
+        #: What each peer was last told of the partitions led here: tp -> (epoch, isr).
+        self._announced: dict[int, dict[TopicPartition, tuple[int, list[int]]]] = {}
+        self._announced_all_at = 0.0
+        #: What each log held at its last checkpoint: (log end, log start, HW).
+        self._checkpointed: dict[PartitionReplica, tuple[int, int, int]] = {}
 
     async def loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -71,19 +80,28 @@ class Housekeeping:
                 self.replicas.storage_failed(replica, exc)
 
     def _announce_leadership(self) -> None:
-        """Tell every peer which partitions this node leads, so any node answers Metadata."""
-        led = [r for r in self.replicas.partitions.values() if r.is_leader]
-        if not led:
-            return
+        """Tell every peer which partitions this node leads, so any node answers Metadata:
+        what changed since the last announcement (only replicas whose cores are awake can
+        change, apart from the liveness of their followers), and everything now and then."""
+        now = time.monotonic()
+        full = now - self._announced_all_at >= _ANNOUNCE_ALL_EVERY_S
+        if full:
+            self._announced_all_at = now
+        candidates = self.replicas.partitions.values() if full else self.replicas.awake()
+        lag_max_ms = self.config.replica_lag_max_ms
+        led = [(r.tp, (r.leader_epoch, r.in_sync_replicas(lag_max_ms)))
+               for r in candidates if r.is_leader]
         for peer_id, link in self.replicas.links.items():
+            told = self._announced.setdefault(peer_id, {})
             outgoing = Outgoing(self.config.node_id, peer_id)
-            for replica in led:
-                outgoing.announce(
-                    replica.tp,
-                    replica.leader_epoch,
-                    replica.in_sync_replicas(self.config.replica_lag_max_ms),
-                )
-            link.send(outgoing)
+            sent = False
+            for tp, state in led:
+                if full or told.get(tp) != state:
+                    told[tp] = state
+                    outgoing.announce(tp, state[0], state[1])
+                    sent = True
+            if sent:
+                link.send(outgoing)
 
     def _prefer_preferred_leaders(self) -> None:
         """Hand leadership back to a partition's preferred (first) replica once it is in sync,
@@ -105,11 +123,21 @@ class Housekeeping:
 
     def _checkpoint_all(self) -> list[tuple[PartitionReplica, OSError]]:
         """Every few seconds, as Kafka's flusher: indexes synced, the recovery point moved up
-        to what is on disk, and the offsets checkpointed, so a crash recovers little."""
+        to what is on disk, and the offsets checkpointed, so a crash recovers little. A log
+        unchanged since its last checkpoint is left alone: thousands of idle partitions would
+        otherwise cost two file replacements each, every time."""
+        done = self._checkpointed
+        for gone in [r for r in done if r.closed]:
+            del done[gone]
 
         def checkpoint(replica: PartitionReplica) -> None:
-            replica.log.flush()
-            replica.log.checkpoint()
+            log_ = replica.log
+            state = (log_.log_end_offset, log_.log_start_offset, log_.high_watermark)
+            if done.get(replica) == state:
+                return
+            log_.flush()
+            log_.checkpoint()
+            done[replica] = state
 
         return self._each_log(checkpoint)
 

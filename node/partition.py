@@ -16,6 +16,7 @@ import logging
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,9 +92,15 @@ class PartitionReplica:
         seed: int,
         sync_writes: bool = True,
         tick_s: float = 0.0,
+        touched: Callable[[PartitionReplica], None] | None = None,
+        peer_live: Callable[[int], bool] | None = None,
     ) -> None:
         """``tick_s`` is the real time of a Raft tick: it sizes the read lease and the vote
-        refusal of a new core (both off at 0)."""
+        refusal of a new core (both off at 0). ``touched`` is called after a proposal changed
+        the core (the Ready loop then looks at this replica), ``peer_live`` says whether node
+        liveness hears from a peer (a quiesced leader's followers stay in sync while it does)."""
+        self._touched = touched
+        self._peer_live = peer_live
         self.tp = tp
         self.node_id = node_id
         self.replicas = replicas
@@ -137,6 +144,10 @@ class PartitionReplica:
         could be outlived by a new leader elected with this replica's vote."""
         self.refuses_votes_until = time.monotonic() + self._vote_refusal_s
         hard_state = self.store.hard_state()
+        if hard_state.term == 0 and hard_state.vote is None:
+            # A replica that never had a term promised no leader anything: nobody's lease
+            # counts on its refusal, and refusing would leave a new topic leaderless.
+            self.refuses_votes_until = 0.0
         core = RaftCore(
             self.node_id,
             self.replicas,
@@ -308,6 +319,8 @@ class PartitionReplica:
             entry = self.core.propose(batch, header.records_count)
         except NotLeaderError as exc:
             raise errors.NotLeaderOrFollowerError(str(exc)) from None
+        if self._touched is not None:
+            self._touched(self)
         stamped = read_header(entry.data)
         producers.update(stamped)
         append_time = (
@@ -408,6 +421,11 @@ class PartitionReplica:
     def in_sync_replicas(self, lag_max_ms: int) -> list[int]:
         if not self.is_leader:
             return []
+        if self.core.quiesced and self._peer_live is not None:
+            # Every follower held the whole log when the group went quiet, and holds it still
+            # while nothing changes: in sync as long as its node lives.
+            live = self._peer_live
+            return [r for r in self.replicas if r == self.node_id or live(r)]
         now = time.monotonic() * 1000
         return [
             r

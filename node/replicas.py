@@ -11,6 +11,14 @@ leadership as the driver reads it from the Readies.
 
 What happens once a partition's Ready is published (the controller applying its committed
 records) is not this module's business: a hook registered with `on_published` runs then.
+
+Thousands of partitions: idle groups quiesce (`tidelog.replication.raft`, "Quiescence"), and
+nothing here costs per hosted partition while they do. The tick loop ticks only the replicas
+whose cores are awake; the Ready loop looks only at the replicas touched since its last round
+(stepped, ticked, proposed to: ``_dirty``), all of them only after `wake`. Node liveness stands
+in for the heartbeats of quiesced groups: every envelope from a peer counts as hearing from it,
+each node sends every peer an envelope at least once a heartbeat interval, and a peer silent for
+an election timeout is reported (`RaftCore.peer_down`) to the replicas it leads here.
 """
 
 from __future__ import annotations
@@ -87,7 +95,20 @@ class ReplicaSet:
         self.raft_config = RaftConfig(
             election_ticks=max(2, config.election_timeout_ms // config.raft_tick_ms),
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
+            quiesce=True,
         )
+        #: Replicas whose cores are not quiesced: the only ones the tick loop ticks.
+        self._awake: set[PartitionReplica] = set()
+        #: Replicas the next round of the Ready loop looks at; every replica when ``_all``.
+        self._dirty: set[PartitionReplica] = set()
+        self._all = True
+        #: Node liveness: the tick of the tick loop at which each peer was last heard from,
+        #: and the peers silent for an election timeout. Counted in ticks, not seconds, for
+        #: the reason ticks are (`tick_loop`): a node whose own loop stalled must not take
+        #: the envelopes still queued for it for silence.
+        self._ticks = 0
+        self._heard: dict[int, int] = {}
+        self._down: set[int] = set()
 
     def connect_peer(self, address: str) -> grpc.aio.Channel:
         """A channel to a peer's node-to-node listener, as this node's settings secure it."""
@@ -99,6 +120,7 @@ class ReplicaSet:
                 link = PeerLink(self.node_id, peer_id, address, self.dialer)
                 link.start()
                 self.links[peer_id] = link
+                self._heard[peer_id] = self._ticks
 
     async def close(self) -> None:
         """After the loops stopped: close the links, then every log on the disk thread."""
@@ -117,8 +139,22 @@ class ReplicaSet:
         self._flushers.shutdown(wait=True)
 
     def wake(self) -> None:
-        """New proposals are waiting in some core: run a round of the Ready loop."""
+        """Cores were changed from outside (a leadership transfer, a new core): run a round of
+        the Ready loop over every replica."""
+        self._all = True
         self._work.set()
+
+    def wake_touched(self) -> None:
+        """New proposals are waiting in some cores (`PartitionReplica.propose` marks its
+        replica): run a round of the Ready loop over the replicas touched since the last."""
+        self._work.set()
+
+    def _touch(self, replica: PartitionReplica) -> None:
+        self._dirty.add(replica)
+        if replica.core.quiesced:
+            self._awake.discard(replica)
+        else:
+            self._awake.add(replica)
 
     def on_published(self, tp: TopicPartition, hook: Callable[[], None]) -> None:
         """Run `hook` on the loop each time a Ready of `tp` has been published."""
@@ -158,11 +194,19 @@ class ReplicaSet:
             return
         directory = self.config.data_dir / f"{tp.topic}-{tp.partition}"
         seed = hash((self.node_id, tp.topic, tp.partition)) & 0xFFFFFFFF
-        self.partitions[tp] = PartitionReplica(
+        replica = self.partitions[tp] = PartitionReplica(
             tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
             seed, sync_writes=self.config.log_flush_policy == "always",
-            tick_s=self.config.raft_tick_ms / 1000,
+            tick_s=self.config.raft_tick_ms / 1000, touched=self._touch,
+            peer_live=self.peer_live,
         )
+        core = replica.core
+        if replicas[0] == self.node_id and core.term == 0 and core.log_end_offset == 0:
+            # A new partition: its preferred replica stands at once, so the topic is led
+            # without waiting an election timeout, and by the replica meant to lead it.
+            core.campaign()
+        self._touch(replica)
+        self._work.set()
 
     def add_replica(
         self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
@@ -206,6 +250,8 @@ class ReplicaSet:
             unopened.cancel()
         replica = self.partitions.pop(tp, None)
         if replica is not None:
+            self._awake.discard(replica)
+            self._dirty.discard(replica)
             replica.abandon()
             self.disk.submit(_delete_replica_files, replica)
 
@@ -293,10 +339,9 @@ class ReplicaSet:
             future = replica.reads.join(replica.core)
         if replica.reads.rounds != rounds:
             # The round's heartbeats leave now. A read the lease answered started none: it
-            # sends nothing, and waking the Ready loop for it would cost a pass over every
-            # partition of the node (bench/offsets.py: OffsetFetch p50 1.44 -> 1.24 of a
-            # health check's).
+            # sends nothing, and needs no round of the Ready loop.
             self._send_prompt((replica,))
+            self._touch(replica)
             self._work.set()
         if index is not None:
             return index
@@ -305,24 +350,61 @@ class ReplicaSet:
     # ---- the Raft driver -------------------------------------------------------------------
 
     async def tick_loop(self) -> None:
-        """One tick per interval. Ticks a stalled loop missed are dropped, not replayed back
-        to back: a node that was starved of CPU for 300 ms must not count 30 ticks at once
-        and start an election against a leader whose heartbeats are merely queued."""
+        """One tick per interval, for the replicas whose cores are awake, then node liveness.
+        Ticks a stalled loop missed are dropped, not replayed back to back: a node that was
+        starved of CPU for 300 ms must not count 30 ticks at once and start an election
+        against a leader whose heartbeats are merely queued."""
         interval = self.config.raft_tick_ms / 1000
+        heartbeat_every = self.raft_config.heartbeat_ticks
         next_tick = time.monotonic()
         while True:
             next_tick = max(next_tick + interval, time.monotonic())
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
-            replicas = [r for r in self.partitions.values() if not r.offline]
+            self._ticks += 1
+            replicas = [r for r in self._awake if not r.offline]
             for replica in replicas:
                 replica.core.tick()
+                if replica.core.quiesced:
+                    self._awake.discard(replica)
+            self._dirty.update(replicas)
             self._send_prompt(replicas)
-            self._work.set()
+            if self._ticks % heartbeat_every == 0:
+                self._liveness()
+            if replicas or self._dirty:
+                self._work.set()
+
+    def awake(self) -> list[PartitionReplica]:
+        """The replicas whose cores are not quiesced (the only ones whose state changes)."""
+        return list(self._awake)
+
+    def peer_live(self, peer: int) -> bool:
+        return peer not in self._down
+
+    def _liveness(self) -> None:
+        """Node liveness, each heartbeat interval: an envelope to every peer (which answers
+        nothing; an empty one when the rounds sent it nothing since the last interval, which
+        is cheaper to check than to skip), and every peer that has been silent for an
+        election timeout reported to the replicas it leads here. A peer found silent is
+        reported again each interval while it stays so: a replica that learned of it as its
+        leader meanwhile (a late message) must hear it too."""
+        for peer, link in self.links.items():
+            link.send(Outgoing(self.node_id, peer))
+        silent = self._ticks - self.raft_config.election_ticks
+        down = {p for p, heard in self._heard.items() if heard <= silent}
+        self._down = down
+        if not down:
+            return
+        for replica in self.partitions.values():
+            core = replica.core
+            if core.leader_id in down and not replica.offline and not replica.is_leader:
+                core.peer_down(core.leader_id)
+                self._touch(replica)
 
     def step(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
         """Step the Raft messages of one envelope addressed to this node into their cores."""
         stepped: dict[TopicPartition, PartitionReplica] = {}
         now = time.monotonic()
+        self._heard[env.src] = self._ticks
         for tp, message in messages_of(env, payload):
             replica = self.partitions.get(tp)
             if replica is None or replica.offline:
@@ -335,6 +417,10 @@ class ReplicaSet:
             if replica.is_leader and isinstance(message, AppendResponse | HeartbeatResponse):
                 replica.record_follower(message.src)
             stepped[tp] = replica
+        if not stepped:
+            return
+        for replica in stepped.values():
+            self._touch(replica)
         self._send_prompt(stepped.values())
         self._work.set()
 
@@ -353,11 +439,20 @@ class ReplicaSet:
             while True:
                 for hook in self._round_hooks:
                     hook()
-                rnd = driver.begin(
-                    [(r, r.driven) for r in list(self.partitions.values()) if not r.offline]
-                )
+                if self._all:
+                    self._all = False
+                    self._dirty.clear()
+                    looked = list(self.partitions.values())
+                    for replica in looked:
+                        self._touch(replica)
+                else:
+                    looked = list(self._dirty)
+                self._dirty = set()
+                rnd = driver.begin([(r, r.driven) for r in looked if not r.offline])
                 if rnd is None:
                     break
+                # What the round advances may have more to send (a commit, the next appends).
+                self._dirty.update(rnd.keys)
                 writes = rnd.early + rnd.late
                 if writes:
                     failed = await loop.run_in_executor(

@@ -159,7 +159,7 @@ def add_message(
     batches of an append into `payload`."""
     if isinstance(m, Heartbeat):
         env.heartbeats.add(group=_group(tp), term=m.term, leader_hw=m.leader_hw,
-                           read_ctx=m.read_ctx)
+                           read_ctx=m.read_ctx, quiesce=m.quiesce)
         return
     if isinstance(m, HeartbeatResponse):
         env.heartbeats.add(group=_group(tp), term=m.term, response=True, read_ctx=m.read_ctx)
@@ -234,7 +234,7 @@ def messages_of(
         if hb.response:
             yield tp, HeartbeatResponse(hb.term, src, dst, hb.read_ctx)
         else:
-            yield tp, Heartbeat(hb.term, src, dst, hb.leader_hw, hb.read_ctx)
+            yield tp, Heartbeat(hb.term, src, dst, hb.leader_hw, hb.read_ctx, hb.quiesce)
     for pm in env.messages:
         tp = TopicPartition(pm.group.topic, pm.group.partition)
         term = pm.term

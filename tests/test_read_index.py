@@ -20,6 +20,8 @@ from tidelog.node.partition import PartitionReplica, ProduceResult
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
 from tidelog.replication import VoteRequest
+from tidelog.replication.log_store import RAFT_STATE_FILE
+from tidelog.storage import CheckpointFile
 from tidelog.testing import async_wait_for, make_batch
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
@@ -203,32 +205,46 @@ def test_an_old_leader_never_answers_once_others_elected(tmp_path: Path, isolati
     asyncio.run(scenario())
 
 
+def _vote_request(request: VoteRequest) -> rpb.RaftEnvelope:
+    env = rpb.RaftEnvelope(src=request.src, dst=request.dst)
+    pm = env.messages.add(group=rpb.GroupId(topic=TP.topic, partition=TP.partition),
+                          term=request.term)
+    pm.vote_request.transfer = request.transfer
+    return env
+
+
 def test_a_new_core_stays_out_of_elections_for_an_election_timeout(tmp_path: Path) -> None:
     """A replica that just (re)started cannot know it heard from a leader an instant ago, so it
     ignores vote requests for an election timeout, as a follower that had would: a leader's
-    lease counts on that. A transfer's forced election is not refused."""
+    lease counts on that. A transfer's forced election is not refused. A replica that never
+    had a term (a new partition's) promised nobody anything: it votes at once."""
 
     async def scenario() -> None:
         peers = {i: f"127.0.0.1:{i}" for i in IDS}
         config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
                             peers=peers, client_addresses=peers,
                             election_timeout_ms=60_000)
+        fresh_tp = TopicPartition("fresh", 0)
+        directory = tmp_path / f"{TP.topic}-{TP.partition}"
+        directory.mkdir(parents=True)
+        CheckpointFile(directory / RAFT_STATE_FILE, version=0, width=2, named=True).write(
+            [("term", 1), ("vote", -1)])
         replicas = ReplicaSet(config)
         try:
             replicas.open_replica(TP, IDS, {})
             core = replicas.partitions[TP].core
-
-            def envelope(request: VoteRequest) -> rpb.RaftEnvelope:
-                env = rpb.RaftEnvelope(src=2, dst=1)
-                pm = env.messages.add(group=rpb.GroupId(topic=TP.topic, partition=TP.partition),
-                                      term=request.term)
-                pm.vote_request.transfer = request.transfer
-                return env
-
-            replicas.step(envelope(VoteRequest(5, 2, 1, 0, 0)), memoryview(b""))
-            assert core.term == 0
-            replicas.step(envelope(VoteRequest(5, 2, 1, 0, 0, transfer=True)), memoryview(b""))
+            replicas.step(_vote_request(VoteRequest(5, 2, 1, 0, 0)), memoryview(b""))
+            assert core.term == 1
+            replicas.step(_vote_request(VoteRequest(5, 2, 1, 0, 0, transfer=True)),
+                          memoryview(b""))
             assert core.term == 5
+
+            replicas.open_replica(fresh_tp, (2, 1, 3), {})
+            fresh = replicas.partitions[fresh_tp].core
+            env = _vote_request(VoteRequest(1, 2, 1, 0, 0))
+            env.messages[0].group.topic = fresh_tp.topic
+            replicas.step(env, memoryview(b""))
+            assert fresh.term == 1
         finally:
             await replicas.close()
 
