@@ -383,12 +383,17 @@ class ReplicaSet:
     def _liveness(self) -> None:
         """Node liveness, each heartbeat interval: an envelope to every peer (which answers
         nothing; an empty one when the rounds sent it nothing since the last interval, which
-        is cheaper to check than to skip), and every peer that has been silent for an
-        election timeout reported to the replicas it leads here. A peer found silent is
+        is cheaper to check than to skip; it names the replicas here that are out of service,
+        whose followers must not take this node's liveness for theirs: see `step`), and every
+        peer that has been silent for an election timeout reported to the replicas it leads
+        here. A peer found silent is
         reported again each interval while it stays so: a replica that learned of it as its
         leader meanwhile (a late message) must hear it too."""
         for peer, link in self.links.items():
-            link.send(Outgoing(self.node_id, peer))
+            outgoing = Outgoing(self.node_id, peer)
+            for tp in self._offline:
+                outgoing.offline(tp)
+            link.send(outgoing)
         silent = self._ticks - self.raft_config.election_ticks
         down = {p for p, heard in self._heard.items() if heard <= silent}
         self._down = down
@@ -405,6 +410,12 @@ class ReplicaSet:
         stepped: dict[TopicPartition, PartitionReplica] = {}
         now = time.monotonic()
         self._heard[env.src] = self._ticks
+        for group in env.offline:
+            # The sender's replica cannot write: as good as down for a group it leads.
+            replica = self.partitions.get(TopicPartition(group.topic, group.partition))
+            if replica is not None and not replica.offline and replica.core.leader_id == env.src:
+                replica.core.peer_down(env.src)
+                stepped[replica.tp] = replica
         for tp, message in messages_of(env, payload):
             replica = self.partitions.get(tp)
             if replica is None or replica.offline:

@@ -142,6 +142,11 @@ class Outgoing:
         self._make_room(len(tp.topic) + _ITEM_ROOM + _ISR_ROOM * len(isr))
         self.env.leaders.add(group=_group(tp), epoch=epoch, isr=isr)
 
+    def offline(self, tp: TopicPartition) -> None:
+        """That this node's replica of `tp` is out of service (node liveness)."""
+        self._make_room(len(tp.topic) + _ITEM_ROOM)
+        self.env.offline.append(_group(tp))
+
     def _seal(self) -> tuple[int, list[bytes | memoryview]]:
         header = self.env.SerializeToString()
         pieces = [varint(len(header)), header, *self.payload]

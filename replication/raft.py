@@ -41,9 +41,10 @@ liveness stands in for its heartbeats:
 * What wakes a quiesced replica: a proposal, a read, a transfer, and any message that reaches
   it except a ``quiesce`` heartbeat (an append, an ordinary heartbeat or its answer, a vote or
   pre-vote request, a message of another term). A follower that missed the ``quiesce``
-  heartbeat times out on its own clock and asks for a pre-vote, which wakes the leader (and
-  the other followers), who rejects it (its lease holds) and heartbeats again. A woken leader
-  starts a fresh check-quorum window.
+  heartbeat, or restarted, times out on its own clock and asks for a pre-vote, which wakes the
+  leader (and the other followers), who rejects it (its lease holds) and heartbeats again; a
+  damaged follower (which may not campaign) that knows no leader sends its peers an unasked
+  heartbeat answer instead. A woken leader starts a fresh check-quorum window.
 * Liveness: `peer_down(node)` tells a core that the node-level liveness of the driver has
   heard nothing at all from ``node`` for an election timeout (the node hears every envelope a
   peer sends, and each node sends its peers one small envelope a heartbeat interval whatever
@@ -395,10 +396,18 @@ class RaftCore:
             self._tick_leader()
             return
         self._election_elapsed += 1
-        if (self._election_elapsed >= self._randomized_timeout and self.id in self._voters.voters
-                and self._floor is None):
+        if self._election_elapsed < self._randomized_timeout or self.id not in self._voters.voters:
+            return
+        if self._floor is None:
             self._election_elapsed = 0
             self._campaign(pre_vote=self._config.pre_vote, transfer=False)
+        elif self._leader is None and self._config.quiesce:
+            # Damaged: it may not campaign, which is what would wake a quiet leader. An answer
+            # to no heartbeat wakes it as well (and confirms no read), and the leader's next
+            # heartbeat finds out what this replica lost.
+            self._election_elapsed = 0
+            for peer in self._peers:
+                self._send(HeartbeatResponse(self._term, self.id, peer))
 
     def propose(self, data: bytes, record_count: int) -> Entry:
         """Append one batch of ``record_count`` records; returns the entry with its offsets and

@@ -47,6 +47,26 @@ def test_idle_leader_repairs_a_follower_that_lost_acknowledged_entries() -> None
     assert not damaged.damaged
 
 
+def test_quiet_leader_is_woken_to_repair_a_follower_that_lost_acknowledged_entries() -> None:
+    """A damaged replica may not campaign, and a pre-vote is what wakes a quiesced leader: it
+    pokes its peers with an unasked heartbeat answer instead, and the woken leader repairs it."""
+    c = Cluster(quiesce=True)
+    leader = c.elect(0)
+    c.propose(0, [b"%d" % i for i in range(10)])
+    c.heartbeat()
+    assert leader.quiesced and c.cores[1].quiesced and c.cores[2].quiesced
+    damaged = lose_tail(c, 2, keep=4)
+    for _ in range(3 * ELECTION):
+        for core in c.cores.values():
+            core.tick()
+        c.settle()
+        if not damaged.damaged and leader.quiesced:
+            break
+    assert not damaged.damaged
+    assert list(c.logs[2].entries) == list(c.logs[0].entries)
+    assert leader.quiesced and damaged.quiesced
+
+
 def test_damaged_replica_neither_campaigns_nor_votes_by_its_shorter_log() -> None:
     c = Cluster()
     c.elect(0)
