@@ -349,6 +349,8 @@ class PartitionReplica:
             entry = self.core.propose(batch, 1)
         except NotLeaderError as exc:
             raise errors.NotLeaderOrFollowerError(str(exc)) from None
+        if self._touched is not None:
+            self._touched(self)
         stamped = read_header(entry.data)
         producers.update_marker(
             stamped, ControlType.COMMIT if commit else ControlType.ABORT, coordinator_epoch

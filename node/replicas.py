@@ -149,6 +149,11 @@ class ReplicaSet:
         replica): run a round of the Ready loop over the replicas touched since the last."""
         self._work.set()
 
+    def _proposed(self, replica: PartitionReplica) -> None:
+        """A proposal went into `replica`'s core: its appends leave with the next round."""
+        self._touch(replica)
+        self._work.set()
+
     def _touch(self, replica: PartitionReplica) -> None:
         self._dirty.add(replica)
         if replica.core.quiesced:
@@ -197,7 +202,7 @@ class ReplicaSet:
         replica = self.partitions[tp] = PartitionReplica(
             tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
             seed, sync_writes=self.config.log_flush_policy == "always",
-            tick_s=self.config.raft_tick_ms / 1000, touched=self._touch,
+            tick_s=self.config.raft_tick_ms / 1000, touched=self._proposed,
             peer_live=self.peer_live,
         )
         core = replica.core
