@@ -108,6 +108,7 @@ class Housekeeping:
         as Kafka's auto leader rebalance does, so leaders stay spread as assigned."""
         if self.stopping:
             return
+        moved = False
         for replica in self.replicas.partitions.values():
             preferred = replica.replicas[0]
             if (
@@ -119,7 +120,9 @@ class Housekeeping:
             ):
                 with contextlib.suppress(NotLeaderError, ValueError):
                     replica.core.transfer_leadership(preferred)
-        self.replicas.wake()
+                    moved = True
+        if moved:  # a round over every replica: not every second for nothing
+            self.replicas.wake()
 
     def _checkpoint_all(self) -> list[tuple[PartitionReplica, OSError]]:
         """Every few seconds, as Kafka's flusher: indexes synced, the recovery point moved up
