@@ -384,13 +384,30 @@ class ConsumerGroups:
         )
         if current != member.current:
             work.emit(rec.CURRENT_ASSIGNMENT, current, request.member_id)
-        changed = previous is None or previous.assigned != current.assigned
+        # Also whenever the member reports owning something else than it is assigned: the
+        # answer that told it may have been lost (a timeout after the records committed), and
+        # without it a member that must revoke never would.
+        changed = previous is None or previous.assigned != current.assigned or (
+            request.owned is not None and request.owned != current.assigned
+        )
         return HeartbeatPlan(work.records, HeartbeatResponse(
             request.member_id,
             current.member_epoch,
-            self.config.heartbeat_interval_ms,
+            self._interval_for(current),
             dict(current.assigned) if full or changed else None,
         ))
+
+    def _interval_for(self, current: CurrentAssignment) -> int:
+        """The heartbeat interval a member is given: the configured one, or a quarter of it
+        while the member waits for partitions other members still have to release
+        (UNRELEASED_PARTITIONS), so that it learns of their release sooner and a rebalance
+        takes about one interval after the owners learnt of it, not two. (Kafka always
+        answers the configured interval; the field is the coordinator's to choose, and only
+        members in the middle of a rebalance heartbeat faster.)"""
+        interval = self.config.heartbeat_interval_ms
+        if current.state == UNRELEASED_PARTITIONS:
+            return max(interval // 4, 1)
+        return interval
 
     def _validate(self, request: HeartbeatRequest) -> None:
         def bad(why: str) -> InvalidRequestError:

@@ -157,6 +157,7 @@ def test_a_fourth_member_gets_partitions_only_after_their_owners_revoked_them() 
     joined = d.beat()
     # Every partition is still held by a, b or c: d gets nothing yet and waits.
     assert joined.assignment == {} and joined.member_epoch == 4
+    assert joined.heartbeat_interval_ms == 25  # waiting for releases: a quarter interval
     assert cluster.groups.groups["g"].members["d"].current.state == rec.UNRELEASED_PARTITIONS
     a = clients[0]
     revoking = a.beat()  # a learns its new target: it must give one up, at its old epoch
@@ -440,3 +441,19 @@ def test_the_planted_bug_hands_a_partition_over_before_its_revocation() -> None:
     b.beat()  # b gets its share at once, while a still owns it
     with pytest.raises(AssertionError):
         check_disjoint([a, b])
+
+
+def test_a_lost_answer_does_not_hide_an_assignment_from_the_member() -> None:
+    """The answer that shrank a member's assignment is lost (a timeout after the records
+    committed) and the member sends the same heartbeat again: it still owns the partitions to
+    revoke, so the answer carries the assignment again, or the member would never revoke."""
+    cluster = Cluster(topics={"t": 12})
+    clients = [Client(cluster, m) for m in "abc"]
+    settle(clients)
+    Client(cluster, "d").beat()
+    a = clients[0]
+    request = HeartbeatRequest("g", "a", a.epoch, owned=dict(a.owned))
+    lost = cluster.heartbeat(request)
+    assert lost.assignment is not None and len(lost.assignment["t"]) == 3
+    again = cluster.heartbeat(request)
+    assert again.assignment == lost.assignment

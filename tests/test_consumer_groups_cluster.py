@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tidelog import Client, TopicPartition, errors
+from tidelog import Client, ConsumerRebalanceListener, TopicPartition, errors
 from tidelog.cli import main
 from tidelog.member_history import MemberProcess, double_ownership, histories_of
 from tidelog.testing import LocalCluster, wait_for
@@ -230,6 +230,37 @@ def test_static_member_fenced_commits_and_the_commands(
     client.delete_consumer_groups(["cg-f"])
     with pytest.raises(errors.GroupIdNotFoundError):
         client.describe_consumer_group("cg-f")
+
+    # A pattern subscription, and the listener's calls in Kafka's order: revoked before
+    # assigned, every callback inside poll(); unsubscribe() revokes what is left.
+    client.create_topic("cg-pat-1", partitions=2, replication_factor=3)
+    calls: list[tuple[str, str, list[int]]] = []
+
+    class Recording(ConsumerRebalanceListener):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            calls.append((self.name, "revoked", sorted(tp.partition for tp in revoked)))
+
+        def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            calls.append((self.name, "assigned", sorted(tp.partition for tp in assigned)))
+
+    first = client.consumer(group_id="cg-p", auto_offset_reset="earliest")
+    second = client.consumer(group_id="cg-p", auto_offset_reset="earliest")
+    first.subscribe(pattern=r"cg-pat-\d+", listener=Recording("first"))
+    assert first.subscription() == {"cg-pat-1"}
+    wait_for(lambda: first.poll(50) is not None and len(first.assignment()) == 2, 30,
+             "the pattern's partitions")
+    second.subscribe(pattern=r"cg-pat-\d+", listener=Recording("second"))
+    wait_for(lambda: (first.poll(50), second.poll(50)) and len(first.assignment()) == 1
+             and len(second.assignment()) == 1, 30, "one partition each")
+    first.unsubscribe()
+    second.close()
+    mine = [(kind, parts) for name, kind, parts in calls if name == "first"]
+    assert mine[0] == ("assigned", [0, 1])
+    assert [kind for kind, _ in mine[1:3]] == ["revoked", "assigned"] and mine[2][1] == []
+    assert mine[-1][0] == "revoked" and len(mine[-1][1]) == 1
 
     # `tidelog consume --group` consumes as a member and commits what it printed.
     out = _cli(capsys, cluster, "consume", TOPIC, "--group", "cg-c", "--max-records", "5")

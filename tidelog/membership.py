@@ -8,11 +8,13 @@ Two halves share the state under one lock:
   heartbeat every interval the coordinator gives, each with the partitions the member owns now
   (so an acknowledgement is never lost with a null), and at once after the application has
   reconciled (ACKNOWLEDGING). An answer's assignment, the complete set the member may own,
-  becomes the target to reconcile. FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID mean the member
-  lost its partitions: heartbeats stop until the application has run `on_partitions_lost`,
-  then the member joins again at epoch 0 with the same member id. The errors Kafka's client
-  treats as fatal (UNRELEASED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, UNSUPPORTED_ASSIGNOR, ...)
-  stop the membership and are raised by the next poll.
+  becomes the target to reconcile. Every heartbeat carries every field (Kafka's client sends
+  only what changed), so that no lost answer can leave the member without its assignment.
+  FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID mean the member lost its partitions: heartbeats stop
+  until the application has run `on_partitions_lost`, then the member joins again at epoch 0
+  with the same member id. The errors Kafka's client treats as fatal (UNRELEASED_INSTANCE_ID,
+  GROUP_MAX_SIZE_REACHED, UNSUPPORTED_ASSIGNOR, ...) stop the membership and are raised by the
+  next poll.
 * Reconciliation runs inside the consumer's `poll()` (and `close()`), as the Java consumer
   runs its listener: with auto-commit on, the positions of the partitions about to be revoked
   are committed first (synchronously, with the member's epoch); then `on_partitions_revoked`,
@@ -159,7 +161,6 @@ class Membership:
         self.changed = threading.Event()
         self.epoch = 0
         self.topics: tuple[str, ...] = tuple(sorted(set(topics or ())))
-        self._topics_sent: tuple[str, ...] | None = None
         self.owned: set[TopicPartition] = set()
         #: The latest assignment from the coordinator, not reconciled yet.
         self.target: set[TopicPartition] | None = None
@@ -230,17 +231,20 @@ class Membership:
                 return None  # the application has to run on_partitions_lost first
             if self.epoch == 0 and not self.topics:
                 return None  # a pattern that matches no topic yet: nothing to join with
+            # Every heartbeat is "full" (subscription, rebalance timeout, owned partitions), so
+            # every answer carries the member's assignment: an answer lost to a timeout, or a
+            # retry of a request the coordinator already took, hides nothing. The
+            # coordinator writes nothing for fields that did not change.
             request = pb.ConsumerGroupHeartbeatRequest(
                 group_id=self.group_id, member_id=self.member_id, member_epoch=self.epoch,
                 topic_partitions=_assignment_pb(self.owned),
+                subscribed_topic_names=pb.ConsumerGroupTopicNames(names=self.topics),
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
             )
-            if self.epoch == 0 or self._topics_sent != self.topics:
-                request.subscribed_topic_names.names.extend(self.topics)
-                request.rebalance_timeout_ms = self.rebalance_timeout_ms
-                if self.instance_id is not None:
-                    request.instance_id = self.instance_id
-                if self.server_assignor is not None:
-                    request.server_assignor = self.server_assignor
+            if self.instance_id is not None:
+                request.instance_id = self.instance_id
+            if self.server_assignor is not None:
+                request.server_assignor = self.server_assignor
             return request
 
     def _answered(self, request: pb.ConsumerGroupHeartbeatRequest, response: Any) -> None:
@@ -249,8 +253,6 @@ class Membership:
                 return
             self.epoch = response.member_epoch
             self.interval_s = response.heartbeat_interval_ms / 1000
-            if request.HasField("subscribed_topic_names"):
-                self._topics_sent = tuple(request.subscribed_topic_names.names)
             if response.HasField("assignment"):
                 target = {
                     TopicPartition(t.topic, p)
