@@ -343,22 +343,75 @@ async def serve_relay_node() -> None:
     await server.wait_for_termination()
 
 
+class RelayFloor:
+    """Three relay nodes (`serve_relay_node`) in processes of their own, each relaying to the
+    two others; ``ports`` are theirs."""
+
+    def __enter__(self) -> RelayFloor:
+        self._procs = [subprocess.Popen([sys.executable, __file__, "--relay-node"],
+                                        stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+                       for _ in range(3)]
+        try:
+            ports = []
+            for proc in self._procs:
+                assert proc.stdout is not None
+                ports.append(proc.stdout.readline().strip())
+            for i, proc in enumerate(self._procs):
+                assert proc.stdin is not None
+                proc.stdin.write(f"{ports[(i + 1) % 3]} {ports[(i + 2) % 3]}\n")
+                proc.stdin.flush()
+        except BaseException:
+            self.__exit__()
+            raise
+        self.ports = ports
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for proc in self._procs:
+            proc.kill()
+            proc.wait()
+
+
+def relay_round_trips(
+    ports: Sequence[str], batch: bytes, per_second: float, seconds: float
+) -> list[float]:
+    """Seconds from sending each Relay request to its answer, the requests sent at a fixed
+    rate (open loop: a slow answer does not delay the next request), spread over the relay
+    nodes in turn: the round trip of an acks=all produce with nothing but its gRPC hops."""
+
+    async def run() -> list[float]:
+        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS)
+                    for port in ports]
+        calls = [channel.unary_unary("/bench.Relay/Relay") for channel in channels]
+        times: list[float] = []
+
+        async def one(call: grpc.aio.UnaryUnaryMultiCallable) -> None:
+            started = time.perf_counter()
+            await call(batch, timeout=35)
+            times.append(time.perf_counter() - started)
+
+        tasks = []
+        try:
+            start = time.perf_counter()
+            for n in range(int(per_second * seconds)):
+                await asyncio.sleep(max(0.0, start + n / per_second - time.perf_counter()))
+                tasks.append(asyncio.create_task(one(calls[n % len(calls)])))
+            await asyncio.gather(*tasks)
+        finally:
+            for channel in channels:
+                await channel.close()
+        return times
+
+    return asyncio.run(run())
+
+
 def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> float:
     """MiB/s through three relay nodes (`serve_relay_node`), the produce benchmark's
     partitions and requests in flight spread over them: the most any three-replica
     acks=all produce can carry over Python gRPC on this machine (three hops per batch, all
     processes on the same cores), before storage, Raft and protobuf cost anything."""
-    procs = [subprocess.Popen([sys.executable, __file__, "--relay-node"], stdout=subprocess.PIPE,
-                              stdin=subprocess.PIPE, text=True) for _ in range(3)]
-    try:
-        ports = []
-        for proc in procs:
-            assert proc.stdout is not None
-            ports.append(proc.stdout.readline().strip())
-        for i, proc in enumerate(procs):
-            assert proc.stdin is not None
-            proc.stdin.write(f"{ports[(i + 1) % 3]} {ports[(i + 2) % 3]}\n")
-            proc.stdin.flush()
+    with RelayFloor() as floor:
+        ports = floor.ports
         batch = make_batch(sizes.records_per_batch, wall_clock_ms(), random.randbytes(RECORD_BYTES))
 
         async def run() -> Window:
@@ -382,10 +435,6 @@ def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> float:
             return window
 
         mib_s = asyncio.run(run()).per_second(len(batch) / MIB)
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
     print(f"relay floor: 3 relay processes, each batch relayed to 2 others, no storage: "
           f"{mib_s:8.1f} MiB/s, {mib_s / baseline_mib_s:.2f} of the baseline")
     return mib_s

@@ -54,8 +54,8 @@ from tidelog.records import (
     ControlType,
     check_crc,
     control_type_of,
-    decode_records,
     read_header,
+    record_fields,
 )
 from tidelog.retry import Deadline
 from tidelog.types import (
@@ -664,13 +664,15 @@ class Consumer:
                         if control_type_of(data, pos, header) == ControlType.ABORT:
                             aborted_producers.discard(header.producer_id)
                     elif not (header.is_transactional and header.producer_id in aborted_producers):
+                        topic, partition = tp
+                        epoch = header.partition_leader_epoch
                         out += [
-                            ConsumerRecord(
-                                tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
-                                r.headers, header.partition_leader_epoch,
+                            ConsumerRecord(topic, partition, offset, ts, key, value, headers,
+                                           epoch)
+                            for offset, ts, key, value, headers in record_fields(
+                                data, pos, header
                             )
-                            for r in decode_records(data, pos, header)
-                            if r.offset >= position
+                            if offset >= position
                         ]
                     position = header.next_offset
             except (CorruptMessageError, UnsupportedCompressionTypeError) as exc:

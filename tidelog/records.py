@@ -853,34 +853,67 @@ def decode_records(
     """Decode every record of the batch at `pos` (consumer side), after `validate_records`
     (so a lying length raises CorruptMessageError instead of decoding garbage), decompressing
     a compressed batch first."""
+    return [Record(*fields) for fields in record_fields(buf, pos, header)]
+
+
+#: (offset, timestamp, key, value, headers) of one record: what `record_fields` yields.
+RecordFields = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+
+
+def record_fields(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> list[RecordFields]:
+    """`decode_records` as plain tuples, in one pass after `validate_records`: the consumer's
+    hot loop builds its own record type from them, so no Record is built and dropped per
+    record. The common record (no key, no headers) costs one unpack and one slice."""
     buf, pos, header = plain_batch(buf, pos, header)
     validate_records(buf, pos, header)
-    out: list[Record] = []
-    data = bytes(memoryview(buf)[pos : pos + header.size])
+    data = buf if isinstance(buf, bytes) else bytes(buf)  # slices of bytes are bytes
+    unpack_prefix = _PLAIN_RECORD_PREFIX.unpack_from
     unpack_i32 = _I32.unpack_from
-    for rec_pos, offset, ts in _iter_record_prefixes(data, 0, header):
-        cursor = rec_pos + _KEY_AT
-        (key_len,) = unpack_i32(data, cursor - 4)
-        key = None if key_len < 0 else data[cursor : cursor + key_len]
-        cursor += max(key_len, 0)
-        (value_len,) = unpack_i32(data, cursor)
-        cursor += 4
-        value = None if value_len < 0 else data[cursor : cursor + value_len]
-        cursor += max(value_len, 0)
-        (count,) = unpack_i32(data, cursor)
-        cursor += 4
-        headers: list[tuple[str, bytes | None]] = []
-        for _ in range(count):
-            (hk_len,) = unpack_i32(data, cursor)
-            h_key = data[cursor + 4 : cursor + 4 + hk_len].decode()
-            cursor += 4 + hk_len
-            (hv_len,) = unpack_i32(data, cursor)
-            cursor += 4
-            h_value = None if hv_len < 0 else data[cursor : cursor + hv_len]
-            cursor += max(hv_len, 0)
-            headers.append((h_key, h_value))
-        out.append(Record(offset, ts, key, value, tuple(headers)))
+    base = header.base_offset
+    first_ts = header.first_timestamp
+    fixed_ts = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
+    out: list[RecordFields] = []
+    append = out.append
+    rec_pos = pos + HEADER_SIZE
+    for _ in range(header.records_count):
+        length, _attrs, offset_delta, ts_delta, key_len, value_len = unpack_prefix(data, rec_pos)
+        ts = first_ts + ts_delta if fixed_ts is None else fixed_ts
+        cursor = rec_pos + _KEY_AT + 4
+        key: bytes | None = None
+        if key_len >= 0:
+            key = data[cursor - 4 : cursor - 4 + key_len]
+            cursor += key_len
+            (value_len,) = unpack_i32(data, cursor - 4)
+        value: bytes | None = None
+        if value_len >= 0:
+            value = data[cursor : cursor + value_len]
+            cursor += value_len
+        headers: tuple[tuple[str, bytes | None], ...] = ()
+        if unpack_i32(data, cursor)[0]:
+            headers = _decode_headers(data, cursor)
+        append((base + offset_delta, ts, key, value, headers))
+        rec_pos += 4 + length
     return out
+
+
+def _decode_headers(data: bytes, cursor: int) -> tuple[tuple[str, bytes | None], ...]:
+    """The headers at `cursor` (the count first) of a validated record."""
+    unpack_i32 = _I32.unpack_from
+    (count,) = unpack_i32(data, cursor)
+    cursor += 4
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        (hk_len,) = unpack_i32(data, cursor)
+        h_key = data[cursor + 4 : cursor + 4 + hk_len].decode()
+        cursor += 4 + hk_len
+        (hv_len,) = unpack_i32(data, cursor)
+        cursor += 4
+        h_value = None if hv_len < 0 else data[cursor : cursor + hv_len]
+        cursor += max(hv_len, 0)
+        headers.append((h_key, h_value))
+    return tuple(headers)
 
 
 class RecordKey(NamedTuple):

@@ -1,0 +1,312 @@
+"""The consume path on a real 3-node cluster, each figure beside a baseline from the same run.
+
+* poll: the client library's ``Consumer.poll`` reading a topic of 6 partitions (RF 3) from the
+  beginning to its end, records/s, against raw Fetch of the same log: the same Fetch requests
+  (one per leader, Kafka's consumer defaults: 50 MiB per request, 1 MiB per partition) sent by
+  this script with grpc.aio, the batches' headers read to advance, no record decoded.
+  Goal: poll / raw >= 0.8.
+* spark: ``spark.read.format("tidelog")`` of the same topic on local[2] into Spark's noop sink,
+  rows/s against the consumer's poll rate (reported; ``--spark``, a session takes ~10 s).
+* end-to-end latency, the OpenMessaging Benchmark's way: the client's producer sends at a fixed
+  rate of half the maximum it reached in this run, while a consumer tails the topic; each
+  record carries its send time, and the latency is from ``send()`` to the ``poll()`` that
+  returns it (same process, same clock). Baseline: bench/cluster.py's relay floor (three
+  gRPC-only processes relaying each request to the two others) at the same rate, in requests
+  of the records the producer's linger gathers: its round trip. Goal: p99 <= 3x the floor's.
+
+Run: ``.venv/bin/python bench/consume.py [--quick] [--spark]``. The figures are printed, never
+asserted: exit 1 only when something went wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import statistics
+import struct
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+
+# As a script this directory is first on sys.path: bench/cluster.py is imported from it (and
+# takes the directory off again, so that bench/storage.py shadows nothing).
+import cluster as cluster_bench  # type: ignore[import-not-found]
+import grpc
+
+from tidelog import Client, TopicPartition
+from tidelog.clock import wall_clock_ms
+from tidelog.records import RecordInput, build_batch, iter_batches
+from tidelog.testing import LocalCluster
+from tidelog.types import IsolationLevel
+from tidelog.v1 import tidelog_pb2_grpc
+from tidelog.wire import FetchPosition, fetch_request
+
+TOPIC = "bench-consume"
+PARTITIONS = 6
+RECORD_BYTES = 1024
+RECORDS_PER_BATCH = 256
+MIB = 1024 * 1024
+#: The producer's linger in the latency run (and so the records per relay request).
+LINGER_MS = 5
+_STAMP = struct.Struct(">d")  # the send time at the head of each latency record's value
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--records", type=int, default=204_800)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating poll/raw rounds")
+    parser.add_argument("--seconds", type=float, default=20.0, help="latency run length")
+    parser.add_argument("--spark", action="store_true", help="also the Spark batch read")
+    args = parser.parse_args()
+    if args.quick:
+        args.records, args.rounds, args.seconds = 2 * RECORDS_PER_BATCH * PARTITIONS, 1, 2.0
+    print(f"# tidelog consume benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(f"# {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"grpcio {grpc.__version__}; 3 nodes and this client share the cores")
+    print("# load average before the run: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    with LocalCluster(3) as cluster, Client(cluster.bootstrap) as client:
+        records = load(cluster, args.records)
+        poll_rate = bench_poll(cluster, client, records, args.rounds)
+        if args.spark:
+            bench_spark(cluster.bootstrap, poll_rate, records)
+        ok = bench_latency(client, args.seconds)
+    if args.quick:
+        print("# --quick: sizes too small for the goals to mean anything")
+    return 0 if ok else 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The log read back
+
+
+def load(cluster: LocalCluster, records: int) -> int:
+    """`records` (rounded to whole batches) of random 1 KiB values over the partitions, as
+    acks=all raw Produce requests of pre-built batches."""
+    cluster_bench.create_topic(cluster, TOPIC, PARTITIONS)
+    leaders = cluster_bench.wait_leaders(cluster, TOPIC, PARTITIONS)
+    value = random.randbytes(RECORD_BYTES)
+    batches = max(PARTITIONS, records // RECORDS_PER_BATCH)
+    started = time.perf_counter()
+    for n in range(batches):
+        partition = n % PARTITIONS
+        batch = build_batch([RecordInput(value, None, wall_clock_ms())] * RECORDS_PER_BATCH)
+        for _attempt in range(20):  # a loaded machine moves leaders now and then: follow them
+            stub = tidelog_pb2_grpc.TidelogStub(
+                cluster_bench.channel_to(cluster, leaders[partition]))
+            result = cluster_bench.produce_one(stub, TOPIC, partition, batch)
+            if not result.error_code:
+                break
+            time.sleep(0.2)
+            leaders = cluster_bench.wait_leaders(cluster, TOPIC, PARTITIONS)
+        else:
+            raise RuntimeError(f"loading: produce to {TOPIC}-{partition} failed: {result}")
+    total = batches * RECORDS_PER_BATCH
+    print(f"\n## consume: {total} records of {RECORD_BYTES} B in {PARTITIONS} partitions, RF 3 "
+          f"(loaded in {time.perf_counter() - started:.1f} s)")
+    return total
+
+
+def poll_all(client: Client, records: int) -> float:
+    """records/s of one consumer assigned every partition, from the beginning to the end."""
+    consumer = client.consumer(auto_offset_reset="earliest")
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    seen = 0
+    started = time.perf_counter()
+    while seen < records:
+        seen += len(consumer.poll(timeout_ms=1000))
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return records / elapsed
+
+
+class LeadersMoved(Exception):
+    """A partition's leader moved during a raw read; the read starts again."""
+
+
+def raw_fetch_all(cluster: LocalCluster, records: int) -> float:
+    """records/s of Fetch requests shaped as the consumer's (one per leader, its defaults),
+    every partition from offset 0 to the end, the batches' headers read to advance."""
+    leaders = cluster_bench.wait_leaders(cluster, TOPIC, PARTITIONS)
+    by_node: dict[int, list[int]] = {}
+    for partition, node in enumerate(leaders):
+        by_node.setdefault(node, []).append(partition)
+
+    async def node_reader(node: int, partitions: list[int]) -> int:
+        seen = 0
+        async with cluster.security.aio_channel(cluster.address_of(node),
+                                                cluster_bench.CHANNEL_OPTIONS) as channel:
+            stub = tidelog_pb2_grpc.TidelogStub(channel)
+            positions = {TopicPartition(TOPIC, p): 0 for p in partitions}
+            ends = {tp: -1 for tp in positions}
+            while any(positions[tp] != ends[tp] for tp in positions):
+                request = fetch_request(
+                    {tp: FetchPosition(off, -1) for tp, off in positions.items()
+                     if off != ends[tp]},
+                    isolation=IsolationLevel.READ_UNCOMMITTED, max_wait_ms=500, min_bytes=1,
+                    max_bytes=50 * MIB, partition_max_bytes=MIB,
+                )
+                try:
+                    response = await stub.Fetch(request, timeout=30)
+                except grpc.aio.AioRpcError:  # a connection the loaded machine let time out
+                    await asyncio.sleep(0.1)
+                    continue
+                for topic in response.topics:
+                    for part in topic.partitions:
+                        if part.error_code:
+                            raise LeadersMoved(f"{TOPIC}-{part.partition}: {part.error_code}")
+                        tp = TopicPartition(TOPIC, part.partition)
+                        ends[tp] = part.high_watermark
+                        for _, header in iter_batches(part.records):
+                            seen += header.records_count
+                            positions[tp] = header.next_offset
+        return seen
+
+    async def run() -> int:
+        counts = await asyncio.gather(*(node_reader(n, ps) for n, ps in by_node.items()))
+        return sum(counts)
+
+    started = time.perf_counter()
+    seen = asyncio.run(run())
+    elapsed = time.perf_counter() - started
+    if seen != records:
+        raise RuntimeError(f"raw fetch read {seen} records, expected {records}")
+    return records / elapsed
+
+
+def bench_poll(cluster: LocalCluster, client: Client, records: int, rounds: int) -> float:
+    polls, raws = [], []
+    for round_ in range(rounds):
+        for attempt in range(3):
+            try:
+                raws.append(raw_fetch_all(cluster, records))
+                break
+            except LeadersMoved as exc:
+                print(f"round {round_}: raw read again, a leader moved ({exc})")
+                if attempt == 2:
+                    raise
+        polls.append(poll_all(client, records))
+        print(f"round {round_}: raw Fetch {raws[-1]:10.0f} records/s "
+              f"({raws[-1] * RECORD_BYTES / MIB:6.1f} MiB/s), consumer poll {polls[-1]:10.0f} "
+              f"records/s ({polls[-1] * RECORD_BYTES / MIB:6.1f} MiB/s)", flush=True)
+    poll, raw = statistics.median(polls), statistics.median(raws)
+    ratio = poll / raw
+    print(f"ratio consumer poll / raw Fetch records/s (medians): {ratio:.2f} (goal >= 0.8) "
+          f"{cluster_bench.verdict(ratio >= 0.8)}")
+    return poll
+
+
+def bench_spark(bootstrap: str, poll_rate: float, records: int) -> None:
+    from tidelog.spark import local_session
+
+    spark = local_session("tidelog-bench-consume")
+    try:
+        def read() -> float:
+            started = time.perf_counter()
+            (spark.read.format("tidelog").option("tidelog.bootstrap.servers", bootstrap)
+             .option("subscribe", TOPIC).load().write.format("noop").mode("overwrite").save())
+            return records / (time.perf_counter() - started)
+
+        read()  # warm-up: the Python workers start
+        rate = read()
+    finally:
+        spark.stop()
+    print(f"spark batch read (local[2], noop sink): {rate:10.0f} rows/s; / consumer poll: "
+          f"{rate / poll_rate:.2f}")
+
+
+# ----------------------------------------------------------------------------------------------
+# End-to-end latency
+
+
+def max_send_rate(client: Client, seconds: float) -> float:
+    """records/s the client's producer has acknowledged, sending as fast as it can."""
+    value = random.randbytes(RECORD_BYTES)
+    with client.producer(linger_ms=LINGER_MS) as producer:
+        started = time.perf_counter()
+        sent = 0
+        while time.perf_counter() - started < seconds:
+            for _ in range(1000):
+                producer.send(TOPIC, value)
+            sent += 1000
+        producer.flush()
+        return sent / (time.perf_counter() - started)
+
+
+def tidelog_latencies(client: Client, per_second: float, seconds: float) -> list[float]:
+    """send() to poll() seconds of records sent at `per_second` while a consumer tails."""
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    consumer = client.consumer(auto_offset_reset="latest")
+    consumer.assign(tps)
+    consumer.seek_to_end(*tps)
+    for tp in tps:
+        consumer.position(tp)  # resolved before the first send
+    expected = int(per_second * seconds)
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def tail() -> None:
+        deadline = time.monotonic() + seconds + 30
+        while len(latencies) < expected and time.monotonic() < deadline:
+            records = consumer.poll(timeout_ms=100)
+            now = time.perf_counter()
+            latencies.extend(now - _STAMP.unpack_from(r.value or bytes(8))[0] for r in records)
+        done.set()
+
+    reader = threading.Thread(target=tail, daemon=True)
+    reader.start()
+    padding = random.randbytes(RECORD_BYTES - _STAMP.size)
+    with client.producer(linger_ms=LINGER_MS) as producer:
+        start = time.perf_counter()
+        for n in range(expected):
+            delay = start + n / per_second - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.send(TOPIC, _STAMP.pack(time.perf_counter()) + padding)
+        producer.flush()
+    done.wait()
+    consumer.close()
+    return latencies
+
+
+def bench_latency(client: Client, seconds: float) -> bool:
+    maximum = max_send_rate(client, min(seconds, 8.0))
+    rate = maximum / 2
+    latencies = tidelog_latencies(client, rate, seconds)
+    per_request = max(1, round(rate * LINGER_MS / 1000))
+    batch = build_batch([RecordInput(random.randbytes(RECORD_BYTES), None, wall_clock_ms())]
+                        * per_request)
+    with cluster_bench.RelayFloor() as floor:
+        relay = cluster_bench.relay_round_trips(floor.ports, batch, rate / per_request, seconds)
+    print(f"\n## end-to-end latency: producer (linger.ms={LINGER_MS}, acks=all) at {rate:.0f} "
+          f"records/s of {RECORD_BYTES} B = half its maximum of {maximum:.0f} in this run, a "
+          f"consumer tailing {PARTITIONS} partitions, {seconds:g} s; relay floor at the same "
+          f"rate in requests of {per_request} records ({rate / per_request:.0f} requests/s)")
+    print(f"{'':<34} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'samples':>8}")
+    for name, samples in (("tidelog send() -> poll()", latencies),
+                          ("relay floor round trip", relay)):
+        if not samples:
+            print(f"{name:<34} no samples")
+            return False
+        print(f"{name:<34} {_pct(samples, 50):8.1f} {_pct(samples, 99):8.1f} "
+              f"{_pct(samples, 99.9):9.1f} {len(samples):8d}")
+    ratio = _pct(latencies, 99) / _pct(relay, 99)
+    print(f"ratio p99 tidelog end-to-end / relay floor round trip: {ratio:.2f} (goal <= 3) "
+          f"{cluster_bench.verdict(ratio <= 3)}")
+    return len(latencies) >= 0.99 * int(rate * seconds)
+
+
+def _pct(samples: list[float], q: float) -> float:
+    """The q-th percentile in ms (nearest rank)."""
+    ranked = sorted(samples)
+    return ranked[min(len(ranked) - 1, int(q / 100 * len(ranked)))] * 1000
+
+
+if __name__ == "__main__":
+    sys.exit(main())
