@@ -41,6 +41,3 @@ class PendingTxnOffsets:
             TopicPartition(key.topic, key.partition)
             for parked in self._by_producer.values() for key in parked if key.group == group
         }
-
-    def producers(self) -> list[int]:
-        return sorted(self._by_producer)
