@@ -206,10 +206,14 @@ class ReplicaSet:
             peer_live=self.peer_live,
         )
         core = replica.core
-        if replicas[0] == self.node_id and core.term == 0 and core.log_end_offset == 0:
+        if core.term == 0 and core.log_end_offset == 0:
             # A new partition: its preferred replica stands at once, so the topic is led
-            # without waiting an election timeout, and by the replica meant to lead it.
-            core.campaign()
+            # without waiting an election timeout, and by the replica meant to lead it; the
+            # others give it an extra election timeout before they would stand themselves.
+            if replicas[0] == self.node_id:
+                core.campaign()
+            else:
+                core.defer_election()
         self._touch(replica)
         self._work.set()
 

@@ -483,6 +483,13 @@ class RaftCore:
             return
         self._campaign(pre_vote=self._config.pre_vote, transfer=False)
 
+    def defer_election(self) -> None:
+        """Wait an extra election timeout before standing: a new partition's other replicas
+        do, so that their timers do not beat the preferred replica's campaign (`campaign`)
+        when its first vote requests were lost (its peers had not created the partition yet)."""
+        if self._role is Role.FOLLOWER and self._leader is None:
+            self._election_elapsed = -self._config.election_ticks
+
     def peer_down(self, node: int) -> None:
         """Node liveness: nothing at all has come from ``node`` for an election timeout (see
         "Quiescence"). A follower of a leader on that node then counts its election timer as

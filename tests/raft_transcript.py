@@ -23,6 +23,7 @@ blank line. Lines starting with ``#`` (and blank lines) between blocks are prose
     transfer I to=J                  leadership transfer from I to J
     read I ctx=N                     a linearizable read on I (read_index)
     campaign I                       I stands for election now (a new partition's preferred)
+    defer-election I                 I waits an extra election timeout before standing
     peer-down I J                    I's node liveness has not heard from J for a timeout
     step I                           steps each message of the input into core I
     flush I [hold]                   runs I's driver until it has no Ready: what it sent
@@ -419,6 +420,11 @@ class Transcript:
     def cmd_campaign(self, args: list[str], opts: dict[str, str], given: list[str]
                      ) -> list[str]:
         self.c.cores[int(args[0])].campaign()
+        return self.cmd_state(args, {}, [])
+
+    def cmd_defer_election(self, args: list[str], opts: dict[str, str], given: list[str]
+                           ) -> list[str]:
+        self.c.cores[int(args[0])].defer_election()
         return self.cmd_state(args, {}, [])
 
     def cmd_peer_down(self, args: list[str], opts: dict[str, str], given: list[str]
