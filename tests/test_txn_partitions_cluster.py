@@ -315,33 +315,6 @@ def test_lso_stops_at_open_transactions_and_markers_decide_them(
         assert b"abort-2" in values and b"abort2-2" in values
 
 
-def test_a_leader_killed_while_markers_are_written_loses_none(
-    cluster: LocalCluster, raw: Raw, coordinator: Coordinator
-) -> None:
-    """The new leader, a follower until then, knows the open transaction from its own log
-    (its producer state follows every append), so the retried marker ends it there."""
-    all_parts = list(range(PARTITIONS))
-    expected: dict[int, list[bytes]] = {}
-    for p in all_parts:
-        values = [b"k-%d-%d" % (p, i) for i in range(3)]
-        assert produce(raw, p, values, pid=4000)[0] == 0
-        expected[p] = values
-    victim = cluster.leader_of((TOPIC, 0))
-    assert victim is not None
-    writer = threading.Thread(target=coordinator.end, args=(4000, 0, True, all_parts))
-    writer.start()
-    cluster.kill(victim)
-    writer.join(90)
-    assert not writer.is_alive()
-    for p in all_parts:
-        lso, hw = offsets(raw, p)
-        assert lso == hw, (p, lso, hw)
-        got = committed_values(cluster, p, hw)
-        assert got[-3:] == expected[p], got
-    cluster.restart(victim)
-    raw.wait_leaders(TOPIC, PARTITIONS)
-
-
 def test_txn_offset_commit_is_pending_until_its_commit_marker(
     cluster: LocalCluster, raw: Raw, coordinator: Coordinator
 ) -> None:
@@ -394,3 +367,29 @@ def test_txn_offset_commit_is_pending_until_its_commit_marker(
     assert txn_commit(6001, 9) == 0
     coordinator.end(6001, 0, False, [0], topic="__consumer_offsets")
     assert committed(require_stable=True) == (0, 3)
+
+
+def test_a_leader_killed_while_markers_are_written_loses_none(
+    cluster: LocalCluster, raw: Raw, coordinator: Coordinator
+) -> None:
+    """The new leader, a follower until then, knows the open transaction from its own log
+    (its producer state follows every append), so the retried marker ends it there. (Last in
+    the module: the killed node stays down.)"""
+    all_parts = list(range(PARTITIONS))
+    expected: dict[int, list[bytes]] = {}
+    for p in all_parts:
+        values = [b"k-%d-%d" % (p, i) for i in range(3)]
+        assert produce(raw, p, values, pid=4000)[0] == 0
+        expected[p] = values
+    victim = cluster.leader_of((TOPIC, 0))
+    assert victim is not None
+    writer = threading.Thread(target=coordinator.end, args=(4000, 0, True, all_parts))
+    writer.start()
+    cluster.kill(victim)
+    writer.join(90)
+    assert not writer.is_alive()
+    for p in all_parts:
+        lso, hw = offsets(raw, p)
+        assert lso == hw, (p, lso, hw)
+        got = committed_values(cluster, p, hw)
+        assert got[-3:] == expected[p], got
