@@ -57,6 +57,8 @@ from tidelog.v1 import raft_pb2 as rpb
 log = logging.getLogger(__name__)
 
 _FLUSH_THREADS = 8
+#: Election timeouts a new partition's other replicas leave its preferred one to stand first.
+_CREATION_DEFERRAL_TIMEOUTS = 3
 #: How soon, then how often at most, a replica whose disk refused a write tries again.
 _STORAGE_RETRY_S = 1.0
 _STORAGE_RETRY_MAX_S = 8.0
@@ -209,11 +211,12 @@ class ReplicaSet:
         if core.term == 0 and core.log_end_offset == 0:
             # A new partition: its preferred replica stands at once, so the topic is led
             # without waiting an election timeout, and by the replica meant to lead it; the
-            # others give it an extra election timeout before they would stand themselves.
+            # others give it a few election timeouts before they would stand themselves (its
+            # node may apply the new topic late: a loaded node was 0.4 s late in a test).
             if replicas[0] == self.node_id:
                 core.campaign()
             else:
-                core.defer_election()
+                core.defer_election(_CREATION_DEFERRAL_TIMEOUTS)
         self._touch(replica)
         self._work.set()
 

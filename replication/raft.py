@@ -483,12 +483,13 @@ class RaftCore:
             return
         self._campaign(pre_vote=self._config.pre_vote, transfer=False)
 
-    def defer_election(self) -> None:
-        """Wait an extra election timeout before standing: a new partition's other replicas
-        do, so that their timers do not beat the preferred replica's campaign (`campaign`)
-        when its first vote requests were lost (its peers had not created the partition yet)."""
+    def defer_election(self, timeouts: int = 1) -> None:
+        """Wait ``timeouts`` extra election timeouts before standing: a new partition's other
+        replicas do, so that their timers do not beat the preferred replica's campaign
+        (`campaign`) when its node creates the partition late or its first vote requests were
+        lost (its peers had not created the partition yet)."""
         if self._role is Role.FOLLOWER and self._leader is None:
-            self._election_elapsed = -self._config.election_ticks
+            self._election_elapsed = -timeouts * self._config.election_ticks
 
     def peer_down(self, node: int) -> None:
         """Node liveness: nothing at all has come from ``node`` for an election timeout (see
