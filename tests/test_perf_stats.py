@@ -31,3 +31,5 @@ def test_producer_props_by_kafkas_names() -> None:
     }
     with pytest.raises(ConfigurationError, match=r"linger\.ms"):
         producer_settings({"linger.ms": "soon"})
+    with pytest.raises(ConfigurationError, match=r"unknown producer property 'no\.such'"):
+        producer_settings({"no.such": "1"})
