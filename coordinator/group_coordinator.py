@@ -462,7 +462,8 @@ class GroupCoordinatorState:
     def plan_expiration(self, now_ms: int) -> list[RecordInput]:
         """Tombstones for every offset of each group whose newest commit is at least
         `retention_ms` old: Kafka's rule for a simple group (no members), whose expiration base
-        is the commit time (kafka-reference §7.8), taken per group as the table keeps it."""
+        is the commit time (kafka-reference §7.8), taken per group as the table keeps it; a
+        consumer group's offsets do not expire while it has members."""
         return [record for step in self.expiration_steps(now_ms, len(self.table) + 1)
                 for record in step]
 
@@ -474,9 +475,16 @@ class GroupCoordinatorState:
         cursor = 0
         while True:
             groups, cursor = self.table.groups_committed_by(cutoff_ms, cursor, groups_per_step)
-            yield [record for group in groups for record in self._group_tombstones(group, now_ms)]
+            yield [record for group in groups if not self._has_members(group)
+                   for record in self._group_tombstones(group, now_ms)]
             if cursor == 0:
                 return
+
+    def _has_members(self, group: str) -> bool:
+        """A consumer group with members keeps its offsets however old (Kafka expires a
+        group's offsets only once it is empty)."""
+        consumer_group = self.consumer_groups.groups.get(group)
+        return consumer_group is not None and bool(consumer_group.members)
 
     def _group_tombstones(self, group: str, now_ms: int) -> list[RecordInput]:
         """A partition whose transactional offsets await their marker does not expire (Kafka's

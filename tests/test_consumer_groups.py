@@ -20,8 +20,13 @@ from tidelog.coordinator.consumer_groups import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
-from tidelog.coordinator.group_coordinator import GroupCoordinatorState, OffsetsConfig
+from tidelog.coordinator.group_coordinator import (
+    GroupCoordinatorState,
+    OffsetsConfig,
+    PartitionOffsets,
+)
 from tidelog.records import RecordInput, build_batch
+from tidelog.types import TopicPartition
 
 SESSION_MS = 1000
 TOPICS = {"t": 6}
@@ -457,3 +462,16 @@ def test_a_lost_answer_does_not_hide_an_assignment_from_the_member() -> None:
     assert lost.assignment is not None and len(lost.assignment["t"]) == 3
     again = cluster.heartbeat(request)
     assert again.assignment == lost.assignment
+
+
+def test_a_consumer_group_with_members_keeps_its_offsets_past_the_retention() -> None:
+    cluster = Cluster()
+    a = Client(cluster, "a")
+    a.beat()
+    plan = cluster.state.plan_commit(
+        "g", {TopicPartition("t", 0): PartitionOffsets(5, -1, "")}, cluster.now)
+    cluster.commit(plan.records)
+    later = cluster.now + OffsetsConfig().retention_ms
+    assert cluster.state.plan_expiration(later) == []
+    a.leave()
+    assert len(cluster.state.plan_expiration(later)) == 1
