@@ -11,7 +11,9 @@
 * throughput: records/s of a 3-member group reading a pre-produced topic of 12 partitions to
   its end, against one consumer process assigned every partition (no group) reading the same
   topic, the same run; each side's processes are started and connected first, and timed from
-  the first record any of them returned to the last (the group's joining is not counted).
+  the first record any of them returned to the last (the group's joining is not counted;
+  the rebalances while the other members join are), each poll at most 64 KiB per partition
+  on both sides, so that a poll is not the whole topic.
   The two sides alternate for the rounds, and the figure is the ratio of the medians.
   Goal: >= 0.9 (the members share the machine's two cores).
 
@@ -88,7 +90,8 @@ def _read_all(cluster: LocalCluster, topic: str, records: int, group: str | None
               processes: int) -> float:
     """Records/s of `processes` member processes of `group` (None: one assigned consumer)
     reading `topic` to its end."""
-    extra = ["--quiet", "--wait-for-go"] + (["--assign"] if group is None else [])
+    extra = ["--quiet", "--wait-for-go", "--partition-fetch-bytes", str(64 * 1024)] + (
+        ["--assign"] if group is None else [])
     members = [MemberProcess(cluster.bootstrap, group or "unused", topic, f"r{i}", *extra)
                for i in range(processes)]
     try:

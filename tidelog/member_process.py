@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignor", default=None)
     parser.add_argument("--auto-commit-interval-ms", type=int, default=200)
     parser.add_argument("--quiet", action="store_true", help="report record counts only")
+    parser.add_argument("--partition-fetch-bytes", type=int, default=1024 * 1024,
+                        help="max.partition.fetch.bytes (smaller: more, finer-timed polls)")
     parser.add_argument("--assign", action="store_true",
                         help="no group membership: assign every partition (a baseline)")
     parser.add_argument("--wait-for-go", action="store_true",
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         group_id=None if args.assign else args.group, auto_offset_reset="earliest",
         auto_commit_interval_ms=args.auto_commit_interval_ms,
         group_instance_id=args.instance_id, group_remote_assignor=args.assignor,
+        max_partition_fetch_bytes=args.partition_fetch_bytes,
     )
     closing = threading.Event()
     go = threading.Event()
