@@ -40,7 +40,7 @@ from tidelog.errors import (
 from tidelog.membership import ConsumerGroupDescription, describe_request, parse_describe
 from tidelog.metadata import ClusterMetadata, MetadataSnapshot, TopicInfo, merge_snapshots
 from tidelog.partitioned import PartitionedRequest
-from tidelog.retry import LEADER_POLL_S, Backoff, Deadline, call_with_retry
+from tidelog.retry import Backoff, Deadline, call_with_retry, leader_poll_s
 from tidelog.transport import CallObserver, Security, Transport
 from tidelog.types import (
     CONSUMER_OFFSETS_TOPIC,
@@ -255,7 +255,7 @@ class Client:
         deadline: Deadline,
     ) -> None:
         """The retry backoff of requests whose leaders failed them (`failed`: each partition's
-        (leader, epoch) that failed): metadata is refreshed every LEADER_POLL_S or so during
+        (leader, epoch) that failed): metadata is refreshed every `leader_poll_s` during
         the `window_s` the backoff would sleep, and the wait ends as soon as every partition
         has a leader other than the one that failed (`ClusterMetadata.moved`), so a retry
         follows an election within a poll of it instead of a backoff later. Without failed
@@ -263,7 +263,7 @@ class Client:
         refreshes once, as a plain backoff does. A failed refresh is no news; the caller's
         next attempt finds out what is wrong."""
         until = min(time.monotonic() + window_s, deadline.at)
-        poll_s = max(LEADER_POLL_S, window_s / 10)
+        poll_s = leader_poll_s(window_s)
         while True:
             if failed:
                 with contextlib.suppress(RetriableError):

@@ -32,14 +32,21 @@ DEFAULT_RETRY_BACKOFF_MS = 100
 DEFAULT_RETRY_BACKOFF_MAX_MS = 1000
 BACKOFF_JITTER = 0.2
 #: How often a request whose leader failed it polls the metadata for the next leader during
-#: its backoff (at least; a tenth of the backoff when that is longer, so a long outage costs
-#: about as many refreshes as Kafka's retry.backoff.ms would): an election takes 0.3-1 s.
+#: its backoff, at least (an election takes 0.3-1 s, so a poll's lag matters)...
 LEADER_POLL_S = 0.02
+#: ...and at most this many times per backoff: a long outage, with backoffs of
+#: retry_backoff_max_ms, costs 20 refreshes a second, not 50.
+LEADER_POLLS_PER_BACKOFF = 20
 #: One attempt may take this share of its call's whole timeout (Kafka gives a request half of
 #: default.api.timeout.ms; a quarter leaves room for a refresh and two more attempts)...
 ATTEMPT_SHARE = 0.25
 #: ...but never less than this, in seconds, unless the call itself has less left.
 MIN_ATTEMPT_S = 1.0
+
+
+def leader_poll_s(backoff_s: float) -> float:
+    """The pause between metadata polls during a backoff of `backoff_s` (see LEADER_POLL_S)."""
+    return max(LEADER_POLL_S, backoff_s / LEADER_POLLS_PER_BACKOFF)
 
 
 class Deadline:

@@ -36,7 +36,7 @@ from tidelog.records import (
     encode_record,
     pack_plain_record_prefix,
 )
-from tidelog.retry import LEADER_POLL_S, Deadline
+from tidelog.retry import Deadline, leader_poll_s
 from tidelog.types import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -482,7 +482,7 @@ class RecordAccumulator:
         state.queue.insert(bisect.bisect_right(serials, batch.serial), batch)
         state.retry_at = retry_at
         state.failed_leader = failed_leader
-        state.poll_s = max(LEADER_POLL_S, (retry_at - now) / 10)
+        state.poll_s = leader_poll_s(retry_at - now)
 
     def expire(self, now: float) -> None:
         """Fail queued batches past their delivery timeout (in-flight ones wait for answers).
