@@ -804,7 +804,10 @@ def settle(cluster: LocalCluster, topic: str, partition: int, value: bytes) -> t
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         time.sleep(0.05)
-        views = [partition_view(cluster, n, topic, partition) for n in cluster.node_ids]
+        try:
+            views = [partition_view(cluster, n, topic, partition) for n in cluster.node_ids]
+        except grpc.RpcError:
+            continue  # a node restarting, or too loaded to connect in time
         if any(v is None for v in views) or len({(v.leader_id, v.leader_epoch) for v in views
                                                   if v is not None}) != 1:
             continue
