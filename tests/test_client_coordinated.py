@@ -422,7 +422,8 @@ def test_delete_groups_raises_the_typed_error_of_a_missing_group(nodes: Nodes) -
     cluster.coordinators = [(0, 1)]
     with _client(cluster) as client:
         client.delete_consumer_groups([GROUP])  # NOT_COORDINATOR, found again, deleted
-        assert cluster.lookups == 2
+        # The first lookup, then those of the backoff, which name the same node every time.
+        assert cluster.lookups >= 2
         with pytest.raises(errors.GroupIdNotFoundError, match="'gone'"):
             client.delete_consumer_groups(["gone"])
         with pytest.raises(errors.ConfigurationError, match="list"):

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -197,17 +198,28 @@ def test_groups_command(cluster: LocalCluster, client: Client) -> None:
 
 def test_committed_offsets_survive_a_coordinator_kill(fresh_cluster: LocalCluster) -> None:
     """Commit, SIGKILL the group's coordinator, and read the commit back: the client finds the
-    new coordinator by itself (the cached one fails, FindCoordinator names the new leader)."""
-    with Client(fresh_cluster.bootstrap) as client:
+    new coordinator by itself (the cached one fails, FindCoordinator names the new leader).
+    With a 20 s retry backoff, a retry that waited for it would come 16 s after the kill at
+    the earliest; the read comes long before, as the client spends its backoff asking
+    FindCoordinator until a node names another coordinator."""
+    with Client(fresh_cluster.bootstrap) as client, \
+            Client(fresh_cluster.bootstrap, retry_backoff_ms=20_000,
+                   retry_backoff_max_ms=20_000) as patient:
         client.create_topic("oc-kill", partitions=3)
         tps = [TopicPartition("oc-kill", p) for p in range(3)]
         offsets = {tp: OffsetAndMetadata(10 + tp.partition, f"m{tp.partition}", 1) for tp in tps}
-        consumer = client.consumer(group_id="oc-kill-g", enable_auto_commit=False)
-        consumer.commit(offsets)
-        coordinator = client.find_coordinator("oc-kill-g")
-        fresh_cluster.kill(coordinator)
+        client.consumer(group_id="oc-kill-g", enable_auto_commit=False).commit(offsets)
+        consumer = patient.consumer(group_id="oc-kill-g", enable_auto_commit=False)
         assert consumer.committed(tps) == offsets
-        assert client.coordinators.cached("oc-kill-g") not in (None, coordinator)
+        coordinator = patient.coordinators.cached("oc-kill-g")
+        assert coordinator is not None
+        fresh_cluster.kill(coordinator)
+        with ThreadPoolExecutor(1) as pool:
+            committed = pool.submit(consumer.committed, tps)
+            wait_for(committed.done, timeout=12,
+                     what="the committed offsets, long before a 16 s backoff ends")
+        assert committed.result() == offsets
+        assert patient.coordinators.cached("oc-kill-g") not in (None, coordinator)
         consumer.commit({tps[0]: OffsetAndMetadata(50)})
         assert client.list_consumer_group_offsets("oc-kill-g")[tps[0]].offset == 50
 

@@ -4,7 +4,8 @@ consumer does (kafka-reference §7.9):
 
 * ``StaleCoordinatorError`` (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR), REQUEST_TIMED_OUT, or
   a call that failed on its way (the node is down or stalled): the coordinator is forgotten and
-  the retry finds it again (Kafka's ``markCoordinatorUnknown``);
+  the retry finds it again (Kafka's ``markCoordinatorUnknown``); the backoff is spent asking
+  FindCoordinator until a node names another coordinator, and the retry goes then;
 * any other ``RetriableError`` (COORDINATOR_LOAD_IN_PROGRESS while a new coordinator replays
   the offsets partition, UNKNOWN_TOPIC_OR_PARTITION): retried at the same coordinator after a
   backoff;
@@ -21,7 +22,10 @@ asynchronous commit needs no thread of its own, and the blocking API waits on th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,7 +39,7 @@ from tidelog.errors import (
     TidelogError,
     UnknownServerError,
 )
-from tidelog.retry import Deadline, call_with_retry_async
+from tidelog.retry import Deadline, RetryAtOnce, call_with_retry_async, leader_poll_s
 from tidelog.types import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -102,6 +106,29 @@ class Coordinators:
             "no node answered FindCoordinator: " + ("; ".join(failures) or "the deadline passed")
         )
 
+    async def _after_stale(
+        self, key: str, key_type: int, stale: int, error: TidelogError, failures: int,
+        deadline: Deadline, retry: bool,
+    ) -> TidelogError:
+        """What a call whose coordinator `stale` failed it raises. A retried call spends its
+        backoff asking FindCoordinator every `leader_poll_s` until a node names another
+        coordinator (the others keep naming a dead one until they elect its successor, and
+        answer COORDINATOR_LOAD_IN_PROGRESS while it replays), then retries at once
+        (RetryAtOnce): a commit follows the election within a poll, not a backoff later."""
+        if not retry or not isinstance(error, RetriableError):
+            return error
+        window = self._client.backoff.delay_s(failures)
+        until = min(time.monotonic() + window, deadline.at)
+        while True:
+            with contextlib.suppress(RetriableError):
+                if (await self._lookup(key, key_type, deadline)).node_id != stale:
+                    break
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(leader_poll_s(window), left))
+        return RetryAtOnce(error)
+
     def _forget(self, key: str, key_type: int, node_id: int) -> None:
         """Forget the coordinator, unless a newer lookup already replaced it."""
         answer = self._known.get((key_type, key))
@@ -126,7 +153,10 @@ class Coordinators:
         without, the first failure is raised (an asynchronous commit: a retried commit could
         land after a newer one, so Kafka leaves the retry to the application)."""
 
+        failures = 0
+
         async def attempt() -> T:
+            nonlocal failures
             answer = self._known.get((key_type, key))
             if answer is None:
                 answer = await self._lookup(key, key_type, deadline)
@@ -134,14 +164,18 @@ class Coordinators:
                 response = await self._client.transport.call(
                     answer.node_id, method, request, deadline.attempt_s(), answer.address or None
                 )
-            except TidelogError:
+            except TidelogError as exc:
                 self._forget(key, key_type, answer.node_id)
-                raise
+                failures += 1
+                raise await self._after_stale(key, key_type, answer.node_id, exc, failures,
+                                              deadline, retry) from None
             try:
                 return parse(response)
-            except (StaleCoordinatorError, RequestTimedOutError):
+            except (StaleCoordinatorError, RequestTimedOutError) as exc:
                 self._forget(key, key_type, answer.node_id)
-                raise
+                failures += 1
+                raise await self._after_stale(key, key_type, answer.node_id, exc, failures,
+                                              deadline, retry) from None
 
         if not retry:
             return await attempt()

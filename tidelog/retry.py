@@ -106,6 +106,18 @@ class PartitionsFailed(RetriableError):
         super().__init__(describe_failures(self.failures))
 
 
+class RetryAtOnce(RetriableError):
+    """A retriable failure whose backoff its attempt already spent watching for what cures it
+    (a new coordinator named): the retry loop goes again without a pause, and at the deadline
+    reports `error`, the failure itself."""
+
+    name = "RETRY_AT_ONCE"
+
+    def __init__(self, error: TidelogError) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
 def describe_failures(failures: Mapping[TopicPartition, BaseException]) -> str:
     return "; ".join(f"{tp}: {exc}" for tp, exc in sorted(failures.items()))
 
@@ -118,7 +130,9 @@ class _Wait(tenacity.wait.wait_base):
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         outcome = retry_state.outcome
         failure = outcome.exception() if outcome is not None else None
-        if isinstance(failure, PartitionsFailed) and failure.immediate:
+        if isinstance(failure, RetryAtOnce) or (
+            isinstance(failure, PartitionsFailed) and failure.immediate
+        ):
             return 0.0
         return min(self._backoff.delay_s(retry_state.attempt_number), self._deadline.remaining())
 
@@ -150,7 +164,12 @@ def _policy(deadline: Deadline, backoff: Backoff) -> dict[str, Any]:
     }
 
 
-def _timed_out(what: str, deadline: Deadline, exc: RetriableError) -> RequestTimedOutError:
+def _failure(exc: RetriableError) -> TidelogError:
+    """The failure itself, out of its RetryAtOnce."""
+    return exc.error if isinstance(exc, RetryAtOnce) else exc
+
+
+def _timed_out(what: str, deadline: Deadline, exc: TidelogError) -> RequestTimedOutError:
     return RequestTimedOutError(
         f"{what} did not succeed within {deadline.timeout_ms:g} ms; still failing: {exc}"
     )
@@ -167,7 +186,7 @@ def call_with_retry(
     try:
         return tenacity.Retrying(**_policy(deadline, backoff))(attempt)
     except RetriableError as exc:
-        raise _timed_out(what, deadline, exc) from exc
+        raise _timed_out(what, deadline, _failure(exc)) from _failure(exc)
 
 
 async def call_with_retry_async(
@@ -182,4 +201,4 @@ async def call_with_retry_async(
     try:
         return await tenacity.AsyncRetrying(**_policy(deadline, backoff))(run)
     except RetriableError as exc:
-        raise _timed_out(what, deadline, exc) from exc
+        raise _timed_out(what, deadline, _failure(exc)) from _failure(exc)
