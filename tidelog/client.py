@@ -148,6 +148,8 @@ class Client:
         self._refresh_cond = threading.Condition()
         self._refreshing = False
         self._refreshes = 0
+        #: The nodes' answers of the last refresh, before they were merged.
+        self._answers: list[MetadataSnapshot] = []
 
     @classmethod
     def from_config(cls, config: ClientConfig) -> Client:
@@ -205,21 +207,22 @@ class Client:
             self._refreshing = True
         try:
             self._refreshes += 1
-            self.metadata.update(self.run(self._metadata_from_all(deadline)))
+            self._answers = self.run(self._metadata_answers(deadline))
+            self.metadata.update(merge_snapshots(self._answers))
         finally:
             with self._refresh_cond:
                 self._refreshing = False
                 self._refresh_cond.notify_all()
 
-    async def _metadata_from_all(self, deadline: Deadline) -> MetadataSnapshot:
-        """Every known node's answer at once, merged (the highest leader epoch of each
-        partition wins), so one node that has not heard of an election yet, or that stalls,
-        costs nothing: the answer is complete once every node not suspect has answered (a
-        suspect one counts only while nothing else answered). The bootstrap addresses are
-        asked one after the other only while no node is known."""
+    async def _metadata_answers(self, deadline: Deadline) -> list[MetadataSnapshot]:
+        """Every known node's answer, asked at once, to be merged (the highest leader epoch of
+        each partition wins), so one node that has not heard of an election yet, or that
+        stalls, costs nothing: the answers are complete once every node not suspect has
+        answered (a suspect one counts only while nothing else answered). The bootstrap
+        addresses are asked one after the other only while no node is known."""
         nodes = self.metadata.nodes()
         if not nodes:
-            return wire.parse_metadata(await self._fetch_metadata_async(deadline))
+            return [wire.parse_metadata(await self._fetch_metadata_async(deadline))]
         timeout = min(deadline.remaining(), _METADATA_ATTEMPT_S)
         request = wire.metadata_request(())
         transport = self.transport
@@ -244,11 +247,11 @@ class Client:
             for task in pending:
                 task.cancel()
         if answers:
-            return merge_snapshots(answers)
+            return answers
         final = [exc for exc in failures if not isinstance(exc, NodeUnavailableError)]
         if final:
             raise final[0]
-        return wire.parse_metadata(await self._fetch_metadata_async(deadline))
+        return [wire.parse_metadata(await self._fetch_metadata_async(deadline))]
 
     def await_new_leaders(
         self, failed: Mapping[TopicPartition, tuple[int, int]], window_s: float,
@@ -417,11 +420,15 @@ class Client:
             deadline,
         )
 
+        def led(info: TopicInfo | None) -> bool:
+            return (info is not None and not info.error_code and bool(info.partitions)
+                    and all(p.leader >= 0 for p in info.partitions))
+
         def served() -> None:
+            # Every node that answered, not only the merged view: a node that has not heard
+            # of the topic yet (the group coordinator of a commit, say) would refuse it.
             self.refresh_metadata(deadline)
-            info = self.metadata.topic(name)
-            led = info is not None and all(p.leader >= 0 for p in info.partitions)
-            if info is None or info.error_code or not info.partitions or not led:
+            if not all(led(answer.topics.get(name)) for answer in self._answers):
                 raise LeaderNotAvailableError(f"topic {name!r} has partitions without a leader")
 
         call_with_retry(served, what=f"leaders of {name!r}", deadline=deadline,
