@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="give up waiting for every partition to be led after this")
     parser.add_argument("--produce-mib", type=float, help="MiB produced per configuration")
     parser.add_argument("--no-produce", action="store_true", help="creation and idle CPU only")
+    parser.add_argument("--topic-partitions", type=int,
+                        help="create the partitions as topics of this many each (one topic "
+                             "after another, each led before the next), then idle CPU only")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     overrides: dict[str, object] = {}
@@ -94,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
           f"grpcio {grpc.__version__}; 3 nodes and this client share the cores")
     ok = True
     for count in sizes.counts:
-        ok &= bench_count(count, sizes, with_produce=not args.no_produce)
+        if args.topic_partitions:
+            ok &= bench_topics(count, args.topic_partitions, sizes)
+        else:
+            ok &= bench_count(count, sizes, with_produce=not args.no_produce)
     if args.quick:
         print("# --quick: sizes too small for the goals to mean anything")
     return 0 if ok else 1
@@ -231,6 +237,33 @@ def produce_mib_s(cluster: LocalCluster, topic: str, led: list[tuple[int, int] |
 
     elapsed = asyncio.run(run())
     return acked[0] / MIB / elapsed, errors
+
+
+def bench_topics(count: int, per_topic: int, sizes: Sizes) -> bool:
+    """`count` partitions as topics of `per_topic`, each led before the next is created; then
+    the idle CPU (the steady state of many partitions, when one large CreateTopics does not
+    finish)."""
+    print(f"\n## {count} partitions as topics of {per_topic}, RF 3 (load average before: "
+          f"{load()})")
+    with LocalCluster(3, ready_timeout=120.0) as cluster:
+        started = time.monotonic()
+        preferred = 0
+        for i in range(count // per_topic):
+            seconds, led = create_and_lead(cluster, f"many-{i}", per_topic,
+                                           sizes.create_timeout_s)
+            if seconds is None:
+                print(f"topic many-{i}: not led within {sizes.create_timeout_s:.0f} s")
+                return False
+            preferred += sum(1 for x in led if x is not None and x[0] == x[1])
+        print(f"create + every partition led, topic after topic: "
+              f"{time.monotonic() - started:.1f} s ({preferred}/{count} on their preferred "
+              f"replica)")
+        time.sleep(sizes.settle_s)
+        cpu = idle_cpu(cluster, sizes.idle_s)
+        print(f"idle CPU over {sizes.idle_s:.0f} s, fraction of a core per node: "
+              + " ".join(f"node {n}: {c:.3f}" for n, c in sorted(cpu.items()))
+              + f"  (max {max(cpu.values()):.3f}; load average after: {load()})")
+    return True
 
 
 def bench_count(count: int, sizes: Sizes, with_produce: bool) -> bool:
