@@ -159,9 +159,10 @@ def test_groups_command(cluster: LocalCluster, client: Client) -> None:
     code, out, err = tidelog("groups", "describe", "oc-cli-g", *b)
     assert code == 0, err
     lines = [line.split() for line in out.splitlines()]
-    assert lines[0] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
-    assert ["oc-cli-g", "oc-cli", "0", "5", "20", "15"] in lines
-    assert ["oc-cli-g", "oc-cli", "1", "20", "20", "0"] in lines
+    assert lines[0] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                        "CONSUMER-ID"]
+    assert ["oc-cli-g", "oc-cli", "0", "5", "20", "15", "-"] in lines  # no members: no owner
+    assert ["oc-cli-g", "oc-cli", "1", "20", "20", "0", "-"] in lines
 
     code, out, err = tidelog("groups", "reset-offsets", "oc-cli-g", "--topic", "oc-cli",
                              "--to-earliest", *b)
