@@ -97,6 +97,8 @@ class ConsumerGroupConfig:
 #: The current assignment of a member that has just joined.
 _JOINED = CurrentAssignment(0, 0, STABLE, {}, {})
 _NO_METADATA = MemberMetadata(None, None, "", "", (), 0, None)
+#: The longest string a record holds (an int16 length).
+_MAX_STRING = 0x7FFF
 
 
 class HeartbeatRequest(NamedTuple):
@@ -439,8 +441,15 @@ class ConsumerGroups:
                 f"assignor {request.server_assignor!r}; this node has {self.config.assignors}"
             )
         for topic in request.subscribed_topics or ():
-            if not topic or len(topic.encode()) > 0x7FFF:
+            if not topic or len(topic.encode()) > _MAX_STRING:
                 raise bad(f"subscribed topic {topic!r}")
+        for what, text in (("group id", request.group_id), ("member id", request.member_id),
+                           ("instance id", request.instance_id), ("rack id", request.rack_id),
+                           ("assignor", request.server_assignor),
+                           ("client id", request.client_id),
+                           ("client host", request.client_host)):
+            if text is not None and len(text.encode()) > _MAX_STRING:
+                raise bad(f"the {what} is longer than {_MAX_STRING} bytes of UTF-8")
 
     def _check_epoch(self, member: Member, request: HeartbeatRequest) -> None:
         """Kafka's throwIfMemberEpochIsInvalid: a newer epoch than the member's, or an older

@@ -234,7 +234,8 @@ def test_error_codes() -> None:
     for bad in (
         {"group_id": ""}, {"member_id": ""}, {"instance_id": ""},
         {"subscribed_topics": ()}, {"rebalance_timeout_ms": -1}, {"owned": {"t": (1,)}},
-        {"member_epoch": -3},
+        {"member_epoch": -3}, {"group_id": "g" * 40_000}, {"member_id": "m" * 40_000},
+        {"subscribed_topics": ("t" * 40_000,)},
     ):
         with pytest.raises(errors.InvalidRequestError):
             Client(cluster, "n").beat(**bad)
