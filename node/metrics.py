@@ -306,7 +306,8 @@ class _Snapshot:
     partitions: list[_PartitionState]
     #: Whether this node leads the controller (Kafka's ActiveControllerCount).
     active_controller: bool
-    #: Partitions with no leader known, counted by the active controller only, as Kafka does.
+    #: Partitions with no leader in service (none named, a dead one, or this node's replica
+    #: not leading), counted by the active controller only, as Kafka does.
     offline_partitions: int
     #: (group, topic, partition, committed offset, lag or None where the partition is not
     #: hosted here) for the groups this node coordinates.
@@ -395,8 +396,9 @@ class _StateCollector(Collector):
             "tidelog_active_controller", "1 on the node that leads the controller "
             "(Kafka: ActiveControllerCount)", value=int(snapshot.active_controller))
         yield GaugeMetricFamily(
-            "tidelog_offline_partitions", "Partitions with no leader, as the active controller "
-            "sees them; 0 on other nodes (Kafka: OfflinePartitionsCount)",
+            "tidelog_offline_partitions", "Partitions with no leader, or whose leader is a "
+            "node the active controller has not heard from for an election timeout, as the "
+            "active controller sees them; 0 on other nodes (Kafka: OfflinePartitionsCount)",
             value=snapshot.offline_partitions)
         group_labels = ["group", "topic", "partition"]
         committed = GaugeMetricFamily(
@@ -462,8 +464,7 @@ class _StateCollector(Collector):
         if active:
             for name, topic in self.image().topics.items():
                 offline += sum(
-                    self.routing.leader_of(tp)[0] < 0
-                    for tp in (TopicPartition(name, p) for p in range(topic.partition_count))
+                    not self._led(TopicPartition(name, p)) for p in range(topic.partition_count)
                 )
         group_offsets: list[tuple[str, str, int, int, int | None]] = []
         for group, tp, offset in self.groups.committed_offsets():
@@ -471,6 +472,29 @@ class _StateCollector(Collector):
             behind = None if hosting is None else max(hosting.high_watermark - offset, 0)
             group_offsets.append((group, tp.topic, tp.partition, offset, behind))
         return _Snapshot(partitions, active, offline, group_offsets)
+
+
+    def _led(self, tp: TopicPartition) -> bool:
+        """Whether `tp` has a leader in service, as this node sees it: a leader is named, and
+        it is either this node with its replica leading, or a peer this node hears from.
+
+        Announcements are only ever replaced by newer ones, so the leader they name outlives
+        its node (a replication-factor-1 partition whose node was killed stays "led" by it
+        for good): a leader is believed only while its node is alive. Alive is the node-level
+        liveness of `ReplicaSet` (`peer_live`: an envelope heard from the peer within an
+        election timeout, and every node sends each peer one every heartbeat interval), which
+        costs nothing per partition and is what the Raft replicas here already act on. The
+        alternatives see less: the controller group's check-quorum bookkeeping stops while
+        the group is quiesced (its idle state) and lives in the core of a partition that
+        only leads here; a transport stream to a peer that was SIGSTOPped or cut off stays
+        open until gRPC's keepalive gives up, several election timeouts later."""
+        leader = self.routing.leader_of(tp)[0]
+        if leader < 0:
+            return False
+        if leader == self.node_id:
+            replica = self.replicas.partitions.get(tp)
+            return replica is not None and replica.is_leader
+        return self.replicas.peer_live(leader)
 
 
 def _size_of(replica: PartitionReplica) -> int:

@@ -1,6 +1,6 @@
 """Each node's Prometheus endpoint, scraped and parsed as Prometheus would: the numbers move as
-records are produced and fetched, as requests fail, as a leader dies and as a follower stops
-and comes back."""
+records are produced and fetched, as requests fail, as a leader dies, as a follower stops
+and comes back, and as a partition's only node dies."""
 
 from __future__ import annotations
 
@@ -164,6 +164,35 @@ def test_group_lag_on_the_coordinator(cluster: LocalCluster, raw: Raw) -> None:
     committed(raw, coordinator, "lag-group", {("lagging", 0): Committed(end)})
     wait_for(lambda: group_value(scrape(cluster, coordinator), "tidelog_group_lag") == 0,
              30, "the lag at 0 once the group committed the end")
+
+
+def test_the_controller_counts_a_partition_offline_while_its_only_node_is_dead(
+    cluster: LocalCluster, raw: Raw
+) -> None:
+    # The module's cluster, whole again at the end: the node killed here is restarted.
+    raw.create_topic("single", len(cluster.node_ids), 1)
+    leaders = raw.wait_leaders("single")
+
+    def controller() -> int | None:
+        return next((n for n in cluster.node_ids if cluster.is_running(n) and value(
+            scrape(cluster, n), "tidelog_active_controller") == 1), None)
+
+    active = wait_for(controller, 30, "an active controller")
+    victim = next(n for n in leaders if n != active)
+    on_victim = sum(n == victim for n in leaders)
+
+    def offline() -> float:
+        """Summed over the running nodes: only the active controller counts (should the
+        controller move meanwhile, the new one counts)."""
+        return sum(value(scrape(cluster, n), "tidelog_offline_partitions")
+                   for n in cluster.node_ids if cluster.is_running(n))
+
+    wait_for(lambda: offline() == 0, 30, "no partition offline")
+    cluster.kill(victim)
+    wait_for(lambda: offline() == on_victim, 30,
+             f"the controller to count the {on_victim} partition(s) of the killed node offline")
+    cluster.restart(victim)
+    wait_for(lambda: offline() == 0, 60, "no partition offline once the node is back")
 
 
 def test_a_killed_leader_moves_the_leader_gauges_and_counts_an_election(
