@@ -199,11 +199,25 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         partitions: Iterable[TopicPartition],
     ) -> None:
         """AddPartitionsToTxn; raises the error every partition is answered with."""
+        await self._previous_completed(txn_id)
         led = self._coordinating(txn_id)
         decision = led.state.add_partitions(
             txn_id, producer_id, producer_epoch, partitions, wall_clock_ms()
         )
         await self._answer(led, txn_id, decision)
+
+    async def _previous_completed(self, txn_id: str) -> None:
+        """Wait (up to the commit timeout) for the markers and CompleteCommit/CompleteAbort of
+        the id's previous transaction when they are being written. The producer's next
+        AddPartitionsToTxn comes right after EndTxn's answer: answered as soon as the Complete
+        record is durable, it starts the next transaction then, where refused with
+        CONCURRENT_TRANSACTIONS it waited for the client's retry (20 ms each, several per
+        transaction). Past the timeout the request is refused as before."""
+        led = self._coordinating(txn_id)
+        assert isinstance(led, _TxnLed)
+        task = led.marking.get(txn_id)
+        if task is not None:
+            await asyncio.wait({task}, timeout=self._timeout_s)
 
     async def add_offsets(
         self, txn_id: str, producer_id: int, producer_epoch: int, group: str

@@ -16,9 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tidelog import Client, TopicPartition, errors
+from tidelog import Client, TopicPartition, errors, wire
+from tidelog.coordinated import TRANSACTION
 from tidelog.coordinator.controller import TRANSACTION_STATE_TOPIC
 from tidelog.producer import Producer
+from tidelog.retry import Deadline
 from tidelog.testing import LocalCluster, Raw, poll_to, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -91,6 +93,14 @@ def test_commit_and_abort_are_all_or_nothing_and_a_new_producer_fences_the_old(
     assert offsets(client, "read_committed") == start
     assert all(hw > start[tp] for tp, hw in offsets(client, "read_uncommitted").items())
     producer.commit_transaction()
+    # The markers are still delayed: the next AddPartitionsToTxn of the id waits for
+    # CompleteCommit at the coordinator instead of being refused with CONCURRENT_TRANSACTIONS.
+    request = wire.add_partitions_to_txn_request("pay-1", *producer.producer_id, {TPS[0]})
+    added = client.run(client.coordinators.call(
+        "pay-1", "AddPartitionsToTxn", request, wire.parse_add_partitions_to_txn,
+        Deadline(30_000), retry=False, key_type=TRANSACTION,
+    ))
+    assert added == {TPS[0]: None}
     after_commit = stable(client)
     assert read(client, "read_committed", start, after_commit) == committed
 
