@@ -464,7 +464,8 @@ class _StateCollector(Collector):
         if active:
             for name, topic in self.image().topics.items():
                 offline += sum(
-                    not self._led(TopicPartition(name, p)) for p in range(topic.partition_count)
+                    not has_leader(TopicPartition(name, p), self.routing, self.replicas)
+                    for p in range(topic.partition_count)
                 )
         group_offsets: list[tuple[str, str, int, int, int | None]] = []
         for group, tp, offset in self.groups.committed_offsets():
@@ -474,27 +475,27 @@ class _StateCollector(Collector):
         return _Snapshot(partitions, active, offline, group_offsets)
 
 
-    def _led(self, tp: TopicPartition) -> bool:
-        """Whether `tp` has a leader in service, as this node sees it: a leader is named, and
-        it is either this node with its replica leading, or a peer this node hears from.
+def has_leader(tp: TopicPartition, routing: Routing, replicas: ReplicaSet) -> bool:
+    """Whether `tp` has a leader in service, as this node sees it: a leader is named, and
+    it is either this node with its replica leading, or a peer this node hears from.
 
-        Announcements are only ever replaced by newer ones, so the leader they name outlives
-        its node (a replication-factor-1 partition whose node was killed stays "led" by it
-        for good): a leader is believed only while its node is alive. Alive is the node-level
-        liveness of `ReplicaSet` (`peer_live`: an envelope heard from the peer within an
-        election timeout, and every node sends each peer one every heartbeat interval), which
-        costs nothing per partition and is what the Raft replicas here already act on. The
-        alternatives see less: the controller group's check-quorum bookkeeping stops while
-        the group is quiesced (its idle state) and lives in the core of a partition that
-        only leads here; a transport stream to a peer that was SIGSTOPped or cut off stays
-        open until gRPC's keepalive gives up, several election timeouts later."""
-        leader = self.routing.leader_of(tp)[0]
-        if leader < 0:
-            return False
-        if leader == self.node_id:
-            replica = self.replicas.partitions.get(tp)
-            return replica is not None and replica.is_leader
-        return self.replicas.peer_live(leader)
+    Announcements are only ever replaced by newer ones, so the leader they name outlives
+    its node (a replication-factor-1 partition whose node was killed stays "led" by it
+    for good): a leader is believed only while its node is alive. Alive is the node-level
+    liveness of `ReplicaSet` (`peer_live`: an envelope heard from the peer within an
+    election timeout, and every node sends each peer one every heartbeat interval), which
+    costs nothing per partition and is what the Raft replicas here already act on. The
+    alternatives see less: the controller group's check-quorum bookkeeping stops while
+    the group is quiesced (its idle state) and lives in the core of a partition that
+    only leads here; a transport stream to a peer that was SIGSTOPped or cut off stays
+    open until gRPC's keepalive gives up, several election timeouts later."""
+    leader = routing.leader_of(tp)[0]
+    if leader < 0:
+        return False
+    if leader == replicas.node_id:
+        replica = replicas.partitions.get(tp)
+        return replica is not None and replica.is_leader
+    return replicas.peer_live(leader)
 
 
 def _size_of(replica: PartitionReplica) -> int:

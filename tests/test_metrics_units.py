@@ -1,19 +1,27 @@
 """The pieces of metrics and logs that need no cluster: the error-code walk, the endpoint's
-port, the settings, and the JSON line format."""
+port, the settings, the JSON line format, and what counts as a partition led."""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import logging
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
 from tidelog.node.logs import JsonFormatter
-from tidelog.node.metrics import NodeMetrics, _error_walker
+from tidelog.node.metrics import NodeMetrics, _error_walker, has_leader
+from tidelog.node.replicas import ReplicaSet
+from tidelog.node.routing import Routing
+from tidelog.testing import async_wait_for
+from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
 from tidelog.v1 import tidelog_pb2 as pb
 
 BASE = {"node.id": "1", "listen": "127.0.0.1:0", "data.dir": "/tmp/unused"}
@@ -35,6 +43,47 @@ def test_the_walk_finds_every_nonzero_code_at_every_level() -> None:
     assert walker is not None
     walker(fetch, found)
     assert sorted(found) == [3, 16]
+
+
+def test_a_partition_is_led_only_by_a_live_peer_or_a_leading_replica_here(
+    tmp_path: Path,
+) -> None:
+    """Node 1 hosts "here-0" alone; node 2 (configured, never started) announced "there-0"
+    before it went silent; nobody named a leader of "nobody-0"."""
+    here, there, nobody = (TopicPartition(t, 0) for t in ("here", "there", "nobody"))
+
+    async def scenario() -> None:
+        config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
+                            peers={1: "127.0.0.1:1", 2: "127.0.0.1:2"},
+                            client_addresses={1: "127.0.0.1:3", 2: "127.0.0.1:4"})
+        replicas = ReplicaSet(config)
+        routing = Routing(config, replicas.partitions, TopicPartition("__meta", 0))
+        ticking = asyncio.create_task(replicas.tick_loop())
+        try:
+            replicas.start_links()
+            replicas.open_replica(here, (1,), {})
+            routing.learn(2, [rpb.LeaderAnnouncement(
+                group=rpb.GroupId(topic="there", partition=0), epoch=1, isr=[2])])
+            assert has_leader(here, routing, replicas)
+            assert has_leader(there, routing, replicas)  # not silent for long yet
+            assert not has_leader(nobody, routing, replicas)
+
+            await async_wait_for(lambda: not replicas.peer_live(2), 10,
+                                 "node 2 silent for an election timeout")
+            assert routing.leader_of(there)[0] == 2  # still named, but its node is dead
+            assert not has_leader(there, routing, replicas)
+
+            # Its core still names this node, but a replica whose disk refused a write leads
+            # nothing.
+            replicas.storage_failed(replicas.partitions[here],
+                                    OSError(errno.ENOSPC, "No space left on device"))
+            assert routing.leader_of(here)[0] == 1
+            assert not has_leader(here, routing, replicas)
+        finally:
+            ticking.cancel()
+            await replicas.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_taken_metrics_port_is_a_clear_config_error() -> None:
