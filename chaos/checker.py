@@ -251,7 +251,7 @@ def check(entries: list[dict[str, Any]], final: FinalState) -> list[Invariant]:
                            "writes acknowledged in one leader epoch were acknowledged by one "
                            "node")
     invariants = [lost, duplicates, one_offset, dense, identical, bounded, monotonic, one_leader,
-                  *check_offsets(entries)]
+                  *check_offsets(entries), *check_txns(entries)]
 
     logs: dict[int, dict[int, tuple[str, int]]] = {}  # partition -> offset -> (value, ts)
     epochs: dict[int, dict[int, int]] = {}  # partition -> offset -> batch epoch
@@ -271,7 +271,8 @@ def check(entries: list[dict[str, Any]], final: FinalState) -> list[Invariant]:
         _check_dense(partition, replicas.values(), dense)
         _check_identical(partition, reference, replicas.values(), identical)
 
-    written = {op.invoke["value"] for op in operations(entries, "write")}
+    written = {op.invoke["value"] for op in operations(entries, "write")} | {
+        value for op in operations(entries, "txn") for _, value in op.invoke["values"]}
     where: dict[str, tuple[int, int]] = {}
     for partition, log in logs.items():
         for offset, (value, _) in log.items():
@@ -456,6 +457,118 @@ def check_offsets(entries: list[dict[str, Any]]) -> list[Invariant]:
             _check_register(f"{group} p{partition}", writes[partition], reads[partition],
                             linear, origin)
     return [linear, atomic]
+
+
+@dataclass
+class _Txn:
+    """One transaction of the history: its values by partition in send order, and when its
+    producer asked to end it (no record of it may be read before that)."""
+
+    op: Op
+    values: dict[int, list[str]]
+    ended_at: float = float("inf")
+
+    @property
+    def committed(self) -> bool:
+        """Acknowledged committed: every record must be readable."""
+        return self.op.outcome == OK and bool(self.op.get("committed"))
+
+    @property
+    def aborted(self) -> bool:
+        """Acknowledged aborted: no record may ever be read under read_committed."""
+        return self.op.outcome == OK and not self.op.get("committed")
+
+
+def check_txns(entries: list[dict[str, Any]]) -> list[Invariant]:
+    """Transactions against what read_committed consumers read (issue 16). Every read names
+    its transaction by its value (``t0:<n>:<k>``: the n-th transaction of t0, k-th record in
+    send order). The final read is one read_committed pass over every partition after the
+    drain. Nothing to check (and nothing failed) in a run without transactions."""
+    aborted_read = Invariant("no_aborted_reads",
+                             "read_committed never returns a record of an aborted transaction "
+                             "(G1a)")
+    intermediate = Invariant("no_intermediate_reads",
+                             "read_committed never returns a record of a transaction before "
+                             "its producer asked to commit it (G1b)")
+    lost = Invariant("no_lost_committed_transactions",
+                     "every record of an acknowledged commit is in the final read_committed "
+                     "read")
+    torn = Invariant("no_torn_transactions",
+                     "a transaction seen at all is seen whole in the final read, and every "
+                     "reader sees each partition's part of it in send order")
+    txns: dict[str, _Txn] = {}
+    for op in operations(entries, "txn"):
+        values: dict[int, list[str]] = defaultdict(list)
+        for partition, value in op.invoke["values"]:
+            values[partition].append(value)
+        txns[op.invoke["txn"]] = _Txn(op, dict(values))
+    if not txns:
+        return []
+    for entry in entries:
+        if entry.get("f") == "txn_end" and entry["txn"] in txns:
+            txns[entry["txn"]].ended_at = float(entry["mono"])
+    origin = min((float(e["mono"]) for e in entries), default=0.0)
+    # reader -> partition -> (offset, value) in read order; the final read apart.
+    streams: dict[str, dict[int, list[tuple[int, str]]]] = defaultdict(lambda: defaultdict(list))
+    final_read = False
+    for op in operations(entries, "txn_poll"):
+        if op.outcome != OK:
+            continue
+        final_read |= op.invoke["process"] == "final"
+        for partition, offset, value in op.get("records"):
+            streams[op.invoke["process"]][partition].append((offset, value))
+            txn = txns.get(value.rsplit(":", 1)[0])
+            if txn is None:
+                continue
+            if txn.aborted:
+                aborted_read.fail(f"{_who(op, origin)} read {value!r} at p{partition}@{offset}; "
+                                  f"its transaction was aborted")
+            if op.end is not None and op.end < txn.ended_at:
+                ended = ("never" if txn.ended_at == float("inf")
+                         else f"at {txn.ended_at - origin:.3f}s")
+                intermediate.fail(f"{_who(op, origin)} read {value!r} at p{partition}@{offset}; "
+                                  f"its producer asked to end the transaction {ended}")
+    for reader, partitions in sorted(streams.items()):
+        for partition, stream in sorted(partitions.items()):
+            _check_order(reader, partition, stream, txns, torn)
+    if not final_read:
+        lost.fail("no final read_committed read")
+        return [aborted_read, intermediate, lost, torn]
+    final = {value for stream in streams["final"].values() for _, value in stream}
+    for name, txn in sorted(txns.items()):
+        wanted = {value for values in txn.values.values() for value in values}
+        seen = wanted & final
+        if txn.committed and not seen:
+            lost.fail(f"{name} (commit acknowledged at {_who(txn.op, origin)}): none of its "
+                      f"{len(wanted)} records is readable")
+        elif seen and seen != wanted:
+            torn.fail(f"{name} ({txn.op.outcome}, committed={txn.op.get('committed')}): "
+                      f"{sorted(seen)} readable, {sorted(wanted - seen)} not")
+    return [aborted_read, intermediate, lost, torn]
+
+
+def _check_order(reader: str, partition: int, stream: list[tuple[int, str]],
+                 txns: dict[str, _Txn], torn: Invariant) -> None:
+    """A transaction's records of one partition come in send order, with none of its
+    producer's other records between: a reader that reads one of them and then a later offset
+    of the same producer reads the next one of the transaction."""
+    by_producer: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for offset, value in stream:
+        by_producer[value.split(":", 1)[0]].append((offset, value))
+    reported: set[str] = set()
+    for records in by_producer.values():
+        for (offset, value), (next_offset, next_value) in itertools.pairwise(records):
+            name = value.rpartition(":")[0]
+            txn = txns.get(name)
+            if txn is None or name in reported or next_offset <= offset:
+                continue  # not a transaction of the history, or a re-read
+            expected = txn.values.get(partition, [])
+            position = expected.index(value) if value in expected else -1
+            following = expected[position + 1] if 0 <= position < len(expected) - 1 else None
+            if following is not None and next_value != following:
+                reported.add(name)
+                torn.fail(f"{reader} read {value!r} at p{partition}@{offset}, then "
+                          f"{next_value!r} at @{next_offset}, not {following!r}")
 
 
 def _who(op: Op, origin: float) -> str:

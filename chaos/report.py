@@ -43,6 +43,9 @@ class Report:
     recovery: dict[str, list[float]]
     converged_after: float | None
     errors: list[str] = field(default_factory=list)
+    #: "txn committed", "txn aborted", "txn unknown", "txn_poll ok", ...: transactions by
+    #: outcome, and the read_committed polls.
+    transactions: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -53,7 +56,7 @@ class Report:
             "ok": self.ok, "replay": self.replay,
             "invariants": [i.to_json() for i in self.invariants],
             "writes": self.writes, "reads": self.reads, "offsets": self.offsets,
-            "nemesis_events": self.nemesis_events,
+            "transactions": self.transactions, "nemesis_events": self.nemesis_events,
             "elections": self.elections,
             "unavailability_s": {str(p): v for p, v in self.unavailability.items()},
             "recovery_s": {k: {"count": len(v), "p50": percentile(v, 0.5),
@@ -75,7 +78,9 @@ class Report:
         reads = ", ".join(f"{k} {v}" for k, v in self.reads.items())
         offsets = ", ".join(f"{k} {v}" for k, v in self.offsets.items())
         events = ", ".join(f"{k} {v}" for k, v in sorted(self.nemesis_events.items()))
+        txns = ", ".join(f"{k} {v}" for k, v in self.transactions.items())
         lines += [f"writes: {writes}", f"reads: {reads}", f"consumer offsets: {offsets or 'none'}",
+                  f"transactions: {txns or 'none'}",
                   f"nemesis events: {sum(self.nemesis_events.values())} ({events or 'none'})",
                   f"elections (leader epochs gained): {self.elections}"]
         for p, u in sorted(self.unavailability.items()):
@@ -104,6 +109,13 @@ def build(replay: str, entries: list[dict[str, Any]], invariants: list[Invariant
     for f in ("offset_commit", "offset_fetch"):
         for op in operations(entries, f):
             offsets[f"{f} {op.outcome}"] += 1
+    transactions: Counter[str] = Counter()
+    for op in operations(entries, "txn"):
+        outcome = op.outcome if op.outcome != OK else (
+            "committed" if op.get("committed") else "aborted")
+        transactions[f"txn {outcome}"] += 1
+    for op in operations(entries, "txn_poll"):
+        transactions[f"txn_poll {op.outcome}"] += 1
     faults = [e for e in entries if e["type"] == INFO and e["process"] == "nemesis"
               and e.get("phase") == "start"]
     return Report(
@@ -112,6 +124,7 @@ def build(replay: str, entries: list[dict[str, Any]], invariants: list[Invariant
         nemesis_events=dict(Counter(e["f"] for e in faults)), elections=elections,
         unavailability=_unavailability(entries), recovery=_recovery(entries, faults),
         converged_after=final.converged_after, errors=errors,
+        transactions=dict(sorted(transactions.items())),
     )
 
 

@@ -56,6 +56,9 @@ class RunConfig:
     #: (0: never).
     members: int = 0
     member_kill_interval_s: float = 0.0
+    #: Transactions per second (over several partitions, some aborted), read by read_committed
+    #: consumers; 0: none.
+    txn_rate: float = 10.0
 
     def replay_command(self) -> str:
         """The command line that runs this same plan again."""
@@ -75,6 +78,7 @@ class RunConfig:
             ("--members", self.members, defaults.members),
             ("--member-kill-interval", self.member_kill_interval_s,
              defaults.member_kill_interval_s),
+            ("--txn-rate", self.txn_rate, defaults.txn_rate),
         ):
             if value != default:
                 text = f"{value[0]:g}:{value[1]:g}" if isinstance(value, tuple) else f"{value:g}"
@@ -103,7 +107,8 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
                            commit_rate=config.commit_rate,
                            offsets_partitions=config.offsets_partitions,
                            members=config.members,
-                           member_kill_interval_s=config.member_kill_interval_s),
+                           member_kill_interval_s=config.member_kill_interval_s,
+                           txn_rate=config.txn_rate),
             history,
         )
         try:
@@ -130,6 +135,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
             workload.stop_writes(drain_timeout_s=60)
             workload.stop_reads()
             workload.final_fetches(timeout_s=60)
+            workload.final_txn_read(timeout_s=60)
             history.info("run", "drained")
             final = read_final_state(cluster, TOPIC, assignment)
             workload.finish_members(final.data_offsets(), timeout_s=60)

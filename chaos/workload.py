@@ -137,6 +137,13 @@ class WorkloadConfig:
     #: Every this many seconds (seeded draw around it) a member is SIGKILLed and a new one
     #: started; 0: members are never killed.
     member_kill_interval_s: float = 0.0
+    #: Transactions per second over all transactional producers (0: none, and no
+    #: read_committed readers of them).
+    txn_rate: float = 0.0
+    txn_producers: int = 1
+    txn_readers: int = 2
+    #: Share of transactions the producer aborts on purpose.
+    txn_abort_share: float = 0.3
 
 
 class Workload:
@@ -181,6 +188,12 @@ class Workload:
             for i in range(self.config.fetchers):
                 self._spawn(f"of{i}", self._fetch_offsets, f"of{i}",
                             random.Random(f"{self.config.seed}-of{i}"))
+        if self.config.txn_rate > 0:
+            for i in range(self.config.txn_producers):
+                self._spawn(f"t{i}", self._transact, f"t{i}",
+                            random.Random(f"{self.config.seed}-t{i}"))
+            for i in range(self.config.txn_readers):
+                self._spawn(f"rc{i}", self._read_committed, f"rc{i}")
         if self.config.members > 0:
             for _ in range(self.config.members):
                 self._start_member()
@@ -320,7 +333,7 @@ class Workload:
         self._stop_writes.set()
         deadline = time.monotonic() + drain_timeout_s
         for thread in self._threads:
-            if thread.name.startswith(("chaos-p", "chaos-oc")):
+            if thread.name.startswith(("chaos-p", "chaos-oc", "chaos-t")):
                 thread.join(max(0.0, deadline - time.monotonic()))
         for producer in self._producers:
             with contextlib.suppress(TidelogError):  # unanswered writes remain unknown
@@ -389,8 +402,133 @@ class Workload:
     def stop_reads(self) -> None:
         self._stop_reads.set()
         for thread in self._threads:
-            if thread.name.startswith(("chaos-c", "chaos-of")):
+            if thread.name.startswith(("chaos-c", "chaos-of", "chaos-rc")):
                 thread.join(30)
+
+    # ---- transactions ----------------------------------------------------------------------
+
+    def _transact(self, process: str, rng: random.Random) -> None:
+        """Transactions of two records on each of two or more partitions (values
+        ``t0:<n>:<k>``, k numbering them in send order), committed or aborted at random. A
+        transaction that ends acknowledged is ``ok`` with its outcome (``committed`` True or
+        False); one whose commit failed and whose abort was then acknowledged is an
+        acknowledged abort (the coordinator refuses to abort a decided commit); anything else
+        is unknown. A fenced
+        (fatal) producer is replaced by a new one of the same transactional id."""
+        client, _ = self._client()
+        producer: Any = None
+        interval = self.config.txn_producers / self.config.txn_rate
+        next_at = time.monotonic()
+        for n in itertools.count():
+            if self._stop_writes.is_set():
+                break
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            next_at = max(next_at, time.monotonic() - interval)  # no burst after an outage
+            if producer is None:
+                producer = self._txn_producer(client, process)
+                if producer is None:
+                    continue
+            tps = rng.sample(self.tps, rng.randint(min(2, len(self.tps)), len(self.tps)))
+            values = [(tp.partition, f"{process}:{n}:{k}")
+                      for k, tp in enumerate(tp for tp in tps for _ in range(2))]
+            commit = rng.random() >= self.config.txn_abort_share
+            fields: dict[str, Any] = {"txn": f"{process}:{n}", "values": values,
+                                      "commit": commit}
+            op = self.history.invoke(process, "txn", **fields)
+            try:
+                producer.begin_transaction()
+                for partition, value in values:
+                    producer.send(self.config.topic, value.encode(), partition=partition)
+                self.history.info(process, "txn_end", txn=fields["txn"])
+                if commit:
+                    producer.commit_transaction(timeout_ms=self.config.delivery_timeout_ms)
+                else:
+                    producer.abort_transaction(timeout_ms=self.config.delivery_timeout_ms)
+            except TidelogError as exc:
+                aborted = self._abort_after(producer)
+                if not aborted:
+                    producer = None  # fatal or stuck: a new incarnation fences this one
+                self.history.complete(op, process, "txn", OK if aborted else UNKNOWN,
+                                      committed=False, error=str(exc), **fields)
+                continue
+            self.history.complete(op, process, "txn", OK, committed=commit, **fields)
+        if producer is not None:
+            producer.close(timeout_ms=1000)
+
+    def _txn_producer(self, client: Client, process: str) -> Any:
+        producer = client.producer(transactional_id=f"chaos-{process}", acks="all",
+                                   linger_ms=5, delivery_timeout_ms=self.config.delivery_timeout_ms,
+                                   transaction_timeout_ms=self.config.delivery_timeout_ms)
+        op = self.history.invoke(process, "init_transactions")
+        try:
+            producer.init_transactions(timeout_ms=self.config.delivery_timeout_ms)
+        except TidelogError as exc:
+            self.history.complete(op, process, "init_transactions", FAIL, error=str(exc))
+            producer.close(timeout_ms=0)
+            return None
+        self.history.complete(op, process, "init_transactions", OK)
+        return producer
+
+    @staticmethod
+    def _abort_after(producer: Any) -> bool:
+        """After a failed transaction: whether its abort was acknowledged; when not, the
+        producer cannot go on and is closed here."""
+        try:
+            producer.abort_transaction(timeout_ms=10_000)
+        except TidelogError:
+            producer.close(timeout_ms=0)
+            return False
+        return True
+
+    def _read_committed(self, process: str) -> None:
+        """A read_committed consumer of every partition from the start, each poll recorded:
+        what it returns is what a user of committed transactions sees, in order."""
+        client, _ = self._client()
+        consumer = client.consumer(isolation_level="read_committed", fetch_max_wait_ms=100)
+        consumer.assign(self.tps)
+        for tp in self.tps:
+            consumer.seek(tp, 0)
+        while not self._stop_reads.is_set():
+            self._txn_poll(process, consumer)
+
+    def _txn_poll(self, process: str, consumer: Any) -> int:
+        op = self.history.invoke(process, "txn_poll")
+        try:
+            records = consumer.poll(timeout_ms=300)
+        except TidelogError as exc:
+            self.history.complete(op, process, "txn_poll", FAIL, error=str(exc))
+            return 0
+        read = [[r.partition, r.offset, (r.value or b"").decode()] for r in records
+                if r.value is not None and r.value.startswith(b"t")]
+        self.history.complete(op, process, "txn_poll", OK, records=read)
+        return len(records)
+
+    def final_txn_read(self, timeout_s: float) -> None:
+        """After the drain: one read_committed consumer reads every partition from the start
+        up to its end, so a committed transaction lost or torn shows in the history."""
+        if self.config.txn_rate <= 0:
+            return
+        client, _ = self._client()
+        consumer = client.consumer(isolation_level="read_committed", fetch_max_wait_ms=100)
+        consumer.assign(self.tps)
+        for tp in self.tps:
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                ends = client.list_offsets({tp: OffsetSpec.latest() for tp in self.tps},
+                                           isolation_level=IsolationLevel.READ_COMMITTED,
+                                           timeout_ms=5_000)
+            except TidelogError:
+                time.sleep(0.2)
+                continue
+            if all(consumer.position(tp) >= ends[tp].offset for tp in self.tps):
+                self.history.info("final", "txn_read_done")
+                return
+            self._txn_poll("final", consumer)
+        self.errors.append(f"the final read_committed read did not reach the end within "
+                           f"{timeout_s:g}s")
 
     # ---- consumer offsets ----------------------------------------------------------------------
 

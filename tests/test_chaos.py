@@ -1,5 +1,6 @@
 """The chaos suite in CI: a few short runs, each under one family of faults, must hold every
-invariant (consumer offsets committed and fetched beside the writes in each); and runs against
+invariant (consumer offsets committed and fetched, and transactions committed, aborted and
+read under read_committed, beside the writes in each); and runs against
 planted bugs (acks=all acknowledged before commit; an offset commit answered before it
 commits) must fail, naming lost acknowledged writes and stale offset fetches, so the suite is
 known to be able to fail.
@@ -50,6 +51,10 @@ def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
     # The offsets invariants hold vacuously without acknowledged commits and answered fetches.
     assert report.offsets.get("offset_commit ok", 0) > 50, report.text()
     assert report.offsets.get("offset_fetch ok", 0) > 50, report.text()
+    # So do the transaction invariants without committed and aborted transactions read back.
+    assert report.transactions.get("txn committed", 0) > 5, report.text()
+    assert report.transactions.get("txn aborted", 0) > 0, report.text()
+    assert report.transactions.get("txn_poll ok", 0) > 50, report.text()
     assert (tmp_path / "timeline.png").stat().st_size > 0
     if name == "corrupt-replica":
         damage = [e for e in load(tmp_path / "history.jsonl") if e.get("phase") == "damage"]
@@ -100,10 +105,10 @@ def test_schedule_is_a_function_of_the_seed() -> None:
 def test_replay_command_parses_back_to_the_same_run(tmp_path: Path) -> None:
     config = RunConfig(seed=5, duration=30, nemeses=("pause", "latency"), out=tmp_path,
                        rate=50, interval=(1, 2), node_options={"election.timeout.ms": "500"},
-                       commit_rate=5, offsets_partitions=3)
+                       commit_rate=5, offsets_partitions=3, txn_rate=4)
     args = build_parser().parse_args(shlex.split(config.replay_command())[1:])
     assert (args.seed, args.duration, args.nemesis, args.out) == (5, 30, "pause,latency",
                                                                   tmp_path)
     assert (args.rate, args.interval, args.hold) == (50, (1, 2), (2, 6))
-    assert (args.commit_rate, args.offsets_partitions) == (5, 3)
+    assert (args.commit_rate, args.offsets_partitions, args.txn_rate) == (5, 3, 4)
     assert dict(args.set) == {"election.timeout.ms": "500"}

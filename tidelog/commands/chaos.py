@@ -66,6 +66,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--member-kill-interval", type=float, default=0.0, metavar="S",
                      help="SIGKILL a member (and start another) about every S seconds "
                      "(default 0: never)")
+    run.add_argument("--txn-rate", type=float, default=10.0,
+                     help="transactions per second (two records on each of several "
+                     "partitions, some aborted), read by read_committed consumers and checked "
+                     "for aborted, intermediate, lost and torn reads; 0 turns them off "
+                     "(default 10)")
     run.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                      help="a node setting for every node, e.g. election.timeout.ms=500")
 
@@ -86,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("need --nodes >= 3, --partitions >= 1, --rate > 0, --duration > 0")
     if args.commit_rate < 0 or args.offsets_partitions < 1:
         raise ConfigurationError("need --commit-rate >= 0 and --offsets-partitions >= 1")
+    if args.txn_rate < 0:
+        raise ConfigurationError("need --txn-rate >= 0")
     if args.members < 0 or args.member_kill_interval < 0:
         raise ConfigurationError("need --members >= 0 and --member-kill-interval >= 0")
     config = RunConfig(
@@ -95,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         interval=args.interval, hold=args.hold, node_options=dict(args.set),
         commit_rate=args.commit_rate, offsets_partitions=args.offsets_partitions,
         members=args.members, member_kill_interval_s=args.member_kill_interval,
+        txn_rate=args.txn_rate,
     )
     print(f"chaos run: {config.replay_command()}", flush=True)
     report = run_chaos(config, progress=lambda line: print(line, flush=True))
