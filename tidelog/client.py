@@ -756,7 +756,7 @@ class Client:
         from the group's committed offsets."""
         from tidelog.consumer import Consumer, ConsumerConfig
 
-        return Consumer(self, ConsumerConfig(group_id=group_id, **config))
+        return Consumer(self, ConsumerConfig.from_settings(group_id=group_id, **config))
 
 
 

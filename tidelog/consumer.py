@@ -39,6 +39,7 @@ from tidelog.errors import (
     ConfigurationError,
     CorruptMessageError,
     CorruptRecordError,
+    IllegalStateError,
     InvalidGroupIdError,
     OffsetOutOfRangeError,
     RetriableError,
@@ -78,6 +79,34 @@ _RESETS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "none": N
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
 #: A Fetch RPC may take its long-poll wait plus this much.
 _RPC_SLACK_S = 5.0
+#: Iteration without consumer_timeout_ms polls in waits this long, for ever.
+_ITER_WAIT_MS = 1000
+
+
+#: Kafka consumer settings (kafka-python's names) of features Tidelog does not have, with
+#: what the feature is: such a setting fails with that name rather than a TypeError.
+_NOT_BUILT = {
+    "key_deserializer": "deserializers (records carry bytes: decode them in the application)",
+    "value_deserializer": "deserializers (records carry bytes: decode them in the application)",
+    "partition_assignment_strategy": "client-side assignors (the group coordinator assigns "
+    "partitions, KIP-848: group_remote_assignor='uniform' or 'range')",
+    "session_timeout_ms": "client-set session timeouts (the group coordinator sets it, KIP-848)",
+    "heartbeat_interval_ms": "client-set heartbeat intervals (the group coordinator sets it, "
+    "KIP-848)",
+    "client_rack": "rack-aware fetching from followers (KIP-392)",
+    "check_crcs": "turning CRC checks off (every fetched batch is checked)",
+    "interceptor_classes": "consumer interceptors",
+    "metric_reporters": "metrics reporters",
+    "enable_incremental_fetch_sessions": "incremental fetch sessions (KIP-227)",
+    "sasl_mechanism": "SASL authentication",
+    "sasl_plain_username": "SASL authentication",
+    "sasl_plain_password": "SASL authentication",
+}
+#: Connection settings a kafka-python consumer takes and Tidelog's Client does.
+_CLIENT_SETTINGS = frozenset({
+    "bootstrap_servers", "security_protocol", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+    "request_timeout_ms", "retry_backoff_ms", "retry_backoff_max_ms",
+})
 
 
 @dataclass(frozen=True)
@@ -106,6 +135,32 @@ class ConsumerConfig:
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     max_partition_fetch_bytes: int = 1024 * 1024
+    #: The most records one poll() returns; the rest wait in the consumer, unfetched again.
+    max_poll_records: int = 500
+    #: How long iterating over the consumer waits for the next record before it stops
+    #: (kafka-python's consumer_timeout_ms); None: for ever.
+    consumer_timeout_ms: int | None = None
+
+    @classmethod
+    def from_settings(cls, **settings: Any) -> ConsumerConfig:
+        """The config of `client.consumer(**settings)`: a setting Tidelog does not know fails
+        with a ConfigurationError that says why (a feature not built, a setting of the Client,
+        or a name that is no setting at all) instead of the dataclass's TypeError."""
+        known = set(cls.__dataclass_fields__)
+        for name in settings.keys() - known:
+            if name in _NOT_BUILT:
+                raise ConfigurationError(
+                    f"{name}: Tidelog's consumer has no {_NOT_BUILT[name]}"
+                )
+            if name in _CLIENT_SETTINGS:
+                raise ConfigurationError(
+                    f"{name} is a connection setting: give it to Client(...), whose consumers "
+                    "share its connections"
+                )
+            raise ConfigurationError(
+                f"unknown consumer setting {name!r}; the settings are {', '.join(sorted(known))}"
+            )
+        return cls(**settings)
 
     def __post_init__(self) -> None:
         if self.group_id is not None and (not isinstance(self.group_id, str) or not self.group_id):
@@ -124,6 +179,10 @@ class ConsumerConfig:
             raise ConfigurationError("fetch_max_wait_ms and fetch_min_bytes must be >= 0")
         if self.fetch_max_bytes < 1 or self.max_partition_fetch_bytes < 1:
             raise ConfigurationError("fetch_max_bytes and max_partition_fetch_bytes must be >= 1")
+        if self.max_poll_records < 1:
+            raise ConfigurationError("max_poll_records must be >= 1")
+        if self.consumer_timeout_ms is not None and self.consumer_timeout_ms < 0:
+            raise ConfigurationError("consumer_timeout_ms must be >= 0 or None")
 
 
 class Consumer:
@@ -159,6 +218,12 @@ class Consumer:
         #: The group membership of `subscribe()`; None while partitions are assigned by hand.
         self._membership: Membership | None = None
         self._listener = ConsumerRebalanceListener()
+        #: Partitions the application paused: kept assigned with their positions, not fetched.
+        self._paused: set[TopicPartition] = set()
+        #: Records fetched but not yet returned (beyond max_poll_records), by partition; such
+        #: a partition is not fetched again until they are, and its position (`_positions`)
+        #: is then the offset after them.
+        self._buffer: dict[TopicPartition, collections.deque[ConsumerRecord]] = {}
 
     # ---- assignment and positions ------------------------------------------------------------
 
@@ -166,6 +231,7 @@ class Consumer:
         """Replace the assignment; partitions kept keep their positions."""
         wanted = [TopicPartition(*tp) for tp in partitions]
         with self._lock:
+            self._check_open()
             if self._membership is not None:
                 raise ConfigurationError("the consumer is subscribed: unsubscribe() first")
             self._maybe_auto_commit()  # Kafka does too, so the dropped partitions keep theirs
@@ -175,6 +241,8 @@ class Consumer:
         self._positions = {tp: self._positions.get(tp) for tp in partitions}
         self._resets = {tp: s for tp, s in self._resets.items() if tp in self._positions}
         self._epochs = {tp: e for tp, e in self._epochs.items() if tp in self._positions}
+        self._paused &= self._positions.keys()
+        self._buffer = {tp: b for tp, b in self._buffer.items() if tp in self._positions}
 
     # ---- group membership (KIP-848) ----------------------------------------------------------
 
@@ -292,6 +360,7 @@ class Consumer:
             return set(self._positions)
 
     def _assigned(self, tp: TopicPartition) -> TopicPartition:
+        self._check_open()
         tp = TopicPartition(*tp)
         if tp not in self._positions:
             raise ConfigurationError(f"{tp} is not assigned to this consumer")
@@ -305,6 +374,7 @@ class Consumer:
             self._positions[tp] = offset
             self._resets.pop(tp, None)
             self._epochs.pop(tp, None)
+            self._buffer.pop(tp, None)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._seek_lazily(partitions, EARLIEST_TIMESTAMP)
@@ -320,15 +390,37 @@ class Consumer:
                 self._positions[tp] = None
                 self._resets[tp] = spec
                 self._epochs.pop(tp, None)
+                self._buffer.pop(tp, None)
 
     def position(self, partition: TopicPartition, *, timeout_ms: int | None = None) -> int:
         """The offset of the next record poll() returns for the partition."""
         with self._lock:
             tp = self._assigned(partition)
             self._resolve_positions(self.client.deadline(timeout_ms))
-            position = self._positions[tp]
+            position = self._position(tp)
             assert position is not None
             return position
+
+    def _position(self, tp: TopicPartition) -> int | None:
+        """The offset of the next record the application gets: the first buffered one, else
+        where the next Fetch starts."""
+        buffered = self._buffer.get(tp)
+        return buffered[0].offset if buffered else self._positions[tp]
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching the partitions: poll() returns none of their records until resume(),
+        and they keep their positions (Kafka's pause; a partition must be assigned)."""
+        with self._lock:
+            self._paused.update([self._assigned(tp) for tp in partitions])
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch the paused partitions again, from where they stopped."""
+        with self._lock:
+            self._paused.difference_update([self._assigned(tp) for tp in partitions])
+
+    def paused(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._paused)
 
     def _resolve_positions(self, deadline: Deadline) -> None:
         """Positions for the partitions without one: a pending seek_to_*, else the group's
@@ -478,9 +570,12 @@ class Consumer:
             ))
         return {tp: found.get(tp) for tp in wanted}
 
-    def _group_id(self) -> str:
+    def _check_open(self) -> None:
         if self._closed:
-            raise ConfigurationError("the consumer is closed")
+            raise IllegalStateError("the consumer is closed")
+
+    def _group_id(self) -> str:
+        self._check_open()
         if self.config.group_id is None:
             raise InvalidGroupIdError(
                 "committing or reading committed offsets needs a consumer group: "
@@ -490,9 +585,10 @@ class Consumer:
 
     def _consumed(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """The positions to commit: every assigned partition that has one."""
+        positions = {tp: self._position(tp) for tp in self._positions}
         return {
             tp: OffsetAndMetadata(position, "", self._epochs.get(tp))
-            for tp, position in self._positions.items()
+            for tp, position in positions.items()
             if position is not None
         }
 
@@ -549,32 +645,66 @@ class Consumer:
 
     # ---- poll --------------------------------------------------------------------------------
 
+    def __iter__(self) -> Consumer:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, one at a time, as kafka-python's consumer iterates: waits for it
+        for ever, or up to consumer_timeout_ms, after which the iteration stops. Each record
+        moves the position past it only when it is handed out."""
+        timeout_ms = self.config.consumer_timeout_ms
+        deadline = None if timeout_ms is None else Deadline(timeout_ms)
+        while True:
+            wait_ms = _ITER_WAIT_MS if deadline is None else deadline.remaining() * 1000
+            records = self._poll(wait_ms, 1)
+            if records:
+                return records[0]
+            if deadline is not None and deadline.expired:
+                raise StopIteration
+
     def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
-        """Records from the assigned partitions' positions; an empty list when none arrived
-        within `timeout_ms`. Only non-retriable errors raise (naming the partition), among
-        them CorruptRecordError for a batch that cannot be read: records before it come first,
-        and the position stays on it until the application seeks past it."""
+        """Records from the assigned partitions' positions, at most max_poll_records; an empty
+        list when none arrived within `timeout_ms` (paused partitions give none). With nothing
+        assigned or subscribed it raises IllegalStateError. Only non-retriable errors raise
+        (naming the partition), among them CorruptRecordError for a batch that cannot be read:
+        records before it come first, and the position stays on it until the application seeks
+        past it."""
+        return self._poll(timeout_ms, self.config.max_poll_records)
+
+    def _poll(self, timeout_ms: float, max_records: int) -> list[ConsumerRecord]:
         deadline = Deadline(timeout_ms)
         with self._lock:
-            if self._closed:
-                raise ConfigurationError("the consumer is closed")
+            self._check_open()
             while True:
                 self._run_callbacks()
                 self._reconcile()
                 self._maybe_auto_commit()
                 self._raise_corrupt()
-                if self._membership is not None and not self._positions:
-                    # Nothing assigned yet: wait for the membership, not for a Fetch.
-                    self._membership.changed.wait(min(deadline.remaining(), 0.1))
+                if self._membership is None and not self._positions:
+                    raise IllegalStateError(
+                        "poll() needs partitions to read: assign() or subscribe() first"
+                    )
+                records = self._drain(max_records)
+                if records:
+                    return records
+                if not self._fetchable():
+                    # Nothing assigned by the group yet, or every partition paused: wait for
+                    # the membership (or out the timeout), not for a Fetch.
+                    if self._membership is not None:
+                        self._membership.changed.wait(min(deadline.remaining(), 0.1))
+                    else:
+                        time.sleep(deadline.remaining())
                     if deadline.expired:
                         return []
                     continue
                 failed_leaders: dict[TopicPartition, tuple[int, int]] | None
                 try:
                     self._resolve_positions(self.client.deadline())
-                    records, failed_leaders = self._fetch_round(deadline)
+                    fetched, failed_leaders = self._fetch_round(deadline)
                 except RetriableError:
-                    records, failed_leaders = [], {}
+                    fetched, failed_leaders = [], {}
+                self._hold(fetched)
+                records = self._drain(max_records)
                 if records or deadline.expired:
                     return records
                 if failed_leaders is not None:
@@ -590,6 +720,32 @@ class Consumer:
                 else:
                     self._failed_rounds = 0
 
+    def _fetchable(self) -> bool:
+        return any(tp not in self._paused and tp not in self._buffer for tp in self._positions)
+
+    def _hold(self, records: list[ConsumerRecord]) -> None:
+        """Buffer fetched records until poll() hands them out (`_drain`)."""
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            self._buffer.setdefault(tp, collections.deque()).append(record)
+
+    def _drain(self, max_records: int) -> list[ConsumerRecord]:
+        """Up to `max_records` buffered records of unpaused partitions, partition after
+        partition; each partition's commit epoch becomes that of its last record handed out."""
+        out: list[ConsumerRecord] = []
+        for tp, buffered in list(self._buffer.items()):
+            if len(out) >= max_records:
+                break
+            if tp in self._paused:
+                continue
+            taken = [buffered.popleft() for _ in range(min(len(buffered), max_records - len(out)))]
+            if not buffered:
+                del self._buffer[tp]
+            if taken[-1].leader_epoch >= 0:
+                self._epochs[tp] = taken[-1].leader_epoch
+            out += taken
+        return out
+
     def _fetch_round(
         self, deadline: Deadline
     ) -> tuple[list[ConsumerRecord], dict[TopicPartition, tuple[int, int]] | None]:
@@ -600,7 +756,7 @@ class Consumer:
         work = {
             tp: wire.FetchPosition(position, metadata.leader_epoch(tp))
             for tp, position in self._positions.items()
-            if position is not None
+            if position is not None and tp not in self._paused and tp not in self._buffer
         }
         max_wait_ms = min(self.config.fetch_max_wait_ms, int(deadline.remaining() * 1000))
         request: PartitionedRequest[wire.FetchPosition, wire.FetchAnswer] = PartitionedRequest(
@@ -680,8 +836,6 @@ class Consumer:
                 break
             pos += header.size
         self._positions[tp] = position
-        if out and out[-1].leader_epoch >= 0:
-            self._epochs[tp] = out[-1].leader_epoch
         return out
 
     def _raise_corrupt(self) -> None:
@@ -690,7 +844,9 @@ class Consumer:
         corrupt, self._corrupt = self._corrupt, None
         if corrupt is not None:
             tp = TopicPartition(corrupt.topic, corrupt.partition)
-            if self._positions.get(tp) == corrupt.offset:
+            if tp in self._buffer:  # the records before the bad batch come first
+                self._corrupt = corrupt
+            elif self._positions.get(tp) == corrupt.offset:
                 raise corrupt
 
 

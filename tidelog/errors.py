@@ -703,6 +703,15 @@ class CorruptRecordError(TidelogError):
         self.offset = offset
 
 
+class IllegalStateError(ConfigurationError):
+    """A client object used in a state that does not allow the call (Kafka's
+    IllegalStateException): a consumer polled with nothing assigned or subscribed, any call
+    on a closed consumer. A misuse to fix in the application, never retried."""
+
+    name = "ILLEGAL_STATE"
+    description = "The client object is not in a state that allows this call."
+
+
 class IllegalTransactionStateError(ConfigurationError):
     """A transactional producer's method called in a state that does not allow it (Kafka's
     IllegalStateException: send() outside a transaction, commit before begin, ...)."""

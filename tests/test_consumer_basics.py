@@ -1,0 +1,121 @@
+"""The consumer calls a Kafka user expects (issue 19): poll() with nothing to read raises
+IllegalStateError, pause()/resume()/paused(), max_poll_records, iterating over the consumer
+until consumer_timeout_ms, close() committing and every call after it raising, and settings of
+features Tidelog lacks failing with the feature's name. One cluster for the module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tidelog import Client, TopicPartition, errors
+from tidelog.testing import LocalCluster, poll_records, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+TOPIC = "basics"
+PER_PARTITION = 30
+TP0, TP1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap) as shared:
+        shared.create_topic(TOPIC, partitions=2)
+        producer = shared.producer(acks="all")
+        for p in (0, 1):
+            for i in range(PER_PARTITION):
+                producer.send(TOPIC, f"{p}-{i}".encode(), partition=p)
+        producer.flush()
+        producer.close()
+        yield shared
+
+
+def _offsets(records: list, partition: int) -> list[int]:
+    return [r.offset for r in records if r.partition == partition]
+
+
+def test_poll_needs_partitions_and_paused_partitions_keep_their_position(client: Client) -> None:
+    consumer = client.consumer(auto_offset_reset="earliest")
+    with pytest.raises(errors.IllegalStateError, match="assign"):
+        consumer.poll(timeout_ms=0)
+    consumer.assign([])
+    with pytest.raises(errors.IllegalStateError, match="assign"):
+        consumer.poll(timeout_ms=0)
+    consumer.assign([TP0, TP1])
+    with pytest.raises(errors.ConfigurationError, match="not assigned"):
+        consumer.pause(TopicPartition("other", 0))
+    consumer.pause(TP0)
+    assert consumer.paused() == {TP0}
+
+    records = poll_records(consumer, PER_PARTITION)
+    assert _offsets(records, 1) == list(range(PER_PARTITION)) and not _offsets(records, 0)
+    assert consumer.poll(timeout_ms=300) == []  # TP1 is drained, TP0 paused
+    assert consumer.position(TP0) == 0
+
+    consumer.resume(TP0)
+    assert consumer.paused() == set()
+    assert _offsets(poll_records(consumer, PER_PARTITION), 0) == list(range(PER_PARTITION))
+    consumer.assign([TP1])  # a partition leaving the assignment leaves the paused set too
+    consumer.pause(TP1)
+    consumer.assign([TP0])
+    assert consumer.paused() == set()
+    consumer.close()
+
+
+def test_max_poll_records_hands_out_the_rest_by_later_polls(client: Client) -> None:
+    consumer = client.consumer(group_id="basics-max", auto_offset_reset="earliest",
+                               enable_auto_commit=False, max_poll_records=7)
+    consumer.assign([TP0])
+    first = wait_for(lambda: consumer.poll(timeout_ms=500), what="the first records")
+    assert [r.offset for r in first] == list(range(7))
+    # The position and the commit are those of the records handed out, not of the fetch.
+    assert consumer.position(TP0) == 7
+    consumer.commit()
+    assert consumer.committed([TP0])[TP0].offset == 7  # type: ignore[union-attr]
+
+    rest: list = []
+    while len(rest) < PER_PARTITION - 7:
+        batch = consumer.poll(timeout_ms=500)
+        assert len(batch) <= 7
+        rest += batch
+    assert [r.offset for r in rest] == list(range(7, PER_PARTITION))
+    consumer.seek(TP0, 3)  # a seek drops what was fetched beyond the records handed out
+    assert [r.offset for r in consumer.poll(timeout_ms=2000)] == list(range(3, 10))
+    consumer.close()
+
+
+def test_iteration_stops_after_consumer_timeout_and_close_ends_the_consumer(
+    client: Client,
+) -> None:
+    consumer = client.consumer(group_id="basics-iter", auto_offset_reset="earliest",
+                               consumer_timeout_ms=3000)
+    consumer.assign([TP1])
+    assert consumer.position(TP1) == 0
+    assert [record.offset for record in consumer] == list(range(PER_PARTITION))
+
+    consumer.close()  # auto-commit is on: close commits the positions
+    reader = client.consumer(group_id="basics-iter")
+    assert reader.committed([TP1])[TP1].offset == PER_PARTITION  # type: ignore[union-attr]
+    reader.close()
+    for call in (lambda: consumer.poll(timeout_ms=0), lambda: next(consumer),
+                 lambda: consumer.assign([TP0]), lambda: consumer.pause(TP1),
+                 lambda: consumer.seek(TP1, 0), lambda: consumer.position(TP1),
+                 lambda: consumer.commit()):
+        with pytest.raises(errors.IllegalStateError, match="closed"):
+            call()
+    consumer.close()  # a second close does nothing
+
+
+def test_settings_of_features_not_built_name_the_feature(client: Client) -> None:
+    with pytest.raises(errors.ConfigurationError, match="deserializers"):
+        client.consumer(value_deserializer=bytes.decode)
+    with pytest.raises(errors.ConfigurationError, match="KIP-848"):
+        client.consumer(group_id="g", partition_assignment_strategy=["range"])
+    with pytest.raises(errors.ConfigurationError, match=r"Client\(\.\.\.\)"):
+        client.consumer(bootstrap_servers="localhost:9092")
+    with pytest.raises(errors.ConfigurationError, match="unknown consumer setting 'max_poll'"):
+        client.consumer(max_poll=5)
+    with pytest.raises(errors.ConfigurationError, match="max_poll_records"):
+        client.consumer(max_poll_records=0)
