@@ -90,8 +90,10 @@ def read(spark: SparkSession, cluster: LocalCluster, **options: str) -> DataFram
     return reader.load()
 
 
-def consume_all(client: Client, topic: str, partitions: int) -> list[Any]:
-    consumer = client.consumer(auto_offset_reset="earliest")
+def consume_all(
+    client: Client, topic: str, partitions: int, isolation: str = "read_uncommitted"
+) -> list[Any]:
+    consumer = client.consumer(auto_offset_reset="earliest", isolation_level=isolation)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)
     return poll_to(consumer, consumer.end_offsets(tps))
@@ -224,6 +226,82 @@ def test_batch_and_streaming_write(
     )
     copied = consume_all(client, "copied", 1)
     assert sorted(r.value for r in copied) == sorted(event(i)["value"] for i in range(EVENTS))
+
+
+def test_read_committed_source(spark: SparkSession, cluster: LocalCluster, client: Client) -> None:
+    """tidelog.isolation.level=read_committed: a batch read ends at the last stable offset (an
+    open transaction and everything after it stay out) and never returns an aborted record or a
+    marker; read_uncommitted returns all of them."""
+    client.create_topic("txn", partitions=1, replication_factor=1)
+    tp = TopicPartition("txn", 0)
+    with client.producer(transactional_id="spark-src") as txn, client.producer() as plain:
+        txn.init_transactions()
+        txn.begin_transaction()
+        for i in range(5):
+            txn.send("txn", b"c%d" % i)
+        txn.commit_transaction()
+        txn.begin_transaction()
+        for i in range(5):
+            txn.send("txn", b"a%d" % i)
+        txn.flush()
+        txn.abort_transaction()
+        plain.send("txn", b"n0").result()
+        txn.begin_transaction()
+        txn.send("txn", b"o0").result()  # open: the LSO stops here
+        plain.send("txn", b"n1").result()
+        lso = client.list_offsets({tp: -1}, "read_committed")[tp].offset
+        hw = client.list_offsets({tp: -1})[tp].offset
+        assert lso < hw
+
+        committed = read(spark, cluster, subscribe="txn",
+                         **{"tidelog.isolation.level": "read_committed"})
+        rows = committed.select("value", "offset").collect()
+        assert sorted(r.value for r in rows) == [b"c0", b"c1", b"c2", b"c3", b"c4", b"n0"]
+        assert all(r.offset < lso for r in rows)
+        everything = {r.value for r in read(spark, cluster, subscribe="txn").collect()}
+        assert {b"a0", b"o0", b"n1"} <= everything
+
+        txn.commit_transaction()
+    after = read(spark, cluster, subscribe="txn", **{"kafka.isolation.level": "read_committed"})
+    assert sorted(r.value for r in after.select("value").collect()) == sorted(
+        [b"c%d" % i for i in range(5)] + [b"n0", b"o0", b"n1"]
+    )
+
+
+def test_exactly_once_sink_across_restart(
+    spark: SparkSession, cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    """exactlyOnce: the query's last micro-batch is written, then its checkpoint commit is
+    removed (a query killed between the two); the restarted query runs that batch again, and
+    the read_committed output still has every input record once."""
+    client.create_topic("eos-src", partitions=2, replication_factor=1)
+    client.create_topic("eos-dst", partitions=2, replication_factor=1)
+    produce(client, "eos-src", [b"e%d" % i for i in range(40)], 2)
+    checkpoint = tmp_path / "eos-checkpoint"
+
+    def run() -> None:
+        run_available_now(
+            lambda: spark.readStream.format("tidelog")
+            .option("tidelog.bootstrap.servers", cluster.bootstrap)
+            .option("subscribe", "eos-src").option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "20").load()
+            .selectExpr("value", "partition")
+            .writeStream.format("tidelog")
+            .option("tidelog.bootstrap.servers", cluster.bootstrap)
+            .option("topic", "eos-dst").option("exactlyOnce", "true")
+            .option("checkpointLocation", str(checkpoint))
+        )
+
+    run()
+    last = max(int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit())
+    assert last >= 1  # maxOffsetsPerTrigger made several batches
+    for name in (str(last), f".{last}.crc"):  # the batch's output is in the topic, its commit not
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    produce(client, "eos-src", [b"f%d" % i for i in range(10)], 2)
+    run()
+    output = [r.value for r in consume_all(client, "eos-dst", 2, "read_committed")]
+    expected = [b"e%d" % i for i in range(40)] + [b"f%d" % i for i in range(10)]
+    assert sorted(output) == sorted(expected)
 
 
 def test_write_and_read_back_over_mutual_tls(spark: SparkSession, tmp_path: Path) -> None:

@@ -14,17 +14,17 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
 from tidelog.client import Client
 from tidelog.consumer import Consumer
 from tidelog.errors import OffsetOutOfRangeError, RequestTimedOutError, TidelogError
-from tidelog.producer import RecordFuture
+from tidelog.producer import Producer, RecordFuture
 from tidelog.spark.options import SinkOptions, SourceOptions
 from tidelog.spark.planning import OffsetRange, report_data_loss
-from tidelog.types import ConsumerRecord, TopicPartition
+from tidelog.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -130,27 +130,91 @@ class SinkWriteError(TidelogError):
 def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> int:
     """Produce every row (acks=all, idempotent) and wait for all acknowledgements; the number
     of records written. The first failed record fails the task, naming its topic."""
-    written = 0
     with Client.from_config(options.client) as client:
         producer = client.producer(**asdict(options.producer))
-        pending: deque[tuple[str, RecordFuture]] = deque()
         try:
-            for batch in batches:
-                for topic, value, key, partition, headers in _rows(batch, options.topic):
-                    try:
-                        future = producer.send(
-                            topic, value, key=key, partition=partition, headers=headers
-                        )
-                    except TidelogError as exc:
-                        raise SinkWriteError(f"writing to topic {topic!r} failed: {exc}") from exc
-                    pending.append((topic, future))
-                while pending and pending[0][1].done():
-                    written += _acknowledged(*pending.popleft())
-            producer.flush()
-            while pending:
-                written += _acknowledged(*pending.popleft())
+            return _produce(producer, batches, options)
         finally:
             producer.close()
+
+
+@dataclass(frozen=True)
+class MicroBatchTask:
+    """One writer task of a streaming query's micro-batch, named from Spark's task-local
+    properties. The query id is kept in the checkpoint, so a restarted query's task of the same
+    Spark partition has the same transactional id (fencing the killed run's producer) and
+    finds the batch ids its predecessors committed."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+
+    @property
+    def transactional_id(self) -> str:
+        return f"spark-{self.query_id}-{self.partition}"
+
+    @property
+    def group(self) -> str:
+        """The task's own group: its committed offset is the next batch id to write."""
+        return f"spark-sink-{self.query_id}-{self.partition}"
+
+    @property
+    def marker(self) -> TopicPartition:
+        """The key the batch id is committed under: offsets are only taken for partitions that
+        exist, and this internal one always does."""
+        return TopicPartition("__consumer_offsets", 0)
+
+
+def write_batch_once(
+    batches: Iterable[pa.RecordBatch], options: SinkOptions, task: MicroBatchTask
+) -> int:
+    """Write the task's rows and its batch id in one transaction, unless a previous run of the
+    query already committed this batch for this task (re-run after a restart that happened
+    after the write but before Spark's checkpoint commit): then nothing is written and 0 is
+    returned. ``init_transactions`` first fences and aborts a killed run's open transaction, and
+    the check reads the group's offsets with require_stable, so it sees the outcome of every
+    earlier attempt."""
+    with Client.from_config(options.client) as client:
+        producer = client.producer(
+            **{**asdict(options.producer), "transactional_id": task.transactional_id}
+        )
+        try:
+            producer.init_transactions()
+            checker = client.consumer(group_id=task.group, isolation_level="read_committed")
+            try:
+                done = checker.committed([task.marker])[task.marker]
+            finally:
+                checker.close(autocommit=False)
+            if done is not None and done.offset > task.batch_id:
+                log.info("batch %d of task %d was committed before; not written again",
+                         task.batch_id, task.partition)
+                return 0
+            producer.begin_transaction()
+            written = _produce(producer, batches, options)
+            producer.send_offsets_to_transaction(
+                {task.marker: OffsetAndMetadata(task.batch_id + 1, "")}, task.group
+            )
+            producer.commit_transaction()
+            return written
+        finally:
+            producer.close()
+
+
+def _produce(producer: Producer, batches: Iterable[pa.RecordBatch], options: SinkOptions) -> int:
+    written = 0
+    pending: deque[tuple[str, RecordFuture]] = deque()
+    for batch in batches:
+        for topic, value, key, partition, headers in _rows(batch, options.topic):
+            try:
+                future = producer.send(topic, value, key=key, partition=partition, headers=headers)
+            except TidelogError as exc:
+                raise SinkWriteError(f"writing to topic {topic!r} failed: {exc}") from exc
+            pending.append((topic, future))
+        while pending and pending[0][1].done():
+            written += _acknowledged(*pending.popleft())
+    producer.flush()
+    while pending:
+        written += _acknowledged(*pending.popleft())
     return written
 
 

@@ -177,6 +177,9 @@ class SinkOptions:
     producer: ProducerConfig
     #: The ``topic`` option; it wins over a topic column, as in Spark's Kafka sink.
     topic: str | None
+    #: ``exactlyOnce``: a streaming query writes each micro-batch's task in one transaction,
+    #: and a batch re-run after a restart from the checkpoint is not written again.
+    exactly_once: bool = False
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
@@ -221,7 +224,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if topic is not None and not topic.strip():
         raise ConfigurationError("the topic option must not be empty")
     producer = ProducerConfig(acks="all", idempotent=True, **passthrough)
-    return SinkOptions(client=client, producer=producer, topic=topic)
+    return SinkOptions(
+        client=client, producer=producer, topic=topic,
+        exactly_once=_boolean(opts, "exactlyonce", False),
+    )
 
 
 # ---- offsets as JSON ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -45,7 +46,7 @@ from pyspark.sql.types import (
 
 from tidelog.client import Client
 from tidelog.errors import ConfigurationError
-from tidelog.spark.io import read_range, write_batches
+from tidelog.spark.io import MicroBatchTask, read_range, write_batch_once, write_batches
 from tidelog.spark.lookup import ClusterLookup
 from tidelog.spark.options import (
     SinkOptions,
@@ -109,7 +110,13 @@ class TidelogDataSource(DataSource):
         return TidelogStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        return TidelogBatchWriter(self._sink_options(schema, overwrite))
+        options = self._sink_options(schema, overwrite)
+        if options.exactly_once:
+            raise ConfigurationError(
+                "exactlyOnce applies to streaming queries (it needs their micro-batch ids); "
+                "a batch write is at-least-once"
+            )
+        return TidelogBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         return TidelogStreamWriter(self._sink_options(schema, overwrite))
@@ -302,20 +309,45 @@ class TidelogBatchWriter(DataSourceArrowWriter):
 
 
 class TidelogStreamWriter(DataSourceStreamArrowWriter):
+    """At-least-once by default; with ``exactlyOnce`` each task of a micro-batch writes in one
+    transaction with the batch id (io.write_batch_once), so read_committed readers of the
+    output see every row once even when a restarted query runs a batch again."""
+
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return Written(write_batches(iterator, self.options))
+        if not self.options.exactly_once:
+            return Written(write_batches(iterator, self.options))
+        return Written(write_batch_once(iterator, self.options, _current_task()))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.info("tidelog sink wrote %d records in batch %d", _total(messages), batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning(
-            "tidelog sink: batch %d failed after %d records were written (at-least-once: they "
-            "stay in the topic)", batchId, _total(messages)
+            "tidelog sink: batch %d failed after %d records were written (%s)", batchId,
+            _total(messages),
+            "committed tasks are not written again when the batch is re-run"
+            if self.options.exactly_once else "at-least-once: they stay in the topic",
         )
+
+
+#: Local properties Spark sets on every task of a micro-batch (StreamExecution.QUERY_ID_KEY,
+#: MicroBatchExecution.BATCH_ID_KEY); the query id is the one stored in the checkpoint.
+_QUERY_ID = "sql.streaming.queryId"
+_BATCH_ID = "streaming.sql.batchId"
+
+
+def _current_task() -> MicroBatchTask:
+    context = TaskContext.get()
+    query_id = context.getLocalProperty(_QUERY_ID) if context is not None else None
+    batch_id = context.getLocalProperty(_BATCH_ID) if context is not None else None
+    if context is None or query_id is None or batch_id is None:
+        raise ConfigurationError(
+            "exactlyOnce: this task carries no streaming query or micro-batch id"
+        )
+    return MicroBatchTask(query_id, int(batch_id), context.partitionId())
 
 
 def _total(messages: list[WriterCommitMessage | None]) -> int:
