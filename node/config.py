@@ -74,6 +74,7 @@ KEYS: dict[str, str] = {
     "test.offsets.ack.before.commit": "test_offsets_ack_before_commit",
     "test.groups.grant.before.revoke": "test_groups_grant_before_revoke",
     "test.txn.markers.delay.ms": "test_txn_markers_delay_ms",
+    "test.txn.markers.before.prepare": "test_txn_markers_before_prepare",
     "test.seed": "test_seed",
     # Listeners and TLS (issue 17)
     "internal.listen": "internal_listen",
@@ -194,6 +195,11 @@ class NodeConfig:
     #: before it writes its markers, so that a test can kill it between PrepareCommit and
     #: CompleteCommit.
     test_txn_markers_delay_ms: int = 0
+    #: Tests only, a planted bug: on EndTxn the transaction coordinator writes the markers
+    #: first and appends PrepareCommit/PrepareAbort after them, so that a coordinator lost
+    #: before its Prepare commits leaves a decision on the partitions that the next coordinator
+    #: does not know of; the chaos checker shows it catches that.
+    test_txn_markers_before_prepare: bool = False
     #: node_id -> the client address of every other node, published in Metadata and leader
     #: hints and used to forward requests (this node's own is its advertised address).
     client_addresses: Mapping[int, str] = field(default_factory=dict)
@@ -527,7 +533,7 @@ def _convert(key: str, name: str, value: str) -> Any:
     if name in ("security_protocol", "security_inter_broker_protocol"):
         return value.upper()
     if name in ("test_ack_before_commit", "test_offsets_ack_before_commit",
-                "test_groups_grant_before_revoke"):
+                "test_groups_grant_before_revoke", "test_txn_markers_before_prepare"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"

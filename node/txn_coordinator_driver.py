@@ -238,6 +238,11 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         led = self._coordinating(txn_id)
         decision = led.state.end_txn(txn_id, producer_id, producer_epoch, commit,
                                      wall_clock_ms())
+        if self.config.test_txn_markers_before_prepare and decision.record is not None:
+            meta = led.state.txns[txn_id]  # Ongoing: its Prepare is only pending
+            work = MarkerWork(txn_id, meta.producer_id, meta.producer_epoch, commit,
+                              meta.partitions)
+            await self._send_markers(self._marker(led, work, work.partitions), _MARKERS_ROUND_S)
         await self._answer(led, txn_id, decision)
 
     async def _answer(
