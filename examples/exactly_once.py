@@ -42,6 +42,8 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--demo-data", type=int, default=0, metavar="N")
     parser.add_argument("--idle-s", type=float, default=5.0)
+    parser.add_argument("--max-poll-records", type=int, default=500,
+                        help="records per poll, so per transaction")
     args = parser.parse_args()
 
     with Client(args.bootstrap) as client:
@@ -57,7 +59,8 @@ def main() -> int:
 
         tps = [TopicPartition(args.input, p) for p in range(args.partitions)]
         consumer = client.consumer(group_id=args.group, isolation_level="read_committed",
-                                   auto_offset_reset="earliest", enable_auto_commit=False)
+                                   auto_offset_reset="earliest", enable_auto_commit=False,
+                                   max_poll_records=args.max_poll_records)
         consumer.assign(tps)
         producer = client.producer(transactional_id=args.transactional_id)
         producer.init_transactions()  # fences a previous run and aborts what it left open
