@@ -134,7 +134,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.authorization = Authorization(config, controller.image.acls)
         self.group_api = GroupApi(
             config, controller, offsets_topic, groups, self.forwarder, self.authorization,
-            consumer_groups,
+            partition_error, consumer_groups,
         )
         self.consumer_group_api = (
             ConsumerGroupApi(self.group_api, consumer_groups) if consumer_groups else None

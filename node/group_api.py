@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import grpc
 
@@ -43,6 +43,9 @@ _NO_LEADER_EPOCH = -1
 _EMPTY = "Empty"
 
 R = TypeVar("R", pb.OffsetCommitResponse, pb.TxnOffsetCommitResponse)
+#: The RPCs whose per-partition errors the handler counts as it answers (the node's metrics
+#: then skip walking their answers, node/metrics.py): an OffsetCommit names many partitions.
+COUNTED_RPCS: Final = ("OffsetCommit", "TxnOffsetCommit")
 
 
 class GroupApi:
@@ -54,9 +57,13 @@ class GroupApi:
         groups: GroupCoordinatorDriver,
         forwarder: Forwarder,
         authorization: Authorization,
+        partition_error: Callable[[str, int], None],
         consumer_groups: ConsumerGroupDriver | None = None,
     ) -> None:
+        """`partition_error(rpc, code)` counts each per-partition error of OffsetCommit and
+        TxnOffsetCommit answers (the node's metrics, `COUNTED_RPCS`)."""
         self.node_id = config.node_id
+        self._partition_error = partition_error
         #: The consumer groups (KIP-848) among the groups, for their states in ListGroups.
         self.consumer_groups = consumer_groups
         self.authorization = authorization
@@ -109,13 +116,13 @@ class GroupApi:
         forwarded = await self._coordinator_answer("OffsetCommit", request.group_id, request,
                                                    context)
         if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
+            return self._counted("OffsetCommit", forwarded)  # type: ignore[no-any-return]
         principal, group_refused = self._group_refused(context, Operation.READ, request.group_id)
         if group_refused is not None:
             failed: pb.OffsetCommitResponse = _failed("OffsetCommit", request, group_refused)
-            return failed
+            return self._counted("OffsetCommit", failed)
         return await self._commit(
-            principal, request, pb.OffsetCommitResponse(),
+            "OffsetCommit", principal, request, pb.OffsetCommitResponse(),
             partial(self.groups.commit, request.group_id),
         )
 
@@ -128,7 +135,7 @@ class GroupApi:
             "TxnOffsetCommit", request.group_id, request, context
         )
         if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
+            return self._counted("TxnOffsetCommit", forwarded)  # type: ignore[no-any-return]
         principal = self.authorization.principal(context)
         refused: errors.TidelogError | None = self.authorization.refused(
             principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
@@ -146,15 +153,25 @@ class GroupApi:
             )
         if refused is not None:
             failed: pb.TxnOffsetCommitResponse = _failed("TxnOffsetCommit", request, refused)
-            return failed
+            return self._counted("TxnOffsetCommit", failed)
         return await self._commit(
-            principal, request, pb.TxnOffsetCommitResponse(),
+            "TxnOffsetCommit", principal, request, pb.TxnOffsetCommitResponse(),
             partial(self.groups.txn_commit, request.group_id, request.producer_id,
                     request.producer_epoch),
         )
 
+    def _counted(self, rpc: str, response: R) -> R:
+        """`response` (an answer `_commit` did not build: forwarded, or failing whole) with its
+        per-partition errors counted."""
+        for topic in response.topics:
+            for answer in topic.partitions:
+                if answer.error_code:
+                    self._partition_error(rpc, answer.error_code)
+        return response
+
     async def _commit(
         self,
+        rpc: str,
         principal: str,
         request: pb.OffsetCommitRequest | pb.TxnOffsetCommitRequest,
         response: R,
@@ -165,7 +182,9 @@ class GroupApi:
     ) -> R:
         """The partitions of an OffsetCommit or TxnOffsetCommit checked as Kafka's API layer
         does, the valid ones committed with `commit(generation, offsets, member id)`, and the
-        answer of each in `response`."""
+        answer of each in `response`, its errors counted for `rpc`'s metrics (the node does
+        not walk the answer for them: a commit of many partitions is mostly all OK, and then
+        nothing is counted at all)."""
         parts, twice = each_once(partitions_of(request.topics))
         refused = self._topics_refused(principal, Operation.READ, parts)
         results: dict[TopicPartition, errors.TidelogError | None] = {}
@@ -197,11 +216,13 @@ class GroupApi:
             except errors.TidelogError as exc:
                 results.update(dict.fromkeys(offsets, exc))
         answers = Answers(response)
+        count_error = self._partition_error
         for tp in parts:
             answer = answers.add(tp)
             if (error := results.get(tp)) is not None:
                 answer.error_code = error.code
                 answer.error_message = str(error)
+                count_error(rpc, error.code)
         return response
 
     async def offset_fetch(

@@ -61,6 +61,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     this process's parent (immediate). Returns the process exit code."""
     # The runtime is heavy; config errors come first.
     from tidelog.node.api import PARTITION_ERROR_RPCS, TidelogServicer
+    from tidelog.node.group_api import COUNTED_RPCS
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
     from tidelog.node.runtime import NodeRuntime
     from tidelog.node.security import server_credentials
@@ -72,8 +73,10 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         metrics = NodeMetrics()
         # Outermost first: a request refused as malformed is counted (and timed) too.
         request_metrics = RequestMetrics(
-            metrics, counted_by_handler={f"/{TIDELOG_SERVICE}/{rpc}"
-                                         for rpc in PARTITION_ERROR_RPCS.values()},
+            metrics, counted_by_handler={
+                f"/{TIDELOG_SERVICE}/{rpc}"
+                for rpc in (*PARTITION_ERROR_RPCS.values(), *COUNTED_RPCS)
+            },
         )
         interceptors = [request_metrics, RejectMalformedRequests()]
         # Two servers, since a gRPC server serves each service on every port it has: the

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.offsets_helpers import Committed, committed, coordinator_of
+from tests.offsets_helpers import Committed, commit, commit_request, committed, coordinator_of
 from tidelog import errors
 from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
 
@@ -121,6 +121,27 @@ def test_per_partition_error_codes_and_whole_call_statuses_are_counted(
     assert rpc_value(after, "tidelog_request_errors_total", "Produce", **labels) - before == 3
     # The answer counts as OK: the error is inside it, per partition.
     assert rpc_value(after, "tidelog_requests_total", "Produce", status="OK") >= 3
+
+    # OffsetCommit's handler counts its per-partition errors (the answer is not walked), at
+    # the coordinator and at a node that forwarded the request to it; an all-OK answer
+    # counts none.
+    coordinator = coordinator_of(raw, "metrics-errs")
+    committed(raw, coordinator, "metrics-errs", {("errs", 0): Committed(1)})
+    forwarder = next(n for n in cluster.node_ids if n != coordinator)
+    unknown = errors.UnknownTopicOrPartitionError
+    unknown_labels = {"code": str(unknown.code), "error": unknown.name}
+    request = commit_request("metrics-errs", {
+        ("errs", 0): Committed(2), ("nope", 0): Committed(1), ("errs", 7): Committed(1),
+    })
+    for node in (coordinator, forwarder):
+        before_commit = scrape(cluster, node)
+        answer = commit(raw, node, request)
+        assert answer == {("errs", 0): 0, ("nope", 0): unknown.code, ("errs", 7): unknown.code}
+        after_commit = scrape(cluster, node)
+        assert (rpc_value(after_commit, "tidelog_request_errors_total", "OffsetCommit",
+                          **unknown_labels)
+                - rpc_value(before_commit, "tidelog_request_errors_total", "OffsetCommit",
+                            **unknown_labels)) == 2
 
     # Answers whose handler does not report its errors are walked for their codes.
     invalid = errors.InvalidTopicError
