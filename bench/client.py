@@ -27,7 +27,6 @@ uses tiny sizes so a smoke test can keep the script working; its figures mean li
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import multiprocessing
 import os
 import statistics
@@ -43,22 +42,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 from tidelog import Client  # noqa: E402
 from tidelog.records import HEADER_SIZE, RECORD_OVERHEAD  # noqa: E402
-from tidelog.testing import LocalCluster  # noqa: E402
+from tidelog.testing import LocalCluster, load_script  # noqa: E402
 from tidelog.transport import Security  # noqa: E402
 
-
-def _load_cluster_bench() -> Any:
-    """bench/cluster.py as a module (bench/ is a directory of scripts, not a package)."""
-    path = Path(__file__).with_name("cluster.py")
-    spec = importlib.util.spec_from_file_location("bench_cluster", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-cluster_bench = _load_cluster_bench()
+cluster_bench = load_script(Path(__file__).with_name("cluster.py"))
 
 
 @dataclass(frozen=True)

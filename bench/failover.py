@@ -38,7 +38,6 @@ something went wrong.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import re
@@ -49,7 +48,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 
 # Run as a script, this file's directory comes first on sys.path; keep the repository's.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
@@ -59,21 +57,9 @@ import grpc  # noqa: E402
 from tidelog import Client, OffsetSpec, TopicPartition  # noqa: E402
 from tidelog.consumer import Consumer  # noqa: E402
 from tidelog.producer import Producer  # noqa: E402
-from tidelog.testing import LocalCluster  # noqa: E402
+from tidelog.testing import LocalCluster, load_script  # noqa: E402
 
-
-def load_script(name: str) -> ModuleType:
-    """Another script of bench/ as a module (bench/ is a directory of scripts, not a package)."""
-    path = Path(__file__).with_name(name)
-    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-cluster_bench = load_script("cluster.py")
+cluster_bench = load_script(Path(__file__).with_name("cluster.py"))
 
 TOPIC = "bench-failover"
 OPERATIONS = ("produce", "poll", "list_offsets")

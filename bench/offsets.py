@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import platform
 import statistics
@@ -51,7 +50,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 
 # Run as a script, this file's directory comes first on sys.path; keep the repository's.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
@@ -71,23 +69,11 @@ from tidelog.coordinator.offsets_records import (  # noqa: E402
 )
 from tidelog.hashing import group_partition  # noqa: E402
 from tidelog.records import RecordInput, build_batch  # noqa: E402
-from tidelog.testing import LocalCluster  # noqa: E402
+from tidelog.testing import LocalCluster, load_script  # noqa: E402
 from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
 from tidelog.v1 import tidelog_pb2_grpc  # noqa: E402
 
-
-def load_script(name: str) -> ModuleType:
-    """Another script of bench/ as a module (bench/ is a directory of scripts, not a package)."""
-    path = Path(__file__).with_name(name)
-    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-cluster_bench = load_script("cluster.py")
+cluster_bench = load_script(Path(__file__).with_name("cluster.py"))
 
 SERVICE = "/tidelog.v1.Tidelog/"
 CONSUMED_TOPIC = "bench-consumed"  # the topic whose positions the groups commit
@@ -656,7 +642,7 @@ def commit_after_failover(cluster: LocalCluster, group: str, dead: int,
 
 
 def bench_table(sizes: Sizes) -> None:
-    table_bench = load_script("offset_table.py")
+    table_bench = load_script(Path(__file__).with_name("offset_table.py"))
     print("\n## table: bytes per entry of the coordinator's OffsetTable (tracemalloc, empty "
           "metadata; bench/offset_table.py's bytes_per_entry)")
     for groups, partitions in sizes.table_shapes:

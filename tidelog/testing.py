@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -592,6 +593,17 @@ class LocalCluster:
     def _log_tail(self, node_id: int) -> str:
         lines = self.logs(node_id).splitlines()[-_LOG_TAIL_LINES:]
         return "".join(f"    | {line}\n" for line in lines)
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script (one of bench/, which is a directory of scripts, not a package) as a module, so
+    that one benchmark can reuse another's cluster set-up and measurements."""
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
 
 
 def wait_for(
