@@ -16,7 +16,9 @@ quick round; the nodes are asked in turn, so the figures are a near-instant, not
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -128,13 +130,18 @@ def _watch(console: Console, bootstrap: str, security: Security, interval: float
             return f"{stamp}  no node reachable at {bootstrap}"
         return render(state, title=f"{stamp}  every {interval:g}s, Ctrl-C to stop")
 
+    # Ctrl-C sets a flag instead of raising KeyboardInterrupt wherever the main thread happens
+    # to be: raised inside a gRPC call it can be swallowed there, and the watch went on for
+    # ever. A round in progress finishes (its RPCs are bounded), then the watch ends.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
     try:
         with Live(view(), console=console, auto_refresh=False) as live:
-            while True:
-                time.sleep(interval)
+            while not stop.wait(interval):
                 live.update(view(), refresh=True)
-    except KeyboardInterrupt:
-        return 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 0
 
 
 # ---- gathering ------------------------------------------------------------------------------
