@@ -92,6 +92,8 @@ _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
 _REQUIRED = ("node.id", "listen", "data.dir")
 _KEY_PATTERN = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*")
 _WEEK_MS = 7 * 24 * 3600 * 1000
+#: Kafka's INT settings end here.
+_MAX_INT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,10 @@ class NodeConfig:
     #: fences their producers (Kafka's 10 s).
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     #: A group's offsets expire this long after its newest commit (Kafka's 7 days), checked
-    #: every offsets.retention.check.interval.ms (Kafka's 10 minutes).
-    offsets_retention_minutes: int = 7 * 24 * 60
+    #: every offsets.retention.check.interval.ms (Kafka's 10 minutes). Kafka takes whole
+    #: minutes; a fraction is accepted too (0.1 is 6 s), so a test of expiration need not
+    #: wait a minute.
+    offsets_retention_minutes: float = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
     #: The longest committed metadata, in Java characters (UTF-16 code units), as Kafka counts.
     offset_metadata_max_bytes: int = 4096
@@ -286,7 +290,10 @@ class NodeConfig:
             self.offsets_topic_replication_factor >= 1,
             "offsets.topic.replication.factor must be >= 1",
         )
-        _require(self.offsets_retention_minutes >= 1, "offsets.retention.minutes must be >= 1")
+        _require(
+            0 < self.offsets_retention_minutes <= _MAX_INT,
+            f"offsets.retention.minutes must be > 0 and <= {_MAX_INT}",
+        )
         _require(
             self.offsets_retention_check_interval_ms >= 1,
             "offsets.retention.check.interval.ms must be >= 1",
@@ -545,7 +552,7 @@ def _convert(key: str, name: str, value: str) -> Any:
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"
-    if name == "test_drop_produce_response_rate":
+    if name in ("test_drop_produce_response_rate", "offsets_retention_minutes"):
         try:
             return float(value)
         except ValueError:

@@ -59,7 +59,7 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
         self.offsets_topic = offsets_topic
         self._state_config = OffsetsConfig(
             metadata_max_bytes=config.offset_metadata_max_bytes,
-            retention_ms=config.offsets_retention_minutes * 60_000,
+            retention_ms=round(config.offsets_retention_minutes * 60_000),
         )
         self.groups_config = ConsumerGroupConfig(
             session_timeout_ms=config.group_consumer_session_timeout_ms,

@@ -123,7 +123,7 @@ def test_offsets_of_a_group_that_stopped_committing_expire() -> None:
     """offsets.retention.minutes after a group's newest commit, its offsets are tombstoned;
     a group that commits meanwhile keeps its own. One node with Kafka's 50 partitions, whose
     placement the §7.3 vectors check in the log."""
-    with LocalCluster(1, offsets_retention_minutes=1,
+    with LocalCluster(1, offsets_retention_minutes=0.1,
                       offsets_retention_check_interval_ms=500) as cluster, Raw(cluster) as raw:
         wait_for(lambda: find(raw, 1, "warm-up").error_code == 0, 60, "the offsets topic")
         raw.create_topic(TOPIC, 1, 1)
@@ -141,7 +141,7 @@ def test_offsets_of_a_group_that_stopped_committing_expire() -> None:
 
         # Each offsets partition expires its groups in its own bounded steps, so the groups
         # of the other partitions may go a little after 'grp'.
-        wait_for(expired, 150, "the offsets of 'grp' to expire", interval=2.0)
+        wait_for(expired, 150, "the offsets of 'grp' to expire", interval=0.5)
         wait_for(lambda: expired() and all(fetched(raw, 1, group) == {} for group in vectors),
                  30, "the offsets of every idle group to expire", interval=1.0)
         assert fetched(raw, 1, "active") == {(TOPIC, 0): Committed(1)}
