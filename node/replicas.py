@@ -24,6 +24,7 @@ an election timeout is reported (`RaftCore.peer_down`) to the replicas it leads 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import shutil
 import time
@@ -62,8 +63,13 @@ _CREATION_DEFERRAL_TIMEOUTS = 3
 #: How soon, then how often at most, a replica whose disk refused a write tries again.
 _STORAGE_RETRY_S = 1.0
 _STORAGE_RETRY_MAX_S = 8.0
+#: New replicas opened per trip to the disk thread (`_open_queued`): a few tens of ms of
+#: opens, so the rounds of writes queued behind them wait no longer than an fsync or two.
+_OPEN_SLICE = 32
 
 T = TypeVar("T")
+#: A partition's replicas (the preferred leader first) and its topic's configs.
+_Assignment = tuple[tuple[int, ...], dict[str, str]]
 
 
 class ReplicaSet:
@@ -94,6 +100,11 @@ class ReplicaSet:
         self._unopened: dict[TopicPartition, asyncio.Task[None]] = {}
         #: The last retry delay of a replica that came back, and when it came back.
         self._storage_retry: dict[TopicPartition, tuple[float, float]] = {}
+        #: Replicas assigned here that wait to be opened, those being opened now (a removal
+        #: takes a replica out of it), and the task that opens them (`add_replica`).
+        self._to_open: dict[TopicPartition, _Assignment] = {}
+        self._opening: set[TopicPartition] = set()
+        self._opener: asyncio.Task[None] | None = None
         self.raft_config = RaftConfig(
             election_ticks=max(2, config.election_timeout_ms // config.raft_tick_ms),
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
@@ -128,7 +139,10 @@ class ReplicaSet:
         """After the loops stopped: close the links, then every log on the disk thread."""
         for link in self.links.values():
             await link.close()
-        for task in [*self._offline.values(), *self._unopened.values()]:
+        tasks = [*self._offline.values(), *self._unopened.values()]
+        if self._opener is not None:
+            tasks.append(self._opener)
+        for task in tasks:
             task.cancel()
         loop = asyncio.get_running_loop()
         for replica in list(self.partitions.values()):
@@ -197,23 +211,35 @@ class ReplicaSet:
     def open_replica(
         self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
     ) -> None:
-        if tp in self.partitions:
-            return
+        """Open (or create) a replica and put it in service at once: for the node's start,
+        on the disk thread before the loops run. A running node takes `add_replica`."""
+        if tp not in self.partitions:
+            self._register(self._new_replica(tp, replicas, configs))
+
+    def _new_replica(
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+    ) -> PartitionReplica:
+        """The replica with its log opened (created when new): touches the disk and nothing
+        the loop owns, so it runs on any thread."""
         directory = self.config.data_dir / f"{tp.topic}-{tp.partition}"
         seed = hash((self.node_id, tp.topic, tp.partition)) & 0xFFFFFFFF
-        replica = self.partitions[tp] = PartitionReplica(
+        return PartitionReplica(
             tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
             seed, sync_writes=self.config.log_flush_policy == "always",
             tick_s=self.config.raft_tick_ms / 1000, touched=self._proposed,
             peer_live=self.peer_live,
         )
+
+    def _register(self, replica: PartitionReplica) -> None:
+        """Put an opened replica in service: its messages are stepped from now on."""
+        self.partitions[replica.tp] = replica
         core = replica.core
         if core.term == 0 and core.log_end_offset == 0:
             # A new partition: its preferred replica stands at once, so the topic is led
             # without waiting an election timeout, and by the replica meant to lead it; the
             # others give it a few election timeouts before they would stand themselves (its
             # node may apply the new topic late: a loaded node was 0.4 s late in a test).
-            if replicas[0] == self.node_id:
+            if replica.replicas[0] == self.node_id:
                 core.campaign()
             else:
                 core.defer_election(_CREATION_DEFERRAL_TIMEOUTS)
@@ -223,32 +249,82 @@ class ReplicaSet:
     def add_replica(
         self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
     ) -> None:
-        """`open_replica` for a partition assigned here while the node runs (on the loop): a
-        disk that refuses to create its log leaves the replica to a retry every few seconds,
-        rather than failing the round that applied the topic and with it the node."""
-        if tp in self._unopened:
+        """A partition assigned here while the node runs (on the loop): its log is opened on
+        the disk thread, a slice of new replicas at a time (`_open_queued`), never on the loop.
+        An open costs milliseconds (two directory fsyncs to create a log): a topic of 1,000
+        partitions opened on the loop blocked it for 5-50 s, long enough for its peers to take
+        the node for dead (node liveness) and for clients to get no Metadata answer, and the
+        elections that followed fed on themselves. A disk that refuses to create a log leaves
+        the replica to a retry every few seconds, rather than failing the node."""
+        if tp in self.partitions or tp in self._unopened or tp in self._opening:
             return
+        self._to_open[tp] = (replicas, configs)
+        if self._opener is None:
+            self._opener = asyncio.create_task(self._open_queued())
+
+    async def _open_queued(self) -> None:
+        """Open the replicas `add_replica` queued, `_OPEN_SLICE` at a time on the disk thread
+        (in order with the rounds of writes, which go on between slices), their opens side by
+        side on the flush helpers (ext4 folds their directory fsyncs into shared journal
+        commits); each slice goes into service on the loop as soon as it is open."""
+        loop = asyncio.get_running_loop()
         try:
-            self.open_replica(tp, replicas, configs)
-        except OSError as exc:
-            log.error("%s: the replica cannot be created (%s): retrying until the disk takes "
-                      "writes", tp, exc)
-            self._unopened[tp] = asyncio.create_task(self._open_later(tp, replicas, configs))
+            while self._to_open:
+                batch = list(itertools.islice(self._to_open.items(), _OPEN_SLICE))
+                for tp, _ in batch:
+                    del self._to_open[tp]
+                self._opening = {tp for tp, _ in batch}
+                opened = await loop.run_in_executor(self.disk, self._open_slice, batch)
+                wanted, self._opening = self._opening, set()
+                for (tp, (replicas, configs)), result in zip(batch, opened, strict=True):
+                    if isinstance(result, OSError):
+                        if tp in wanted:
+                            log.error("%s: the replica cannot be created (%s): retrying until "
+                                      "the disk takes writes", tp, result)
+                            self._unopened[tp] = asyncio.create_task(
+                                self._open_later(tp, replicas, configs))
+                    elif tp in wanted:
+                        self._register(result)
+                    else:  # removed while it was being opened
+                        result.abandon()
+                        self.disk.submit(_delete_replica_files, result)
+        finally:
+            self._opener = None
+
+    def _open_slice(
+        self, batch: list[tuple[TopicPartition, _Assignment]]
+    ) -> list[PartitionReplica | OSError]:
+        """On the disk thread: a slice of new replicas opened side by side on the flush
+        helpers; a log the disk refused to create is its OSError."""
+
+        def open_one(
+            item: tuple[TopicPartition, _Assignment],
+        ) -> PartitionReplica | OSError:
+            tp, (replicas, configs) = item
+            try:
+                return self._new_replica(tp, replicas, configs)
+            except OSError as exc:
+                return exc
+
+        return list(self._flushers.map(open_one, batch))
 
     async def _open_later(
         self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
     ) -> None:
         delay = _STORAGE_RETRY_S
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 await asyncio.sleep(delay)
                 try:
-                    self.open_replica(tp, replicas, configs)
+                    replica = await loop.run_in_executor(
+                        self.disk, self._new_replica, tp, replicas, configs)
                 except OSError as exc:
                     log.warning("%s: the replica still cannot be created (%s)", tp, exc)
                     delay = min(2 * delay, _STORAGE_RETRY_MAX_S)
                     continue
                 log.warning("%s: the replica is created", tp)
+                self._register(replica)
                 self.wake()
                 return
         finally:
@@ -260,6 +336,8 @@ class ReplicaSet:
         unopened = self._unopened.get(tp)
         if unopened is not None:
             unopened.cancel()
+        self._to_open.pop(tp, None)
+        self._opening.discard(tp)  # `_open_queued` deletes what it opened
         replica = self.partitions.pop(tp, None)
         if replica is not None:
             self._awake.discard(replica)

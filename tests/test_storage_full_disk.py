@@ -65,6 +65,8 @@ def test_a_replica_the_disk_cannot_create_is_created_once_it_can(tmp_path: Path)
             try:
                 fillers = use_up_inodes(disk)
                 replicas.add_replica(tp, (1,), {})
+                await async_wait_for(lambda: tp in replicas._unopened, 20,
+                                     "the disk to refuse the replica's files")
                 assert tp not in replicas.partitions
                 for path in fillers:
                     path.unlink()
