@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     with BaselineServer() as baseline:
         if args.only in (None, "produce"):
             baseline_mib_s = bench_baseline_stream(baseline.address, sizes)
-            floor_mib_s = bench_relay_floor(sizes, baseline_mib_s)
+            floor = bench_relay_floor(sizes, baseline_mib_s)
         with LocalCluster(3) as cluster:
             if args.only in (None, "produce"):
-                ok &= bench_produce(cluster, sizes, baseline_mib_s, floor_mib_s)
+                ok &= bench_produce(cluster, sizes, baseline_mib_s, floor)
             if args.only in (None, "list-offsets"):
                 ok &= bench_list_offsets(cluster, baseline.address, sizes)
             if args.only in (None, "failover"):
@@ -364,6 +364,7 @@ class RelayFloor:
             self.__exit__()
             raise
         self.ports = ports
+        self.pids = [proc.pid for proc in self._procs]
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -405,7 +406,16 @@ def relay_round_trips(
     return asyncio.run(run())
 
 
-def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> float:
+@dataclass
+class Floor:
+    """What `bench_relay_floor` measured."""
+
+    mib_s: float
+    #: CPU ms (user + system) of the three relay processes per MiB relayed in the window.
+    cpu_ms_per_mib: float
+
+
+def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> Floor:
     """MiB/s through three relay nodes (`serve_relay_node`), the produce benchmark's
     partitions and requests in flight spread over them: the most any three-replica
     acks=all produce can carry over Python gRPC on this machine (three hops per batch, all
@@ -414,7 +424,7 @@ def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> float:
         ports = floor.ports
         batch = make_batch(sizes.records_per_batch, wall_clock_ms(), random.randbytes(RECORD_BYTES))
 
-        async def run() -> Window:
+        async def run() -> tuple[Window, list[tuple[float, float]]]:
             channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS)
                         for port in ports]
             window = Window(sizes.warmup_s, sizes.produce_s)
@@ -426,18 +436,23 @@ def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> float:
                     window.complete()
 
             try:
+                metering = asyncio.create_task(meter_cpu(window, floor.pids))
                 await asyncio.gather(*(
                     produce(p) for p in range(sizes.partitions) for _ in range(sizes.inflight)
                 ))
+                cpu = await metering
             finally:
                 for channel in channels:
                     await channel.close()
-            return window
+            return window, cpu
 
-        mib_s = asyncio.run(run()).per_second(len(batch) / MIB)
+        window, ((before, _), (after, _)) = asyncio.run(run())
+    mib_s = window.per_second(len(batch) / MIB)
+    cpu_ms_per_mib = (after - before) * 1000 / max(window.completed * len(batch) / MIB, 1e-9)
     print(f"relay floor: 3 relay processes, each batch relayed to 2 others, no storage: "
-          f"{mib_s:8.1f} MiB/s, {mib_s / baseline_mib_s:.2f} of the baseline")
-    return mib_s
+          f"{mib_s:8.1f} MiB/s, {mib_s / baseline_mib_s:.2f} of the baseline, "
+          f"{cpu_ms_per_mib:.1f} CPU ms per MiB")
+    return Floor(mib_s, cpu_ms_per_mib)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -467,6 +482,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def meter_cpu(window: Window, pids: Sequence[int]) -> list[tuple[float, float]]:
+    """CPU seconds of ``pids`` together and of this process, read when ``window`` opens and
+    when it closes, so that warm-up and tear-down are not counted."""
+    marks = []
+    for moment in (window.start, window.end):
+        await asyncio.sleep(max(0.0, moment - time.perf_counter()))
+        times = os.times()
+        marks.append((sum(cpu_seconds(pid) for pid in pids), times.user + times.system))
+    return marks
+
+
 def raw_produce(
     cluster: Nodes, topic: str, sizes: Sizes, meter_pids: Sequence[int] = (),
     batch: bytes | None = None,
@@ -491,14 +517,6 @@ def raw_produce(
         }
         stubs = {p: tidelog_pb2_grpc.TidelogStub(channels[n]) for p, n in enumerate(leaders)}
         window = Window(sizes.warmup_s, sizes.produce_s)
-        cpu: list[tuple[float, float]] = []
-
-        async def meter() -> None:
-            for moment in (window.start, window.end):
-                await asyncio.sleep(max(0.0, moment - time.perf_counter()))
-                times = os.times()
-                cpu.append((sum(cpu_seconds(pid) for pid in meter_pids),
-                            times.user + times.system))
 
         async def produce(partition: int) -> None:
             request = pb.ProduceRequest(acks=-1, timeout_ms=30_000, topics=[pb.TopicProduceData(
@@ -523,9 +541,11 @@ def raw_produce(
                 await asyncio.sleep(0.05)
 
         try:
-            await asyncio.gather(meter(), *(
+            metering = asyncio.create_task(meter_cpu(window, meter_pids))
+            await asyncio.gather(*(
                 produce(p) for p in range(sizes.partitions) for _ in range(sizes.inflight)
             ))
+            cpu = await metering
         finally:
             for channel in channels.values():
                 await channel.close()
@@ -540,18 +560,25 @@ def raw_produce(
 
 
 def bench_produce(
-    cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float, floor_mib_s: float
+    cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float, floor: Floor
 ) -> bool:
-    raw = raw_produce(cluster, "bench-produce", sizes)
+    pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
+    raw = raw_produce(cluster, "bench-produce", sizes, pids)
+    nodes_cpu_ms_per_mib = raw.nodes_cpu_s * 1000 / max(raw.mib, 1e-9)
     print(f"tidelog acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x {sizes.inflight} "
           f"in flight (leaders on nodes {sorted(set(raw.leaders))}): {raw.mib_s:8.1f} MiB/s "
-          f"{raw.records_s:10.0f} records/s")
+          f"{raw.records_s:10.0f} records/s, {nodes_cpu_ms_per_mib:.1f} nodes' CPU ms per MiB")
     if raw.errors:
         print(f"produce errors (retried): {dict(raw.errors)}")
-    ratio = raw.mib_s / baseline_mib_s
-    print(f"ratio produce MiB/s tidelog/relay floor: {raw.mib_s / floor_mib_s:.2f}")
-    print(f"ratio produce MiB/s tidelog/baseline: {ratio:.2f} (goal >= 0.25) "
-          f"{verdict(ratio >= 0.25)}")
+    ratio = raw.mib_s / floor.mib_s
+    print(f"ratio produce MiB/s tidelog/relay floor: {ratio:.2f} (goal >= 0.7) "
+          f"{verdict(ratio >= 0.7)}")
+    cpu_ratio = nodes_cpu_ms_per_mib / max(floor.cpu_ms_per_mib, 1e-9)
+    print(f"ratio CPU per MiB nodes/relay processes: {cpu_ratio:.2f} (goal <= 1.5) "
+          f"{verdict(cpu_ratio <= 1.5)}")
+    baseline_ratio = raw.mib_s / baseline_mib_s
+    print(f"ratio produce MiB/s tidelog/baseline: {baseline_ratio:.2f} (goal >= 0.25) "
+          f"{verdict(baseline_ratio >= 0.25)}")
     return raw.completed > 0
 
 

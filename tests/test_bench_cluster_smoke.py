@@ -28,8 +28,14 @@ def test_quick_cluster_benchmark_runs_and_prints_its_ratios() -> None:
     out = result.stdout
     number = r"\d+\.\d+"
     assert re.search(rf"^baseline gRPC bidi stream.* {number} MiB/s", out, re.M)
-    assert re.search(rf"^relay floor: .* {number} MiB/s, {number} of the baseline", out, re.M)
-    assert re.search(rf"^tidelog acks=all.* {number} MiB/s +\d+ records/s", out, re.M)
+    assert re.search(rf"^relay floor: .* {number} MiB/s, {number} of the baseline, "
+                     rf"{number} CPU ms per MiB", out, re.M)
+    assert re.search(rf"^tidelog acks=all.* {number} MiB/s +\d+ records/s, {number} nodes' CPU",
+                     out, re.M)
+    assert re.search(rf"^ratio produce MiB/s tidelog/relay floor: {number} \(goal >= 0\.7\)",
+                     out, re.M)
+    assert re.search(rf"^ratio CPU per MiB nodes/relay processes: {number} \(goal <= 1\.5\)",
+                     out, re.M)
     assert re.search(rf"^ratio produce MiB/s tidelog/baseline: {number} \(goal >= 0\.25\)",
                      out, re.M)
     assert re.search(rf"^ratio ListOffsets/health check p50: {number} \(goal <= 1\.5\)",
