@@ -101,8 +101,9 @@ class NodeConfig:
     """One node's settings. Defaults follow Kafka where Kafka has the setting."""
 
     node_id: int
-    #: "host:port" of the client listener (the Tidelog service, health, reflection); the host
-    #: must be loopback, the port may be 0 (any free port).
+    #: "host:port" of the client listener (the Tidelog service, health, reflection): any
+    #: address of this host, a wildcard (0.0.0.0, ::) with advertised.address set, port 0 for
+    #: any free port. A non-loopback listener without TLS is warned about at start.
     listen: str
     data_dir: Path
     #: node_id -> node-to-node address of every node, this one included (its own entry is
@@ -236,12 +237,22 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         _require(self.node_id >= 0, f"node.id must be >= 0, got {self.node_id}")
-        _parse_address("listen", self.listen, loopback_only=True)
+        listen_host = _parse_address("listen", self.listen)[0]
         if self.advertised:
-            _parse_address("advertised.address", self.advertised, loopback_only=False)
+            _require(
+                not _is_wildcard(_parse_address("advertised.address", self.advertised)[0]),
+                f"advertised.address {self.advertised} is a wildcard: clients need an address "
+                "to dial",
+            )
+        else:
+            _require(
+                not _is_wildcard(listen_host),
+                f"listen {self.listen} is a wildcard address: set advertised.address to the "
+                "address clients dial",
+            )
         for peer_id, address in self.peers.items():
             _require(peer_id >= 0, f"peers: node id must be >= 0, got {peer_id}")
-            _parse_address(f"peers: address of node {peer_id}", address, loopback_only=False)
+            _parse_address(f"peers: address of node {peer_id}", address)
         _require(self.segment_bytes >= 14, "segment.bytes must be >= 14 (Kafka's minimum)")
         _require(self.index_interval_bytes >= 0, "index.interval.bytes must be >= 0")
         _require(self.segment_ms >= 1, "segment.ms must be >= 1")
@@ -336,8 +347,7 @@ class NodeConfig:
         object.__setattr__(self, "super_users", tuple(self.super_users))
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         for node, address in self.client_addresses.items():
-            _parse_address(f"client.addresses: address of node {node}", address,
-                           loopback_only=False)
+            _parse_address(f"client.addresses: address of node {node}", address)
         self._check_listeners()
         object.__setattr__(self, "peers", dict(self.peers))
         object.__setattr__(self, "client_addresses", dict(self.client_addresses))
@@ -345,18 +355,17 @@ class NodeConfig:
 
     def _check_listeners(self) -> None:
         """Resolves internal.listen, and refuses listener and TLS settings that cannot work."""
+        own = self.peers.get(self.node_id)
         if not self.internal_listen:
-            own = self.peers.get(self.node_id)
-            own_host = _parse_address("peers", own, loopback_only=False)[0] if own else ""
-            if own is not None and not _is_loopback(own_host):
-                raise InvalidConfigError(
-                    f"peers names node {self.node_id} at {own}, which is not a loopback "
-                    "address to bind: set internal.listen"
-                )
-            host = _parse_address("listen", self.listen, loopback_only=True)[0]
+            host = _parse_address("listen", self.listen)[0]
             object.__setattr__(self, "internal_listen", own or format_address(host, 0))
-        internal = _parse_address("internal.listen", self.internal_listen, loopback_only=True)
-        client = _parse_address("listen", self.listen, loopback_only=True)
+        internal = _parse_address("internal.listen", self.internal_listen)
+        client = _parse_address("listen", self.listen)
+        _require(
+            not _is_wildcard(internal[0]) or own is not None,
+            f"internal.listen {self.internal_listen} is a wildcard address: list this node's "
+            f"node-to-node address in peers ({self.node_id}=HOST:PORT), which the others dial",
+        )
         _require(
             internal[1] == 0 or internal != client,
             f"internal.listen and listen are both {self.listen}: the node-to-node listener "
@@ -406,8 +415,24 @@ class NodeConfig:
 
     @property
     def listen_host(self) -> str:
-        """The host of the listen address (a loopback one): the metrics endpoint binds it too."""
-        return _parse_address("listen", self.listen, loopback_only=True)[0]
+        """The host of the listen address: the metrics endpoint binds it too."""
+        return _parse_address("listen", self.listen)[0]
+
+    def plaintext_exposures(self) -> list[str]:
+        """The listeners that accept connections from other hosts without TLS, each named
+        with its setting: what the node warns about at start (anyone who reaches such a port
+        reads the data, or with the node-to-node one takes part in replication)."""
+        return [
+            f"{key} {address} is not a loopback address and has no TLS ({protocol_key}="
+            f"PLAINTEXT): anyone who reaches it {what}"
+            for key, address, protocol_key, protocol, what in (
+                ("listen", self.listen, "security.protocol", self.security_protocol,
+                 "can read and write every topic"),
+                ("internal.listen", self.internal_listen, "security.inter.broker.protocol",
+                 self.security_inter_broker_protocol, "can speak Raft with this node"),
+            )
+            if protocol == "PLAINTEXT" and not _is_loopback(_parse_address(key, address)[0])
+        ]
 
     @property
     def advertised_address(self) -> str:
@@ -418,15 +443,14 @@ class NodeConfig:
         """This config once the servers have bound ``port`` and ``internal_port`` (which differ
         when a listener asked for port 0): the runtime must publish the real addresses, to
         peers and in Metadata."""
-        listen = format_address(_parse_address("listen", self.listen, loopback_only=True)[0], port)
+        listen = format_address(_parse_address("listen", self.listen)[0], port)
         internal = format_address(
-            _parse_address("internal.listen", self.internal_listen, loopback_only=True)[0],
-            internal_port,
+            _parse_address("internal.listen", self.internal_listen)[0], internal_port
         )
         advertised = self.advertised or listen
         peers = dict(self.peers)
         own = peers.get(self.node_id)
-        if own is None or _parse_address("peers", own, loopback_only=False)[1] == 0:
+        if own is None or _parse_address("peers", own)[1] == 0:
             peers[self.node_id] = internal
         return dataclasses.replace(
             self, listen=listen, internal_listen=internal, advertised=advertised, peers=peers
@@ -502,22 +526,25 @@ def format_peers(peers: Mapping[int, str]) -> str:
     return ",".join(f"{node_id}={address}" for node_id, address in sorted(peers.items()))
 
 
-def _parse_address(what: str, address: str, *, loopback_only: bool) -> tuple[str, int]:
+def _parse_address(what: str, address: str) -> tuple[str, int]:
     """Splits ``host:port`` (``[::1]:port`` for IPv6) with a clear error naming ``what``."""
     host, sep, port_text = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
         raise InvalidConfigError(f"{what}: expected HOST:PORT, got {address!r}")
-    if loopback_only and not _is_loopback(host):
-        raise InvalidConfigError(
-            f"{what}: {host!r} is not a loopback address; Tidelog nodes bind only to loopback "
-            "(use 127.0.0.1, ::1 or localhost)"
-        )
     return host, int(port_text)
 
 
 def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _is_wildcard(host: str) -> bool:
+    """0.0.0.0 or :: (every address of the host): fine to bind, useless to publish."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
 
 
 def _is_loopback(host: str) -> bool:

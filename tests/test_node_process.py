@@ -183,14 +183,16 @@ def test_config_file_with_flag_and_set_overrides(
 @pytest.mark.parametrize(
     "entry", [("tidelog.node",), ("tidelog.cli", "node")], ids=["module", "cli"]
 )
-def test_node_refuses_non_loopback_listen(tmp_path: Path, entry: tuple[str, ...]) -> None:
+def test_node_refuses_a_wildcard_listen_without_an_advertised_address(
+    tmp_path: Path, entry: tuple[str, ...]
+) -> None:
     result = subprocess.run(
         [sys.executable, "-m", *entry, "--node-id", "1", "--listen", "0.0.0.0:7420",
          "--data-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=DEADLINE_S,
     )
     assert result.returncode == 2
-    assert "'0.0.0.0' is not a loopback address" in result.stderr
+    assert "listen 0.0.0.0:7420 is a wildcard address: set advertised.address" in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1
 
@@ -313,7 +315,10 @@ def test_bound_config_publishes_the_real_port() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"listen": "10.1.2.3:7420"}, "not a loopback address"),
+        ({"listen": "0.0.0.0:7420"}, "is a wildcard address: set advertised.address"),
+        ({"listen": "[::]:7420", "advertised.address": "0.0.0.0:1"},
+         "advertised.address 0.0.0.0:1 is a wildcard"),
+        ({"internal.listen": "0.0.0.0:7520"}, "list this node's node-to-node address in peers"),
         ({"listen": "127.0.0.1"}, "expected HOST:PORT"),
         ({"node.id": "x"}, "node.id must be an integer"),
         ({"node.id": ""}, "missing required setting(s): node.id"),
@@ -333,7 +338,6 @@ def test_bound_config_publishes_the_real_port() -> None:
         ({"offsets.topic.num.partition": "3"}, "did you mean 'offsets.topic.num.partitions'"),
         ({"peers": "1=127.0.0.1:7420"}, "internal.listen and listen are both 127.0.0.1:7420"),
         ({"internal.listen": "127.0.0.1:7420"}, "internal.listen and listen are both"),
-        ({"internal.listen": "10.0.0.1:7520"}, "internal.listen: '10.0.0.1' is not a loopback"),
         ({"peers": "1=127.0.0.1:7520,2=127.0.0.1:7521"}, "client.addresses has no address for "
                                                          "node(s) 2"),
         ({"security.protocol": "SASL_SSL"}, "security.protocol must be one of PLAINTEXT, SSL"),
@@ -348,6 +352,35 @@ def test_config_refusals_name_the_setting(override: dict[str, str], message: str
     with pytest.raises(InvalidConfigError) as info:
         NodeConfig.from_properties({**BASE, **override})
     assert message in str(info.value)
+
+
+def test_any_address_listens_and_plaintext_beyond_loopback_is_named() -> None:
+    """Several hosts: a node binds whatever address it is given (its own peers entry for the
+    node-to-node listener), and the listeners other hosts can reach without TLS are the ones
+    the node warns about at start."""
+    config = NodeConfig.from_properties({
+        **BASE, "listen": "10.0.0.1:9092", "peers": "1=10.0.0.1:9093,2=10.0.0.2:9093",
+        "client.addresses": "2=10.0.0.2:9092",
+    })
+    assert (config.listen, config.internal_listen) == ("10.0.0.1:9092", "10.0.0.1:9093")
+    exposures = config.plaintext_exposures()
+    assert len(exposures) == 2
+    assert exposures[0].startswith("listen 10.0.0.1:9092 is not a loopback address and has no "
+                                   "TLS (security.protocol=PLAINTEXT)")
+    assert exposures[1].startswith("internal.listen 10.0.0.1:9093 is not a loopback")
+    wildcard = NodeConfig.from_properties({
+        **BASE, "listen": "0.0.0.0:9092", "advertised.address": "h1.example:9092",
+        "internal.listen": "0.0.0.0:9093", "peers": "1=h1.example:9093",
+    })
+    assert wildcard.advertised_address == "h1.example:9092"
+    assert wildcard.bound(9092, 9093).peers == {1: "h1.example:9093"}
+    assert NodeConfig.from_properties(BASE).plaintext_exposures() == []
+    tls = {"ssl.certfile": "c", "ssl.keyfile": "k", "ssl.cafile": "ca"}
+    secured = NodeConfig.from_properties({
+        **BASE, **tls, "listen": "10.0.0.1:9092", "security.protocol": "SSL",
+        "security.inter.broker.protocol": "SSL",
+    })
+    assert secured.plaintext_exposures() == []
 
 
 def test_offsets_settings_have_kafkas_names_and_defaults() -> None:

@@ -1,4 +1,5 @@
-"""Real multi-process clusters on loopback, for tests and for ``tidelog cluster``.
+"""Real multi-process clusters, on loopback unless told otherwise, for tests and for
+``tidelog cluster``.
 
 Each node is its own process and process group, so SIGKILL, SIGSTOP and crash-restart are the
 real thing. Nothing may outlive the launcher: ``close()`` (run by ``with``, by ``atexit``, and on
@@ -156,6 +157,11 @@ class LocalCluster:
     made in ``<data_dir>/tls`` (``tidelog.certificates``): mutual TLS between nodes, and clients
     must present a certificate too (``client_options`` are a Client's arguments for that, with
     the principal ``User:CN=client``).
+    ``hosts`` (node id -> address) puts each node's two listeners on its own host, on the same
+    ports as on loopback, and ``command_prefix(node_id)`` comes before each node's command (the
+    network-namespace test: ``hosts`` 10.77.0.N, prefix ``ip netns exec NS``); the launcher
+    must reach those addresses, and the ports are not checked beforehand (they are another
+    host's), so ``base_port`` must be given.
     ``exit_with_parent`` False lets the nodes outlive this process (``tidelog cluster up
     --detach``); otherwise they stop when it dies, however it dies, and also when the *thread*
     that started them ends (the kernel's parent-death signal follows the thread): start and
@@ -172,10 +178,17 @@ class LocalCluster:
         ready_timeout: float = 30.0,
         exit_with_parent: bool = True,
         tls: bool = False,
+        hosts: Mapping[int, str] | None = None,
+        command_prefix: Callable[[int], Sequence[str]] | None = None,
         **node_config: object,
     ) -> None:
         if nodes < 1:
             raise ConfigurationError(f"a cluster needs at least one node, got {nodes}")
+        if hosts is not None and (sorted(hosts) != list(range(1, nodes + 1)) or not base_port):
+            raise ConfigurationError(
+                f"hosts must name nodes 1..{nodes} and come with a base port, got "
+                f"{sorted(hosts)} and {base_port}"
+            )
         if not 0 <= base_port <= 65535 - 2 * nodes:
             raise ConfigurationError(f"base port {base_port} leaves no room for {nodes} nodes")
         self._owns_dir = data_dir is None
@@ -187,6 +200,8 @@ class LocalCluster:
         self._ready_timeout = ready_timeout
         self._exit_with_parent = exit_with_parent
         self.tls = tls
+        self._hosts = dict(hosts or {})
+        self._command_prefix = command_prefix
         #: Node id -> client address, and -> node-to-node address.
         self._addresses: dict[int, str] = {}
         self._internal: dict[int, str] = {}
@@ -224,7 +239,8 @@ class LocalCluster:
                     f"data dir {self._dir} is held by a running cluster (node {node_id}); "
                     f"stop it with: tidelog cluster down --data-dir {self._dir}"
                 )
-        _check_ports_free([*self._addresses.values(), *self._internal.values()])
+        if not self._hosts:
+            _check_ports_free([*self._addresses.values(), *self._internal.values()])
         _LIVE.add(self)
         for node_id in self._addresses:
             self._spawn(node_id)
@@ -461,8 +477,9 @@ class LocalCluster:
             if self._base_port
             else _free_ports(count)
         )
-        addresses = _addresses(ports)
         ids = range(1, self._nodes + 1)
+        hosts = [self._hosts.get(n, "127.0.0.1") for n in (*ids, *ids)]
+        addresses = _addresses(ports, hosts)
         return (
             dict(zip(ids, addresses[: self._nodes], strict=True)),
             dict(zip(ids, addresses[self._nodes :], strict=True)),
@@ -507,7 +524,10 @@ class LocalCluster:
         config = NodeConfig.from_properties(props)  # refuses bad settings here, not in a log
         config_path = node_dir / "node.properties"
         config_path.write_text("".join(f"{k}={v}\n" for k, v in config.to_properties().items()))
-        command = [sys.executable, "-m", "tidelog.node", "--config", str(config_path)]
+        command = [
+            *(self._command_prefix(node_id) if self._command_prefix is not None else ()),
+            sys.executable, "-m", "tidelog.node", "--config", str(config_path),
+        ]
         if self._exit_with_parent:
             command += ["--exit-with-parent", str(os.getpid())]
         package_root = str(Path(tidelog.__file__).resolve().parent.parent)
@@ -926,8 +946,13 @@ def _free_ports(count: int) -> list[int]:
         return [_bind(sock, 0) for sock in socks]
 
 
-def _addresses(ports: Iterable[int]) -> list[str]:
-    return [f"127.0.0.1:{port}" for port in ports]
+def _addresses(ports: Sequence[int], hosts: Sequence[str] | None = None) -> list[str]:
+    from tidelog.node.config import format_address
+
+    return [
+        format_address(host, port)
+        for port, host in zip(ports, hosts or ["127.0.0.1"] * len(ports), strict=True)
+    ]
 
 
 def _check_ports_free(addresses: Iterable[str]) -> None:

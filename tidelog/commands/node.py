@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tidelog.node.config import NodeConfig
 
 #: flag dest -> Kafka-style key, so flags and a properties file name the same settings.
 _FLAG_KEYS = {
@@ -19,7 +23,9 @@ _FLAG_KEYS = {
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-id", help="this node's id (node.id)")
-    parser.add_argument("--listen", help="loopback HOST:PORT to bind; port 0 picks a free one")
+    parser.add_argument(
+        "--listen", help="HOST:PORT to bind (0.0.0.0 needs --advertised); port 0: any free one"
+    )
     parser.add_argument("--data-dir", help="directory of this node's logs (data.dir)")
     parser.add_argument(
         "--peers", help="every node, this one included: 1=127.0.0.1:7420,2=127.0.0.1:7421"
@@ -54,13 +60,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    import asyncio
-
+def node_config(args: argparse.Namespace) -> NodeConfig:
+    """The config the parsed command line describes: the file, then the flags, then --set
+    (what deploy/'s unit and compose file are checked against, tests/test_deploy.py)."""
     from tidelog.errors import InvalidConfigError
-    from tidelog.node import logs
     from tidelog.node.config import NodeConfig
-    from tidelog.node.server import serve
 
     overrides = {key: str(getattr(args, dest)) for dest, key in _FLAG_KEYS.items()
                  if getattr(args, dest) is not None}
@@ -69,6 +73,15 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not key:
             raise InvalidConfigError(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
-    config = NodeConfig.load(args.config, overrides)
+    return NodeConfig.load(args.config, overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from tidelog.node import logs
+    from tidelog.node.server import serve
+
+    config = node_config(args)
     logs.configure(config.node_id, config.log_format)
     return asyncio.run(serve(config, exit_with_parent=args.exit_with_parent))
