@@ -12,16 +12,22 @@ The node's `ControllerDriver` feeds committed bytes in and proposes the records 
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from tidelog.acl import AclBinding, AclBindingFilter
 from tidelog.coordinator.acls import AclIndex, check_binding, check_filter
 from tidelog.coordinator.metadata_records import (
+    CONFIG_RESOURCE_NODE,
+    CONFIG_RESOURCE_TOPIC,
     AccessControlEntryRecord,
+    ConfigRecord,
     MetadataRecord,
     MetadataRecordError,
+    PartitionRecord,
     ProducerIdsRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
@@ -29,7 +35,9 @@ from tidelog.coordinator.metadata_records import (
     decode_record,
 )
 from tidelog.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
@@ -49,6 +57,17 @@ METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
+#: Configs whose value is a comma-separated list, the only ones APPEND and SUBTRACT apply to.
+LIST_CONFIGS = frozenset({"cleanup.policy"})
+
+
+class AlterConfigOp(IntEnum):
+    """Kafka's AlterConfigOp.OpType codes (IncrementalAlterConfigs)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
 
 
 @dataclass(frozen=True)
@@ -96,6 +115,9 @@ class MetadataImage:
     next_producer_id: int = 0
     acls: AclIndex = field(default_factory=AclIndex)
     next_acl_id: int = 1
+    #: Dynamic node configs (Kafka's broker ConfigRecords): "" -> every node's default,
+    #: "<node id>" -> that node's own, which wins over the default.
+    node_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     applied_offset: int = -1
 
     # -- decisions (controller leader only) ---------------------------------------------------
@@ -134,6 +156,124 @@ class MetadataImage:
             num_partitions, replication_factor, sorted(node_ids), self.leader_counts()
         )
         return TopicRecord(name, self.next_topic_id, tuple(assignment), dict(configs))
+
+    def plan_create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignment: Sequence[Sequence[int]] | None,
+        node_ids: Sequence[int],
+    ) -> list[PartitionRecord]:
+        """CreatePartitions: the records that grow `name` to `count` partitions, placed as
+        `assignment` says (one replica list per new partition) or as a new topic's would be
+        at the topic's replication factor. Kafka's checks and codes; an internal topic is
+        refused, since its partition count places groups and transactional ids."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        if name in INTERNAL_TOPICS:
+            raise InvalidRequestError(
+                f"{name} is an internal topic: its partition count places its keys"
+            )
+        current = topic.partition_count
+        if count == current:
+            raise InvalidPartitionsError(f"topic {name!r} already has {current} partition(s)")
+        if count < current:
+            raise InvalidPartitionsError(
+                f"topic {name!r} currently has {current} partition(s); {count} would not be an "
+                "increase"
+            )
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"number of partitions must be at most {MAX_PARTITIONS}, got {count}"
+            )
+        factor = len(topic.assignment[0])
+        if assignment is None:
+            if factor > len(node_ids):
+                raise InvalidReplicationFactorError(
+                    f"topic {name!r} has {factor} replicas per partition but only "
+                    f"{len(node_ids)} nodes exist"
+                )
+            placed = assign_replicas(
+                count - current, factor, sorted(node_ids), self.leader_counts()
+            )
+        else:
+            placed = [tuple(replicas) for replicas in assignment]
+            _check_assignment(placed, count - current, factor, node_ids)
+        return [
+            PartitionRecord(name, topic.topic_id, current + i, replicas)
+            for i, replicas in enumerate(placed)
+        ]
+
+    def plan_alter_configs(
+        self,
+        resource_type: int,
+        resource_name: str,
+        ops: Sequence[tuple[str, int, str | None]],
+        node_ids: Sequence[int],
+        defaults: Mapping[str, str],
+        validate: Callable[[dict[str, str]], None],
+    ) -> list[ConfigRecord]:
+        """IncrementalAlterConfigs of one resource: the ConfigRecords that turn its dynamic
+        configs into what `ops` ((key, AlterConfigOp, value) each) make of them. APPEND and
+        SUBTRACT start from the key's current value, else `defaults`' (Kafka's rule).
+        `validate` (the node's rules for keys and values) sees the whole result and raises
+        INVALID_CONFIG or INVALID_REQUEST; so does an op this function refuses itself."""
+        current = self.configs_of(resource_type, resource_name, node_ids)
+        keys = [key for key, _, _ in ops]
+        if len(set(keys)) != len(keys):
+            raise InvalidRequestError("a config key appears more than once for the resource")
+        updated = dict(current)
+        for key, op, value in ops:
+            if op not in AlterConfigOp.__members__.values():
+                raise InvalidRequestError(f"unknown config operation {op} for {key!r}")
+            if op != AlterConfigOp.DELETE and value is None:
+                raise InvalidRequestError(f"null value not supported for {key!r}")
+            if op == AlterConfigOp.SET:
+                assert value is not None
+                updated[key] = value
+            elif op == AlterConfigOp.DELETE:
+                updated.pop(key, None)
+            else:
+                assert value is not None
+                if key not in LIST_CONFIGS:
+                    raise InvalidConfigError(
+                        f"{AlterConfigOp(op).name} applies to list configs only, not {key!r}"
+                    )
+                base = updated.get(key, defaults.get(key, ""))
+                items = [item for item in base.split(",") if item]
+                given = [item.strip() for item in value.split(",") if item.strip()]
+                if op == AlterConfigOp.APPEND:
+                    items += [item for item in given if item not in items]
+                else:
+                    items = [item for item in items if item not in given]
+                updated[key] = ",".join(items)
+        validate(updated)
+        return [
+            ConfigRecord(resource_type, resource_name, key, updated.get(key))
+            for key in sorted(set(current) | set(updated))
+            if current.get(key) != updated.get(key)
+        ]
+
+    def configs_of(
+        self, resource_type: int, resource_name: str, node_ids: Sequence[int]
+    ) -> dict[str, str]:
+        """The dynamic configs of a resource: a topic's overrides, or a node's (or, for "",
+        every node's default); UNKNOWN_TOPIC_OR_PARTITION or INVALID_REQUEST for a resource
+        that does not exist."""
+        if resource_type == CONFIG_RESOURCE_TOPIC:
+            topic = self.topics.get(resource_name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {resource_name!r} does not exist")
+            return dict(topic.configs)
+        if resource_type == CONFIG_RESOURCE_NODE:
+            if resource_name != "" and resource_name not in {str(n) for n in node_ids}:
+                raise InvalidRequestError(
+                    f"no node {resource_name!r}: a node resource is a node id, or empty for "
+                    "every node's default"
+                )
+            return dict(self.node_configs.get(resource_name, {}))
+        raise InvalidRequestError(f"resource type {resource_type} has no configs here")
 
     def plan_delete(self, name: str) -> RemoveTopicRecord:
         if name not in self.topics:
@@ -220,10 +360,33 @@ class MetadataImage:
             self.next_acl_id = max(self.next_acl_id, record.acl_id + 1)
         elif isinstance(record, RemoveAccessControlEntryRecord):
             self.acls.remove(record.acl_id)
+        elif isinstance(record, PartitionRecord):
+            topic = self.topics.get(record.topic)
+            if (topic is not None and topic.topic_id == record.topic_id
+                    and record.partition == topic.partition_count):
+                self.topics[topic.name] = dataclasses.replace(
+                    topic, assignment=(*topic.assignment, record.replicas)
+                )
+        elif isinstance(record, ConfigRecord):
+            self._apply_config(record)
         else:
             topic = self.topics.get(record.name)
             if topic is not None and topic.topic_id == record.topic_id:
                 del self.topics[topic.name]
+
+    def _apply_config(self, record: ConfigRecord) -> None:
+        if record.resource_type == CONFIG_RESOURCE_TOPIC:
+            topic = self.topics.get(record.resource_name)
+            if topic is None:
+                return
+            configs = dict(topic.configs)
+            _set_or_remove(configs, record.name, record.value)
+            self.topics[topic.name] = dataclasses.replace(topic, configs=configs)
+        elif record.resource_type == CONFIG_RESOURCE_NODE:
+            configs = self.node_configs.setdefault(record.resource_name, {})
+            _set_or_remove(configs, record.name, record.value)
+            if not configs:
+                del self.node_configs[record.resource_name]
 
     def apply_batches(self, data: bytes | memoryview) -> None:
         """Apply committed batches of the metadata log, as read from it. Control batches (the
@@ -242,6 +405,37 @@ class MetadataImage:
                         f"metadata record at offset {record.offset}: {exc}"
                     ) from None
                 self.apply(record.offset, decoded)
+
+
+def _set_or_remove(configs: dict[str, str], key: str, value: str | None) -> None:
+    if value is None:
+        configs.pop(key, None)
+    else:
+        configs[key] = value
+
+
+def _check_assignment(
+    placed: Sequence[tuple[int, ...]], wanted: int, factor: int, node_ids: Sequence[int]
+) -> None:
+    """A manual assignment of new partitions, as Kafka checks it."""
+    if len(placed) != wanted:
+        raise InvalidReplicaAssignmentError(
+            f"attempted to add {wanted} partition(s), but {len(placed)} assignment(s) were given"
+        )
+    known = set(node_ids)
+    for replicas in placed:
+        if len(replicas) != factor:
+            raise InvalidReplicaAssignmentError(
+                f"an assignment of {len(replicas)} replica(s) is not consistent with the "
+                f"topic's partitions, which have {factor}"
+            )
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(f"assignment {list(replicas)} names a node twice")
+        unknown = sorted(set(replicas) - known)
+        if unknown:
+            raise InvalidReplicaAssignmentError(
+                f"assignment {list(replicas)} names unknown node(s) {unknown}"
+            )
 
 
 def assign_replicas(

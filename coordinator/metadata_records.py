@@ -38,6 +38,8 @@ _REMOVE_TOPIC: Final = 2
 _PRODUCER_IDS: Final = 3
 _ACCESS_CONTROL_ENTRY: Final = 4
 _REMOVE_ACCESS_CONTROL_ENTRY: Final = 5
+_PARTITION: Final = 6
+_CONFIG: Final = 7
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -124,12 +126,54 @@ class RemoveAccessControlEntryRecord:
         return ACL_SUBJECT
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """A partition was added to a topic (Kafka's PartitionRecord, written for CreatePartitions):
+    its index, the next after the topic's last, and its replicas, preferred leader first. The
+    topic id makes a record planned for a topic since deleted miss its re-creation."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    replicas: tuple[int, ...]
+
+    @property
+    def subject(self) -> str:
+        return self.topic
+
+
+#: Kafka's ConfigResource types that carry dynamic configs here.
+CONFIG_RESOURCE_TOPIC: Final = 2
+CONFIG_RESOURCE_NODE: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    """A dynamic config was set, or removed when `value` is None (Kafka's ConfigRecord): one key
+    of a topic, or of the nodes (resource name "" for every node's default, else a node id)."""
+
+    resource_type: int
+    resource_name: str
+    name: str
+    value: str | None
+
+    @property
+    def subject(self) -> str:
+        # A topic's configs change with its other changes, one at a time; a node's have a
+        # subject that is no legal topic name.
+        if self.resource_type == CONFIG_RESOURCE_TOPIC:
+            return self.resource_name
+        return f"node configs {self.resource_name}"
+
+
 MetadataRecord = (
     TopicRecord
     | RemoveTopicRecord
     | ProducerIdsRecord
     | AccessControlEntryRecord
     | RemoveAccessControlEntryRecord
+    | PartitionRecord
+    | ConfigRecord
 )
 
 
@@ -170,9 +214,25 @@ def encode_record(record: MetadataRecord) -> bytes:
         _put_str(out, entry.host)
         out += _U8.pack(entry.operation)
         out += _U8.pack(entry.permission)
-    else:
+    elif isinstance(record, RemoveAccessControlEntryRecord):
         out.append(_REMOVE_ACCESS_CONTROL_ENTRY)
         out += _I64.pack(record.acl_id)
+    elif isinstance(record, PartitionRecord):
+        out.append(_PARTITION)
+        _put_str(out, record.topic)
+        out += _I64.pack(record.topic_id)
+        out += _I32.pack(record.partition)
+        out += _U16.pack(len(record.replicas))
+        for node_id in record.replicas:
+            out += _I32.pack(node_id)
+    else:
+        out.append(_CONFIG)
+        out += _U8.pack(record.resource_type)
+        _put_str(out, record.resource_name)
+        _put_str(out, record.name)
+        out += _U8.pack(record.value is not None)
+        if record.value is not None:
+            _put_str(out, record.value)
     return bytes(out)
 
 
@@ -244,6 +304,22 @@ class _Reader:
             )
         elif kind == _REMOVE_ACCESS_CONTROL_ENTRY:
             record = RemoveAccessControlEntryRecord(self._int(_I64))
+        elif kind == _PARTITION:
+            topic = self._str()
+            topic_id = self._int(_I64)
+            partition = self._int(_I32)
+            replicas = tuple(self._int(_I32) for _ in range(self._count(_U16, 4)))
+            record = PartitionRecord(topic, topic_id, partition, replicas)
+        elif kind == _CONFIG:
+            config_type = self._int(_U8)
+            resource_name = self._str()
+            name = self._str()
+            has_value = self._int(_U8)
+            if has_value > 1:
+                raise MetadataRecordError(f"config record flag {has_value} is not 0 or 1")
+            record = ConfigRecord(
+                config_type, resource_name, name, self._str() if has_value else None
+            )
         else:
             raise MetadataRecordError(f"unknown metadata record kind {kind}")
         if self._pos != len(self._data):
@@ -354,6 +430,26 @@ def _check(record: MetadataRecord) -> None:
         if record.first < 0 or record.count < 1:
             raise MetadataRecordError(
                 f"producer-id block [{record.first}, +{record.count}) is empty"
+            )
+    elif isinstance(record, PartitionRecord):
+        replicas = record.replicas
+        if (not record.topic or record.topic_id < 1 or record.partition < 1 or not replicas
+                or min(replicas) < 0 or len(set(replicas)) != len(replicas)):
+            raise MetadataRecordError(
+                f"partition record {record.topic!r}-{record.partition} lacks a topic, an id, "
+                f"an index past 0 or a good replica list {list(replicas)}"
+            )
+    elif isinstance(record, ConfigRecord):
+        if record.resource_type not in (CONFIG_RESOURCE_TOPIC, CONFIG_RESOURCE_NODE):
+            raise MetadataRecordError(f"config record of resource type {record.resource_type}")
+        if not record.name or (record.resource_type == CONFIG_RESOURCE_TOPIC
+                               and not record.resource_name):
+            raise MetadataRecordError("config record lacks a config or topic name")
+        if record.resource_type == CONFIG_RESOURCE_NODE and not (
+                record.resource_name == ""
+                or (record.resource_name.isascii() and record.resource_name.isdigit())):
+            raise MetadataRecordError(
+                f"config record names node {record.resource_name!r}, not an id or \"\""
             )
     elif record.acl_id < 1:
         raise MetadataRecordError(f"ACL record id {record.acl_id} is not >= 1")
