@@ -230,3 +230,16 @@ def test_sigterm_to_cluster_up_stops_every_node_gracefully(tmp_path: Path) -> No
     finally:
         up.kill()
         up.wait()
+
+
+def test_a_cluster_listens_below_the_ephemeral_ports_its_own_connections_take() -> None:
+    """A listening port taken from the kernel's ephemeral range could be taken first as the
+    source port of a connection (a node dialling a peer still starting), and that node then
+    exits with "address in use" (seen in runs beside other suites)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    if low < 20_000 + 16 * 8:
+        pytest.skip(f"the ephemeral range starts at {low}: no room below it")
+    with LocalCluster(1, require_controller=False) as cluster:
+        ports = [int(a.rpartition(":")[2]) for n in cluster.node_ids
+                 for a in (cluster.address_of(n), cluster.internal_address_of(n))]
+    assert len(set(ports)) == 2 and all(port < low for port in ports), (ports, low)

@@ -22,6 +22,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -939,11 +940,39 @@ def _read_layout(data_dir: Path) -> tuple[dict[int, str], dict[int, str]]:
         raise ConfigurationError(f"{data_dir / LAYOUT_FILE} is unreadable: {exc}") from None
 
 
+#: Where listening ports are looked for: below the kernel's ephemeral range (see
+#: `_free_ports`), above the ports services commonly claim.
+_LISTEN_PORTS_FROM = 20_000
+
+
 def _free_ports(count: int) -> list[int]:
-    """Ports chosen by the kernel, all held open together so none is handed out twice."""
+    """Free ports below the kernel's ephemeral range, all held open together so none is
+    handed out twice. A port the kernel picks for a bind to port 0 comes from the same range
+    as the source ports of outbound connections, so one of the cluster's own connections (a
+    node dialling a peer that is still starting) could take it before the node meant to
+    listen on it binds, and that node would exit with "address in use"; no connection takes
+    a port below the range. Where the range leaves no room below it, the kernel chooses."""
+    low = _ephemeral_ports_start()
+    room = range(_LISTEN_PORTS_FROM, low)
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        return [_bind(sock, 0) for sock in socks]
+        if len(room) < 16 * count:
+            socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+            return [_bind(sock, 0) for sock in socks]
+        ports: list[int] = []
+        for port in random.sample(room, min(len(room), 64 * count)):
+            sock = stack.enter_context(socket.socket())
+            with contextlib.suppress(ConfigurationError):
+                ports.append(_bind(sock, port))
+                if len(ports) == count:
+                    return ports
+        raise ConfigurationError(f"no {count} free ports between {_LISTEN_PORTS_FROM} and {low}")
+
+
+def _ephemeral_ports_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _LISTEN_PORTS_FROM  # not Linux: let the kernel choose
 
 
 def _addresses(ports: Sequence[int], hosts: Sequence[str] | None = None) -> list[str]:
