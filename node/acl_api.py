@@ -11,7 +11,7 @@ answered by any node from the ACLs it has applied.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from enum import IntEnum
 from typing import Any, TypeVar
 
@@ -54,80 +54,88 @@ class AclApi:
     async def create_acls(
         self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateAclsResponse:
-        forwarded = await self._forward("CreateAcls", request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
-        refused = self.authorization.cluster_refused(
-            self.authorization.principal(context), Operation.ALTER
+        def answer(outcomes: list[errors.TidelogError | None]) -> pb.CreateAclsResponse:
+            response = pb.CreateAclsResponse()
+            for error in outcomes:
+                response.results.add(
+                    error_code=error.code if error else 0,
+                    error_message=str(error) if error else "",
+                )
+            return response
+
+        return await self._change_acls(  # type: ignore[no-any-return]
+            "CreateAcls", request, context, request.creations, _binding_of, AclBinding,
+            lambda valid: self.controller.image.plan_create_acls(valid), answer,
         )
-        if refused is not None:
-            return _creations_failed(request, refused)
-        parsed = [_parsed(_binding_of, creation) for creation in request.creations]
-        valid = [binding for binding in parsed if isinstance(binding, AclBinding)]
-        planned: list[errors.InvalidRequestError | None] = []
-
-        def plan() -> Any:
-            records, outcomes = self.controller.image.plan_create_acls(valid)
-            planned[:] = outcomes
-            return records
-
-        try:
-            await self._change(plan, context)
-        except errors.TidelogError as exc:
-            return _creations_failed(request, exc)
-        outcomes = iter(planned)
-        response = pb.CreateAclsResponse()
-        for binding in parsed:
-            error = next(outcomes) if isinstance(binding, AclBinding) else binding
-            response.results.add(
-                error_code=error.code if error else 0, error_message=str(error) if error else ""
-            )
-        return response
 
     async def delete_acls(
         self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteAclsResponse:
-        forwarded = await self._forward("DeleteAcls", request, context)
+        def answer(
+            outcomes: list[list[AclBinding] | errors.TidelogError],
+        ) -> pb.DeleteAclsResponse:
+            response = pb.DeleteAclsResponse()
+            for outcome in outcomes:
+                result = response.filter_results.add()
+                if isinstance(outcome, errors.TidelogError):
+                    result.error_code, result.error_message = outcome.code, str(outcome)
+                    continue
+                for binding in outcome:
+                    pattern, entry = binding.pattern, binding.entry
+                    result.matching_acls.add(
+                        resource_type=pattern.resource_type,
+                        resource_name=pattern.name,
+                        pattern_type=pattern.pattern_type,
+                        principal=entry.principal,
+                        host=entry.host,
+                        operation=entry.operation,
+                        permission_type=entry.permission,
+                    )
+            return response
+
+        return await self._change_acls(  # type: ignore[no-any-return]
+            "DeleteAcls", request, context, request.filters, _filter_of, AclBindingFilter,
+            lambda valid: self.controller.image.plan_delete_acls(valid), answer,
+        )
+
+    async def _change_acls(
+        self,
+        method: str,
+        request: Any,
+        context: grpc.aio.ServicerContext,
+        items: Iterable[Any],
+        parse: Callable[[Any], Any],
+        kind: type,
+        plan: Callable[[list[Any]], tuple[Any, list[Any]]],
+        answer: Callable[[list[Any]], Any],
+    ) -> Any:
+        """The shared course of CreateAcls and DeleteAcls: forwarded to the controller
+        leader, ALTER on the cluster checked, each item parsed (a bad one fails alone), the
+        valid ones planned on the image as the records are proposed, and ``answer`` given
+        every item's outcome in the request's order once the records committed."""
+        forwarded = await self._forward(method, request, context)
         if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
+            return forwarded
         refused = self.authorization.cluster_refused(
             self.authorization.principal(context), Operation.ALTER
         )
         if refused is not None:
-            return _deletions_failed(request, refused)
-        parsed = [_parsed(_filter_of, acl_filter) for acl_filter in request.filters]
-        valid = [f for f in parsed if isinstance(f, AclBindingFilter)]
-        planned: list[list[AclBinding] | errors.InvalidRequestError] = []
+            return all_failed(method, request, refused)
+        parsed = [_parsed(parse, item) for item in items]
+        valid = [item for item in parsed if isinstance(item, kind)]
+        planned: list[Any] = []
 
-        def plan() -> Any:
-            records, outcomes = self.controller.image.plan_delete_acls(valid)
+        def plan_records() -> Any:
+            records, outcomes = plan(valid)
             planned[:] = outcomes
             return records
 
         try:
-            await self._change(plan, context)
+            await self._change(plan_records, context)
         except errors.TidelogError as exc:
-            return _deletions_failed(request, exc)
+            return all_failed(method, request, exc)
         outcomes = iter(planned)
-        response = pb.DeleteAclsResponse()
-        for acl_filter in parsed:
-            outcome = next(outcomes) if isinstance(acl_filter, AclBindingFilter) else acl_filter
-            result = response.filter_results.add()
-            if isinstance(outcome, errors.TidelogError):
-                result.error_code, result.error_message = outcome.code, str(outcome)
-                continue
-            for binding in outcome:
-                pattern, entry = binding.pattern, binding.entry
-                result.matching_acls.add(
-                    resource_type=pattern.resource_type,
-                    resource_name=pattern.name,
-                    pattern_type=pattern.pattern_type,
-                    principal=entry.principal,
-                    host=entry.host,
-                    operation=entry.operation,
-                    permission_type=entry.permission,
-                )
-        return response
+        return answer([next(outcomes) if isinstance(item, kind) else item for item in parsed])
 
     def describe_acls(
         self, request: pb.DescribeAclsRequest, context: grpc.aio.ServicerContext
