@@ -33,6 +33,7 @@ from tidelog.records import (
 from tidelog.replication import NotLeaderError, RaftConfig, RaftCore, Ready, Role
 from tidelog.replication.driver import DrivenReplica, Leadership
 from tidelog.replication.log_store import LogCodec, LogStore
+from tidelog.replication.term_votes import TermVotes
 from tidelog.storage import AbortedTxn, Log, LogConfig, TimestampAndOffset
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.types import (
@@ -90,6 +91,7 @@ class PartitionReplica:
         log_config: LogConfig,
         raft_config: RaftConfig,
         seed: int,
+        term_votes: TermVotes,
         sync_writes: bool = True,
         tick_s: float = 0.0,
         touched: Callable[[PartitionReplica], None] | None = None,
@@ -106,7 +108,7 @@ class PartitionReplica:
         self.replicas = replicas
         self.log = Log.open(directory, log_config, clock=wall_clock_ms)
         self._sync_writes = sync_writes
-        self.store = LogStore(self.log, sync_writes)
+        self.store = LogStore(self.log, term_votes, sync_writes)
         self.replica_log = self.store.replica_log
         self._rng = random.Random(seed)
         self._raft_config = raft_config
@@ -204,7 +206,7 @@ class PartitionReplica:
         except OSError:
             reopened.abandon()
             raise
-        store = LogStore(reopened, self._sync_writes)
+        store = LogStore(reopened, self.store.term_votes, self._sync_writes)
         store.closed = self.store.closed
         self.log, self.store, self.replica_log = reopened, store, store.replica_log
 

@@ -51,6 +51,7 @@ from tidelog.replication import (
     VoteRequest,
 )
 from tidelog.replication.driver import Driver, Leadership, Write
+from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import LogConfig
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
@@ -85,6 +86,9 @@ class ReplicaSet:
         #: checkpoints and retention all run here, one after another.
         self.disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"disk-{self.node_id}")
         #: Helpers of the disk thread for one round of writes: see `_persist_all`.
+        #: The term and vote of every hosted group, one file for all (one replacement of it
+        #: per round of writes, however many groups changed term in the round).
+        self.term_votes = TermVotes(config.data_dir / TERM_VOTES_FILE)
         self._flushers = ThreadPoolExecutor(
             max_workers=_FLUSH_THREADS, thread_name_prefix=f"flush-{self.node_id}"
         )
@@ -225,7 +229,7 @@ class ReplicaSet:
         seed = hash((self.node_id, tp.topic, tp.partition)) & 0xFFFFFFFF
         return PartitionReplica(
             tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
-            seed, sync_writes=self.config.log_flush_policy == "always",
+            seed, self.term_votes, sync_writes=self.config.log_flush_policy == "always",
             tick_s=self.config.raft_tick_ms / 1000, touched=self._proposed,
             peer_live=self.peer_live,
         )
@@ -597,7 +601,12 @@ class ReplicaSet:
 
 
 def _delete_replica_files(replica: PartitionReplica) -> None:
+    """On the disk thread, after any round of writes under way for the replica: its term and
+    vote leave the book before its directory goes (a topic created again under the same name
+    must not inherit them)."""
     replica.log.close()
+    replica.store.term_votes.forget(replica.store.name)
+    replica.store.term_votes.sync()
     directory = replica.log.directory
     doomed = directory.with_name(f"{directory.name}.deleted")
     shutil.rmtree(doomed, ignore_errors=True)
@@ -610,21 +619,34 @@ def _persist_all(
 ) -> list[tuple[PartitionReplica, Exception]]:
     """On the disk thread: apply and fsync a round of Readies (group commit).
 
-    The partitions' writes and fsyncs run side by side on `flushers`: one after another, a
-    round costs the sum of a few fsyncs per partition (several ms each on a busy VM), while
-    ext4 folds concurrent fsyncs into one journal commit. The disk thread still waits for the
-    whole round, so work it runs later (deleting a replica, closing a log) never overlaps it,
-    and the loop sends nothing of the round that waits for the disk before all of it is
-    durable. A removed replica's store drops its writes (`LogStore.closed`). Returns the
-    replicas whose writes failed (`ReplicaSet.storage_failed`), with the error: their Readies
-    must not complete."""
+    The partitions' writes, then their fsyncs, run side by side on `flushers`: one after
+    another, a round costs the sum of a few fsyncs per partition (several ms each on a busy
+    VM), while ext4 folds concurrent fsyncs into one journal commit. Every write is applied
+    before any is synced, so the terms and votes of the whole round are in the node's book
+    (`TermVotes`) when the first sync writes it: one file replacement for all the round's
+    elections. The disk thread still waits for the whole round, so work it runs later
+    (deleting a replica, closing a log) never overlaps it, and the loop sends nothing of the
+    round that waits for the disk before all of it is durable. A removed replica's store
+    drops its writes (`LogStore.closed`). Returns the replicas whose writes failed
+    (`ReplicaSet.storage_failed`), with the error: their Readies must not complete."""
 
-    def persist(item: tuple[PartitionReplica, Write]) -> Exception | None:
+    Item = tuple[PartitionReplica, Write]
+
+    def run(step: Callable[[Write], None], item: Item) -> Exception | None:
         try:
-            item[1].persist()
+            step(item[1])
         except (OSError, CorruptMessageError) as exc:
             return exc
         return None
 
-    errors = [persist(writes[0])] if len(writes) == 1 else list(flushers.map(persist, writes))
-    return [(item[0], exc) for item, exc in zip(writes, errors, strict=True) if exc is not None]
+    def each(step: Callable[[Write], None], items: list[Item]) -> list[tuple[Item, Exception]]:
+        if len(items) == 1:
+            errors = [run(step, items[0])]
+        else:
+            errors = list(flushers.map(lambda item: run(step, item), items))
+        return [(item, exc) for item, exc in zip(items, errors, strict=True) if exc is not None]
+
+    failed = each(Write.apply, writes)
+    refused = {id(item) for item, _ in failed}
+    failed += each(Write.sync, [item for item in writes if id(item) not in refused])
+    return [(item[0], exc) for item, exc in failed]

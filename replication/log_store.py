@@ -12,7 +12,7 @@ go to `Log.append_stamped`; everything else came from another node and goes to
 `Log.append_as_follower`, which checks each batch's CRC before writing it.
 
 `LogStore` is the driver's `ReplicaStore` over it: the Ready's log writes, and the term and vote
-in a checkpoint file beside the segments.
+in the node's book of them (`tidelog.replication.term_votes`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from tidelog.records import ControlType, build_control_batch, iter_batches
 from tidelog.replication.driver import TermVote
 from tidelog.replication.raft import HardState, Ready, Role
 from tidelog.replication.replica_log import Entry
+from tidelog.replication.term_votes import TermVotes
 from tidelog.storage import CheckpointFile, Log
 
 _logger = logging.getLogger(__name__)
 
+#: Where a log directory kept its own term and vote before the node's book held them.
 RAFT_STATE_FILE = "raft-state"
 
 
@@ -113,28 +115,36 @@ def _joined(entries: Sequence[Entry]) -> bytes | memoryview:
 
 
 class LogStore:
-    """The `ReplicaStore` of a replica on a storage log. ``sync_writes`` False leaves durability
-    to the page cache and replication (Kafka's default flush policy); ``closed`` drops the
-    writes of a replica being removed."""
+    """The `ReplicaStore` of a replica on a storage log, its term and vote in `term_votes` by
+    its directory's name. ``sync_writes`` False leaves the log's durability to the page cache
+    and replication (Kafka's default flush policy; the term and vote are always synced);
+    ``closed`` drops the writes of a replica being removed."""
 
-    def __init__(self, log: Log, sync_writes: bool = True) -> None:
+    def __init__(self, log: Log, term_votes: TermVotes, sync_writes: bool = True) -> None:
         self.log = log
         self.replica_log = StorageReplicaLog(log)
         self.closed = False
+        self.term_votes = term_votes
+        self.name = log.directory.name
         self._sync_writes = sync_writes
         self._unsynced = False
-        self._state_file = CheckpointFile(
-            log.directory / RAFT_STATE_FILE, version=0, width=2, named=True
-        )
 
     def hard_state(self) -> HardState:
-        rows = dict((key, int(value)) for key, value in self._state_file.read() or [])
-        term, vote = rows.get("term", 0), rows.get("vote", -1)
-        if term < 0 or vote < -1 or not rows.keys() <= {"term", "vote"}:
+        stored = self.term_votes.get(self.name)
+        term, vote = stored if stored is not None else self._own_file_state()
+        return HardState(term, vote, self.log.high_watermark)
+
+    def _own_file_state(self) -> tuple[int, int | None]:
+        """The term and vote in the directory's own file (written before the book existed)."""
+        path = self.log.directory / RAFT_STATE_FILE
+        rows = CheckpointFile(path, version=0, width=2, named=True).read() or []
+        state = dict((key, int(value)) for key, value in rows)
+        term, vote = state.get("term", 0), state.get("vote", -1)
+        if term < 0 or vote < -1 or not state.keys() <= {"term", "vote"}:
             _logger.warning("%s: ignoring invalid %s %s", self.log.directory, RAFT_STATE_FILE,
-                            rows)
+                            state)
             term, vote = 0, -1
-        return HardState(term, None if vote < 0 else vote, self.log.high_watermark)
+        return term, None if vote < 0 else vote
 
     def apply(self, rd: Ready, term_vote: TermVote | None) -> None:
         if self.closed:
@@ -144,10 +154,10 @@ class LogStore:
         if rd.entries or rd.truncate_to is not None or rd.reset_to is not None:
             self._unsynced = True
         if term_vote is not None:
-            term, vote = term_vote
-            self._state_file.write([("term", term), ("vote", -1 if vote is None else vote)])
+            self.term_votes.set(self.name, term_vote)
 
     def sync(self) -> None:
         if self._unsynced and self._sync_writes and not self.closed:
             self.log.sync_data()
         self._unsynced = False
+        self.term_votes.sync()

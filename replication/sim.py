@@ -44,6 +44,7 @@ from tidelog.replication.messages import Message
 from tidelog.replication.raft import NotLeaderError, RaftConfig, RaftCore, Ready, Role
 from tidelog.replication.replica_log import Entry, MemoryLog
 from tidelog.replication.sim_disk import SimDisk, close_descriptors
+from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import Log, LogConfig
 
 #: Virtual time units per tick of a node's clock (nodes' clocks are skewed around it).
@@ -360,8 +361,10 @@ class Simulator:
     def _start(self, node: _Node) -> None:
         node.up = True
         node.incarnation += 1
-        store = node.store = LogStore(Log.open(node.disk.directory, self.log_config,
-                                               clock=lambda: self.now))
+        store = node.store = LogStore(
+            Log.open(node.disk.directory, self.log_config, clock=lambda: self.now),
+            TermVotes(node.disk.directory / TERM_VOTES_FILE),
+        )
         node.disk.record_sync()  # what recovery left is what the disk holds
         self._check_recovered(node, store)
         hard_state = store.hard_state()

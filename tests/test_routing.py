@@ -11,6 +11,7 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.routing import Routing
 from tidelog.replication import Heartbeat, RaftConfig, VoteRequest
+from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import LogConfig
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
@@ -33,7 +34,8 @@ def hosted(tmp_path: Path) -> tuple[Routing, PartitionReplica]:
         client_addresses={2: "127.0.0.1:12", 3: "127.0.0.1:13"},
     )
     replica = PartitionReplica(
-        TP, 1, (1, 2, 3), tmp_path / "events-0", LogConfig(), RaftConfig(), seed=1
+        TP, 1, (1, 2, 3), tmp_path / "events-0", LogConfig(), RaftConfig(), seed=1,
+        term_votes=TermVotes(tmp_path / TERM_VOTES_FILE),
     )
     return Routing(config, {TP: replica}, CONTROLLER), replica
 

@@ -20,6 +20,7 @@ from storage_helpers import T0, FakeClock, all_records, batch, marker, open_log
 from tidelog.node.partition import PartitionReplica
 from tidelog.replication import RaftConfig
 from tidelog.replication.log_store import RAFT_STATE_FILE
+from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import Log, LogConfig
 from tidelog.storage.epoch import LEADER_EPOCH_CHECKPOINT
 from tidelog.storage.loader import LAST_MODIFIED_CHECKPOINT, OFFSETS_CHECKPOINT
@@ -145,7 +146,7 @@ def test_garbage_raft_state_is_ignored(
     with caplog.at_level(logging.WARNING):
         replica = PartitionReplica(
             TopicPartition("t", 0), 1, (1, 2, 3), directory, LogConfig(**CONFIG),  # type: ignore[arg-type]
-            RaftConfig(), seed=1,
+            RaftConfig(), seed=1, term_votes=TermVotes(tmp_path / TERM_VOTES_FILE),
         )
     assert replica.core.term == 0
     assert RAFT_STATE_FILE in caplog.text
