@@ -29,6 +29,8 @@ _ANNOUNCE_EVERY_S = 0.2
 #: made good by the next full one).
 _ANNOUNCE_ALL_EVERY_S = 2.0
 _CHECKPOINT_EVERY_S = 5.0
+#: (log end, log start, HW) of a log that never held a batch.
+_NEVER_WRITTEN = (0, 0, 0)
 _RETENTION_EVERY_S = 5.0
 #: How often a compacted partition whose closed segments did not change is cleaned all the same
 #: (for its tombstones coming of age, after delete.retention.ms).
@@ -128,7 +130,10 @@ class Housekeeping:
         """Every few seconds, as Kafka's flusher: indexes synced, the recovery point moved up
         to what is on disk, and the offsets checkpointed, so a crash recovers little. A log
         unchanged since its last checkpoint is left alone: thousands of idle partitions would
-        otherwise cost two file replacements each, every time."""
+        otherwise cost two file replacements each, every time. So is a log that never held a
+        batch (a new partition's): it has nothing to checkpoint, and the flush and two file
+        replacements of each of the 1,000 logs of a new topic held the disk thread, and with
+        it every round of writes and the topic's first elections, for tens of seconds."""
         done = self._checkpointed
         for gone in [r for r in done if r.closed]:
             del done[gone]
@@ -136,7 +141,7 @@ class Housekeeping:
         def checkpoint(replica: PartitionReplica) -> None:
             log_ = replica.log
             state = (log_.log_end_offset, log_.log_start_offset, log_.high_watermark)
-            if done.get(replica) == state:
+            if done.get(replica, _NEVER_WRITTEN) == state:
                 return
             log_.flush()
             log_.checkpoint()
