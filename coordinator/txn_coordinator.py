@@ -21,6 +21,16 @@ writes COMMIT or ABORT to every partition of it and then asks for the Complete r
 (`plan_complete`). A new leader replays the Prepare* records of the old one and so finishes
 what it decided.
 
+The producer's next AddPartitionsToTxn usually comes while those markers are being written.
+Its partitions may not join a transaction before the previous transaction's markers are on
+them (a batch of the new transaction written ahead of the old marker would be ended by it), so
+the driver holds it until the markers are written; `plan_complete` then plans the Complete
+record and the new Ongoing record together (`Decision.then`), appended as one batch: one
+replicated write where there were two. The Ongoing record never reaches the log before every
+marker of the previous transaction is written, and never without the Complete record before
+it in the same batch, so a new leader replaying the log finds either the Prepare* record (and
+writes the markers again) or both.
+
 Deterministic, like the group coordinator: no I/O, no clock (callers pass `now_ms`), no
 threads, no event loop. A producer id comes from the controller, so a plan that needs a fresh
 one says so (`NEEDS_PRODUCER_ID`) and the driver asks again with one.
@@ -81,6 +91,23 @@ class Decision(NamedTuple):
     producer: tuple[int, int] | None = None
     #: The plan needs a producer id from the controller: ask again with one.
     needs_producer_id: bool = False
+    #: A second record, appended right after `record` in the same batch: the next
+    #: transaction's Ongoing record after a Complete record (`plan_complete`).
+    then: RecordInput | None = None
+
+    @property
+    def records(self) -> list[RecordInput]:
+        """What to append, as one batch."""
+        return [r for r in (self.record, self.then) if r is not None]
+
+
+class AddPartitions(NamedTuple):
+    """An AddPartitionsToTxn (or AddOffsetsToTxn) held until the markers of the id's previous
+    transaction are written (`plan_complete`)."""
+
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TopicPartition, ...]
 
 
 NEEDS_PRODUCER_ID = Decision(needs_producer_id=True)
@@ -172,9 +199,8 @@ class TransactionCoordinatorState:
         if current is not None and current.state not in VALID_PREVIOUS[moving_to]:
             raise AssertionError(f"{txn_id}: {current.state.name} -> {moving_to.name}")
         self._pending[txn_id] = moving_to
-        record = RecordInput(encode_value(target), encode_key(txn_id), target.last_update_ms)
         producer = (target.producer_id, target.producer_epoch) if answer_producer else None
-        return Decision(record, error, producer)
+        return Decision(_record(txn_id, target), error, producer)
 
     def init_producer_id(
         self, txn_id: str, timeout_ms: int, producer_id: int, producer_epoch: int, now_ms: int,
@@ -269,16 +295,9 @@ class TransactionCoordinatorState:
         if meta.state in _PREPARED:
             return Decision(error=_concurrent(txn_id, meta.state))
         wanted = set(partitions)
-        ongoing = meta.state is TxnState.ONGOING
-        if ongoing and wanted <= set(meta.partitions):
+        if meta.state is TxnState.ONGOING and wanted <= set(meta.partitions):
             return Decision()
-        target = meta._replace(
-            state=TxnState.ONGOING,
-            partitions=tuple(sorted(wanted | set(meta.partitions) if ongoing else wanted)),
-            last_update_ms=now_ms,
-            start_ms=meta.start_ms if ongoing else now_ms,
-        )
-        return self._write(txn_id, target)
+        return self._write(txn_id, _adding(meta, wanted, now_ms))
 
     def end_txn(
         self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
@@ -314,19 +333,33 @@ class TransactionCoordinatorState:
                                        meta.state is TxnState.PREPARE_COMMIT, meta.partitions))
         return work
 
-    def plan_complete(self, work: MarkerWork, now_ms: int) -> Decision | None:
+    def plan_complete(
+        self, work: MarkerWork, now_ms: int, then: AddPartitions | None = None
+    ) -> Decision | None:
         """Every partition of `work` has its marker: the Complete record; None when the id has
-        moved on meanwhile (another leader completed it)."""
-        meta = self.txns.get(work.transactional_id)
+        moved on meanwhile (another leader completed it). `then`: an AddPartitionsToTxn that
+        waited for these markers; when it comes from the id's current producer, its Ongoing
+        record follows in the same batch (`Decision.then`) and the id is pending until both
+        are applied. Otherwise it is left out, and asked as usual once Complete is applied
+        (which answers its error)."""
+        txn_id = work.transactional_id
+        meta = self.txns.get(txn_id)
         if (
-            meta is None or work.transactional_id in self._pending
+            meta is None or txn_id in self._pending
             or meta.state not in _PREPARED
             or (meta.producer_id, meta.producer_epoch) != (work.producer_id, work.producer_epoch)
         ):
             return None
         state = TxnState.COMPLETE_COMMIT if work.commit else TxnState.COMPLETE_ABORT
-        target = meta._replace(state=state, partitions=(), last_update_ms=now_ms)
-        return self._write(work.transactional_id, target)
+        complete = meta._replace(state=state, partitions=(), last_update_ms=now_ms)
+        decision = self._write(txn_id, complete)
+        if then is None or not then.partitions or (
+            (then.producer_id, then.producer_epoch) != (work.producer_id, work.producer_epoch)
+        ):
+            return decision
+        assert complete.state in VALID_PREVIOUS[TxnState.ONGOING]
+        self._pending[txn_id] = TxnState.ONGOING
+        return decision._replace(then=_record(txn_id, _adding(complete, then.partitions, now_ms)))
 
     def plan_expiration(self, now_ms: int) -> list[tuple[str, Decision]]:
         """Ongoing transactions older than their timeout, fenced and aborted (kafka-reference
@@ -337,6 +370,23 @@ class TransactionCoordinatorState:
             if meta.state is TxnState.ONGOING and txn_id not in self._pending
             and meta.start_ms + meta.timeout_ms < now_ms
         ]
+
+
+def _record(txn_id: str, meta: TxnMetadata) -> RecordInput:
+    return RecordInput(encode_value(meta), encode_key(txn_id), meta.last_update_ms)
+
+
+def _adding(meta: TxnMetadata, partitions: Iterable[TopicPartition], now_ms: int) -> TxnMetadata:
+    """`meta` (Empty, Ongoing or Complete*) Ongoing with `partitions` in its transaction (a
+    transaction that was not open begins now)."""
+    wanted = set(partitions)
+    ongoing = meta.state is TxnState.ONGOING
+    return meta._replace(
+        state=TxnState.ONGOING,
+        partitions=tuple(sorted(wanted | set(meta.partitions) if ongoing else wanted)),
+        last_update_ms=now_ms,
+        start_ms=meta.start_ms if ongoing else now_ms,
+    )
 
 
 def _concurrent(txn_id: str, state: TxnState) -> ConcurrentTransactionsError:

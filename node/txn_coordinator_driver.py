@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from tidelog import errors
 from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.txn_coordinator import (
+    AddPartitions,
     Decision,
     MarkerWork,
     TransactionCoordinatorState,
@@ -61,9 +62,22 @@ _MARKERS_BACKOFF_S = 0.1
 
 
 @dataclass(eq=False)
+class _Held:
+    """An AddPartitionsToTxn held while the id's markers are written. When the markers task
+    ends, `taken` is set: True when its Ongoing record was committed with the Complete record
+    (answered), False otherwise (it goes the usual way then)."""
+
+    request: AddPartitions
+    taken: asyncio.Future[bool]
+
+
+@dataclass(eq=False)
 class _TxnLed(Led[TransactionCoordinatorState]):
     #: The markers being written, by transactional id.
     marking: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    #: Per transactional id being marked, the requests held until its markers task ends, in
+    #: arrival order; the first goes into the Complete record's batch.
+    held: dict[str, list[_Held]] = field(default_factory=dict)
 
 
 class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
@@ -110,9 +124,11 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
     # ---- markers ---------------------------------------------------------------------------------
 
     async def _mark(self, led: _TxnLed, work: MarkerWork) -> None:
-        """Markers on every partition of `work` until each is written, then Complete."""
+        """Markers on every partition of `work` until each is written, then Complete, with
+        the Ongoing record of a held AddPartitionsToTxn in the same batch."""
         txn_id = work.transactional_id
         pending = set(work.partitions)
+        taken: _Held | None = None
         try:
             if self.config.test_txn_markers_delay_ms:
                 await asyncio.sleep(self.config.test_txn_markers_delay_ms / 1000)
@@ -133,14 +149,24 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
                     await asyncio.sleep(_MARKERS_BACKOFF_S)
             if not self._still_leads(led):
                 return
-            decision = led.state.plan_complete(work, wall_clock_ms())
+            first = next(iter(led.held.get(txn_id, ())), None)
+            decision = led.state.plan_complete(
+                work, wall_clock_ms(), None if first is None else first.request
+            )
             if decision is not None:
                 await self._decide(led, txn_id, decision)
+                if decision.then is not None:
+                    taken = first
         except errors.TidelogError as exc:  # the Complete append failed: retried on next apply
             log.info("%s: %r not completed yet: %s", led.tp, txn_id, exc)
         finally:
             if led.marking.get(txn_id) is asyncio.current_task():
                 del led.marking[txn_id]
+                # Every request held meanwhile, also those that came while the batch was
+                # being appended, is let go.
+                for held in led.held.pop(txn_id, ()):
+                    if not held.taken.done():
+                        held.taken.set_result(held is taken)
 
     @staticmethod
     def _marker(
@@ -162,11 +188,11 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
     async def _decide(
         self, led: Led[TransactionCoordinatorState], txn_id: str, decision: Decision
     ) -> Decision:
-        """Append the decision's record (if any) and return it once committed; a failed
-        append leaves the id as it was and raises the coordinator's error."""
-        if decision.record is not None:
+        """Append the decision's records (if any, as one batch) and return it once committed;
+        a failed append leaves the id as it was and raises the coordinator's error."""
+        if decision.records:
             try:
-                await self._append(led, [decision.record])
+                await self._append(led, decision.records)
             except errors.TidelogError:
                 led.state.abandon(txn_id)
                 raise
@@ -199,25 +225,34 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         partitions: Iterable[TopicPartition],
     ) -> None:
         """AddPartitionsToTxn; raises the error every partition is answered with."""
-        await self._previous_completed(txn_id)
+        request = AddPartitions(producer_id, producer_epoch, tuple(partitions))
+        if await self._held_for_markers(txn_id, request):
+            return
         led = self._coordinating(txn_id)
         decision = led.state.add_partitions(
-            txn_id, producer_id, producer_epoch, partitions, wall_clock_ms()
+            txn_id, producer_id, producer_epoch, request.partitions, wall_clock_ms()
         )
         await self._answer(led, txn_id, decision)
 
-    async def _previous_completed(self, txn_id: str) -> None:
-        """Wait (up to the commit timeout) for the markers and CompleteCommit/CompleteAbort of
-        the id's previous transaction when they are being written. The producer's next
-        AddPartitionsToTxn comes right after EndTxn's answer: answered as soon as the Complete
-        record is durable, it starts the next transaction then, where refused with
-        CONCURRENT_TRANSACTIONS it waited for the client's retry (20 ms each, several per
-        transaction). Past the timeout the request is refused as before."""
+    async def _held_for_markers(self, txn_id: str, request: AddPartitions) -> bool:
+        """While the markers of the id's previous transaction are being written, hold the
+        request (up to the commit timeout) instead of refusing it with CONCURRENT_TRANSACTIONS
+        (whose client retries, 20 ms each, came several times a transaction). The first one
+        held goes into the Complete record's batch (`plan_complete`): True once that batch is
+        committed, the request answered. False: it goes the usual way now (no markers were
+        being written, a later request, the producer differs, the markers task stopped, or
+        the timeout passed, when it is refused as before)."""
         led = self._coordinating(txn_id)
         assert isinstance(led, _TxnLed)
-        task = led.marking.get(txn_id)
-        if task is not None:
-            await asyncio.wait({task}, timeout=self._timeout_s)
+        if txn_id not in led.marking:
+            return False
+        held = _Held(request, asyncio.get_running_loop().create_future())
+        led.held.setdefault(txn_id, []).append(held)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await asyncio.shield(held.taken)
+        except TimeoutError:
+            return False
 
     async def add_offsets(
         self, txn_id: str, producer_id: int, producer_epoch: int, group: str

@@ -14,7 +14,9 @@ import pytest
 from tidelog.coordinator.record_codec import CoordinatorRecordError
 from tidelog.coordinator.txn_coordinator import (
     NEEDS_PRODUCER_ID,
+    AddPartitions,
     Decision,
+    MarkerWork,
     TransactionCoordinatorState,
     TxnConfig,
 )
@@ -41,6 +43,8 @@ from tidelog.records import (
     assign_offsets,
     build_batch,
     build_control_batch,
+    decode_records,
+    iter_batches,
 )
 from tidelog.types import TopicPartition
 
@@ -57,11 +61,14 @@ class Log:
     def __init__(self, config: TxnConfig = CONFIG) -> None:
         self.config = config
         self.batches: list[bytes] = []
+        #: The next offset.
+        self.end = 0
         self.state = TransactionCoordinatorState(config)
 
     def commit(self, decision: Decision) -> Decision:
-        if decision.record is not None:
-            batch = assign_offsets(build_batch([decision.record]), len(self.batches), 0)
+        if decision.records:
+            batch = assign_offsets(build_batch(decision.records), self.end, 0)
+            self.end += len(decision.records)
             self.batches.append(batch)
             self.state.apply(batch)
         return decision
@@ -227,6 +234,102 @@ def test_a_new_leader_finishes_what_the_old_one_prepared() -> None:
     assert new.plan_complete(work, T) is not None
 
 
+def _prepared(log: Log, commit: bool = True) -> tuple[TransactionCoordinatorState, MarkerWork]:
+    init(log)
+    log.commit(log.state.add_partitions("t", 7, 0, [A0, B0], T))
+    log.commit(log.state.end_txn("t", 7, 0, commit, T + 1))
+    (work,) = log.state.prepared()
+    return log.state, work
+
+
+def _states_of_last_batch(log: Log) -> list[TxnState]:
+    data = log.batches[-1]
+    ((pos, header),) = iter_batches(data)
+    return [decode_value(r.value or b"").state for r in decode_records(data, pos, header)]
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_an_add_held_during_the_markers_is_written_with_complete_in_one_batch(
+    commit: bool,
+) -> None:
+    log = Log()
+    state, work = _prepared(log, commit)
+    held = AddPartitions(7, 0, (A1,))
+    decision = state.plan_complete(work, T + 2, held)
+    assert decision is not None and decision.error is None and decision.then is not None
+    # The id is busy until both records are applied: nothing can come between them.
+    assert state.pending("t") is TxnState.ONGOING
+    assert isinstance(state.add_partitions("t", 7, 0, [A1], T).error, ConcurrentTransactionsError)
+    assert isinstance(state.end_txn("t", 7, 0, True, T).error, ConcurrentTransactionsError)
+    assert state.plan_complete(work, T + 2, held) is None
+    log.commit(decision)
+    complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+    assert _states_of_last_batch(log) == [complete, TxnState.ONGOING]
+    meta = state.txns["t"]
+    assert (meta.state, meta.partitions, meta.start_ms) == (TxnState.ONGOING, (A1,), T + 2)
+    assert state.pending("t") is None and state.prepared() == []
+    # The new transaction goes on as any other; a leader that replays the log agrees.
+    assert state.add_partitions("t", 7, 0, [A1], T + 3) == Decision()
+    assert log.replay().txns == state.txns
+    log.commit(state.end_txn("t", 7, 0, True, T + 4))
+    (next_work,) = state.prepared()
+    assert next_work.partitions == (A1,)
+
+
+def test_an_add_of_another_producer_or_epoch_is_not_written_with_complete() -> None:
+    log = Log()
+    state, work = _prepared(log)
+    for stranger in (AddPartitions(8, 0, (A1,)), AddPartitions(7, 1, (A1,)),
+                     AddPartitions(7, 0, ())):
+        decision = state.plan_complete(work, T + 2, stranger)
+        assert decision is not None and decision.then is None
+        state.abandon("t")
+    log.commit(state.plan_complete(work, T + 2, AddPartitions(8, 0, (A1,))) or Decision())
+    assert _states_of_last_batch(log) == [TxnState.COMPLETE_COMMIT]
+    # Asked the usual way afterwards, it gets its error.
+    assert isinstance(state.add_partitions("t", 8, 0, [A1], T).error,
+                      InvalidProducerIdMappingError)
+    assert isinstance(state.add_partitions("t", 7, 1, [A1], T).error, ProducerFencedError)
+
+
+def test_the_combined_append_failing_or_a_failover_before_it_commits_writes_the_markers_again(
+) -> None:
+    log = Log()
+    state, work = _prepared(log)
+    held = AddPartitions(7, 0, (A1,))
+    assert state.plan_complete(work, T + 2, held) is not None
+    state.abandon("t")  # the append failed: still prepared, its markers due again
+    assert state.txns["t"].state is TxnState.PREPARE_COMMIT
+    assert state.prepared() == [work]
+    # A new leader (the combined batch never committed) finds the Prepare record and writes
+    # the markers again; the producer's retried AddPartitionsToTxn is held by it in turn.
+    new = log.replay()
+    assert new.prepared() == [work]
+    assert isinstance(new.add_partitions("t", 7, 0, [A1], T).error, ConcurrentTransactionsError)
+    log.state = new
+    log.commit(new.plan_complete(work, T + 3, held) or Decision())
+    assert new.txns["t"].state is TxnState.ONGOING and new.txns["t"].partitions == (A1,)
+    # A failover after the combined batch committed: the new leader has nothing to mark.
+    newer = log.replay()
+    assert newer.txns == new.txns and newer.prepared() == []
+
+
+def test_a_fence_after_the_combined_batch_aborts_the_new_transaction() -> None:
+    log = Log()
+    state, work = _prepared(log)
+    log.commit(state.plan_complete(work, T + 2, AddPartitions(7, 0, (A1,))) or Decision())
+    fence = init(log)  # a newer incarnation of the id
+    assert isinstance(fence.error, ConcurrentTransactionsError)
+    meta = state.txns["t"]
+    assert (meta.state, meta.producer_epoch, meta.partitions) == (
+        TxnState.PREPARE_ABORT, 1, (A1,))
+    (abort,) = state.prepared()
+    assert (abort.commit, abort.producer_epoch, abort.partitions) == (False, 1, (A1,))
+    # The zombie's add held during these markers is not written: fenced.
+    decision = state.plan_complete(abort, T + 3, AddPartitions(7, 0, (A0,)))
+    assert decision is not None and decision.then is None
+
+
 def test_control_batches_and_damaged_records_are_skipped() -> None:
     state = TransactionCoordinatorState(TxnConfig())
     good = assign_offsets(build_batch([_record("t")]), 0, 0)
@@ -347,11 +450,27 @@ def test_random_producers_keep_kafkas_invariants(seed: int) -> None:
         elif op == 4:
             for work in state.prepared():
                 if rng.random() < 0.7:
-                    complete = state.plan_complete(work, now)
+                    # Sometimes with an AddPartitionsToTxn held meanwhile, of the newest
+                    # incarnation or of a zombie.
+                    held = producers.get(work.transactional_id) if rng.random() < 0.85 else (
+                        zombies.get(work.transactional_id))
+                    then = None if held is None or rng.random() < 0.5 else AddPartitions(
+                        *held, tuple(rng.sample(partitions, 2)))
+                    complete = state.plan_complete(work, now, then)
                     if complete is not None:
                         _commit_checked(log, work.transactional_id, complete, before)
                         assert decided.pop(work.transactional_id)[:2] == (
                             work.commit, work.partitions)
+                        meta = log.state.txns[work.transactional_id]
+                        if complete.then is None:
+                            assert meta.state in (TxnState.COMPLETE_COMMIT,
+                                                  TxnState.COMPLETE_ABORT)
+                        else:  # only the producer the markers were written for goes on
+                            assert then is not None
+                            assert (then.producer_id, then.producer_epoch) == (
+                                work.producer_id, work.producer_epoch)
+                            assert (meta.state, meta.partitions) == (
+                                TxnState.ONGOING, tuple(sorted(then.partitions)))
         elif op == 5:
             for expired_txn, fence in state.plan_expiration(now):
                 _commit_checked(log, expired_txn, fence, before)
@@ -394,8 +513,13 @@ def _commit_checked(log: Log, txn: str, decision: Decision,
     log.commit(decision)
     meta = log.state.txns[txn]
     assert pending is not None and log.state.pending(txn) is None
+    if decision.then is not None:  # Complete, then Ongoing from it, in one batch
+        assert prev is not None and prev.state in (TxnState.PREPARE_COMMIT,
+                                                   TxnState.PREPARE_ABORT)
+        assert pending is TxnState.ONGOING and meta.producer_epoch == prev.producer_epoch
     if prev is not None:
-        assert prev.state in VALID_PREVIOUS[pending], (prev.state, pending)
+        if decision.then is None:
+            assert prev.state in VALID_PREVIOUS[pending], (prev.state, pending)
         assert (meta.producer_id, meta.producer_epoch) >= (prev.producer_id, 0)
         if meta.producer_id == prev.producer_id:
             assert meta.producer_epoch >= prev.producer_epoch

@@ -19,7 +19,9 @@ import pytest
 from tidelog import Client, TopicPartition, errors, wire
 from tidelog.coordinated import TRANSACTION
 from tidelog.coordinator.controller import TRANSACTION_STATE_TOPIC
+from tidelog.coordinator.txn_records import TxnState, decode_key, decode_value
 from tidelog.producer import Producer
+from tidelog.records import decode_records, iter_batches
 from tidelog.retry import Deadline
 from tidelog.testing import LocalCluster, Raw, poll_to, wait_for
 
@@ -81,8 +83,25 @@ def send_all(producer: Producer, tag: bytes) -> list[bytes]:
     return sorted(values)
 
 
+def state_batches(cluster: LocalCluster, raw: Raw, txn_id: str) -> list[list[TxnState]]:
+    """The states of `txn_id`'s records in `__transaction_state`, batch by batch."""
+    leader = cluster.leader_of((TRANSACTION_STATE_TOPIC, 0))
+    assert leader is not None
+    data = raw.fetch_all(leader, TRANSACTION_STATE_TOPIC, 0)
+    batches = []
+    for pos, header in iter_batches(data):
+        states = [
+            decode_value(r.value).state for r in ([] if header.is_control else
+                                                  decode_records(data, pos, header))
+            if r.key is not None and r.value is not None and decode_key(r.key) == txn_id
+        ]
+        if states:
+            batches.append(states)
+    return batches
+
+
 def test_commit_and_abort_are_all_or_nothing_and_a_new_producer_fences_the_old(
-    client: Client,
+    cluster: LocalCluster, raw: Raw, client: Client,
 ) -> None:
     start = stable(client)
     producer = client.producer(transactional_id="pay-1")
@@ -93,14 +112,17 @@ def test_commit_and_abort_are_all_or_nothing_and_a_new_producer_fences_the_old(
     assert offsets(client, "read_committed") == start
     assert all(hw > start[tp] for tp, hw in offsets(client, "read_uncommitted").items())
     producer.commit_transaction()
-    # The markers are still delayed: the next AddPartitionsToTxn of the id waits for
-    # CompleteCommit at the coordinator instead of being refused with CONCURRENT_TRANSACTIONS.
+    # The markers are still delayed: the next AddPartitionsToTxn of the id is held at the
+    # coordinator instead of being refused with CONCURRENT_TRANSACTIONS, and once the markers
+    # are written its Ongoing record goes in the batch of the CompleteCommit record.
     request = wire.add_partitions_to_txn_request("pay-1", *producer.producer_id, {TPS[0]})
     added = client.run(client.coordinators.call(
         "pay-1", "AddPartitionsToTxn", request, wire.parse_add_partitions_to_txn,
         Deadline(30_000), retry=False, key_type=TRANSACTION,
     ))
     assert added == {TPS[0]: None}
+    assert state_batches(cluster, raw, "pay-1")[-2:] == [
+        [TxnState.PREPARE_COMMIT], [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]]
     after_commit = stable(client)
     assert read(client, "read_committed", start, after_commit) == committed
 
