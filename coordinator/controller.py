@@ -16,13 +16,11 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 from tidelog.acl import AclBinding, AclBindingFilter
+from tidelog.configs import AlterConfigOpType, ConfigResourceType
 from tidelog.coordinator.acls import AclIndex, check_binding, check_filter
 from tidelog.coordinator.metadata_records import (
-    CONFIG_RESOURCE_NODE,
-    CONFIG_RESOURCE_TOPIC,
     AccessControlEntryRecord,
     ConfigRecord,
     MetadataRecord,
@@ -59,15 +57,6 @@ MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
 #: Configs whose value is a comma-separated list, the only ones APPEND and SUBTRACT apply to.
 LIST_CONFIGS = frozenset({"cleanup.policy"})
-
-
-class AlterConfigOp(IntEnum):
-    """Kafka's AlterConfigOp.OpType codes (IncrementalAlterConfigs)."""
-
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
 
 
 @dataclass(frozen=True)
@@ -215,7 +204,7 @@ class MetadataImage:
         validate: Callable[[dict[str, str]], None],
     ) -> list[ConfigRecord]:
         """IncrementalAlterConfigs of one resource: the ConfigRecords that turn its dynamic
-        configs into what `ops` ((key, AlterConfigOp, value) each) make of them. APPEND and
+        configs into what `ops` ((key, AlterConfigOpType, value) each) make of them. APPEND and
         SUBTRACT start from the key's current value, else `defaults`' (Kafka's rule).
         `validate` (the node's rules for keys and values) sees the whole result and raises
         INVALID_CONFIG or INVALID_REQUEST; so does an op this function refuses itself."""
@@ -225,25 +214,25 @@ class MetadataImage:
             raise InvalidRequestError("a config key appears more than once for the resource")
         updated = dict(current)
         for key, op, value in ops:
-            if op not in AlterConfigOp.__members__.values():
+            if op not in AlterConfigOpType.__members__.values():
                 raise InvalidRequestError(f"unknown config operation {op} for {key!r}")
-            if op != AlterConfigOp.DELETE and value is None:
+            if op != AlterConfigOpType.DELETE and value is None:
                 raise InvalidRequestError(f"null value not supported for {key!r}")
-            if op == AlterConfigOp.SET:
+            if op == AlterConfigOpType.SET:
                 assert value is not None
                 updated[key] = value
-            elif op == AlterConfigOp.DELETE:
+            elif op == AlterConfigOpType.DELETE:
                 updated.pop(key, None)
             else:
                 assert value is not None
                 if key not in LIST_CONFIGS:
                     raise InvalidConfigError(
-                        f"{AlterConfigOp(op).name} applies to list configs only, not {key!r}"
+                        f"{AlterConfigOpType(op).name} applies to list configs only, not {key!r}"
                     )
                 base = updated.get(key, defaults.get(key, ""))
                 items = [item for item in base.split(",") if item]
                 given = [item.strip() for item in value.split(",") if item.strip()]
-                if op == AlterConfigOp.APPEND:
+                if op == AlterConfigOpType.APPEND:
                     items += [item for item in given if item not in items]
                 else:
                     items = [item for item in items if item not in given]
@@ -261,12 +250,12 @@ class MetadataImage:
         """The dynamic configs of a resource: a topic's overrides, or a node's (or, for "",
         every node's default); UNKNOWN_TOPIC_OR_PARTITION or INVALID_REQUEST for a resource
         that does not exist."""
-        if resource_type == CONFIG_RESOURCE_TOPIC:
+        if resource_type == ConfigResourceType.TOPIC:
             topic = self.topics.get(resource_name)
             if topic is None:
                 raise UnknownTopicOrPartitionError(f"topic {resource_name!r} does not exist")
             return dict(topic.configs)
-        if resource_type == CONFIG_RESOURCE_NODE:
+        if resource_type == ConfigResourceType.BROKER:
             if resource_name != "" and resource_name not in {str(n) for n in node_ids}:
                 raise InvalidRequestError(
                     f"no node {resource_name!r}: a node resource is a node id, or empty for "
@@ -375,14 +364,14 @@ class MetadataImage:
                 del self.topics[topic.name]
 
     def _apply_config(self, record: ConfigRecord) -> None:
-        if record.resource_type == CONFIG_RESOURCE_TOPIC:
+        if record.resource_type == ConfigResourceType.TOPIC:
             topic = self.topics.get(record.resource_name)
             if topic is None:
                 return
             configs = dict(topic.configs)
             _set_or_remove(configs, record.name, record.value)
             self.topics[topic.name] = dataclasses.replace(topic, configs=configs)
-        elif record.resource_type == CONFIG_RESOURCE_NODE:
+        elif record.resource_type == ConfigResourceType.BROKER:
             configs = self.node_configs.setdefault(record.resource_name, {})
             _set_or_remove(configs, record.name, record.value)
             if not configs:

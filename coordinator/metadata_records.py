@@ -26,6 +26,7 @@ from tidelog.acl import (
     ResourcePattern,
     ResourceType,
 )
+from tidelog.configs import ConfigResourceType
 from tidelog.coordinator.acls import check_binding
 from tidelog.errors import InvalidRequestError
 
@@ -142,11 +143,6 @@ class PartitionRecord:
         return self.topic
 
 
-#: Kafka's ConfigResource types that carry dynamic configs here.
-CONFIG_RESOURCE_TOPIC: Final = 2
-CONFIG_RESOURCE_NODE: Final = 4
-
-
 @dataclass(frozen=True, slots=True)
 class ConfigRecord:
     """A dynamic config was set, or removed when `value` is None (Kafka's ConfigRecord): one key
@@ -161,7 +157,7 @@ class ConfigRecord:
     def subject(self) -> str:
         # A topic's configs change with its other changes, one at a time; a node's have a
         # subject that is no legal topic name.
-        if self.resource_type == CONFIG_RESOURCE_TOPIC:
+        if self.resource_type == ConfigResourceType.TOPIC:
             return self.resource_name
         return f"node configs {self.resource_name}"
 
@@ -440,12 +436,12 @@ def _check(record: MetadataRecord) -> None:
                 f"an index past 0 or a good replica list {list(replicas)}"
             )
     elif isinstance(record, ConfigRecord):
-        if record.resource_type not in (CONFIG_RESOURCE_TOPIC, CONFIG_RESOURCE_NODE):
+        if record.resource_type not in (ConfigResourceType.TOPIC, ConfigResourceType.BROKER):
             raise MetadataRecordError(f"config record of resource type {record.resource_type}")
-        if not record.name or (record.resource_type == CONFIG_RESOURCE_TOPIC
+        if not record.name or (record.resource_type == ConfigResourceType.TOPIC
                                and not record.resource_name):
             raise MetadataRecordError("config record lacks a config or topic name")
-        if record.resource_type == CONFIG_RESOURCE_NODE and not (
+        if record.resource_type == ConfigResourceType.BROKER and not (
                 record.resource_name == ""
                 or (record.resource_name.isascii() and record.resource_name.isdigit())):
             raise MetadataRecordError(

@@ -34,6 +34,8 @@ from tidelog.acl import Operation, ResourceType
 from tidelog.coordinator.controller import INTERNAL_TOPICS
 from tidelog.node.acl_api import AclApi
 from tidelog.node.acl_api import all_failed as acls_failed
+from tidelog.node.admin_api import AdminApi
+from tidelog.node.admin_api import all_failed as admin_failed
 from tidelog.node.authorization import Authorization
 from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_api import ConsumerGroupApi
@@ -142,6 +144,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.txn_topic = txn_topic
         self.txn_api = TxnApi(controller, txn_topic, txns, self.forwarder, self.authorization)
         self.acl_api = AclApi(controller, self.authorization, self._forward_to_controller)
+        self.admin_api = AdminApi(
+            config, controller, replicas, self.authorization, self._forward_to_controller
+        )
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
         self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
 
@@ -758,10 +763,29 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     ) -> pb.DeleteAclsResponse:
         return await self.acl_api.delete_acls(request, context)
 
+    # ---- partitions and configs ------------------------------------------------------------
+
+    async def CreatePartitions(
+        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreatePartitionsResponse:
+        return await self.admin_api.create_partitions(request, context)
+
+    async def DescribeConfigs(
+        self, request: pb.DescribeConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeConfigsResponse:
+        return self.admin_api.describe_configs(request, context)
+
+    async def IncrementalAlterConfigs(
+        self, request: pb.IncrementalAlterConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IncrementalAlterConfigsResponse:
+        return await self.admin_api.incremental_alter_configs(request, context)
+
 
 def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
     if method in ("CreateAcls", "DeleteAcls"):
         return acls_failed(method, request, exc)
+    if method in ("CreatePartitions", "IncrementalAlterConfigs"):
+        return admin_failed(method, request, exc)
     if method == "InitProducerId":
         return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
     if method == "FindCoordinator":

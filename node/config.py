@@ -51,6 +51,9 @@ KEYS: dict[str, str] = {
     "replica.lag.max.ms": "replica_lag_max_ms",
     "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
     "leader.imbalance.check.interval.ms": "leader_imbalance_check_interval_ms",
+    "log.retention.check.interval.ms": "log_retention_check_interval_ms",
+    "replica.high.watermark.checkpoint.interval.ms":
+        "replica_high_watermark_checkpoint_interval_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
     "offsets.topic.replication.factor": "offsets_topic_replication_factor",
     "offsets.retention.minutes": "offsets_retention_minutes",
@@ -140,6 +143,12 @@ class NodeConfig:
     #: every 5 minutes; a laptop cluster settles faster).
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 1000
+    #: How often retention (and the cleaner of compacted topics) runs over every log. Kafka's
+    #: default is 5 minutes; a laptop cluster's tests want retention seen within seconds.
+    log_retention_check_interval_ms: int = 5000
+    #: How often each changed log is flushed and its offsets (recovery point, high watermark)
+    #: checkpointed, which bounds what crash recovery re-reads (Kafka's 5 s).
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
     #: The internal topic of committed consumer offsets (`__consumer_offsets`), created on the
     #: first FindCoordinator with this many partitions and min(this factor, nodes) replicas;
     #: Kafka's defaults. Once it exists, its own partition count places groups.
@@ -293,6 +302,10 @@ class NodeConfig:
             self.leader_imbalance_check_interval_ms >= 1,
             "leader.imbalance.check.interval.ms must be >= 1",
         )
+        _require(self.log_retention_check_interval_ms >= 1,
+                 "log.retention.check.interval.ms must be >= 1")
+        _require(self.replica_high_watermark_checkpoint_interval_ms >= 1,
+                 "replica.high.watermark.checkpoint.interval.ms must be >= 1")
         _require(
             1 <= self.offsets_topic_num_partitions <= MAX_PARTITIONS,
             f"offsets.topic.num.partitions must be between 1 and {MAX_PARTITIONS}",

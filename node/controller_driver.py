@@ -35,6 +35,9 @@ from tidelog.v1 import raft_pb2 as rpb
 from tidelog.v1 import raft_pb2_grpc
 
 _METADATA_PULL_EVERY_S = 0.2
+#: The metadata log is the only copy of the cluster's metadata (no snapshots): no retention
+#: may trim it, whatever the topic defaults of the node's properties or dynamic configs say.
+METADATA_LOG_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 _PRODUCER_ID_BLOCK = 1000
 #: How long one voter may take to report its metadata high watermark at start.
 _CATCH_UP_CALL_S = 1.0
@@ -69,7 +72,8 @@ class ControllerDriver:
         loop = asyncio.get_running_loop()
         if self.is_voter:
             await loop.run_in_executor(
-                self.replicas.disk, self.replicas.open_replica, METADATA_TP, self.voters, {}
+                self.replicas.disk, self.replicas.open_replica, METADATA_TP, self.voters,
+                METADATA_LOG_CONFIGS,
             )
             self._apply_committed_metadata()
         await loop.run_in_executor(self.replicas.disk, self._open_assigned_replicas)
@@ -101,8 +105,10 @@ class ControllerDriver:
 
     def _apply_metadata_bytes(self, data: bytes) -> None:
         before = dict(self.image.topics)
+        defaults_before = self.replicas.dynamic_defaults
         self.image.apply_batches(data)
-        self._reconcile(before)
+        self.replicas.dynamic_defaults = self.dynamic_defaults()
+        self._reconcile(before, defaults_before != self.replicas.dynamic_defaults)
         done = [(o, f) for o, f in self._metadata_waiters if o <= self.image.applied_offset]
         for item in done:
             self._metadata_waiters.remove(item)
@@ -117,11 +123,28 @@ class ControllerDriver:
         self._metadata_waiters.append((offset, applied))
         await _wait(applied, timeout_s)
 
-    def _reconcile(self, before: dict[str, TopicImage]) -> None:
+    def dynamic_defaults(self) -> dict[str, str]:
+        """The topic defaults the nodes' dynamic configs give this node: every node's, then
+        its own on top (Kafka's order: a broker's own dynamic config wins)."""
+        configs = self.image.node_configs
+        return {**configs.get("", {}), **configs.get(str(self.node_id), {})}
+
+    def _reconcile(self, before: dict[str, TopicImage], defaults_changed: bool) -> None:
+        """Open the replicas the applied records assign here (new topics, new partitions),
+        remove those of deleted topics, and hand changed configs to the running logs."""
         for name, topic in self.image.topics.items():
-            if before.get(name) is topic:
+            old = before.get(name)
+            if old is topic and not defaults_changed:
                 continue
-            if self._loaded and name not in before:
+            if old is not None and old.topic_id == topic.topic_id:
+                if self._loaded and old.partition_count != topic.partition_count:
+                    log.info("topic %s: %d partition(s) added, now %d", name,
+                             topic.partition_count - old.partition_count, topic.partition_count,
+                             extra={"topic": name, "event": "partitions_created"})
+                if old.configs != topic.configs or defaults_changed:
+                    for p in range(old.partition_count):
+                        self.replicas.reconfigure(TopicPartition(name, p), dict(topic.configs))
+            elif self._loaded:
                 log.info("topic %s created: %d partition(s), replication factor %d", name,
                          topic.partition_count, len(topic.assignment[0]),
                          extra={"topic": name, "event": "topic_created"})
@@ -131,13 +154,15 @@ class ControllerDriver:
                         TopicPartition(name, p), replicas, dict(topic.configs)
                     )
         for name, topic in before.items():
-            if self._loaded and name not in self.image.topics:
+            now = self.image.topics.get(name)
+            if now is not None and now.topic_id == topic.topic_id:
+                continue
+            if self._loaded and now is None:
                 log.info("topic %s deleted", name, extra={"topic": name, "event": "topic_deleted"})
-            if self.image.topics.get(name) is not topic:
-                for p in range(topic.partition_count):
-                    tp = TopicPartition(name, p)
-                    self.routing.forget(tp)
-                    self.replicas.remove_replica(tp)
+            for p in range(topic.partition_count):
+                tp = TopicPartition(name, p)
+                self.routing.forget(tp)
+                self.replicas.remove_replica(tp)
 
     # ---- non-voters pull ---------------------------------------------------------------------
 

@@ -28,10 +28,8 @@ _ANNOUNCE_EVERY_S = 0.2
 #: epoch or in-sync replicas changed (a frame the link dropped, a peer that restarted, is
 #: made good by the next full one).
 _ANNOUNCE_ALL_EVERY_S = 2.0
-_CHECKPOINT_EVERY_S = 5.0
 #: (log end, log start, HW) of a log that never held a batch.
 _NEVER_WRITTEN = (0, 0, 0)
-_RETENTION_EVERY_S = 5.0
 #: How often a compacted partition whose closed segments did not change is cleaned all the same
 #: (for its tombstones coming of age, after delete.retention.ms).
 _RECLEAN_EVERY_MS = 5 * 60 * 1000
@@ -63,6 +61,8 @@ class Housekeeping:
     async def loop(self) -> None:
         loop = asyncio.get_running_loop()
         last_checkpoint = last_retention = last_balance = time.monotonic()
+        checkpoint_every_s = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
+        retention_every_s = self.config.log_retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(_ANNOUNCE_EVERY_S)
             self._announce_leadership()
@@ -72,10 +72,10 @@ class Housekeeping:
                 last_balance = now
                 self._prefer_preferred_leaders()
             failed: list[tuple[PartitionReplica, OSError]] = []
-            if now - last_checkpoint >= _CHECKPOINT_EVERY_S:
+            if now - last_checkpoint >= checkpoint_every_s:
                 last_checkpoint = now
                 failed += await loop.run_in_executor(self.replicas.disk, self._checkpoint_all)
-            if now - last_retention >= _RETENTION_EVERY_S:
+            if now - last_retention >= retention_every_s:
                 last_retention = now
                 failed += await loop.run_in_executor(self.replicas.disk, self._retention_pass)
             for replica, exc in failed:

@@ -109,6 +109,10 @@ class ReplicaSet:
         self._to_open: dict[TopicPartition, _Assignment] = {}
         self._opening: set[TopicPartition] = set()
         self._opener: asyncio.Task[None] | None = None
+        #: The nodes' dynamic topic defaults that apply here (IncrementalAlterConfigs of the
+        #: node resource: every node's, then this node's own): between the properties' and a
+        #: topic's own configs.
+        self.dynamic_defaults: dict[str, str] = {}
         self.raft_config = RaftConfig(
             election_ticks=max(2, config.election_timeout_ms // config.raft_tick_ms),
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
@@ -202,15 +206,33 @@ class ReplicaSet:
         """Raises INVALID_CONFIG (40) for a topic config storage would refuse."""
         self._log_config(configs)
 
-    def _log_config(self, topic_configs: dict[str, str]) -> LogConfig:
-        defaults = {
+    def static_topic_defaults(self) -> dict[str, str]:
+        """The topic defaults of this node's properties (its own settings of topic-config
+        names and the `extra` ones), before any dynamic config."""
+        return {
             "segment.bytes": str(self.config.segment_bytes),
             "index.interval.bytes": str(self.config.index_interval_bytes),
             "segment.ms": str(self.config.segment_ms),
             "retention.ms": str(self.config.retention_ms),
             "retention.bytes": str(self.config.retention_bytes),
+            **self.config.extra,
         }
-        return LogConfig.from_kafka_props({**defaults, **self.config.extra, **topic_configs})
+
+    def _log_config(self, topic_configs: dict[str, str]) -> LogConfig:
+        return LogConfig.from_kafka_props(
+            {**self.static_topic_defaults(), **self.dynamic_defaults, **topic_configs}
+        )
+
+    def reconfigure(self, tp: TopicPartition, configs: dict[str, str]) -> None:
+        """A topic's configs, or the defaults under them, changed while the node runs: the
+        replica's log takes them from its next append or retention pass (and a replica still
+        waiting to be opened opens with them)."""
+        queued = self._to_open.get(tp)
+        if queued is not None:
+            self._to_open[tp] = (queued[0], configs)
+        replica = self.partitions.get(tp)
+        if replica is not None:
+            replica.log.config = self._log_config(configs)
 
     def open_replica(
         self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]

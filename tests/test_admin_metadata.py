@@ -8,10 +8,9 @@ import re
 
 import pytest
 
-from tidelog.coordinator.controller import AlterConfigOp, MetadataImage
+from tidelog.configs import AlterConfigOpType, ConfigResourceType
+from tidelog.coordinator.controller import MetadataImage
 from tidelog.coordinator.metadata_records import (
-    CONFIG_RESOURCE_NODE,
-    CONFIG_RESOURCE_TOPIC,
     ConfigRecord,
     MetadataRecord,
     MetadataRecordError,
@@ -29,12 +28,13 @@ from tidelog.errors import (
 )
 
 NODES = [1, 2, 3]
+TOPIC, NODE = ConfigResourceType.TOPIC, ConfigResourceType.BROKER
 RECORDS: list[MetadataRecord] = [
     PartitionRecord("events", 4, 3, (2, 3, 1)),
-    ConfigRecord(CONFIG_RESOURCE_TOPIC, "events", "retention.ms", "1000"),
-    ConfigRecord(CONFIG_RESOURCE_TOPIC, "events", "retention.ms", None),
-    ConfigRecord(CONFIG_RESOURCE_NODE, "", "segment.bytes", "ü"),
-    ConfigRecord(CONFIG_RESOURCE_NODE, "2", "retention.bytes", ""),
+    ConfigRecord(TOPIC, "events", "retention.ms", "1000"),
+    ConfigRecord(TOPIC, "events", "retention.ms", None),
+    ConfigRecord(NODE, "", "segment.bytes", "ü"),
+    ConfigRecord(NODE, "2", "retention.bytes", ""),
 ]
 
 
@@ -56,8 +56,8 @@ def test_new_records_round_trip_and_refuse_every_truncation(record: MetadataReco
         (PartitionRecord("t", 1, 1, (1, 1)), "good replica list"),
         (PartitionRecord("t", 0, 1, (1,)), "lacks a topic, an id"),
         (ConfigRecord(3, "t", "k", "v"), "resource type 3"),
-        (ConfigRecord(CONFIG_RESOURCE_TOPIC, "", "k", "v"), "lacks a config or topic name"),
-        (ConfigRecord(CONFIG_RESOURCE_NODE, "x", "k", "v"), "names node 'x'"),
+        (ConfigRecord(TOPIC, "", "k", "v"), "lacks a config or topic name"),
+        (ConfigRecord(NODE, "x", "k", "v"), "names node 'x'"),
     ],
 )
 def test_bad_new_records_are_refused_by_name(record: MetadataRecord, why: str) -> None:
@@ -131,45 +131,45 @@ def no_rules(configs: dict[str, str]) -> None:
 def test_incremental_alter_configs_ops_on_a_topic() -> None:
     image = image_with_topic()
     ops: list[tuple[str, int, str | None]] = [
-        ("retention.ms", AlterConfigOp.DELETE, None),
-        ("segment.bytes", AlterConfigOp.SET, "1024"),
-        ("cleanup.policy", AlterConfigOp.APPEND, "compact"),
+        ("retention.ms", AlterConfigOpType.DELETE, None),
+        ("segment.bytes", AlterConfigOpType.SET, "1024"),
+        ("cleanup.policy", AlterConfigOpType.APPEND, "compact"),
     ]
     records = image.plan_alter_configs(
-        CONFIG_RESOURCE_TOPIC, "events", ops, NODES, {"cleanup.policy": "delete"}, no_rules
+        TOPIC, "events", ops, NODES, {"cleanup.policy": "delete"}, no_rules
     )
     assert records == [
-        ConfigRecord(CONFIG_RESOURCE_TOPIC, "events", "cleanup.policy", "delete,compact"),
-        ConfigRecord(CONFIG_RESOURCE_TOPIC, "events", "retention.ms", None),
-        ConfigRecord(CONFIG_RESOURCE_TOPIC, "events", "segment.bytes", "1024"),
+        ConfigRecord(TOPIC, "events", "cleanup.policy", "delete,compact"),
+        ConfigRecord(TOPIC, "events", "retention.ms", None),
+        ConfigRecord(TOPIC, "events", "segment.bytes", "1024"),
     ]
     for offset, record in enumerate(records, start=1):
         image.apply(offset, record)
     assert image.topics["events"].configs == {
         "cleanup.policy": "delete,compact", "segment.bytes": "1024"}
-    subtract = [("cleanup.policy", int(AlterConfigOp.SUBTRACT), "delete")]
+    subtract = [("cleanup.policy", int(AlterConfigOpType.SUBTRACT), "delete")]
     (record,) = image.plan_alter_configs(
-        CONFIG_RESOURCE_TOPIC, "events", subtract, NODES, {}, no_rules)
+        TOPIC, "events", subtract, NODES, {}, no_rules)
     assert record.value == "compact"
     # Setting what is already set writes nothing.
-    same = [("segment.bytes", int(AlterConfigOp.SET), "1024")]
-    assert image.plan_alter_configs(CONFIG_RESOURCE_TOPIC, "events", same, NODES, {},
+    same = [("segment.bytes", int(AlterConfigOpType.SET), "1024")]
+    assert image.plan_alter_configs(TOPIC, "events", same, NODES, {},
                                     no_rules) == []
 
 
 def test_node_configs_apply_per_node_and_as_the_default() -> None:
     image = MetadataImage()
-    set_default = [("retention.ms", int(AlterConfigOp.SET), "60000")]
-    set_node = [("retention.ms", int(AlterConfigOp.SET), "1000")]
+    set_default = [("retention.ms", int(AlterConfigOpType.SET), "60000")]
+    set_node = [("retention.ms", int(AlterConfigOpType.SET), "1000")]
     records = [
-        *image.plan_alter_configs(CONFIG_RESOURCE_NODE, "", set_default, NODES, {}, no_rules),
-        *image.plan_alter_configs(CONFIG_RESOURCE_NODE, "2", set_node, NODES, {}, no_rules),
+        *image.plan_alter_configs(NODE, "", set_default, NODES, {}, no_rules),
+        *image.plan_alter_configs(NODE, "2", set_node, NODES, {}, no_rules),
     ]
     for offset, record in enumerate(records):
         image.apply(offset, record)
     assert image.node_configs == {"": {"retention.ms": "60000"}, "2": {"retention.ms": "1000"}}
-    unset = [("retention.ms", int(AlterConfigOp.DELETE), None)]
-    (removal,) = image.plan_alter_configs(CONFIG_RESOURCE_NODE, "2", unset, NODES, {}, no_rules)
+    unset = [("retention.ms", int(AlterConfigOpType.DELETE), None)]
+    (removal,) = image.plan_alter_configs(NODE, "2", unset, NODES, {}, no_rules)
     image.apply(5, removal)
     assert image.node_configs == {"": {"retention.ms": "60000"}}
 
@@ -177,18 +177,18 @@ def test_node_configs_apply_per_node_and_as_the_default() -> None:
 @pytest.mark.parametrize(
     ("resource_type", "name", "ops", "error", "message"),
     [
-        (CONFIG_RESOURCE_TOPIC, "nope", [("a", 0, "1")], UnknownTopicOrPartitionError,
+        (TOPIC, "nope", [("a", 0, "1")], UnknownTopicOrPartitionError,
          "does not exist"),
-        (CONFIG_RESOURCE_NODE, "9", [("a", 0, "1")], InvalidRequestError, "no node '9'"),
-        (CONFIG_RESOURCE_NODE, "x", [("a", 0, "1")], InvalidRequestError, "no node 'x'"),
+        (NODE, "9", [("a", 0, "1")], InvalidRequestError, "no node '9'"),
+        (NODE, "x", [("a", 0, "1")], InvalidRequestError, "no node 'x'"),
         (3, "g", [("a", 0, "1")], InvalidRequestError, "resource type 3"),
-        (CONFIG_RESOURCE_TOPIC, "events", [("a", 0, "1"), ("a", 1, None)],
+        (TOPIC, "events", [("a", 0, "1"), ("a", 1, None)],
          InvalidRequestError, "more than once"),
-        (CONFIG_RESOURCE_TOPIC, "events", [("a", 7, "1")], InvalidRequestError,
+        (TOPIC, "events", [("a", 7, "1")], InvalidRequestError,
          "unknown config operation 7"),
-        (CONFIG_RESOURCE_TOPIC, "events", [("a", 0, None)], InvalidRequestError,
+        (TOPIC, "events", [("a", 0, None)], InvalidRequestError,
          "null value not supported"),
-        (CONFIG_RESOURCE_TOPIC, "events", [("retention.ms", 2, "1")], InvalidConfigError,
+        (TOPIC, "events", [("retention.ms", 2, "1")], InvalidConfigError,
          "APPEND applies to list configs only"),
     ],
 )
@@ -212,12 +212,12 @@ def test_the_validator_sees_the_whole_result_and_its_refusal_stands() -> None:
 
     with pytest.raises(InvalidConfigError, match="not an integer"):
         image_with_topic().plan_alter_configs(
-            CONFIG_RESOURCE_TOPIC, "events", [("retention.ms", 0, "x")], NODES, {}, refuse)
+            TOPIC, "events", [("retention.ms", 0, "x")], NODES, {}, refuse)
     assert seen == [{"retention.ms": "x"}]
 
 
 def test_a_deleted_topic_takes_no_config_record() -> None:
     image = image_with_topic()
     image.apply(1, RemoveTopicRecord("events", image.topics["events"].topic_id))
-    image.apply(2, ConfigRecord(CONFIG_RESOURCE_TOPIC, "events", "retention.ms", "1"))
+    image.apply(2, ConfigRecord(TOPIC, "events", "retention.ms", "1"))
     assert "events" not in image.topics

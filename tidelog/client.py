@@ -24,10 +24,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog import wire
 from tidelog.acl import ANY_ACL, AclBinding, AclBindingFilter
+from tidelog.configs import (
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    NewPartitions,
+)
 from tidelog.coordinated import Coordinators, check_group_id, checked_offsets
 from tidelog.errors import (
     AuthorizationError,
     ConfigurationError,
+    InvalidPartitionsError,
+    InvalidRequestError,
     LeaderNotAvailableError,
     NodeUnavailableError,
     RequestTimedOutError,
@@ -420,19 +429,26 @@ class Client:
             deadline,
         )
 
-        def led(info: TopicInfo | None) -> bool:
-            return (info is not None and not info.error_code and bool(info.partitions)
+        self._await_leaders({name: partitions}, deadline)
+
+    def _await_leaders(self, counts: Mapping[str, int], deadline: Deadline) -> None:
+        """Return once every node that answers Metadata knows each topic with its count of
+        partitions, each with a leader: a node that has not heard of the change yet (the group
+        coordinator of a commit, say) would refuse it."""
+
+        def led(info: TopicInfo | None, count: int) -> bool:
+            return (info is not None and not info.error_code and len(info.partitions) == count
                     and all(p.leader >= 0 for p in info.partitions))
 
         def served() -> None:
-            # Every node that answered, not only the merged view: a node that has not heard
-            # of the topic yet (the group coordinator of a commit, say) would refuse it.
             self.refresh_metadata(deadline)
-            if not all(led(answer.topics.get(name)) for answer in self._answers):
-                raise LeaderNotAvailableError(f"topic {name!r} has partitions without a leader")
+            for name, count in counts.items():
+                if not all(led(answer.topics.get(name), count) for answer in self._answers):
+                    raise LeaderNotAvailableError(
+                        f"topic {name!r} has partitions without a leader")
 
-        call_with_retry(served, what=f"leaders of {name!r}", deadline=deadline,
-                        backoff=self.backoff)
+        call_with_retry(served, what=f"leaders of {', '.join(map(repr, counts))}",
+                        deadline=deadline, backoff=self.backoff)
 
     def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
         deadline = self.deadline(timeout_ms)
@@ -472,6 +488,138 @@ class Client:
         call_with_retry(lambda: self.refresh_metadata(deadline), what="Metadata",
                         deadline=deadline, backoff=self.backoff)
         return ClusterDescription(self.metadata.nodes(), self.metadata.controller_id)
+
+    # ---- partitions and configs ------------------------------------------------------------
+
+    def create_partitions(
+        self,
+        topic_partitions: Mapping[str, NewPartitions | int],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Grow each topic to its new total partition count through the controller
+        (CreatePartitions, needs ALTER on the topic) and return once every new partition has
+        a leader. Raises the first failed topic's error: INVALID_PARTITIONS (not an increase),
+        INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED...
+        A retry after a lost answer finds the topic grown already, which counts as done."""
+        remaining = {
+            name: new if isinstance(new, NewPartitions) else NewPartitions(int(new))
+            for name, new in topic_partitions.items()
+        }
+        counts = {name: new.total_count for name, new in remaining.items()}
+        deadline = self.deadline(timeout_ms)
+        state = _Attempts(self.metadata.version)
+        attempts = 0
+
+        def attempt() -> TidelogError | None:
+            nonlocal attempts
+            attempts += 1
+            response = self._controller_call(
+                "CreatePartitions",
+                lambda: wire.create_partitions_request(
+                    remaining, validate_only, int(deadline.attempt_s() * 1000)),
+                deadline, state,
+            )
+            failed = wire.parse_create_partitions(response)
+            if attempts > 1 and any(isinstance(e, InvalidPartitionsError)
+                                    for e in failed.values()):
+                self.refresh_metadata(deadline)
+                topics = self.metadata.topics()
+                failed = {
+                    name: error for name, error in failed.items()
+                    if not (isinstance(error, InvalidPartitionsError) and name in topics
+                            and len(topics[name].partitions) == remaining[name].total_count)
+                }
+            return _raise_retriable(remaining, failed, state)
+
+        if remaining:
+            error = call_with_retry(attempt, what="CreatePartitions", deadline=deadline,
+                                    backoff=self.backoff)
+            if error is not None:
+                raise error
+            if not validate_only:
+                self._await_leaders(counts, deadline)
+
+    def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        *,
+        keys: Sequence[str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """The configs of topics and nodes (DescribeConfigs, needs DESCRIBE_CONFIGS on the
+        topic or the cluster), each with its value, source, read-only and sensitive flags;
+        `keys` picks some. A node's own resource is asked of that node, the rest of any.
+        Raises the first failed resource's error."""
+        wanted = [ConfigResource(ConfigResourceType(r[0]), str(r[1])) for r in resources]
+        deadline = self.deadline(timeout_ms)
+        self.ensure_metadata(deadline)
+        by_node: dict[int, list[ConfigResource]] = {}
+        for resource in wanted:
+            node = (int(resource.name) if resource.resource_type == ConfigResourceType.BROKER
+                    and resource.name.isdigit() else -1)
+            by_node.setdefault(node, []).append(resource)
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        for node, asked in by_node.items():
+
+            def attempt(
+                node: int = node, asked: list[ConfigResource] = asked
+            ) -> TidelogError | None:
+                nodes = self.metadata.nodes()
+                if node >= 0 and node not in nodes:
+                    raise InvalidRequestError(f"no node {node} in the cluster's metadata")
+                target = node if node >= 0 else random.choice(list(nodes))
+                response = self.call(target, "DescribeConfigs",
+                                     wire.describe_configs_request(asked, keys),
+                                     deadline.attempt_s())
+                results = wire.parse_describe_configs(response)
+                for resource, result in results.items():
+                    if not isinstance(result, TidelogError):
+                        out[ConfigResource(ConfigResourceType(resource[0]), resource[1])] = result
+                return _first_final(
+                    [r for r in results.values() if isinstance(r, TidelogError)])
+
+            error = call_with_retry(attempt, what="DescribeConfigs", deadline=deadline,
+                                    backoff=self.backoff)
+            if error is not None:
+                raise error
+        return {resource: out[resource] for resource in wanted if resource in out}
+
+    def incremental_alter_configs(
+        self,
+        changes: Mapping[ConfigResource, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Change dynamic configs of topics and nodes through the controller
+        (IncrementalAlterConfigs, needs ALTER_CONFIGS on the topic or the cluster); each
+        resource's changes commit together, and take effect on the running logs. Raises the
+        first failed resource's error (INVALID_CONFIG, INVALID_REQUEST,
+        UNKNOWN_TOPIC_OR_PARTITION, ...). Every operation is idempotent, so retries are safe."""
+        remaining = {
+            ConfigResource(ConfigResourceType(r[0]), str(r[1])): list(ops)
+            for r, ops in changes.items()
+        }
+        deadline = self.deadline(timeout_ms)
+        state = _Attempts(self.metadata.version)
+
+        def attempt() -> TidelogError | None:
+            response = self._controller_call(
+                "IncrementalAlterConfigs",
+                lambda: wire.incremental_alter_configs_request(
+                    remaining, validate_only, int(deadline.attempt_s() * 1000)),
+                deadline, state,
+            )
+            return _raise_retriable(remaining, wire.parse_incremental_alter_configs(response),
+                                    state)
+
+        if remaining:
+            error = call_with_retry(attempt, what="IncrementalAlterConfigs", deadline=deadline,
+                                    backoff=self.backoff)
+            if error is not None:
+                raise error
 
     # ---- ACLs ------------------------------------------------------------------------------
 
@@ -767,3 +915,26 @@ async def _gather(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T | TidelogEr
         if isinstance(outcome, BaseException) and not isinstance(outcome, TidelogError):
             raise outcome
     return outcomes  # type: ignore[return-value]  # checked above
+
+
+def _first_final(errors: Sequence[TidelogError]) -> TidelogError | None:
+    """The first error of an admin answer's resources: raised when retriable (to try again),
+    returned when it is the answer. UNKNOWN_TOPIC_OR_PARTITION of a topic an admin request
+    names is the answer, not stale metadata (Kafka's admin client fails the topic at once)."""
+    if not errors:
+        return None
+    error = errors[0]
+    if isinstance(error, RetriableError) and not isinstance(error, UnknownTopicOrPartitionError):
+        raise error
+    return error
+
+
+def _raise_retriable(
+    remaining: dict[Any, Any], failed: Mapping[Any, TidelogError], state: _Attempts
+) -> TidelogError | None:
+    """Per-resource answers of an admin change: forget the resources done, raise the first
+    retriable error (to try the failed ones again), return the first final one."""
+    for key in [k for k in remaining if k not in failed]:
+        del remaining[key]
+    state.refresh = True  # only read when _first_final raises: the next attempt refreshes
+    return _first_final(list(failed.values()))

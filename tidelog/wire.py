@@ -23,6 +23,14 @@ from tidelog.acl import (
     ResourcePattern,
     ResourceType,
 )
+from tidelog.configs import (
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    NewPartitions,
+)
 from tidelog.errors import CoordinatorNotAvailableError, TidelogError, for_code
 from tidelog.metadata import LeaderHint, MetadataSnapshot, PartitionInfo, TopicInfo
 from tidelog.types import GroupListing, IsolationLevel, OffsetAndMetadata, TopicPartition
@@ -636,3 +644,100 @@ def _code(kind: type[E], value: int) -> E:
         return kind(value)
     except ValueError:
         return kind(0)
+
+
+# ---- CreatePartitions, DescribeConfigs, IncrementalAlterConfigs -------------------------------
+
+
+def create_partitions_request(
+    topics: Mapping[str, NewPartitions], validate_only: bool, timeout_ms: int
+) -> pb.CreatePartitionsRequest:
+    return pb.CreatePartitionsRequest(
+        topics=[
+            pb.CreatePartitionsTopic(
+                name=name,
+                count=new.total_count,
+                assignments=[pb.CreatePartitionsAssignment(broker_ids=list(replicas))
+                             for replicas in new.new_assignments or ()],
+            )
+            for name, new in topics.items()
+        ],
+        validate_only=validate_only,
+        timeout_ms=timeout_ms,
+    )
+
+
+def parse_create_partitions(response: pb.CreatePartitionsResponse) -> dict[str, TidelogError]:
+    """The topics that failed, with their errors."""
+    return {
+        r.name: error_for(r.error_code, r.error_message, f"topic {r.name!r}")
+        for r in response.results
+        if r.error_code
+    }
+
+
+def describe_configs_request(
+    resources: Sequence[ConfigResource], keys: Sequence[str] | None
+) -> pb.DescribeConfigsRequest:
+    return pb.DescribeConfigsRequest(resources=[
+        pb.DescribeConfigsResource(resource_type=r.resource_type, resource_name=r.name,
+                                   configuration_keys=list(keys or ()))
+        for r in resources
+    ])
+
+
+def parse_describe_configs(
+    response: pb.DescribeConfigsResponse,
+) -> dict[ConfigResource, dict[str, ConfigEntry] | TidelogError]:
+    out: dict[ConfigResource, dict[str, ConfigEntry] | TidelogError] = {}
+    for result in response.results:
+        resource = ConfigResource(
+            _code(ConfigResourceType, result.resource_type), result.resource_name
+        )
+        if result.error_code:
+            out[resource] = error_for(result.error_code, result.error_message, resource)
+            continue
+        out[resource] = {
+            entry.name: ConfigEntry(
+                entry.name,
+                entry.value if entry.HasField("value") else None,
+                _code(ConfigSource, entry.config_source),
+                entry.read_only,
+                entry.is_sensitive,
+            )
+            for entry in result.configs
+        }
+    return out
+
+
+def incremental_alter_configs_request(
+    changes: Mapping[ConfigResource, Sequence[AlterConfigOp]], validate_only: bool,
+    timeout_ms: int,
+) -> pb.IncrementalAlterConfigsRequest:
+    return pb.IncrementalAlterConfigsRequest(
+        resources=[
+            pb.AlterConfigsResource(
+                resource_type=resource.resource_type,
+                resource_name=resource.name,
+                configs=[pb.AlterableConfig(name=op.name, config_operation=op.op_type,
+                                            value=op.value) for op in ops],
+            )
+            for resource, ops in changes.items()
+        ],
+        validate_only=validate_only,
+        timeout_ms=timeout_ms,
+    )
+
+
+def parse_incremental_alter_configs(
+    response: pb.IncrementalAlterConfigsResponse,
+) -> dict[ConfigResource, TidelogError]:
+    """The resources whose changes failed, with their errors."""
+    out: dict[ConfigResource, TidelogError] = {}
+    for result in response.responses:
+        if result.error_code:
+            resource = ConfigResource(
+                _code(ConfigResourceType, result.resource_type), result.resource_name
+            )
+            out[resource] = error_for(result.error_code, result.error_message, resource)
+    return out

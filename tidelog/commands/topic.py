@@ -1,10 +1,11 @@
-"""``tidelog topic create|list|describe|delete``: topic administration over the client."""
+"""``tidelog topic create|list|describe|alter|delete``: topic administration over the client."""
 
 from __future__ import annotations
 
 import argparse
 
 from tidelog.commands._common import add_bootstrap, client_for, parse_configs
+from tidelog.errors import ConfigurationError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +24,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     describe = sub.add_parser("describe", help="partitions, leaders, replicas and configs")
     describe.add_argument("names", nargs="*", help="topics to describe (default: all)")
     add_bootstrap(describe)
+    alter = sub.add_parser("alter", help="add partitions to a topic")
+    alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, required=True,
+                       help="the new total number of partitions (more than now)")
+    alter.add_argument("--replica-assignment", metavar="1:2,2:3",
+                       help="the replicas of each new partition, preferred leader first "
+                            "(kafka-topics' form; default: placed as a new topic's)")
+    add_bootstrap(alter)
     delete = sub.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     add_bootstrap(delete)
@@ -52,12 +61,31 @@ def run(args: argparse.Namespace) -> int:
                         f"  partition {index}: leader {p.leader} epoch {p.leader_epoch}"
                         f"  replicas {_ids(p.replicas)}  isr {_ids(p.isr)}"
                     )
+        elif args.action == "alter":
+            from tidelog.configs import NewPartitions
+
+            client.create_partitions(
+                {args.name: NewPartitions(args.partitions,
+                                          _assignment(args.replica_assignment))})
+            print(f"topic {args.name} now has {args.partitions} partition(s)")
         else:
             client.delete_topic(args.name)
             print(f"deleted topic {args.name}")
     finally:
         client.close()
     return 0
+
+
+def _assignment(text: str | None) -> list[list[int]] | None:
+    if text is None:
+        return None
+    try:
+        return [[int(node) for node in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise ConfigurationError(
+            f"--replica-assignment {text!r}: expected node ids, a partition's joined by ':' and "
+            "partitions by ',' (1:2,2:3)"
+        ) from None
 
 
 def _ids(ids: tuple[int, ...] | list[int]) -> str:

@@ -146,6 +146,21 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/tidelog.v1.Tidelog/CreatePartitions',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeConfigs = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DescribeConfigs',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeConfigsResponse.FromString,
+                _registered_method=True)
+        self.IncrementalAlterConfigs = channel.unary_unary(
+                '/tidelog.v1.Tidelog/IncrementalAlterConfigs',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -315,6 +330,33 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """Adds partitions to topics through the controller (Kafka's api 37); needs ALTER on each
+        topic. Every node then opens the new replicas assigned to it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConfigs(self, request, context):
+        """The configs of topics and nodes with their sources (Kafka's api 32); needs
+        DESCRIBE_CONFIGS on each topic, or on the cluster for a node. Any node answers a topic
+        from its metadata; a node's own resource is answered by that node (the client sends it
+        there), which alone knows its static settings.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IncrementalAlterConfigs(self, request, context):
+        """Sets, deletes, appends to or subtracts from dynamic configs of topics and nodes through
+        the controller (Kafka's api 44); needs ALTER_CONFIGS on each topic, or on the cluster for
+        a node. They take effect on the running logs without a restart.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -427,6 +469,21 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConfigs,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'IncrementalAlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.IncrementalAlterConfigs,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1025,6 +1082,87 @@ class Tidelog:
             '/tidelog.v1.Tidelog/DeleteAcls',
             tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/CreatePartitions',
+            tidelog_dot_v1_dot_tidelog__pb2.CreatePartitionsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DescribeConfigs',
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeConfigsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IncrementalAlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/IncrementalAlterConfigs',
+            tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,255 @@
+"""CreatePartitions, DescribeConfigs and IncrementalAlterConfigs against real node processes,
+all on one module cluster: a topic grows and its new partitions take records (and a
+subscribed group gets them), a retention change deletes segments of a running log, every
+value's source is described, refusals carry Kafka's codes, ACLs guard the three APIs, and the
+`tidelog configs` / `tidelog topic alter` commands (bad input included)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tidelog import Client, OffsetSpec, TopicPartition
+from tidelog.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    Permission,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from tidelog.cli import main
+from tidelog.clock import wall_clock_ms
+from tidelog.configs import (
+    AlterConfigOp,
+    AlterConfigOpType,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    NewPartitions,
+)
+from tidelog.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
+from tidelog.testing import LocalCluster, poll_records, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+NODE_1 = ConfigResource(ConfigResourceType.BROKER, "1")
+EVERY_NODE = ConfigResource(ConfigResourceType.BROKER, "")
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, object]:
+    return {
+        "log_retention_check_interval_ms": 200,
+        "group_consumer_heartbeat_interval_ms": 200,
+        "num_partitions": 2,
+    }
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap) as admin:
+        yield admin
+
+
+def topic(name: str) -> ConfigResource:
+    return ConfigResource(ConfigResourceType.TOPIC, name)
+
+
+def test_added_partitions_take_records_and_reach_a_subscribed_group(client: Client) -> None:
+    client.create_topic("grow", partitions=2, replication_factor=3)
+    consumer = client.consumer(group_id="growers", auto_offset_reset="earliest")
+    consumer.subscribe(["grow"])
+    wait_for(lambda: consumer.poll(timeout_ms=100) is not None and len(consumer.assignment())
+             == 2, 30, "the group's member to own both partitions")
+
+    client.create_partitions({"grow": 3}, validate_only=True)
+    assert len(client.describe_topics(["grow"])["grow"].partitions) == 2
+    client.create_partitions({"grow": NewPartitions(4, [[2, 3, 1], [3, 1, 2]])})
+    partitions = client.describe_topics(["grow"])["grow"].partitions
+    assert [p.replicas for p in partitions[2:]] == [(2, 3, 1), (3, 1, 2)]
+    assert all(p.leader >= 0 for p in partitions)
+    producer = client.producer()
+    sent = [producer.send("grow", f"p{p}".encode(), partition=p).result(timeout=30)
+            for p in range(4)]
+    producer.close()
+    assert [m.offset for m in sent] == [0, 0, 0, 0]
+    got = poll_records(consumer, 4, timeout=60)
+    assert sorted((r.partition, r.value) for r in got) == [(p, f"p{p}".encode())
+                                                           for p in range(4)]
+    assert {tp.partition for tp in consumer.assignment()} == {0, 1, 2, 3}
+    consumer.close()
+
+    with pytest.raises(InvalidPartitionsError, match="already has 4 partition"):
+        client.create_partitions({"grow": 4})
+    with pytest.raises(InvalidPartitionsError, match="would not be an increase"):
+        client.create_partitions({"grow": 3})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        client.create_partitions({"nope": 3})
+    with pytest.raises(InvalidReplicaAssignmentError, match="unknown node"):
+        client.create_partitions({"grow": NewPartitions(5, [[1, 2, 9]])})
+    with pytest.raises(InvalidRequestError, match="internal topic"):
+        client.create_partitions({"__consumer_offsets": 60})
+
+
+def produce_old_records(client: Client, name: str, count: int) -> None:
+    """Records an hour old, in batches of one, so that small segments close behind them."""
+    producer = client.producer(linger_ms=0)
+    old = wall_clock_ms() - 3_600_000
+    for i in range(count):
+        producer.send(name, b"x" * 200, partition=0, timestamp_ms=old + i).result(timeout=30)
+    producer.close()
+
+
+def log_start(client: Client, name: str) -> int:
+    tp = TopicPartition(name, 0)
+    return client.list_offsets({tp: OffsetSpec.earliest()})[tp].offset
+
+
+def test_retention_changes_reach_running_logs_and_sources_are_described(
+    client: Client,
+) -> None:
+    client.create_topic("retained", partitions=1, replication_factor=3,
+                        config={"segment.bytes": 1024})
+    client.create_topic("by-default", partitions=1, replication_factor=3,
+                        config={"segment.bytes": 1024})
+    produce_old_records(client, "retained", 20)
+    produce_old_records(client, "by-default", 20)
+    assert log_start(client, "retained") == log_start(client, "by-default") == 0
+
+    # The topic's own config, then every node's default: each deletes the hour-old segments
+    # of the running logs, with no restart.
+    client.incremental_alter_configs({topic("retained"): [AlterConfigOp("retention.ms", "60000")]})
+    wait_for(lambda: log_start(client, "retained") > 0, 30, "retention.ms to delete segments")
+    assert log_start(client, "by-default") == 0
+    client.incremental_alter_configs({EVERY_NODE: [AlterConfigOp("retention.ms", "600000")]})
+    try:
+        wait_for(lambda: log_start(client, "by-default") > 0, 30,
+                 "the nodes' dynamic retention.ms to delete segments")
+        client.incremental_alter_configs({NODE_1: [AlterConfigOp("segment.ms", "3600000")]})
+        described = client.describe_configs([topic("retained"), NODE_1, EVERY_NODE])
+    finally:
+        client.incremental_alter_configs({
+            EVERY_NODE: [AlterConfigOp("retention.ms", None, AlterConfigOpType.DELETE)],
+            NODE_1: [AlterConfigOp("segment.ms", None, AlterConfigOpType.DELETE)],
+        })
+    topic_configs = described[topic("retained")]
+    assert topic_configs["retention.ms"][1:3] == ("60000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert topic_configs["segment.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+    assert topic_configs["cleanup.policy"].is_default
+    assert not topic_configs["cleanup.policy"].is_read_only
+    node = described[NODE_1]
+    assert node["retention.ms"][1:3] == ("600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert node["segment.ms"][1:3] == ("3600000", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert node["log.retention.check.interval.ms"][1:] == (
+        "200", ConfigSource.STATIC_BROKER_CONFIG, True, False)
+    assert node["node.id"].is_read_only and node["node.id"].value == "1"
+    assert node["offsets.retention.minutes"].source == ConfigSource.DEFAULT_CONFIG
+    assert node["num.partitions"][1:3] == ("2", ConfigSource.STATIC_BROKER_CONFIG)
+    assert described[EVERY_NODE] == {"retention.ms": node["retention.ms"]}
+    after = client.describe_configs([NODE_1])[NODE_1]
+    assert after["retention.ms"].source == ConfigSource.DEFAULT_CONFIG
+
+    # APPEND to a list config starts from its default; refusals carry Kafka's codes.
+    client.incremental_alter_configs({topic("retained"): [
+        AlterConfigOp("cleanup.policy", "compact", AlterConfigOpType.APPEND)]})
+    policy = client.describe_configs([topic("retained")], keys=["cleanup.policy"])
+    assert policy[topic("retained")]["cleanup.policy"].value == "delete,compact"
+    for resource, op, error, message in [
+        (topic("retained"), AlterConfigOp("retention.ms", "soon"), InvalidConfigError,
+         "not an integer"),
+        (topic("retained"), AlterConfigOp("retention.mss", "1"), InvalidConfigError,
+         "unknown config"),
+        (topic("nope"), AlterConfigOp("retention.ms", "1"), UnknownTopicOrPartitionError,
+         "does not exist"),
+        (NODE_1, AlterConfigOp("num.partitions", "5"), InvalidRequestError,
+         "cannot update these configs dynamically: num.partitions"),
+        (ConfigResource(ConfigResourceType.BROKER, "7"), AlterConfigOp("retention.ms", "1"),
+         InvalidRequestError, "no node '7'"),
+    ]:
+        with pytest.raises(error, match=message):
+            client.incremental_alter_configs({resource: [op]})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        client.describe_configs([topic("nope")])
+
+
+def test_acls_guard_partitions_and_configs(client: Client) -> None:
+    client.create_topic("guarded", partitions=1, replication_factor=1)
+    denials = [
+        AclBinding(ResourcePattern(ResourceType.TOPIC, "guarded"),
+                   AccessControlEntry("User:*", operation, Permission.DENY))
+        for operation in (Operation.ALTER, Operation.ALTER_CONFIGS, Operation.DESCRIBE_CONFIGS)
+    ]
+    client.create_acls(denials)
+    try:
+        wait_for(lambda: _refused(lambda: client.describe_configs([topic("guarded")])),
+                 10, "every node to apply the ACLs")
+        for call in (
+            lambda: client.create_partitions({"guarded": 2}),
+            lambda: client.incremental_alter_configs(
+                {topic("guarded"): [AlterConfigOp("retention.ms", "1000")]}),
+        ):
+            with pytest.raises(TopicAuthorizationFailedError, match="guarded"):
+                call()
+    finally:
+        client.delete_acls([AclBindingFilter(ResourcePatternFilter(ResourceType.TOPIC,
+                                                                   "guarded"))])
+
+
+def _refused(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except TopicAuthorizationFailedError:
+        return True
+    return False
+
+
+def test_the_commands_alter_and_describe(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    at = ("--bootstrap", cluster.bootstrap)
+    assert main(["topic", "create", "cli-grow", "--partitions", "1", *at]) == 0
+    assert main(["topic", "alter", "cli-grow", "--partitions", "3", *at]) == 0
+    assert "now has 3 partition(s)" in capsys.readouterr().out
+    assert main(["configs", "--alter", "--entity-type", "topics", "--entity-name", "cli-grow",
+                 "--add-config", "retention.ms=90000,cleanup.policy=[delete,compact]", *at]) == 0
+    assert main(["configs", "--alter", "--entity-type", "topics", "--entity-name", "cli-grow",
+                 "--delete-config", "retention.ms", *at]) == 0
+    capsys.readouterr()
+    assert main(["configs", "--describe", "--entity-type", "topics", "--entity-name",
+                 "cli-grow", *at]) == 0
+    out = capsys.readouterr().out
+    assert "Dynamic configs for topic cli-grow are:" in out
+    assert "cleanup.policy=delete,compact source=DYNAMIC_TOPIC_CONFIG" in out
+    assert "retention.ms" not in out
+    assert main(["configs", "--describe", "--all", "--entity-type", "nodes",
+                 "--entity-name", "2", *at]) == 0
+    assert "node.id=2 source=STATIC_BROKER_CONFIG sensitive=false  read-only" in (
+        capsys.readouterr().out)
+    for args, message in [
+        (["topic", "alter", "cli-grow", "--partitions", "2"], "would not be an increase"),
+        (["topic", "alter", "cli-grow", "--partitions", "4", "--replica-assignment", "1:x"],
+         "--replica-assignment '1:x'"),
+        (["configs", "--alter", "--entity-type", "topics", "--entity-name", "cli-grow",
+          "--add-config", "retention.ms"], "'retention.ms' is not KEY=VALUE"),
+        (["configs", "--alter", "--entity-type", "topics", "--entity-name", "cli-grow"],
+         "--alter needs --add-config"),
+        (["configs", "--describe", "--entity-type", "nodes", "--entity-name", "one"],
+         "needs --entity-name NODE_ID"),
+        (["configs", "--alter", "--entity-type", "nodes", "--entity-default",
+          "--add-config", "node.id=4"], "cannot update these configs dynamically"),
+    ]:
+        assert main([*args, *at]) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
