@@ -39,7 +39,7 @@ from tidelog.coordinator.offsets_records import (
     OffsetValue,
     decode_key,
     decode_value,
-    encode_commit_set,
+    encode_commit_records,
     encode_key,
     encode_value,
 )
@@ -58,9 +58,11 @@ from tidelog.records import (
     BatchHeader,
     ControlType,
     RecordInput,
+    build_batch_of,
     control_type_of,
     crc_matches,
     decode_records,
+    read_header,
 )
 from tidelog.types import TopicPartition
 
@@ -90,25 +92,51 @@ class PartitionOffsets(NamedTuple):
     metadata: str
 
 
-class CommitSet(NamedTuple):
-    """A planned commit set as the table takes it: what `apply` would decode from its records.
-    The leader keeps it beside its append (`PlannedBatch`) so that applying its own commits
-    costs no decoding."""
+@dataclass(frozen=True, slots=True)
+class CommitSet:
+    """A planned commit set: what `apply` would decode from its records, and what encodes them
+    (a `tidelog.records.RecordSource`). The node's group commit encodes a round's sets straight
+    into its batch (no `RecordInput` per record), and the leader keeps them beside its append
+    (`PlannedBatch`) so that applying its own commits costs no decoding."""
 
     group: str
     commit_timestamp_ms: int
     #: (topic, partition, offset, leader epoch, metadata) of each record, in record order.
     entries: list[tuple[str, int, int, int, str]]
+    commit_id: int
+
+    @property
+    def records_count(self) -> int:
+        return len(self.entries)
+
+    @property
+    def first_timestamp(self) -> int:
+        return self.commit_timestamp_ms  # every record of the set has the commit's time
+
+    def encode_into(self, out: list[bytes], first_delta: int, first_timestamp: int) -> int:
+        encode_commit_records(
+            out, self.group, self.entries, self.commit_timestamp_ms, self.commit_id,
+            first_delta, self.commit_timestamp_ms - first_timestamp,
+        )
+        return self.commit_timestamp_ms
 
 
 class CommitPlan(NamedTuple):
-    """What a commit request becomes: the commit set to append as ONE batch (empty when nothing
-    is to be written), the partitions answered with an error instead, and the set as the table
-    takes it (None when nothing is to be written)."""
+    """What a commit request becomes: the commit set to append as ONE batch (None when nothing
+    is to be written) and the partitions answered with an error instead."""
 
-    records: list[RecordInput]
     refused: dict[TopicPartition, TidelogError]
     commit_set: CommitSet | None = None
+
+    @property
+    def records(self) -> list[RecordInput]:
+        """The set's records as `RecordInput`s, read back from the batch it encodes to (for a
+        caller that wants them one by one; the node appends the set itself)."""
+        if self.commit_set is None:
+            return []
+        batch, _ = build_batch_of([self.commit_set])
+        return [RecordInput(r.value, r.key, r.timestamp)
+                for r in decode_records(batch, 0, read_header(batch))]
 
 
 class PlannedBatch(NamedTuple):
@@ -178,8 +206,9 @@ class GroupCoordinatorState:
 
     def _apply_sets(self, sets: list[CommitSet]) -> None:
         put_many = self.table.put_many
-        for group, commit_timestamp_ms, entries in sets:
-            put_many(group, entries, commit_timestamp_ms)
+        for commit_set in sets:
+            group, entries = commit_set.group, commit_set.entries
+            put_many(group, entries, commit_set.commit_timestamp_ms)
             if self._unapplied:
                 for topic, partition, *_ in entries:
                     self._unapplied.pop(OffsetKey(group, topic, partition), None)
@@ -388,14 +417,8 @@ class GroupCoordinatorState:
                 entries.append((topic, partition, part.offset,
                                 leader_epoch if leader_epoch >= 0 else NO_LEADER_EPOCH, metadata))
         if not entries:
-            return CommitPlan([], refused)
-        commit_id = self._take_commit_id()
-        new_record = tuple.__new__  # a RecordInput without NamedTuple's Python-level __new__
-        records = [
-            new_record(RecordInput, (value, key, now_ms, ()))
-            for key, value in encode_commit_set(group, entries, now_ms, commit_id)
-        ]
-        return CommitPlan(records, refused, CommitSet(group, now_ms, entries))
+            return CommitPlan(refused)
+        return CommitPlan(refused, CommitSet(group, now_ms, entries, self._take_commit_id()))
 
     def _take_commit_id(self) -> int:
         commit_id = self._next_commit_id

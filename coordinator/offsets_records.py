@@ -33,8 +33,9 @@ skips, never a crash.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
 from tidelog.coordinator.record_codec import I16 as _I16
@@ -48,6 +49,7 @@ from tidelog.coordinator.record_codec import (
     read_version,
     truncated,
 )
+from tidelog.records import RECORD_OVERHEAD, encode_record
 
 #: The key version Kafka's writers use for an offset commit.
 KEY_VERSION: Final = 1
@@ -60,7 +62,7 @@ MAX_KEY_STRING_BYTES: Final = MAX_INT16_STRING_BYTES
 
 _VALUE_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch (then the metadata)
 _VALUE_TAIL = struct.Struct(">qqi")  # commit timestamp, commit id, commit size
-#: A whole value with empty metadata (the common case): one struct call.
+#: A whole value with empty metadata (the common case).
 _VALUE_BARE = struct.Struct(">hqiiqqi")
 
 
@@ -110,35 +112,55 @@ def encode_value(value: OffsetValue) -> bytes:
     )
 
 
-def encode_commit_set(
+def encode_commit_records(
+    out: list[bytes],
     group: str,
     parts: Sequence[tuple[str, int, int, int, str]],
     commit_timestamp_ms: int,
     commit_id: int,
-) -> list[tuple[bytes, bytes]]:
-    """(key, value) of every record of one commit set of `group`, from (topic, partition,
-    offset, leader epoch, metadata) each: the bytes `encode_key` and `encode_value` give, made
-    with a struct call or two a record and the group's part of the key made once (the commit
-    path encodes every committed offset, so this is per-record cost). `OffsetRecordError` if
-    a name is too long for its int16 length."""
+    first_delta: int,
+    timestamp_delta: int,
+) -> None:
+    """Append to `out` the records of one commit set of `group` as a batch holds them
+    (`tidelog.records.encode_record`'s layout), from (topic, partition, offset, leader epoch,
+    metadata) each: the key of `encode_key` and the value of `encode_value`, the records' offset
+    deltas counted from `first_delta` and each at `timestamp_delta` from the batch's first
+    timestamp. The commit path encodes every committed offset, so this is per-record cost: a
+    record with empty metadata (the common one) is ONE struct call (the record's fixed fields,
+    the group's and topic's part of the key, the partition and the whole bare value), whose
+    format is made once per key length; one with metadata is encoded field by field.
+    `OffsetRecordError` if a name is too long for its int16 length."""
     prefix = _I16.pack(KEY_VERSION) + encode_string(group, "group")
-    topics: dict[str, bytes] = {}
+    topics: dict[str, tuple[bytes, Callable[..., bytes], int, int]] = {}
     size = len(parts)
-    pack_bare = _VALUE_BARE.pack
-    pack_partition = _I32.pack
-    out: list[tuple[bytes, bytes]] = []
-    for topic, partition, offset, leader_epoch, metadata in parts:
-        topic_key = topics.get(topic)
-        if topic_key is None:
-            topic_key = topics[topic] = prefix + encode_string(topic, "topic")
+    for delta, (topic, partition, offset, leader_epoch, metadata) in enumerate(parts, first_delta):
+        known = topics.get(topic)
+        if known is None:
+            topic_key = prefix + encode_string(topic, "topic")
+            key_length = len(topic_key) + _I32.size
+            known = topics[topic] = (
+                topic_key, _bare_record(len(topic_key)).pack, key_length,
+                RECORD_OVERHEAD - 4 + key_length + _VALUE_BARE.size,
+            )
+        topic_key, pack_bare_record, key_length, bare_length = known
         if metadata:
             value = encode_value(OffsetValue(offset, leader_epoch, metadata, commit_timestamp_ms,
                                              commit_id, size))
+            encode_record(out, delta, timestamp_delta, topic_key + _I32.pack(partition), value)
         else:
-            value = pack_bare(VALUE_VERSION, offset, leader_epoch, 0, commit_timestamp_ms,
-                              commit_id, size)
-        out.append((topic_key + pack_partition(partition), value))
-    return out
+            out.append(pack_bare_record(
+                bare_length, 0, delta, timestamp_delta, key_length, topic_key, partition,
+                _VALUE_BARE.size, VALUE_VERSION, offset, leader_epoch, 0, commit_timestamp_ms,
+                commit_id, size, 0,
+            ))
+
+
+@functools.lru_cache(maxsize=64)
+def _bare_record(key_prefix_length: int) -> struct.Struct:
+    """A whole record with a bare value (empty metadata) whose key's group and topic part is
+    `key_prefix_length` bytes: length, attributes, offset delta, timestamp delta, key length,
+    that part of the key, the partition, value length, the value's fields, header count 0."""
+    return struct.Struct(f">iBiqi{key_prefix_length}sii{_VALUE_BARE.format[1:]}i")
 
 
 # ---- decoding ------------------------------------------------------------------------------

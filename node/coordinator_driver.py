@@ -42,7 +42,7 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.coordinator_topic import CoordinatorTopic
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
-from tidelog.records import RecordInput, build_batch, read_header
+from tidelog.records import RecordInput, RecordSource, build_batch_of, read_header
 from tidelog.types import TopicPartition
 
 #: How much of the log one read of loading takes (Kafka's offsets.load.buffer.size is 5 MiB;
@@ -72,7 +72,8 @@ S = TypeVar("S", bound=CoordinatorState)
 class Append:
     """Records to append as one set (all inside one batch), and who waits for them."""
 
-    records: list[RecordInput]
+    #: `RecordInput`s, or a set that encodes itself into the batch (a planned commit set).
+    records: list[RecordInput] | RecordSource
     #: Set once proposed: (the batch's acks=all waiter, its last offset); None when nobody waits.
     proposed: asyncio.Future[tuple[asyncio.Future[None], int]] | None
     #: What the state machine planned the records from, when it can apply that rather than
@@ -296,9 +297,9 @@ class CoordinatorDriver(Generic[S]):
             for append in appends:
                 if append.producer is not None:
                     pid, epoch = append.producer
-                    batch = build_batch(append.records, producer_id=pid, producer_epoch=epoch,
-                                        transactional=True)
-                    self._propose(led, batch, len(append.records), [append])
+                    batch, count = build_batch_of([append.records], producer_id=pid,
+                                                  producer_epoch=epoch, transactional=True)
+                    self._propose(led, batch, count, [append])
             if plain:
                 for batch, count, chunk in _batches(plain, limit):
                     self._propose(led, batch, count, chunk)
@@ -323,7 +324,7 @@ class CoordinatorDriver(Generic[S]):
         self.replicas.wake_touched()
 
     async def _append(
-        self, led: Led[S], records: list[RecordInput], *, planned: Any = None,
+        self, led: Led[S], records: list[RecordInput] | RecordSource, *, planned: Any = None,
         producer: tuple[int, int] | None = None, ack_before_commit: bool = False,
     ) -> None:
         """Append `records` as one set with the next round, and return once they are committed
@@ -443,11 +444,12 @@ def _settle(appends: Iterable[Append], exc: errors.TidelogError) -> None:
 
 def _batches(appends: list[Append], limit: int) -> Iterator[tuple[bytes, int, list[Append]]]:
     """The sets as batches of at most `limit` bytes where they fit (a set alone over it goes
-    alone, and its append fails with the log's error): (batch, records in it, its sets)."""
-    records = [r for append in appends for r in append.records]
-    batch = build_batch(records)
+    alone, and its append fails with the log's error): (batch, records in it, its sets).
+    Each set is encoded straight into the batch (`build_batch_of`); sets split off are encoded
+    again, at their new offset deltas, which happens only past max.message.bytes."""
+    batch, count = build_batch_of([append.records for append in appends])
     if len(batch) <= limit or len(appends) == 1:
-        yield batch, len(records), appends
+        yield batch, count, appends
         return
     half = len(appends) // 2
     yield from _batches(appends[:half], limit)

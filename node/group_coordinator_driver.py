@@ -95,7 +95,8 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
             led.planned[base_offset] = PlannedBatch(led.epoch, count, sets)
 
     async def _append_group(
-        self, led: Led[GroupCoordinatorState], records: list[RecordInput], group: str | None,
+        self, led: Led[GroupCoordinatorState], records: list[RecordInput] | CommitSet,
+        group: str | None,
         commit_set: CommitSet | None = None, producer: tuple[int, int] | None = None,
     ) -> None:
         """`_append`, with `group` marked unstable until it is answered. `commit_set`: the
@@ -155,10 +156,10 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
         results: dict[TopicPartition, errors.TidelogError | None] = {
             tp: plan.refused.get(tp) for tp in offsets
         }
-        if plan.records:
+        if plan.commit_set is not None:
             try:
                 await self._append_group(
-                    led, plan.records, group, plan.commit_set if producer is None else None,
+                    led, plan.commit_set, group, plan.commit_set if producer is None else None,
                     producer,
                 )
             except errors.TidelogError as exc:

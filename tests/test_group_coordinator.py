@@ -217,7 +217,7 @@ def test_a_request_with_nothing_to_write_plans_no_records() -> None:
     state = GroupCoordinatorState(OffsetsConfig(metadata_max_bytes=0))
     plan = state.plan_commit("g", offsets((TP0, 1), metadata="m"), T0)
     assert plan.records == [] and list(plan.refused) == [TP0]
-    assert state.plan_commit("g", {}, T0) == CommitPlan([], {})
+    assert state.plan_commit("g", {}, T0) == CommitPlan({})
 
 
 def test_names_a_key_cannot_hold_are_refused() -> None:
@@ -425,7 +425,7 @@ def test_the_leaders_own_batch_is_applied_from_its_sets_and_equals_decoding_it(
     assert leader.table.last_commit_ms("b") == decoded.table.last_commit_ms("b") == T0 + 1
 
     # The sets are what is applied: a (made up) plan that differs from the bytes shows it.
-    made_up = [CommitSet("a", T0, [("t", 0, 99, -1, "")])]
+    made_up = [CommitSet("a", T0, [("t", 0, 99, -1, "")], 0)]
     fast = GroupCoordinatorState(CONFIG)
     epoch = header.partition_leader_epoch
     fast.apply(part.read(), {0: PlannedBatch(epoch, 3, made_up)})

@@ -8,8 +8,9 @@ import struct
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
+from tidelog.coordinator.group_coordinator import CommitSet
 from tidelog.coordinator.offsets_records import (
     VALUE_VERSION,
     OffsetKey,
@@ -17,10 +18,11 @@ from tidelog.coordinator.offsets_records import (
     OffsetValue,
     decode_key,
     decode_value,
-    encode_commit_set,
+    encode_commit_records,
     encode_key,
     encode_value,
 )
+from tidelog.records import RecordInput, build_batch, build_batch_of, encode_record
 
 KEY = OffsetKey("my-group", "events", 7)
 VALUE = OffsetValue(42, 3, "ü checkpoint 🚀", 1_700_000_000_000, 9, 100)
@@ -162,15 +164,63 @@ def test_every_truncation_of_a_good_record_is_refused(data: st.DataObject) -> No
 
 
 def test_a_commit_set_encodes_as_its_records_one_by_one() -> None:
-    """The commit path's encoder gives the bytes of encode_key and encode_value, for bare
-    values (one struct call) and ones with metadata, over two topics."""
+    """The commit path's encoder gives the records of encode_key and encode_value, for bare
+    values (one struct call a record) and ones with metadata, over two topics."""
     parts = [("events", 7, 42, 3, ""), ("ü-topic", 0, -1, -1, "ü checkpoint 🚀"),
              ("events", 2**31 - 1, 2**63 - 1, 0, "")]
-    encoded = encode_commit_set("my-group", parts, 1_700_000_000_000, 9)
-    assert encoded == [
-        (encode_key(OffsetKey("my-group", topic, partition)),
-         encode_value(OffsetValue(offset, epoch, metadata, 1_700_000_000_000, 9, len(parts))))
-        for topic, partition, offset, epoch, metadata in parts
-    ]
+    pieces: list[bytes] = []
+    encode_commit_records(pieces, "my-group", parts, 1_700_000_000_000, 9, 5, -2)
+    expected: list[bytes] = []
+    for delta, (topic, partition, offset, epoch, metadata) in enumerate(parts, 5):
+        encode_record(expected, delta, -2, encode_key(OffsetKey("my-group", topic, partition)),
+                      encode_value(OffsetValue(offset, epoch, metadata, 1_700_000_000_000, 9,
+                                               len(parts))))
+    assert b"".join(pieces) == b"".join(expected)
     with pytest.raises(OffsetRecordError, match="topic is 32768 bytes"):
-        encode_commit_set("g", [("t" * 32768, 0, 0, -1, "")], 0, 0)
+        encode_commit_records([], "g", [("t" * 32768, 0, 0, -1, "")], 0, 0, 0, 0)
+
+
+_NAMES = st.text(max_size=12)
+_ENTRIES = st.lists(st.tuples(
+    _NAMES, st.integers(0, 2**31 - 1), st.integers(-(2**63), 2**63 - 1),
+    st.integers(-1, 2**31 - 1), st.one_of(st.just(""), st.text(max_size=16)),
+), min_size=1, max_size=6)
+_COMMIT_SETS = st.builds(CommitSet, _NAMES, st.integers(0, 2**42), _ENTRIES,
+                         st.integers(0, 2**62))
+_INPUTS = st.lists(st.builds(
+    RecordInput,
+    st.one_of(st.none(), st.binary(max_size=12)),
+    st.one_of(st.none(), st.binary(max_size=12)),
+    st.integers(-1, 2**42),
+    st.lists(st.tuples(_NAMES, st.one_of(st.none(), st.binary(max_size=6))), max_size=2),
+), min_size=1, max_size=4)
+
+
+def _inputs_of(source: CommitSet | list[RecordInput]) -> list[RecordInput]:
+    """The records of `source` one by one, through the reference encoders."""
+    if isinstance(source, list):
+        return source
+    return [
+        RecordInput(encode_value(OffsetValue(offset, epoch, metadata, source.commit_timestamp_ms,
+                                             source.commit_id, len(source.entries))),
+                    encode_key(OffsetKey(source.group, topic, partition)),
+                    source.commit_timestamp_ms)
+        for topic, partition, offset, epoch, metadata in source.entries
+    ]
+
+
+@settings(deadline=None)
+@given(st.lists(st.one_of(_COMMIT_SETS, _INPUTS), min_size=1, max_size=5),
+       st.integers(-1, 2**40), st.integers(-1, 0x7FFF), st.booleans())
+def test_a_batch_of_sets_is_byte_for_byte_build_batch_of_their_records(
+    sources: list[CommitSet | list[RecordInput]], producer_id: int, producer_epoch: int,
+    transactional: bool,
+) -> None:
+    """The group commit's batch (`build_batch_of`: commit sets encoded straight into it, beside
+    lists of RecordInputs) is the batch `build_batch` makes of all their records in a row,
+    through the one-record-at-a-time encoders: the bytes every reader already checks."""
+    records = [record for source in sources for record in _inputs_of(source)]
+    expected = build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                           transactional=transactional)
+    assert build_batch_of(sources, producer_id=producer_id, producer_epoch=producer_epoch,
+                          transactional=transactional) == (expected, len(records))

@@ -59,7 +59,7 @@ import struct
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import crc32c as _crc32c
 
@@ -246,6 +246,38 @@ class RecordInput(NamedTuple):
     headers: Sequence[tuple[str, bytes | None]] = ()
 
 
+class RecordSource(Protocol):
+    """Records that encode themselves into a batch's body (`build_batch_of`), for a writer
+    that keeps its own form of them rather than a `RecordInput` each: the group coordinator's
+    commit sets, whose records it encodes straight from the committed offsets."""
+
+    @property
+    def records_count(self) -> int: ...
+
+    @property
+    def first_timestamp(self) -> int: ...
+
+    def encode_into(self, out: list[bytes], first_delta: int, first_timestamp: int) -> int:
+        """Append the records' pieces to `out` as `encode_records` does (offset deltas from
+        `first_delta`, timestamps relative to `first_timestamp`) and return the largest
+        record timestamp."""
+        ...
+
+
+def encode_records(
+    out: list[bytes], records: Sequence[RecordInput], first_delta: int, first_timestamp: int
+) -> int:
+    """Append the pieces of `records` to `out`, their offset deltas counted from `first_delta`
+    and their timestamps relative to the batch's `first_timestamp`; return the largest record
+    timestamp (NO_TIMESTAMP when none is larger). The part of `build_batch` that a batch of
+    several sources (`build_batch_of`) repeats per source."""
+    max_timestamp = NO_TIMESTAMP
+    for delta, rec in enumerate(records, first_delta):
+        max_timestamp = max(max_timestamp, rec.timestamp)
+        encode_record(out, delta, rec.timestamp - first_timestamp, rec.key, rec.value, rec.headers)
+    return max_timestamp
+
+
 def build_batch(
     records: Sequence[RecordInput],
     *,
@@ -263,30 +295,87 @@ def build_batch(
     if not records:
         raise ValueError("a batch holds at least one record")
     first_timestamp = records[0].timestamp
-    max_timestamp = NO_TIMESTAMP
     parts: list[bytes] = []
-    for delta, rec in enumerate(records):
-        max_timestamp = max(max_timestamp, rec.timestamp)
-        encode_record(
-            parts, delta, rec.timestamp - first_timestamp, rec.key, rec.value, rec.headers
-        )
+    max_timestamp = encode_records(parts, records, 0, first_timestamp)
+    return frame_batch(
+        parts, len(records), first_timestamp, max_timestamp,
+        base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+        transactional=transactional, control=control, compression=compression,
+    )
+
+
+def build_batch_of(
+    sources: Sequence[Sequence[RecordInput] | RecordSource],
+    *,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    transactional: bool = False,
+) -> tuple[bytes, int]:
+    """One batch of the records of every source in turn (a list of `RecordInput`s or a
+    `RecordSource`), and how many records it holds: the bytes `build_batch` gives for all
+    their records as one list, each source encoded where it is rather than first turned into
+    `RecordInput`s. A coordinator's group commit joins a round's sets so."""
+    pieces: list[bytes] = []
+    count = 0
+    first_timestamp = max_timestamp = NO_TIMESTAMP
+    for source in sources:
+        if isinstance(source, Sequence):
+            if not source:
+                continue
+            if not count:
+                first_timestamp = source[0].timestamp
+            last = encode_records(pieces, source, count, first_timestamp)
+            count += len(source)
+        else:
+            if not count:
+                first_timestamp = source.first_timestamp
+            last = source.encode_into(pieces, count, first_timestamp)
+            count += source.records_count
+        max_timestamp = max(max_timestamp, last)
+    if not count:
+        raise ValueError("a batch holds at least one record")
+    batch = frame_batch(
+        pieces, count, first_timestamp, max_timestamp, producer_id=producer_id,
+        producer_epoch=producer_epoch, transactional=transactional,
+    )
+    return batch, count
+
+
+def frame_batch(
+    pieces: list[bytes],
+    records_count: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
+    compression: Codec = Codec.NONE,
+) -> bytes:
+    """The batch of `records_count` encoded records (`pieces`, joined), compressed with
+    `compression`: the framing part of `build_batch`."""
     attributes = (
         (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
         | compression
     )
-    body = b"".join(parts)
+    body = b"".join(pieces)
     return assemble_batch(
         compress(compression, body) if compression else body,
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=attributes,
-        last_offset_delta=len(records) - 1,
+        last_offset_delta=records_count - 1,
         first_timestamp=first_timestamp,
         max_timestamp=max_timestamp,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
-        records_count=len(records),
+        records_count=records_count,
     )
 
 
