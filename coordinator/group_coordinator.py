@@ -25,7 +25,7 @@ sets are applied as they stand.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -49,6 +49,7 @@ from tidelog.errors import (
     CorruptMessageError,
     GroupIdNotFoundError,
     InvalidGroupIdError,
+    InvalidRequestError,
     OffsetMetadataTooLargeError,
     TidelogError,
     UnknownTopicOrPartitionError,
@@ -72,6 +73,8 @@ _GROUP_RECORD_TYPES = consumer_group_records.RECORD_TYPES
 #: The leader epoch of an offset committed without one.
 NO_LEADER_EPOCH = -1
 _INT32_MAX = 0x7FFF_FFFF
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -84,12 +87,9 @@ class OffsetsConfig:
     retention_ms: int = 7 * 24 * 3600 * 1000
 
 
-class PartitionOffsets(NamedTuple):
-    """One partition of a commit request."""
-
-    offset: int
-    leader_epoch: int  # -1 when unknown
-    metadata: str
+#: One partition of a commit request: (topic, partition, offset, leader epoch (-1 when
+#: unknown), metadata), as the handler reads it off the request and the commit set keeps it.
+CommitEntry = tuple[str, int, int, int, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +101,8 @@ class CommitSet:
 
     group: str
     commit_timestamp_ms: int
-    #: (topic, partition, offset, leader epoch, metadata) of each record, in record order.
-    entries: list[tuple[str, int, int, int, str]]
+    #: The entry of each record, in record order.
+    entries: list[CommitEntry]
     commit_id: int
 
     @property
@@ -375,36 +375,52 @@ class GroupCoordinatorState:
     # -- decisions (leader only) ----------------------------------------------------------------
 
     def plan_commit(
-        self, group: str, offsets: Mapping[TopicPartition, PartitionOffsets], now_ms: int
+        self, group: str, offsets: Iterable[CommitEntry], now_ms: int
     ) -> CommitPlan:
-        """The commit set of one OffsetCommit request: every accepted partition, under one new
-        commit id. A partition whose metadata is longer than `metadata_max_bytes` Java chars
-        is refused with OFFSET_METADATA_TOO_LARGE while the others commit (Kafka's
+        """The commit set of one OffsetCommit request, from its (topic, partition, offset,
+        leader epoch, metadata) each: every accepted partition, under one new commit id. A
+        partition whose metadata is longer than `metadata_max_bytes` Java chars is refused with
+        OFFSET_METADATA_TOO_LARGE while the others commit (Kafka's
         `OffsetMetadataManager.commitOffset`).
 
         Negative offsets are stored as given, as Kafka's coordinator does: it checks only the
         metadata length (group-coordinator/src/main/java/org/apache/kafka/coordinator/group/
         OffsetMetadataManager.java, commitOffset); refusing them is the Java client's job
         (`OffsetAndMetadata`: "Invalid negative offset"). A negative leader epoch is stored as
-        -1 (unknown), the one negative epoch a record may hold.
+        -1 (unknown), the one negative epoch a record may hold. An offset or epoch no record
+        field holds (beyond int64, int32: not from the wire) is INVALID_REQUEST.
+
+        Plain tuples in and out, no object per partition: this is the commit path's per-record
+        loop, and the entries it accepts are the commit set's as they stand.
         """
         refused: dict[TopicPartition, TidelogError] = {}
-        entries: list[tuple[str, int, int, int, str]] = []
+        entries: list[CommitEntry] = []
         group_bytes = len(group.encode())
         limit = self.config.metadata_max_bytes
         topic_fits: dict[str, bool] = {}
-        for tp, part in offsets.items():
-            topic, partition = tp
+        for entry in offsets:
+            topic, partition, offset, leader_epoch, metadata = entry
             fits = topic_fits.get(topic)
             if fits is None:
                 fits = topic_fits[topic] = len(topic.encode()) <= MAX_KEY_STRING_BYTES
-            metadata = part.metadata
+            if (
+                fits and 0 <= partition <= _INT32_MAX and group_bytes <= MAX_KEY_STRING_BYTES
+                and -1 <= leader_epoch <= _INT32_MAX and _INT64_MIN <= offset <= _INT64_MAX
+                and not metadata
+            ):
+                entries.append(entry)  # the common entry, as it stands
+                continue
+            tp = TopicPartition(topic, partition)
             if group_bytes > MAX_KEY_STRING_BYTES:
                 refused[tp] = InvalidGroupIdError(
                     f"group id is {group_bytes} bytes of UTF-8, the limit is {MAX_KEY_STRING_BYTES}"
                 )
             elif not (fits and 0 <= partition <= _INT32_MAX):
                 refused[tp] = UnknownTopicOrPartitionError(f"no partition {tp}")
+            elif not (_INT64_MIN <= offset <= _INT64_MAX and leader_epoch <= _INT32_MAX):
+                refused[tp] = InvalidRequestError(
+                    f"offset {offset} or leader epoch {leader_epoch} of {tp} out of range"
+                )
             elif (
                 2 * len(metadata) > limit  # a Java char per code point, two beyond the BMP
                 and (length := java_length(metadata)) > limit
@@ -413,9 +429,8 @@ class GroupCoordinatorState:
                     f"metadata of {tp} is {length} characters long, the limit is {limit}"
                 )
             else:
-                leader_epoch = part.leader_epoch
-                entries.append((topic, partition, part.offset,
-                                leader_epoch if leader_epoch >= 0 else NO_LEADER_EPOCH, metadata))
+                entries.append((topic, partition, offset, max(leader_epoch, NO_LEADER_EPOCH),
+                                metadata))
         if not entries:
             return CommitPlan(refused)
         return CommitPlan(refused, CommitSet(group, now_ms, entries, self._take_commit_id()))

@@ -23,7 +23,7 @@ import grpc
 from tidelog import errors
 from tidelog.acl import Operation, ResourceType
 from tidelog.coordinator.consumer_groups import PROTOCOL_TYPE
-from tidelog.coordinator.group_coordinator import PartitionOffsets
+from tidelog.coordinator.group_coordinator import CommitEntry
 from tidelog.node.authorization import Authorization
 from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
@@ -176,53 +176,87 @@ class GroupApi:
         request: pb.OffsetCommitRequest | pb.TxnOffsetCommitRequest,
         response: R,
         commit: Callable[
-            [int, dict[TopicPartition, PartitionOffsets], str],
-            Awaitable[dict[TopicPartition, errors.TidelogError | None]],
+            [int, list[CommitEntry], str], Awaitable[dict[TopicPartition, errors.TidelogError]]
         ],
     ) -> R:
         """The partitions of an OffsetCommit or TxnOffsetCommit checked as Kafka's API layer
-        does, the valid ones committed with `commit(generation, offsets, member id)`, and the
+        does, the valid ones committed with `commit(generation, entries, member id)`, and the
         answer of each in `response`, its errors counted for `rpc`'s metrics (the node does
         not walk the answer for them: a commit of many partitions is mostly all OK, and then
-        nothing is counted at all)."""
-        parts, twice = each_once(partitions_of(request.topics))
-        refused = self._topics_refused(principal, Operation.READ, parts)
-        results: dict[TopicPartition, errors.TidelogError | None] = {}
-        offsets: dict[TopicPartition, PartitionOffsets] = {}
-        # Each topic is looked up once, not once per partition: a commit names many
-        # partitions of few topics (the offsets benchmark: 100 of one).
-        counts: dict[str, int] = {}
-        for tp, part in parts.items():
-            topic, partition = tp
-            count = counts.get(topic)
-            if count is None:
-                count = counts[topic] = self._partition_count(topic)
-            if topic in refused:
-                results[tp] = refused[topic]
-            elif tp in twice:
-                results[tp] = errors.InvalidRequestError(f"{tp} appears more than once")
-            elif not 0 <= partition < count:
-                results[tp] = errors.UnknownTopicOrPartitionError(f"{tp} does not exist")
-            else:
-                offsets[tp] = PartitionOffsets(
-                    part.committed_offset,
-                    or_unset(part, "committed_leader_epoch", _NO_LEADER_EPOCH),
-                    part.committed_metadata,  # unset (Kafka's null) reads as "", as Kafka stores it
-                )
-        if offsets:
+        nothing is counted at all).
+
+        One pass over the request reads each partition into the commit's entry (no object per
+        partition but that tuple); each topic is looked up and authorized once, not once per
+        partition (a commit names many partitions of few topics: the offsets benchmark 100 of
+        one). A `TopicPartition` is made only for a partition answered with an error."""
+        topics = request.topics
+        refused = self.authorization.refusals(
+            principal, Operation.READ, ResourceType.TOPIC, (t.name for t in topics)
+        )
+        failed: dict[TopicPartition, errors.TidelogError] = {}
+        entries: list[CommitEntry] = []
+        #: Per topic, the partitions named so far; and those named more than once.
+        named: dict[str, set[int]] = {}
+        twice: set[TopicPartition] = set()
+        new_tp = tuple.__new__
+        for t in topics:
+            topic = t.name
+            refusal = refused.get(topic)
+            count = self._partition_count(topic)
+            seen = named.setdefault(topic, set())
+            for p in t.partitions:
+                partition = p.partition
+                if partition in seen:
+                    twice.add(new_tp(TopicPartition, (topic, partition)))
+                    continue
+                seen.add(partition)
+                if refusal is not None:
+                    failed[new_tp(TopicPartition, (topic, partition))] = refusal
+                elif not 0 <= partition < count:
+                    tp = new_tp(TopicPartition, (topic, partition))
+                    failed[tp] = errors.UnknownTopicOrPartitionError(f"{tp} does not exist")
+                else:
+                    # Unset metadata (Kafka's null) reads as "", as Kafka stores it.
+                    entries.append((
+                        topic, partition, p.committed_offset,
+                        p.committed_leader_epoch if p.HasField("committed_leader_epoch")
+                        else _NO_LEADER_EPOCH,
+                        p.committed_metadata,
+                    ))
+        if twice:
+            for tp in twice:
+                if tp.topic not in refused:
+                    failed[tp] = errors.InvalidRequestError(f"{tp} appears more than once")
+            entries = [e for e in entries if (e[0], e[1]) not in twice]
+        if entries:
             generation = or_unset(request, "generation_id", _NO_GENERATION)
             try:
-                results.update(await commit(generation, offsets, request.member_id))
+                failed.update(await commit(generation, entries, request.member_id))
             except errors.TidelogError as exc:
-                results.update(dict.fromkeys(offsets, exc))
+                failed.update({new_tp(TopicPartition, (topic, partition)): exc
+                               for topic, partition, *_ in entries})
+        # Each partition answered once, in the order first named.
         answers = Answers(response)
         count_error = self._partition_error
-        for tp in parts:
-            answer = answers.add(tp)
-            if (error := results.get(tp)) is not None:
-                answer.error_code = error.code
-                answer.error_message = str(error)
-                count_error(rpc, error.code)
+        answered: set[TopicPartition] = set()
+        for t in topics:
+            topic = t.name
+            add = answers.add_to(topic)
+            if not failed:  # all committed (so none named twice): nothing to look up
+                for p in t.partitions:
+                    add(partition=p.partition)
+                continue
+            for p in t.partitions:
+                tp = new_tp(TopicPartition, (topic, p.partition))
+                if twice:
+                    if tp in answered:
+                        continue
+                    answered.add(tp)
+                answer = add(partition=tp.partition)
+                if (error := failed.get(tp)) is not None:
+                    answer.error_code = error.code
+                    answer.error_message = str(error)
+                    count_error(rpc, error.code)
         return response
 
     async def offset_fetch(

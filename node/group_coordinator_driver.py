@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tidelog import errors
 from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.consumer_groups import ConsumerGroupConfig
 from tidelog.coordinator.group_coordinator import (
+    CommitEntry,
     CommitSet,
     GroupCoordinatorState,
     OffsetsConfig,
-    PartitionOffsets,
     PlannedBatch,
 )
 from tidelog.coordinator.offset_table import CommittedOffset
@@ -121,11 +121,11 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
     # ---- requests --------------------------------------------------------------------------------
 
     async def commit(
-        self, group: str, generation: int, offsets: Mapping[TopicPartition, PartitionOffsets],
-        member_id: str = "",
-    ) -> dict[TopicPartition, errors.TidelogError | None]:
+        self, group: str, generation: int, offsets: list[CommitEntry], member_id: str = "",
+    ) -> dict[TopicPartition, errors.TidelogError]:
         """Commit `offsets` for `group`, all or none (but the partitions the plan refuses);
-        the error of each partition, None where committed. Raises a group-level error: for a
+        the error of each partition not committed (none: all committed; a failed append: every
+        partition's). Raises a group-level error: for a
         consumer group, that of a member or epoch it does not know (`generation` is the
         member epoch then, as in Kafka's OffsetCommit v9)."""
         led = self._coordinating(group)
@@ -134,8 +134,8 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
 
     async def txn_commit(
         self, group: str, producer_id: int, producer_epoch: int, generation: int,
-        offsets: Mapping[TopicPartition, PartitionOffsets], member_id: str = "",
-    ) -> dict[TopicPartition, errors.TidelogError | None]:
+        offsets: list[CommitEntry], member_id: str = "",
+    ) -> dict[TopicPartition, errors.TidelogError]:
         """TxnOffsetCommit (kafka-reference §8.5): `offsets` as a transactional batch of the
         producer, answered once committed; they stay pending (`txn_offsets`) until the
         transaction's marker lands on the partition. A member epoch the consumer group refuses
@@ -150,12 +150,9 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
 
     async def _commit(
         self, led: Led[GroupCoordinatorState], group: str,
-        offsets: Mapping[TopicPartition, PartitionOffsets], producer: tuple[int, int] | None,
-    ) -> dict[TopicPartition, errors.TidelogError | None]:
+        offsets: list[CommitEntry], producer: tuple[int, int] | None,
+    ) -> dict[TopicPartition, errors.TidelogError]:
         plan = led.state.plan_commit(group, offsets, wall_clock_ms())
-        results: dict[TopicPartition, errors.TidelogError | None] = {
-            tp: plan.refused.get(tp) for tp in offsets
-        }
         if plan.commit_set is not None:
             try:
                 await self._append_group(
@@ -163,8 +160,10 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
                     producer,
                 )
             except errors.TidelogError as exc:
-                return {tp: error or exc for tp, error in results.items()}
-        return results
+                failed = {TopicPartition(topic, partition): exc
+                          for topic, partition, *_ in plan.commit_set.entries}
+                return failed | plan.refused
+        return plan.refused
 
     def pending_txn_partitions(self, group: str) -> set[TopicPartition]:
         """The partitions `group` has TxnOffsetCommit offsets pending for (waiting for their

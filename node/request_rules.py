@@ -53,10 +53,15 @@ class Answers:
         self._by_name: dict[str, Any] = {}
 
     def add(self, tp: TopicPartition) -> Any:
-        add_partition = self._by_name.get(tp.topic)
+        return self.add_to(tp.topic)(partition=tp.partition)
+
+    def add_to(self, topic: str) -> Any:
+        """The `add` of `topic`'s partitions in the answer, for a caller answering many
+        partitions of one topic in a row."""
+        add_partition = self._by_name.get(topic)
         if add_partition is None:
-            add_partition = self._by_name[tp.topic] = self._topics.add(name=tp.topic).partitions.add
-        return add_partition(partition=tp.partition)
+            add_partition = self._by_name[topic] = self._topics.add(name=topic).partitions.add
+        return add_partition
 
 
 async def unsupported(context: grpc.aio.ServicerContext, what: str) -> NoReturn:

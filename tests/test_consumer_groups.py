@@ -23,10 +23,8 @@ from tidelog.coordinator.consumer_groups import (
 from tidelog.coordinator.group_coordinator import (
     GroupCoordinatorState,
     OffsetsConfig,
-    PartitionOffsets,
 )
 from tidelog.records import RecordInput, build_batch
-from tidelog.types import TopicPartition
 
 SESSION_MS = 1000
 TOPICS = {"t": 6}
@@ -470,7 +468,7 @@ def test_a_consumer_group_with_members_keeps_its_offsets_past_the_retention() ->
     a = Client(cluster, "a")
     a.beat()
     plan = cluster.state.plan_commit(
-        "g", {TopicPartition("t", 0): PartitionOffsets(5, -1, "")}, cluster.now)
+        "g", [("t", 0, 5, -1, "")], cluster.now)
     cluster.commit(plan.records)
     later = cluster.now + OffsetsConfig().retention_ms
     assert cluster.state.plan_expiration(later) == []

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, example, given, settings
 from storage_helpers import T0, FakeClock, open_log
 
 from tidelog.coordinator.group_coordinator import (
+    CommitEntry,
     CommitPlan,
     CommitSet,
     GroupCoordinatorState,
     OffsetsConfig,
-    PartitionOffsets,
     PlannedBatch,
     java_length,
 )
@@ -38,6 +38,7 @@ from tidelog.coordinator.offsets_records import (
 from tidelog.errors import (
     GroupIdNotFoundError,
     InvalidGroupIdError,
+    InvalidRequestError,
     OffsetMetadataTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -91,15 +92,13 @@ def part(tmp_path: Path) -> Partition:
     return Partition(tmp_path)
 
 
-def offsets(*pairs: tuple[TopicPartition, int], metadata: str = "") -> dict[
-    TopicPartition, PartitionOffsets
-]:
-    return {tp: PartitionOffsets(offset, -1, metadata) for tp, offset in pairs}
+def offsets(*pairs: tuple[TopicPartition, int], metadata: str = "") -> list[CommitEntry]:
+    return [(tp.topic, tp.partition, offset, -1, metadata) for tp, offset in pairs]
 
 
 def commit(
     state: GroupCoordinatorState, part: Partition, group: str,
-    request: dict[TopicPartition, PartitionOffsets], now_ms: int = T0,
+    request: list[CommitEntry], now_ms: int = T0,
 ) -> CommitPlan:
     """Plan, append as one batch, apply what came back committed."""
     plan = state.plan_commit(group, request, now_ms)
@@ -130,11 +129,7 @@ def set_of(records: Sequence[RecordInput]) -> list[tuple[OffsetKey, OffsetValue 
 
 def test_a_commit_is_one_set_and_visible_only_once_applied(part: Partition) -> None:
     state = GroupCoordinatorState(CONFIG)
-    request = {
-        TP0: PartitionOffsets(5, 2, "m0"),
-        TP1: PartitionOffsets(7, -1, ""),
-        TP2: PartitionOffsets(9, 0, "ü"),
-    }
+    request = [("t", 0, 5, 2, "m0"), ("t", 1, 7, -1, ""), ("u", 0, 9, 0, "ü")]
     plan = state.plan_commit("g", request, T0)
     assert plan.refused == {}
     decoded = set_of(plan.records)
@@ -181,7 +176,7 @@ def test_negative_offsets_are_stored_as_kafka_does_and_negative_epochs_are_unkno
     part: Partition,
 ) -> None:
     state = GroupCoordinatorState(CONFIG)
-    commit(state, part, "g", {TP0: PartitionOffsets(-3, -7, "")})
+    commit(state, part, "g", [("t", 0, -3, -7, "")])
     assert state.fetch("g", [TP0]) == {TP0: CommittedOffset(-3, -1, "")}
 
 
@@ -189,12 +184,12 @@ def test_metadata_too_large_beside_a_good_partition(part: Partition) -> None:
     state = GroupCoordinatorState(CONFIG)
     emoji = "🚀" * 2049  # 2049 characters, 4098 Java chars (surrogate pairs)
     assert java_length(emoji) == 4098
-    request = {
-        TP0: PartitionOffsets(1, -1, "x" * 4096),  # exactly the limit: accepted
-        TP1: PartitionOffsets(2, -1, "x" * 4097),
-        TP2: PartitionOffsets(3, -1, emoji),
-        TopicPartition("u", 1): PartitionOffsets(4, -1, "🚀" * 2048),  # 4096 Java chars
-    }
+    request = [
+        ("t", 0, 1, -1, "x" * 4096),  # exactly the limit: accepted
+        ("t", 1, 2, -1, "x" * 4097),
+        ("u", 0, 3, -1, emoji),
+        ("u", 1, 4, -1, "🚀" * 2048),  # 4096 Java chars
+    ]
     plan = commit(state, part, "g", request)
     assert set(plan.refused) == {TP1, TP2}
     assert all(isinstance(e, OffsetMetadataTooLargeError) for e in plan.refused.values())
@@ -209,7 +204,7 @@ def test_metadata_too_large_beside_a_good_partition(part: Partition) -> None:
 
 def test_metadata_limit_is_the_configured_one() -> None:
     state = GroupCoordinatorState(OffsetsConfig(metadata_max_bytes=3))
-    plan = state.plan_commit("g", offsets((TP0, 1), metadata="abcd") | offsets((TP1, 1)), T0)
+    plan = state.plan_commit("g", offsets((TP0, 1), metadata="abcd") + offsets((TP1, 1)), T0)
     assert list(plan.refused) == [TP0] and len(plan.records) == 1
 
 
@@ -217,7 +212,7 @@ def test_a_request_with_nothing_to_write_plans_no_records() -> None:
     state = GroupCoordinatorState(OffsetsConfig(metadata_max_bytes=0))
     plan = state.plan_commit("g", offsets((TP0, 1), metadata="m"), T0)
     assert plan.records == [] and list(plan.refused) == [TP0]
-    assert state.plan_commit("g", {}, T0) == CommitPlan({})
+    assert state.plan_commit("g", [], T0) == CommitPlan({})
 
 
 def test_names_a_key_cannot_hold_are_refused() -> None:
@@ -229,6 +224,19 @@ def test_names_a_key_cannot_hold_are_refused() -> None:
     plan = state.plan_commit("g", offsets((TopicPartition("t", -1), 1), (TP0, 1)), T0)
     assert isinstance(plan.refused[TopicPartition("t", -1)], UnknownTopicOrPartitionError)
     assert len(plan.records) == 1
+
+
+def test_offsets_and_epochs_no_record_field_holds_are_refused() -> None:
+    """Not from the wire (int64 and int32 fields there), but the state machine stands alone:
+    such an entry is INVALID_REQUEST, not a set its batch could not encode."""
+    state = GroupCoordinatorState(CONFIG)
+    plan = state.plan_commit("g", [("t", 0, 2**63, -1, ""), ("t", 1, 1, 2**31, "m"),
+                                   ("t", 2, -(2**63), 2**31 - 1, "")], T0)
+    assert {tp: type(e) for tp, e in plan.refused.items()} == {
+        TP0: InvalidRequestError, TP1: InvalidRequestError,
+    }
+    assert plan.commit_set is not None
+    assert plan.commit_set.entries == [("t", 2, -(2**63), 2**31 - 1, "")]
 
 
 def test_a_failed_append_changes_nothing(part: Partition) -> None:

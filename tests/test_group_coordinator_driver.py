@@ -15,7 +15,6 @@ import pytest
 
 from tidelog import errors
 from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC, METADATA_TP
-from tidelog.coordinator.group_coordinator import PartitionOffsets
 from tidelog.coordinator.metadata_records import TopicRecord
 from tidelog.coordinator.offset_table import CommittedOffset
 from tidelog.node import coordinator_driver
@@ -88,9 +87,9 @@ def test_a_new_leader_answers_load_in_progress_until_its_replay_is_done(
 
         monkeypatch.setattr(coordinator_driver, "_replay", held_replay)
         async with _coordinator(tmp_path) as driver:
-            offsets = {EVENTS_0: PartitionOffsets(42, 3, "m")}
+            offsets = [("events", 0, 42, 3, "m")]
             answer = await _once_loaded(lambda: driver.commit("g", -1, offsets))
-            assert answer == {EVENTS_0: None}
+            assert answer == {}
             assert await driver.fetch("g", None, False) == {EVENTS_0: CommittedOffset(42, 3, "m")}
 
             gate.clear()
@@ -138,8 +137,7 @@ def test_a_long_replay_leaves_the_disk_thread_and_the_event_loop_to_the_node(
         async with _coordinator(tmp_path) as driver:
             sets = 8
             for n in range(sets):  # 8 sets of 4,000 records, each set one batch
-                offsets = {TopicPartition("events", p): PartitionOffsets(n, 0, "")
-                           for p in range(4000)}
+                offsets = [("events", p, n, 0, "") for p in range(4000)]
                 await _once_loaded(lambda offsets=offsets: driver.commit("g", -1, offsets))
             replica = driver.replicas.partitions[OFFSETS_TP]
             last = replica.log.log_end_offset - 1

@@ -217,13 +217,18 @@ def test_unknown_topics_and_partitions_and_duplicates_are_refused_alone(
     })
     request.topics.add(name=TOPIC).partitions.add(partition=2, committed_offset=5)
     request.topics.add(name=TOPIC).partitions.add(partition=2, committed_offset=6)
+    request.topics.add(name=TOPIC).partitions.add(partition=-1, committed_offset=7)
     response = raw.stub(node).OffsetCommit(request, timeout=30)
     unknown = errors.UnknownTopicOrPartitionError.code
     assert codes(response) == {
-        ("nope", 0): unknown, (TOPIC, TOPIC_PARTITIONS): unknown, (TOPIC, -1): unknown,
+        ("nope", 0): unknown, (TOPIC, TOPIC_PARTITIONS): unknown,
+        (TOPIC, -1): errors.InvalidRequestError.code,  # named twice, unknown or not
         (TOPIC, 1): 0, (TOPIC, 2): errors.InvalidRequestError.code,
     }
-    assert sum(len(t.partitions) for t in response.topics) == 5  # one answer per partition
+    # One answer per partition, in the order first named, one entry per topic.
+    assert [(t.name, [p.partition for p in t.partitions]) for t in response.topics] == [
+        ("nope", [0]), (TOPIC, [TOPIC_PARTITIONS, -1, 1, 2]),
+    ]
     assert all(p.error_message for t in response.topics for p in t.partitions if p.error_code)
     assert fetched(raw, node, group) == {(TOPIC, 1): Committed(11)}
 
