@@ -121,16 +121,15 @@ class LogCleaner:
 
     def _latest_offsets(
         self, segments: Sequence[LogSegment], end: int, bound: int
-    ) -> dict[bytes, int]:
+    ) -> dict[bytes | None, int]:
         """The newest offset below `bound` of every key: first in the segments to clean, which
         end at `end`, then in the rest of the log up to the bound, read through the log."""
-        latest: dict[bytes, int] = {}
+        latest: dict[bytes | None, int] = {}
 
         def note(buf: bytes, pos: int, header: BatchHeader) -> None:
             if _compactable(header):
-                for record in record_keys(buf, pos, header):
-                    if record.key is not None:
-                        latest[record.key] = record.offset
+                records = record_keys(buf, pos, header)
+                latest.update(zip(records.keys, records.offsets, strict=True))
 
         for segment in segments:
             for batch in segment.batches_from(0):
@@ -143,6 +142,7 @@ class LogCleaner:
             for pos, header in iter_batches(data):
                 note(data, pos, header)
                 offset = header.next_offset
+        latest.pop(None, None)  # records without a key are not kept, whatever their offset
         return latest
 
     @staticmethod
@@ -167,7 +167,7 @@ class LogCleaner:
     def _clean_group(
         self,
         group: Sequence[LogSegment],
-        latest: dict[bytes, int],
+        latest: dict[bytes | None, int],
         now_ms: int,
         stats: CleanerStats,
     ) -> None:
@@ -207,7 +207,7 @@ class LogCleaner:
         self,
         group: Sequence[LogSegment],
         cleaned: LogSegment,
-        latest: dict[bytes, int],
+        latest: dict[bytes | None, int],
         now_ms: int,
     ) -> tuple[int, int]:
         """Write what `group` keeps into `cleaned`; returns records and tombstones removed."""
@@ -218,13 +218,15 @@ class LogCleaner:
             for buf, pos, file_position, header in segment.batches_from(0):
                 data = buf[pos : pos + header.size]
                 if _compactable(header):
-                    keep: set[int] = set()
-                    for record in record_keys(buf, pos, header):
-                        newest = record.key is not None and latest[record.key] == record.offset
-                        if newest and (retain_tombstones or not record.tombstone):
-                            keep.add(record.offset)
-                        elif newest:
-                            tombstones += 1
+                    records = record_keys(buf, pos, header)
+                    newest = latest.get
+                    keep = {offset for key, offset in zip(records.keys, records.offsets,
+                                                          strict=True)
+                            if newest(key) == offset}
+                    if not retain_tombstones and records.tombstones:
+                        expired = keep & records.tombstones
+                        tombstones += len(expired)
+                        keep -= expired
                     removed += header.records_count - len(keep)
                     ends_group = i == len(group) - 1 and file_position + header.size == segment.size
                     if not keep and not ends_group:

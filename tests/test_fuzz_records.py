@@ -48,11 +48,13 @@ def _read_everything(data: bytes) -> None:
         list(record_timestamps(data, pos, header))
         first_record_reaching(data, pos, header, T, header.base_offset)
         records = decode_records(data, pos, header)
-        keys = list(record_keys(data, pos, header))
-        retain_records(data, pos, header, {k.offset for k in keys[::2]})
+        keys = record_keys(data, pos, header)
+        retain_records(data, pos, header, set(keys.offsets[::2]))
         if header.is_control:
             control_type_of(data, pos, header)
-        assert [r.offset for r in records] == [k.offset for k in keys]
+        assert [r.offset for r in records] == keys.offsets
+        assert [r.key for r in records] == keys.keys
+        assert {r.offset for r in records if r.value is None} == keys.tombstones
 
 
 def _reencoded(data: bytes) -> bytes:
