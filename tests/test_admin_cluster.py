@@ -253,3 +253,24 @@ def test_the_commands_alter_and_describe(
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_retention_defaults_never_trim_the_metadata_log() -> None:
+    """The metadata log is the cluster's only copy of its metadata (no snapshots): a node whose
+    topic defaults delete everything at once (here retention.ms=1 over 1 KiB segments; with
+    the defaults, a week after a segment closes) keeps all of it. Before, the metadata log took
+    the defaults like any topic: retention deleted its first segments, and a node restarted
+    afterwards (or one that pulls from it) began its image where retention had cut, without
+    the topics created first (seen: no topic at all after a restart)."""
+    with LocalCluster(1, retention_ms=1, segment_bytes=1024,
+                      log_retention_check_interval_ms=100) as cluster, \
+            Client(cluster.bootstrap) as admin:
+        for i in range(12):
+            admin.create_topic(f"kept-{i}", partitions=1, replication_factor=1)
+        metadata_dir = cluster.data_dir / "node-1" / "__cluster_metadata-0"
+        segments = sorted(p.name for p in metadata_dir.glob("*.log"))
+        assert segments[-1] != "00000000000000000000.log", "the metadata log rolled"
+        # A retention pass has run over every log once a topic's own segments are deleted.
+        produce_old_records(admin, "kept-0", 10)
+        wait_for(lambda: log_start(admin, "kept-0") > 0, 30, "a retention pass")
+        assert (metadata_dir / "00000000000000000000.log").exists(), "its first segment stays"

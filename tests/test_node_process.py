@@ -383,6 +383,21 @@ def test_any_address_listens_and_plaintext_beyond_loopback_is_named() -> None:
     assert secured.plaintext_exposures() == []
 
 
+def test_housekeeping_intervals_are_settings() -> None:
+    """Retention and checkpoint passes ran every 5 s whatever the node was told; now they are
+    Kafka's settings (their 5 s kept as the defaults)."""
+    config = NodeConfig.from_properties(BASE)
+    assert config.log_retention_check_interval_ms == 5000
+    assert config.replica_high_watermark_checkpoint_interval_ms == 5000
+    tuned = NodeConfig.from_properties({
+        **BASE, "log.retention.check.interval.ms": "250",
+        "replica.high.watermark.checkpoint.interval.ms": "1000"})
+    assert (tuned.log_retention_check_interval_ms,
+            tuned.replica_high_watermark_checkpoint_interval_ms) == (250, 1000)
+    with pytest.raises(InvalidConfigError, match=r"log\.retention\.check\.interval\.ms must be"):
+        NodeConfig.from_properties({**BASE, "log.retention.check.interval.ms": "0"})
+
+
 def test_offsets_settings_have_kafkas_names_and_defaults() -> None:
     config = NodeConfig.from_properties(BASE)
     assert (config.offsets_topic_num_partitions, config.offsets_topic_replication_factor) == (
