@@ -597,15 +597,20 @@ class ConsumerGroups:
             return False
         if member_epoch < 0 and not group.members:
             return True
-        member = group.members.get(member_id)
-        if member is None:
-            raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
-        if member_epoch != member.current.member_epoch:
-            raise StaleMemberEpochError(
-                f"member {member_id!r} committed with epoch {member_epoch}; its epoch is "
-                f"{member.current.member_epoch}"
-            )
+        _check_member_epoch(group, member_id, member_epoch, "committed")
         return True
+
+    def validate_offset_fetch(self, group_id: str, member_id: str, member_epoch: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9): a fetch without a
+        member id and with a negative epoch (an admin client, a consumer outside the group) is
+        not checked, nor is one of a group that is no consumer group (a classic or simple
+        group's fetch carries no member epoch); else UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH as
+        for a commit, so that a member fenced or behind does not read offsets as if it still
+        owned its partitions."""
+        group = self.groups.get(group_id)
+        if group is None or (not member_id and member_epoch < 0):
+            return
+        _check_member_epoch(group, member_id, member_epoch, "fetched offsets")
 
     def describe(self, group_id: str) -> GroupDescription | None:
         group = self.groups.get(group_id)
@@ -638,6 +643,20 @@ class ConsumerGroups:
         work.emit(rec.GROUP_METADATA, None)
         return work.records
 
+
+
+def _check_member_epoch(group: Group, member_id: str, member_epoch: int,
+                        what: str) -> None:
+    """UNKNOWN_MEMBER_ID for a member the group does not have, STALE_MEMBER_EPOCH for an
+    epoch that is not the member's current one (older or newer)."""
+    member = group.members.get(member_id)
+    if member is None:
+        raise UnknownMemberIdError(f"member {member_id!r} is not in group {group.group_id!r}")
+    if member_epoch != member.current.member_epoch:
+        raise StaleMemberEpochError(
+            f"member {member_id!r} {what} with epoch {member_epoch}; its epoch is "
+            f"{member.current.member_epoch}"
+        )
 
 def reconcile(
     current: CurrentAssignment,

@@ -283,7 +283,10 @@ class GroupApi:
         )
         response = pb.OffsetFetchResponse()
         try:
-            found = await self.groups.fetch(request.group_id, wanted, request.require_stable)
+            found = await self.groups.fetch(
+                request.group_id, wanted, request.require_stable, request.member_id,
+                request.member_epoch if request.HasField("member_epoch") else -1,
+            )
             # KIP-447: a partition whose transactional offsets await their marker is unstable.
             unstable = (
                 self.groups.pending_txn_partitions(request.group_id)

@@ -172,10 +172,13 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
         return self._coordinating(group).state.txn_offsets.partitions(group)
 
     async def fetch(
-        self, group: str, partitions: Iterable[TopicPartition] | None, require_stable: bool
+        self, group: str, partitions: Iterable[TopicPartition] | None, require_stable: bool,
+        member_id: str = "", member_epoch: int = -1,
     ) -> dict[TopicPartition, CommittedOffset | None]:
         """The committed offsets of `group` (None: none committed), as of a read index taken
-        now: every commit acknowledged before this call is in the answer."""
+        now: every commit acknowledged before this call is in the answer. A consumer group
+        checks the fetching member's id and epoch against that same state (UNKNOWN_MEMBER_ID,
+        STALE_MEMBER_EPOCH; not without a member id, as for an admin client)."""
         led = self._coordinating(group)
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -192,6 +195,7 @@ class GroupCoordinatorDriver(CoordinatorDriver[GroupCoordinatorState]):
             raise coordinator_error(exc) from None
         if not self._still_leads(led):
             raise errors.NotCoordinatorError(f"node {self.node_id} no longer leads {led.tp}")
+        led.state.consumer_groups.validate_offset_fetch(group, member_id, member_epoch)
         return led.state.fetch(group, partitions)
 
     async def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:

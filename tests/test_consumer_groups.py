@@ -258,6 +258,37 @@ def test_offset_commit_member_epoch_checks() -> None:
     assert groups.validate_offset_commit("g", "", -1) is True
 
 
+def test_offset_fetch_member_epoch_checks() -> None:
+    """OffsetFetch v9 (kafka-reference §10.9): a member's fetch carries its id and epoch; no
+    id with a negative epoch (an admin client) and groups that are no consumer group are not
+    checked."""
+    cluster = Cluster()
+    a = Client(cluster, "a")
+    a.beat()
+    b = Client(cluster, "b")
+    b.beat()  # b's join moves the group epoch; a's epoch moves at its next heartbeat
+    groups = cluster.groups
+    groups.validate_offset_fetch("g", "a", a.epoch)
+    groups.validate_offset_fetch("g", "", -1)
+    groups.validate_offset_fetch("simple", "x", 7)
+    previous = a.epoch
+    settle([a, b], rounds=3)  # a revokes b's share, then moves to the new epoch
+    assert a.epoch > previous
+    groups.validate_offset_fetch("g", "a", a.epoch)
+    for behind_or_ahead in (previous, a.epoch + 1, -1):
+        with pytest.raises(errors.StaleMemberEpochError):
+            groups.validate_offset_fetch("g", "a", behind_or_ahead)
+    for unknown, epoch in (("z", a.epoch), ("", 0)):
+        with pytest.raises(errors.UnknownMemberIdError):
+            groups.validate_offset_fetch("g", unknown, epoch)
+    cluster.now += SESSION_MS + 1  # a is fenced: its fetches are refused, an admin's are not
+    for group, member_id, _ in cluster.groups.expired(cluster.now):
+        cluster.commit(cluster.groups.plan_fence(group, member_id, cluster.now))
+    with pytest.raises(errors.UnknownMemberIdError):
+        groups.validate_offset_fetch("g", "a", a.epoch)
+    groups.validate_offset_fetch("g", "", -1)
+
+
 def test_a_static_member_back_within_the_session_keeps_its_partitions() -> None:
     cluster = Cluster()
     s = Client(cluster, "s1", instance_id="i")

@@ -45,6 +45,7 @@ from tidelog.errors import (
     RetriableError,
     StaleMemberEpochError,
     TidelogError,
+    UnknownMemberIdError,
     UnsupportedCompressionTypeError,
 )
 from tidelog.membership import ConsumerRebalanceListener, Membership
@@ -355,6 +356,13 @@ class Consumer:
     def _member(self) -> tuple[str, int] | None:
         return self._membership.member() if self._membership is not None else None
 
+    def _joined_member(self) -> tuple[str, int] | None:
+        """What an OffsetFetch carries: the member's id and epoch once it has joined (as the
+        Java consumer, which sends them only with a member epoch); before, none, which the
+        coordinator does not check."""
+        member = self._member()
+        return member if member is not None and member[1] > 0 else None
+
     def assignment(self) -> set[TopicPartition]:
         with self._lock:
             return set(self._positions)
@@ -430,7 +438,8 @@ class Consumer:
         unreset = [tp for tp in missing if tp not in self._resets]
         if group_id is not None and unreset:
             committed = self.client.run(self.client.coordinators.fetch(
-                group_id, unreset, deadline, require_stable=self._require_stable
+                group_id, unreset, deadline, require_stable=self._require_stable,
+                member=self._joined_member(),
             ))
             for tp, value in committed.items():
                 if value is not None and tp in self._positions:
@@ -566,7 +575,8 @@ class Consumer:
             self._run_callbacks()
             deadline = self.client.deadline(timeout_ms)
             found = self.client.run(self.client.coordinators.fetch(
-                group_id, wanted, deadline, require_stable=self._require_stable
+                group_id, wanted, deadline, require_stable=self._require_stable,
+                member=self._joined_member(),
             ))
         return {tp: found.get(tp) for tp in wanted}
 
@@ -701,7 +711,10 @@ class Consumer:
                 try:
                     self._resolve_positions(self.client.deadline())
                     fetched, failed_leaders = self._fetch_round(deadline)
-                except RetriableError:
+                except (RetriableError, StaleMemberEpochError, UnknownMemberIdError):
+                    # The last two: the member's epoch moved (or it was fenced) while its
+                    # OffsetFetch was under way; the heartbeat brings the news, the next
+                    # round fetches again with it.
                     fetched, failed_leaders = [], {}
                 self._hold(fetched)
                 records = self._drain(max_records)

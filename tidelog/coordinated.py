@@ -215,15 +215,18 @@ class Coordinators:
         deadline: Deadline,
         *,
         require_stable: bool = False,
+        member: tuple[str, int] | None = None,
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """OffsetFetch: the committed offset of each partition (None when there is none);
         `partitions` None means every partition the group has committed. `require_stable`
         waits for pending transactional commits (a read_committed consumer's choice, KIP-447)
-        instead of being answered UNSTABLE_OFFSET_COMMIT, which is retried."""
+        instead of being answered UNSTABLE_OFFSET_COMMIT, which is retried. A group member
+        sends its (member id, member epoch): STALE_MEMBER_EPOCH and UNKNOWN_MEMBER_ID are
+        raised, not retried (as Kafka's consumer)."""
         wanted = None if partitions is None else list(dict.fromkeys(partitions))
         if wanted == []:
             return {}
-        request = wire.offset_fetch_request(group_id, wanted, require_stable)
+        request = wire.offset_fetch_request(group_id, wanted, require_stable, member)
 
         def parse(response: Any) -> dict[TopicPartition, OffsetAndMetadata | None]:
             answers = wire.parse_offset_fetch(response, group_id)

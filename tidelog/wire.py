@@ -477,13 +477,17 @@ def parse_offset_commit(
 
 
 def offset_fetch_request(
-    group_id: str, partitions: Iterable[TopicPartition] | None, require_stable: bool = False
+    group_id: str, partitions: Iterable[TopicPartition] | None, require_stable: bool = False,
+    member: tuple[str, int] | None = None,
 ) -> pb.OffsetFetchRequest:
-    """No partitions (None) asks for every partition the group has committed."""
+    """No partitions (None) asks for every partition the group has committed. A group
+    member's fetch carries its member id and epoch (Kafka's OffsetFetch v9); others none."""
     wanted = dict.fromkeys(partitions or (), None)
     return pb.OffsetFetchRequest(
         group_id=group_id,
         require_stable=require_stable,
+        member_id="" if member is None else member[0],
+        member_epoch=-1 if member is None else member[1],
         topics=[
             pb.OffsetFetchTopic(name=topic, partitions=[p for p, _ in parts])
             for topic, parts in _by_topic(wanted).items()

@@ -431,14 +431,18 @@ class OffsetCommitPartitionResponse(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class OffsetFetchRequest(_message.Message):
-    __slots__ = ("group_id", "topics", "require_stable")
+    __slots__ = ("group_id", "topics", "require_stable", "member_id", "member_epoch")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_STABLE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     topics: _containers.RepeatedCompositeFieldContainer[OffsetFetchTopic]
     require_stable: bool
-    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetFetchTopic, _Mapping]]] = ..., require_stable: _Optional[bool] = ...) -> None: ...
+    member_id: str
+    member_epoch: int
+    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetFetchTopic, _Mapping]]] = ..., require_stable: _Optional[bool] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ...) -> None: ...
 
 class OffsetFetchTopic(_message.Message):
     __slots__ = ("name", "partitions")
