@@ -43,8 +43,7 @@ HEARTBEAT_MS = 500
 
 
 def _ready(members: list[MemberProcess]) -> None:
-    wait_for(lambda: all(any(e["ev"] == "ready" for e in m.history()) for m in members), 60,
-             "members connected")
+    wait_for(lambda: all(m.ready for m in members), 60, "members connected")
 
 
 def _split(members: list[MemberProcess]) -> list[int]:

@@ -52,11 +52,14 @@ class Fault:
 def schedule(seed: int, kinds: list[str], duration: float, partitions: int,
              interval: tuple[float, float], hold: tuple[float, float]) -> list[Fault]:
     """The faults of a run: quiet ``interval``, fault for ``hold``, repeated until ``duration``
-    (the last fault heals before it)."""
+    (the last fault heals before it); none without ``kinds`` (a run whose only faults are the
+    members' own, or a baseline)."""
     unknown = sorted(set(kinds) - set(NEMESES))
-    if unknown or not kinds:
-        raise ValueError(f"unknown nemesis {', '.join(unknown) or '(none)'}; "
+    if unknown:
+        raise ValueError(f"unknown nemesis {', '.join(unknown)}; "
                          f"choose from {', '.join(NEMESES)}")
+    if not kinds:
+        return []
     rng = random.Random(seed)
     faults: list[Fault] = []
     now = rng.uniform(*interval)

@@ -46,6 +46,10 @@ class Report:
     #: "txn committed", "txn aborted", "txn unknown", "txn_poll ok", ...: transactions by
     #: outcome, and the read_committed polls.
     transactions: dict[str, int] = field(default_factory=dict)
+    #: "member_start", "member_kill", "member_pause" (a join while the others were paused),
+    #: "assigned" (listener calls that added partitions), "records" (records the members
+    #: returned): what the consumer-group invariants were checked against.
+    members: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -56,7 +60,8 @@ class Report:
             "ok": self.ok, "replay": self.replay,
             "invariants": [i.to_json() for i in self.invariants],
             "writes": self.writes, "reads": self.reads, "offsets": self.offsets,
-            "transactions": self.transactions, "nemesis_events": self.nemesis_events,
+            "transactions": self.transactions, "members": self.members,
+            "nemesis_events": self.nemesis_events,
             "elections": self.elections,
             "unavailability_s": {str(p): v for p, v in self.unavailability.items()},
             "recovery_s": {k: {"count": len(v), "p50": percentile(v, 0.5),
@@ -79,8 +84,9 @@ class Report:
         offsets = ", ".join(f"{k} {v}" for k, v in self.offsets.items())
         events = ", ".join(f"{k} {v}" for k, v in sorted(self.nemesis_events.items()))
         txns = ", ".join(f"{k} {v}" for k, v in self.transactions.items())
+        members = ", ".join(f"{k} {v}" for k, v in self.members.items())
         lines += [f"writes: {writes}", f"reads: {reads}", f"consumer offsets: {offsets or 'none'}",
-                  f"transactions: {txns or 'none'}",
+                  f"transactions: {txns or 'none'}", f"group members: {members or 'none'}",
                   f"nemesis events: {sum(self.nemesis_events.values())} ({events or 'none'})",
                   f"elections (leader epochs gained): {self.elections}"]
         for p, u in sorted(self.unavailability.items()):
@@ -116,6 +122,14 @@ def build(replay: str, entries: list[dict[str, Any]], invariants: list[Invariant
         transactions[f"txn {outcome}"] += 1
     for op in operations(entries, "txn_poll"):
         transactions[f"txn_poll {op.outcome}"] += 1
+    members: Counter[str] = Counter()
+    for entry in entries:
+        if entry.get("f") in ("member_start", "member_kill", "member_pause"):
+            members[entry["f"]] += 1
+        elif entry.get("f") == "member" and entry["ev"] == "assigned" and entry["p"]:
+            members["assigned"] += 1
+        elif entry.get("f") == "member" and entry["ev"] == "recs":
+            members["records"] += len(entry["r"])
     faults = [e for e in entries if e["type"] == INFO and e["process"] == "nemesis"
               and e.get("phase") == "start"]
     return Report(
@@ -124,7 +138,7 @@ def build(replay: str, entries: list[dict[str, Any]], invariants: list[Invariant
         nemesis_events=dict(Counter(e["f"] for e in faults)), elections=elections,
         unavailability=_unavailability(entries), recovery=_recovery(entries, faults),
         converged_after=final.converged_after, errors=errors,
-        transactions=dict(sorted(transactions.items())),
+        transactions=dict(sorted(transactions.items())), members=dict(sorted(members.items())),
     )
 
 

@@ -56,6 +56,8 @@ class RunConfig:
     #: (0: never).
     members: int = 0
     member_kill_interval_s: float = 0.0
+    #: How often a member joins while the others are paused (0: never).
+    member_join_interval_s: float = 0.0
     #: Transactions per second (over several partitions, some aborted), read by read_committed
     #: consumers; 0: none.
     txn_rate: float = 10.0
@@ -63,7 +65,7 @@ class RunConfig:
     def replay_command(self) -> str:
         """The command line that runs this same plan again."""
         words = ["tidelog", "chaos", "run", "--duration", f"{self.duration:g}",
-                 "--nemesis", ",".join(self.nemeses), "--seed", str(self.seed),
+                 "--nemesis", ",".join(self.nemeses) or "none", "--seed", str(self.seed),
                  "--out", str(self.out)]
         defaults = RunConfig(0, 0, (), Path())
         for flag, value, default in (
@@ -78,6 +80,8 @@ class RunConfig:
             ("--members", self.members, defaults.members),
             ("--member-kill-interval", self.member_kill_interval_s,
              defaults.member_kill_interval_s),
+            ("--member-join-interval", self.member_join_interval_s,
+             defaults.member_join_interval_s),
             ("--txn-rate", self.txn_rate, defaults.txn_rate),
         ):
             if value != default:
@@ -108,6 +112,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
                            offsets_partitions=config.offsets_partitions,
                            members=config.members,
                            member_kill_interval_s=config.member_kill_interval_s,
+                           member_join_interval_s=config.member_join_interval_s,
                            txn_rate=config.txn_rate),
             history,
         )

@@ -23,6 +23,7 @@ import itertools
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,14 @@ __all__ = ["AckInfo", "Tracer", "Workload", "WorkloadConfig", "offset_groups"]
 LOOKUPS = ("earliest", "latest", "max", "timestamp")
 #: The consumer group of the member processes.
 MEMBER_GROUP = "chaos-members"
+#: How long the other members stay paused while one joins: long enough for the joiner to get
+#: what the coordinator should not give it yet, and well under the run's session timeout
+#: (chaos/run.py), so that none of the paused ones is fenced.
+MEMBER_JOIN_HOLD_S = 2.0
+#: What a member process may take to start and connect (an interpreter on a loaded machine).
+_MEMBER_START_S = 30.0
+#: What the members may take to own every partition between two member faults.
+_MEMBERS_SETTLE_S = 20.0
 #: Records of one poll kept in the history: enough to compare reads with the final log.
 _POLL_RECORDS_KEPT = 200
 
@@ -137,6 +146,9 @@ class WorkloadConfig:
     #: Every this many seconds (seeded draw around it) a member is SIGKILLed and a new one
     #: started; 0: members are never killed.
     member_kill_interval_s: float = 0.0
+    #: Every this many seconds (seeded draw around it) a new member joins while every other
+    #: one is paused (SIGSTOP) for MEMBER_JOIN_HOLD_S; 0: never.
+    member_join_interval_s: float = 0.0
     #: Transactions per second over all transactional producers (0: none, and no
     #: read_committed readers of them).
     txn_rate: float = 0.0
@@ -167,6 +179,7 @@ class Workload:
         self._commit_values = itertools.count()
         #: Member processes, live and dead, in start order.
         self.members: list[MemberProcess] = []
+        self._members_lock = threading.Lock()
         self._stop_members = threading.Event()
 
     def _client(self) -> tuple[Client, Tracer]:
@@ -200,24 +213,78 @@ class Workload:
             self._spawn("mf", self._fetch_member_offsets)
             if self.config.member_kill_interval_s > 0:
                 self._spawn("mk", self._kill_members, random.Random(f"{self.config.seed}-mk"))
+            if self.config.member_join_interval_s > 0:
+                self._spawn("mj", self._join_paused, random.Random(f"{self.config.seed}-mj"))
 
     # ---- consumer-group members ------------------------------------------------------------
 
-    def _start_member(self) -> None:
-        name = f"gm{len(self.members)}"
-        self.members.append(MemberProcess(self.bootstrap, MEMBER_GROUP, self.config.topic, name))
-        self.history.info(name, "member_start")
+    def _start_member(self, *extra: str) -> MemberProcess:
+        with self._members_lock:
+            member = MemberProcess(self.bootstrap, MEMBER_GROUP, self.config.topic,
+                                   f"gm{len(self.members)}", *extra)
+            self.members.append(member)
+        self.history.info(member.name, "member_start")
+        return member
 
     def _kill_members(self, rng: random.Random) -> None:
         """The members' nemesis: SIGKILL one, start a replacement, again and again."""
         interval = self.config.member_kill_interval_s
         while not self._stop_members.wait(rng.uniform(interval / 2, interval * 3 / 2)):
-            live = [m for m in self.members if m.proc.poll() is None]
+            live = [m for m in self.members if m.alive]
             if live:
                 victim = rng.choice(live)
                 victim.kill()
                 self.history.info(victim.name, "member_kill")
             self._start_member()
+
+    def _join_paused(self, rng: random.Random) -> None:
+        """The members' other nemesis: a new member joins while every other one is paused
+        (SIGSTOP, as in a long GC pause) with the partitions they own, resumed once the joiner
+        has partitions or after MEMBER_JOIN_HOLD_S. Whatever the joiner is to get, a paused
+        member owns and cannot revoke until it is resumed: the coordinator must hold it back
+        until then. This is the handover the planted bug (test.groups.grant.before.revoke)
+        gets wrong, provoked on purpose: a random one, where the old owner learns of its
+        revocation at once, may end before the joiner starts reading."""
+        interval = self.config.member_join_interval_s
+        while not self._stop_members.is_set():
+            # Started ahead, connected but not subscribed until its `go`: its interpreter's
+            # start is neither in the pause nor in the run's time.
+            joiner = self._start_member("--wait-for-go")
+            if self._stop_members.wait(rng.uniform(interval / 2, interval * 3 / 2)):
+                joiner.kill()  # never joined: nothing of it in the group
+                return
+            self._join_while_paused(joiner)
+
+    def _join_while_paused(self, joiner: MemberProcess) -> None:
+        if not self._members_until(lambda: joiner.ready, _MEMBER_START_S):
+            return
+        live = [m for m in self.members if m is not joiner and m.alive]
+        partitions = set(range(self.config.partitions))
+        covered = self._members_until(
+            lambda: partitions <= set().union(*(m.owned for m in live)), _MEMBERS_SETTLE_S)
+        for member in live:
+            member.pause()
+        self.history.info("mj", "member_pause", members=[m.name for m in live],
+                          joiner=joiner.name, covered=covered)
+        try:
+            joiner.send("go")
+            self._members_until(lambda: joiner.owned, MEMBER_JOIN_HOLD_S)
+        finally:
+            for member in live:
+                member.resume()
+            self.history.info("mj", "member_resume", joiner_owned=sorted(joiner.owned))
+
+    @staticmethod
+    def _members_until(condition: Callable[[], object], timeout_s: float) -> bool:
+        """Whether `condition()` came true within `timeout_s`. Not cut short when the members
+        are being stopped: a join that has begun ends as planned (a slow machine may take
+        longer than the run to get there, and a run that asked for one must have it)."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _fetch_member_offsets(self) -> None:
         """The group's committed offsets, over and over: they must never go back."""
@@ -236,6 +303,9 @@ class Workload:
         if not self.members:
             return
         self._stop_members.set()
+        for thread in self._threads:  # the members' nemeses: nothing paused after this
+            if thread.name.startswith(("chaos-mk", "chaos-mj", "chaos-mf")):
+                thread.join(_MEMBER_START_S + _MEMBERS_SETTLE_S + MEMBER_JOIN_HOLD_S)
         deadline = time.monotonic() + timeout_s
 
         def caught_up() -> bool:

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from tidelog import Client, ConsumerRebalanceListener, TopicPartition, errors
+from tidelog import Client, ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition, errors
 from tidelog.cli import main
 from tidelog.member_history import MemberProcess, double_ownership, histories_of
 from tidelog.testing import LocalCluster, wait_for
+from tidelog.transport import CallObserver
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(400)
@@ -180,11 +181,12 @@ def test_static_member_fenced_commits_and_the_commands(
     # within the session timeout, without a rebalance (the group epoch stays).
     static = _start(members, cluster, "cg-s", "s1", "--instance-id", "box-1")
     other = _start(members, cluster, "cg-s", "o1")
+    lone = _start(members, cluster, "cg-l", "l1")  # fenced below, beside the raw member
     wait_for(lambda: _settled([static, other], [3, 3]), 60, "two members own three each")
     owned = static.owned
     epoch = client.describe_consumer_group("cg-s").group_epoch
     again = _start(members, cluster, "cg-s", "s2", "--instance-id", "box-1", "--wait-for-go")
-    wait_for(lambda: any(e["ev"] == "ready" for e in again.history()), 30, "s2 started")
+    wait_for(lambda: again.ready, 30, "s2 started")
     static.close()
     again.send("go")
     wait_for(lambda: again.owned == owned, 30, "the static member's partitions back")
@@ -206,6 +208,10 @@ def test_static_member_fenced_commits_and_the_commands(
         subscribed_topic_names=pb.ConsumerGroupTopicNames(names=[TOPIC]),
         topic_partitions=pb.ConsumerGroupAssignment()), 10)
     assert joined.error_code == 0 and joined.member_epoch == 1, joined
+    # A member process is silenced (SIGSTOP) alongside, in a group of its own, so that both
+    # sessions run out in the one wait below.
+    wait_for(lambda: len(lone.owned) == 6, 30, "the lone member owns every partition")
+    lone.pause()
 
     def commit(epoch: int) -> int:
         answer = client.call(node, "OffsetCommit", pb.OffsetCommitRequest(
@@ -214,9 +220,33 @@ def test_static_member_fenced_commits_and_the_commands(
                     partition=0, committed_offset=1)])]), 10)
         return int(answer.topics[0].partitions[0].error_code)
 
+    def fetch(member_id: str, epoch: int | None) -> tuple[int, int]:
+        """OffsetFetch v9 (KIP-848): (group error, committed offset of partition 0)."""
+        answer = client.call(node, "OffsetFetch", pb.OffsetFetchRequest(
+            group_id="cg-f", member_id=member_id, member_epoch=epoch,
+            topics=[pb.OffsetFetchTopic(name=TOPIC, partitions=[0])]), 10)
+        offset = answer.topics[0].partitions[0].committed_offset if answer.topics else -1
+        return int(answer.error_code), int(offset)
+
     assert commit(1) == 0
     assert commit(0) == 113  # STALE_MEMBER_EPOCH
+    assert fetch("raw-1", 1) == (0, 1) and fetch("", None) == (0, 1)  # an admin's: no check
+    assert fetch("raw-1", 0)[0] == 113 and fetch("raw-2", 1)[0] == 25
     wait_for(lambda: commit(1) == 25, 30, "the silent member fenced")  # UNKNOWN_MEMBER_ID
+    assert fetch("raw-1", 1)[0] == 25 and fetch("", None) == (0, 1)
+    # The paused consumer, fenced too, learns it at its next heartbeat once resumed: its
+    # partitions are lost (on_partitions_lost, never revoked, as Kafka's consumer), and it
+    # joins again and gets them back.
+    wait_for(lambda: not client.describe_consumer_group("cg-l").members, 30, "lone fenced")
+    paused_at = len(lone.history())
+    lone.resume()
+
+    def since_pause() -> list[tuple[str, list[int]]]:
+        return [(e["ev"], e["p"]) for e in lone.history()[paused_at:] if e["ev"] != "recs"]
+
+    everything = [0, 1, 2, 3, 4, 5]
+    wait_for(lambda: len(since_pause()) >= 2, 30, "lost, then assigned again")
+    assert since_pause() == [("lost", everything), ("assigned", everything)], since_pause()
     stale = client.call(node, "ConsumerGroupHeartbeat", pb.ConsumerGroupHeartbeatRequest(
         group_id="cg-f", member_id="raw-1", member_epoch=1), 10)
     assert stale.error_code == 25
@@ -237,26 +267,56 @@ def test_static_member_fenced_commits_and_the_commands(
     calls: list[tuple[str, str, list[int]]] = []
 
     class Recording(ConsumerRebalanceListener):
-        def __init__(self, name: str) -> None:
+        """Records the calls; with a consumer whose auto-commit is off, commits its positions
+        of the revoked partitions there, as such an application must."""
+
+        def __init__(self, name: str, committing: Any = None) -> None:
             self.name = name
+            self.committing = committing
 
         def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
             calls.append((self.name, "revoked", sorted(tp.partition for tp in revoked)))
+            if self.committing is not None and revoked:
+                self.committing.commit({tp: OffsetAndMetadata(
+                    self.committing.position(tp)) for tp in revoked})
 
         def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
             calls.append((self.name, "assigned", sorted(tp.partition for tp in assigned)))
 
-    first = client.consumer(group_id="cg-p", auto_offset_reset="earliest")
-    second = client.consumer(group_id="cg-p", auto_offset_reset="earliest")
-    first.subscribe(pattern=r"cg-pat-\d+", listener=Recording("first"))
+    class Fetches(CallObserver):
+        """The (member id, epoch) of each OffsetFetch the members' client sends."""
+
+        def __init__(self) -> None:
+            self.sent: list[tuple[str, int | None]] = []
+
+        def on_request(self, node_id: int | None, method: str, request: Any) -> None:
+            if method == "OffsetFetch":
+                self.sent.append((request.member_id, request.member_epoch
+                                  if request.HasField("member_epoch") else None))
+
+    fetches = Fetches()
+    members_client = Client(cluster.bootstrap, observers=[fetches])
+    first = members_client.consumer(group_id="cg-p", auto_offset_reset="earliest",
+                                    enable_auto_commit=False)
+    second = members_client.consumer(group_id="cg-p", auto_offset_reset="earliest")
+    first.subscribe(pattern=r"cg-pat-\d+", listener=Recording("first", first))
     assert first.subscription() == {"cg-pat-1"}
     wait_for(lambda: first.poll(50) is not None and len(first.assignment()) == 2, 30,
              "the pattern's partitions")
+    # A member's OffsetFetch (its starting positions, committed()) carries its id and epoch.
+    first.committed([TopicPartition("cg-pat-1", 0)])
+    assert fetches.sent and all(m and e is not None and e > 0 for m, e in fetches.sent), \
+        fetches.sent
     second.subscribe(pattern=r"cg-pat-\d+", listener=Recording("second"))
     wait_for(lambda: (first.poll(50), second.poll(50)) and len(first.assignment()) == 1
              and len(second.assignment()) == 1, 30, "one partition each")
+    (last,) = first.assignment()
     first.unsubscribe()
+    # With auto-commit off, the listener's commit is the only one of the partition first
+    # kept (second never owned it).
+    assert client.list_consumer_group_offsets("cg-p", [last]).get(last) is not None
     second.close()
+    members_client.close()
     mine = [(kind, parts) for name, kind, parts in calls if name == "first"]
     assert mine[0] == ("assigned", [0, 1])
     assert [kind for kind, _ in mine[1:3]] == ["revoked", "assigned"] and mine[2][1] == []

@@ -2,7 +2,8 @@
 and the checks of their histories: who owned which partition when, and what each consumed.
 
 `MemberProcess` starts one, reads its JSON lines on a thread, and always ends it (SIGKILL on
-`kill()`, a `close` line on `close()`, and a kill at the latest when the owner is done).
+`kill()`, a `close` line on `close()`, and a kill at the latest when the owner is done);
+`pause()`/`resume()` stop and continue it (SIGSTOP, SIGCONT).
 `double_ownership` finds a partition two members owned at once: each member's ownership of a
 partition runs from the wall time of its `assigned` to that of its `revoked` or `lost` (or its
 end); every member reports on the same machine's clock, so intervals compare."""
@@ -49,6 +50,15 @@ class MemberProcess:
             return list(self.events)
 
     @property
+    def ready(self) -> bool:
+        """Connected to the cluster (its `ready` line came)."""
+        return any(e["ev"] == "ready" for e in self.history())
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
     def owned(self) -> set[int]:
         """The partitions its listener says it owns now."""
         owned: set[int] = set()
@@ -65,19 +75,28 @@ class MemberProcess:
 
     def send(self, line: str) -> None:
         """A line to its stdin (`go`, `close`)."""
-        if self.proc.poll() is None and self.proc.stdin is not None:
+        if self.alive and self.proc.stdin is not None:
             self.proc.stdin.write(line.encode() + b"\n")
             self.proc.stdin.flush()
 
+    def pause(self) -> None:
+        """SIGSTOP: its heartbeats, polls and listener stop, as in a long GC pause."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.alive:
+            self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
-        if self.proc.poll() is None:
+        if self.alive:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
         self._end()
 
     def close(self, timeout: float = 30.0) -> None:
         """Ask it to close (commit, revoke, leave) and wait; killed if it does not."""
-        if self.proc.poll() is None:
+        if self.alive:
             try:
                 self.send("close")
                 self.proc.wait(timeout)

@@ -39,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--nemesis", default="kill-leader,partition,latency",
                      help="comma-separated faults: kill-leader, kill-random, pause, "
                      "isolate-leader, partition, latency, bandwidth, corrupt-replica, "
-                     "kill-coordinator, pause-coordinator, isolate-coordinator, or all "
+                     "kill-coordinator, pause-coordinator, isolate-coordinator; all; or none "
+                     "(no node faults: the members' nemeses alone, or a baseline) "
                      "(default kill-leader,partition,latency)")
     run.add_argument("--seed", type=int, default=0, help="draws the fault schedule (default 0)")
     run.add_argument("--out", type=Path, default=Path("chaos-out"),
@@ -66,6 +67,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--member-kill-interval", type=float, default=0.0, metavar="S",
                      help="SIGKILL a member (and start another) about every S seconds "
                      "(default 0: never)")
+    run.add_argument("--member-join-interval", type=float, default=0.0, metavar="S",
+                     help="about every S seconds a new member joins while every other one is "
+                     "paused (SIGSTOP) for up to 2 s, so that what it gets is owned by members "
+                     "that cannot revoke it yet (default 0: never)")
     run.add_argument("--txn-rate", type=float, default=10.0,
                      help="transactions per second (two records on each of several "
                      "partitions, some aborted), read by read_committed consumers and checked "
@@ -80,10 +85,10 @@ def run(args: argparse.Namespace) -> int:
     from tidelog.chaos.run import RunConfig
     from tidelog.chaos.run import run as run_chaos
 
-    kinds = list(NEMESES) if args.nemesis == "all" else [
+    kinds = list(NEMESES) if args.nemesis == "all" else [] if args.nemesis == "none" else [
         k.strip() for k in args.nemesis.split(",") if k.strip()]
     unknown = sorted(set(kinds) - set(NEMESES))
-    if unknown or not kinds:
+    if unknown or (not kinds and args.nemesis != "none"):
         raise ConfigurationError(
             f"unknown nemesis {', '.join(unknown) or '(none)'}; choose from {', '.join(NEMESES)}"
         )
@@ -93,8 +98,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("need --commit-rate >= 0 and --offsets-partitions >= 1")
     if args.txn_rate < 0:
         raise ConfigurationError("need --txn-rate >= 0")
-    if args.members < 0 or args.member_kill_interval < 0:
-        raise ConfigurationError("need --members >= 0 and --member-kill-interval >= 0")
+    if args.members < 0 or args.member_kill_interval < 0 or args.member_join_interval < 0:
+        raise ConfigurationError("need --members >= 0, --member-kill-interval >= 0 and "
+                                 "--member-join-interval >= 0")
     config = RunConfig(
         seed=args.seed, duration=args.duration, nemeses=tuple(kinds), out=args.out,
         nodes=args.nodes, partitions=args.partitions, rate=args.rate,
@@ -102,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         interval=args.interval, hold=args.hold, node_options=dict(args.set),
         commit_rate=args.commit_rate, offsets_partitions=args.offsets_partitions,
         members=args.members, member_kill_interval_s=args.member_kill_interval,
+        member_join_interval_s=args.member_join_interval,
         txn_rate=args.txn_rate,
     )
     print(f"chaos run: {config.replay_command()}", flush=True)
