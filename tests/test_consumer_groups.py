@@ -321,6 +321,13 @@ def test_new_partitions_and_subscription_changes_move_the_group_epoch() -> None:
     del cluster.topics["u"]  # deleted
     settle([a, b])
     assert "u" not in a.owned
+    epoch = cluster.groups.groups["g"].epoch
+    a.beat(subscribed_topics=("t", "v"))  # v does not exist yet: nothing of it to assign
+    settle([a, b])
+    assert "v" not in a.owned and cluster.groups.groups["g"].epoch == epoch + 1
+    cluster.topics["v"] = 2  # created
+    settle([a, b])
+    assert a.owned.get("v") == (0, 1) and cluster.groups.groups["g"].epoch == epoch + 2
 
 
 def test_range_assignor_per_group() -> None:

@@ -199,6 +199,9 @@ def test_static_member_fenced_commits_and_the_commands(
     for member in after.members:
         assert member.member_id in described and str(member.member_epoch) in described
     assert "Stable" in described and "box-1" in described
+    # ... and each partition's committed offset, lag and owner.
+    assert "LAG" in described and "CONSUMER-ID" in described
+    assert f"{TOPIC}:" in described
 
     # A member's commit with an old epoch is STALE_MEMBER_EPOCH; once the member is fenced
     # (silent past its session), UNKNOWN_MEMBER_ID.

@@ -297,6 +297,10 @@ def test_config_defaults_and_kafka_keys() -> None:
     assert config.log_flush_policy == "never"
     assert config.extra == {"cleanup.policy": "compact"}
     assert config.advertised_address == "127.0.0.1:7420"
+    # Consumer groups (KIP-848): Kafka's 45 s sessions and 5 s heartbeats, both assignors.
+    assert (config.group_consumer_session_timeout_ms,
+            config.group_consumer_heartbeat_interval_ms) == (45_000, 5_000)
+    assert config.group_consumer_assignors == ("uniform", "range")
     assert NodeConfig.from_properties(config.to_properties()) == config
 
 
@@ -336,6 +340,12 @@ def test_bound_config_publishes_the_real_port() -> None:
         ({"offset.metadata.max.bytes": "-1"}, "offset.metadata.max.bytes must be >= 0"),
         ({"offsets.commit.timeout.ms": "0"}, "offsets.commit.timeout.ms must be >= 1"),
         ({"offsets.topic.num.partition": "3"}, "did you mean 'offsets.topic.num.partitions'"),
+        ({"group.consumer.heartbeat.interval.ms": "45000"},
+         "group.consumer.heartbeat.interval.ms must be >= 1 and below"),
+        ({"group.consumer.session.timeout.ms": "1000"},
+         "group.consumer.heartbeat.interval.ms must be >= 1 and below"),
+        ({"group.consumer.max.size": "0"}, "group.consumer.max.size must be >= 1"),
+        ({"group.consumer.assignors": "sticky"}, "group.consumer.assignors must name uniform"),
         ({"peers": "1=127.0.0.1:7420"}, "internal.listen and listen are both 127.0.0.1:7420"),
         ({"internal.listen": "127.0.0.1:7420"}, "internal.listen and listen are both"),
         ({"peers": "1=127.0.0.1:7520,2=127.0.0.1:7521"}, "client.addresses has no address for "
