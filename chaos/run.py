@@ -135,6 +135,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
                 nemesis.run(config.duration)
             finally:
                 nemesis.heal_all()
+                workload.stop_member_faults()
             progress(f"healed after {nemesis.applied} faults; draining")
             cluster.wait_ready(60)
             workload.stop_writes(drain_timeout_s=60)

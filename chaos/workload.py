@@ -181,6 +181,8 @@ class Workload:
         self.members: list[MemberProcess] = []
         self._members_lock = threading.Lock()
         self._stop_members = threading.Event()
+        #: Ends the members' nemeses (with the node faults, at the heal).
+        self._stop_member_faults = threading.Event()
 
     def _client(self) -> tuple[Client, Tracer]:
         tracer = Tracer()
@@ -229,7 +231,7 @@ class Workload:
     def _kill_members(self, rng: random.Random) -> None:
         """The members' nemesis: SIGKILL one, start a replacement, again and again."""
         interval = self.config.member_kill_interval_s
-        while not self._stop_members.wait(rng.uniform(interval / 2, interval * 3 / 2)):
+        while not self._stop_member_faults.wait(rng.uniform(interval / 2, interval * 3 / 2)):
             live = [m for m in self.members if m.alive]
             if live:
                 victim = rng.choice(live)
@@ -246,11 +248,11 @@ class Workload:
         gets wrong, provoked on purpose: a random one, where the old owner learns of its
         revocation at once, may end before the joiner starts reading."""
         interval = self.config.member_join_interval_s
-        while not self._stop_members.is_set():
+        while not self._stop_member_faults.is_set():
             # Started ahead, connected but not subscribed until its `go`: its interpreter's
             # start is neither in the pause nor in the run's time.
             joiner = self._start_member("--wait-for-go")
-            if self._stop_members.wait(rng.uniform(interval / 2, interval * 3 / 2)):
+            if self._stop_member_faults.wait(rng.uniform(interval / 2, interval * 3 / 2)):
                 joiner.kill()  # never joined: nothing of it in the group
                 return
             self._join_while_paused(joiner)
@@ -297,15 +299,21 @@ class Workload:
             self.history.info("mf", "member_offsets",
                               offsets=[[tp.partition, o.offset] for tp, o in found.items()])
 
+    def stop_member_faults(self) -> None:
+        """End the members' nemeses with the node faults, at the heal (a join under way ends
+        first): no member is killed or paused after this."""
+        self._stop_member_faults.set()
+        for thread in self._threads:
+            if thread.name.startswith(("chaos-mk", "chaos-mj")):
+                thread.join(_MEMBER_START_S + _MEMBERS_SETTLE_S + MEMBER_JOIN_HOLD_S)
+
     def finish_members(self, data_offsets: dict[int, set[int]], timeout_s: float) -> None:
         """Once the log is final: wait until the live members have consumed it all (or the
         timeout), close them (commit, leave), and write every member's history."""
         if not self.members:
             return
+        self.stop_member_faults()
         self._stop_members.set()
-        for thread in self._threads:  # the members' nemeses: nothing paused after this
-            if thread.name.startswith(("chaos-mk", "chaos-mj", "chaos-mf")):
-                thread.join(_MEMBER_START_S + _MEMBERS_SETTLE_S + MEMBER_JOIN_HOLD_S)
         deadline = time.monotonic() + timeout_s
 
         def caught_up() -> bool:
@@ -693,6 +701,7 @@ class Workload:
         self._stop_writes.set()
         self._stop_reads.set()
         self._stop_members.set()
+        self._stop_member_faults.set()
         for member in self.members:
             member.kill()
         for client in self._clients:
