@@ -389,15 +389,17 @@ class RaftCore:
 
     # ---- inputs ----------------------------------------------------------------------------
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """One tick of the clock. False when all it did was count (a timer running), so a
+        driver need not look at this core for it: thousands of awake groups (a new topic
+        being elected) cost a driver one pass per tick over them, not three."""
         if self._quiesced:
-            return
+            return False
         if self._role is Role.LEADER:
-            self._tick_leader()
-            return
+            return self._tick_leader()
         self._election_elapsed += 1
         if self._election_elapsed < self._randomized_timeout or self.id not in self._voters.voters:
-            return
+            return False
         if self._floor is None:
             self._election_elapsed = 0
             self._campaign(pre_vote=self._config.pre_vote, transfer=False)
@@ -408,6 +410,7 @@ class RaftCore:
             self._election_elapsed = 0
             for peer in self._peers:
                 self._send(HeartbeatResponse(self._term, self.id, peer))
+        return True
 
     def propose(self, data: bytes, record_count: int) -> Entry:
         """Append one batch of ``record_count`` records; returns the entry with its offsets and
@@ -753,10 +756,12 @@ class RaftCore:
             self._log.append((Entry(end, end, self._term, self._codec.marker(end, self._term)),))
         self._bcast_append()
 
-    def _tick_leader(self) -> None:
+    def _tick_leader(self) -> bool:
         self._election_elapsed += 1
         self._heartbeat_elapsed += 1
+        acted = False
         if self._election_elapsed >= self._config.election_ticks:
+            acted = True
             self._election_elapsed = 0
             if self._config.check_quorum:
                 active = {self.id}
@@ -766,9 +771,10 @@ class RaftCore:
                     pr.recent_active = False
                 if not self._voters.vote_result({v: True for v in active}):
                     self._become_follower(self._term, None)
-                    return
+                    return True
             self._transferee = None
         if self._heartbeat_elapsed >= self._config.heartbeat_ticks:
+            acted = True
             self._heartbeat_elapsed = 0
             if self._idle():
                 self._quiesced = True
@@ -777,6 +783,7 @@ class RaftCore:
                     self._send(Heartbeat(self._term, self.id, peer, hw, quiesce=True))
             else:
                 self._bcast_heartbeat()
+        return acted
 
     def _idle(self) -> bool:
         """Whether this leader may quiesce: nothing to replicate, commit, read or transfer."""
