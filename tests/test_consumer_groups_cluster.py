@@ -204,17 +204,16 @@ def test_static_member_fenced_commits_and_the_commands(
     assert f"{TOPIC}:" in described
 
     # A member's commit with an old epoch is STALE_MEMBER_EPOCH; once the member is fenced
-    # (silent past its session), UNKNOWN_MEMBER_ID.
+    # (silent past its session), UNKNOWN_MEMBER_ID. A member process is silenced (SIGSTOP)
+    # just before, in a group of its own, so that its session runs out in the same wait.
+    wait_for(lambda: len(lone.owned) == 6, 30, "the lone member owns every partition")
+    lone.pause()
     node = client.find_coordinator("cg-f")
     joined = client.call(node, "ConsumerGroupHeartbeat", pb.ConsumerGroupHeartbeatRequest(
         group_id="cg-f", member_id="raw-1", member_epoch=0, rebalance_timeout_ms=1000,
         subscribed_topic_names=pb.ConsumerGroupTopicNames(names=[TOPIC]),
         topic_partitions=pb.ConsumerGroupAssignment()), 10)
     assert joined.error_code == 0 and joined.member_epoch == 1, joined
-    # A member process is silenced (SIGSTOP) alongside, in a group of its own, so that both
-    # sessions run out in the one wait below.
-    wait_for(lambda: len(lone.owned) == 6, 30, "the lone member owns every partition")
-    lone.pause()
 
     def commit(epoch: int) -> int:
         answer = client.call(node, "OffsetCommit", pb.OffsetCommitRequest(
