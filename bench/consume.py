@@ -8,9 +8,10 @@
 * spark: ``spark.read.format("tidelog")`` of the same topic on local[2] into Spark's noop sink,
   rows/s against the consumer's poll rate (reported; ``--spark``, a session takes ~10 s).
 * end-to-end latency, the OpenMessaging Benchmark's way: the client's producer sends at a fixed
-  rate of half the maximum it reached in this run, while a consumer tails the topic; each
-  record carries its send time, and the latency is from ``send()`` to the ``poll()`` that
-  returns it (same process, same clock). Baseline: bench/cluster.py's relay floor (three
+  rate of half the maximum it reached in this run, while a consumer tails the topic in a
+  process of its own (as OMB's consumer workers are); each record carries its send time, and
+  the latency is from ``send()`` to the ``poll()`` that returns it (CLOCK_MONOTONIC, which
+  both processes read on the same machine). Baseline: bench/cluster.py's relay floor (three
   gRPC-only processes relaying each request to the two others) at the same rate, in requests
   of the records the producer's linger gathers: its round trip. Goal: p99 <= 3x the floor's.
 
@@ -22,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import random
 import statistics
 import struct
+import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 
@@ -62,7 +64,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating poll/raw rounds")
     parser.add_argument("--seconds", type=float, default=20.0, help="latency run length")
     parser.add_argument("--spark", action="store_true", help="also the Spark batch read")
+    parser.add_argument("--tail", nargs=3, metavar=("BOOTSTRAP", "RECORDS", "SECONDS"),
+                        help=argparse.SUPPRESS)  # the latency run's consumer process
     args = parser.parse_args()
+    if args.tail:
+        bootstrap, expected, seconds = args.tail
+        tail(bootstrap, int(expected), float(seconds))
+        return 0
     if args.quick:
         args.records, args.rounds, args.seconds = 2 * RECORDS_PER_BATCH * PARTITIONS, 1, 2.0
     print(f"# tidelog consume benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
@@ -74,7 +82,7 @@ def main() -> int:
         poll_rate = bench_poll(cluster, client, records, args.rounds)
         if args.spark:
             bench_spark(cluster.bootstrap, poll_rate, records)
-        ok = bench_latency(client, args.seconds)
+        ok = bench_latency(cluster.bootstrap, client, args.seconds)
     if args.quick:
         print("# --quick: sizes too small for the goals to mean anything")
     return 0 if ok else 1
@@ -164,7 +172,8 @@ def raw_fetch_all(cluster: LocalCluster, records: int) -> float:
                         tp = TopicPartition(TOPIC, part.partition)
                         ends[tp] = part.high_watermark
                         for _, header in iter_batches(part.records):
-                            seen += header.records_count
+                            if not header.is_control:  # a new leader's epoch marker
+                                seen += header.records_count
                             positions[tp] = header.next_offset
         return seen
 
@@ -180,21 +189,47 @@ def raw_fetch_all(cluster: LocalCluster, records: int) -> float:
     return records / elapsed
 
 
+class CpuPerRecord:
+    """Microseconds of CPU per record spent by this process (every thread: the consumer's
+    loop and gRPC's threads too) and by the nodes, over one read: what decides the ratio when
+    the cores are busy, and much steadier than records/s on a shared machine."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
+
+    def __enter__(self) -> CpuPerRecord:
+        self.client_s = time.process_time()
+        self.nodes_s = sum(cluster_bench.cpu_seconds(pid) for pid in self.pids)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client_s = time.process_time() - self.client_s
+        self.nodes_s = sum(cluster_bench.cpu_seconds(pid) for pid in self.pids) - self.nodes_s
+
+    def text(self, records: int) -> str:
+        return (f"client {self.client_s / records * 1e6:4.1f} + nodes "
+                f"{self.nodes_s / records * 1e6:4.1f} us CPU/record")
+
+
 def bench_poll(cluster: LocalCluster, client: Client, records: int, rounds: int) -> float:
     polls, raws = [], []
     for round_ in range(rounds):
         for attempt in range(3):
             try:
-                raws.append(raw_fetch_all(cluster, records))
+                with CpuPerRecord(cluster) as raw_cpu:
+                    raws.append(raw_fetch_all(cluster, records))
                 break
             except LeadersMoved as exc:
                 print(f"round {round_}: raw read again, a leader moved ({exc})")
                 if attempt == 2:
                     raise
-        polls.append(poll_all(client, records))
-        print(f"round {round_}: raw Fetch {raws[-1]:10.0f} records/s "
-              f"({raws[-1] * RECORD_BYTES / MIB:6.1f} MiB/s), consumer poll {polls[-1]:10.0f} "
-              f"records/s ({polls[-1] * RECORD_BYTES / MIB:6.1f} MiB/s)", flush=True)
+        with CpuPerRecord(cluster) as poll_cpu:
+            polls.append(poll_all(client, records))
+        print(f"round {round_}: raw Fetch {raws[-1]:8.0f} records/s "
+              f"({raws[-1] * RECORD_BYTES / MIB:5.1f} MiB/s, {raw_cpu.text(records)}), "
+              f"consumer poll {polls[-1]:8.0f} records/s "
+              f"({polls[-1] * RECORD_BYTES / MIB:5.1f} MiB/s, {poll_cpu.text(records)})",
+              flush=True)
     poll, raw = statistics.median(polls), statistics.median(raws)
     ratio = poll / raw
     print(f"ratio consumer poll / raw Fetch records/s (medians): {ratio:.2f} (goal >= 0.8) "
@@ -239,46 +274,66 @@ def max_send_rate(client: Client, seconds: float) -> float:
         return sent / (time.perf_counter() - started)
 
 
-def tidelog_latencies(client: Client, per_second: float, seconds: float) -> list[float]:
-    """send() to poll() seconds of records sent at `per_second` while a consumer tails."""
-    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    consumer = client.consumer(auto_offset_reset="latest")
-    consumer.assign(tps)
-    consumer.seek_to_end(*tps)
-    for tp in tps:
-        consumer.position(tp)  # resolved before the first send
+def tidelog_latencies(
+    bootstrap: str, client: Client, per_second: float, seconds: float
+) -> list[float]:
+    """send() to poll() seconds of records sent at `per_second` while a consumer process
+    (this script with --tail) tails the topic."""
     expected = int(per_second * seconds)
-    latencies: list[float] = []
-    done = threading.Event()
+    reader = subprocess.Popen(
+        [sys.executable, __file__, "--tail", bootstrap, str(expected), str(seconds + 30)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert reader.stdout is not None
+        if reader.stdout.readline().strip() != "ready":
+            raise RuntimeError("the consumer process did not start")
+        padding = random.randbytes(RECORD_BYTES - _STAMP.size)
+        with client.producer(linger_ms=LINGER_MS) as producer:
+            start = time.perf_counter()
+            for n in range(expected):
+                delay = start + n / per_second - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                producer.send(TOPIC, _STAMP.pack(time.perf_counter()) + padding)
+            producer.flush()
+        latencies: list[float] = json.loads(reader.stdout.readline())
+    finally:
+        try:
+            reader.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            reader.kill()
+            reader.wait()
+    return latencies
 
-    def tail() -> None:
-        deadline = time.monotonic() + seconds + 30
+
+def tail(bootstrap: str, expected: int, seconds: float) -> None:
+    """The consumer process: positions resolved at the end of every partition, "ready"
+    printed, then each record's latency taken as poll() returns it, until `expected` came or
+    `seconds` passed; the latencies are printed as one JSON line. time.perf_counter is
+    CLOCK_MONOTONIC, one clock for every process of the machine."""
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    latencies: list[float] = []
+    with Client(bootstrap) as client:
+        consumer = client.consumer(auto_offset_reset="latest")
+        consumer.assign(tps)
+        consumer.seek_to_end(*tps)
+        for tp in tps:
+            consumer.position(tp)  # resolved before the first send
+        print("ready", flush=True)
+        deadline = time.monotonic() + seconds
         while len(latencies) < expected and time.monotonic() < deadline:
             records = consumer.poll(timeout_ms=100)
             now = time.perf_counter()
             latencies.extend(now - _STAMP.unpack_from(r.value or bytes(8))[0] for r in records)
-        done.set()
-
-    reader = threading.Thread(target=tail, daemon=True)
-    reader.start()
-    padding = random.randbytes(RECORD_BYTES - _STAMP.size)
-    with client.producer(linger_ms=LINGER_MS) as producer:
-        start = time.perf_counter()
-        for n in range(expected):
-            delay = start + n / per_second - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            producer.send(TOPIC, _STAMP.pack(time.perf_counter()) + padding)
-        producer.flush()
-    done.wait()
-    consumer.close()
-    return latencies
+        consumer.close()
+    print(json.dumps(latencies), flush=True)
 
 
-def bench_latency(client: Client, seconds: float) -> bool:
+def bench_latency(bootstrap: str, client: Client, seconds: float) -> bool:
     maximum = max_send_rate(client, min(seconds, 8.0))
     rate = maximum / 2
-    latencies = tidelog_latencies(client, rate, seconds)
+    latencies = tidelog_latencies(bootstrap, client, rate, seconds)
     per_request = max(1, round(rate * LINGER_MS / 1000))
     batch = build_batch([RecordInput(random.randbytes(RECORD_BYTES), None, wall_clock_ms())]
                         * per_request)
@@ -286,8 +341,8 @@ def bench_latency(client: Client, seconds: float) -> bool:
         relay = cluster_bench.relay_round_trips(floor.ports, batch, rate / per_request, seconds)
     print(f"\n## end-to-end latency: producer (linger.ms={LINGER_MS}, acks=all) at {rate:.0f} "
           f"records/s of {RECORD_BYTES} B = half its maximum of {maximum:.0f} in this run, a "
-          f"consumer tailing {PARTITIONS} partitions, {seconds:g} s; relay floor at the same "
-          f"rate in requests of {per_request} records ({rate / per_request:.0f} requests/s)")
+          f"consumer process tailing {PARTITIONS} partitions, {seconds:g} s; relay floor at the "
+          f"same rate in requests of {per_request} records ({rate / per_request:.0f} requests/s)")
     print(f"{'':<34} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'samples':>8}")
     for name, samples in (("tidelog send() -> poll()", latencies),
                           ("relay floor round trip", relay)):

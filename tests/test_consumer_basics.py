@@ -119,3 +119,52 @@ def test_settings_of_features_not_built_name_the_feature(client: Client) -> None
         client.consumer(max_poll=5)
     with pytest.raises(errors.ConfigurationError, match="max_poll_records"):
         client.consumer(max_poll_records=0)
+
+
+def test_a_fetch_sent_ahead_is_dropped_for_a_partition_seeked_paused_or_unassigned(
+    client: Client,
+) -> None:
+    """poll() sends the next Fetch before it returns records (issue 18: Kafka's consumer
+    does, so the network wait overlaps the application's work). Its answer must not reach
+    the application for a partition seeked, paused or unassigned while it was in flight.
+    The long-poll wait is long so that each answer carries the record sent meanwhile.
+    Before: no Fetch was in flight after poll() returned."""
+    topic = "ahead"
+    tp = TopicPartition(topic, 0)
+    client.create_topic(topic, partitions=1)
+    producer = client.producer(acks="all")
+
+    def send(value: bytes) -> None:
+        producer.send(topic, value, partition=0).result(timeout=30)
+
+    def answered() -> None:  # the Fetch sent ahead has come back, holding the new record
+        wait_for(lambda: all(r.future.done() for r in consumer._rounds), what="the answer")
+
+    for i in range(3):
+        send(b"v%d" % i)
+    consumer = client.consumer(auto_offset_reset="earliest", fetch_max_wait_ms=20_000)
+    consumer.assign([tp])
+    assert [r.value for r in poll_records(consumer, 3)] == [b"v0", b"v1", b"v2"]
+    assert [set(r.live) for r in consumer._rounds] == [{tp}]  # the next Fetch, in flight
+
+    send(b"v3")
+    answered()
+    consumer.seek(tp, 1)  # the answer (v3 at offset 3) is dropped, and 1 fetched again
+    assert [(r.offset, r.value) for r in poll_records(consumer, 3)] == [
+        (1, b"v1"), (2, b"v2"), (3, b"v3")
+    ]
+
+    consumer.pause(tp)
+    send(b"v4")
+    answered()
+    assert consumer.poll(timeout_ms=300) == [] and consumer.position(tp) == 4
+    consumer.resume(tp)
+    assert [(r.offset, r.value) for r in poll_records(consumer, 1)] == [(4, b"v4")]
+
+    consumer.assign([])
+    send(b"v5")
+    answered()
+    consumer.assign([tp])  # no position: auto_offset_reset, not the dropped answer's offset
+    assert [r.offset for r in poll_records(consumer, 6)] == list(range(6))
+    consumer.close()
+    producer.close()

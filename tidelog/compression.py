@@ -148,9 +148,11 @@ _GROWTH = 4
 _BUFFER_FULL = ("failed to write whole buffer", "Destination buffer is too small")
 
 
-def decompress(codec: Codec, data: bytes | memoryview, limit: int) -> bytes:
+def decompress(codec: Codec, data: bytes | memoryview, limit: int) -> bytes | memoryview:
     """`data` decompressed, at most `limit` bytes of it; CORRUPT_MESSAGE for a stream that is
-    not valid for `codec` or would decompress to more than `limit` bytes."""
+    not valid for `codec` or would decompress to more than `limit` bytes. The result may be a
+    view of the buffer it was decompressed into (a leader validating a batch walks it there:
+    no copy)."""
     try:
         if codec is Codec.SNAPPY:
             return _snappy(data, limit)
@@ -171,7 +173,7 @@ def _bounded(
     data: bytes | memoryview,
     limit: int,
     size_hint: int | None,
-) -> bytes:
+) -> memoryview:
     """Decompress into a buffer that starts at the stream's own size hint (or a guess) and
     grows while the output does not fit, never past `limit`. cramjam stops with an error as
     soon as a buffer is full, so a stream that lies about its size costs no more than the
@@ -193,9 +195,7 @@ def _bounded(
                 ) from None
             size = min(limit, max(size, 1024) * _GROWTH)
             continue
-        if written == size:
-            return bytes(out)
-        return bytes(memoryview(out)[:written])
+        return memoryview(out)[:written]
 
 
 def _gzip_size(data: bytes | memoryview) -> int | None:

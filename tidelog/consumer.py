@@ -1,8 +1,12 @@
 """The consumer of manually assigned partitions: positions, Fetch long polls, offset lookups.
 
 ``poll()`` fetches from every assigned partition's leader at once (one Fetch per leader) and
-decodes the batches only here, at the end of the path (design notes). Control batches (epoch
-markers, transaction markers) advance the position but are never returned; under
+decodes the batches only here, at the end of the path (design notes). As Kafka's consumer does,
+``poll()`` sends the next Fetch for the partitions it has nothing left of before it returns
+records, so the network and the node's read overlap with the application's work and the
+next poll's decoding; an answer is taken only for a partition whose position is still the one
+it was fetched from and that was not paused or unassigned meanwhile (`_Round`). Control
+batches (epoch markers, transaction markers) advance the position but are never returned; under
 read_committed, batches of aborted transactions are dropped with Kafka's algorithm (the
 aborted list of the answer, closed by each producer's ABORT marker). Retriable errors never
 reach the caller of poll(): they refresh metadata (or follow a leader hint) and the poll goes
@@ -49,15 +53,15 @@ from tidelog.errors import (
     UnsupportedCompressionTypeError,
 )
 from tidelog.membership import ConsumerRebalanceListener, Membership
-from tidelog.partitioned import PartitionedRequest
+from tidelog.partitioned import Attempt, PartitionedRequest
 from tidelog.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     ControlType,
     check_crc,
+    consumer_records,
     control_type_of,
     read_header,
-    record_fields,
 )
 from tidelog.retry import Deadline
 from tidelog.types import (
@@ -186,6 +190,26 @@ class ConsumerConfig:
             raise ConfigurationError("consumer_timeout_ms must be >= 0 or None")
 
 
+@dataclass(slots=True)
+class _Fetched:
+    """A partition's records fetched and not yet handed out: ``records[at:]``."""
+
+    records: list[ConsumerRecord]
+    at: int = 0
+
+
+@dataclass(slots=True)
+class _Round:
+    """A Fetch round in flight (one Fetch per leader): the positions it asked for, and the
+    partitions whose answers are still wanted. A seek, a pause or the end of the assignment
+    takes a partition out of `live` (`Consumer._forget`): its answer is then dropped, and it
+    may be fetched again at once."""
+
+    future: concurrent.futures.Future[Attempt[wire.FetchAnswer]]
+    work: dict[TopicPartition, wire.FetchPosition]
+    live: set[TopicPartition]
+
+
 class Consumer:
     """Reads assigned partitions from their positions. Calls are serialised by a lock, so
     sharing one consumer between threads is safe (if rarely useful)."""
@@ -224,7 +248,9 @@ class Consumer:
         #: Records fetched but not yet returned (beyond max_poll_records), by partition; such
         #: a partition is not fetched again until they are, and its position (`_positions`)
         #: is then the offset after them.
-        self._buffer: dict[TopicPartition, collections.deque[ConsumerRecord]] = {}
+        self._buffer: dict[TopicPartition, _Fetched] = {}
+        #: Fetch rounds in flight; a partition is in at most one round's `live` set.
+        self._rounds: list[_Round] = []
 
     # ---- assignment and positions ------------------------------------------------------------
 
@@ -239,7 +265,10 @@ class Consumer:
             self._set_assignment(wanted)
 
     def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
-        self._positions = {tp: self._positions.get(tp) for tp in partitions}
+        kept = {tp: self._positions.get(tp) for tp in partitions}
+        for tp in self._positions.keys() - kept.keys():
+            self._forget(tp)
+        self._positions = kept
         self._resets = {tp: s for tp, s in self._resets.items() if tp in self._positions}
         self._epochs = {tp: e for tp, e in self._epochs.items() if tp in self._positions}
         self._paused &= self._positions.keys()
@@ -383,6 +412,7 @@ class Consumer:
             self._resets.pop(tp, None)
             self._epochs.pop(tp, None)
             self._buffer.pop(tp, None)
+            self._forget(tp)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._seek_lazily(partitions, EARLIEST_TIMESTAMP)
@@ -399,6 +429,7 @@ class Consumer:
                 self._resets[tp] = spec
                 self._epochs.pop(tp, None)
                 self._buffer.pop(tp, None)
+                self._forget(tp)
 
     def position(self, partition: TopicPartition, *, timeout_ms: int | None = None) -> int:
         """The offset of the next record poll() returns for the partition."""
@@ -413,13 +444,16 @@ class Consumer:
         """The offset of the next record the application gets: the first buffered one, else
         where the next Fetch starts."""
         buffered = self._buffer.get(tp)
-        return buffered[0].offset if buffered else self._positions[tp]
+        return buffered.records[buffered.at].offset if buffered else self._positions[tp]
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop fetching the partitions: poll() returns none of their records until resume(),
         and they keep their positions (Kafka's pause; a partition must be assigned)."""
         with self._lock:
-            self._paused.update([self._assigned(tp) for tp in partitions])
+            paused = [self._assigned(tp) for tp in partitions]
+            self._paused.update(paused)
+            for tp in paused:  # a Fetch in flight for it is not taken (Kafka drops it too)
+                self._forget(tp)
 
     def resume(self, *partitions: TopicPartition) -> None:
         """Fetch the paused partitions again, from where they stopped."""
@@ -645,6 +679,9 @@ class Consumer:
                 concurrent.futures.wait(self._in_flight, timeout=deadline.remaining())
                 self._run_callbacks()
             finally:
+                for rnd in self._rounds:
+                    rnd.future.cancel()
+                self._rounds = []
                 self._closed = True
 
     def __enter__(self) -> Consumer:
@@ -685,6 +722,9 @@ class Consumer:
         deadline = Deadline(timeout_ms)
         with self._lock:
             self._check_open()
+            #: Whether this poll sent a round of its own (it then waits for that round's
+            #: answer, as a poll with nothing in flight always did).
+            sent = False
             while True:
                 self._run_callbacks()
                 self._reconcile()
@@ -694,10 +734,21 @@ class Consumer:
                     raise IllegalStateError(
                         "poll() needs partitions to read: assign() or subscribe() first"
                     )
+                collected, failed_leaders = self._collect()
                 records = self._drain(max_records)
                 if records:
+                    self._send_round(self.config.fetch_max_wait_ms)  # the next, in flight
                     return records
-                if not self._fetchable():
+                if failed_leaders is not None:
+                    self._failed_rounds += 1
+                    self._await_leaders(failed_leaders, deadline)
+                elif collected:
+                    self._failed_rounds = 0
+                if sent and deadline.expired:
+                    return []
+                if not self._rounds and all(
+                    tp in self._paused or tp in self._buffer for tp in self._positions
+                ):
                     # Nothing assigned by the group yet, or every partition paused: wait for
                     # the membership (or out the timeout), not for a Fetch.
                     if self._membership is not None:
@@ -707,40 +758,57 @@ class Consumer:
                     if deadline.expired:
                         return []
                     continue
-                failed_leaders: dict[TopicPartition, tuple[int, int]] | None
                 try:
                     self._resolve_positions(self.client.deadline())
-                    fetched, failed_leaders = self._fetch_round(deadline)
                 except (RetriableError, StaleMemberEpochError, UnknownMemberIdError):
                     # The last two: the member's epoch moved (or it was fenced) while its
                     # OffsetFetch was under way; the heartbeat brings the news, the next
                     # round fetches again with it.
-                    fetched, failed_leaders = [], {}
-                self._hold(fetched)
-                records = self._drain(max_records)
-                if records or deadline.expired:
-                    return records
-                if failed_leaders is not None:
                     self._failed_rounds += 1
-                    self.client.await_new_leaders(
-                        failed_leaders, self.client.backoff.delay_s(self._failed_rounds),
-                        deadline,
-                    )
-                    with contextlib.suppress(RetriableError):
-                        self.client.check_described(
-                            (tp.topic for tp in self._positions), self.client.deadline()
-                        )
+                    self._await_leaders({}, deadline)
+                    if deadline.expired:
+                        return []
+                    continue
+                wait_ms = min(self.config.fetch_max_wait_ms, int(deadline.remaining() * 1000))
+                if self._send_round(wait_ms):
+                    sent = True  # bounded by its own long-poll wait: waited for whole
+                    timeout: float | None = None
+                elif deadline.expired:
+                    return []
                 else:
-                    self._failed_rounds = 0
+                    timeout = deadline.remaining()
+                concurrent.futures.wait(
+                    [rnd.future for rnd in self._rounds], timeout,
+                    concurrent.futures.FIRST_COMPLETED,
+                )
 
-    def _fetchable(self) -> bool:
-        return any(tp not in self._paused and tp not in self._buffer for tp in self._positions)
+    def _await_leaders(
+        self, failed_leaders: dict[TopicPartition, tuple[int, int]], deadline: Deadline
+    ) -> None:
+        """The backoff after a round that needs new metadata, spent watching for the new
+        leaders (`Client.await_new_leaders`)."""
+        self.client.await_new_leaders(
+            failed_leaders, self.client.backoff.delay_s(self._failed_rounds), deadline,
+        )
+        with contextlib.suppress(RetriableError):
+            self.client.check_described(
+                (tp.topic for tp in self._positions), self.client.deadline()
+            )
 
-    def _hold(self, records: list[ConsumerRecord]) -> None:
-        """Buffer fetched records until poll() hands them out (`_drain`)."""
-        for record in records:
-            tp = TopicPartition(record.topic, record.partition)
-            self._buffer.setdefault(tp, collections.deque()).append(record)
+    def _fetchable(self) -> dict[TopicPartition, int]:
+        """The positions to fetch: partitions with one, not paused, with nothing buffered and
+        no Fetch in flight."""
+        in_flight = set().union(*(rnd.live for rnd in self._rounds))
+        return {
+            tp: position for tp, position in self._positions.items()
+            if position is not None and tp not in self._paused and tp not in self._buffer
+            and tp not in in_flight
+        }
+
+    def _forget(self, tp: TopicPartition) -> None:
+        """Drop the answer of any Fetch in flight for `tp` (seeked, paused or unassigned)."""
+        for rnd in self._rounds:
+            rnd.live.discard(tp)
 
     def _drain(self, max_records: int) -> list[ConsumerRecord]:
         """Up to `max_records` buffered records of unpaused partitions, partition after
@@ -751,27 +819,25 @@ class Consumer:
                 break
             if tp in self._paused:
                 continue
-            taken = [buffered.popleft() for _ in range(min(len(buffered), max_records - len(out)))]
-            if not buffered:
+            at = buffered.at
+            taken = buffered.records[at : at + max_records - len(out)]
+            buffered.at = at + len(taken)
+            if buffered.at == len(buffered.records):
                 del self._buffer[tp]
             if taken[-1].leader_epoch >= 0:
                 self._epochs[tp] = taken[-1].leader_epoch
             out += taken
         return out
 
-    def _fetch_round(
-        self, deadline: Deadline
-    ) -> tuple[list[ConsumerRecord], dict[TopicPartition, tuple[int, int]] | None]:
-        """One round of the partitioned-request engine: one Fetch per leader, all in flight
-        together; the records, and when metadata must be refreshed before the next round, the
-        (leader, epoch) that failed each partition that needs it (None when none does)."""
-        metadata = self.client.metadata
+    def _send_round(self, max_wait_ms: int) -> bool:
+        """Send one Fetch per leader for the fetchable partitions (`_fetchable`), on the
+        client's loop, without waiting; False when there are none."""
         work = {
-            tp: wire.FetchPosition(position, metadata.leader_epoch(tp))
-            for tp, position in self._positions.items()
-            if position is not None and tp not in self._paused and tp not in self._buffer
+            tp: wire.FetchPosition(position, self.client.metadata.leader_epoch(tp))
+            for tp, position in self._fetchable().items()
         }
-        max_wait_ms = min(self.config.fetch_max_wait_ms, int(deadline.remaining() * 1000))
+        if not work:
+            return False
         request: PartitionedRequest[wire.FetchPosition, wire.FetchAnswer] = PartitionedRequest(
             self.client,
             "Fetch",
@@ -786,26 +852,45 @@ class Consumer:
             ),
             wire.parse_fetch,
         )
-        outcome = self.client.run(request.attempt(work, max_wait_ms / 1000 + _RPC_SLACK_S))
-        records: list[ConsumerRecord] = []
-        for tp, answer in outcome.answers.items():
-            sent = work[tp].offset
-            if self._positions.get(tp) == sent:  # not re-seeked meanwhile
-                records += self._take(tp, sent, answer)
-        for tp, error in sorted(outcome.final.items()):
-            if not isinstance(error, OffsetOutOfRangeError) or self._reset_spec() is None:
-                raise error
-            self._positions[tp] = None  # auto_offset_reset at the next round
-        return records, outcome.failed_leaders if outcome.refresh else None
+        future = self.client.transport.submit(
+            request.attempt(work, max_wait_ms / 1000 + _RPC_SLACK_S)
+        )
+        self._rounds.append(_Round(future, work, set(work)))
+        return True
+
+    def _collect(self) -> tuple[bool, dict[TopicPartition, tuple[int, int]] | None]:
+        """Take the answers of the rounds that have come back into the buffer: whether any
+        had, and when metadata must be refreshed before the next round, the (leader, epoch)
+        that failed each partition that needs it (None when none does). A partition's answer
+        (records or error) counts only if it is still live and still at the position it was
+        fetched from; a final error raises, after the round's records are buffered."""
+        failed: dict[TopicPartition, tuple[int, int]] | None = None
+        done = [rnd for rnd in self._rounds if rnd.future.done()]
+        for rnd in done:
+            self._rounds.remove(rnd)
+            outcome = rnd.future.result()
+            wanted = {
+                tp for tp in rnd.live if self._positions.get(tp) == rnd.work[tp].offset
+            }
+            for tp, answer in outcome.answers.items():
+                if tp in wanted:
+                    self._take(tp, rnd.work[tp].offset, answer)
+            if outcome.refresh:
+                failed = {**(failed or {}), **outcome.failed_leaders}
+            for tp, error in sorted(outcome.final.items()):
+                if tp not in wanted:
+                    continue
+                if not isinstance(error, OffsetOutOfRangeError) or self._reset_spec() is None:
+                    raise error
+                self._positions[tp] = None  # auto_offset_reset at the next round
+        return bool(done), failed
 
     def _reset_spec(self) -> int | None:
         return _RESETS[self.config.auto_offset_reset]
 
-    def _take(
-        self, tp: TopicPartition, position: int, answer: wire.FetchAnswer
-    ) -> list[ConsumerRecord]:
-        """Decode the answer's batches from `position`, advancing it past control batches and
-        (read_committed) aborted ones.
+    def _take(self, tp: TopicPartition, position: int, answer: wire.FetchAnswer) -> None:
+        """Decode the answer's batches from `position` into the buffer, advancing it past
+        control batches and (read_committed) aborted ones.
 
         Every batch is checked (CRC, then every record's framing) before its records are
         taken, as Kafka's consumer does with check.crcs. A batch that fails stops the walk: the
@@ -833,23 +918,15 @@ class Consumer:
                         if control_type_of(data, pos, header) == ControlType.ABORT:
                             aborted_producers.discard(header.producer_id)
                     elif not (header.is_transactional and header.producer_id in aborted_producers):
-                        topic, partition = tp
-                        epoch = header.partition_leader_epoch
-                        out += [
-                            ConsumerRecord(topic, partition, offset, ts, key, value, headers,
-                                           epoch)
-                            for offset, ts, key, value, headers in record_fields(
-                                data, pos, header
-                            )
-                            if offset >= position
-                        ]
+                        out += consumer_records(data, pos, header, tp, position)
                     position = header.next_offset
             except (CorruptMessageError, UnsupportedCompressionTypeError) as exc:
                 self._corrupt = _corrupt_at(tp, position, data, pos, exc)
                 break
             pos += header.size
         self._positions[tp] = position
-        return out
+        if out:
+            self._buffer[tp] = _Fetched(out)
 
     def _raise_corrupt(self) -> None:
         """Raise the CorruptRecordError a previous round met, unless its partition was seeked

@@ -70,6 +70,7 @@ from tidelog.errors import (
     InvalidTimestampError,
     TidelogError,
 )
+from tidelog.types import ConsumerRecord, TopicPartition
 
 MAGIC = 2
 NO_TIMESTAMP = -1
@@ -499,9 +500,25 @@ def plain_batch(
     decompressed and whose header says so (codec bits 0, batch_length of the plain records;
     its CRC is the compressed batch's and is not checked again). At most MAX_BATCH_BYTES come
     out of one batch: more is CORRUPT_MESSAGE, as is a stream that does not decompress."""
+    if not header.attributes & ATTR_COMPRESSION:
+        return buf, pos, header
+    records, _, _, plain = _plain_records(buf, pos, header)
+    head = bytearray(memoryview(buf)[pos : pos + HEADER_SIZE])
+    _I32.pack_into(head, 8, plain.batch_length)
+    _ATTRS_FIELD.pack_into(head, 21, plain.attributes)
+    return b"".join((head, records)), 0, plain
+
+
+def _plain_records(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> tuple[bytes | bytearray | memoryview, int, int, BatchHeader]:
+    """The records section of the batch at `pos`, uncompressed: (buffer, start, end, header
+    of the plain batch). Uncompressed, that is the batch's own bytes; compressed, the buffer
+    the stream was decompressed into, walked where it lies (no copy into a whole batch, as
+    `plain_batch` makes for readers that want one)."""
     codec = header.attributes & ATTR_COMPRESSION
     if not codec:
-        return buf, pos, header
+        return buf, pos + HEADER_SIZE, pos + header.size, header
     records = decompress(
         check_codec(codec),
         memoryview(buf)[pos + HEADER_SIZE : pos + header.size],
@@ -511,10 +528,7 @@ def plain_batch(
         batch_length=HEADER_SIZE - LOG_OVERHEAD + len(records),
         attributes=header.attributes & ~ATTR_COMPRESSION,
     )
-    head = bytearray(memoryview(buf)[pos : pos + HEADER_SIZE])
-    _I32.pack_into(head, 8, plain.batch_length)
-    _ATTRS_FIELD.pack_into(head, 21, plain.attributes)
-    return b"".join((head, records)), 0, plain
+    return records, 0, len(records), plain
 
 
 def with_codec(batch: bytes, codec: Codec) -> bytes:
@@ -595,7 +609,7 @@ def validate_batch(
     check_crc(buf, 0, header)
     if from_client:
         _check_client_batch(header)
-    plain, _, plain_header = plain_batch(buf, 0, header)
+    records, start, end, plain_header = _plain_records(buf, 0, header)
     if header.records_count < 1 or header.records_count != header.last_offset_delta + 1:
         raise CorruptMessageError(
             f"a produced batch holds one record per offset and at least one: "
@@ -603,8 +617,8 @@ def validate_batch(
         )
     # Offset deltas strictly increasing within 0..last_offset_delta, one record per offset:
     # exactly 0, 1, ..., n-1.
-    min_delta, max_delta = validate_records(
-        plain, 0, plain_header, require_keys=require_keys and not header.is_control
+    min_delta, max_delta = _checked_walk(
+        records, start, end, plain_header, require_keys and not header.is_control, None
     )
     if header.first_timestamp + max_delta != header.max_timestamp:
         raise CorruptMessageError(
@@ -671,11 +685,22 @@ def validate_records(
     No value is copied and no object is built per record (header keys are decoded to check
     their UTF-8): `struct.unpack_from` at computed offsets, as this runs on every produce.
     """
-    buf, pos, header = plain_batch(buf, pos, header)
-    start = pos + HEADER_SIZE
-    end = pos + header.size
+    records, start, end, plain = _plain_records(buf, pos, header)
+    return _checked_walk(records, start, end, plain, require_keys, None)
+
+
+def _checked_walk(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    header: BatchHeader,
+    require_keys: bool,
+    sink: _Sink | None,
+) -> tuple[int, int]:
+    """`_walk_records` over the plain records from `start` to `end`, saying so when a batch
+    it refuses has Kafka's varint record encoding."""
     try:
-        return _walk_records(buf, start, end, header, require_keys)
+        return _walk_records(buf, start, end, header, require_keys, sink)
     except CorruptMessageError:
         if _is_kafka_varint_body(buf, start, end, header.records_count):
             raise CorruptMessageError(
@@ -686,13 +711,35 @@ def validate_records(
         raise
 
 
+#: A `_Sink`'s min_offset that keeps every record, whatever a batch's base offset says.
+_EVERY_OFFSET = -(1 << 64)
+#: The partition `decode_records` decodes for: a Record carries none.
+_NO_PARTITION = TopicPartition("", -1)
+
+
+class _Sink(NamedTuple):
+    """Where a decoding walk (`_walk_records`) puts the records it has checked: each one at
+    or after `min_offset` as a ConsumerRecord of `topic`, `partition` and `leader_epoch`,
+    appended to `out`."""
+
+    out: list[ConsumerRecord]
+    topic: str
+    partition: int
+    leader_epoch: int
+    min_offset: int
+
+
 def _walk_records(
     buf: bytes | bytearray | memoryview,
     rec_pos: int,
     end: int,
     header: BatchHeader,
     require_keys: bool,
+    sink: _Sink | None,
 ) -> tuple[int, int]:
+    """The one walk over a batch's records: checks each (see `validate_records`) and, with
+    a `sink`, decodes it in the same pass (`consumer_records`: the sink's list is the
+    caller's only when the walk returns, so no record of a batch that fails is returned)."""
     count = header.records_count
     if count * RECORD_OVERHEAD > end - rec_pos:
         raise CorruptMessageError(
@@ -706,9 +753,16 @@ def _walk_records(
     unpack_prefix = _PLAIN_RECORD_PREFIX.unpack_from
     unpack_i32 = _I32.unpack_from
     last_offset_delta = header.last_offset_delta
+    base = header.base_offset
     previous = -1
     min_ts = max_ts = 0
     index = 0
+    if sink is not None:
+        # ConsumerRecords built by tuple.__new__: no Python-level constructor call per record.
+        new, append, min_delta = tuple.__new__, sink.out.append, sink.min_offset - base
+        topic, partition, epoch = sink.topic, sink.partition, sink.leader_epoch
+        fixed_ts = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
+        first_ts, data = header.first_timestamp, buf if isinstance(buf, bytes) else bytes(buf)
     try:
         # One combined test per group of fields; which one failed is worked out only then.
         for index in range(count):
@@ -744,13 +798,24 @@ def _walk_records(
             if cursor + 4 > rec_end:
                 raise _malformed(index, f"value length {value_len} runs past the record's end")
             (header_count,) = unpack_i32(buf, cursor)
-            cursor += 4
+            fields_end = cursor + 4
             if header_count:
-                cursor = _walk_headers(buf, cursor, rec_end, header_count, index)
-            if cursor != rec_end:
+                fields_end = _walk_headers(buf, fields_end, rec_end, header_count, index)
+            if fields_end != rec_end:
                 raise _malformed(
-                    index, f"its fields end {rec_end - cursor} bytes before its length says"
+                    index, f"its fields end {rec_end - fields_end} bytes before its length says"
                 )
+            if sink is not None and offset_delta >= min_delta:
+                append(new(ConsumerRecord, (
+                    topic,
+                    partition,
+                    base + offset_delta,
+                    first_ts + ts_delta if fixed_ts is None else fixed_ts,
+                    None if key_len < 0 else data[rec_pos + _KEY_AT : rec_pos + _KEY_AT + key_len],
+                    None if value_len < 0 else data[cursor - value_len : cursor],
+                    _decode_headers(data, cursor) if header_count else (),
+                    epoch,
+                )))
             rec_pos = rec_end
     except struct.error:  # a prefix read past the end of `buf` itself
         raise _malformed(index, "it starts too close to the end of the data") from None
@@ -939,51 +1004,31 @@ def record_timestamps(
 def decode_records(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> list[Record]:
-    """Decode every record of the batch at `pos` (consumer side), after `validate_records`
-    (so a lying length raises CorruptMessageError instead of decoding garbage), decompressing
-    a compressed batch first."""
-    return [Record(*fields) for fields in record_fields(buf, pos, header)]
+    """Decode every record of the batch at `pos`, checked in the same walk (a lying length
+    raises CorruptMessageError instead of decoding garbage), decompressing a compressed batch
+    first."""
+    return [
+        Record(r.offset, r.timestamp, r.key, r.value, r.headers)
+        for r in consumer_records(buf, pos, header, _NO_PARTITION, _EVERY_OFFSET)
+    ]
 
 
-#: (offset, timestamp, key, value, headers) of one record: what `record_fields` yields.
-RecordFields = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-
-
-def record_fields(
-    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
-) -> list[RecordFields]:
-    """`decode_records` as plain tuples, in one pass after `validate_records`: the consumer's
-    hot loop builds its own record type from them, so no Record is built and dropped per
-    record. The common record (no key, no headers) costs one unpack and one slice."""
-    buf, pos, header = plain_batch(buf, pos, header)
-    validate_records(buf, pos, header)
-    data = buf if isinstance(buf, bytes) else bytes(buf)  # slices of bytes are bytes
-    unpack_prefix = _PLAIN_RECORD_PREFIX.unpack_from
-    unpack_i32 = _I32.unpack_from
-    base = header.base_offset
-    first_ts = header.first_timestamp
-    fixed_ts = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
-    out: list[RecordFields] = []
-    append = out.append
-    rec_pos = pos + HEADER_SIZE
-    for _ in range(header.records_count):
-        length, _attrs, offset_delta, ts_delta, key_len, value_len = unpack_prefix(data, rec_pos)
-        ts = first_ts + ts_delta if fixed_ts is None else fixed_ts
-        cursor = rec_pos + _KEY_AT + 4
-        key: bytes | None = None
-        if key_len >= 0:
-            key = data[cursor - 4 : cursor - 4 + key_len]
-            cursor += key_len
-            (value_len,) = unpack_i32(data, cursor - 4)
-        value: bytes | None = None
-        if value_len >= 0:
-            value = data[cursor : cursor + value_len]
-            cursor += value_len
-        headers: tuple[tuple[str, bytes | None], ...] = ()
-        if unpack_i32(data, cursor)[0]:
-            headers = _decode_headers(data, cursor)
-        append((base + offset_delta, ts, key, value, headers))
-        rec_pos += 4 + length
+def consumer_records(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    tp: TopicPartition,
+    min_offset: int,
+) -> list[ConsumerRecord]:
+    """The consumer's records of the batch at `pos` from `min_offset` on, each carrying the
+    batch's leader epoch: checked (`validate_records`) and decoded in one walk, and none
+    returned unless the whole batch passes (the CRC is the caller's to check before). The
+    consumer's hot loop: one unpack, two slices and one tuple per common record."""
+    out: list[ConsumerRecord] = []
+    records, start, end, plain = _plain_records(buf, pos, header)
+    _checked_walk(records, start, end, plain, False, _Sink(
+        out, tp.topic, tp.partition, header.partition_leader_epoch, min_offset
+    ))
     return out
 
 
