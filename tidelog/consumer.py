@@ -200,7 +200,7 @@ class _Fetched:
 
 @dataclass(slots=True)
 class _Round:
-    """A Fetch round in flight (one Fetch per leader): the positions it asked for, and the
+    """A Fetch in flight to one leader: the positions it asked for, and the
     partitions whose answers are still wanted. A seek, a pause or the end of the assignment
     takes a partition out of `live` (`Consumer._forget`): its answer is then dropped, and it
     may be fetched again at once."""
@@ -831,7 +831,10 @@ class Consumer:
 
     def _send_round(self, max_wait_ms: int) -> bool:
         """Send one Fetch per leader for the fetchable partitions (`_fetchable`), on the
-        client's loop, without waiting; False when there are none."""
+        client's loop, without waiting; False when there are none. Each leader's Fetch is a
+        round of its own, taken as soon as it is answered, as Kafka's consumer fetches from
+        each node apart: a long poll on a leader with nothing new holds back no other's
+        records."""
         work = {
             tp: wire.FetchPosition(position, self.client.metadata.leader_epoch(tp))
             for tp, position in self._fetchable().items()
@@ -852,10 +855,14 @@ class Consumer:
             ),
             wire.parse_fetch,
         )
-        future = self.client.transport.submit(
-            request.attempt(work, max_wait_ms / 1000 + _RPC_SLACK_S)
-        )
-        self._rounds.append(_Round(future, work, set(work)))
+        groups, leaderless = request.by_leader(work)
+        for tps in [*groups.values(), list(leaderless)]:
+            if tps:  # the leaderless ones fail at once, asking for new metadata
+                part = {tp: work[tp] for tp in tps}
+                future = self.client.transport.submit(
+                    request.attempt(part, max_wait_ms / 1000 + _RPC_SLACK_S)
+                )
+                self._rounds.append(_Round(future, part, set(part)))
         return True
 
     def _collect(self) -> tuple[bool, dict[TopicPartition, tuple[int, int]] | None]:
