@@ -7,6 +7,7 @@ value's source is described, refusals carry Kafka's codes, ACLs guard the three 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,8 @@ from tidelog.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.testing import LocalCluster, poll_records, wait_for
+from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
+from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -137,7 +139,9 @@ def test_retention_changes_reach_running_logs_and_sources_are_described(
         wait_for(lambda: log_start(client, "by-default") > 0, 30,
                  "the nodes' dynamic retention.ms to delete segments")
         client.incremental_alter_configs({NODE_1: [AlterConfigOp("segment.ms", "3600000")]})
-        described = client.describe_configs([topic("retained"), NODE_1, EVERY_NODE])
+        # Node 1 answers for itself once it has applied the change (the controller at once).
+        described = wait_for(lambda: _applied(client, "segment.ms", "3600000"), 10,
+                             "node 1 to apply its segment.ms")
     finally:
         client.incremental_alter_configs({
             EVERY_NODE: [AlterConfigOp("retention.ms", None, AlterConfigOpType.DELETE)],
@@ -157,8 +161,8 @@ def test_retention_changes_reach_running_logs_and_sources_are_described(
     assert node["offsets.retention.minutes"].source == ConfigSource.DEFAULT_CONFIG
     assert node["num.partitions"][1:3] == ("2", ConfigSource.STATIC_BROKER_CONFIG)
     assert described[EVERY_NODE] == {"retention.ms": node["retention.ms"]}
-    after = client.describe_configs([NODE_1])[NODE_1]
-    assert after["retention.ms"].source == ConfigSource.DEFAULT_CONFIG
+    wait_for(lambda: client.describe_configs([NODE_1])[NODE_1]["retention.ms"].source
+             == ConfigSource.DEFAULT_CONFIG, 10, "node 1 to apply the deletion")
 
     # APPEND to a list config starts from its default; refusals carry Kafka's codes.
     client.incremental_alter_configs({topic("retained"): [
@@ -181,6 +185,47 @@ def test_retention_changes_reach_running_logs_and_sources_are_described(
             client.incremental_alter_configs({resource: [op]})
     with pytest.raises(UnknownTopicOrPartitionError):
         client.describe_configs([topic("nope")])
+
+
+def test_any_node_forwards_the_changes_and_answers_a_topics_configs(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """The raw answers, from a node that is not the controller: the changes are forwarded to
+    it; a topic's configs are answered from the node's own metadata; a node's own resource
+    only by that node."""
+    client.create_topic("forwarded", partitions=1, replication_factor=3)
+    controller = client.describe_cluster().controller_id
+    other = next(n for n in cluster.node_ids if n != controller)
+    with Raw(cluster) as raw:
+        stub = raw.stub(other)
+        grown = stub.CreatePartitions(pb.CreatePartitionsRequest(
+            topics=[pb.CreatePartitionsTopic(name="forwarded", count=2)]), timeout=30)
+        assert [(r.name, r.error_code) for r in grown.results] == [("forwarded", 0)]
+        altered = stub.IncrementalAlterConfigs(pb.IncrementalAlterConfigsRequest(resources=[
+            pb.AlterConfigsResource(resource_type=2, resource_name="forwarded", configs=[
+                pb.AlterableConfig(name="retention.bytes", value="1000000")]),
+            pb.AlterConfigsResource(resource_type=2, resource_name="nope"),
+        ]), timeout=30)
+        assert [r.error_code for r in altered.responses] == [
+            0, UnknownTopicOrPartitionError.code]
+        asked = [pb.DescribeConfigsResource(resource_type=2, resource_name="forwarded",
+                                            configuration_keys=["retention.bytes"]),
+                 pb.DescribeConfigsResource(resource_type=4, resource_name=str(controller)),
+                 pb.DescribeConfigsResource(resource_type=8, resource_name="x")]
+        answer = wait_for(lambda: _described(stub, asked), 10, "the change applied there")
+        entry = answer.results[0].configs[0]
+        assert (entry.name, entry.value, entry.config_source) == ("retention.bytes", "1000000", 1)
+        assert [r.error_code for r in answer.results[1:]] == [InvalidRequestError.code] * 2
+
+
+def _described(stub: Any, asked: list[Any]) -> Any:
+    answer = stub.DescribeConfigs(pb.DescribeConfigsRequest(resources=asked), timeout=10)
+    return answer if answer.results[0].configs else None
+
+
+def _applied(client: Client, key: str, value: str) -> Any:
+    described = client.describe_configs([topic("retained"), NODE_1, EVERY_NODE])
+    return described if described[NODE_1][key].value == value else None
 
 
 def test_acls_guard_partitions_and_configs(client: Client) -> None:

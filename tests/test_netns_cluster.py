@@ -145,7 +145,10 @@ def _scenario(data_dir: Path, namespaces: list[str]) -> dict[str, object]:
         for tp in tps:
             consumer.seek_to_beginning(tp)
         consumed = poll_records(consumer, len(sent), timeout=60)
-        assert sorted(r.value for r in consumed) == sorted(f"v{i}".encode() for i in range(30))
+        got = sorted((r.partition, r.offset) for r in consumed)
+        assert got == sorted((m.partition, m.offset) for m in sent), (
+            f"consumed {got}, positions {[consumer.position(tp) for tp in tps]}, sent "
+            f"{sorted((m.partition, m.offset) for m in sent)}")
         consumer.close()
         for isolation in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
             latest = client.list_offsets({tp: OffsetSpec.latest() for tp in tps},

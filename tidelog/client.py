@@ -550,8 +550,9 @@ class Client:
     ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
         """The configs of topics and nodes (DescribeConfigs, needs DESCRIBE_CONFIGS on the
         topic or the cluster), each with its value, source, read-only and sensitive flags;
-        `keys` picks some. A node's own resource is asked of that node, the rest of any.
-        Raises the first failed resource's error."""
+        `keys` picks some. A node's own resource is asked of that node, the rest of the
+        controller, which has applied every change it acknowledged (other nodes apply them
+        shortly after, as in Kafka). Raises the first failed resource's error."""
         wanted = [ConfigResource(ConfigResourceType(r[0]), str(r[1])) for r in resources]
         deadline = self.deadline(timeout_ms)
         self.ensure_metadata(deadline)
@@ -569,7 +570,9 @@ class Client:
                 nodes = self.metadata.nodes()
                 if node >= 0 and node not in nodes:
                     raise InvalidRequestError(f"no node {node} in the cluster's metadata")
-                target = node if node >= 0 else random.choice(list(nodes))
+                controller = self.metadata.controller_id
+                target = (node if node >= 0 else controller if controller in nodes
+                          else random.choice(list(nodes)))
                 response = self.call(target, "DescribeConfigs",
                                      wire.describe_configs_request(asked, keys),
                                      deadline.attempt_s())
