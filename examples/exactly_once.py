@@ -71,7 +71,6 @@ def main() -> int:
                 records = consumer.poll(timeout_ms=500)
                 if not records:
                     continue
-                idle_since = time.monotonic()
                 producer.begin_transaction()
                 try:
                     for record in records:
@@ -87,8 +86,11 @@ def main() -> int:
                     producer.abort_transaction()
                     for tp, committed in consumer.committed(tps).items():  # back to them
                         consumer.seek(tp, committed.offset if committed is not None else 0)
-                    continue
-                done += len(records)
+                else:
+                    done += len(records)
+                # Idle is time without input: a transaction that took long (elections, a
+                # loaded machine) is work, and must not count towards --idle-s.
+                idle_since = time.monotonic()
         finally:
             producer.close()
             consumer.close(autocommit=False)
