@@ -276,9 +276,10 @@ def max_send_rate(client: Client, seconds: float) -> float:
 
 def tidelog_latencies(
     bootstrap: str, client: Client, per_second: float, seconds: float
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
     """send() to poll() seconds of records sent at `per_second` while a consumer process
-    (this script with --tail) tails the topic."""
+    (this script with --tail) tails the topic, and send() to acknowledgement seconds of the
+    same records (OMB's publish latency: what of the end-to-end figure the write takes)."""
     expected = int(per_second * seconds)
     reader = subprocess.Popen(
         [sys.executable, __file__, "--tail", bootstrap, str(expected), str(seconds + 30)],
@@ -289,13 +290,17 @@ def tidelog_latencies(
         if reader.stdout.readline().strip() != "ready":
             raise RuntimeError("the consumer process did not start")
         padding = random.randbytes(RECORD_BYTES - _STAMP.size)
+        acked: list[float] = []
         with client.producer(linger_ms=LINGER_MS) as producer:
             start = time.perf_counter()
             for n in range(expected):
                 delay = start + n / per_second - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-                producer.send(TOPIC, _STAMP.pack(time.perf_counter()) + padding)
+                sent = time.perf_counter()
+                producer.send(TOPIC, _STAMP.pack(sent) + padding).add_done_callback(
+                    lambda _, sent=sent: acked.append(time.perf_counter() - sent)
+                )
             producer.flush()
         latencies: list[float] = json.loads(reader.stdout.readline())
     finally:
@@ -304,7 +309,7 @@ def tidelog_latencies(
         except subprocess.TimeoutExpired:
             reader.kill()
             reader.wait()
-    return latencies
+    return latencies, acked
 
 
 def tail(bootstrap: str, expected: int, seconds: float) -> None:
@@ -333,7 +338,7 @@ def tail(bootstrap: str, expected: int, seconds: float) -> None:
 def bench_latency(bootstrap: str, client: Client, seconds: float) -> bool:
     maximum = max_send_rate(client, min(seconds, 8.0))
     rate = maximum / 2
-    latencies = tidelog_latencies(bootstrap, client, rate, seconds)
+    latencies, acked = tidelog_latencies(bootstrap, client, rate, seconds)
     per_request = max(1, round(rate * LINGER_MS / 1000))
     batch = build_batch([RecordInput(random.randbytes(RECORD_BYTES), None, wall_clock_ms())]
                         * per_request)
@@ -345,6 +350,7 @@ def bench_latency(bootstrap: str, client: Client, seconds: float) -> bool:
           f"same rate in requests of {per_request} records ({rate / per_request:.0f} requests/s)")
     print(f"{'':<34} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'samples':>8}")
     for name, samples in (("tidelog send() -> poll()", latencies),
+                          ("  of which send() -> acknowledged", acked),
                           ("relay floor round trip", relay)):
         if not samples:
             print(f"{name:<34} no samples")
