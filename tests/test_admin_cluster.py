@@ -33,6 +33,7 @@ from tidelog.configs import (
     NewPartitions,
 )
 from tidelog.errors import (
+    ClusterAuthorizationFailedError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
@@ -220,7 +221,7 @@ def test_any_node_forwards_the_changes_and_answers_a_topics_configs(
 
 def _described(stub: Any, asked: list[Any]) -> Any:
     answer = stub.DescribeConfigs(pb.DescribeConfigsRequest(resources=asked), timeout=10)
-    return answer if answer.results[0].configs else None
+    return answer if answer.results[0].configs[0].value == "1000000" else None
 
 
 def _applied(client: Client, key: str, value: str) -> Any:
@@ -235,10 +236,18 @@ def test_acls_guard_partitions_and_configs(client: Client) -> None:
                    AccessControlEntry("User:*", operation, Permission.DENY))
         for operation in (Operation.ALTER, Operation.ALTER_CONFIGS, Operation.DESCRIBE_CONFIGS)
     ]
-    client.create_acls(denials)
+    # With ACLs on the cluster, only what they allow is: ALL, but for the two denied.
+    node_denials = [
+        AclBinding(ResourcePattern(ResourceType.CLUSTER, "kafka-cluster"),
+                   AccessControlEntry("User:*", operation, permission))
+        for operation, permission in ((Operation.ALL, Permission.ALLOW),
+                                      (Operation.ALTER_CONFIGS, Permission.DENY),
+                                      (Operation.DESCRIBE_CONFIGS, Permission.DENY))
+    ]
+    client.create_acls([*denials, *node_denials])
     try:
         wait_for(lambda: _refused(lambda: client.describe_configs([topic("guarded")])),
-                 10, "every node to apply the ACLs")
+                 10, "the controller to apply the ACLs")
         for call in (
             lambda: client.create_partitions({"guarded": 2}),
             lambda: client.incremental_alter_configs(
@@ -246,9 +255,15 @@ def test_acls_guard_partitions_and_configs(client: Client) -> None:
         ):
             with pytest.raises(TopicAuthorizationFailedError, match="guarded"):
                 call()
+        with pytest.raises(ClusterAuthorizationFailedError, match="ALTER_CONFIGS"):
+            client.incremental_alter_configs({EVERY_NODE: [AlterConfigOp("retention.ms", "1")]})
+        with pytest.raises(ClusterAuthorizationFailedError, match="DESCRIBE_CONFIGS"):
+            client.describe_configs([EVERY_NODE])
     finally:
-        client.delete_acls([AclBindingFilter(ResourcePatternFilter(ResourceType.TOPIC,
-                                                                   "guarded"))])
+        client.delete_acls([
+            AclBindingFilter(ResourcePatternFilter(ResourceType.TOPIC, "guarded")),
+            AclBindingFilter(ResourcePatternFilter(ResourceType.CLUSTER)),
+        ])
 
 
 def _refused(call: Callable[[], object]) -> bool:
