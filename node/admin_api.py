@@ -175,7 +175,7 @@ class AdminApi:
         if resource_type == ConfigResourceType.TOPIC:
             layers = self._layers(own)
             return {
-                key: _layered(key, [(ConfigSource.DYNAMIC_TOPIC_CONFIG, dynamic), *layers], False)
+                key: _layered(key, [(ConfigSource.DYNAMIC_TOPIC_CONFIG, dynamic), *layers])
                 for key in TOPIC_KEYS
             }
         if name == "":  # every node's dynamic default: only what is set, as Kafka answers
@@ -185,7 +185,7 @@ class AdminApi:
             raise errors.InvalidRequestError(
                 f"node {self.config.node_id} describes its own configs only; ask node {name}"
             )
-        entries = {key: _layered(key, self._layers(own), False) for key in TOPIC_KEYS}
+        entries = {key: _layered(key, self._layers(own)) for key in TOPIC_KEYS}
         static = self.config.to_properties()
         for key, field_name in KEYS.items():
             if key in entries:
@@ -219,7 +219,7 @@ class AdminApi:
         and SUBTRACT start from when the resource has no value of its own."""
         layers = self._layers(node)[0 if node else 1 :]
         return {key: value for key in TOPIC_KEYS
-                if (value := _layered(key, layers, False)[0]) is not None}
+                if (value := _layered(key, layers)[0]) is not None}
 
     def _refused(
         self, principal: str, operation: Operation, resource_type: int, name: str
@@ -246,12 +246,14 @@ class AdminApi:
 
 
 def _layered(
-    key: str, layers: list[tuple[ConfigSource, dict[str, str]]], read_only: bool
+    key: str, layers: list[tuple[ConfigSource, dict[str, str]]]
 ) -> tuple[str | None, ConfigSource, bool]:
+    """A topic config's (value, source, read only) from the most specific layer that has it:
+    never read-only, every topic config being dynamic."""
     for source, configs in layers:
         if key in configs:
-            return configs[key], source, read_only
-    return _BUILT_IN.get(key), ConfigSource.DEFAULT_CONFIG, read_only
+            return configs[key], source, False
+    return _BUILT_IN.get(key), ConfigSource.DEFAULT_CONFIG, False
 
 
 def _validator(resource_type: int) -> Callable[[dict[str, str]], None]:
