@@ -387,37 +387,44 @@ class OffsetTable:
         `group`, as one call: the group is found once and an entry it has is overwritten in
         place, so a commit set costs one probe rather than one a partition (the coordinator
         applies every committed offset through here). New entries go through `put`."""
-        row, _ = self._probe(_name_key(group))
         tp_ids = self._tp_ids
-        e_tp = self._e_tp
         put_any = False
+        # The group's row and its columns, read again after every `put` (which may insert
+        # into them, move the group or compact the table).
+        row = -1
+        stale = True
         for topic, partition, offset, leader_epoch, metadata in entries:
             put_any = True
-            if row >= 0:
-                tp_id = tp_ids.get((topic, partition))
-                if tp_id is not None:
+            if stale:
+                row, _ = self._probe(_name_key(group))
+                if row >= 0:
                     start = self._g_start[row]
                     end = start + self._g_count[row]
+                    e_tp, e_off, e_epoch = self._e_tp, self._e_off, self._e_epoch
+                    plain = row not in self._metadata
+                stale = False
+            if row >= 0 and plain and not metadata:
+                tp_id = tp_ids.get((topic, partition))
+                if tp_id is not None:
                     pos = bisect_left(e_tp, tp_id, start, end)
                     if (
                         pos < end
                         and e_tp[pos] == tp_id
                         and _INT64_MIN <= offset <= _INT64_MAX
                         and _INT32_MIN <= leader_epoch <= _INT32_MAX
-                        and not metadata
-                        and row not in self._metadata
                     ):
-                        self._e_off[pos] = offset
-                        self._e_epoch[pos] = leader_epoch
+                        e_off[pos] = offset
+                        e_epoch[pos] = leader_epoch
                         continue
             # New entry, metadata to keep or drop, or a value `put` refuses: the general way.
             self.put(group, topic, partition,
                      _new_value(CommittedOffset, (offset, leader_epoch, metadata)),
                      commit_timestamp_ms)
-            row, _ = self._probe(_name_key(group))  # the put may have moved or renumbered it
-            e_tp = self._e_tp
-        if put_any and row >= 0 and commit_timestamp_ms > self._g_ts[row]:
-            self._g_ts[row] = commit_timestamp_ms
+            stale = True
+        if put_any:
+            row, _ = self._probe(_name_key(group))
+            if row >= 0 and commit_timestamp_ms > self._g_ts[row]:
+                self._g_ts[row] = commit_timestamp_ms
 
     def get(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
         row, _ = self._probe(_name_key(group))
