@@ -148,6 +148,8 @@ class ControllerDriver:
                 log.info("topic %s created: %d partition(s), replication factor %d", name,
                          topic.partition_count, len(topic.assignment[0]),
                          extra={"topic": name, "event": "topic_created"})
+            if not self._loaded:
+                continue  # `load` opens every replica assigned here once the image is applied
             for p, replicas in enumerate(topic.assignment):
                 if self.node_id in replicas:
                     self.replicas.add_replica(
