@@ -177,8 +177,10 @@ class ReplicaSet:
         replica): run a round of the Ready loop over the replicas touched since the last."""
         self._work.set()
 
-    def _proposed(self, replica: PartitionReplica) -> None:
-        """A proposal went into `replica`'s core: its appends leave with the next round."""
+    def changed(self, replica: PartitionReplica) -> None:
+        """`replica`'s core was changed from outside (a proposal, a leadership transfer): what
+        it has to send leaves with the next round of the Ready loop, which looks at it alone
+        (`wake` would have it look at every replica)."""
         self._touch(replica)
         self._work.set()
 
@@ -256,7 +258,7 @@ class ReplicaSet:
         return PartitionReplica(
             tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
             seed, self.term_votes, sync_writes=self.config.log_flush_policy == "always",
-            tick_s=self.config.raft_tick_ms / 1000, touched=self._proposed,
+            tick_s=self.config.raft_tick_ms / 1000, touched=self.changed,
             peer_live=self.peer_live,
         )
 

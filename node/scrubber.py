@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from tidelog.node.config import NodeConfig
@@ -56,7 +57,7 @@ class Scrubber:
         )
         # Used on the scrub thread only.
         self._walkers: dict[TopicPartition, LogScrubber] = {}
-        self._order: list[TopicPartition] = []
+        self._order: deque[TopicPartition] = deque()
         self._pass_started: dict[TopicPartition, float] = {}
         self._rest_until: dict[TopicPartition, float] = {}
         #: Damage found and not cut yet: a leader's, until it has handed leadership over, and
@@ -97,7 +98,8 @@ class Scrubber:
         log whose pass ends hands over to the next and rests until ``log.scrub.interval.ms``
         after its pass began, and no log is read twice in one scan."""
         now = time.monotonic()
-        for tp in [tp for tp, w in self._walkers.items() if logs.get(tp) is not w.log]:
+        gone = [tp for tp, w in self._walkers.items() if logs.get(tp) is not w.log]
+        for tp in gone:
             del self._walkers[tp]
             self._pass_started.pop(tp, None)
             self._rest_until.pop(tp, None)
@@ -105,7 +107,8 @@ class Scrubber:
             if tp not in self._walkers:
                 self._walkers[tp] = LogScrubber(log_)
                 self._order.append(tp)
-        self._order = [tp for tp in self._order if tp in self._walkers]
+        if gone:
+            self._order = deque(tp for tp in self._order if tp in self._walkers)
         found: list[Found] = []
         remaining = budget
         for _ in range(len(self._order)):
@@ -124,7 +127,7 @@ class Scrubber:
                     del self._pass_started[tp]
                     self._rest_until[tp] = started + self.config.log_scrub_interval_ms / 1000
                     self._passed.add(tp)
-            self._order.append(self._order.pop(0))
+            self._order.rotate(-1)  # O(1): a list's pop(0) moved 5,000 names each time
             if remaining <= 0:
                 break
         if self._walkers and self._passed >= self._walkers.keys():
