@@ -87,11 +87,12 @@ class ReplicaSet:
         #: The only writer of every log: Ready rounds, replica creation and deletion,
         #: checkpoints and retention all run here, one after another.
         self.disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"disk-{self.node_id}")
-        #: Helpers of the disk thread for one round of writes: see `_persist_all`.
         #: The term and vote of every hosted group, one file for all (one replacement of it
         #: per round of writes, however many groups changed term in the round).
         self.term_votes = TermVotes(config.data_dir / TERM_VOTES_FILE)
-        self._flushers = ThreadPoolExecutor(
+        #: Helpers of the disk thread, for work of its own it runs side by side: a round of
+        #: writes (`_persist_all`), a slice of new replicas, the checkpoint pass.
+        self.flushers = ThreadPoolExecutor(
             max_workers=_FLUSH_THREADS, thread_name_prefix=f"flush-{self.node_id}"
         )
         self._work = asyncio.Event()
@@ -164,7 +165,7 @@ class ReplicaSet:
             except OSError as exc:  # the next start recovers it, as after a crash
                 log.warning("%s: the log was not closed cleanly: %s", replica.tp, exc)
         self.disk.shutdown(wait=True)
-        self._flushers.shutdown(wait=True)
+        self.flushers.shutdown(wait=True)
 
     def wake(self) -> None:
         """Cores were changed from outside (a leadership transfer, a new core): run a round of
@@ -344,7 +345,7 @@ class ReplicaSet:
             except OSError as exc:
                 return exc
 
-        return list(self._flushers.map(open_one, batch))
+        return list(self.flushers.map(open_one, batch))
 
     async def _open_later(
         self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
@@ -611,7 +612,7 @@ class ReplicaSet:
                 writes = rnd.early + rnd.late
                 if writes:
                     failed = await loop.run_in_executor(
-                        self.disk, _persist_all, writes, self._flushers
+                        self.disk, _persist_all, writes, self.flushers
                     )
                     for replica, exc in failed:
                         self.storage_failed(replica, exc)
