@@ -190,10 +190,9 @@ def _recovery(entries: list[dict[str, Any]], faults: list[dict[str, Any]]
     return dict(out)
 
 
-def write(report: Report, entries: list[dict[str, Any]], out: Path) -> None:
+def write(report: Report, out: Path) -> None:
     (out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     (out / "report.txt").write_text(report.text() + "\n")
-    timeline(entries, out / "timeline.png")
 
 
 _COLOURS = {

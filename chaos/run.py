@@ -160,7 +160,8 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
         elections=sum(epochs_after[p] - epochs_before[p] for p in epochs_after),
         errors=workload.errors,
     )
-    report_mod.write(result, entries, config.out)
+    report_mod.write(result, config.out)
+    report_mod.timeline(entries, config.out / "timeline.png")
     return result
 
 

@@ -3,8 +3,9 @@ invariant (consumer offsets committed and fetched, and transactions committed, a
 read under read_committed, beside the writes in each; consumer-group members under the
 coordinator faults); and runs against planted bugs (acks=all acknowledged before commit; an
 offset commit answered before it commits; a partition handed to a new member before its owner
-revoked it) must fail, naming lost acknowledged writes, stale offset fetches and double
-ownership, so the suite is known to be able to fail.
+revoked it; transaction markers written before the Prepare record commits) must fail, naming
+lost acknowledged writes, stale offset fetches, double ownership and aborted reads, so the
+suite is known to be able to fail.
 
 Longer runs are for ``tidelog chaos run`` (chaos/README.md); these stay within about three
 minutes on a slow two-core machine.
@@ -20,6 +21,7 @@ import pytest
 from tidelog.chaos.history import OK, load, operations
 from tidelog.chaos.nemesis import schedule
 from tidelog.chaos.run import RunConfig, run
+from tidelog.chaos.scenarios import lost_prepare
 from tidelog.cli import build_parser
 
 pytestmark = pytest.mark.timeout(180)
@@ -117,6 +119,26 @@ def test_checker_catches_partitions_handed_over_before_their_revocation(tmp_path
     violations = next(i.violations for i in report.invariants if i.name == "no_double_ownership")
     assert joiners and any(j in v for j in joiners for v in violations), report.text()
     assert "FAIL no_double_ownership" in (tmp_path / "report.txt").read_text()
+
+
+@pytest.mark.parametrize("bug", [True, False], ids=["markers-before-prepare", "correct"])
+def test_lost_prepare_fails_only_markers_before_prepare(bug: bool, tmp_path: Path) -> None:
+    """The coordinator is cut off from its followers while it commits, so its PrepareCommit
+    never commits and the next coordinator aborts the transaction. With the planted bug the
+    COMMIT markers are out before the Prepare, and part of the aborted transaction is
+    readable (every run: the fault comes at the moment the bug needs); without it, nothing
+    of it is."""
+    options = {"test.txn.markers.before.prepare": "true"} if bug else {}
+    report = lost_prepare(tmp_path, options)
+    # The scenario took place: one transaction committed before the cut, one aborted after.
+    assert report.transactions.get("txn committed") == 1, report.text()
+    assert report.transactions.get("txn aborted") == 1, report.text()
+    failed = {i.name for i in report.invariants if not i.ok}
+    if bug:
+        assert failed == {"no_aborted_reads", "no_torn_transactions"}, report.text()
+        assert "FAIL no_aborted_reads" in (tmp_path / "report.txt").read_text()
+    else:
+        assert report.ok, report.text()
 
 
 def test_schedule_is_a_function_of_the_seed() -> None:

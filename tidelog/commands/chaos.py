@@ -1,4 +1,5 @@
-"""``tidelog chaos run``: a real-process chaos test (issue 6, SPEC §3).
+"""``tidelog chaos run``: a real-process chaos test (issue 6, SPEC §3); ``tidelog chaos
+lost-prepare``: one targeted transaction scenario (``chaos.scenarios``).
 
 The run's plan is a function of its flags (the seed draws the faults), so the command it prints
 replays it; exit 0 only when every invariant held.
@@ -9,8 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidelog.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tidelog.chaos.report import Report
 
 
 def _span(text: str) -> tuple[float, float]:
@@ -78,9 +83,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "(default 10)")
     run.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                      help="a node setting for every node, e.g. election.timeout.ms=500")
+    lost = sub.add_parser(
+        "lost-prepare",
+        help="a transaction coordinator cut off from its followers while it commits: the next "
+        "coordinator must abort a transaction nothing of which is readable")
+    lost.add_argument("--out", type=Path, default=Path("chaos-out"),
+                      help="directory for history, report and node logs")
+    lost.add_argument("--set", type=_setting, action="append", default=[],
+                      metavar="KEY=VALUE",
+                      help="a node setting for every node, e.g. "
+                      "test.txn.markers.before.prepare=true")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "lost-prepare":
+        from tidelog.chaos.scenarios import lost_prepare
+
+        report = lost_prepare(args.out, dict(args.set))
+        return _verdict(report, args.out, report.replay)
     from tidelog.chaos.nemesis import NEMESES
     from tidelog.chaos.run import RunConfig
     from tidelog.chaos.run import run as run_chaos
@@ -113,8 +133,12 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"chaos run: {config.replay_command()}", flush=True)
     report = run_chaos(config, progress=lambda line: print(line, flush=True))
+    return _verdict(report, config.out, config.replay_command())
+
+
+def _verdict(report: Report, out: Path, replay: str) -> int:
     print(report.text())
-    print(f"history, report and timeline in {config.out}/")
+    print(f"history, report and node logs in {out}/")
     if not report.ok:
-        print(f"FAILED; replay with: {config.replay_command()}", file=sys.stderr)
+        print(f"FAILED; replay with: {replay}", file=sys.stderr)
     return 0 if report.ok else 1
