@@ -72,6 +72,8 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 _PREPARED = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 _COMPLETE = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+#: The states an id may expire from: no transaction open or being decided.
+_IDLE = VALID_PREVIOUS[TxnState.DEAD]
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class TxnConfig:
 
     #: transaction.max.timeout.ms: the longest transaction.timeout.ms a producer may ask for.
     max_timeout_ms: int = 900_000
+    #: transactional.id.expiration.ms: an id with no transaction for this long is removed.
+    id_expiration_ms: int = 7 * 24 * 3_600_000
 
 
 class Decision(NamedTuple):
@@ -168,6 +172,7 @@ class TransactionCoordinatorState:
             if meta is None:
                 self.txns.pop(txn_id, None)
                 self._prepared.pop(txn_id, None)
+                self._last_epoch.pop(txn_id, None)
                 continue
             self.txns[txn_id] = meta
             if meta.state in _PREPARED:
@@ -370,6 +375,21 @@ class TransactionCoordinatorState:
             if meta.state is TxnState.ONGOING and txn_id not in self._pending
             and meta.start_ms + meta.timeout_ms < now_ms
         ]
+
+    def plan_id_expiration(self, now_ms: int) -> list[tuple[str, Decision]]:
+        """Ids with no transaction since transactional.id.expiration.ms ago (kafka-reference
+        §8.7): each gets a tombstone, and is Dead (pending: its requests wait) until the
+        tombstone commits and removes it. Its next InitProducerId then starts afresh, with a
+        new producer id; a producer still using the old one gets INVALID_PRODUCER_ID_MAPPING."""
+        expired: list[tuple[str, Decision]] = []
+        for txn_id, meta in self.txns.items():
+            if (
+                meta.state in _IDLE and txn_id not in self._pending
+                and meta.last_update_ms <= now_ms - self.config.id_expiration_ms
+            ):
+                self._pending[txn_id] = TxnState.DEAD
+                expired.append((txn_id, Decision(RecordInput(None, encode_key(txn_id), now_ms))))
+        return expired
 
 
 def _record(txn_id: str, meta: TxnMetadata) -> RecordInput:

@@ -69,6 +69,9 @@ KEYS: dict[str, str] = {
     "transaction.max.timeout.ms": "transaction_max_timeout_ms",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms":
         "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+    "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+    "transaction.remove.expired.transaction.cleanup.interval.ms":
+        "transaction_remove_expired_transaction_cleanup_interval_ms",
     # observability (metrics, logs)
     "metrics.port": "metrics_port",
     "log.format": "log_format",
@@ -164,6 +167,10 @@ class NodeConfig:
     #: How often the coordinator looks for transactions past their timeout, aborts them and
     #: fences their producers (Kafka's 10 s).
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    #: A transactional id with no transaction for this long (Kafka's 7 days) is removed: its
+    #: record gets a tombstone. Looked for every ...cleanup.interval.ms (Kafka's hour).
+    transactional_id_expiration_ms: int = 7 * 24 * 3_600_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     #: A group's offsets expire this long after its newest commit (Kafka's 7 days), checked
     #: every offsets.retention.check.interval.ms (Kafka's 10 minutes). Kafka takes whole
     #: minutes; a fraction is accepted too (0.1 is 6 s), so a test of expiration need not
@@ -348,6 +355,14 @@ class NodeConfig:
         _require(
             self.transaction_abort_timed_out_transaction_cleanup_interval_ms >= 1,
             "transaction.abort.timed.out.transaction.cleanup.interval.ms must be >= 1",
+        )
+        _require(
+            self.transactional_id_expiration_ms >= 1,
+            "transactional.id.expiration.ms must be >= 1",
+        )
+        _require(
+            self.transaction_remove_expired_transaction_cleanup_interval_ms >= 1,
+            "transaction.remove.expired.transaction.cleanup.interval.ms must be >= 1",
         )
         _require(
             0.0 <= self.test_drop_produce_response_rate <= 1.0,

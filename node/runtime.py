@@ -84,6 +84,7 @@ class NodeRuntime:
             self.groups.expiration_loop(),
             self.consumer_groups.expiry_loop(),
             self.txns.expiration_loop(),
+            self.txns.id_expiration_loop(),
         ]
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())

@@ -13,7 +13,9 @@ partition as the coordinator epoch: a partition that saw a newer coordinator ref
 one's (TRANSACTION_COORDINATOR_FENCED), and the old one stops.
 
 Transactions past their timeout are fenced and aborted every
-transaction.abort.timed.out.transaction.cleanup.interval.ms (kafka-reference §8.7).
+transaction.abort.timed.out.transaction.cleanup.interval.ms, and ids idle for
+transactional.id.expiration.ms removed every
+transaction.remove.expired.transaction.cleanup.interval.ms (kafka-reference §8.7).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         super().__init__(config, replicas, txn_topic, config.offsets_commit_timeout_ms)
         self.offsets_topic = offsets_topic
         self._send_markers = send_markers
-        self._state_config = TxnConfig(max_timeout_ms=config.transaction_max_timeout_ms)
+        self._state_config = TxnConfig(max_timeout_ms=config.transaction_max_timeout_ms,
+                                       id_expiration_ms=config.transactional_id_expiration_ms)
 
     def _new_state(self) -> TransactionCoordinatorState:
         return TransactionCoordinatorState(self._state_config)
@@ -306,11 +309,36 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         for _, txn_id, _ in fences:
             log.info("transaction of %r timed out: its producer is fenced and it is aborted",
                      txn_id)
+        await self._decide_all(fences, "the timed-out transaction of %r is not aborted yet: %s")
+
+    async def id_expiration_loop(self) -> None:
+        """Every transaction.remove.expired.transaction.cleanup.interval.ms: transactional ids
+        idle for transactional.id.expiration.ms removed, on each partition this node leads."""
+        interval_s = self.config.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.remove_expired_ids()
+
+    async def remove_expired_ids(self) -> None:
+        now_ms = wall_clock_ms()
+        tombstones = [
+            (led, txn_id, decision) for led in self._loaded_leds()
+            for txn_id, decision in led.state.plan_id_expiration(now_ms)
+        ]
+        if tombstones:
+            log.info("%d idle transactional ids expired", len(tombstones))
+        await self._decide_all(tombstones, "expired transactional id %r is not removed yet: %s")
+
+    async def _decide_all(
+        self, decisions: list[tuple[Led[TransactionCoordinatorState], str, Decision]],
+        failure: str,
+    ) -> None:
+        """Append every decision's record at once (the ready loop batches them); one that
+        fails leaves its id as it was, for the next round, and is logged with `failure`."""
         results = await asyncio.gather(
-            *(self._decide(led, txn_id, decision) for led, txn_id, decision in fences),
+            *(self._decide(led, txn_id, decision) for led, txn_id, decision in decisions),
             return_exceptions=True,
         )
-        for (_, txn_id, _), result in zip(fences, results, strict=True):
+        for (_, txn_id, _), result in zip(decisions, results, strict=True):
             if isinstance(result, errors.TidelogError):
-                log.warning("the timed-out transaction of %r is not aborted yet: %s", txn_id,
-                            result)
+                log.warning(failure, txn_id, result)

@@ -205,6 +205,42 @@ def test_an_expired_transaction_is_aborted_and_its_producer_fenced() -> None:
     assert not work.commit
 
 
+def test_an_idle_id_expires_with_a_tombstone_and_then_starts_afresh() -> None:
+    """transactional.id.expiration.ms (kafka-reference §8.7): an id in Empty or Complete*
+    whose last update is that old gets a tombstone; an open or deciding one never expires."""
+    expiry = 3_600_000
+    log = Log(TxnConfig(id_expiration_ms=expiry))
+    init(log)
+    init(log, "idle", fresh=8, now=T)  # Empty since T
+    log.commit(log.state.add_partitions("t", 7, 0, [A0], T + 10))
+    later = T + 10 * expiry
+    ((txn, decision),) = log.state.plan_id_expiration(later)  # "t" is Ongoing
+    assert txn == "idle" and decision.record is not None
+    assert decision.record.value is None and decision.record.key == encode_key("idle")
+    log.commit(decision)
+    log.commit(log.state.end_txn("t", 7, 0, True, T + 20))
+    assert log.state.plan_id_expiration(later) == []  # PrepareCommit
+    (work,) = log.state.prepared()
+    complete = log.state.plan_complete(work, T + 30)
+    assert complete is not None
+    log.commit(complete)
+    assert log.state.plan_id_expiration(T + 30 + expiry - 1) == []
+    ((txn, decision),) = log.state.plan_id_expiration(T + 30 + expiry)
+    assert txn == "t" and log.state.pending("t") is TxnState.DEAD
+    assert log.state.plan_id_expiration(later) == []  # planned once
+    # Until the tombstone commits, the id's requests wait; a failed append frees it.
+    assert isinstance(init(log, pid=7, epoch=0).error, ConcurrentTransactionsError)
+    log.state.abandon("t")
+    ((txn, decision),) = log.state.plan_id_expiration(later)
+    log.commit(decision)
+    assert log.state.txns == {} and log.replay().txns == {}
+    # The old incarnation is unknown now; a new one gets a new producer id at epoch 0.
+    assert isinstance(log.state.add_partitions("t", 7, 0, [A0], later).error,
+                      InvalidProducerIdMappingError)
+    assert init(log, fresh=9, now=later).producer == (9, 0)
+    assert log.state.plan_id_expiration(later + expiry - 1) == []
+
+
 def test_an_exhausted_epoch_rotates_the_producer_id() -> None:
     log = Log()
     log.commit(log.state.init_producer_id("t", TIMEOUT, -1, -1, T, 7))
