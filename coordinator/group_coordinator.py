@@ -209,9 +209,12 @@ class GroupCoordinatorState:
         for commit_set in sets:
             group, entries = commit_set.group, commit_set.entries
             put_many(group, entries, commit_set.commit_timestamp_ms)
-            if self._unapplied:
-                for topic, partition, *_ in entries:
-                    self._unapplied.pop(OffsetKey(group, topic, partition), None)
+            if self._unapplied or self.txn_offsets:
+                keys = [OffsetKey(group, topic, partition) for topic, partition, *_ in entries]
+                for key in keys:
+                    self._unapplied.pop(key, None)
+                if self.txn_offsets:
+                    self.txn_offsets.outranked(keys)
 
     def _apply_batch(self, data: bytes | memoryview, pos: int, header: BatchHeader) -> None:
         if header.is_transactional:
@@ -268,7 +271,7 @@ class GroupCoordinatorState:
                 set_id, set_size = value.commit_id, value.commit_size
             open_set.append((key, value))
             if len(open_set) == set_size:
-                self._put_all(open_set)
+                self._put_plain(open_set)
                 open_set = []
         self._close_set(open_set, compacted)
 
@@ -299,7 +302,8 @@ class GroupCoordinatorState:
             try:
                 if record.key is None or record.value is None:
                     raise OffsetRecordError("no key or no value")
-                entries.append((decode_key(record.key), decode_value(record.value)))
+                entries.append((decode_key(record.key), decode_value(record.value),
+                                record.offset))
             except OffsetRecordError as exc:
                 log.warning("transactional offsets record %d skipped: %s", record.offset, exc)
         self.txn_offsets.park(header.producer_id, entries)
@@ -310,7 +314,7 @@ class GroupCoordinatorState:
         if not entries:
             return
         if compacted:
-            self._put_all(entries)
+            self._put_plain(entries)
             return
         commit_id, size = entries[0][1].commit_id, entries[0][1].commit_size
         log.warning(
@@ -319,6 +323,13 @@ class GroupCoordinatorState:
         )
         for key, _ in entries:
             self._unapplied[key] = None
+
+    def _put_plain(self, entries: list[tuple[OffsetKey, OffsetValue]]) -> None:
+        """A plain commit set (no transaction's): it outranks the parked transactional
+        offsets of its keys, all from earlier in the log (kafka-reference §8.5)."""
+        self._put_all(entries)
+        if self.txn_offsets:
+            self.txn_offsets.outranked([key for key, _ in entries])
 
     def _put_all(self, entries: list[tuple[OffsetKey, OffsetValue]]) -> None:
         put = self.table.put
