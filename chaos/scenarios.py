@@ -16,8 +16,9 @@ of them, A (its leader) and the followers X and Y, and the transaction's partiti
 one replica, two on the fourth node Z (reached from A) and one on X (cut off from A). The
 cut severs A from X and Y both ways, and the producer from X and Y, so that its commit, which
 it retries at the coordinator until its deadline, cannot reach the new coordinator and commit
-the transaction there: the commit fails, and once X or Y leads `__transaction_state` the links
-are healed and the producer aborts, as an application whose commit failed does.
+the transaction there: the commit fails, and once X or Y coordinates and has committed a record
+of its own (an InitProducerId of another id, where A appended its Prepare) the links are healed
+and the producer aborts, as an application whose commit failed does.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
+
+from tidelog import wire
 from tidelog.chaos import report as report_mod
 from tidelog.chaos.checker import check, read_final_state
 from tidelog.chaos.cluster import ProxiedCluster, client_link
@@ -36,6 +40,7 @@ from tidelog.chaos.workload import Workload, WorkloadConfig
 from tidelog.client import Client
 from tidelog.coordinator.controller import TRANSACTION_STATE_TOPIC
 from tidelog.errors import TidelogError
+from tidelog.testing import Raw
 from tidelog.types import TopicPartition
 
 __all__ = ["LOST_PREPARE_TOPIC", "lost_prepare"]
@@ -44,6 +49,9 @@ T = TypeVar("T")
 
 LOST_PREPARE_TOPIC = "chaos-txn"
 _TXN_ID = "chaos-t0"
+#: Another transactional id, whose InitProducerId shows the new coordinator serving (known
+#: beforehand, so that it needs no new producer id from a controller that may be moving too).
+_PROBE_ID = "chaos-probe"
 #: The commit's deadline under the cut: the coordinator is reachable, its answer never comes.
 _COMMIT_TIMEOUT_MS = 1_500
 _WAIT_S = 30.0
@@ -66,11 +74,15 @@ def lost_prepare(out: Path, node_options: dict[str, str] | None = None
     ) as cluster:
         client = Client(cluster.client_bootstrap)
         admin = Client(cluster.bootstrap)
+        raw = Raw(cluster)
         workload = Workload(cluster.client_bootstrap,
                             WorkloadConfig(LOST_PREPARE_TOPIC, 8, txn_rate=1.0), history)
         try:
             producer = client.producer(transactional_id=_TXN_ID, acks="all", linger_ms=0)
             producer.init_transactions(timeout_ms=int(_WAIT_S * 1000))  # creates the topic
+            with client.producer(transactional_id=_PROBE_ID) as probe:
+                # Its producer id now: its next InitProducerId writes without the controller.
+                probe.init_transactions(timeout_ms=int(_WAIT_S * 1000))
             state_tp = TopicPartition(TRANSACTION_STATE_TOPIC, 0)
             state = admin.describe_topics([TRANSACTION_STATE_TOPIC])[TRANSACTION_STATE_TOPIC]
             replicas = state.partitions[0].replicas
@@ -103,8 +115,13 @@ def lost_prepare(out: Path, node_options: dict[str, str] | None = None
                              partitions=partitions, links=links)
 
             def heal() -> None:
-                _wait(lambda: cluster.leader_of(state_tp) in followers or None,
-                      "a coordinator among the followers")
+                # A follower coordinates, and has committed a record of its own (another id's
+                # InitProducerId) at the index of the old coordinator's Prepare: the Prepare is
+                # gone for good. A new leader whose log was all committed appends nothing of
+                # its own; healed before, the old coordinator, its log the longer, could win
+                # an election and commit the Prepare.
+                _wait(lambda: _serving(cluster, raw, state_tp, followers),
+                      "a coordinator among the followers serving")
                 proxies.reset()
                 history.info("nemesis", "isolate-txn-coordinator", phase="stop", links=links)
 
@@ -117,6 +134,7 @@ def lost_prepare(out: Path, node_options: dict[str, str] | None = None
             workload.close()
             client.close()
             admin.close()
+            raw.close()
             history.close()
             for node in cluster.node_ids:
                 (out / f"node-{node}.log").write_text(cluster.logs(node))
@@ -164,10 +182,30 @@ def _transact(history: History, producer: Any, n: int, partitions: list[int],
     history.complete(op, "t0", "txn", OK, committed=True, **fields)
 
 
+def _serving(cluster: ProxiedCluster, raw: Raw, tp: TopicPartition, followers: list[int]
+             ) -> int | None:
+    """A leader of `tp` among `followers` that answered an InitProducerId of another id (a
+    record it appended and committed), if any."""
+    leader = cluster.leader_of(tp)
+    if leader not in followers:
+        return None
+    request = wire.init_producer_id_request(-1, -1, _PROBE_ID, 60_000)
+    wire.parse_init_producer_id(raw.stub(leader).InitProducerId(request, timeout=5))
+    return leader
+
+
 def _wait(probe: Callable[[], T | None], what: str) -> T:
+    """`probe`'s first answer; an error (a node not answering, or answering with one) is
+    "not yet", and the last one is told when the time is up."""
     deadline = time.monotonic() + _WAIT_S
-    while (found := probe()) is None:
+    last: Exception | None = None
+    while True:
+        try:
+            found = probe()
+        except (grpc.RpcError, TidelogError) as exc:
+            found, last = None, exc
+        if found is not None:
+            return found
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {_WAIT_S:g}s")
+            raise TimeoutError(f"no {what} within {_WAIT_S:g}s (last error: {last})")
         time.sleep(0.05)
-    return found

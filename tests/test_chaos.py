@@ -135,7 +135,10 @@ def test_lost_prepare_fails_only_markers_before_prepare(bug: bool, tmp_path: Pat
     assert report.transactions.get("txn aborted") == 1, report.text()
     failed = {i.name for i in report.invariants if not i.ok}
     if bug:
-        assert failed == {"no_aborted_reads", "no_torn_transactions"}, report.text()
+        # Torn too, unless the cut-off coordinator's COMMIT reached the third partition after
+        # the heal before the new coordinator's ABORT did.
+        assert "no_aborted_reads" in failed, report.text()
+        assert failed <= {"no_aborted_reads", "no_torn_transactions"}, report.text()
         assert "FAIL no_aborted_reads" in (tmp_path / "report.txt").read_text()
     else:
         assert report.ok, report.text()
