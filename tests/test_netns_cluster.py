@@ -119,6 +119,7 @@ def _scenario(data_dir: Path, namespaces: list[str]) -> dict[str, object]:
     """Runs inside the client namespace: a cluster of one node per namespace, then the main
     produce/consume/ListOffsets scenario against it through the client library."""
     from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition
+    from tidelog.clock import wall_clock_ms
     from tidelog.testing import LocalCluster, poll_records
 
     with LocalCluster(
@@ -129,7 +130,9 @@ def _scenario(data_dir: Path, namespaces: list[str]) -> dict[str, object]:
     ) as cluster, Client(cluster.bootstrap) as client:
         client.create_topic("events", partitions=3, replication_factor=3)
         producer = client.producer(acks="all")
-        base = 1_700_000_000_000
+        # Within retention (7 days): records stamped long ago are deleted by the retention
+        # check (every 5 s) as Kafka deletes them, before or while they are consumed.
+        base = wall_clock_ms() - 3_600_000
         sent = [
             producer.send("events", f"v{i}".encode(), key=f"k{i}".encode(),
                           timestamp_ms=base + i).result(timeout=30)
