@@ -123,6 +123,12 @@ def test_commit_and_abort_are_all_or_nothing_and_a_new_producer_fences_the_old(
     assert added == {TPS[0]: None}
     assert state_batches(cluster, raw, "pay-1")[-2:] == [
         [TxnState.PREPARE_COMMIT], [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]]
+    # The internal topic as FindCoordinator created it: the configured partitions, RF
+    # min(3, nodes), compacted (each id's newest record is its state).
+    state_topic = raw.metadata(cluster.node_ids[0], TRANSACTION_STATE_TOPIC)
+    assert len(state_topic.partitions) == 1 and state_topic.is_internal
+    assert all(len(p.replicas) == 3 for p in state_topic.partitions)
+    assert state_topic.configs["cleanup.policy"] == "compact"
     after_commit = stable(client)
     assert read(client, "read_committed", start, after_commit) == committed
 
