@@ -7,25 +7,29 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from spark_helpers import run_available_now
 
 from tidelog import Client, TopicPartition
 from tidelog.testing import LocalCluster, poll_to, wait_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import DataStreamWriter
 
 pytestmark = pytest.mark.slow
 
 EVENTS = 300
 PARTITIONS = 3
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TESTS = Path(__file__).resolve().parent
+EXAMPLES = TESTS.parent / "examples"
 #: Recent enough that the default retention (a week) keeps it.
 BASE_TS = (int(time.time()) - 3600) * 1000
 
@@ -63,24 +67,6 @@ def produce(client: Client, topic: str, values: list[bytes], partitions: int) ->
     with client.producer() as producer:
         for i, value in enumerate(values):
             producer.send(topic, value, partition=i % partitions)
-
-
-def run_available_now(build: Callable[[], DataStreamWriter], attempts: int = 3) -> None:
-    """Run a streaming query with trigger availableNow to its end.
-
-    Spark gives the Python process that drives a streaming source a fixed 10 s to start and
-    connect back (PythonWorkerFactory); on a machine loaded by other work that can pass, failing
-    the query while it is still INITIALIZING, before any offset is logged. Only that failure is
-    retried; any other fails the test."""
-    for attempt in range(attempts):
-        query = build().trigger(availableNow=True).start()
-        try:
-            assert query.awaitTermination(300), "the query did not finish in 300 s"
-            return
-        except Exception as exc:
-            starting = "failed to connect back" in str(exc) and "State: INITIALIZING" in str(exc)
-            if not starting or attempt == attempts - 1:
-                raise
 
 
 def read(spark: SparkSession, cluster: LocalCluster, **options: str) -> DataFrame:
@@ -378,3 +364,64 @@ def test_example_pipeline(
     published = consume_all(client, "per-minute", 1)
     assert len(published) == rows
     assert sum(json.loads(r.value)["views"] for r in published) == 100
+
+
+@pytest.mark.timeout(600)  # four JVMs to start (master, two workers, the driver) and executors
+def test_standalone_cluster(
+    spark_standalone: str, cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    """The reads and writes above once more, from a driver against a standalone cluster (a
+    master and two workers, separate JVMs): the executors of two worker processes build their
+    clients from the pickled options, as on a real cluster. By offsets (JSON bounds, split
+    over more tasks than partitions), by time, read_committed (the aborted records dropped on
+    the executors) and read_uncommitted; a batch write; an exactly-once streaming copy in
+    several micro-batches. The driver is a process of its own (spark_standalone_job.py)."""
+    client.create_topic("sa-txn", partitions=1, replication_factor=1)
+    client.create_topic("sa-written", partitions=2, replication_factor=1)
+    client.create_topic("sa-eos", partitions=PARTITIONS, replication_factor=1)  # as "events"
+    with client.producer(transactional_id="spark-standalone") as txn:
+        txn.init_transactions()
+        for tag, commit in (("c", True), ("a", False), ("d", True)):
+            txn.begin_transaction()
+            for i in range(3):
+                txn.send("sa-txn", f"{tag}{i}".encode())
+            txn.flush()
+            if commit:
+                txn.commit_transaction()
+            else:
+                txn.abort_transaction()
+    args = {
+        "master": spark_standalone, "bootstrap": cluster.bootstrap,
+        "checkpoint": str(tmp_path / "eos-checkpoint"),
+        "from_ts": BASE_TS + 150_000, "to_ts": BASE_TS + 240_000,
+        "pythonpath": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run(
+            [sys.executable, str(TESTS / "spark_standalone_job.py"), json.dumps(args)],
+            env=env, capture_output=True, timeout=420, cwd=tmp_path, check=False,
+        )
+    except subprocess.TimeoutExpired as exc:  # killed: its driver JVM ends with its stdin
+        pytest.fail(f"the driver program did not finish in {exc.timeout:g} s:\n"
+                    f"{(exc.stderr or b'').decode(errors='replace')[-5000:]}")
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-5000:]
+    got = json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+    want = [(0, o) for o in range(5, 10)] + [(1, o) for o in range(100)]
+    want += [(2, o) for o in range(3)]
+    assert sorted((p, o) for p, o, _ in got["by_offsets"]) == want
+    assert all(v == f"v{3 * o + p}" for p, o, v in got["by_offsets"])
+    assert sorted(v for _, _, v in got["by_time"]) == sorted(f"v{i}" for i in range(150, 240))
+    assert sorted(v for _, _, v in got["committed"]) == ["c0", "c1", "c2", "d0", "d1", "d2"]
+    assert sorted(v for _, _, v in got["uncommitted"]) == sorted(
+        f"{t}{i}" for t in "cad" for i in range(3))
+    written = consume_all(client, "sa-written", 2)
+    assert sorted((r.value, r.partition) for r in written) == sorted(
+        (f"w{i}".encode(), i % 2) for i in range(20))
+    copied = consume_all(client, "sa-eos", PARTITIONS, "read_committed")
+    assert sorted(r.value for r in copied) == sorted(event(i)["value"] for i in range(EVENTS))
+    ends = client.list_offsets({TopicPartition("sa-eos", p): -1 for p in range(PARTITIONS)})
+    assert sum(e.offset for e in ends.values()) > EVENTS  # the transactions' markers
+    assert len(got["executors"]) == 2, got["executors"]  # two executor processes served it

@@ -14,8 +14,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def local_session(app_name: str = "tidelog", **conf: str) -> SparkSession:
-    """`local[2]` Spark with `format("tidelog")` ready; `conf` adds or overrides settings."""
+def local_session(
+    app_name: str = "tidelog", *, master: str = "local[2]", **conf: str
+) -> SparkSession:
+    """`local[2]` Spark with `format("tidelog")` ready; `conf` adds or overrides settings.
+    `master` may name a standalone cluster (``spark://host:port``) whose workers run this
+    interpreter too."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -30,7 +34,7 @@ def local_session(app_name: str = "tidelog", **conf: str) -> SparkSession:
         "spark.sql.session.timeZone": "UTC",
         **conf,
     }
-    builder = SparkSession.builder.master("local[2]").appName(app_name)
+    builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
