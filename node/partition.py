@@ -159,6 +159,7 @@ class PartitionReplica:
             hard_state,
             LogCodec(self.log),
             repair_floor=self.log.repair_floor,
+            conf_state=self.store.conf_state(),
         )
         return core, DrivenReplica(core, self.store, hard_state)
 

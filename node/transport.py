@@ -40,9 +40,11 @@ from tidelog.records import MAX_MESSAGE_BYTES
 from tidelog.replication import (
     AppendRequest,
     AppendResponse,
+    ConfState,
     Entry,
     Heartbeat,
     HeartbeatResponse,
+    Membership,
     Message,
     PreVoteRequest,
     PreVoteResponse,
@@ -186,6 +188,11 @@ def add_message(
         req.prev_offset = m.prev_offset
         req.prev_epoch = m.prev_epoch
         req.leader_hw = m.leader_hw
+        if m.conf_state is not None:
+            conf = m.conf_state
+            req.conf_state.offset = conf.offset
+            req.conf_state.voters.extend(conf.membership.voters)
+            req.conf_state.learners.extend(conf.membership.learners)
         for e in m.entries:
             req.entries.add(
                 base_offset=e.base_offset, last_offset=e.last_offset, epoch=e.epoch,
@@ -263,7 +270,8 @@ def messages_of(
                 )
                 pos += e.size
             yield tp, AppendRequest(
-                term, src, dst, a.prev_offset, a.prev_epoch, tuple(entries), a.leader_hw
+                term, src, dst, a.prev_offset, a.prev_epoch, tuple(entries), a.leader_hw,
+                _conf_state(a.conf_state) if a.HasField("conf_state") else None,
             )
         elif kind == "append_response":
             r = pm.append_response
@@ -273,6 +281,13 @@ def messages_of(
             )
         elif kind == "timeout_now":
             yield tp, TimeoutNow(term, src, dst)
+
+
+def _conf_state(conf: pb.ConfState) -> ConfState:
+    """ValueError (the frame is rejected) for a configuration no leader sends."""
+    if conf.offset < -1 or not conf.voters:
+        raise ValueError(f"configuration at offset {conf.offset} with voters {conf.voters}")
+    return ConfState(conf.offset, Membership.of(conf.voters, conf.learners))
 
 
 # ---- outbound ------------------------------------------------------------------------------

@@ -2,6 +2,13 @@
 Readies into I/O (``driver``, with ``log_store`` on a storage log), and the simulator that runs
 both over real logs on a simulated disk (``sim``, ``sim_disk``)."""
 
+from tidelog.replication.membership import (
+    ConfChange,
+    ConfChangeError,
+    ConfChangeType,
+    ConfState,
+    Membership,
+)
 from tidelog.replication.messages import (
     AppendRequest,
     AppendResponse,
@@ -33,10 +40,15 @@ __all__ = [
     "AppendRequest",
     "AppendResponse",
     "BatchCodec",
+    "ConfChange",
+    "ConfChangeError",
+    "ConfChangeType",
+    "ConfState",
     "Entry",
     "HardState",
     "Heartbeat",
     "HeartbeatResponse",
+    "Membership",
     "MemoryLog",
     "Message",
     "NotLeaderError",

@@ -101,6 +101,7 @@ def writes(rd: Ready, stored: TermVote) -> bool:
     hs = rd.hard_state
     return (
         bool(rd.entries)
+        or rd.conf_state is not None
         or rd.truncate_to is not None
         or rd.reset_to is not None
         or (hs is not None and (hs.term, hs.vote) != stored)

@@ -18,10 +18,20 @@ in the node's book of them (`tidelog.replication.term_votes`).
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Sequence
 
-from tidelog.records import ControlType, build_control_batch, iter_batches
+from tidelog.errors import CorruptMessageError
+from tidelog.records import (
+    ATTR_CONTROL,
+    ControlType,
+    build_control_batch,
+    decode_records,
+    iter_batches,
+    read_header,
+)
 from tidelog.replication.driver import TermVote
+from tidelog.replication.membership import ConfState, Membership
 from tidelog.replication.raft import HardState, Ready, Role
 from tidelog.replication.replica_log import Entry
 from tidelog.replication.term_votes import TermVotes
@@ -31,6 +41,37 @@ _logger = logging.getLogger(__name__)
 
 #: Where a log directory kept its own term and vote before the node's book held them.
 RAFT_STATE_FILE = "raft-state"
+#: The committed configuration (`Ready.conf_state`), beside the term and vote.
+RAFT_CONF_FILE = "raft-config"
+
+_COUNT = struct.Struct(">hi")  # version, voter count
+_ID = struct.Struct(">i")
+#: Offset of the attributes' low byte in a batch header.
+_ATTRIBUTES_LOW = 22
+
+
+def encode_membership(membership: Membership) -> bytes:
+    """A configuration record's value: version 0, the voters (int32 count, then int32 ids),
+    then the learners the same way."""
+    ids = [*membership.voters, *membership.learners]
+    return b"".join([_COUNT.pack(0, len(membership.voters)), _ID.pack(len(membership.learners)),
+                     *(_ID.pack(i) for i in ids)])
+
+
+def decode_membership(value: bytes) -> Membership:
+    """The inverse of `encode_membership`; CorruptMessageError for any other bytes."""
+    try:
+        version, voters = _COUNT.unpack_from(value)
+        (learners,) = _ID.unpack_from(value, _COUNT.size)
+        start = _COUNT.size + _ID.size
+        if version != 0 or voters < 0 or learners < 0 or \
+                len(value) != start + _ID.size * (voters + learners):
+            raise ValueError(f"version {version}, {voters} voters, {learners} learners in "
+                             f"{len(value)} bytes")
+        ids = [_ID.unpack_from(value, start + _ID.size * k)[0] for k in range(voters + learners)]
+        return Membership.of(ids[:voters], ids[voters:])
+    except (struct.error, ValueError) as exc:
+        raise CorruptMessageError(f"malformed configuration record: {exc}") from None
 
 
 class LogCodec:
@@ -48,6 +89,33 @@ class LogCodec:
         return build_control_batch(
             ControlType.LEADER_CHANGE, base_offset=base_offset, partition_leader_epoch=epoch
         )
+
+    def membership(self, base_offset: int, epoch: int, membership: Membership) -> bytes:
+        return build_control_batch(ControlType.MEMBERSHIP, base_offset=base_offset,
+                                   partition_leader_epoch=epoch,
+                                   value=encode_membership(membership))
+
+    def membership_of(self, data: bytes | memoryview) -> Membership | None:
+        """A configuration batch that does not decode reached this log through a CRC check,
+        so only a bug writes one: it is reported, not taken for a configuration."""
+        try:
+            return membership_of(data)
+        except CorruptMessageError as exc:
+            _logger.error("%s: %s", self._log.directory, exc)
+            return None
+
+
+def membership_of(data: bytes | memoryview) -> Membership | None:
+    """The configuration a batch holds, None for any other batch; CorruptMessageError for a
+    configuration batch that does not decode. Asked of every appended batch: one byte decides
+    for all but control batches."""
+    if len(data) <= _ATTRIBUTES_LOW or not data[_ATTRIBUTES_LOW] & ATTR_CONTROL:
+        return None
+    records = decode_records(data, 0, read_header(data))
+    key = records[0].key if records else None
+    if key is None or len(key) < 4 or int.from_bytes(key[2:4]) != ControlType.MEMBERSHIP:
+        return None
+    return decode_membership(records[0].value or b"")
 
 
 class StorageReplicaLog:
@@ -128,6 +196,9 @@ class LogStore:
         self.name = log.directory.name
         self._sync_writes = sync_writes
         self._unsynced = False
+        self._conf_file = CheckpointFile(
+            log.directory / RAFT_CONF_FILE, version=0, width=2, named=True
+        )
 
     def hard_state(self) -> HardState:
         stored = self.term_votes.get(self.name)
@@ -146,9 +217,39 @@ class LogStore:
             term, vote = 0, -1
         return term, None if vote < 0 else vote
 
+    def conf_state(self) -> ConfState | None:
+        """The committed configuration stored (None when none was: the replica keeps the one
+        it was created with)."""
+        rows = self._conf_file.read()
+        if rows is None:
+            return None
+        offsets = [int(v) for k, v in rows if k == "offset"]
+        voters = [int(v) for k, v in rows if k == "voter"]
+        learners = [int(v) for k, v in rows if k == "learner"]
+        try:
+            if len(offsets) != 1 or offsets[0] < -1 or not voters or \
+                    len(offsets) + len(voters) + len(learners) != len(rows):
+                raise ValueError("one offset and at least one voter expected")
+            return ConfState(offsets[0], Membership.of(voters, learners))
+        except ValueError as exc:
+            # Only outside damage writes this: the log's configuration entries above the
+            # HW are still read, and the operator is told.
+            _logger.error("%s: ignoring invalid %s %s: %s", self.log.directory, RAFT_CONF_FILE,
+                          rows, exc)
+            return None
+
     def apply(self, rd: Ready, term_vote: TermVote | None) -> None:
         if self.closed:
             return
+        if rd.conf_state is not None:
+            # Before the log writes: a committed configuration is true whatever the log keeps,
+            # while a log that kept this Ready's entries (a torn write keeps a prefix) and lost
+            # this file would hold two configurations above the one stored. Durable before
+            # this Ready's HW, which covers its entry, is published.
+            conf = rd.conf_state
+            self._conf_file.write([("offset", conf.offset),
+                                   *(("voter", v) for v in conf.membership.voters),
+                                   *(("learner", v) for v in conf.membership.learners)])
         self.replica_log.leading_epoch = rd.term if rd.role is Role.LEADER else None
         rd.apply_log_writes(self.replica_log)
         if rd.entries or rd.truncate_to is not None or rd.reset_to is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidelog.replication.membership import ConfState
 from tidelog.replication.replica_log import Entry
 
 
@@ -60,7 +61,9 @@ class AppendRequest:
     """Raft AppendEntries. ``prev_epoch == NO_EPOCH`` with ``prev_offset >= 0`` means the leader
     no longer has the batch before ``prev_offset + 1``, its log start offset: a follower that
     has not committed up to there and lacks the first batch sent restarts its log at
-    ``prev_offset + 1`` (Kafka's truncate-fully-and-start-at)."""
+    ``prev_offset + 1`` (Kafka's truncate-fully-and-start-at), and takes ``conf_state``, the
+    leader's committed configuration (the entry that held it may be gone with the rest), which
+    the leader sends with every append from its log start."""
 
     term: int
     src: int
@@ -69,6 +72,7 @@ class AppendRequest:
     prev_epoch: int
     entries: tuple[Entry, ...]
     leader_hw: int
+    conf_state: ConfState | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,12 @@
 
 The core does no I/O, keeps no clock and draws randomness only from the ``random.Random`` it is
 given, so the simulator runs it unchanged. Inputs: ``step(message)``, ``tick()``,
-``propose(data, record_count)``, ``transfer_leadership(target)``, ``read_index(ctx)``.
+``propose(data, record_count)``, ``transfer_leadership(target)``, ``read_index(ctx)``,
+``propose_conf_change(change)`` (and its forms ``add_learner``, ``promote``, ``remove``).
 Output: a ``Ready``.
+
+Membership (voters, learners, one change at a time as log entries, in effect on append, and
+why not joint consensus) is argued in `tidelog.replication.membership`.
 
 Raft mapped onto Kafka: the Raft index is the offset, the term is the leader epoch stamped on
 every batch, the commit index is the high watermark (HW).
@@ -13,7 +17,8 @@ previous one is advanced; ``step``/``tick``/``propose`` may be called meanwhile)
 driver, `tidelog.replication.driver`, honours it for the node, the simulator and the tests:
 
 1. ``ready.apply_log_writes(log)``: reset, then truncate, then append, in that order.
-2. Persist ``ready.hard_state`` if it is not ``None`` (term, vote, HW).
+2. Persist ``ready.hard_state`` if it is not ``None`` (term, vote, HW), and
+   ``ready.conf_state`` (the committed membership) if it is not ``None``.
 3. Make both durable (fsync). Many partitions' Readies may share one fsync (group commit).
 4. Only now send ``ready.messages``: a vote, an append acknowledgement or a message stamped
    with a new term is a promise that must survive a crash. Persist before send. (A leader's
@@ -69,6 +74,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from tidelog.replication.membership import (
+    ConfChange,
+    ConfChangeError,
+    ConfChangeType,
+    ConfState,
+    Membership,
+)
 from tidelog.replication.messages import (
     AppendRequest,
     AppendResponse,
@@ -138,11 +150,14 @@ class Ready:
     read_states: tuple[ReadState, ...] = ()
     #: Contexts of reads dropped because this replica stopped leading: answer NOT_LEADER.
     failed_reads: tuple[int, ...] = ()
+    #: The committed membership, when it changed: to persist with the hard state.
+    conf_state: ConfState | None = None
 
     @property
     def needs_sync(self) -> bool:
         return (
             self.hard_state is not None
+            or self.conf_state is not None
             or self.reset_to is not None
             or self.truncate_to is not None
             or bool(self.entries)
@@ -177,15 +192,25 @@ class RaftConfig:
 class BatchCodec(Protocol):
     """The record-batch codec, injected so the core never decodes or re-encodes a batch:
     ``stamp`` patches offset and epoch into a proposed batch, ``marker`` builds the control
-    batch a new leader appends to commit the entries of earlier epochs."""
+    batch a new leader appends to commit the entries of earlier epochs, ``membership`` the
+    batch holding a configuration, which ``membership_of`` recognises (None for any other
+    batch: it is asked of every batch appended, so it must answer others cheaply)."""
 
     def stamp(self, data: bytes, base_offset: int, epoch: int) -> bytes: ...
 
     def marker(self, base_offset: int, epoch: int) -> bytes: ...
 
+    def membership(self, base_offset: int, epoch: int, membership: Membership) -> bytes: ...
+
+    def membership_of(self, data: bytes | memoryview) -> Membership | None: ...
+
+
+_OPAQUE_MEMBERSHIP = b"\x00membership "
+
 
 class OpaqueCodec:
-    """Leaves batches as they are; markers are empty. For tests and the simulator."""
+    """Leaves batches as they are; markers are empty; a configuration is a tagged text line.
+    For tests."""
 
     def stamp(self, data: bytes, base_offset: int, epoch: int) -> bytes:
         return data
@@ -193,11 +218,22 @@ class OpaqueCodec:
     def marker(self, base_offset: int, epoch: int) -> bytes:
         return b""
 
+    def membership(self, base_offset: int, epoch: int, membership: Membership) -> bytes:
+        voters = ",".join(map(str, membership.voters))
+        learners = ",".join(map(str, membership.learners))
+        return _OPAQUE_MEMBERSHIP + f"{voters};{learners}".encode()
+
+    def membership_of(self, data: bytes | memoryview) -> Membership | None:
+        if bytes(data[: len(_OPAQUE_MEMBERSHIP)]) != _OPAQUE_MEMBERSHIP:
+            return None
+        voters, _, learners = bytes(data[len(_OPAQUE_MEMBERSHIP):]).decode().partition(";")
+        return Membership.of((int(v) for v in voters.split(",") if v),
+                             (int(v) for v in learners.split(",") if v))
+
 
 class MajorityConfig:
     """The voter set's quorum arithmetic, kept behind two questions (what end offset does a
-    quorum hold, did an election win) so joint consensus can later answer them for two
-    configurations at once without touching the core."""
+    quorum hold, did an election win)."""
 
     def __init__(self, voters: Iterable[int]) -> None:
         self.voters = tuple(sorted(set(voters)))
@@ -266,7 +302,7 @@ class _Progress:
 
 
 class RaftCore:
-    """A replica of one partition. Static membership: ``voters`` is the replica set."""
+    """A replica of one partition (membership: `tidelog.replication.membership`)."""
 
     def __init__(
         self,
@@ -278,14 +314,26 @@ class RaftCore:
         hard_state: HardState | None = None,
         codec: BatchCodec | None = None,
         repair_floor: tuple[int, int] | None = None,
+        learners: Sequence[int] = (),
+        conf_state: ConfState | None = None,
     ) -> None:
         """``repair_floor`` is (last epoch, log end offset) of a log this replica is known to
         have held when storage lost part of it since (found at startup). Until its log is
-        back there, it is damaged (see `damaged`)."""
+        back there, it is damaged (see `damaged`).
+
+        ``voters`` and ``learners`` are the bootstrap configuration: what the replica was
+        created with (a new partition's replicas are all voters; a replica added later is
+        created as a learner). ``conf_state`` is the committed configuration its store holds,
+        when any was stored; it replaces the bootstrap one. Configuration entries in the log
+        above the HW are read back here (see "Persistence" in the membership module)."""
         self.id = node_id
         self._config = config or RaftConfig()
-        self._voters = MajorityConfig(voters)
-        self._peers = tuple(v for v in self._voters.voters if v != node_id)
+        self._conf = conf_state or ConfState(-1, Membership.of(voters, learners))
+        #: Configuration entries in the log after the committed one, oldest first.
+        self._pending_confs: list[ConfState] = []
+        self._last_conf = self._conf
+        self._voters = MajorityConfig(())
+        self._peers: tuple[int, ...] = ()
         self._rng = rng
         self._codec = codec or OpaqueCodec()
         self._log = RaftLog(log)
@@ -321,6 +369,11 @@ class RaftCore:
         self._read_states: list[ReadState] = []
         self._failed_reads: list[int] = []
         self._quiesced = False
+        at = max(self._hw, self._conf.offset + 1, self._log.log_start)
+        while entries := self._log.read(at, self._config.max_append_bytes):
+            self._scan_confs(entries)
+            at = entries[-1].end_offset
+        self._conf_changed()
         self._check_repaired()
 
     # ---- read-only state -------------------------------------------------------------------
@@ -378,6 +431,25 @@ class RaftCore:
         """Idle and quiet: ticks do nothing (see "Quiescence" in the module docstring)."""
         return self._quiesced
 
+    @property
+    def membership(self) -> Membership:
+        """The configuration in effect: the newest in the log, committed or not."""
+        return self.latest_conf.membership
+
+    @property
+    def conf_state(self) -> ConfState:
+        """The newest committed configuration."""
+        return self._conf
+
+    @property
+    def latest_conf(self) -> ConfState:
+        """The configuration in effect with the offset of its entry (`membership`)."""
+        return self._pending_confs[-1] if self._pending_confs else self._conf
+
+    @property
+    def conf_change_pending(self) -> bool:
+        return bool(self._pending_confs)
+
     def epoch_at(self, offset: int) -> int | None:
         return self._log.epoch_at(offset)
 
@@ -422,13 +494,16 @@ class RaftCore:
             raise NotLeaderError(self._transferee, "leadership is being transferred")
         if record_count < 1:
             raise ValueError("a batch holds at least one record")
+        if self._codec.membership_of(data) is not None:
+            # Followers would take it for a configuration, and this leader would not.
+            raise ValueError("a configuration is proposed by propose_conf_change")
         self._wake()
         base = self._log.end
         entry = Entry(base, base + record_count - 1, self._term,
                       self._codec.stamp(data, base, self._term))
         self._log.append((entry,))
-        for peer in self._peers:
-            self._send_append(peer, self._progress[peer], allow_empty=False)
+        for peer, pr in self._progress.items():
+            self._send_append(peer, pr, allow_empty=False)
         return entry
 
     def transfer_leadership(self, target: int) -> None:
@@ -436,7 +511,7 @@ class RaftCore:
         balancing). Proposals are refused meanwhile; it gives up after an election timeout."""
         if self._role is not Role.LEADER:
             raise NotLeaderError(self._leader)
-        if target not in self._progress:
+        if target not in self._peers:
             raise ValueError(f"{target} is not another voter of this partition")
         self._wake()
         self._transferee = target
@@ -518,7 +593,9 @@ class RaftCore:
                 pr.recent_active = False
 
     def step(self, m: Message) -> None:
-        if m.dst != self.id or m.src not in self._voters.voters or m.src == self.id:
+        # Any sender is heard: the term rules decide, and a replica may not know yet the
+        # configuration that made the sender a member (a new learner, a reset follower).
+        if m.dst != self.id or m.src == self.id:
             return
         if self._quiesced and not (isinstance(m, Heartbeat) and m.quiesce):
             self._wake()
@@ -559,7 +636,8 @@ class RaftCore:
             else:
                 self._handle_heartbeat(m)
         elif isinstance(m, TimeoutNow):
-            if self._role is Role.FOLLOWER and self._floor is None:
+            if (self._role is Role.FOLLOWER and self._floor is None
+                    and self.id in self._voters.voters):
                 self._campaign(pre_vote=False, transfer=True)
         elif isinstance(m, PreVoteResponse):
             if self._role is Role.PRE_CANDIDATE and (not m.granted or m.term == self._term + 1):
@@ -579,6 +657,7 @@ class RaftCore:
             or (self._role, self._leader) != self._last_soft
             or bool(self._read_states)
             or bool(self._failed_reads)
+            or self._conf is not self._last_conf
         )
 
     def ready(self) -> Ready:
@@ -598,7 +677,9 @@ class RaftCore:
             term=self._term,
             read_states=tuple(self._read_states),
             failed_reads=tuple(self._failed_reads),
+            conf_state=None if self._conf is self._last_conf else self._conf,
         )
+        self._last_conf = self._conf
         self._msgs = []
         if self._read_states:
             self._read_states.clear()
@@ -637,6 +718,114 @@ class RaftCore:
         self._log.stable_to_handed()
         if self._role is Role.LEADER and self._maybe_commit():
             self._bcast_append()
+
+    # ---- membership ------------------------------------------------------------------------
+
+    def add_learner(self, node: int) -> Entry:
+        return self.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, node))
+
+    def promote(self, node: int) -> Entry:
+        """Make learner ``node`` a voter. Promote a learner once it has caught up
+        (`match_of`): until it has, it counts in the commit quorum without holding the log."""
+        return self.propose_conf_change(ConfChange(ConfChangeType.PROMOTE, node))
+
+    def remove(self, node: int) -> Entry:
+        return self.propose_conf_change(ConfChange(ConfChangeType.REMOVE, node))
+
+    def propose_conf_change(self, change: ConfChange) -> Entry:
+        """Append the configuration ``change`` makes of the current one; it is in effect at
+        once (on append) and committed like any entry. `NotLeaderError` off the leader;
+        `ConfChangeError` when the change is illegal or must wait (see the membership
+        module's rules)."""
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self._leader)
+        if self._transferee is not None:
+            raise NotLeaderError(self._transferee, "leadership is being transferred")
+        if self._pending_confs:
+            raise ConfChangeError(
+                f"the change at offset {self._pending_confs[-1].offset} is not committed yet",
+                retriable=True)
+        membership = self._conf.membership.apply(change)
+        self._wake()
+        if self._hw <= self._log.log_start or self._log.epoch_at(self._hw - 1) != self._term:
+            if self._log.last_epoch != self._term:
+                # Elected with HW == LEO, so no marker was written: write it now, and the
+                # change can go once it commits.
+                end = self._log.end
+                marker = self._codec.marker(end, self._term)
+                self._log.append((Entry(end, end, self._term, marker),))
+                self._bcast_append()
+            raise ConfChangeError(f"the leader has not committed an entry of term {self._term} "
+                                  "yet", retriable=True)
+        base = self._log.end
+        entry = Entry(base, base, self._term, self._codec.membership(base, self._term, membership))
+        self._log.append((entry,))
+        self._scan_confs((entry,))
+        self._conf_changed()
+        self._bcast_append()
+        return entry
+
+    def _scan_confs(self, entries: Iterable[Entry]) -> None:
+        """Note the configuration entries among ``entries``, just added to the log (the caller
+        applies them: `_conf_changed`)."""
+        membership_of = self._codec.membership_of
+        newest = self._pending_confs[-1].offset if self._pending_confs else self._conf.offset
+        for e in entries:
+            if e.base_offset > newest and (m := membership_of(e.data)) is not None:
+                self._pending_confs.append(ConfState(e.base_offset, m))
+                newest = e.base_offset
+
+    def _truncate_confs(self, at: int) -> None:
+        """The log lost everything from ``at`` on: so did the configuration."""
+        pending = self._pending_confs
+        if pending and pending[-1].offset >= at:
+            while pending and pending[-1].offset >= at:
+                pending.pop()
+            self._conf_changed()
+
+    def _commit_confs(self) -> None:
+        """The HW moved: configurations below it are committed."""
+        pending = self._pending_confs
+        while pending and pending[0].offset < self._hw:
+            self._conf = pending.pop(0)
+
+    def _adopt_conf(self, conf: ConfState | None) -> None:
+        """The log was reset to the leader's log start, which lies above everything it held:
+        take the leader's committed configuration (or keep ours, if newer)."""
+        self._pending_confs.clear()
+        if conf is not None and conf.offset >= self._conf.offset:
+            self._conf = conf
+        self._conf_changed()
+
+    def _conf_changed(self) -> None:
+        """Put the configuration in effect to work: quorums, peers, and a leader's progress
+        (new members are probed from the log end; removed ones forgotten)."""
+        membership = self.membership
+        self._voters = MajorityConfig(membership.voters)
+        self._peers = tuple(v for v in membership.voters if v != self.id)
+        if self._role is Role.LEADER:
+            members = set(membership.members)
+            members.discard(self.id)
+            for gone in [p for p in self._progress if p not in members]:
+                del self._progress[gone]
+                if self._transferee == gone:
+                    self._transferee = None
+            end = self._log.end
+            for p in members:
+                if p not in self._progress:
+                    self._progress[p] = _Progress(end)
+
+    def _step_down_if_removed(self) -> bool:
+        """After its removal committed, a leader hands over to a voter that holds its whole
+        log (if any does) and steps down. True when it did."""
+        if self.id in self._conf.membership.voters:
+            return False
+        end = self._log.end
+        heir = max(self._peers, key=lambda p: self._progress[p].match, default=None)
+        if heir is not None and self._progress[heir].match == end:
+            self._send(TimeoutNow(self._term, self.id, heir))
+        self._become_follower(self._term, None)
+        return True
 
     # ---- elections -------------------------------------------------------------------------
 
@@ -749,7 +938,7 @@ class RaftCore:
         self._leader = self.id
         self._reset()
         end = self._log.end
-        self._progress = {p: _Progress(end) for p in self._peers}
+        self._conf_changed()  # progress for every member, probing from the log end
         self._read_floor = end
         if self._hw < end:
             # Entries of earlier epochs commit only by committing one of ours after them.
@@ -779,7 +968,7 @@ class RaftCore:
             if self._idle():
                 self._quiesced = True
                 hw = self._hw
-                for peer in self._peers:
+                for peer in self._progress:
                     self._send(Heartbeat(self._term, self.id, peer, hw, quiesce=True))
             else:
                 self._bcast_heartbeat()
@@ -811,7 +1000,7 @@ class RaftCore:
         """Note the HW for each read, then ask the followers to confirm this leadership (a
         leader alone in its group confirms it itself)."""
         hw = self._hw
-        if self._voters.quorum == 1:
+        if self._voters.voters == (self.id,):
             self._read_states.extend(ReadState(ctx, hw) for ctx in ctxs)
             return
         self._reads.extend(ReadState(ctx, hw) for ctx in ctxs)
@@ -858,14 +1047,17 @@ class RaftCore:
 
     def _send_entries(self, peer: int, nxt: int, entries: Sequence[Entry]) -> None:
         prev_epoch = self._log.epoch_at(nxt - 1)
+        # From the log start on, a follower may be reset here: it then needs the committed
+        # configuration, whose entry may be gone.
+        conf = self._conf if prev_epoch is None and nxt > 0 else None
         self._send(AppendRequest(
             self._term, self.id, peer, nxt - 1, NO_EPOCH if prev_epoch is None else prev_epoch,
-            tuple(entries), self._hw,
+            tuple(entries), self._hw, conf,
         ))
 
     def _bcast_append(self) -> None:
-        for peer in self._peers:
-            self._send_append(peer, self._progress[peer], allow_empty=True)
+        for peer, pr in self._progress.items():
+            self._send_append(peer, pr, allow_empty=True)
 
     def _maybe_commit(self) -> bool:
         own = self._log.offset
@@ -874,6 +1066,10 @@ class RaftCore:
         # Counting replicas proves commitment only for entries of our own epoch (Raft §5.4.2).
         if end > self._hw and self._log.epoch_at(end - 1) == self._term:
             self._hw = end
+            if self._pending_confs:
+                self._commit_confs()
+                if self._step_down_if_removed():
+                    return False
             if self._queued_reads and end >= self._read_floor:
                 queued, self._queued_reads = self._queued_reads, []
                 self._register_reads(queued)
@@ -881,7 +1077,9 @@ class RaftCore:
         return False
 
     def _handle_append_response(self, m: AppendResponse) -> None:
-        pr = self._progress[m.src]
+        pr = self._progress.get(m.src)
+        if pr is None:
+            return  # no longer a member
         pr.recent_active = True
         if m.lost:
             if m.match_end < pr.match:
@@ -906,6 +1104,8 @@ class RaftCore:
             pr.next = pr.match
         if self._maybe_commit():
             self._bcast_append()
+        if self._role is not Role.LEADER:
+            return  # removed, and stepped down
         while self._send_append(m.src, pr, allow_empty=False):
             pass
         if self._transferee == m.src and pr.match == self._log.end:
@@ -936,9 +1136,11 @@ class RaftCore:
         return True
 
     def _handle_heartbeat_response(self, m: HeartbeatResponse) -> None:
+        pr = self._progress.get(m.src)
+        if pr is None:
+            return  # no longer a member
         if m.read_ctx and self._reads:
             self._ack_read(m.src, m.read_ctx)
-        pr = self._progress[m.src]
         pr.recent_active = True
         pr.paused = False
         if pr.match >= self._log.end:
@@ -972,6 +1174,7 @@ class RaftCore:
                     # hold after it diverges. Start where the leader's log does (as Kafka).
                     log.reset(m.prev_offset + 1)
                     self._hw = m.prev_offset + 1
+                    self._adopt_conf(m.conf_state)
                 # Else we hold the leader's first batch, so by log matching all before it.
             elif log.epoch_at(m.prev_offset) != m.prev_epoch:
                 if m.prev_offset >= log.end:
@@ -997,10 +1200,16 @@ class RaftCore:
             i += 1
         if i < len(entries):
             log.truncate_and_append(entries[i:])
+            self._truncate_confs(entries[i].base_offset)
+            newest = self._pending_confs[-1] if self._pending_confs else None
+            self._scan_confs(entries[i:])
+            if self._pending_confs and self._pending_confs[-1] is not newest:
+                self._conf_changed()
         last_new = entries[-1].end_offset if entries else m.prev_offset + 1
         hw = min(m.leader_hw, last_new)
         if hw > self._hw:
             self._hw = hw
+            self._commit_confs()
         self._send(AppendResponse(self._term, self.id, m.src, True, match_end=last_new))
         self._check_repaired()
 
@@ -1014,6 +1223,7 @@ class RaftCore:
             return
         if m.leader_hw > self._hw:
             self._hw = m.leader_hw
+            self._commit_confs()
         self._check_repaired()
         if m.quiesce:
             # Our log holds the leader's up to its HW, which was its log end: quiet until

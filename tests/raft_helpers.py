@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable, Iterable
 
 from tidelog.replication import (
+    ConfState,
     Entry,
     HardState,
     MemoryLog,
@@ -46,13 +47,16 @@ class _Port:
 class MemoryStore:
     """A replica's store in memory: durable as soon as applied."""
 
-    def __init__(self, log: MemoryLog, hard: dict[int, HardState], node: int) -> None:
-        self.log, self.hard, self.node = log, hard, node
+    def __init__(self, log: MemoryLog, hard: dict[int, HardState], node: int,
+                 confs: dict[int, ConfState]) -> None:
+        self.log, self.hard, self.node, self.confs = log, hard, node, confs
 
     def apply(self, rd: Ready, term_vote: TermVote | None) -> None:
         rd.apply_log_writes(self.log)
         if term_vote is not None:
             self.hard[self.node] = HardState(*term_vote, rd.high_watermark)
+        if rd.conf_state is not None:
+            self.confs[self.node] = rd.conf_state
 
     def sync(self) -> None:
         pass
@@ -76,6 +80,11 @@ class Cluster:
         for i, entries in (logs or {}).items():
             self.logs[i].append(entries)
         self.hard = dict(hard or {})
+        #: Each replica's stored committed configuration (`Ready.conf_state`).
+        self.confs: dict[int, ConfState] = {}
+        #: The configuration each replica is created with (its bootstrap); all voters unless
+        #: a test adds a replica (`add_node`).
+        self.bootstrap: dict[int, tuple[list[int], list[int]]] = {}
         self.port = _Port(self.ids)
         self.readies = self.port.readies
         self.driver: Driver[int] = Driver(self.port)
@@ -87,10 +96,24 @@ class Cluster:
 
     def restart(self, i: int) -> RaftCore:
         hs = self.hard.get(i, HardState(0, None, 0))
-        core = RaftCore(i, self.ids, self.logs[i], random.Random(i), self.config, hs)
-        self.replicas[i] = DrivenReplica(core, MemoryStore(self.logs[i], self.hard, i), hs)
+        voters, learners = self.bootstrap.get(i, (self.ids, []))
+        core = RaftCore(i, voters, self.logs[i], random.Random(i), self.config, hs,
+                        learners=learners, conf_state=self.confs.get(i))
+        self.replicas[i] = DrivenReplica(core, MemoryStore(self.logs[i], self.hard, i,
+                                                           self.confs), hs)
         self.cores[i] = core
         return core
+
+    def add_node(self) -> RaftCore:
+        """A new, empty replica, created as a learner (as a replica added to a running group
+        is): it takes part once the leader adds it (`RaftCore.add_learner`)."""
+        i = len(self.ids)
+        self.ids.append(i)
+        self.logs[i] = MemoryLog()
+        self.port.readies[i] = []
+        self.port.leaderships[i] = []
+        self.bootstrap[i] = ([], [i])
+        return self.restart(i)
 
     def flush(self, i: int) -> list[Message]:
         """Run node i's driver until its core has no Ready; what it sent."""

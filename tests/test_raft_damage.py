@@ -26,7 +26,7 @@ def lose_tail(c: Cluster, i: int, keep: int) -> RaftCore:
     hs = c.hard.get(i, HardState(0, None, 0))
     hs = HardState(hs.term, hs.vote, min(hs.high_watermark, keep))
     core = RaftCore(i, c.ids, log, random.Random(i), c.config, hs, repair_floor=floor)
-    c.replicas[i] = DrivenReplica(core, MemoryStore(log, c.hard, i), hs)
+    c.replicas[i] = DrivenReplica(core, MemoryStore(log, c.hard, i, c.confs), hs)
     c.cores[i] = core
     return core
 

@@ -134,6 +134,9 @@ class ControlType(IntEnum):
     ABORT = 0
     COMMIT = 1
     LEADER_CHANGE = 2  # the epoch marker a new leader appends (SPEC §7), as KRaft does
+    #: A partition's Raft configuration (`replication.membership`), in the slot of KRaft's
+    #: VotersRecord (KIP-853) with Tidelog's own value: consumers skip it like every control.
+    MEMBERSHIP = 6
 
 
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
@@ -433,14 +436,16 @@ def build_control_batch(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = NO_PRODUCER_EPOCH,
     transactional: bool = False,
+    value: bytes = b"",
 ) -> bytes:
-    """A one-record control batch (transaction marker or leader-change epoch marker).
+    """A one-record control batch (transaction marker, leader-change epoch marker, or a Raft
+    configuration with its ``value``).
 
     The epoch marker carries no timestamp (-1), so it is never the answer of a timestamp or
     max-timestamp lookup and never enters a time index (SPEC §7).
     """
     return build_batch(
-        [RecordInput(value=b"", key=_CONTROL_KEY.pack(0, control_type), timestamp=timestamp)],
+        [RecordInput(value=value, key=_CONTROL_KEY.pack(0, control_type), timestamp=timestamp)],
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         producer_id=producer_id,

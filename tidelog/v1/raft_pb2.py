@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tidelog/v1/raft.proto\x12\ntidelog.v1\"\xe3\x01\n\x0cRaftEnvelope\x12\x0b\n\x03src\x18\x01 \x01(\x05\x12\x0b\n\x03\x64st\x18\x02 \x01(\x05\x12.\n\x08messages\x18\x03 \x03(\x0b\x32\x1c.tidelog.v1.PartitionMessage\x12\x32\n\nheartbeats\x18\x04 \x03(\x0b\x32\x1e.tidelog.v1.PartitionHeartbeat\x12/\n\x07leaders\x18\x05 \x03(\x0b\x32\x1e.tidelog.v1.LeaderAnnouncement\x12$\n\x07offline\x18\x06 \x03(\x0b\x32\x13.tidelog.v1.GroupId\"+\n\x07GroupId\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\xb7\x03\n\x10PartitionMessage\x12\"\n\x05group\x18\x01 \x01(\x0b\x32\x13.tidelog.v1.GroupId\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x33\n\x10pre_vote_request\x18\x03 \x01(\x0b\x32\x17.tidelog.v1.VoteRequestH\x00\x12\x35\n\x11pre_vote_response\x18\x04 \x01(\x0b\x32\x18.tidelog.v1.VoteResponseH\x00\x12/\n\x0cvote_request\x18\x05 \x01(\x0b\x32\x17.tidelog.v1.VoteRequestH\x00\x12\x31\n\rvote_response\x18\x06 \x01(\x0b\x32\x18.tidelog.v1.VoteResponseH\x00\x12\x33\n\x0e\x61ppend_request\x18\x07 \x01(\x0b\x32\x19.tidelog.v1.AppendRequestH\x00\x12\x35\n\x0f\x61ppend_response\x18\x08 \x01(\x0b\x32\x1a.tidelog.v1.AppendResponseH\x00\x12-\n\x0btimeout_now\x18\t \x01(\x0b\x32\x16.tidelog.v1.TimeoutNowH\x00\x42\x06\n\x04\x62ody\"K\n\x0bVoteRequest\x12\x16\n\x0elog_end_offset\x18\x01 \x01(\x03\x12\x12\n\nlast_epoch\x18\x02 \x01(\x03\x12\x10\n\x08transfer\x18\x03 \x01(\x08\"\x1f\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\"T\n\x05\x45ntry\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x05 \x01(\x03J\x04\x08\x04\x10\x05\"o\n\rAppendRequest\x12\x13\n\x0bprev_offset\x18\x01 \x01(\x03\x12\x12\n\nprev_epoch\x18\x02 \x01(\x03\x12\"\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x11.tidelog.v1.Entry\x12\x11\n\tleader_hw\x18\x04 \x01(\x03\"\x82\x01\n\x0e\x41ppendResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x11\n\tmatch_end\x18\x02 \x01(\x03\x12\x15\n\rrejected_prev\x18\x03 \x01(\x03\x12\x13\n\x0bhint_offset\x18\x04 \x01(\x03\x12\x12\n\nhint_epoch\x18\x05 \x01(\x03\x12\x0c\n\x04lost\x18\x06 \x01(\x08\"\x0c\n\nTimeoutNow\"\x8e\x01\n\x12PartitionHeartbeat\x12\"\n\x05group\x18\x01 \x01(\x0b\x32\x13.tidelog.v1.GroupId\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x10\n\x08response\x18\x03 \x01(\x08\x12\x11\n\tleader_hw\x18\x04 \x01(\x03\x12\x10\n\x08read_ctx\x18\x05 \x01(\x03\x12\x0f\n\x07quiesce\x18\x06 \x01(\x08\"T\n\x12LeaderAnnouncement\x12\"\n\x05group\x18\x01 \x01(\x0b\x32\x13.tidelog.v1.GroupId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0b\n\x03isr\x18\x03 \x03(\x05\"\"\n\rStreamSummary\x12\x11\n\tenvelopes\x18\x01 \x01(\x03\"<\n\x14\x46\x65tchMetadataRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x0f\n\x07node_id\x18\x02 \x01(\x05\"n\n\x15\x46\x65tchMetadataResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x0f\n\x07records\x18\x02 \x01(\x0c\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x03\"H\n\x16WriteTxnMarkersRequest\x12.\n\x07markers\x18\x01 \x03(\x0b\x32\x1d.tidelog.v1.WritableTxnMarker\"\xab\x01\n\x11WritableTxnMarker\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12\x1a\n\x12transaction_result\x18\x03 \x01(\x08\x12\x32\n\x06topics\x18\x04 \x03(\x0b\x32\".tidelog.v1.WritableTxnMarkerTopic\x12\x19\n\x11\x63oordinator_epoch\x18\x05 \x01(\x05\"A\n\x16WritableTxnMarkerTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11partition_indexes\x18\x02 \x03(\x05\"O\n\x17WriteTxnMarkersResponse\x12\x34\n\x07markers\x18\x01 \x03(\x0b\x32#.tidelog.v1.WritableTxnMarkerResult\"h\n\x17WritableTxnMarkerResult\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x38\n\x06topics\x18\x02 \x03(\x0b\x32(.tidelog.v1.WritableTxnMarkerTopicResult\"n\n\x1cWritableTxnMarkerTopicResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12@\n\npartitions\x18\x02 \x03(\x0b\x32,.tidelog.v1.WritableTxnMarkerPartitionResult\"O\n WritableTxnMarkerPartitionResult\x12\x17\n\x0fpartition_index\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x32\x82\x02\n\rRaftTransport\x12?\n\x06Stream\x12\x18.tidelog.v1.RaftEnvelope\x1a\x19.tidelog.v1.StreamSummary(\x01\x12T\n\rFetchMetadata\x12 .tidelog.v1.FetchMetadataRequest\x1a!.tidelog.v1.FetchMetadataResponse\x12Z\n\x0fWriteTxnMarkers\x12\".tidelog.v1.WriteTxnMarkersRequest\x1a#.tidelog.v1.WriteTxnMarkersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tidelog/v1/raft.proto\x12\ntidelog.v1\"\xe3\x01\n\x0cRaftEnvelope\x12\x0b\n\x03src\x18\x01 \x01(\x05\x12\x0b\n\x03\x64st\x18\x02 \x01(\x05\x12.\n\x08messages\x18\x03 \x03(\x0b\x32\x1c.tidelog.v1.PartitionMessage\x12\x32\n\nheartbeats\x18\x04 \x03(\x0b\x32\x1e.tidelog.v1.PartitionHeartbeat\x12/\n\x07leaders\x18\x05 \x03(\x0b\x32\x1e.tidelog.v1.LeaderAnnouncement\x12$\n\x07offline\x18\x06 \x03(\x0b\x32\x13.tidelog.v1.GroupId\"+\n\x07GroupId\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\xb7\x03\n\x10PartitionMessage\x12\"\n\x05group\x18\x01 \x01(\x0b\x32\x13.tidelog.v1.GroupId\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x33\n\x10pre_vote_request\x18\x03 \x01(\x0b\x32\x17.tidelog.v1.VoteRequestH\x00\x12\x35\n\x11pre_vote_response\x18\x04 \x01(\x0b\x32\x18.tidelog.v1.VoteResponseH\x00\x12/\n\x0cvote_request\x18\x05 \x01(\x0b\x32\x17.tidelog.v1.VoteRequestH\x00\x12\x31\n\rvote_response\x18\x06 \x01(\x0b\x32\x18.tidelog.v1.VoteResponseH\x00\x12\x33\n\x0e\x61ppend_request\x18\x07 \x01(\x0b\x32\x19.tidelog.v1.AppendRequestH\x00\x12\x35\n\x0f\x61ppend_response\x18\x08 \x01(\x0b\x32\x1a.tidelog.v1.AppendResponseH\x00\x12-\n\x0btimeout_now\x18\t \x01(\x0b\x32\x16.tidelog.v1.TimeoutNowH\x00\x42\x06\n\x04\x62ody\"K\n\x0bVoteRequest\x12\x16\n\x0elog_end_offset\x18\x01 \x01(\x03\x12\x12\n\nlast_epoch\x18\x02 \x01(\x03\x12\x10\n\x08transfer\x18\x03 \x01(\x08\"\x1f\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\"T\n\x05\x45ntry\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x05 \x01(\x03J\x04\x08\x04\x10\x05\"\x9a\x01\n\rAppendRequest\x12\x13\n\x0bprev_offset\x18\x01 \x01(\x03\x12\x12\n\nprev_epoch\x18\x02 \x01(\x03\x12\"\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x11.tidelog.v1.Entry\x12\x11\n\tleader_hw\x18\x04 \x01(\x03\x12)\n\nconf_state\x18\x05 \x01(\x0b\x32\x15.tidelog.v1.ConfState\"=\n\tConfState\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06voters\x18\x02 \x03(\x05\x12\x10\n\x08learners\x18\x03 \x03(\x05\"\x82\x01\n\x0e\x41ppendResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x11\n\tmatch_end\x18\x02 \x01(\x03\x12\x15\n\rrejected_prev\x18\x03 \x01(\x03\x12\x13\n\x0bhint_offset\x18\x04 \x01(\x03\x12\x12\n\nhint_epoch\x18\x05 \x01(\x03\x12\x0c\n\x04lost\x18\x06 \x01(\x08\"\x0c\n\nTimeoutNow\"\x8e\x01\n\x12PartitionHeartbeat\x12\"\n\x05group\x18\x01 \x01(\x0b\x32\x13.tidelog.v1.GroupId\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x10\n\x08response\x18\x03 \x01(\x08\x12\x11\n\tleader_hw\x18\x04 \x01(\x03\x12\x10\n\x08read_ctx\x18\x05 \x01(\x03\x12\x0f\n\x07quiesce\x18\x06 \x01(\x08\"T\n\x12LeaderAnnouncement\x12\"\n\x05group\x18\x01 \x01(\x0b\x32\x13.tidelog.v1.GroupId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0b\n\x03isr\x18\x03 \x03(\x05\"\"\n\rStreamSummary\x12\x11\n\tenvelopes\x18\x01 \x01(\x03\"<\n\x14\x46\x65tchMetadataRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x0f\n\x07node_id\x18\x02 \x01(\x05\"n\n\x15\x46\x65tchMetadataResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x0f\n\x07records\x18\x02 \x01(\x0c\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x03\"H\n\x16WriteTxnMarkersRequest\x12.\n\x07markers\x18\x01 \x03(\x0b\x32\x1d.tidelog.v1.WritableTxnMarker\"\xab\x01\n\x11WritableTxnMarker\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12\x1a\n\x12transaction_result\x18\x03 \x01(\x08\x12\x32\n\x06topics\x18\x04 \x03(\x0b\x32\".tidelog.v1.WritableTxnMarkerTopic\x12\x19\n\x11\x63oordinator_epoch\x18\x05 \x01(\x05\"A\n\x16WritableTxnMarkerTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11partition_indexes\x18\x02 \x03(\x05\"O\n\x17WriteTxnMarkersResponse\x12\x34\n\x07markers\x18\x01 \x03(\x0b\x32#.tidelog.v1.WritableTxnMarkerResult\"h\n\x17WritableTxnMarkerResult\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x38\n\x06topics\x18\x02 \x03(\x0b\x32(.tidelog.v1.WritableTxnMarkerTopicResult\"n\n\x1cWritableTxnMarkerTopicResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12@\n\npartitions\x18\x02 \x03(\x0b\x32,.tidelog.v1.WritableTxnMarkerPartitionResult\"O\n WritableTxnMarkerPartitionResult\x12\x17\n\x0fpartition_index\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x32\x82\x02\n\rRaftTransport\x12?\n\x06Stream\x12\x18.tidelog.v1.RaftEnvelope\x1a\x19.tidelog.v1.StreamSummary(\x01\x12T\n\rFetchMetadata\x12 .tidelog.v1.FetchMetadataRequest\x1a!.tidelog.v1.FetchMetadataResponse\x12Z\n\x0fWriteTxnMarkers\x12\".tidelog.v1.WriteTxnMarkersRequest\x1a#.tidelog.v1.WriteTxnMarkersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,36 +43,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_VOTERESPONSE']._serialized_end=862
   _globals['_ENTRY']._serialized_start=864
   _globals['_ENTRY']._serialized_end=948
-  _globals['_APPENDREQUEST']._serialized_start=950
-  _globals['_APPENDREQUEST']._serialized_end=1061
-  _globals['_APPENDRESPONSE']._serialized_start=1064
-  _globals['_APPENDRESPONSE']._serialized_end=1194
-  _globals['_TIMEOUTNOW']._serialized_start=1196
-  _globals['_TIMEOUTNOW']._serialized_end=1208
-  _globals['_PARTITIONHEARTBEAT']._serialized_start=1211
-  _globals['_PARTITIONHEARTBEAT']._serialized_end=1353
-  _globals['_LEADERANNOUNCEMENT']._serialized_start=1355
-  _globals['_LEADERANNOUNCEMENT']._serialized_end=1439
-  _globals['_STREAMSUMMARY']._serialized_start=1441
-  _globals['_STREAMSUMMARY']._serialized_end=1475
-  _globals['_FETCHMETADATAREQUEST']._serialized_start=1477
-  _globals['_FETCHMETADATAREQUEST']._serialized_end=1537
-  _globals['_FETCHMETADATARESPONSE']._serialized_start=1539
-  _globals['_FETCHMETADATARESPONSE']._serialized_end=1649
-  _globals['_WRITETXNMARKERSREQUEST']._serialized_start=1651
-  _globals['_WRITETXNMARKERSREQUEST']._serialized_end=1723
-  _globals['_WRITABLETXNMARKER']._serialized_start=1726
-  _globals['_WRITABLETXNMARKER']._serialized_end=1897
-  _globals['_WRITABLETXNMARKERTOPIC']._serialized_start=1899
-  _globals['_WRITABLETXNMARKERTOPIC']._serialized_end=1964
-  _globals['_WRITETXNMARKERSRESPONSE']._serialized_start=1966
-  _globals['_WRITETXNMARKERSRESPONSE']._serialized_end=2045
-  _globals['_WRITABLETXNMARKERRESULT']._serialized_start=2047
-  _globals['_WRITABLETXNMARKERRESULT']._serialized_end=2151
-  _globals['_WRITABLETXNMARKERTOPICRESULT']._serialized_start=2153
-  _globals['_WRITABLETXNMARKERTOPICRESULT']._serialized_end=2263
-  _globals['_WRITABLETXNMARKERPARTITIONRESULT']._serialized_start=2265
-  _globals['_WRITABLETXNMARKERPARTITIONRESULT']._serialized_end=2344
-  _globals['_RAFTTRANSPORT']._serialized_start=2347
-  _globals['_RAFTTRANSPORT']._serialized_end=2605
+  _globals['_APPENDREQUEST']._serialized_start=951
+  _globals['_APPENDREQUEST']._serialized_end=1105
+  _globals['_CONFSTATE']._serialized_start=1107
+  _globals['_CONFSTATE']._serialized_end=1168
+  _globals['_APPENDRESPONSE']._serialized_start=1171
+  _globals['_APPENDRESPONSE']._serialized_end=1301
+  _globals['_TIMEOUTNOW']._serialized_start=1303
+  _globals['_TIMEOUTNOW']._serialized_end=1315
+  _globals['_PARTITIONHEARTBEAT']._serialized_start=1318
+  _globals['_PARTITIONHEARTBEAT']._serialized_end=1460
+  _globals['_LEADERANNOUNCEMENT']._serialized_start=1462
+  _globals['_LEADERANNOUNCEMENT']._serialized_end=1546
+  _globals['_STREAMSUMMARY']._serialized_start=1548
+  _globals['_STREAMSUMMARY']._serialized_end=1582
+  _globals['_FETCHMETADATAREQUEST']._serialized_start=1584
+  _globals['_FETCHMETADATAREQUEST']._serialized_end=1644
+  _globals['_FETCHMETADATARESPONSE']._serialized_start=1646
+  _globals['_FETCHMETADATARESPONSE']._serialized_end=1756
+  _globals['_WRITETXNMARKERSREQUEST']._serialized_start=1758
+  _globals['_WRITETXNMARKERSREQUEST']._serialized_end=1830
+  _globals['_WRITABLETXNMARKER']._serialized_start=1833
+  _globals['_WRITABLETXNMARKER']._serialized_end=2004
+  _globals['_WRITABLETXNMARKERTOPIC']._serialized_start=2006
+  _globals['_WRITABLETXNMARKERTOPIC']._serialized_end=2071
+  _globals['_WRITETXNMARKERSRESPONSE']._serialized_start=2073
+  _globals['_WRITETXNMARKERSRESPONSE']._serialized_end=2152
+  _globals['_WRITABLETXNMARKERRESULT']._serialized_start=2154
+  _globals['_WRITABLETXNMARKERRESULT']._serialized_end=2258
+  _globals['_WRITABLETXNMARKERTOPICRESULT']._serialized_start=2260
+  _globals['_WRITABLETXNMARKERTOPICRESULT']._serialized_end=2370
+  _globals['_WRITABLETXNMARKERPARTITIONRESULT']._serialized_start=2372
+  _globals['_WRITABLETXNMARKERPARTITIONRESULT']._serialized_end=2451
+  _globals['_RAFTTRANSPORT']._serialized_start=2454
+  _globals['_RAFTTRANSPORT']._serialized_end=2712
 # @@protoc_insertion_point(module_scope)

@@ -81,16 +81,28 @@ class Entry(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("prev_offset", "prev_epoch", "entries", "leader_hw")
+    __slots__ = ("prev_offset", "prev_epoch", "entries", "leader_hw", "conf_state")
     PREV_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PREV_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LEADER_HW_FIELD_NUMBER: _ClassVar[int]
+    CONF_STATE_FIELD_NUMBER: _ClassVar[int]
     prev_offset: int
     prev_epoch: int
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     leader_hw: int
-    def __init__(self, prev_offset: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., leader_hw: _Optional[int] = ...) -> None: ...
+    conf_state: ConfState
+    def __init__(self, prev_offset: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., leader_hw: _Optional[int] = ..., conf_state: _Optional[_Union[ConfState, _Mapping]] = ...) -> None: ...
+
+class ConfState(_message.Message):
+    __slots__ = ("offset", "voters", "learners")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    voters: _containers.RepeatedScalarFieldContainer[int]
+    learners: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offset: _Optional[int] = ..., voters: _Optional[_Iterable[int]] = ..., learners: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("success", "match_end", "rejected_prev", "hint_offset", "hint_epoch", "lost")
