@@ -741,11 +741,11 @@ class RaftCore:
             raise NotLeaderError(self._leader)
         if self._transferee is not None:
             raise NotLeaderError(self._transferee, "leadership is being transferred")
-        if self._pending_confs:
+        if self.conf_change_pending:
             raise ConfChangeError(
-                f"the change at offset {self._pending_confs[-1].offset} is not committed yet",
+                f"the change at offset {self.latest_conf.offset} is not committed yet",
                 retriable=True)
-        membership = self._conf.membership.apply(change)
+        membership = self.membership.apply(change)
         self._wake()
         if self._hw <= self._log.log_start or self._log.epoch_at(self._hw - 1) != self._term:
             if self._log.last_epoch != self._term:

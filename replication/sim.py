@@ -39,7 +39,15 @@ from typing import NamedTuple
 from tidelog.errors import TidelogError
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication.driver import DrivenReplica, Driver, Leadership, Round
-from tidelog.replication.log_store import LogCodec, LogStore
+from tidelog.replication.log_store import LogCodec, LogStore, membership_of
+from tidelog.replication.membership import (
+    ConfChange,
+    ConfChangeError,
+    ConfChangeType,
+    ConfState,
+    Membership,
+    majorities_intersect,
+)
 from tidelog.replication.messages import Message
 from tidelog.replication.raft import NotLeaderError, RaftConfig, RaftCore, Ready, Role
 from tidelog.replication.replica_log import Entry, MemoryLog
@@ -51,11 +59,15 @@ from tidelog.storage import Log, LogConfig
 TICK = 10
 
 (_TICK, _DELIVER, _FSYNC, _CLIENT, _NEMESIS, _RESTART, _HEAL_LINKS, _HEAL_ALL, _DEADLINE,
- _READ) = range(10)
+ _READ, _WIPE, _MEMBERSHIP) = range(12)
 
 
 class InvariantViolation(AssertionError):
     pass
+
+
+def _learner(node: int) -> Membership:
+    return Membership.of((), (node,))
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,11 @@ class SimConfig:
     #: The share of client requests that follow a pause of up to a few election timeouts, so
     #: groups go quiet and wake under faults.
     pause_share: float
+    #: Nodes outside the initial configuration, which membership changes may add.
+    spares: int
+    #: Ticks between two membership changes (0: none). A schedule of their own, so they
+    #: thin out none of the other faults.
+    membership_interval_ticks: int
 
     @classmethod
     def derive(
@@ -140,6 +157,9 @@ class SimConfig:
             readers=rng.randint(1, 3) if swarm else 1,
             quiesce=rng.random() < 0.8 if swarm else True,
             pause_share=rng.choice((0.0, rng.uniform(0.0, 0.3))) if swarm else 0.05,
+            spares=rng.randint(0, 2) if swarm else 1,
+            membership_interval_ticks=(on(rng.randint(2, 3 * election_ticks)) if swarm
+                                       else 8),
         )
 
     def describe(self) -> str:
@@ -162,6 +182,9 @@ class SimResult:
     #: cold start or after a leader crashed or stepped down while faults were on (``failovers``).
     elections: list[float] = field(default_factory=list)
     failovers: list[float] = field(default_factory=list)
+    #: Membership changes appended, and committed (configurations in the committed chain).
+    conf_changes: int = 0
+    conf_commits: int = 0
 
 
 class _Ping(NamedTuple):
@@ -173,12 +196,21 @@ class _Ping(NamedTuple):
 
 
 class _Node:
-    __slots__ = ("core", "disk", "durable", "heard", "id", "incarnation", "pending",
-                 "published_hw", "quiesced", "replica", "round", "store", "tick_interval",
-                 "ticks", "up")
+    __slots__ = ("bootstrap", "confs", "core", "disk", "durable", "fresh", "heard", "id",
+                 "incarnation", "pending", "published_hw", "quiesced", "replica", "round",
+                 "store", "tick_interval", "ticks", "up")
 
-    def __init__(self, node_id: int, tick_interval: int, directory: Path) -> None:
+    def __init__(self, node_id: int, tick_interval: int, directory: Path,
+                 bootstrap: Membership) -> None:
         self.id = node_id
+        #: The configuration its replica is created with: the initial one for the initial
+        #: voters; for any other node, and for one whose replica was deleted, itself as a
+        #: learner (as the controller creates a replica it adds).
+        self.bootstrap = bootstrap
+        #: Holds no replica data (never a member, or deleted since): it may be added.
+        self.fresh = node_id not in bootstrap.voters
+        #: (committed, newest) configurations of its core when last checked.
+        self.confs: tuple[ConfState, ConfState] | None = None
         self.tick_interval = tick_interval
         self.disk = SimDisk(directory)
         #: The oracle's copy of what this node has synced: what a crash must not lose.
@@ -242,15 +274,17 @@ class Simulator:
         )
         self.log_config = LogConfig(segment_bytes=config.segment_bytes,
                                     index_interval_bytes=min(4096, config.segment_bytes // 4))
+        #: The initial configuration; spare nodes follow (`SimConfig.spares`).
         self.voters = tuple(range(config.nodes))
-        self.quorum = config.nodes // 2 + 1
+        self.ids = tuple(range(config.nodes + config.spares))
+        initial = Membership.of(self.voters)
         shm = Path("/dev/shm")
         self.root = Path(tempfile.mkdtemp(prefix="tidelog-sim-",
                                           dir=shm if shm.is_dir() else None))
         self.nodes = [
             _Node(i, max(1, round(TICK * (1 + rng.uniform(-config.clock_skew, config.clock_skew)))),
-                  self.root / f"node-{i}")
-            for i in self.voters
+                  self.root / f"node-{i}", initial if i in self.voters else _learner(i))
+            for i in self.ids
         ]
         self.driver: Driver[_Node] = Driver(self)
         self.clients = [_Client(i) for i in range(config.clients)]
@@ -272,6 +306,11 @@ class Simulator:
         self.chain_bases: list[int] = []
         self.chain_end = 0
         self.registry: dict[tuple[int, int], tuple[int, bytes, int | None]] = {}
+        #: The configurations in the committed chain, oldest first.
+        self.chain_confs = [ConfState(-1, initial)]
+        self.conf_changes = 0
+        #: The leader's removal under way: leadership was moved off it first.
+        self.leaving: int | None = None
         self.leaders: dict[int, int] = {}
         self.acked: list[Entry] = []
         self.elections: list[float] = []
@@ -297,6 +336,8 @@ class Simulator:
             self._at(self.rng.randrange(cfg.client_interval), _READ, r)
         if cfg.crash_weight + cfg.partition_weight + cfg.transfer_weight + cfg.retention_weight:
             self._at(cfg.nemesis_interval_ticks * TICK, _NEMESIS)
+        if cfg.membership_interval_ticks:
+            self._at(cfg.membership_interval_ticks * TICK, _MEMBERSHIP)
         self._heal_at = cfg.fault_ticks * TICK
         self._at(self._heal_at, _HEAL_ALL)
         result = SimResult(cfg, ok=True)
@@ -321,6 +362,8 @@ class Simulator:
         result.elections = self.elections
         result.failovers = self.failovers
         result.quiesces = self.quiesces
+        result.conf_changes = self.conf_changes
+        result.conf_commits = len(self.chain_confs) - 1
         return result
 
     def _loop(self) -> None:
@@ -351,6 +394,10 @@ class Simulator:
                     self.blocked = frozenset()
             elif kind == _HEAL_ALL:
                 self._heal_all()
+            elif kind == _WIPE:
+                self._wipe(self.nodes[b])
+            elif kind == _MEMBERSHIP:
+                self._membership()
             else:
                 self._deadline(b)
         if not self.finished:
@@ -369,15 +416,18 @@ class Simulator:
         self._check_recovered(node, store)
         hard_state = store.hard_state()
         node.core = RaftCore(
-            node.id, self.voters, store.replica_log, random.Random(self.rng.getrandbits(64)),
-            self.raft_config, hard_state, LogCodec(store.log), repair_floor=store.log.repair_floor,
+            node.id, node.bootstrap.voters, store.replica_log,
+            random.Random(self.rng.getrandbits(64)), self.raft_config, hard_state,
+            LogCodec(store.log), repair_floor=store.log.repair_floor,
+            learners=node.bootstrap.learners, conf_state=store.conf_state(),
         )
         node.replica = DrivenReplica(node.core, store, hard_state)
         # The HW is not written with every round (the node checkpoints it every few seconds,
         # as Kafka does): a restarted replica starts from the checkpointed one, never above
         # what it published before, and learns the rest from the leader.
         node.published_hw = node.core.high_watermark
-        node.heard = {v: self.now for v in self.voters if v != node.id}
+        node.heard = {v: self.now for v in self.ids if v != node.id}
+        node.confs = None
         node.quiesced = False
         self._at(self.now + self.rng.randrange(1, node.tick_interval + 1), _TICK, node,
                  node.incarnation)
@@ -483,6 +533,10 @@ class Simulator:
         if core.quiesced != node.quiesced:
             node.quiesced = core.quiesced
             self.quiesces += node.quiesced
+        confs = (core.conf_state, core.latest_conf)
+        if confs != node.confs:
+            node.confs = confs
+            self._check_majorities()
         assert node.replica is not None
         self.driver.send_prompt(((node, node.replica),))
         self._drive(node)
@@ -637,14 +691,19 @@ class Simulator:
                 self._commit_entry(node, e)
         if hw > log.log_start_offset:
             epoch = log.epoch_at(hw - 1)
-            held = 0
+            held = set()
             for other in self.nodes:
                 olog = other.durable
                 if olog.log_start_offset >= hw or olog.epoch_at(hw - 1) == epoch:
-                    held += 1
-            if held < self.quorum:
-                raise InvariantViolation(f"node {node.id}: HW {hw} but only {held} durable "
-                                         f"logs hold offset {hw - 1}")
+                    held.add(other.id)
+            # The leader counted the configuration in effect on it: the one committed at the
+            # HW, or one appended since (which some core's log holds).
+            configs = [self._chain_conf_at(hw - 1).membership]
+            configs += [n.core.membership for n in self.nodes if n.core is not None]
+            if not any(len(held & set(c.voters)) > len(c.voters) // 2 for c in configs):
+                raise InvariantViolation(f"node {node.id}: HW {hw} but only the durable logs of "
+                                         f"{sorted(held)} hold offset {hw - 1}, no majority of "
+                                         f"{configs[0].voters} or of any newer configuration")
         self._ack(node, hw)
 
     def _commit_entry(self, node: _Node, e: Entry) -> None:
@@ -654,11 +713,55 @@ class Simulator:
             self.chain.append(e)
             self.chain_bases.append(e.base_offset)
             self.chain_end = e.end_offset
+            membership = membership_of(e.data)
+            if membership is not None:
+                self._committed_conf(ConfState(e.base_offset, membership))
             return
         i = bisect.bisect_right(self.chain_bases, e.base_offset) - 1
         if i < 0 or self.chain[i] != e:
             raise InvariantViolation(f"node {node.id} committed a batch at {e.base_offset} "
                                      f"(epoch {e.epoch}) unlike the committed one")
+
+    def _chain_conf_at(self, offset: int) -> ConfState:
+        """The configuration committed at ``offset``: the newest chain entry at or below it."""
+        for conf in reversed(self.chain_confs):
+            if conf.offset <= offset:
+                return conf
+        return self.chain_confs[0]
+
+    def _committed_conf(self, conf: ConfState) -> None:
+        """A configuration entered the committed chain: one change from the one before. The
+        nodes it leaves out have their replicas deleted (`_wipe`), as the controller does once
+        a removal is committed."""
+        before = self.chain_confs[-1].membership
+        if not majorities_intersect(before, conf.membership):
+            raise InvariantViolation(f"never two majorities: configuration {conf} committed "
+                                     f"after {before}")
+        self.chain_confs.append(conf)
+        for other in self.nodes:
+            if not other.fresh and other.id not in conf.membership.members:
+                self._at(self.now + TICK, _WIPE, None, other.id)
+
+    def _check_majorities(self) -> None:
+        """Never two majorities. Every committed configuration a core knows is committed (its
+        HW is the leader's, and a reset takes the leader's), so the newest of them is; a core
+        whose log holds that one uses it or, one change at a time, a configuration one change
+        beyond: never one whose majorities can miss its majorities."""
+        cores = [n.core for n in self.nodes if n.core is not None]
+        holder = max(cores, key=lambda c: c.conf_state.offset)
+        known = holder.conf_state
+        epoch = holder.epoch_at(known.offset)
+        if known.offset >= 0 and epoch is None:
+            return  # its entry is gone from the holder's log (retention, a reset)
+        for core in cores:
+            latest = core.latest_conf
+            if latest.offset < max(known.offset, 0) or (
+                    known.offset >= 0 and core.epoch_at(known.offset) != epoch):
+                continue  # its log does not hold the newest committed configuration
+            if not majorities_intersect(latest.membership, known.membership):
+                raise InvariantViolation(f"never two majorities: node {core.id} uses "
+                                         f"{latest}, whose majorities miss those of the "
+                                         f"committed {known}")
 
     def _check_leader_completeness(self, node: _Node, core: RaftCore) -> None:
         last = self.chain_end - 1
@@ -706,7 +809,7 @@ class Simulator:
             node = self.nodes[c.leader_guess]
             core = node.core
             if core is None:
-                c.leader_guess = rng.randrange(cfg.nodes)
+                c.leader_guess = rng.randrange(len(self.nodes))
             else:
                 value = f"c{c.id}r{c.request}:".encode() + b"x" * rng.randrange(cfg.max_payload)
                 count = rng.randint(1, cfg.max_records)
@@ -715,7 +818,7 @@ class Simulator:
                     entry = core.propose(data, count)
                 except NotLeaderError as exc:
                     guess = exc.leader_id
-                    c.leader_guess = rng.randrange(cfg.nodes) if guess is None else guess
+                    c.leader_guess = rng.randrange(len(self.nodes)) if guess is None else guess
                 else:
                     c.sent_at = self.now
                     node.pending.append((entry, c.id, c.request))
@@ -733,14 +836,14 @@ class Simulator:
             node = self.nodes[r.leader_guess]
             core = node.core
             if core is None:
-                r.leader_guess = rng.randrange(cfg.nodes)
+                r.leader_guess = rng.randrange(len(self.nodes))
             else:
                 self.read_ctx += 1
                 try:
                     core.read_index(self.read_ctx)
                 except NotLeaderError as exc:
                     guess = exc.leader_id
-                    r.leader_guess = rng.randrange(cfg.nodes) if guess is None else guess
+                    r.leader_guess = rng.randrange(len(self.nodes)) if guess is None else guess
                 else:
                     r.ctx, r.sent_at = self.read_ctx, self.now
                     self.reads[r.ctx] = _Read(r.id, node.id, self.chain_end)
@@ -786,10 +889,10 @@ class Simulator:
             node = rng.choice(up)
             self._crash(node)
             self._at(self.now + duration, _RESTART, None, node.id)
-        elif kind == 1 and cfg.nodes > 1:
+        elif kind == 1 and len(self.ids) > 1:
             self._links_gen += 1
-            side = set(rng.sample(self.voters, rng.randint(1, cfg.nodes - 1)))
-            other = [v for v in self.voters if v not in side]
+            side = set(rng.sample(self.ids, rng.randint(1, len(self.ids) - 1)))
+            other = [v for v in self.ids if v not in side]
             pairs = {(a, b) for a in side for b in other}
             if rng.random() >= cfg.asymmetric_share:
                 pairs |= {(b, a) for a, b in pairs}
@@ -798,7 +901,8 @@ class Simulator:
         elif kind == 2:
             for n in up:
                 if n.core is not None and n.core.role is Role.LEADER:
-                    target = rng.choice([v for v in self.voters if v != n.id] or [n.id])
+                    target = rng.choice([v for v in n.core.membership.voters if v != n.id]
+                                        or [n.id])
                     if target != n.id:
                         n.core.transfer_leadership(target)
                         self._after(n, n.core)
@@ -820,6 +924,82 @@ class Simulator:
                     log.checkpoint()
                     node.durable.advance_log_start(base)
         self._at(self.now + cfg.nemesis_interval_ticks * TICK, _NEMESIS)
+
+    def _membership(self) -> None:
+        if not self.faults_on:
+            return
+        for n in self.nodes:
+            if n.core is not None and n.core.role is Role.LEADER:
+                self._change_membership(n, n.core)
+                break
+        self._at(self.now + self.cfg.membership_interval_ticks * TICK, _MEMBERSHIP)
+
+    def _change_membership(self, node: _Node, core: RaftCore) -> None:
+        """A step of a replica move, as the controller takes it (`_next_change`); sometimes a
+        second one at once, which a core must refuse while the first is pending."""
+        for _ in range(2):
+            change = self._next_change(node, core)
+            if change is None:
+                break
+            try:
+                core.propose_conf_change(change)
+            except (ConfChangeError, NotLeaderError):
+                break
+            self.conf_changes += 1
+            if self.rng.random() < 0.5:
+                break
+        self._after(node, core)
+
+    def _next_change(self, node: _Node, core: RaftCore) -> ConfChange | None:
+        """Grow by a fresh node as a learner, promote a learner once it caught up (or now and
+        then before: legal, only slower), or shrink by a voter, never below one less than the
+        initial size. A leaving leader first hands leadership over (`transfer_leadership`)
+        and is removed by its successor; sometimes it removes itself and steps down."""
+        rng = self.rng
+        membership = core.membership
+        leaving, self.leaving = self.leaving, None
+        if leaving is not None and leaving != node.id and leaving in membership.voters:
+            return ConfChange(ConfChangeType.REMOVE, leaving)
+        if membership.learners:
+            learner = rng.choice(membership.learners)
+            if core.match_of(learner) >= core.high_watermark or rng.random() < 0.2:
+                return ConfChange(ConfChangeType.PROMOTE, learner)
+            return ConfChange(ConfChangeType.REMOVE, learner) if rng.random() < 0.2 else None
+        fresh = [n.id for n in self.nodes if n.fresh and n.id not in membership.members]
+        if fresh and (len(membership.voters) < len(self.voters) or rng.random() < 0.5):
+            added = rng.choice(fresh)
+            self.nodes[added].fresh = False
+            return ConfChange(ConfChangeType.ADD_LEARNER, added)
+        if len(membership.voters) <= max(1, len(self.voters) - 1):
+            return None
+        voter = rng.choice(membership.voters)
+        if voter == node.id and rng.random() < 0.7:
+            core.transfer_leadership(rng.choice([v for v in membership.voters if v != voter]))
+            self.leaving = voter
+            return None
+        return ConfChange(ConfChangeType.REMOVE, voter)
+
+    def _wipe(self, node: _Node) -> None:
+        """The replica of a node whose removal committed is deleted, files and all, and the
+        node waits as a fresh learner-to-be. Not while a member's newer configuration (a
+        change not yet committed) still names it: then later."""
+        if node.fresh:
+            return
+        latest = self.chain_confs[-1].membership
+        if node.id in latest.members:
+            return
+        if any(n.core is not None and n.id in latest.members and node.id in
+               n.core.membership.members for n in self.nodes):
+            self._at(self.now + self.cfg.election_ticks * TICK, _WIPE, None, node.id)
+            return
+        if node.up:
+            self._crash(node)
+        shutil.rmtree(node.disk.directory, ignore_errors=True)
+        node.disk = SimDisk(node.disk.directory)
+        node.durable = MemoryLog()
+        node.bootstrap = _learner(node.id)
+        node.fresh = True
+        self._start(node)
 
     def _heal_all(self) -> None:
         self.faults_on = False
@@ -853,21 +1033,27 @@ class Simulator:
                                          f"faults healed")
             self._at(self.now + self.cfg.liveness_bound_ticks * TICK, _DEADLINE, None, 1)
             return
-        hws = {n.published_hw for n in self.nodes}
-        ends = {n.durable.log_end_offset for n in self.nodes}
+        members = self._members()
+        hws = {n.published_hw for n in members}
+        ends = {n.durable.log_end_offset for n in members}
         if len(hws) != 1 or hws != ends:
             raise InvariantViolation(f"convergence: HWs {sorted(hws)} and log ends "
                                      f"{sorted(ends)} differ after healing")
-        awake = [n.id for n in self.nodes if n.core is not None and not n.core.quiesced]
+        awake = [n.id for n in members if n.core is not None and not n.core.quiesced]
         if self.cfg.quiesce and awake:
             raise InvariantViolation(f"quiescence: nodes {awake} still tick with nothing to do "
                                      f"{self.cfg.liveness_bound_ticks} ticks after the last "
                                      f"request")
         self.finished = True
 
+    def _members(self) -> list[_Node]:
+        """The nodes of the newest committed configuration (removed ones hold no replica)."""
+        members = self.chain_confs[-1].membership.members
+        return [n for n in self.nodes if n.id in members]
+
     def _final_check(self) -> None:
         for entry in self.acked:
-            for node in self.nodes:
+            for node in self._members():
                 if entry.base_offset >= node.durable.log_start_offset and \
                         node.durable.entry_at(entry.base_offset) != entry:
                     raise InvariantViolation(f"acknowledged batch at {entry.base_offset} "

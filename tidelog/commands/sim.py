@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - started
         print(f"events={result.events} simulated_ticks={result.ticks} acked={result.acked} "
               f"reads={result.reads} elections={result.elections} failovers={result.failovers} "
-              f"quiesces={result.quiesces} events_per_s={result.events / elapsed:.0f}")
+              f"quiesces={result.quiesces} conf_changes={result.conf_changes} "
+              f"conf_commits={result.conf_commits} events_per_s={result.events / elapsed:.0f}")
         if not result.ok:
             print(f"FAILED: {result.failure}", file=sys.stderr)
             return 1
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     seeds: range = args.seeds
-    failures = events = quiesces = 0
+    failures = events = quiesces = conf_changes = conf_commits = 0
     elections: list[float] = []
     failovers: list[float] = []
     items = [(seed, args) for seed in seeds]
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         for done, result in enumerate(results, 1):
             events += result.events
             quiesces += result.quiesces
+            conf_changes += result.conf_changes
+            conf_commits += result.conf_commits
             elections.extend(result.elections)
             failovers.extend(result.failovers)
             if not result.ok:
@@ -118,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             print(file=sys.stderr)
     elapsed = time.perf_counter() - started
     print(f"seeds={len(seeds)} failures={failures} events={events} quiesces={quiesces} "
+          f"conf_changes={conf_changes} conf_commits={conf_commits} "
           f"events_per_s={events / elapsed:.0f} wall_s={elapsed:.1f}")
     for name, samples in (("election", elections), ("failover", failovers)):
         if samples:
