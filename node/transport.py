@@ -136,6 +136,8 @@ class Outgoing:
         if isinstance(m, AppendRequest):
             for e in m.entries:
                 size += _ENTRY_ROOM + len(e.data)
+            if m.conf_state is not None:
+                size += _ITEM_ROOM + _ISR_ROOM * len(m.conf_state.membership.members)
         self._make_room(size)
         add_message(self.env, self.payload, tp, m)
 

@@ -27,9 +27,11 @@ from tidelog.records import MAX_BATCH_BYTES, MAX_MESSAGE_BYTES, RecordInput, bui
 from tidelog.replication import (
     AppendRequest,
     AppendResponse,
+    ConfState,
     Entry,
     Heartbeat,
     HeartbeatResponse,
+    Membership,
     Message,
     PreVoteRequest,
     PreVoteResponse,
@@ -65,6 +67,8 @@ def test_every_message_kind_round_trips_with_its_batches() -> None:
         (A, AppendRequest(5, 1, 2, 9, 4, (_entry(10, 3, 5), _entry(13, 1, 5)), 11)),
         (B, AppendRequest(2, 1, 2, -1, -1, (), 0)),
         (B, AppendRequest(2, 1, 2, 0, 2, (_entry(1, 2, 2),), 1)),
+        (A, AppendRequest(5, 1, 2, 6, -1, (_entry(7, 1, 5),), 9,
+                          ConfState(4, Membership.of([1, 2, 3], [7])))),
         (A, AppendResponse(5, 1, 2, False, 0, 9, 7, 4)),
         (A, PreVoteRequest(6, 1, 2, 14, 5)),
         (B, VoteRequest(3, 1, 2, 3, 2, True)),
@@ -97,6 +101,21 @@ def test_a_truncated_frame_is_refused(cut: int) -> None:
         list(frames(message[:cut]))
 
 
+@pytest.mark.parametrize(("offset", "voters", "learners"),
+                         [(-2, [1], []), (3, [], [1]), (3, [1], [1]), (3, [-4], [])])
+def test_a_configuration_no_leader_sends_is_refused(
+        offset: int, voters: list[int], learners: list[int]) -> None:
+    env = rpb.RaftEnvelope(src=1, dst=2)
+    pm = env.messages.add(group=rpb.GroupId(topic="t", partition=0), term=3)
+    pm.append_request.prev_offset = 5
+    pm.append_request.prev_epoch = -1
+    pm.append_request.conf_state.offset = offset
+    pm.append_request.conf_state.voters.extend(voters)
+    pm.append_request.conf_state.learners.extend(learners)
+    with pytest.raises(ValueError):
+        list(messages_of(env, memoryview(b"")))
+
+
 # ---- sizes -----------------------------------------------------------------------------------
 
 LONGEST = TopicPartition("t" * 249, 2**31 - 1)  # Kafka's longest topic name
@@ -108,7 +127,8 @@ def _worst_case_items() -> list[tuple[str, Message | None]]:
     return [
         ("heartbeat", Heartbeat(NEG, -1, -2, NEG, NEG)),
         ("heartbeat response", HeartbeatResponse(NEG, -1, -2, NEG)),
-        ("append", AppendRequest(NEG, -1, -2, NEG, NEG, (big_entry,) * 3, NEG)),
+        ("append", AppendRequest(NEG, -1, -2, NEG, NEG, (big_entry,) * 3, NEG,
+                                 ConfState(NEG, Membership.of(range(2**31 - 5, 2**31))))),
         ("append response", AppendResponse(NEG, -1, -2, True, NEG, NEG, NEG, NEG)),
         ("vote request", VoteRequest(NEG, -1, -2, NEG, NEG, True)),
         ("announcement", None),
