@@ -198,7 +198,7 @@ class _Ping(NamedTuple):
 class _Node:
     __slots__ = ("bootstrap", "confs", "core", "disk", "durable", "fresh", "heard", "id",
                  "incarnation", "pending", "published_hw", "quiesced", "replica", "round",
-                 "store", "tick_interval", "ticks", "up")
+                 "store", "tick_interval", "ticks", "up", "wiped")
 
     def __init__(self, node_id: int, tick_interval: int, directory: Path,
                  bootstrap: Membership) -> None:
@@ -207,8 +207,13 @@ class _Node:
         #: voters; for any other node, and for one whose replica was deleted, itself as a
         #: learner (as the controller creates a replica it adds).
         self.bootstrap = bootstrap
-        #: Holds no replica data (never a member, or deleted since): it may be added.
+        #: Never a member: it may be added. A node whose replica was deleted is never added
+        #: again: its new replica would have forgotten the votes the old one gave (a restart
+        #: keeps them), and could vote twice in a term (seeds 190 and 785 --swarm, when the
+        #: simulator re-added such nodes). Re-adding needs an incarnation id beside the node
+        #: id in the configuration (KRaft's directory id, KIP-853), not built.
         self.fresh = node_id not in bootstrap.voters
+        self.wiped = False
         #: (committed, newest) configurations of its core when last checked.
         self.confs: tuple[ConfState, ConfState] | None = None
         self.tick_interval = tick_interval
@@ -701,9 +706,9 @@ class Simulator:
             configs = [self._chain_conf_at(hw - 1).membership]
             configs += [n.core.membership for n in self.nodes if n.core is not None]
             if not any(len(held & set(c.voters)) > len(c.voters) // 2 for c in configs):
-                raise InvariantViolation(f"node {node.id}: HW {hw} but only the durable logs of "
-                                         f"{sorted(held)} hold offset {hw - 1}, no majority of "
-                                         f"{configs[0].voters} or of any newer configuration")
+                raise InvariantViolation(f"node {node.id}: HW {hw} but the durable logs hold "
+                                         f"offset {hw - 1} only on {sorted(held)}, no majority "
+                                         f"of {configs[0].voters} or of a newer configuration")
         self._ack(node, hw)
 
     def _commit_entry(self, node: _Node, e: Entry) -> None:
@@ -739,7 +744,7 @@ class Simulator:
                                      f"after {before}")
         self.chain_confs.append(conf)
         for other in self.nodes:
-            if not other.fresh and other.id not in conf.membership.members:
+            if not (other.fresh or other.wiped) and other.id not in conf.membership.members:
                 self._at(self.now + TICK, _WIPE, None, other.id)
 
     def _check_majorities(self) -> None:
@@ -980,10 +985,10 @@ class Simulator:
         return ConfChange(ConfChangeType.REMOVE, voter)
 
     def _wipe(self, node: _Node) -> None:
-        """The replica of a node whose removal committed is deleted, files and all, and the
-        node waits as a fresh learner-to-be. Not while a member's newer configuration (a
-        change not yet committed) still names it: then later."""
-        if node.fresh:
+        """The replica of a node whose removal committed is deleted, files and all (never to
+        be added again: see `_Node.fresh`). Not while a member's newer configuration (a change
+        not yet committed) still names it: then later."""
+        if node.fresh or node.wiped:
             return
         latest = self.chain_confs[-1].membership
         if node.id in latest.members:
@@ -998,7 +1003,7 @@ class Simulator:
         node.disk = SimDisk(node.disk.directory)
         node.durable = MemoryLog()
         node.bootstrap = _learner(node.id)
-        node.fresh = True
+        node.wiped = True
         self._start(node)
 
     def _heal_all(self) -> None:
