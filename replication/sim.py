@@ -208,10 +208,11 @@ class _Node:
         #: learner (as the controller creates a replica it adds).
         self.bootstrap = bootstrap
         #: Never a member: it may be added. A node whose replica was deleted is never added
-        #: again: its new replica would have forgotten the votes the old one gave (a restart
-        #: keeps them), and could vote twice in a term (seeds 190 and 785 --swarm, when the
-        #: simulator re-added such nodes). Re-adding needs an incarnation id beside the node
-        #: id in the configuration (KRaft's directory id, KIP-853), not built.
+        #: again, and keeps no replica at all: a new one would have forgotten the votes the
+        #: old one gave (a restart keeps them), and could vote twice in a term (seeds 190, 785
+        #: and 2601 --swarm, when the simulator re-added such nodes or let their fresh replica
+        #: answer). Re-adding needs an incarnation id beside the node id in the configuration
+        #: (KRaft's directory id, KIP-853), not built.
         self.fresh = node_id not in bootstrap.voters
         self.wiped = False
         #: (committed, newest) configurations of its core when last checked.
@@ -392,7 +393,7 @@ class Simulator:
                 self._nemesis()
             elif kind == _RESTART:
                 node = self.nodes[b]
-                if not node.up:
+                if not node.up and not node.wiped:
                     self._start(node)
             elif kind == _HEAL_LINKS:
                 if b == self._links_gen:
@@ -1000,18 +1001,17 @@ class Simulator:
         if node.up:
             self._crash(node)
         shutil.rmtree(node.disk.directory, ignore_errors=True)
-        node.disk = SimDisk(node.disk.directory)
         node.durable = MemoryLog()
-        node.bootstrap = _learner(node.id)
+        # No replica is left to answer anything: a fresh one answering votes under the old id
+        # elected a stale candidate that still counted it (seed 2601 --swarm).
         node.wiped = True
-        self._start(node)
 
     def _heal_all(self) -> None:
         self.faults_on = False
         self.blocked = frozenset()
         self.drop_rate = 0.0
         for node in self.nodes:
-            if not node.up:
+            if not node.up and not node.wiped:
                 self._start(node)
         if not any(n.core is not None and n.core.role is Role.LEADER for n in self.nodes):
             self._leader_lost_at = None
