@@ -76,7 +76,13 @@ def test_the_first_find_coordinator_creates_the_topic_and_answers_not_available_
     assert first.error_code == errors.CoordinatorNotAvailableError.code, first
     assert first.error_message and first.node_id == -1 and not first.address
     answer = found(fresh_raw, asked, "g")
-    md = fresh_raw.metadata(asked, OFFSETS)
+    # The answer may come forwarded from the controller while the asked node has yet to apply
+    # the topic's record; its own Metadata shows the topic once it has.
+    def shown() -> pb.TopicMetadata | None:
+        md = fresh_raw.metadata(asked, OFFSETS)
+        return md if md.partitions else None
+
+    md = wait_for(shown, what="the asked node's metadata to show the offsets topic")
     assert len(md.partitions) == PARTITIONS
     assert all(len(p.replicas) == 3 for p in md.partitions)
     assert md.configs["cleanup.policy"] == "compact"
