@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tidelog.acl import AclBinding, AclBindingFilter
@@ -23,22 +23,31 @@ from tidelog.coordinator.acls import AclIndex, check_binding, check_filter
 from tidelog.coordinator.metadata_records import (
     AccessControlEntryRecord,
     ConfigRecord,
+    FenceNodeRecord,
     MetadataRecord,
     MetadataRecordError,
     PartitionRecord,
     ProducerIdsRecord,
+    RegisterNodeRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnfenceNodeRecord,
+    UnregisterNodeRecord,
+    address_problem,
     decode_record,
+    valid_incarnation,
 )
 from tidelog.errors import (
+    BrokerIdNotRegisteredError,
+    DuplicateBrokerRegistrationError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
+    StaleBrokerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -71,6 +80,28 @@ class TopicImage:
     @property
     def partition_count(self) -> int:
         return len(self.assignment)
+
+
+@dataclass(frozen=True)
+class NodeImage:
+    """One registered node as every node knows it (Kafka's BrokerRegistration)."""
+
+    node_id: int
+    #: The incarnation of the node's data dir (32 hex digits): a wiped node is another one.
+    incarnation: str
+    #: The offset of the node's registration record (Kafka's broker epoch): fence and unfence
+    #: records, and heartbeats, name it.
+    epoch: int
+    #: Where the other nodes reach it (its node-to-node listener) and where clients do.
+    internal_address: str
+    client_address: str
+    #: Fenced: its heartbeats stopped for the session timeout (or it registered and has not
+    #: heartbeated yet). A fenced node takes no new replicas and Metadata leaves it out.
+    fenced: bool
+
+    @property
+    def alive(self) -> bool:
+        return not self.fenced
 
 
 def validate_topic_name(name: str) -> None:
@@ -107,7 +138,22 @@ class MetadataImage:
     #: Dynamic node configs (Kafka's broker ConfigRecords): "" -> every node's default,
     #: "<node id>" -> that node's own, which wins over the default.
     node_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Registered nodes by id (RegisterNodeRecord and the fencing records after it).
+    nodes: dict[int, NodeImage] = field(default_factory=dict)
     applied_offset: int = -1
+
+    # -- nodes (read by every node) ------------------------------------------------------------
+
+    def node(self, node_id: int) -> NodeImage | None:
+        """The registration of `node_id`; None for a node that never registered (or left)."""
+        return self.nodes.get(node_id)
+
+    def live_node_ids(self) -> list[int]:
+        """The registered nodes that are not fenced, by id: where new replicas may go."""
+        return sorted(n for n, node in self.nodes.items() if not node.fenced)
+
+    def registered_node_ids(self) -> list[int]:
+        return sorted(self.nodes)
 
     # -- decisions (controller leader only) ---------------------------------------------------
 
@@ -321,6 +367,85 @@ class MetadataImage:
                     records.append(RemoveAccessControlEntryRecord(acl_id))
         return records, outcomes
 
+    def plan_register(
+        self,
+        node_id: int,
+        incarnation: str,
+        internal_address: str,
+        client_address: str,
+        *,
+        fenced: bool,
+        reserved_ids: Collection[int] = (),
+    ) -> RegisterNodeRecord | None:
+        """A node's registration (Kafka's BrokerRegistration): the record to propose, or None
+        when the node is registered exactly so already (a restart that changed nothing writes
+        nothing). `node_id` -1 asks for a new id: one above every id registered, in
+        `reserved_ids` (the configured peers) or named by a replica list. An id registered by
+        another incarnation that is not fenced is DUPLICATE_BROKER_REGISTRATION (101): a wiped
+        node that comes back under the same id waits until the old one is fenced. Bad fields
+        are INVALID_REQUEST."""
+        if node_id < -1:
+            raise InvalidRequestError(
+                f"node id {node_id} is negative: give an id >= 0, or none to be assigned one"
+            )
+        if not valid_incarnation(incarnation):
+            raise InvalidRequestError(
+                f"incarnation id {incarnation!r} is not 32 hex digits (16 random bytes)"
+            )
+        for what, address in (("node-to-node", internal_address), ("client", client_address)):
+            problem = address_problem(address)
+            if problem is not None:
+                raise InvalidRequestError(f"{what} address {problem}")
+        if node_id == -1:
+            used = {*self.nodes, *reserved_ids}
+            used.update(n for topic in self.topics.values() for r in topic.assignment for n in r)
+            node_id = max(used, default=0) + 1
+        existing = self.nodes.get(node_id)
+        if existing is not None and existing.incarnation != incarnation and not existing.fenced:
+            raise DuplicateBrokerRegistrationError(
+                f"node {node_id} is registered by another incarnation "
+                f"({existing.incarnation}, at {existing.internal_address}) that is not fenced: "
+                "stop it, or wait until its session times out"
+            )
+        for other in self.nodes.values():
+            if (other.node_id != node_id and not other.fenced
+                    and internal_address in (other.internal_address, other.client_address)):
+                raise InvalidRequestError(
+                    f"address {internal_address} is registered by live node {other.node_id}"
+                )
+        if (existing is not None and existing.incarnation == incarnation
+                and existing.internal_address == internal_address
+                and existing.client_address == client_address and existing.fenced == fenced):
+            return None
+        return RegisterNodeRecord(node_id, incarnation, internal_address, client_address, fenced)
+
+    def check_heartbeat(self, node_id: int, epoch: int) -> NodeImage:
+        """The registration a heartbeat of `node_id` at `epoch` belongs to;
+        BROKER_ID_NOT_REGISTERED (102) or STALE_BROKER_EPOCH (77), after which the node
+        registers again."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise BrokerIdNotRegisteredError(f"node {node_id} is not registered")
+        if node.epoch != epoch:
+            raise StaleBrokerEpochError(
+                f"node {node_id} heartbeats at epoch {epoch}; its registration's is {node.epoch}"
+            )
+        return node
+
+    def plan_fence(self, node_id: int) -> FenceNodeRecord | None:
+        """Fence a registered node (its session timed out); None when it is not registered or
+        is fenced already."""
+        node = self.nodes.get(node_id)
+        if node is None or node.fenced:
+            return None
+        return FenceNodeRecord(node_id, node.epoch)
+
+    def plan_unfence(self, node_id: int) -> UnfenceNodeRecord | None:
+        node = self.nodes.get(node_id)
+        if node is None or not node.fenced:
+            return None
+        return UnfenceNodeRecord(node_id, node.epoch)
+
     def leader_counts(self) -> dict[int, int]:
         """How many partitions prefer each node as leader: new topics fill the least loaded."""
         counts: dict[int, int] = {}
@@ -358,6 +483,21 @@ class MetadataImage:
                 )
         elif isinstance(record, ConfigRecord):
             self._apply_config(record)
+        elif isinstance(record, RegisterNodeRecord):
+            self.nodes[record.node_id] = NodeImage(
+                record.node_id, record.incarnation, offset, record.internal_address,
+                record.client_address, record.fenced,
+            )
+        elif isinstance(record, FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord):
+            node = self.nodes.get(record.node_id)
+            if node is None or node.epoch != record.epoch:
+                return  # meant for an earlier registration
+            if isinstance(record, UnregisterNodeRecord):
+                del self.nodes[record.node_id]
+            else:
+                self.nodes[record.node_id] = dataclasses.replace(
+                    node, fenced=isinstance(record, FenceNodeRecord)
+                )
         else:
             topic = self.topics.get(record.name)
             if topic is not None and topic.topic_id == record.topic_id:

@@ -12,7 +12,10 @@ change, because every node must apply exactly the same records.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
@@ -41,6 +44,10 @@ _ACCESS_CONTROL_ENTRY: Final = 4
 _REMOVE_ACCESS_CONTROL_ENTRY: Final = 5
 _PARTITION: Final = 6
 _CONFIG: Final = 7
+_REGISTER_NODE: Final = 8
+_FENCE_NODE: Final = 9
+_UNFENCE_NODE: Final = 10
+_UNREGISTER_NODE: Final = 11
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -162,6 +169,78 @@ class ConfigRecord:
         return f"node configs {self.resource_name}"
 
 
+#: An incarnation id: 16 random bytes as 32 lowercase hex digits (Kafka's Uuid; all zeros,
+#: Kafka's Uuid.ZERO_UUID, is no incarnation).
+_INCARNATION = re.compile(r"[0-9a-f]{32}")
+#: The longest address a node record holds (a DNS name is at most 253 characters).
+MAX_ADDRESS_LENGTH: Final = 300
+
+
+def node_subject(node_id: int) -> str:
+    """The subject of every change to one node's registration: one at a time per node (not a
+    legal topic name)."""
+    return f"node {node_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterNodeRecord:
+    """A node registered with the controller (Kafka's RegisterBrokerRecord): its id, the
+    incarnation of its data dir (a wiped node that comes back with the same id is another
+    incarnation), where the other nodes reach it (node-to-node listener) and where clients do,
+    and whether it starts fenced. The record's offset becomes the registration's epoch (Kafka's
+    broker epoch), which fence and unfence records name, so that one meant for an earlier
+    registration misses the current one."""
+
+    node_id: int
+    incarnation: str
+    internal_address: str
+    client_address: str
+    fenced: bool
+
+    @property
+    def subject(self) -> str:
+        return node_subject(self.node_id)
+
+
+@dataclass(frozen=True, slots=True)
+class FenceNodeRecord:
+    """The controller fenced a node whose heartbeats stopped for the session timeout (Kafka's
+    FenceBrokerRecord): it takes no new replicas and Metadata leaves it out."""
+
+    node_id: int
+    epoch: int
+
+    @property
+    def subject(self) -> str:
+        return node_subject(self.node_id)
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceNodeRecord:
+    """A fenced node heartbeats again (Kafka's UnfenceBrokerRecord)."""
+
+    node_id: int
+    epoch: int
+
+    @property
+    def subject(self) -> str:
+        return node_subject(self.node_id)
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterNodeRecord:
+    """A node left the cluster for good (Kafka's UnregisterBrokerRecord)."""
+
+    node_id: int
+    epoch: int
+
+    @property
+    def subject(self) -> str:
+        return node_subject(self.node_id)
+
+
+NodeRecord = RegisterNodeRecord | FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord
+
 MetadataRecord = (
     TopicRecord
     | RemoveTopicRecord
@@ -170,6 +249,10 @@ MetadataRecord = (
     | RemoveAccessControlEntryRecord
     | PartitionRecord
     | ConfigRecord
+    | RegisterNodeRecord
+    | FenceNodeRecord
+    | UnfenceNodeRecord
+    | UnregisterNodeRecord
 )
 
 
@@ -221,6 +304,17 @@ def encode_record(record: MetadataRecord) -> bytes:
         out += _U16.pack(len(record.replicas))
         for node_id in record.replicas:
             out += _I32.pack(node_id)
+    elif isinstance(record, RegisterNodeRecord):
+        out.append(_REGISTER_NODE)
+        out += _I32.pack(record.node_id)
+        _put_str(out, record.incarnation)
+        _put_str(out, record.internal_address)
+        _put_str(out, record.client_address)
+        out += _U8.pack(record.fenced)
+    elif isinstance(record, FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord):
+        out.append(_NODE_KINDS[type(record)])
+        out += _I32.pack(record.node_id)
+        out += _I64.pack(record.epoch)
     else:
         out.append(_CONFIG)
         out += _U8.pack(record.resource_type)
@@ -230,6 +324,14 @@ def encode_record(record: MetadataRecord) -> bytes:
         if record.value is not None:
             _put_str(out, record.value)
     return bytes(out)
+
+
+_EpochRecord = type[FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord]
+_NODE_KINDS: Final[dict[_EpochRecord, int]] = {
+    FenceNodeRecord: _FENCE_NODE, UnfenceNodeRecord: _UNFENCE_NODE,
+    UnregisterNodeRecord: _UNREGISTER_NODE,
+}
+_NODE_RECORDS: Final = {kind: cls for cls, kind in _NODE_KINDS.items()}
 
 
 def _put_str(out: bytearray, text: str) -> None:
@@ -310,12 +412,20 @@ class _Reader:
             config_type = self._int(_U8)
             resource_name = self._str()
             name = self._str()
-            has_value = self._int(_U8)
-            if has_value > 1:
-                raise MetadataRecordError(f"config record flag {has_value} is not 0 or 1")
+            has_value = self._flag()
             record = ConfigRecord(
                 config_type, resource_name, name, self._str() if has_value else None
             )
+        elif kind == _REGISTER_NODE:
+            node_id = self._int(_I32)
+            incarnation = self._str()
+            internal_address = self._str()
+            client_address = self._str()
+            record = RegisterNodeRecord(
+                node_id, incarnation, internal_address, client_address, self._flag()
+            )
+        elif kind in _NODE_RECORDS:
+            record = _NODE_RECORDS[kind](self._int(_I32), self._int(_I64))
         else:
             raise MetadataRecordError(f"unknown metadata record kind {kind}")
         if self._pos != len(self._data):
@@ -331,6 +441,12 @@ class _Reader:
         (value,) = field_.unpack_from(self._data, self._pos)
         self._pos = end
         return int(value)
+
+    def _flag(self) -> bool:
+        value = self._int(_U8)
+        if value > 1:
+            raise MetadataRecordError(f"flag {value} is not 0 or 1")
+        return value == 1
 
     def _enum(self, kind: type[_E]) -> _E:
         value = self._int(_U8)
@@ -409,6 +525,36 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def valid_incarnation(incarnation: str) -> bool:
+    return bool(_INCARNATION.fullmatch(incarnation)) and incarnation != "0" * 32
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port`` for IPv6) split, or None when it is not one."""
+    host, sep, port_text = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        return None
+    return host, int(port_text)
+
+
+def address_problem(address: str) -> str | None:
+    """What is wrong with an address a node registers (None: nothing): it must be a
+    HOST:PORT others can dial, so no port 0 and no wildcard host."""
+    if len(address) > MAX_ADDRESS_LENGTH:
+        return f"is {len(address)} characters long, the limit is {MAX_ADDRESS_LENGTH}"
+    parts = split_address(address)
+    if parts is None or not address.isprintable() or any(c.isspace() for c in address):
+        return f"{address!r} is not HOST:PORT"
+    host, port = parts
+    if port == 0:
+        return f"{address!r} has port 0: others need the port the node bound"
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_unspecified:
+            return f"{address!r} is a wildcard: others need an address to dial"
+    return None
+
+
 def _check(record: MetadataRecord) -> None:
     """What every record of a kind must satisfy whatever its format."""
     if isinstance(record, TopicRecord):
@@ -446,6 +592,24 @@ def _check(record: MetadataRecord) -> None:
                 or (record.resource_name.isascii() and record.resource_name.isdigit())):
             raise MetadataRecordError(
                 f"config record names node {record.resource_name!r}, not an id or \"\""
+            )
+    elif isinstance(record, RegisterNodeRecord):
+        if record.node_id < 0 or not valid_incarnation(record.incarnation):
+            raise MetadataRecordError(
+                f"node record of node {record.node_id} has a bad id or incarnation "
+                f"{record.incarnation!r}"
+            )
+        for what, address in (("node-to-node", record.internal_address),
+                               ("client", record.client_address)):
+            problem = address_problem(address)
+            if problem is not None:
+                raise MetadataRecordError(
+                    f"node record of node {record.node_id}: {what} address {problem}"
+                )
+    elif isinstance(record, FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord):
+        if record.node_id < 0 or record.epoch < 0:
+            raise MetadataRecordError(
+                f"{type(record).__name__} names node {record.node_id} at epoch {record.epoch}"
             )
     elif record.acl_id < 1:
         raise MetadataRecordError(f"ACL record id {record.acl_id} is not >= 1")

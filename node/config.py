@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tidelog.coordinator.controller import MAX_PARTITIONS
+from tidelog.coordinator.metadata_records import split_address
 from tidelog.errors import InvalidConfigError
 from tidelog.properties import read_properties
 
@@ -556,11 +557,10 @@ def format_peers(peers: Mapping[int, str]) -> str:
 
 def _parse_address(what: str, address: str) -> tuple[str, int]:
     """Splits ``host:port`` (``[::1]:port`` for IPv6) with a clear error naming ``what``."""
-    host, sep, port_text = address.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+    parts = split_address(address)
+    if parts is None:
         raise InvalidConfigError(f"{what}: expected HOST:PORT, got {address!r}")
-    return host, int(port_text)
+    return parts
 
 
 def format_address(host: str, port: int) -> str:

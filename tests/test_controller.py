@@ -72,7 +72,7 @@ def test_every_truncation_and_any_trailing_byte_is_refused(record: MetadataRecor
     ("raw", "why"),
     [
         (b"\x07\x01", "unknown metadata record format 7"),
-        (b"\x01\x09", "unknown metadata record kind 9"),
+        (b"\x01\x63", "unknown metadata record kind 99"),
         (b"\x01\x02\x00\x00\x00\x02\xff\xfe" + bytes(8), "not UTF-8"),
         (b"\x01\x01\x00\x00\x00\x01t" + (1).to_bytes(8) + b"\xff\xff\xff\xff", "does not fit"),
         (encode_record(TopicRecord("t", 1, ((1, 1),))), "bad replica list"),

@@ -1,0 +1,160 @@
+"""Node registration in the controller's state machine alone (no cluster): the node records,
+their encoding and strict decoding, `MetadataImage.nodes`, assigned ids, fencing by epoch, and
+the refusals with Kafka's codes (DUPLICATE_BROKER_REGISTRATION, BROKER_ID_NOT_REGISTERED,
+STALE_BROKER_EPOCH, INVALID_REQUEST)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.coordinator.controller import MetadataImage, NodeImage
+from tidelog.coordinator.metadata_records import (
+    FenceNodeRecord,
+    MetadataRecord,
+    MetadataRecordError,
+    RegisterNodeRecord,
+    UnfenceNodeRecord,
+    UnregisterNodeRecord,
+    decode_record,
+    encode_record,
+)
+from tidelog.errors import (
+    BrokerIdNotRegisteredError,
+    DuplicateBrokerRegistrationError,
+    InvalidRequestError,
+    StaleBrokerEpochError,
+)
+
+OLD = "0123456789abcdef0123456789abcdef"
+NEW = "fedcba9876543210fedcba9876543210"
+
+RECORDS: list[MetadataRecord] = [
+    RegisterNodeRecord(4, OLD, "127.0.0.1:7500", "127.0.0.1:7501", True),
+    RegisterNodeRecord(0, NEW, "[::1]:1", "node-0.example:65535", False),
+    FenceNodeRecord(4, 17),
+    UnfenceNodeRecord(4, 17),
+    UnregisterNodeRecord(4, 2**40),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_node_records_round_trip(record: MetadataRecord) -> None:
+    assert decode_record(encode_record(record)) == record
+
+
+@pytest.mark.parametrize("record", [
+    RegisterNodeRecord(-1, OLD, "127.0.0.1:1", "127.0.0.1:2", False),
+    RegisterNodeRecord(1, "0" * 32, "127.0.0.1:1", "127.0.0.1:2", False),
+    RegisterNodeRecord(1, OLD.upper(), "127.0.0.1:1", "127.0.0.1:2", False),
+    RegisterNodeRecord(1, OLD[:-1], "127.0.0.1:1", "127.0.0.1:2", False),
+    RegisterNodeRecord(1, OLD, "127.0.0.1", "127.0.0.1:2", False),
+    RegisterNodeRecord(1, OLD, "127.0.0.1:1", "0.0.0.0:2", False),
+    RegisterNodeRecord(1, OLD, "127.0.0.1:0", "127.0.0.1:2", False),
+    RegisterNodeRecord(1, OLD, "127.0.0.1:1", "host :2", False),
+    FenceNodeRecord(-1, 3),
+    UnfenceNodeRecord(1, -1),
+])
+def test_bad_node_records_do_not_decode(record: MetadataRecord) -> None:
+    with pytest.raises(MetadataRecordError):
+        decode_record(encode_record(record))
+
+
+def test_damaged_node_records_do_not_decode() -> None:
+    encoded = encode_record(RECORDS[0])
+    with pytest.raises(MetadataRecordError, match="flag 2"):
+        decode_record(encoded[:-1] + b"\x02")
+    with pytest.raises(MetadataRecordError):
+        decode_record(encoded[:-2])
+    with pytest.raises(MetadataRecordError, match="left over"):
+        decode_record(encode_record(RECORDS[2]) + b"\x00")
+
+
+def _register(image: MetadataImage, offset: int, *args: object, **kwargs: object) -> NodeImage:
+    record = image.plan_register(*args, **kwargs)  # type: ignore[arg-type]
+    assert record is not None
+    image.apply(offset, record)
+    node = image.node(record.node_id)
+    assert node is not None
+    return node
+
+
+def test_registration_fencing_and_the_read_api() -> None:
+    image = MetadataImage()
+    one = _register(image, 0, 1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False)
+    assert one == NodeImage(1, OLD, 0, "127.0.0.1:9001", "127.0.0.1:8001", False)
+    two = _register(image, 1, 2, NEW, "127.0.0.1:9002", "127.0.0.1:8002", fenced=True)
+    assert two.epoch == 1 and two.fenced
+    assert image.live_node_ids() == [1] and image.registered_node_ids() == [1, 2]
+    assert image.plan_fence(2) is None and image.plan_unfence(1) is None
+    image.apply(2, image.plan_unfence(2))  # type: ignore[arg-type]
+    assert image.live_node_ids() == [1, 2]
+    image.apply(3, image.plan_fence(1))  # type: ignore[arg-type]
+    assert image.live_node_ids() == [2] and image.node(1).fenced  # type: ignore[union-attr]
+    # A record meant for an earlier registration misses the current one.
+    again = _register(image, 4, 1, OLD, "127.0.0.1:9011", "127.0.0.1:8011", fenced=False)
+    image.apply(5, FenceNodeRecord(1, one.epoch))
+    assert image.node(1) == again and not again.fenced and again.epoch == 4
+    image.apply(6, UnregisterNodeRecord(2, two.epoch))
+    assert image.node(2) is None and image.live_node_ids() == [1]
+    assert image.node(99) is None
+
+
+def test_an_unchanged_registration_writes_nothing() -> None:
+    image = MetadataImage()
+    _register(image, 0, 1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False)
+    assert image.plan_register(1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False) is None
+    changed = image.plan_register(1, OLD, "127.0.0.1:9101", "127.0.0.1:8001", fenced=False)
+    assert changed is not None and changed.internal_address == "127.0.0.1:9101"
+
+
+def test_assigned_ids_come_above_every_known_id() -> None:
+    image = MetadataImage()
+    first = image.plan_register(-1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=True)
+    assert first is not None and first.node_id == 1
+    with_peers = image.plan_register(-1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=True,
+                                     reserved_ids=[1, 2, 3])
+    assert with_peers is not None and with_peers.node_id == 4
+    image.apply(0, image.plan_create("t", 1, 1, {}, [7]))
+    placed = image.plan_register(-1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=True,
+                                 reserved_ids=[1, 2, 3])
+    assert placed is not None and placed.node_id == 8  # node 7 holds a replica
+
+
+def test_another_incarnation_is_refused_while_the_old_one_is_alive() -> None:
+    image = MetadataImage()
+    old = _register(image, 0, 4, OLD, "127.0.0.1:9004", "127.0.0.1:8004", fenced=False)
+    with pytest.raises(DuplicateBrokerRegistrationError) as refused:
+        image.plan_register(4, NEW, "127.0.0.1:9104", "127.0.0.1:8104", fenced=True)
+    assert refused.value.code == 101
+    image.apply(1, image.plan_fence(4))  # type: ignore[arg-type]
+    wiped = _register(image, 2, 4, NEW, "127.0.0.1:9104", "127.0.0.1:8104", fenced=True)
+    assert wiped.incarnation == NEW and wiped.epoch == 2 and old.epoch == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((-2, OLD, "127.0.0.1:1", "127.0.0.1:2"), "negative"),
+    ((1, "not-an-id", "127.0.0.1:1", "127.0.0.1:2"), "32 hex digits"),
+    ((1, "0" * 32, "127.0.0.1:1", "127.0.0.1:2"), "32 hex digits"),
+    ((1, OLD, "nowhere", "127.0.0.1:2"), "node-to-node address 'nowhere' is not HOST:PORT"),
+    ((1, OLD, "127.0.0.1:1", "127.0.0.1:70000"), "client address"),
+    ((1, OLD, "[::]:5", "127.0.0.1:2"), "wildcard"),
+    ((1, OLD, "127.0.0.1:0", "127.0.0.1:2"), "port 0"),
+    ((1, OLD, "h" * 400 + ":1", "127.0.0.1:2"), "limit"),
+    ((2, NEW, "127.0.0.1:9001", "127.0.0.1:2"), "registered by live node 1"),
+])
+def test_bad_registrations_are_invalid_requests(args: tuple[object, ...], message: str) -> None:
+    image = MetadataImage()
+    _register(image, 0, 1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False)
+    with pytest.raises(InvalidRequestError, match=message):
+        image.plan_register(*args, fenced=False)  # type: ignore[arg-type]
+
+
+def test_heartbeats_name_the_current_registration() -> None:
+    image = MetadataImage()
+    with pytest.raises(BrokerIdNotRegisteredError):
+        image.check_heartbeat(1, 0)
+    node = _register(image, 5, 1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False)
+    assert image.check_heartbeat(1, 5) == node
+    with pytest.raises(StaleBrokerEpochError) as stale:
+        image.check_heartbeat(1, 4)
+    assert stale.value.code == 77
