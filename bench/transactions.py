@@ -8,7 +8,8 @@ idempotent round sends the same number of records with the same producer setting
 flush at the end. Rounds alternate, ``--rounds`` each; the figure is the median records/s and
 the ratio transactional/idempotent. This is measured at 1 producer and again at ``--producers``
 producers side by side (each transactional one with its own transactional id, against as many
-idempotent producers), the way Kafka's transaction throughput is usually reported.
+idempotent producers), the way Kafka's transaction throughput is usually reported; both on the
+same cluster, one count after the other (one cluster start: ``--quick`` stays a few seconds).
 ``--produce-only`` skips the consume part.
 
 A third kind of round, reported beside the ratio: the idempotent producer with a flush after
@@ -135,14 +136,14 @@ KINDS = ("transactional", "idempotent", "flushed")
 
 
 def produce_round(client: Client, txns: int, records: int, kind: str,
-                  rounds_done: int, producers: int = 1) -> float:
+                  name: str, producers: int = 1) -> float:
     """Records/s of one round: `producers` producers side by side (threads of one client),
     each sending `txns` transactions of `records` records (transactional, each its own
-    transactional id), the same records flushed once (idempotent) or flushed every `records`
-    (flushed)."""
+    transactional id, named after the round's `name`), the same records flushed once
+    (idempotent) or flushed every `records` (flushed)."""
     transactional = kind == "transactional"
     value = b"x" * VALUE_BYTES
-    configs = [{"transactional_id": f"bench-{rounds_done}-{p}"} if transactional else {}
+    configs = [{"transactional_id": f"bench-{name}-{p}"} if transactional else {}
                for p in range(producers)]
     opened = [client.producer(**config) for config in configs]
     try:
@@ -175,21 +176,25 @@ def produce_round(client: Client, txns: int, records: int, kind: str,
     return producers * txns * records / seconds
 
 
-def produce(args: argparse.Namespace, producers: int) -> dict[str, float]:
-    rates: dict[str, list[float]] = {kind: [] for kind in KINDS}
+def produce(args: argparse.Namespace, counts: list[int]) -> dict[int, dict[str, float]]:
+    """Per producer count, the median records/s of each kind; one cluster for all counts."""
+    rates: dict[int, dict[str, list[float]]] = {n: {kind: [] for kind in KINDS} for n in counts}
     with LocalCluster(nodes=3, transaction_state_log_num_partitions=3,
                       offsets_topic_num_partitions=1) as cluster, Raw(cluster) as raw:
         raw.create_topic(PRODUCE_TOPIC, 3, 3)
         raw.wait_leaders(PRODUCE_TOPIC, 3)
         with Client(cluster.bootstrap) as client:
             # Warm-up: topics, coordinators.
-            produce_round(client, 2, args.records, "transactional", -1)
-            for n in range(args.rounds):
-                for kind in rates:
-                    rates[kind].append(produce_round(
-                        client, args.produce_txns, args.records, kind, n, producers,
-                    ))
-    return {kind: statistics.median(values) for kind, values in rates.items()}
+            produce_round(client, 2, args.records, "transactional", "warm-up")
+            for producers in counts:
+                for n in range(args.rounds):
+                    for kind, values in rates[producers].items():
+                        values.append(produce_round(
+                            client, args.produce_txns, args.records, kind, f"{producers}-{n}",
+                            producers,
+                        ))
+    return {n: {kind: statistics.median(v) for kind, v in by_kind.items()}
+            for n, by_kind in rates.items()}
 
 
 def main() -> int:
@@ -210,12 +215,12 @@ def main() -> int:
     print(f"# bench/transactions.py {datetime.now(UTC).isoformat(timespec='seconds')} "
           f"python {platform.python_version()} cpus {os.cpu_count()} "
           f"load {os.getloadavg()[0]:.1f}")
-    for producers in sorted({1, args.producers}):
-        try:
-            produced = produce(args, producers)
-        except BenchError as exc:
-            print(f"FAILED: {exc}")
-            return 1
+    try:
+        measured = produce(args, sorted({1, args.producers}))
+    except BenchError as exc:
+        print(f"FAILED: {exc}")
+        return 1
+    for producers, produced in measured.items():
         for kind, rate in produced.items():
             print(f"{producers} {kind} producer(s): median {rate:,.0f} records/s over "
                   f"{args.rounds} round(s) of {args.produce_txns * args.records} records each")

@@ -1,0 +1,39 @@
+"""The transactions benchmark is not a test, but it must keep running: ``--quick`` exercises
+both halves of it (transactional, idempotent and flushed produce rounds at 1 and at 4 producers
+on one 3-node cluster; a log with aborted transactions written through WriteTxnMarkers and read
+under both isolation levels, every committed record checked) on tiny sizes and prints the same
+summary lines as a full run. Its figures are never checked here."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(180)
+def test_quick_transactions_benchmark_runs_and_prints_its_ratios() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "transactions.py"), "--quick"],
+        capture_output=True, text=True, cwd=REPO, check=False, timeout=160,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    number = r"\d+\.\d+"
+    for producers in (1, 4):
+        for kind in ("transactional", "idempotent", "flushed"):
+            assert re.search(rf"^{producers} {kind} producer\(s\): median [\d,]+ records/s", out,
+                             re.M), out
+        assert re.search(rf"^ratio transactional/idempotent produce at {producers} "
+                         rf"producer\(s\): {number} \(goal >= 0\.7\)", out, re.M), out
+        assert re.search(rf"^  ceiling flushed/idempotent: {number}; transactional/flushed: "
+                         rf"{number}", out, re.M), out
+    assert re.search(rf"^ratio read_committed/read_uncommitted consume speed: {number} "
+                     rf"\(goal >= 0\.9\)", out, re.M), out
