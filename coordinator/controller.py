@@ -26,6 +26,7 @@ from tidelog.coordinator.metadata_records import (
     FenceNodeRecord,
     MetadataRecord,
     MetadataRecordError,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterNodeRecord,
@@ -48,6 +49,7 @@ from tidelog.errors import (
     InvalidRequestError,
     InvalidTopicError,
     StaleBrokerEpochError,
+    NoReassignmentInProgressError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -69,13 +71,45 @@ LIST_CONFIGS = frozenset({"cleanup.policy"})
 
 
 @dataclass(frozen=True)
+class Reassignment:
+    """A partition's replica set change under way (KIP-455, `PartitionChangeRecord`):
+    ``replicas`` lists every node that may be a member of the partition's Raft group while it
+    runs (the target first, then the nodes leaving), ``adding`` the nodes that were not
+    replicas before it, ``removing`` those the target leaves out.
+
+    The record is what the controller decided; the partition's leader carries it out one Raft
+    membership change at a time (`tidelog.node.reassignment`) and reports when its group's
+    committed configuration is the target, and only then does a completion record make the
+    target the replica set (and the nodes left out delete their replicas). A node stays listed
+    until then because the group may still count it, whatever the controller decided since."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replica set the change leads to, its preferred leader first."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        """The replica set before the change: where a cancellation leads back to (in the order
+        `replicas` lists them, as Kafka's revert)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+
+@dataclass(frozen=True)
 class TopicImage:
-    """One topic as every node knows it: replica lists per partition, preferred leader first."""
+    """One topic as every node knows it: replica lists per partition, preferred leader first
+    (during a reassignment, every node that may be a member: `Reassignment.replicas`)."""
 
     name: str
     assignment: tuple[tuple[int, ...], ...]
     configs: Mapping[str, str] = field(default_factory=dict)
     topic_id: int = 0
+    #: Partition -> its reassignment under way, for the partitions that have one.
+    reassignments: Mapping[int, Reassignment] = field(default_factory=dict)
 
     @property
     def partition_count(self) -> int:
@@ -310,6 +344,99 @@ class MetadataImage:
             return dict(self.node_configs.get(resource_name, {}))
         raise InvalidRequestError(f"resource type {resource_type} has no configs here")
 
+    def plan_alter_reassignment(
+        self, name: str, partition: int, target: Sequence[int] | None, node_ids: Sequence[int]
+    ) -> PartitionChangeRecord | None:
+        """AlterPartitionReassignments of one partition (KIP-455): the record that starts a
+        reassignment to ``target`` (its first replica the preferred leader), replaces the
+        target of one under way, or, for a None target, cancels it (back to the replica set
+        before it). None when there is nothing to change (the partition is placed so already,
+        or its reassignment under way has that target). Kafka's codes:
+        UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (39) for an empty list, a node
+        named twice or an unknown node, NO_REASSIGNMENT_IN_PROGRESS (85) to cancel none.
+
+        A new target keeps the set before the first change as the one to go back to (Kafka's
+        rule), and keeps every node the group may count listed: one added by the change
+        under way that the new target leaves out is adding and removing at once, and one the
+        change under way was removing that the new target keeps is adding again (the group
+        may have let it go already)."""
+        topic = self.topics.get(name)
+        if topic is None or not 0 <= partition < topic.partition_count:
+            raise UnknownTopicOrPartitionError(f"partition {name}-{partition} does not exist")
+        replicas = topic.assignment[partition]
+        current = topic.reassignments.get(partition)
+        if target is None:
+            if current is None:
+                raise NoReassignmentInProgressError(
+                    f"no reassignment of {name}-{partition} is in progress"
+                )
+            wanted = current.original
+        else:
+            wanted = tuple(target)
+            if not wanted:
+                raise InvalidReplicaAssignmentError("the replica list cannot be empty")
+            if len(set(wanted)) != len(wanted):
+                raise InvalidReplicaAssignmentError(
+                    f"the replica list {list(wanted)} names a node twice"
+                )
+            unknown = sorted(set(wanted) - set(node_ids))
+            if unknown:
+                raise InvalidReplicaAssignmentError(
+                    f"the replica list {list(wanted)} names unknown node(s) {unknown}"
+                )
+        if wanted == (replicas if current is None else current.target):
+            return None
+        original = replicas if current is None else current.original
+        was_removing = () if current is None else current.removing
+        now = (*wanted, *(r for r in replicas if r not in wanted))
+        adding = tuple(r for r in now if r not in original or (r in was_removing and r in wanted))
+        removing = tuple(r for r in now if r not in wanted)
+        return PartitionChangeRecord(name, topic.topic_id, partition, now, adding, removing)
+
+    def plan_complete_reassignment(
+        self, name: str, topic_id: int, partition: int, voters: Sequence[int]
+    ) -> PartitionChangeRecord:
+        """The record that ends a reassignment, once the partition's leader reports that its
+        group's committed configuration is ``voters`` (and no learner, no change pending):
+        it must be the target. NO_REASSIGNMENT_IN_PROGRESS when none is under way (done
+        already: a repeated report), INVALID_REPLICA_ASSIGNMENT when the group is elsewhere
+        (the target changed since the leader looked)."""
+        topic = self.topics.get(name)
+        if (topic is None or topic.topic_id != topic_id
+                or not 0 <= partition < topic.partition_count):
+            raise UnknownTopicOrPartitionError(f"partition {name}-{partition} does not exist")
+        current = topic.reassignments.get(partition)
+        if current is None:
+            raise NoReassignmentInProgressError(
+                f"no reassignment of {name}-{partition} is in progress"
+            )
+        if set(voters) != set(current.target) or len(voters) != len(current.target):
+            raise InvalidReplicaAssignmentError(
+                f"the group of {name}-{partition} has voters {sorted(voters)}, the target is "
+                f"{list(current.target)}"
+            )
+        return PartitionChangeRecord(name, topic_id, partition, current.target)
+
+    def reassignments(
+        self, partitions: Sequence[TopicPartition] | None = None
+    ) -> dict[TopicPartition, Reassignment]:
+        """ListPartitionReassignments: the reassignments under way, of every partition or of
+        those asked for (a partition with none, or that does not exist, is left out, as Kafka
+        answers)."""
+        if partitions is None:
+            return {
+                TopicPartition(topic.name, p): reassignment
+                for topic in self.topics.values()
+                for p, reassignment in sorted(topic.reassignments.items())
+            }
+        found = {}
+        for tp in partitions:
+            topic = self.topics.get(tp.topic)
+            reassignment = None if topic is None else topic.reassignments.get(tp.partition)
+            if reassignment is not None:
+                found[tp] = reassignment
+        return found
+
     def plan_delete(self, name: str) -> RemoveTopicRecord:
         if name not in self.topics:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -481,6 +608,8 @@ class MetadataImage:
                 self.topics[topic.name] = dataclasses.replace(
                     topic, assignment=(*topic.assignment, record.replicas)
                 )
+        elif isinstance(record, PartitionChangeRecord):
+            self._apply_partition_change(record)
         elif isinstance(record, ConfigRecord):
             self._apply_config(record)
         elif isinstance(record, RegisterNodeRecord):
@@ -502,6 +631,24 @@ class MetadataImage:
             topic = self.topics.get(record.name)
             if topic is not None and topic.topic_id == record.topic_id:
                 del self.topics[topic.name]
+
+    def _apply_partition_change(self, record: PartitionChangeRecord) -> None:
+        topic = self.topics.get(record.topic)
+        if (topic is None or topic.topic_id != record.topic_id
+                or record.partition >= topic.partition_count):
+            return
+        assignment = list(topic.assignment)
+        assignment[record.partition] = record.replicas
+        reassignments = dict(topic.reassignments)
+        if record.adding or record.removing:
+            reassignments[record.partition] = Reassignment(
+                record.replicas, record.adding, record.removing
+            )
+        else:
+            reassignments.pop(record.partition, None)
+        self.topics[topic.name] = dataclasses.replace(
+            topic, assignment=tuple(assignment), reassignments=reassignments
+        )
 
     def _apply_config(self, record: ConfigRecord) -> None:
         if record.resource_type == ConfigResourceType.TOPIC:

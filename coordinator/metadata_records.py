@@ -48,6 +48,7 @@ _REGISTER_NODE: Final = 8
 _FENCE_NODE: Final = 9
 _UNFENCE_NODE: Final = 10
 _UNREGISTER_NODE: Final = 11
+_PARTITION_CHANGE: Final = 12
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -241,6 +242,30 @@ class UnregisterNodeRecord:
 
 NodeRecord = RegisterNodeRecord | FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord
 
+@dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    """A partition's replica set changes (Kafka KRaft's PartitionChangeRecord with KIP-455's
+    fields). ``replicas`` is every node that may be a member of the partition's Raft group
+    while the change runs: the target first (its first, the preferred leader), then the nodes
+    leaving. ``adding`` are the nodes that were not replicas before the change (their replicas
+    are created as learners), ``removing`` the nodes not in the target; the target is
+    ``replicas`` without ``removing``, the set before the change ``replicas`` without
+    ``adding``. A node added by a change that a later target dropped is in both: it may be a
+    member of the Raft group by now, so it stays listed until the group has let it go. A
+    record with neither adding nor removing ends the change: ``replicas`` is the new set."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return self.topic
+
+
 MetadataRecord = (
     TopicRecord
     | RemoveTopicRecord
@@ -253,6 +278,7 @@ MetadataRecord = (
     | FenceNodeRecord
     | UnfenceNodeRecord
     | UnregisterNodeRecord
+    | PartitionChangeRecord
 )
 
 
@@ -315,6 +341,15 @@ def encode_record(record: MetadataRecord) -> bytes:
         out.append(_NODE_KINDS[type(record)])
         out += _I32.pack(record.node_id)
         out += _I64.pack(record.epoch)
+    elif isinstance(record, PartitionChangeRecord):
+        out.append(_PARTITION_CHANGE)
+        _put_str(out, record.topic)
+        out += _I64.pack(record.topic_id)
+        out += _I32.pack(record.partition)
+        for nodes in (record.replicas, record.adding, record.removing):
+            out += _U16.pack(len(nodes))
+            for node_id in nodes:
+                out += _I32.pack(node_id)
     else:
         out.append(_CONFIG)
         out += _U8.pack(record.resource_type)
@@ -408,6 +443,15 @@ class _Reader:
             partition = self._int(_I32)
             replicas = tuple(self._int(_I32) for _ in range(self._count(_U16, 4)))
             record = PartitionRecord(topic, topic_id, partition, replicas)
+        elif kind == _PARTITION_CHANGE:
+            topic = self._str()
+            topic_id = self._int(_I64)
+            partition = self._int(_I32)
+            replicas = self._ids()
+            adding = self._ids()
+            record = PartitionChangeRecord(
+                topic, topic_id, partition, replicas, adding, self._ids()
+            )
         elif kind == _CONFIG:
             config_type = self._int(_U8)
             resource_name = self._str()
@@ -447,6 +491,10 @@ class _Reader:
         if value > 1:
             raise MetadataRecordError(f"flag {value} is not 0 or 1")
         return value == 1
+
+    def _ids(self) -> tuple[int, ...]:
+        """A u16 count of node ids (i32 each)."""
+        return tuple(self._int(_I32) for _ in range(self._count(_U16, 4)))
 
     def _enum(self, kind: type[_E]) -> _E:
         value = self._int(_U8)
@@ -580,6 +628,19 @@ def _check(record: MetadataRecord) -> None:
             raise MetadataRecordError(
                 f"partition record {record.topic!r}-{record.partition} lacks a topic, an id, "
                 f"an index past 0 or a good replica list {list(replicas)}"
+            )
+    elif isinstance(record, PartitionChangeRecord):
+        replicas, listed = record.replicas, set(record.replicas)
+        if (not record.topic or record.topic_id < 1 or record.partition < 0 or not replicas
+                or min(replicas) < 0 or len(listed) != len(replicas)
+                or len(set(record.adding)) != len(record.adding)
+                or len(set(record.removing)) != len(record.removing)
+                or not set(record.adding) <= listed or not set(record.removing) <= listed
+                or not listed - set(record.removing) or not listed - set(record.adding)):
+            raise MetadataRecordError(
+                f"partition change record {record.topic!r}-{record.partition} lacks a topic, an "
+                f"id or a good replica set: replicas {list(replicas)}, adding "
+                f"{list(record.adding)}, removing {list(record.removing)}"
             )
     elif isinstance(record, ConfigRecord):
         if record.resource_type not in (ConfigResourceType.TOPIC, ConfigResourceType.BROKER):

@@ -46,6 +46,8 @@ from tidelog.node.forwarding import Forwarder, was_forwarded
 from tidelog.node.group_api import GroupApi
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.partition import ListOffsetsResult, PartitionReplica, is_debug_or_leader
+from tidelog.node.reassignment_api import ReassignmentApi
+from tidelog.node.reassignment_api import all_failed as reassignment_failed
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.request_rules import (
     Answers,
@@ -146,6 +148,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.acl_api = AclApi(controller, self.authorization, self._forward_to_controller)
         self.admin_api = AdminApi(
             config, controller, replicas, self.authorization, self._forward_to_controller
+        )
+        self.reassignment_api = ReassignmentApi(
+            controller, self.authorization, self._forward_to_controller
         )
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
         self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
@@ -780,12 +785,24 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     ) -> pb.IncrementalAlterConfigsResponse:
         return await self.admin_api.incremental_alter_configs(request, context)
 
+    async def AlterPartitionReassignments(
+        self, request: pb.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterPartitionReassignmentsResponse:
+        return await self.reassignment_api.alter(request, context)
+
+    async def ListPartitionReassignments(
+        self, request: pb.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListPartitionReassignmentsResponse:
+        return await self.reassignment_api.list(request, context)
+
 
 def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
     if method in ("CreateAcls", "DeleteAcls"):
         return acls_failed(method, request, exc)
     if method in ("CreatePartitions", "IncrementalAlterConfigs"):
         return admin_failed(method, request, exc)
+    if method in ("AlterPartitionReassignments", "ListPartitionReassignments"):
+        return reassignment_failed(method, request, exc)
     if method == "InitProducerId":
         return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
     if method == "FindCoordinator":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import grpc
 
@@ -302,6 +302,45 @@ class ControllerDriver:
             return records
         finally:
             self._pending_topics -= names
+
+    async def alter_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None], timeout_s: float
+    ) -> dict[TopicPartition, errors.TidelogError | None]:
+        """On the controller leader: AlterPartitionReassignments of each partition to its
+        target replicas (None cancels its reassignment under way), decided on the image and
+        committed in one batch; each partition's outcome (None: recorded, or nothing to
+        change). Recorded is all it means: the partitions' leaders carry the changes out
+        (`tidelog.node.reassignment`). Also how balancing moves replicas."""
+        outcomes: dict[TopicPartition, errors.TidelogError | None] = {}
+        planned: list[TopicPartition] = []
+
+        def plan() -> list[MetadataRecord]:
+            records: list[MetadataRecord] = []
+            outcomes.clear()
+            planned.clear()
+            node_ids = sorted(self.config.peers)
+            for tp, target in targets.items():
+                try:
+                    record = self.image.plan_alter_reassignment(
+                        tp.topic, tp.partition, target, node_ids
+                    )
+                except errors.TidelogError as exc:
+                    outcomes[tp] = exc
+                    continue
+                outcomes[tp] = None
+                if record is not None:
+                    records.append(record)
+                    planned.append(tp)
+            return records
+
+        try:
+            await self.propose_metadata_records(plan, timeout_s)
+        except errors.TidelogError as exc:
+            if not outcomes:  # refused before planning (not the controller)
+                return dict.fromkeys(targets, exc)
+            for tp in planned:
+                outcomes[tp] = exc
+        return outcomes
 
     async def allocate_producer_id(self, timeout_s: float) -> int:
         """On the controller leader: the next producer id of the block this node holds,

@@ -233,3 +233,25 @@ class WritableTxnMarkerPartitionResult(_message.Message):
     partition_index: int
     error_code: int
     def __init__(self, partition_index: _Optional[int] = ..., error_code: _Optional[int] = ...) -> None: ...
+
+class ReassignmentDoneRequest(_message.Message):
+    __slots__ = ("node_id", "topic", "topic_id", "partition", "voters")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    topic: str
+    topic_id: int
+    partition: int
+    voters: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, node_id: _Optional[int] = ..., topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., partition: _Optional[int] = ..., voters: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ReassignmentDoneResponse(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...

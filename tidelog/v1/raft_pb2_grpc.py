@@ -50,6 +50,11 @@ class RaftTransportStub:
                 request_serializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
+        self.ReassignmentDone = channel.unary_unary(
+                '/tidelog.v1.RaftTransport/ReassignmentDone',
+                request_serializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneResponse.FromString,
+                _registered_method=True)
 
 
 class RaftTransportServicer:
@@ -84,6 +89,15 @@ class RaftTransportServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReassignmentDone(self, request, context):
+        """From a partition's leader to the controller leader (as Kafka's AlterPartition): the
+        partition's Raft group has reached the target of its reassignment (its committed
+        configuration, no change pending), so the controller may record the reassignment done.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftTransportServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -101,6 +115,11 @@ def add_RaftTransportServicer_to_server(servicer, server):
                     servicer.WriteTxnMarkers,
                     request_deserializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'ReassignmentDone': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReassignmentDone,
+                    request_deserializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -185,6 +204,33 @@ class RaftTransport:
             '/tidelog.v1.RaftTransport/WriteTxnMarkers',
             tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.SerializeToString,
             tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReassignmentDone(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.RaftTransport/ReassignmentDone',
+            tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneRequest.SerializeToString,
+            tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneResponse.FromString,
             options,
             channel_credentials,
             insecure,

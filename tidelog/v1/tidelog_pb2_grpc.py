@@ -161,6 +161,16 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsResponse.FromString,
                 _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/tidelog.v1.Tidelog/AlterPartitionReassignments',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ListPartitionReassignments',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -357,6 +367,23 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartitionReassignments(self, request, context):
+        """Starts, retargets or cancels replica reassignments through the controller (Kafka's api
+        45, KIP-455); needs ALTER on the cluster. A partition's leader then moves its Raft group
+        one membership change at a time (learners first), and the change completes once the
+        group's committed configuration is the target.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
+        """The reassignments under way (Kafka's api 46); needs DESCRIBE on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -484,6 +511,16 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.IncrementalAlterConfigs,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1163,6 +1200,60 @@ class Tidelog:
             '/tidelog.v1.Tidelog/IncrementalAlterConfigs',
             tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.IncrementalAlterConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/AlterPartitionReassignments',
+            tidelog_dot_v1_dot_tidelog__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ListPartitionReassignments',
+            tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

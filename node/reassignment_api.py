@@ -1,0 +1,115 @@
+"""AlterPartitionReassignments and ListPartitionReassignments (Kafka's apis 45 and 46, KIP-455).
+
+Both go to the controller as Kafka's do (any node forwards them there). The controller leader
+checks ALTER (DESCRIBE to list) on the cluster, decides each partition on its image
+(`MetadataImage.plan_alter_reassignment`) and commits the PartitionChangeRecords; the answer
+means the reassignments are recorded, not done: each partition's leader carries its own out
+as Raft membership changes (`tidelog.node.reassignment`), and the reassignment disappears from
+the list once the leader has reported its group at the target and the controller recorded it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from tidelog import errors
+from tidelog.acl import Operation
+from tidelog.node.authorization import Authorization
+from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.request_rules import each_once
+from tidelog.types import TopicPartition
+from tidelog.v1 import tidelog_pb2 as pb
+
+#: How long the records may take to commit when the client set no deadline.
+_DEFAULT_TIMEOUT_MS = 30_000
+
+Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
+
+
+class ReassignmentApi:
+    def __init__(
+        self, controller: ControllerDriver, authorization: Authorization, forward: Forward
+    ) -> None:
+        self.controller = controller
+        self.authorization = authorization
+        self._forward = forward
+
+    async def alter(
+        self, request: pb.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterPartitionReassignmentsResponse:
+        forwarded = await self._forward("AlterPartitionReassignments", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        refused = self.authorization.cluster_refused(
+            self.authorization.principal(context), Operation.ALTER
+        )
+        if refused is not None:
+            return pb.AlterPartitionReassignmentsResponse(
+                error_code=refused.code, error_message=str(refused)
+            )
+        timeout_s = (request.timeout_ms or _DEFAULT_TIMEOUT_MS) / 1000
+        partitions, twice = each_once(
+            (TopicPartition(t.name, p.partition_index), p)
+            for t in request.topics for p in t.partitions
+        )
+        targets = {
+            tp: None if p.cancel else list(p.replicas)
+            for tp, p in partitions.items() if tp not in twice
+        }
+        outcomes: dict[TopicPartition, errors.TidelogError | None] = dict.fromkeys(
+            twice, errors.InvalidRequestError("the partition appears more than once")
+        )
+        if targets:
+            outcomes.update(await self.controller.alter_reassignments(targets, timeout_s))
+        response = pb.AlterPartitionReassignmentsResponse()
+        topics: dict[str, Any] = {}
+        for tp in partitions:
+            topic = topics.get(tp.topic)
+            if topic is None:
+                topic = topics[tp.topic] = response.responses.add(name=tp.topic)
+            result = topic.partitions.add(partition_index=tp.partition)
+            error = outcomes[tp]
+            if error is not None:
+                result.error_code, result.error_message = error.code, str(error)
+        return response
+
+    async def list(
+        self, request: pb.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListPartitionReassignmentsResponse:
+        forwarded = await self._forward("ListPartitionReassignments", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        refused = self.authorization.cluster_refused(
+            self.authorization.principal(context), Operation.DESCRIBE
+        )
+        if refused is not None:
+            return pb.ListPartitionReassignmentsResponse(
+                error_code=refused.code, error_message=str(refused)
+            )
+        asked = [
+            TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes
+        ] if request.topics else None
+        response = pb.ListPartitionReassignmentsResponse()
+        topics: dict[str, Any] = {}
+        for tp, moving in self.controller.image.reassignments(asked).items():
+            topic = topics.get(tp.topic)
+            if topic is None:
+                topic = topics[tp.topic] = response.topics.add(name=tp.topic)
+            topic.partitions.add(
+                partition_index=tp.partition, replicas=moving.replicas,
+                adding_replicas=moving.adding, removing_replicas=moving.removing,
+            )
+        return response
+
+
+def all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
+    """The answer of a request refused as a whole (not the controller, not allowed): the
+    error at the top, as Kafka answers these two apis."""
+    if method == "AlterPartitionReassignments":
+        return pb.AlterPartitionReassignmentsResponse(
+            error_code=exc.code, error_message=str(exc)
+        )
+    return pb.ListPartitionReassignmentsResponse(error_code=exc.code, error_message=str(exc))
