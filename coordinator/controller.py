@@ -48,8 +48,8 @@ from tidelog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
-    StaleBrokerEpochError,
     NoReassignmentInProgressError,
+    StaleBrokerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
