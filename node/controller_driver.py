@@ -30,6 +30,7 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.records import RecordInput, build_batch
+from tidelog.storage.log import Log
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
 from tidelog.v1 import raft_pb2_grpc
@@ -61,6 +62,9 @@ class ControllerDriver:
         #: Set once the metadata on disk is applied: topics changed later get a log line each
         #: (those loaded at start one line for all).
         self._loaded = False
+        #: The metadata HW last handed to the disk thread to checkpoint, and that checkpoint.
+        self._hw_saving = -1
+        self._hw_saved: asyncio.Future[None] | None = None
         replicas.on_published(METADATA_TP, self._apply_committed_metadata)
 
     @property
@@ -75,6 +79,7 @@ class ControllerDriver:
                 self.replicas.disk, self.replicas.open_replica, METADATA_TP, self.voters,
                 METADATA_LOG_CONFIGS,
             )
+            self._hw_saving = self.replicas.partitions[METADATA_TP].high_watermark
             self._apply_committed_metadata()
         await loop.run_in_executor(self.replicas.disk, self._open_assigned_replicas)
         self._loaded = True
@@ -102,6 +107,21 @@ class ControllerDriver:
         if start >= hw:
             return
         self._apply_metadata_bytes(replica.log.read(start, 1 << 30, upper_bound=hw))
+        self._save_high_watermark(replica.log, hw)
+
+    def _save_high_watermark(self, log_: Log, hw: int) -> None:
+        """Checkpoint the metadata log's HW now, not at the next periodic checkpoint (every
+        5 s): a restarted voter applies its log only up to the HW it checkpointed, so a node
+        killed before that checkpoint came back without the topics it had created, until it
+        committed something as leader again (a lone node, or a whole cluster restarted:
+        nobody it can ask knows more, see `catch_up`). Metadata commits are rare, so this
+        costs a file replacement per change, on the disk thread as every write."""
+        if hw <= self._hw_saving:
+            return
+        self._hw_saving = hw
+        loop = asyncio.get_running_loop()
+        self._hw_saved = saved = loop.run_in_executor(self.replicas.disk, log_.checkpoint)
+        saved.add_done_callback(_log_checkpoint_failure)
 
     def _apply_metadata_bytes(self, data: bytes) -> None:
         before = dict(self.image.topics)
@@ -299,6 +319,9 @@ class ControllerDriver:
                 raise errors.NotControllerError(str(exc)) from None
             self._apply_committed_metadata()
             await self._applied(produced.base_offset + len(records) - 1, timeout_s)
+            if self._hw_saved is not None:  # what is answered as done stays applied after a crash
+                with contextlib.suppress(OSError):  # logged; the periodic checkpoint retries
+                    await _wait(self._hw_saved, timeout_s)
             return records
         finally:
             self._pending_topics -= names
@@ -356,6 +379,12 @@ class ControllerDriver:
             producer_id = self._producer_ids_next
             self._producer_ids_next += 1
             return producer_id
+
+
+def _log_checkpoint_failure(saved: asyncio.Future[None]) -> None:
+    """The periodic checkpoint (`Housekeeping`) tries again."""
+    if not saved.cancelled() and (exc := saved.exception()) is not None:
+        log.warning("cannot checkpoint the metadata high watermark: %s", exc)
 
 
 async def _wait(future: Awaitable[None], timeout_s: float) -> None:
