@@ -352,9 +352,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 controller, method, request, timeout_s, self.authorization.principal(context)
             )
         except grpc.aio.AioRpcError as exc:
-            return _all_failed(
-                method, request, errors.NotControllerError(f"controller unreachable: {exc.code()}")
-            )
+            return _all_failed(method, request, _forward_failure(exc))
 
     # ---- Produce ---------------------------------------------------------------------------
 
@@ -794,6 +792,16 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPartitionReassignmentsResponse:
         return await self.reassignment_api.list(request, context)
+
+
+def _forward_failure(exc: grpc.aio.AioRpcError) -> errors.TidelogError:
+    """NOT_CONTROLLER when the controller did not get the request (retry it there), but
+    REQUEST_TIMED_OUT when it may have: the change may commit, and a client must not take a
+    retry's TOPIC_ALREADY_EXISTS or UNKNOWN_TOPIC_OR_PARTITION for the first answer (Kafka's
+    ForwardingManager answers a timed-out envelope with a TimeoutException: 7 too)."""
+    if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return errors.RequestTimedOutError(f"the controller did not answer in time: {exc.code()}")
+    return errors.NotControllerError(f"controller unreachable: {exc.code()}")
 
 
 def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:

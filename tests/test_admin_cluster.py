@@ -38,6 +38,7 @@ from tidelog.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
+    RequestTimedOutError,
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
@@ -313,6 +314,32 @@ def test_the_commands_alter_and_describe(
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_deleting_a_topic_that_never_existed_fails_and_a_forward_timeout_is_no_refusal(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """UNKNOWN_TOPIC_OR_PARTITION for a topic that never existed (the client reported success:
+    it retried the retriable error and took the retry's same answer for a deletion that had
+    gone through). A node whose forward to the controller got no answer in time answers
+    REQUEST_TIMED_OUT, not NOT_CONTROLLER: the controller may have made the change, so a
+    retry's UNKNOWN_TOPIC_OR_PARTITION may mean done (it answered NOT_CONTROLLER, which says
+    the change was not made). Last of the module: the controller is paused."""
+    with pytest.raises(UnknownTopicOrPartitionError):
+        client.delete_topic("never-created")
+    client.create_topic("doomed", partitions=1, replication_factor=3)
+    controller = client.describe_cluster().controller_id
+    other = next(n for n in cluster.node_ids if n != controller)
+    with Raw(cluster) as raw:
+        stub = raw.stub(other)
+        cluster.pause(controller)
+        try:
+            answer = stub.DeleteTopics(
+                pb.DeleteTopicsRequest(topic_names=["doomed"], timeout_ms=1000), timeout=10)
+        finally:
+            cluster.resume(controller)
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("doomed", RequestTimedOutError.code)]
 
 
 def test_retention_defaults_never_trim_the_metadata_log() -> None:

@@ -60,6 +60,8 @@ class _Node(tidelog_pb2_grpc.TidelogServicer):
         self.cluster = cluster
         self.script: dict[int, list[int]] = {}
         self.requests: list[set[int]] = []
+        #: DeleteTopics: the error code of each answer, in order (the last one repeats).
+        self.delete_codes: list[int] = [0]
         self.on_request: Any = None
         self.release = threading.Event()
 
@@ -71,6 +73,15 @@ class _Node(tidelog_pb2_grpc.TidelogServicer):
         if self.on_request is not None:
             self.on_request()
         return pb.InitProducerIdResponse(producer_id=7, producer_epoch=0)
+
+    def DeleteTopics(self, request: Any, context: Any) -> pb.DeleteTopicsResponse:
+        self.requests.append(set())
+        if self.on_request is not None:
+            self.on_request()
+        code = self.delete_codes.pop(0) if len(self.delete_codes) > 1 else self.delete_codes[0]
+        return pb.DeleteTopicsResponse(
+            topics=[pb.DeletableTopicResult(name=n, error_code=code) for n in request.topic_names]
+        )
 
     def ListOffsets(self, request: Any, context: Any) -> pb.ListOffsetsResponse:
         partitions = {p.partition for t in request.topics for p in t.partitions}
@@ -189,6 +200,41 @@ def test_a_stalled_controller_costs_one_slice_of_the_deadline(
     with _client(cluster, timeout_ms=8_000) as client:
         assert client.init_producer_id() == (7, 0)
         assert len(node[1].requests) == 1 and len(node[2].requests) == 1
+
+
+@pytest.mark.parametrize("first", [errors.UnknownTopicOrPartitionError,
+                                   errors.NotControllerError])
+def test_deleting_a_topic_that_never_existed_fails(
+    nodes: tuple[_Cluster, dict[int, _Node]], first: type[errors.TidelogError],
+) -> None:
+    """UNKNOWN_TOPIC_OR_PARTITION answered to a first attempt, or after one that changed
+    nothing (NOT_CONTROLLER), is the answer, not retried (Kafka's AdminClient). It was
+    retried, being retriable, and the retry's same answer was taken for a deletion that had
+    gone through: success."""
+    cluster, node = nodes
+    node[1].delete_codes = [first.code, errors.UnknownTopicOrPartitionError.code]
+    with _client(cluster) as client, pytest.raises(errors.UnknownTopicOrPartitionError):
+        client.delete_topic("never")
+    assert len(node[1].requests) == (1 if first is errors.UnknownTopicOrPartitionError else 2)
+
+
+def test_a_retried_deletion_whose_first_attempt_may_have_done_it_succeeds(
+    nodes: tuple[_Cluster, dict[int, _Node]],
+) -> None:
+    """The controller answered REQUEST_TIMED_OUT, or no answer came in the attempt's slice of
+    the deadline: the topic may be gone by the retry, whose UNKNOWN_TOPIC_OR_PARTITION then
+    means done."""
+    cluster, node = nodes
+    node[1].delete_codes = [errors.RequestTimedOutError.code,
+                            errors.UnknownTopicOrPartitionError.code]
+    with _client(cluster) as client:
+        client.delete_topic("slow")
+        assert len(node[1].requests) == 2
+
+        node[1].requests.clear()
+        node[1].on_request = lambda: len(node[1].requests) == 1 and node[1].release.wait(30)
+        client.delete_topic("stalled", timeout_ms=3_000)  # attempts of 1 s: the first stalls
+        assert len(node[1].requests) == 2
 
 
 def test_an_attempt_gets_a_slice_of_the_deadline_never_all_of_it() -> None:

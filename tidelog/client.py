@@ -385,23 +385,35 @@ class Client:
         self, method: str, name: str, request_for: Callable[[], Any], already: type[TidelogError],
         deadline: Deadline,
     ) -> None:
-        """Create or delete one topic. After a retriable failure the change may have happened
-        anyway, so on a retry `already` (exists / unknown) means our change went through."""
+        """Create or delete one topic. An attempt whose outcome is unknown (no answer came, or
+        the controller answered REQUEST_TIMED_OUT: the change may commit after all) makes
+        `already` (exists / unknown) on a later attempt mean that our change went through.
+        Otherwise `already` is the answer, raised without a retry as Kafka's AdminClient does:
+        deleting a topic that never existed fails with UNKNOWN_TOPIC_OR_PARTITION, although
+        that error is retriable elsewhere (a NOT_CONTROLLER before it changed nothing)."""
         state = _Attempts(self.metadata.version)
-        attempts = 0
+        maybe_done = False
 
-        def attempt() -> None:
-            nonlocal attempts
-            attempts += 1
-            response = self._controller_call(method, request_for, deadline, state)
+        def attempt() -> TidelogError | None:
+            nonlocal maybe_done
+            try:
+                response = self._controller_call(method, request_for, deadline, state)
+            except NodeUnavailableError:
+                maybe_done = True  # the request may have reached the controller
+                raise
             error = wire.parse_topic_results(response).get(name)
-            if error is None or (attempts > 1 and isinstance(error, already)):
-                return
+            if error is None or (maybe_done and isinstance(error, already)):
+                return None
+            if isinstance(error, already):
+                return error
+            maybe_done = maybe_done or isinstance(error, RequestTimedOutError)
             state.refresh = isinstance(error, RetriableError)
             raise error
 
-        call_with_retry(attempt, what=f"{method} {name!r}", deadline=deadline,
-                        backoff=self.backoff)
+        error = call_with_retry(attempt, what=f"{method} {name!r}", deadline=deadline,
+                                backoff=self.backoff)
+        if error is not None:
+            raise error
 
     def create_topic(
         self,
