@@ -43,6 +43,8 @@ _PRODUCER_ID_BLOCK = 1000
 #: How long one voter may take to report its metadata high watermark at start.
 _CATCH_UP_CALL_S = 1.0
 _PULL_CALL_S = 2.0
+#: How long the completion record of a reassignment may take to commit.
+_REASSIGNMENT_DONE_S = 10.0
 
 log = logging.getLogger("tidelog.node")
 
@@ -92,7 +94,8 @@ class ControllerDriver:
             for p, replicas in enumerate(topic.assignment):
                 if self.node_id in replicas:
                     self.replicas.open_replica(
-                        TopicPartition(topic.name, p), replicas, dict(topic.configs)
+                        TopicPartition(topic.name, p), replicas, dict(topic.configs),
+                        _adding(topic, p),
                     )
 
     # ---- applying committed records --------------------------------------------------------
@@ -170,11 +173,22 @@ class ControllerDriver:
                          extra={"topic": name, "event": "topic_created"})
             if not self._loaded:
                 continue  # `load` opens every replica assigned here once the image is applied
+            same = old is not None and old.topic_id == topic.topic_id
             for p, replicas in enumerate(topic.assignment):
+                tp = TopicPartition(name, p)
+                was = old.assignment[p] if same and old and p < old.partition_count else ()
                 if self.node_id in replicas:
-                    self.replicas.add_replica(
-                        TopicPartition(name, p), replicas, dict(topic.configs)
-                    )
+                    self.replicas.add_replica(tp, replicas, dict(topic.configs), _adding(topic, p))
+                    if was and was != replicas:
+                        self.replicas.set_replicas(tp, replicas)
+                elif self.node_id in was:
+                    # A completed reassignment left this node out: the partition's group
+                    # committed a configuration without it before the controller recorded
+                    # the completion, so nothing counts on this replica any more.
+                    log.info("%s: reassigned to %s: the replica here is deleted", tp,
+                             list(replicas), extra={"topic": name, "partition": p,
+                                                    "event": "replica_reassigned_away"})
+                    self.replicas.remove_replica(tp)
         for name, topic in before.items():
             now = self.image.topics.get(name)
             if now is not None and now.topic_id == topic.topic_id:
@@ -365,6 +379,23 @@ class ControllerDriver:
                 outcomes[tp] = exc
         return outcomes
 
+    async def reassignment_done(
+        self, request: rpb.ReassignmentDoneRequest
+    ) -> rpb.ReassignmentDoneResponse:
+        """A partition's leader reports its group at the target of its reassignment: on the
+        controller leader, the completion record (`MetadataImage.plan_complete_reassignment`
+        checks the report against the target). Another node answers NOT_CONTROLLER."""
+        try:
+            await self.propose_metadata(
+                lambda: self.image.plan_complete_reassignment(
+                    request.topic, request.topic_id, request.partition, list(request.voters)
+                ),
+                _REASSIGNMENT_DONE_S,
+            )
+        except errors.TidelogError as exc:
+            return rpb.ReassignmentDoneResponse(error_code=exc.code, error_message=str(exc))
+        return rpb.ReassignmentDoneResponse()
+
     async def allocate_producer_id(self, timeout_s: float) -> int:
         """On the controller leader: the next producer id of the block this node holds,
         committing a new block when it runs out."""
@@ -385,6 +416,12 @@ def _log_checkpoint_failure(saved: asyncio.Future[None]) -> None:
     """The periodic checkpoint (`Housekeeping`) tries again."""
     if not saved.cancelled() and (exc := saved.exception()) is not None:
         log.warning("cannot checkpoint the metadata high watermark: %s", exc)
+
+
+def _adding(topic: TopicImage, partition: int) -> tuple[int, ...]:
+    """The replicas a reassignment under way is adding to the partition (learners at first)."""
+    moving = topic.reassignments.get(partition)
+    return () if moving is None else moving.adding
 
 
 async def _wait(future: Awaitable[None], timeout_s: float) -> None:

@@ -96,16 +96,25 @@ class PartitionReplica:
         tick_s: float = 0.0,
         touched: Callable[[PartitionReplica], None] | None = None,
         peer_live: Callable[[int], bool] | None = None,
+        adding: tuple[int, ...] = (),
     ) -> None:
         """``tick_s`` is the real time of a Raft tick: it sizes the read lease and the vote
         refusal of a new core (both off at 0). ``touched`` is called after a proposal changed
         the core (the Ready loop then looks at this replica), ``peer_live`` says whether node
-        liveness hears from a peer (a quiesced leader's followers stay in sync while it does)."""
+        liveness hears from a peer (a quiesced leader's followers stay in sync while it does).
+
+        ``replicas`` are the nodes the metadata lists for the partition (the preferred leader
+        first), ``adding`` those among them that a reassignment is adding: the bootstrap
+        configuration of a core that has stored none makes them learners and the others
+        voters, so a replica created by a reassignment starts as a learner, counted in no
+        quorum, and learns from the leader's log when it becomes a voter."""
         self._touched = touched
         self._peer_live = peer_live
         self.tp = tp
         self.node_id = node_id
         self.replicas = replicas
+        self._bootstrap = (tuple(r for r in replicas if r not in adding),
+                           tuple(r for r in replicas if r in adding))
         self.log = Log.open(directory, log_config, clock=wall_clock_ms)
         self._sync_writes = sync_writes
         self.store = LogStore(self.log, term_votes, sync_writes)
@@ -150,15 +159,17 @@ class PartitionReplica:
             # A replica that never had a term promised no leader anything: nobody's lease
             # counts on its refusal, and refusing would leave a new topic leaderless.
             self.refuses_votes_until = 0.0
+        voters, learners = self._bootstrap
         core = RaftCore(
             self.node_id,
-            self.replicas,
+            voters,
             self.replica_log,
             self._rng,
             self._raft_config,
             hard_state,
             LogCodec(self.log),
             repair_floor=self.log.repair_floor,
+            learners=learners,
             conf_state=self.store.conf_state(),
         )
         return core, DrivenReplica(core, self.store, hard_state)

@@ -71,8 +71,9 @@ _OPEN_SLICE = 32
 _EARLY_VOTES_KEPT = 4
 
 T = TypeVar("T")
-#: A partition's replicas (the preferred leader first) and its topic's configs.
-_Assignment = tuple[tuple[int, ...], dict[str, str]]
+#: A partition's replicas (the preferred leader first), its topic's configs, and the replicas
+#: a reassignment is adding (created as learners).
+_Assignment = tuple[tuple[int, ...], dict[str, str], tuple[int, ...]]
 
 
 class ReplicaSet:
@@ -236,21 +237,23 @@ class ReplicaSet:
         waiting to be opened opens with them)."""
         queued = self._to_open.get(tp)
         if queued is not None:
-            self._to_open[tp] = (queued[0], configs)
+            self._to_open[tp] = (queued[0], configs, queued[2])
         replica = self.partitions.get(tp)
         if replica is not None:
             replica.log.config = self._log_config(configs)
 
     def open_replica(
-        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str],
+        adding: tuple[int, ...] = (),
     ) -> None:
         """Open (or create) a replica and put it in service at once: for the node's start,
         on the disk thread before the loops run. A running node takes `add_replica`."""
         if tp not in self.partitions:
-            self._register(self._new_replica(tp, replicas, configs))
+            self._register(self._new_replica(tp, replicas, configs, adding))
 
     def _new_replica(
-        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str],
+        adding: tuple[int, ...] = (),
     ) -> PartitionReplica:
         """The replica with its log opened (created when new): touches the disk and nothing
         the loop owns, so it runs on any thread."""
@@ -260,7 +263,7 @@ class ReplicaSet:
             tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
             seed, self.term_votes, sync_writes=self.config.log_flush_policy == "always",
             tick_s=self.config.raft_tick_ms / 1000, touched=self.changed,
-            peer_live=self.peer_live,
+            peer_live=self.peer_live, adding=adding,
         )
 
     def _register(self, replica: PartitionReplica) -> None:
@@ -280,12 +283,13 @@ class ReplicaSet:
             if replica.replicas[0] != self.node_id:
                 core.defer_election(_CREATION_DEFERRAL_TIMEOUTS)
             elif core.term == 0:
-                core.campaign()
+                core.campaign()  # not a learner's: a core only campaigns as a voter
         self._touch(replica)
         self._work.set()
 
     def add_replica(
-        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str],
+        adding: tuple[int, ...] = (),
     ) -> None:
         """A partition assigned here while the node runs (on the loop): its log is opened on
         the disk thread, a slice of new replicas at a time (`_open_queued`), never on the loop.
@@ -296,7 +300,7 @@ class ReplicaSet:
         the replica to a retry every few seconds, rather than failing the node."""
         if tp in self.partitions or tp in self._unopened or tp in self._opening:
             return
-        self._to_open[tp] = (replicas, configs)
+        self._to_open[tp] = (replicas, configs, adding)
         if self._opener is None:
             self._opener = asyncio.create_task(self._open_queued())
 
@@ -314,14 +318,14 @@ class ReplicaSet:
                 self._opening = {tp for tp, _ in batch}
                 opened = await loop.run_in_executor(self.disk, self._open_slice, batch)
                 wanted, self._opening = self._opening, set()
-                for (tp, (replicas, configs)), result in zip(batch, opened, strict=True):
+                for (tp, (replicas, configs, adding)), result in zip(batch, opened, strict=True):
                     if isinstance(result, OSError):
                         self._early.pop(tp, None)
                         if tp in wanted:
                             log.error("%s: the replica cannot be created (%s): retrying until "
                                       "the disk takes writes", tp, result)
                             self._unopened[tp] = asyncio.create_task(
-                                self._open_later(tp, replicas, configs))
+                                self._open_later(tp, replicas, configs, adding))
                     elif tp in wanted:
                         self._register(result)
                     else:  # removed while it was being opened
@@ -339,16 +343,17 @@ class ReplicaSet:
         def open_one(
             item: tuple[TopicPartition, _Assignment],
         ) -> PartitionReplica | OSError:
-            tp, (replicas, configs) = item
+            tp, (replicas, configs, adding) = item
             try:
-                return self._new_replica(tp, replicas, configs)
+                return self._new_replica(tp, replicas, configs, adding)
             except OSError as exc:
                 return exc
 
         return list(self.flushers.map(open_one, batch))
 
     async def _open_later(
-        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str]
+        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str],
+        adding: tuple[int, ...],
     ) -> None:
         delay = _STORAGE_RETRY_S
         loop = asyncio.get_running_loop()
@@ -357,7 +362,7 @@ class ReplicaSet:
                 await asyncio.sleep(delay)
                 try:
                     replica = await loop.run_in_executor(
-                        self.disk, self._new_replica, tp, replicas, configs)
+                        self.disk, self._new_replica, tp, replicas, configs, adding)
                 except OSError as exc:
                     log.warning("%s: the replica still cannot be created (%s)", tp, exc)
                     delay = min(2 * delay, _STORAGE_RETRY_MAX_S)
@@ -369,9 +374,25 @@ class ReplicaSet:
         finally:
             del self._unopened[tp]
 
+    def hosts(self, tp: TopicPartition) -> bool:
+        """Whether a replica of `tp` is here, or on its way (queued, being opened, retried)."""
+        return (tp in self.partitions or tp in self._to_open or tp in self._opening
+                or tp in self._unopened)
+
+    def set_replicas(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
+        """The metadata lists other nodes for `tp` now (a reassignment): who its preferred
+        leader is and whose sync it reports. Its Raft membership is the log's business."""
+        queued = self._to_open.get(tp)
+        if queued is not None:
+            self._to_open[tp] = (replicas, queued[1], queued[2])
+        replica = self.partitions.get(tp)
+        if replica is not None:
+            replica.replicas = replicas
+
     def remove_replica(self, tp: TopicPartition) -> None:
-        """Forget a deleted topic's replica now; its files go on the disk thread, after any
-        round of writes already under way for it."""
+        """Forget a replica of a deleted topic, or of a partition whose reassignment left this
+        node out, now; its files go on the disk thread, after any round of writes already
+        under way for it."""
         unopened = self._unopened.get(tp)
         if unopened is not None:
             unopened.cancel()

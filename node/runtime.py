@@ -6,7 +6,8 @@ over its Raft log (`controller_driver.ControllerDriver`), the internal topic of 
 offsets (`coordinator_topic.CoordinatorTopic`) and the group coordinator's state machines over its
 partitions (`group_coordinator_driver.GroupCoordinatorDriver`), the same for transactions
 (`__transaction_state`, `txn_coordinator_driver.TxnCoordinatorDriver`), periodic chores
-(`housekeeping.Housekeeping`), and the check of old data on disk (`scrubber.Scrubber`). The
+(`housekeeping.Housekeeping`), the reassignments this node's partitions carry out
+(`reassignment.Reassigner`), and the check of old data on disk (`scrubber.Scrubber`). The
 server wires them to the gRPC services.
 """
 
@@ -27,6 +28,7 @@ from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.coordinator_topic import CoordinatorTopic
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.housekeeping import Housekeeping
+from tidelog.node.reassignment import Reassigner
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.node.scrubber import Scrubber
@@ -61,6 +63,7 @@ class NodeRuntime:
         self.txns = TxnCoordinatorDriver(
             config, self.replicas, self.txn_topic, self.offsets_topic, self.txn_markers.send
         )
+        self.reassigner = Reassigner(config, self.replicas, self.controller, self.routing)
         self._tasks: list[asyncio.Task[None]] = []
 
     def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
@@ -85,6 +88,7 @@ class NodeRuntime:
             self.consumer_groups.expiry_loop(),
             self.txns.expiration_loop(),
             self.txns.id_expiration_loop(),
+            self.reassigner.loop(),
         ]
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())

@@ -108,7 +108,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         )
         close_inbound = add_raft_transport(
             internal_server, runtime.on_envelope, runtime.controller.fetch_metadata,
-            runtime.txn_markers.handle,
+            runtime.txn_markers.handle, runtime.controller.reassignment_done,
         )
         loop = asyncio.get_running_loop()
         metrics.export_state(

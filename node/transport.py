@@ -411,6 +411,9 @@ def add_raft_transport(
     write_txn_markers: Callable[
         [pb.WriteTxnMarkersRequest, float], Awaitable[pb.WriteTxnMarkersResponse]
     ],
+    reassignment_done: Callable[
+        [pb.ReassignmentDoneRequest], Awaitable[pb.ReassignmentDoneResponse]
+    ],
 ) -> Callable[[], None]:
     """Serve the RaftTransport service: Stream takes its messages as bytes (it parses the
     frames itself), FetchMetadata and WriteTxnMarkers are plain protobuf (the latter is given
@@ -462,6 +465,11 @@ def add_raft_transport(
         wait = DEFAULT_MARKERS_WAIT_S if remaining is None else remaining - _DEADLINE_MARGIN_S
         return await write_txn_markers(request, max(min(wait, DEFAULT_MARKERS_WAIT_S), 0.0))
 
+    async def done(
+        request: pb.ReassignmentDoneRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReassignmentDoneResponse:
+        return await reassignment_done(request)
+
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(_SERVICE, {
         "Stream": grpc.stream_unary_rpc_method_handler(
             stream, response_serializer=pb.StreamSummary.SerializeToString
@@ -475,6 +483,11 @@ def add_raft_transport(
             markers,
             request_deserializer=pb.WriteTxnMarkersRequest.FromString,
             response_serializer=pb.WriteTxnMarkersResponse.SerializeToString,
+        ),
+        "ReassignmentDone": grpc.unary_unary_rpc_method_handler(
+            done,
+            request_deserializer=pb.ReassignmentDoneRequest.FromString,
+            response_serializer=pb.ReassignmentDoneResponse.SerializeToString,
         ),
     })])
     return close_inbound

@@ -104,6 +104,7 @@ async def _cluster(tmp_path: Path, election_timeout_ms: int) -> AsyncIterator[_C
             servers[i], lambda env, payload, node=node: cluster.receive(node, env, payload),
             lambda request: rpb.FetchMetadataResponse(),
             lambda request, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()),
+            lambda request: asyncio.sleep(0, rpb.ReassignmentDoneResponse()),
         )
     try:
         for i in IDS:

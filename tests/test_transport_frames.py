@@ -215,7 +215,8 @@ def test_a_maximal_batch_crosses_a_real_stream() -> None:
 
         server = grpc.aio.server(options=SERVER_OPTIONS)
         add_raft_transport(server, on_envelope, lambda _: rpb.FetchMetadataResponse(),
-                           lambda _, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()))
+                           lambda _, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()),
+                           lambda _: asyncio.sleep(0, rpb.ReassignmentDoneResponse()))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         link = PeerLink(1, 2, f"127.0.0.1:{port}", PLAINTEXT)
@@ -260,7 +261,8 @@ def test_a_broken_stream_is_a_warning_with_its_cause_once_per_period(
         server = grpc.aio.server()  # gRPC's default receive limit
         add_raft_transport(server, lambda env, payload: None,
                            lambda _: rpb.FetchMetadataResponse(),
-                           lambda _, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()))
+                           lambda _, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()),
+                           lambda _: asyncio.sleep(0, rpb.ReassignmentDoneResponse()))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         link = PeerLink(1, 2, f"127.0.0.1:{port}", PLAINTEXT)

@@ -553,6 +553,78 @@ class Client:
             if not validate_only:
                 self._await_leaders(counts, deadline)
 
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, TidelogError]:
+        """Move each partition's replicas to its list (preferred leader first), or cancel its
+        reassignment under way with None (AlterPartitionReassignments, KIP-455; needs ALTER on
+        the cluster). Returns once the controller has recorded them: the partitions' leaders
+        then move their Raft groups (`list_partition_reassignments` shows what is under way).
+        The partitions that failed are returned with their errors (INVALID_REPLICA_ASSIGNMENT,
+        UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS); a top-level error is raised."""
+        remaining = dict(reassignments)
+        deadline = self.deadline(timeout_ms)
+        state = _Attempts(self.metadata.version)
+        failed: dict[TopicPartition, TidelogError] = {}
+
+        def attempt() -> None:
+            response = self._controller_call(
+                "AlterPartitionReassignments",
+                lambda: wire.alter_partition_reassignments_request(
+                    remaining, int(deadline.attempt_s() * 1000)),
+                deadline, state,
+            )
+            if response.error_code:
+                error = wire.error_for(response.error_code, response.error_message,
+                                       "AlterPartitionReassignments")
+                state.refresh = isinstance(error, RetriableError)
+                raise error
+            answers = wire.parse_alter_partition_reassignments(response)
+            for tp in [tp for tp in remaining if tp not in answers]:
+                del remaining[tp]
+            retry = [tp for tp, error in answers.items() if isinstance(error, RetriableError)]
+            for tp, error in answers.items():
+                if tp not in retry:
+                    failed[tp] = error
+                    del remaining[tp]
+            if retry:
+                state.refresh = True
+                raise answers[retry[0]]
+
+        if remaining:
+            call_with_retry(attempt, what="AlterPartitionReassignments", deadline=deadline,
+                            backoff=self.backoff)
+        return failed
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None, *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, wire.PartitionReassignment]:
+        """The reassignments under way, of every partition or of those given
+        (ListPartitionReassignments; needs DESCRIBE on the cluster), as the controller knows
+        them: a partition is left out once its reassignment is done."""
+        asked = None if partitions is None else list(partitions)
+        deadline = self.deadline(timeout_ms)
+        state = _Attempts(self.metadata.version)
+
+        def attempt() -> dict[TopicPartition, wire.PartitionReassignment]:
+            response = self._controller_call(
+                "ListPartitionReassignments",
+                lambda: wire.list_partition_reassignments_request(asked), deadline, state,
+            )
+            if response.error_code:
+                error = wire.error_for(response.error_code, response.error_message,
+                                       "ListPartitionReassignments")
+                state.refresh = isinstance(error, RetriableError)
+                raise error
+            return wire.parse_list_partition_reassignments(response)
+
+        return call_with_retry(attempt, what="ListPartitionReassignments", deadline=deadline,
+                               backoff=self.backoff)
+
     def describe_configs(
         self,
         resources: Iterable[ConfigResource],

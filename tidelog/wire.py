@@ -680,6 +680,74 @@ def parse_create_partitions(response: pb.CreatePartitionsResponse) -> dict[str, 
     }
 
 
+# ---- AlterPartitionReassignments, ListPartitionReassignments (KIP-455) -----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A reassignment under way (Kafka's `PartitionReassignment`): every node that may be a
+    member while it runs (the target first), those it adds and those it removes."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+
+def alter_partition_reassignments_request(
+    targets: Mapping[TopicPartition, Sequence[int] | None], timeout_ms: int
+) -> pb.AlterPartitionReassignmentsRequest:
+    by_topic: dict[str, list[pb.ReassignablePartition]] = defaultdict(list)
+    for tp, replicas in targets.items():
+        by_topic[tp.topic].append(
+            pb.ReassignablePartition(partition_index=tp.partition, cancel=True)
+            if replicas is None
+            else pb.ReassignablePartition(partition_index=tp.partition, replicas=list(replicas))
+        )
+    return pb.AlterPartitionReassignmentsRequest(timeout_ms=timeout_ms, topics=[
+        pb.ReassignableTopic(name=name, partitions=partitions)
+        for name, partitions in by_topic.items()
+    ])
+
+
+def parse_alter_partition_reassignments(
+    response: pb.AlterPartitionReassignmentsResponse,
+) -> dict[TopicPartition, TidelogError]:
+    """The partitions that failed, with their errors (a top-level error: every partition)."""
+    return {
+        TopicPartition(t.name, p.partition_index): error_for(
+            p.error_code, p.error_message, f"partition {t.name}-{p.partition_index}")
+        for t in response.responses for p in t.partitions if p.error_code
+    }
+
+
+def list_partition_reassignments_request(
+    partitions: Iterable[TopicPartition] | None,
+) -> pb.ListPartitionReassignmentsRequest:
+    if partitions is None:
+        return pb.ListPartitionReassignmentsRequest()
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for tp in partitions:
+        by_topic[tp.topic].append(tp.partition)
+    return pb.ListPartitionReassignmentsRequest(topics=[
+        pb.ListPartitionReassignmentsTopics(name=name, partition_indexes=indexes)
+        for name, indexes in by_topic.items()
+    ])
+
+
+def parse_list_partition_reassignments(
+    response: pb.ListPartitionReassignmentsResponse,
+) -> dict[TopicPartition, PartitionReassignment]:
+    return {
+        TopicPartition(t.name, p.partition_index): PartitionReassignment(
+            tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+        for t in response.topics for p in t.partitions
+    }
+
+
 def describe_configs_request(
     resources: Sequence[ConfigResource], keys: Sequence[str] | None
 ) -> pb.DescribeConfigsRequest:
