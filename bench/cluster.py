@@ -52,7 +52,18 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from tidelog import Client, ClientConfig  # noqa: E402
 from tidelog.clock import wall_clock_ms  # noqa: E402
 from tidelog.compression import Codec  # noqa: E402
-from tidelog.records import RecordInput, build_batch  # noqa: E402
+from tidelog.producer.accumulator import (  # noqa: E402
+    CompressionRatioEstimator,
+    batch_limit,
+)
+from tidelog.records import (  # noqa: E402
+    HEADER_SIZE,
+    RECORD_OVERHEAD,
+    RecordInput,
+    build_batch,
+    read_header,
+    with_codec,
+)
 from tidelog.testing import LocalCluster  # noqa: E402
 from tidelog.transport import CONNECT_TIMEOUT_MS, Security  # noqa: E402
 from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
@@ -624,22 +635,57 @@ def json_like_values(count: int, rng: random.Random) -> list[bytes]:
     return out
 
 
+def producer_batch(values: list[bytes], codec: Codec, batch_size: int, ts: int) -> bytes:
+    """The batch of `codec` the client's producer fills from `values` with `batch_size` once
+    its compression ratio estimate has settled (a producer that has sent a few hundred
+    batches of such records): as in Kafka, batch_size counts compressed bytes, at the
+    estimated ratio (`tidelog.producer.accumulator`), so the batch carries more records than
+    an uncompressed one. The estimate settles by Kafka's steps, batch after batch, here."""
+    estimator = CompressionRatioEstimator()
+    records: list[RecordInput] = []
+    for _ in range(500):
+        limit, size = batch_limit(batch_size, estimator.estimate("bench")), HEADER_SIZE
+        records = []
+        for n, value in enumerate(values):
+            if records and size + RECORD_OVERHEAD + len(value) > limit:
+                break
+            records.append(RecordInput(value, None, ts + n))
+            size += RECORD_OVERHEAD + len(value)
+        plain = size - HEADER_SIZE
+        compressed = len(build_batch(records, compression=codec)) - HEADER_SIZE
+        before = estimator.estimate("bench")
+        if abs(estimator.observe("bench", compressed / plain) - before) < 1e-9:
+            break
+    return build_batch(records, compression=codec)
+
+
 def bench_compression(sizes: Sizes, codec: Codec, rounds: int) -> bool:
     """acks=all produce of the same JSON-like records, compressed with `codec` by the
     producer (the topic keeps the producer's codec) and uncompressed, in alternating rounds
     on one cluster (each round a topic of its own): MiB/s of the records' uncompressed
-    bytes committed, and the ratio of the medians."""
+    bytes committed, and the ratio of the medians. The uncompressed batch holds
+    records_per_batch records, and its size is the batch_size of both: the compressed batch
+    holds what the client's producer puts in a batch of that many compressed bytes
+    (`producer_batch`)."""
     ts = wall_clock_ms()
-    records = [RecordInput(v, None, ts + i) for i, v in
-               enumerate(json_like_values(sizes.records_per_batch, random.Random(5)))]
-    batches = {Codec.NONE: build_batch(records), codec: build_batch(records, compression=codec)}
-    plain_bytes = len(batches[Codec.NONE])
+    values = json_like_values(sizes.records_per_batch * 8, random.Random(5))
+    plain_batch = build_batch([RecordInput(v, None, ts + i) for i, v in
+                               enumerate(values[:sizes.records_per_batch])])
+    batches = {Codec.NONE: plain_batch,
+               codec: producer_batch(values, codec, len(plain_batch), ts)}
+    #: Each batch's records count and uncompressed bytes (its payload).
+    shape = {kind: (read_header(batch).records_count,
+                    len(plain_batch) if kind is Codec.NONE else len(with_codec(batch, Codec.NONE)))
+             for kind, batch in batches.items()}
     name = codec.name.lower()
-    print(f"\n## produce, {name} against uncompressed: {sizes.records_per_batch} JSON-like "
-          f"records of about {RECORD_BYTES} B per batch ({plain_bytes} B uncompressed, "
-          f"{len(batches[codec])} B {name}: {plain_bytes / len(batches[codec]):.1f}x), acks=all, "
-          f"3 nodes, RF 3, {sizes.partitions} partitions x {sizes.inflight} in flight, "
-          f"{sizes.produce_s:g} s after {sizes.warmup_s:g} s warm-up per round")
+    count, plain_bytes = shape[codec]
+    print(f"\n## produce, {name} against uncompressed: JSON-like records of about "
+          f"{RECORD_BYTES} B; uncompressed batches of {sizes.records_per_batch} records "
+          f"({len(plain_batch)} B), {name} batches as the producer fills them to the same "
+          f"batch_size of compressed bytes: {count} records ({plain_bytes} B uncompressed, "
+          f"{len(batches[codec])} B {name}: {plain_bytes / len(batches[codec]):.1f}x); "
+          f"acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x {sizes.inflight} in "
+          f"flight, {sizes.produce_s:g} s after {sizes.warmup_s:g} s warm-up per round")
     print(f"{'round':<16} {'payload MiB/s':>13} {'records/s':>10} {'wire MiB/s':>10} "
           f"{'nodes CPU ms/MiB':>17}")
     results: dict[Codec, list[float]] = {Codec.NONE: [], codec: []}
@@ -652,11 +698,12 @@ def bench_compression(sizes: Sizes, codec: Codec, rounds: int) -> bool:
                 if raw.completed == 0:
                     print(f"round {round_}: nothing completed ({dict(raw.errors)})")
                     return False
-                payload = raw.mib_s * plain_bytes / len(batch)
+                records, payload_bytes = shape[kind]
+                payload = raw.mib_s * payload_bytes / len(batch)
                 results[kind].append(payload)
                 print(f"{round_:<5} {kind.name.lower():>10} {payload:13.1f} "
-                      f"{raw.records_s:10.0f} {raw.mib_s:10.1f} "
-                      f"{raw.nodes_cpu_s * 1000 / (raw.mib * plain_bytes / len(batch)):17.1f}"
+                      f"{raw.mib_s * MIB / len(batch) * records:10.0f} {raw.mib_s:10.1f} "
+                      f"{raw.nodes_cpu_s * 1000 / (raw.mib * payload_bytes / len(batch)):17.1f}"
                       + (f" (retried errors {dict(raw.errors)})" if raw.errors else ""),
                       flush=True)
     plain_mib_s, codec_mib_s = (statistics.median(results[k]) for k in (Codec.NONE, codec))

@@ -16,6 +16,7 @@ import pytest
 from record_helpers import T, forge_batch, forge_record
 from storage_helpers import T0, FakeClock, assert_lookups_match_brute_force, open_log
 
+from tidelog import Client, TopicPartition
 from tidelog.compression import Codec, compress, decompress
 from tidelog.errors import (
     ConfigurationError,
@@ -23,11 +24,16 @@ from tidelog.errors import (
     InvalidConfigError,
     UnsupportedCompressionTypeError,
 )
+from tidelog.metadata import MetadataSnapshot, PartitionInfo, TopicInfo
+from tidelog.producer.accumulator import Batch, CompressionRatioEstimator, RecordAccumulator
 from tidelog.producer.config import ProducerConfig
+from tidelog.producer.idempotence import IdempotenceState
+from tidelog.producer.sender import Sender
 from tidelog.records import (
     ATTR_COMPRESSION,
     HEADER_SIZE,
     MAX_BATCH_BYTES,
+    RECORD_OVERHEAD,
     Record,
     RecordInput,
     build_batch,
@@ -280,3 +286,61 @@ def test_dump_log_deep_shows_the_records_of_compressed_batches(
     assert code == 0
     assert "count: 4" in out and "compresscodec: zstd" in out
     assert out.count("| offset: ") == 4 and "key: 'key-3' value: '{\"id\": 3" in out
+
+
+def test_the_ratio_estimate_moves_as_kafkas_does() -> None:
+    """Kafka's CompressionRatioEstimator: 1.0 at first, 0.005 better per batch that
+    compresses better, at once (by at least 0.05) to a batch that compresses worse."""
+    estimator = CompressionRatioEstimator()
+    assert estimator.estimate("t") == 1.0
+    assert estimator.observe("t", 0.3) == pytest.approx(0.995)
+    assert estimator.observe("t", 1.2) == pytest.approx(1.2)
+    assert estimator.observe("t", 1.21) == pytest.approx(1.25)
+    for _ in range(300):
+        estimator.observe("t", 0.3)
+    assert estimator.estimate("t") == pytest.approx(0.3) and estimator.estimate("u") == 1.0
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_a_compressing_producer_fills_batches_to_batch_size_of_compressed_bytes(
+    codec: str,
+) -> None:
+    """As Kafka's producer: batch_size counts compressed bytes, at the topic's estimated ratio,
+    which the sender moves with every batch it compresses. Once it has settled, a zstd batch of
+    compressible records carries several times the records of an uncompressed one and still
+    comes out within batch_size; without a codec a batch holds batch_size of records."""
+    rng = random.Random(3)
+    words = [b"order", b"shipped", b"customer", b"refund", b"address", b"price", b"coupon"]
+    values = [b'{"id": %d, "type": "%s", "note": "%s", "token": "%s"}' % (
+        n, rng.choice(words), b" ".join(rng.choices(words, k=60)), rng.randbytes(8).hex().encode()
+    ) for n in range(500)]
+    tp = TopicPartition("t", 0)
+    config = ProducerConfig(compression_type=codec, batch_size=16_384, idempotent=False)
+    with Client("127.0.0.1:9") as client:  # never connected: the metadata is set here
+        client.metadata.update(MetadataSnapshot(
+            nodes={1: "h:1"}, controller_id=1,
+            topics={"t": TopicInfo("t", (PartitionInfo(1, 1, (1,)),))},
+        ))
+        idempotence = IdempotenceState(False)
+        accumulator = RecordAccumulator(client, config, idempotence)
+        accumulator._wake_sender = lambda: None
+        sender = Sender(client, accumulator, idempotence)
+        left: list[Batch] = []
+        for n in range(1_000 if codec == "none" else 12_000):
+            accumulator.send("t", values[n % len(values)], partition=0)
+            queue = accumulator.queue_of(Batch(tp, 0, 0, 0, accumulator._lock)).queue
+            while len(queue) > 1:  # what the sender does with a batch that leaves
+                left.append(queue.popleft())
+                sender._frame(left[-1])
+        full = left[-10:]  # filled at the settled estimate
+    plain = sum(map(len, values[:100])) / 100 + RECORD_OVERHEAD
+    uncompressed_count = (16_384 - HEADER_SIZE) // plain
+    sizes = [HEADER_SIZE + len(b.body) for b in full]
+    counts = [b.count for b in full]
+    if codec == "none":
+        assert max(sizes) <= 16_384 and min(counts) >= uncompressed_count - 1
+    else:
+        assert accumulator.estimator is not None
+        assert accumulator.estimator.estimate("t") < 0.4
+        assert max(sizes) <= 16_384 and min(sizes) > 0.6 * 16_384, sizes
+        assert min(counts) > 2.5 * uncompressed_count, (counts, uncompressed_count)

@@ -7,7 +7,11 @@ Per record that is a few microseconds of Python, which is what a producer's thro
 of: a keyless record with no partition or headers, the common one, goes straight into the batch
 the sticky partitioner has open for its topic (KIP-480), with one dict lookup.
 
-A batch leaves when full, when it has lingered ``linger_ms``, or on flush/close. Retries go
+A batch leaves when full, when it has lingered ``linger_ms``, or on flush/close. With a
+compression codec, "full" is ``batch_size`` of *compressed* bytes, as in Kafka: the records are
+counted at the topic's estimated compression ratio (`CompressionRatioEstimator`), so a batch of
+records that compress 3x carries about 3x the records, and the costs per batch (the request,
+the leader's checks, a Raft entry, three fsyncs) are spread over that much more payload. Retries go
 back to the head of their partition's queue in creation (= sequence) order, and a partition
 with a retry pending has only that batch in flight, so the log keeps the send order.
 """
@@ -47,6 +51,55 @@ log = logging.getLogger("tidelog.producer")
 _time_ns = time.time_ns
 #: The sender's longest sleep when nothing is due; wakeups normally come from notifications.
 IDLE_S = 0.5
+#: Kafka's CompressionRatioEstimator steps: an estimate improves slowly (a batch that compresses
+#: better than estimated moves it by 0.005) and deteriorates at once (worse: by at least 0.05,
+#: up to the ratio seen), so that batches rarely come out above batch_size.
+COMPRESSION_RATIO_IMPROVING_STEP = 0.005
+COMPRESSION_RATIO_DETERIORATE_STEP = 0.05
+#: Kafka's COMPRESSION_RATE_ESTIMATION_FACTOR: the margin on the estimate when filling a batch.
+COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
+#: The most bytes of uncompressed records a compressed batch carries, whatever the estimate
+#: (or batch_size, when that is larger): Kafka's default max.request.size. Kafka's producer
+#: splits a batch the broker refuses as too large (the estimate was too hopeful: records that
+#: suddenly stop compressing); Tidelog's does not, so it bounds a batch instead, keeping one of
+#: incompressible records near the nodes' default max.message.bytes (1 MiB).
+MAX_UNCOMPRESSED_BATCH_BYTES = 1024 * 1024
+
+
+class CompressionRatioEstimator:
+    """Each topic's estimated compression ratio (compressed / uncompressed bytes of a batch's
+    records) for the producer's codec, as Kafka's CompressionRatioEstimator keeps it: 1.0 until
+    batches have been seen, then moved by each batch the sender compresses (`observe`)."""
+
+    def __init__(self) -> None:
+        self._ratios: dict[str, float] = {}
+
+    def estimate(self, topic: str) -> float:
+        return self._ratios.get(topic, 1.0)
+
+    def observe(self, topic: str, ratio: float) -> float:
+        """Take the ratio one batch of `topic` compressed to; return the new estimate."""
+        current = self._ratios.get(topic, 1.0)
+        if ratio > current:
+            current = max(current + COMPRESSION_RATIO_DETERIORATE_STEP, ratio)
+        elif ratio < current:
+            current = max(current - COMPRESSION_RATIO_IMPROVING_STEP, ratio)
+        self._ratios[topic] = current
+        return current
+
+
+def batch_limit(batch_size: int, ratio: float) -> int:
+    """The most bytes (header and uncompressed records) a batch is filled to so that it
+    compresses to about `batch_size` at the estimated `ratio` (1.0: no codec): Kafka's
+    MemoryRecordsBuilder counts the records at the ratio times 1.05, so with no codec the limit
+    is batch_size itself. Kafka counts the record about to be appended uncompressed; here it is
+    counted at the estimate too, so that send() keeps one comparison per record (the 5% margin
+    covers the difference), and a compressed batch's records stay within
+    MAX_UNCOMPRESSED_BATCH_BYTES (or batch_size, if larger)."""
+    if ratio >= 1.0:
+        return batch_size
+    records = (batch_size - HEADER_SIZE) / (ratio * COMPRESSION_RATE_ESTIMATION_FACTOR)
+    return HEADER_SIZE + int(min(records, max(MAX_UNCOMPRESSED_BATCH_BYTES, batch_size)))
 
 
 @dataclass(eq=False)
@@ -65,6 +118,9 @@ class Batch:
     first_timestamp: int = 0
     max_timestamp: int = -1
     size: int = HEADER_SIZE
+    #: The `size` at which the batch is full: batch_size, or with a codec what compresses to
+    #: about batch_size at the topic's estimated ratio (`batch_limit`).
+    limit: int = 0
     #: Base sequence once numbered (first drained); None before, and again after a reset.
     sequence: int | None = None
     header: bytes = b""
@@ -193,6 +249,8 @@ class RecordAccumulator:
         self.transactions = transactions
         # send()'s hot settings as plain attributes, one lookup each.
         self._batch_size = config.batch_size
+        #: With a codec, each topic's compression ratio, which sizes its batches.
+        self.estimator = CompressionRatioEstimator() if config.codec else None
         self._buffer_memory = config.buffer_memory
         self._linger_ms = config.linger_ms
         #: send() takes the lock itself, not through the Condition's Python-level wrapper.
@@ -243,7 +301,7 @@ class RecordAccumulator:
             lock.acquire()  # (not `with`: its method lookups cost as much as the lock)
             known = self._topics.get(topic)
             batch = None if known is None else known.open
-            if (batch is None or batch.sealed or batch.size + size > self._batch_size
+            if (batch is None or batch.sealed or batch.size + size > batch.limit
                     or self._buffered + size > self._buffer_memory):
                 lock.release()
                 batch, size = self._choose_batch(topic, value, key, partition, timestamp, headers)
@@ -265,7 +323,7 @@ class RecordAccumulator:
             if timestamp > batch.max_timestamp:
                 batch.max_timestamp = timestamp
             self._buffered += size
-            if batch.size >= self._batch_size:
+            if batch.size >= batch.limit:
                 batch.sealed = True
                 self._wake_sender()
             return RecordFuture(batch, index, timestamp)
@@ -341,7 +399,7 @@ class RecordAccumulator:
         batch = state.queue[-1] if state.queue else None
         if batch is None or batch.sealed:
             return None
-        if batch.size + size > self._batch_size:
+        if batch.size + size > batch.limit:
             batch.sealed = True
             self._wake_sender()
             return None
@@ -364,8 +422,11 @@ class RecordAccumulator:
 
     def _open_batch(self, state: PartitionQueue, timestamp: int) -> Batch:
         now = time.monotonic()
+        limit = self._batch_size if self.estimator is None else batch_limit(
+            self._batch_size, self.estimator.estimate(state.tp.topic)
+        )
         batch = Batch(state.tp, now, now + self.config.delivery_timeout_ms / 1000,
-                       next(self._serial), self._lock, first_timestamp=timestamp)
+                       next(self._serial), self._lock, first_timestamp=timestamp, limit=limit)
         state.queue.append(batch)
         return batch
 

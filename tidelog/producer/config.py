@@ -34,7 +34,8 @@ class ProducerConfig:
     #: producer (Kafka's transaction.timeout.ms; at most the nodes' transaction.max.timeout.ms).
     transaction_timeout_ms: int = 60_000
     #: Kafka's compression.type: none, gzip, snappy, lz4 or zstd. Each batch's records are
-    #: compressed as one stream when the batch leaves (batch_size counts them uncompressed).
+    #: compressed as one stream when the batch leaves; batch_size then counts compressed
+    #: bytes, at the topic's estimated ratio, as in Kafka (`accumulator.batch_limit`).
     compression_type: str = "none"
 
     def __post_init__(self) -> None:

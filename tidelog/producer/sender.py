@@ -220,7 +220,11 @@ class Sender:
             if batch.parts:
                 batch.body, batch.parts = b"".join(batch.parts), []
                 if self._codec:
+                    plain = len(batch.body)
                     batch.body = compress(self._codec, batch.body)
+                    estimator = self.accumulator.estimator
+                    if estimator is not None and plain:
+                        estimator.observe(batch.tp.topic, len(batch.body) / plain)
             batch.header = batch_header(
                 batch.body,
                 base_offset=0,
