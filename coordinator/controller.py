@@ -23,6 +23,7 @@ from tidelog.coordinator.acls import AclIndex, check_binding, check_filter
 from tidelog.coordinator.metadata_records import (
     AccessControlEntryRecord,
     ConfigRecord,
+    DecommissionRecord,
     FenceNodeRecord,
     MetadataRecord,
     MetadataRecordError,
@@ -174,6 +175,8 @@ class MetadataImage:
     node_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     #: Registered nodes by id (RegisterNodeRecord and the fencing records after it).
     nodes: dict[int, NodeImage] = field(default_factory=dict)
+    #: The nodes being decommissioned: given no new replica, drained by the controller.
+    decommissioning: set[int] = field(default_factory=set)
     applied_offset: int = -1
 
     # -- nodes (read by every node) ------------------------------------------------------------
@@ -201,8 +204,10 @@ class MetadataImage:
         *,
         allow_internal: bool = False,
     ) -> TopicRecord:
-        """Validate a creation and return the record to propose; raises the Kafka error."""
+        """Validate a creation and return the record to propose; raises the Kafka error.
+        Nodes being decommissioned take no replica of it."""
         validate_topic_name(name)
+        node_ids = self._eligible(node_ids)
         if name in INTERNAL_TOPICS and not allow_internal:
             raise InvalidTopicError(f"{name} is an internal topic")
         if name in self.topics:
@@ -257,6 +262,13 @@ class MetadataImage:
                 f"number of partitions must be at most {MAX_PARTITIONS}, got {count}"
             )
         factor = len(topic.assignment[0])
+        named = {node for replicas in assignment or () for node in replicas}
+        leaving = sorted(self.decommissioning & named)
+        if leaving:
+            raise InvalidReplicaAssignmentError(
+                f"node(s) {leaving} are being decommissioned and take no new replica"
+            )
+        node_ids = self._eligible(node_ids)
         if assignment is None:
             if factor > len(node_ids):
                 raise InvalidReplicationFactorError(
@@ -437,6 +449,29 @@ class MetadataImage:
                 found[tp] = reassignment
         return found
 
+    def plan_decommission(
+        self, node_id: int, decommission: bool, node_ids: Sequence[int]
+    ) -> list[DecommissionRecord]:
+        """Start (or, `decommission` False, cancel) decommissioning `node_id`: the record, or
+        none when the node is in that state already. BROKER_ID_NOT_REGISTERED for a node the
+        cluster does not know; INVALID_REQUEST when the nodes that would remain could not hold
+        some partition's replicas (nothing could drain, and no new topic of that replication
+        factor could be placed)."""
+        if node_id not in node_ids:
+            raise BrokerIdNotRegisteredError(f"node {node_id} is not a node of this cluster")
+        if decommission == (node_id in self.decommissioning):
+            return []
+        if decommission:
+            remaining = len(set(node_ids) - self.decommissioning - {node_id})
+            widest = max((len(replicas) for topic in self.topics.values()
+                          for replicas in topic.assignment), default=0)
+            if widest > remaining:
+                raise InvalidRequestError(
+                    f"decommissioning node {node_id} would leave {remaining} node(s) to hold "
+                    f"partitions of {widest} replicas: add a node first"
+                )
+        return [DecommissionRecord(node_id, decommission)]
+
     def plan_delete(self, name: str) -> RemoveTopicRecord:
         if name not in self.topics:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -573,6 +608,10 @@ class MetadataImage:
             return None
         return UnfenceNodeRecord(node_id, node.epoch)
 
+    def _eligible(self, node_ids: Sequence[int]) -> list[int]:
+        """The nodes that may take new replicas: those not being decommissioned."""
+        return [n for n in node_ids if n not in self.decommissioning]
+
     def leader_counts(self) -> dict[int, int]:
         """How many partitions prefer each node as leader: new topics fill the least loaded."""
         counts: dict[int, int] = {}
@@ -612,6 +651,11 @@ class MetadataImage:
             self._apply_partition_change(record)
         elif isinstance(record, ConfigRecord):
             self._apply_config(record)
+        elif isinstance(record, DecommissionRecord):
+            if record.decommissioning:
+                self.decommissioning.add(record.node_id)
+            else:
+                self.decommissioning.discard(record.node_id)
         elif isinstance(record, RegisterNodeRecord):
             self.nodes[record.node_id] = NodeImage(
                 record.node_id, record.incarnation, offset, record.internal_address,

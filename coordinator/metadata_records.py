@@ -49,6 +49,7 @@ _FENCE_NODE: Final = 9
 _UNFENCE_NODE: Final = 10
 _UNREGISTER_NODE: Final = 11
 _PARTITION_CHANGE: Final = 12
+_DECOMMISSION: Final = 13
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -266,6 +267,20 @@ class PartitionChangeRecord:
         return self.topic
 
 
+@dataclass(frozen=True, slots=True)
+class DecommissionRecord:
+    """Node `node_id` is being decommissioned (`decommissioning`): it is given no new replicas
+    and the controller moves those it holds away; or, with False, it is re-commissioned (a
+    decommission cancelled), a node like the others again."""
+
+    node_id: int
+    decommissioning: bool
+
+    @property
+    def subject(self) -> str:
+        return node_subject(self.node_id)
+
+
 MetadataRecord = (
     TopicRecord
     | RemoveTopicRecord
@@ -279,6 +294,7 @@ MetadataRecord = (
     | UnfenceNodeRecord
     | UnregisterNodeRecord
     | PartitionChangeRecord
+    | DecommissionRecord
 )
 
 
@@ -350,6 +366,10 @@ def encode_record(record: MetadataRecord) -> bytes:
             out += _U16.pack(len(nodes))
             for node_id in nodes:
                 out += _I32.pack(node_id)
+    elif isinstance(record, DecommissionRecord):
+        out.append(_DECOMMISSION)
+        out += _I32.pack(record.node_id)
+        out += _U8.pack(record.decommissioning)
     else:
         out.append(_CONFIG)
         out += _U8.pack(record.resource_type)
@@ -470,6 +490,8 @@ class _Reader:
             )
         elif kind in _NODE_RECORDS:
             record = _NODE_RECORDS[kind](self._int(_I32), self._int(_I64))
+        elif kind == _DECOMMISSION:
+            record = DecommissionRecord(self._int(_I32), self._flag())
         else:
             raise MetadataRecordError(f"unknown metadata record kind {kind}")
         if self._pos != len(self._data):
@@ -672,6 +694,9 @@ def _check(record: MetadataRecord) -> None:
             raise MetadataRecordError(
                 f"{type(record).__name__} names node {record.node_id} at epoch {record.epoch}"
             )
+    elif isinstance(record, DecommissionRecord):
+        if record.node_id < 0:
+            raise MetadataRecordError(f"decommission record of node {record.node_id}")
     elif record.acl_id < 1:
         raise MetadataRecordError(f"ACL record id {record.acl_id} is not >= 1")
     elif isinstance(record, AccessControlEntryRecord):

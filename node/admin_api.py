@@ -27,7 +27,7 @@ from tidelog import errors
 from tidelog.acl import Operation, ResourceType
 from tidelog.configs import ConfigResourceType, ConfigSource
 from tidelog.node.authorization import Authorization
-from tidelog.node.config import KEYS, NodeConfig
+from tidelog.node.config import DYNAMIC_KEYS, KEYS, NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.request_rules import each_once
@@ -128,7 +128,7 @@ class AdminApi:
                     resource_type, name, ops, sorted(self.config.peers),
                     self._effective_defaults(name if resource_type == ConfigResourceType.BROKER
                                              else str(self.config.node_id)),
-                    _validator(resource_type),
+                    _validator(resource_type, self.config),
                 )
 
             await self._change(result, plan, request.validate_only, timeout_s)
@@ -187,6 +187,16 @@ class AdminApi:
             )
         entries = {key: _layered(key, self._layers(own)) for key in TOPIC_KEYS}
         static = self.config.to_properties()
+        node_configs = image.node_configs
+        for key in DYNAMIC_KEYS:
+            value = getattr(self.config, KEYS[key])
+            entries[key] = _layered(key, [
+                (ConfigSource.DYNAMIC_BROKER_CONFIG, node_configs.get(own, {})),
+                (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, node_configs.get("", {})),
+                (ConfigSource.STATIC_BROKER_CONFIG,
+                 {} if value == _FIELD_DEFAULTS[KEYS[key]] else {key: static[key]}),
+                (ConfigSource.DEFAULT_CONFIG, {key: static[key]}),
+            ])
         for key, field_name in KEYS.items():
             if key in entries:
                 continue
@@ -256,22 +266,27 @@ def _layered(
     return _BUILT_IN.get(key), ConfigSource.DEFAULT_CONFIG, False
 
 
-def _validator(resource_type: int) -> Callable[[dict[str, str]], None]:
+def _validator(resource_type: int, config: NodeConfig) -> Callable[[dict[str, str]], None]:
     """The rules a resource's dynamic configs must keep: topic configs that storage accepts;
-    for a node, only the dynamic ones (the topic defaults)."""
+    for a node, only the dynamic ones (the topic defaults and `DYNAMIC_KEYS`, whose values a
+    node's properties would accept)."""
 
     def validate(configs: dict[str, str]) -> None:
+        node_keys: frozenset[str] = frozenset()
         if resource_type == ConfigResourceType.BROKER:
-            fixed = sorted(key for key in configs if key in KEYS and key not in TOPIC_KEYS)
+            node_keys = DYNAMIC_KEYS
+            fixed = sorted(key for key in configs
+                           if key in KEYS and key not in TOPIC_KEYS and key not in node_keys)
             if fixed:
                 raise errors.InvalidRequestError(
                     f"cannot update these configs dynamically: {', '.join(fixed)} (read-only "
                     "node settings: set them in the node's properties and restart it)"
                 )
+            config.with_dynamic(configs)
         for key in configs:
-            if key not in TOPIC_KEYS:
+            if key not in TOPIC_KEYS and key not in node_keys:
                 raise errors.InvalidConfigError(f"unknown config {key!r}")
-        LogConfig.from_kafka_props(configs)
+        LogConfig.from_kafka_props({k: v for k, v in configs.items() if k in TOPIC_KEYS})
 
     return validate
 

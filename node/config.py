@@ -53,6 +53,8 @@ KEYS: dict[str, str] = {
     "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
     "leader.imbalance.check.interval.ms": "leader_imbalance_check_interval_ms",
     "log.retention.check.interval.ms": "log_retention_check_interval_ms",
+    "partition.autobalancing.enable": "partition_autobalancing_enable",
+    "partition.autobalancing.max.moves": "partition_autobalancing_max_moves",
     "replica.high.watermark.checkpoint.interval.ms":
         "replica_high_watermark_checkpoint_interval_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
@@ -96,6 +98,9 @@ KEYS: dict[str, str] = {
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
 }
 _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
+#: The node settings (beyond the topic defaults) that IncrementalAlterConfigs may change while
+#: the nodes run, as dynamic node configs: every node's default, or one node's own.
+DYNAMIC_KEYS = frozenset({"partition.autobalancing.enable", "partition.autobalancing.max.moves"})
 _REQUIRED = ("node.id", "listen", "data.dir")
 _KEY_PATTERN = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*")
 _WEEK_MS = 7 * 24 * 3600 * 1000
@@ -150,6 +155,12 @@ class NodeConfig:
     #: How often retention (and the cleaner of compacted topics) runs over every log. Kafka's
     #: default is 5 minutes; a laptop cluster's tests want retention seen within seconds.
     log_retention_check_interval_ms: int = 5000
+    #: Continuous partition balancing (Redpanda's): the controller leader moves replicas so
+    #: that every node holds about as many, and leads about as many, as the others (a node
+    #: that joined gets its share), at most max.moves partitions moving at a time. Off, it
+    #: still drains nodes being decommissioned. Both dynamic (DYNAMIC_KEYS).
+    partition_autobalancing_enable: bool = True
+    partition_autobalancing_max_moves: int = 2
     #: How often each changed log is flushed and its offsets (recovery point, high watermark)
     #: checkpointed, which bounds what crash recovery re-reads (Kafka's 5 s).
     replica_high_watermark_checkpoint_interval_ms: int = 5000
@@ -312,6 +323,8 @@ class NodeConfig:
         )
         _require(self.log_retention_check_interval_ms >= 1,
                  "log.retention.check.interval.ms must be >= 1")
+        _require(self.partition_autobalancing_max_moves >= 1,
+                 "partition.autobalancing.max.moves must be >= 1")
         _require(self.replica_high_watermark_checkpoint_interval_ms >= 1,
                  "replica.high.watermark.checkpoint.interval.ms must be >= 1")
         _require(
@@ -485,6 +498,14 @@ class NodeConfig:
             self, listen=listen, internal_listen=internal, advertised=advertised, peers=peers
         )
 
+    def with_dynamic(self, *layers: Mapping[str, str]) -> NodeConfig:
+        """This config with the dynamic node settings (`DYNAMIC_KEYS`) of `layers` on top, the
+        last layer winning; keys of other settings (the topic defaults) are ignored. A value
+        that does not parse or validate raises InvalidConfigError, as in a properties file."""
+        changed = {KEYS[key]: _convert(key, KEYS[key], value.strip())
+                   for layer in layers for key, value in layer.items() if key in DYNAMIC_KEYS}
+        return dataclasses.replace(self, **changed) if changed else self
+
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> NodeConfig:
         """Builds a config from Kafka-style ``key -> value`` strings (file, flags, --set)."""
@@ -603,7 +624,8 @@ def _convert(key: str, name: str, value: str) -> Any:
         return tuple(filter(None, (part.strip() for part in value.split(";"))))
     if name == "group_consumer_assignors":
         return tuple(filter(None, (part.strip() for part in value.split(","))))
-    if name in ("auto_leader_rebalance_enable", "allow_everyone_if_no_acl_found"):
+    if name in ("auto_leader_rebalance_enable", "allow_everyone_if_no_acl_found",
+                "partition_autobalancing_enable"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"

@@ -30,6 +30,7 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.records import RecordInput, build_batch
+from tidelog.storage import LogConfig
 from tidelog.storage.log import Log
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
@@ -43,6 +44,8 @@ _PRODUCER_ID_BLOCK = 1000
 #: How long one voter may take to report its metadata high watermark at start.
 _CATCH_UP_CALL_S = 1.0
 _PULL_CALL_S = 2.0
+#: The dynamic node configs that are topic defaults (the others are node settings).
+_TOPIC_KEYS = LogConfig.property_names()
 #: How long the completion record of a reassignment may take to commit.
 _REASSIGNMENT_DONE_S = 10.0
 
@@ -150,7 +153,8 @@ class ControllerDriver:
         """The topic defaults the nodes' dynamic configs give this node: every node's, then
         its own on top (Kafka's order: a broker's own dynamic config wins)."""
         configs = self.image.node_configs
-        return {**configs.get("", {}), **configs.get(str(self.node_id), {})}
+        merged = {**configs.get("", {}), **configs.get(str(self.node_id), {})}
+        return {key: value for key, value in merged.items() if key in _TOPIC_KEYS}
 
     def _reconcile(self, before: dict[str, TopicImage], defaults_changed: bool) -> None:
         """Open the replicas the applied records assign here (new topics, new partitions),
