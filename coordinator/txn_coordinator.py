@@ -25,11 +25,12 @@ The producer's next AddPartitionsToTxn usually comes while those markers are bei
 Its partitions may not join a transaction before the previous transaction's markers are on
 them (a batch of the new transaction written ahead of the old marker would be ended by it), so
 the driver holds it until the markers are written; `plan_complete` then plans the Complete
-record and the new Ongoing record together (`Decision.then`), appended as one batch: one
-replicated write where there were two. The Ongoing record never reaches the log before every
-marker of the previous transaction is written, and never without the Complete record before
-it in the same batch, so a new leader replaying the log finds either the Prepare* record (and
-writes the markers again) or both.
+record and the new Ongoing record together (`Decision.then`, with the partitions of every
+request of the producer held meanwhile), appended as one batch: one replicated write where
+there were two. The Ongoing record never reaches the log before every marker of the previous
+transaction is written, and never without the Complete record before it in the same batch, so
+a new leader replaying the log finds either the Prepare* record (and writes the markers
+again) or both.
 
 Deterministic, like the group coordinator: no I/O, no clock (callers pass `now_ms`), no
 threads, no event loop. A producer id comes from the controller, so a plan that needs a fresh
@@ -112,6 +113,10 @@ class AddPartitions(NamedTuple):
     producer_id: int
     producer_epoch: int
     partitions: tuple[TopicPartition, ...]
+
+    @property
+    def producer(self) -> tuple[int, int]:
+        return self.producer_id, self.producer_epoch
 
 
 NEEDS_PRODUCER_ID = Decision(needs_producer_id=True)
@@ -339,14 +344,16 @@ class TransactionCoordinatorState:
         return work
 
     def plan_complete(
-        self, work: MarkerWork, now_ms: int, then: AddPartitions | None = None
+        self, work: MarkerWork, now_ms: int, held: Iterable[AddPartitions] = ()
     ) -> Decision | None:
         """Every partition of `work` has its marker: the Complete record; None when the id has
-        moved on meanwhile (another leader completed it). `then`: an AddPartitionsToTxn that
-        waited for these markers; when it comes from the id's current producer, its Ongoing
-        record follows in the same batch (`Decision.then`) and the id is pending until both
-        are applied. Otherwise it is left out, and asked as usual once Complete is applied
-        (which answers its error)."""
+        moved on meanwhile (another leader completed it). `held`: the AddPartitionsToTxn
+        requests that waited for these markers; those of the id's current producer become one
+        Ongoing record with every partition they name, following in the same batch
+        (`Decision.then`), and the id is pending until both are applied (a producer whose
+        partitions were asked for in two requests, because its sends raced its sender, gets
+        them in one write). The others are left out, and asked as usual once Complete is
+        applied (which answers their error)."""
         txn_id = work.transactional_id
         meta = self.txns.get(txn_id)
         if (
@@ -358,13 +365,15 @@ class TransactionCoordinatorState:
         state = TxnState.COMPLETE_COMMIT if work.commit else TxnState.COMPLETE_ABORT
         complete = meta._replace(state=state, partitions=(), last_update_ms=now_ms)
         decision = self._write(txn_id, complete)
-        if then is None or not then.partitions or (
-            (then.producer_id, then.producer_epoch) != (work.producer_id, work.producer_epoch)
-        ):
+        partitions = {
+            tp for request in held if request.producer == (work.producer_id, work.producer_epoch)
+            for tp in request.partitions
+        }
+        if not partitions:
             return decision
         assert complete.state in VALID_PREVIOUS[TxnState.ONGOING]
         self._pending[txn_id] = TxnState.ONGOING
-        return decision._replace(then=_record(txn_id, _adding(complete, then.partitions, now_ms)))
+        return decision._replace(then=_record(txn_id, _adding(complete, partitions, now_ms)))
 
     def plan_expiration(self, now_ms: int) -> list[tuple[str, Decision]]:
         """Ongoing transactions older than their timeout, fenced and aborted (kafka-reference

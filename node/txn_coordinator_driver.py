@@ -21,6 +21,7 @@ transaction.remove.expired.transaction.cleanup.interval.ms (kafka-reference §8.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -66,8 +67,8 @@ _MARKERS_BACKOFF_S = 0.1
 @dataclass(eq=False)
 class _Held:
     """An AddPartitionsToTxn held while the id's markers are written. When the markers task
-    ends, `taken` is set: True when its Ongoing record was committed with the Complete record
-    (answered), False otherwise (it goes the usual way then)."""
+    ends, `taken` is set: True when its partitions were in the Ongoing record committed with
+    the Complete record (answered), False otherwise (it goes the usual way then)."""
 
     request: AddPartitions
     taken: asyncio.Future[bool]
@@ -78,8 +79,11 @@ class _TxnLed(Led[TransactionCoordinatorState]):
     #: The markers being written, by transactional id.
     marking: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     #: Per transactional id being marked, the requests held until its markers task ends, in
-    #: arrival order; the first goes into the Complete record's batch.
+    #: arrival order; those of the id's producer go into the Complete record's batch.
     held: dict[str, list[_Held]] = field(default_factory=dict)
+    #: Per transactional id, the AddPartitionsToTxn whose Ongoing record is being appended
+    #: (outside a markers task): another one of the id waits for it (`_after_adding`).
+    adding: dict[str, asyncio.Future[None]] = field(default_factory=dict)
 
 
 class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
@@ -128,10 +132,11 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
 
     async def _mark(self, led: _TxnLed, work: MarkerWork) -> None:
         """Markers on every partition of `work` until each is written, then Complete, with
-        the Ongoing record of a held AddPartitionsToTxn in the same batch."""
+        the Ongoing record of the AddPartitionsToTxn requests held meanwhile in the same
+        batch."""
         txn_id = work.transactional_id
         pending = set(work.partitions)
-        taken: _Held | None = None
+        taken: list[_Held] = []
         try:
             if self.config.test_txn_markers_delay_ms:
                 await asyncio.sleep(self.config.test_txn_markers_delay_ms / 1000)
@@ -152,14 +157,15 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
                     await asyncio.sleep(_MARKERS_BACKOFF_S)
             if not self._still_leads(led):
                 return
-            first = next(iter(led.held.get(txn_id, ())), None)
-            decision = led.state.plan_complete(
-                work, wall_clock_ms(), None if first is None else first.request
-            )
+            waiting = list(led.held.get(txn_id, ()))
+            decision = led.state.plan_complete(work, wall_clock_ms(),
+                                               [h.request for h in waiting])
             if decision is not None:
                 await self._decide(led, txn_id, decision)
                 if decision.then is not None:
-                    taken = first
+                    producer = (work.producer_id, work.producer_epoch)
+                    taken = [h for h in waiting
+                             if h.request.producer == producer and h.request.partitions]
         except errors.TidelogError as exc:  # the Complete append failed: retried on next apply
             log.info("%s: %r not completed yet: %s", led.tp, txn_id, exc)
         finally:
@@ -169,7 +175,7 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
                 # being appended, is let go.
                 for held in led.held.pop(txn_id, ()):
                     if not held.taken.done():
-                        held.taken.set_result(held is taken)
+                        held.taken.set_result(held in taken)
 
     @staticmethod
     def _marker(
@@ -231,20 +237,46 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         request = AddPartitions(producer_id, producer_epoch, tuple(partitions))
         if await self._held_for_markers(txn_id, request):
             return
+        await self._after_adding(txn_id)
         led = self._coordinating(txn_id)
+        assert isinstance(led, _TxnLed)
         decision = led.state.add_partitions(
             txn_id, producer_id, producer_epoch, request.partitions, wall_clock_ms()
         )
-        await self._answer(led, txn_id, decision)
+        if decision.record is None:
+            await self._answer(led, txn_id, decision)
+            return
+        done = led.adding[txn_id] = asyncio.get_running_loop().create_future()
+        try:
+            await self._answer(led, txn_id, decision)
+        finally:
+            if led.adding.get(txn_id) is done:
+                del led.adding[txn_id]
+            done.set_result(None)
+
+    async def _after_adding(self, txn_id: str) -> None:
+        """Wait (up to the commit timeout) while an AddPartitionsToTxn of the id has its
+        Ongoing record appended, instead of refusing this one with CONCURRENT_TRANSACTIONS: a
+        producer asks for the partitions its sends reach after its first request in a second
+        one, sent without waiting for the first (whose answer may be held by the previous
+        markers), and a refusal would cost it the client's 20 ms retry. Then it is decided as
+        usual, after the first is applied (past the timeout: refused as before)."""
+        led = self._coordinating(txn_id)
+        assert isinstance(led, _TxnLed)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._timeout_s):
+                while (adding := led.adding.get(txn_id)) is not None:
+                    await asyncio.shield(adding)
 
     async def _held_for_markers(self, txn_id: str, request: AddPartitions) -> bool:
         """While the markers of the id's previous transaction are being written, hold the
         request (up to the commit timeout) instead of refusing it with CONCURRENT_TRANSACTIONS
-        (whose client retries, 20 ms each, came several times a transaction). The first one
-        held goes into the Complete record's batch (`plan_complete`): True once that batch is
-        committed, the request answered. False: it goes the usual way now (no markers were
-        being written, a later request, the producer differs, the markers task stopped, or
-        the timeout passed, when it is refused as before)."""
+        (whose client retries, 20 ms each, came several times a transaction). Those held of
+        the id's producer go into the Complete record's batch together (`plan_complete`):
+        True once that batch is committed, the request answered. False: it goes the usual way
+        now (no markers were being written, a request that came while the batch was being
+        appended, the producer differs, the markers task stopped, or the timeout passed, when
+        it is refused as before)."""
         led = self._coordinating(txn_id)
         assert isinstance(led, _TxnLed)
         if txn_id not in led.marking:

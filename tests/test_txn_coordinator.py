@@ -291,13 +291,13 @@ def test_an_add_held_during_the_markers_is_written_with_complete_in_one_batch(
     log = Log()
     state, work = _prepared(log, commit)
     held = AddPartitions(7, 0, (A1,))
-    decision = state.plan_complete(work, T + 2, held)
+    decision = state.plan_complete(work, T + 2, [held])
     assert decision is not None and decision.error is None and decision.then is not None
     # The id is busy until both records are applied: nothing can come between them.
     assert state.pending("t") is TxnState.ONGOING
     assert isinstance(state.add_partitions("t", 7, 0, [A1], T).error, ConcurrentTransactionsError)
     assert isinstance(state.end_txn("t", 7, 0, True, T).error, ConcurrentTransactionsError)
-    assert state.plan_complete(work, T + 2, held) is None
+    assert state.plan_complete(work, T + 2, [held]) is None
     log.commit(decision)
     complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
     assert _states_of_last_batch(log) == [complete, TxnState.ONGOING]
@@ -317,10 +317,10 @@ def test_an_add_of_another_producer_or_epoch_is_not_written_with_complete() -> N
     state, work = _prepared(log)
     for stranger in (AddPartitions(8, 0, (A1,)), AddPartitions(7, 1, (A1,)),
                      AddPartitions(7, 0, ())):
-        decision = state.plan_complete(work, T + 2, stranger)
+        decision = state.plan_complete(work, T + 2, [stranger])
         assert decision is not None and decision.then is None
         state.abandon("t")
-    log.commit(state.plan_complete(work, T + 2, AddPartitions(8, 0, (A1,))) or Decision())
+    log.commit(state.plan_complete(work, T + 2, [AddPartitions(8, 0, (A1,))]) or Decision())
     assert _states_of_last_batch(log) == [TxnState.COMPLETE_COMMIT]
     # Asked the usual way afterwards, it gets its error.
     assert isinstance(state.add_partitions("t", 8, 0, [A1], T).error,
@@ -328,12 +328,29 @@ def test_an_add_of_another_producer_or_epoch_is_not_written_with_complete() -> N
     assert isinstance(state.add_partitions("t", 7, 1, [A1], T).error, ProducerFencedError)
 
 
+def test_every_add_of_the_producer_held_during_the_markers_is_in_the_one_ongoing_record(
+) -> None:
+    """A producer whose sends raced its sender asks for its partitions in two requests; both
+    are held by the markers and written in the one batch, a stranger's left out."""
+    log = Log()
+    state, work = _prepared(log)
+    held = [AddPartitions(7, 0, (A1,)), AddPartitions(8, 0, (B0,)), AddPartitions(7, 0, (A0,))]
+    decision = state.plan_complete(work, T + 2, held)
+    assert decision is not None and decision.then is not None
+    log.commit(decision)
+    assert _states_of_last_batch(log) == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+    meta = state.txns["t"]
+    assert (meta.state, meta.partitions) == (TxnState.ONGOING, (A0, A1))
+    assert state.add_partitions("t", 7, 0, [A0, A1], T + 3) == Decision()
+    assert log.replay().txns == state.txns
+
+
 def test_the_combined_append_failing_or_a_failover_before_it_commits_writes_the_markers_again(
 ) -> None:
     log = Log()
     state, work = _prepared(log)
     held = AddPartitions(7, 0, (A1,))
-    assert state.plan_complete(work, T + 2, held) is not None
+    assert state.plan_complete(work, T + 2, [held]) is not None
     state.abandon("t")  # the append failed: still prepared, its markers due again
     assert state.txns["t"].state is TxnState.PREPARE_COMMIT
     assert state.prepared() == [work]
@@ -343,7 +360,7 @@ def test_the_combined_append_failing_or_a_failover_before_it_commits_writes_the_
     assert new.prepared() == [work]
     assert isinstance(new.add_partitions("t", 7, 0, [A1], T).error, ConcurrentTransactionsError)
     log.state = new
-    log.commit(new.plan_complete(work, T + 3, held) or Decision())
+    log.commit(new.plan_complete(work, T + 3, [held]) or Decision())
     assert new.txns["t"].state is TxnState.ONGOING and new.txns["t"].partitions == (A1,)
     # A failover after the combined batch committed: the new leader has nothing to mark.
     newer = log.replay()
@@ -353,7 +370,7 @@ def test_the_combined_append_failing_or_a_failover_before_it_commits_writes_the_
 def test_a_fence_after_the_combined_batch_aborts_the_new_transaction() -> None:
     log = Log()
     state, work = _prepared(log)
-    log.commit(state.plan_complete(work, T + 2, AddPartitions(7, 0, (A1,))) or Decision())
+    log.commit(state.plan_complete(work, T + 2, [AddPartitions(7, 0, (A1,))]) or Decision())
     fence = init(log)  # a newer incarnation of the id
     assert isinstance(fence.error, ConcurrentTransactionsError)
     meta = state.txns["t"]
@@ -362,7 +379,7 @@ def test_a_fence_after_the_combined_batch_aborts_the_new_transaction() -> None:
     (abort,) = state.prepared()
     assert (abort.commit, abort.producer_epoch, abort.partitions) == (False, 1, (A1,))
     # The zombie's add held during these markers is not written: fenced.
-    decision = state.plan_complete(abort, T + 3, AddPartitions(7, 0, (A0,)))
+    decision = state.plan_complete(abort, T + 3, [AddPartitions(7, 0, (A0,))])
     assert decision is not None and decision.then is None
 
 
@@ -492,7 +509,7 @@ def test_random_producers_keep_kafkas_invariants(seed: int) -> None:
                         zombies.get(work.transactional_id))
                     then = None if held is None or rng.random() < 0.5 else AddPartitions(
                         *held, tuple(rng.sample(partitions, 2)))
-                    complete = state.plan_complete(work, now, then)
+                    complete = state.plan_complete(work, now, () if then is None else [then])
                     if complete is not None:
                         _commit_checked(log, work.transactional_id, complete, before)
                         assert decided.pop(work.transactional_id)[:2] == (

@@ -12,6 +12,7 @@ that a transaction is observably prepared and not yet complete after commit_tran
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -100,6 +101,24 @@ def state_batches(cluster: LocalCluster, raw: Raw, txn_id: str) -> list[list[Txn
     return batches
 
 
+def add_side_by_side(client: Client, producer: Producer,
+                     partitions: list[set[TopicPartition]]) -> list[object]:
+    """AddPartitionsToTxn of each set of `partitions` for `producer`'s transactional id, all
+    sent at once; their answers (a retriable refusal is raised, not retried)."""
+    async def both() -> list[object]:
+        return list(await asyncio.gather(*(
+            client.coordinators.call(
+                "pay-1", "AddPartitionsToTxn",
+                wire.add_partitions_to_txn_request("pay-1", *producer.producer_id, tps),
+                wire.parse_add_partitions_to_txn, Deadline(30_000), retry=False,
+                key_type=TRANSACTION,
+            ) for tps in partitions
+        )))
+
+    answers: list[object] = client.run(both())
+    return answers
+
+
 def test_commit_and_abort_are_all_or_nothing_and_a_new_producer_fences_the_old(
     cluster: LocalCluster, raw: Raw, client: Client,
 ) -> None:
@@ -112,17 +131,17 @@ def test_commit_and_abort_are_all_or_nothing_and_a_new_producer_fences_the_old(
     assert offsets(client, "read_committed") == start
     assert all(hw > start[tp] for tp, hw in offsets(client, "read_uncommitted").items())
     producer.commit_transaction()
-    # The markers are still delayed: the next AddPartitionsToTxn of the id is held at the
-    # coordinator instead of being refused with CONCURRENT_TRANSACTIONS, and once the markers
-    # are written its Ongoing record goes in the batch of the CompleteCommit record.
-    request = wire.add_partitions_to_txn_request("pay-1", *producer.producer_id, {TPS[0]})
-    added = client.run(client.coordinators.call(
-        "pay-1", "AddPartitionsToTxn", request, wire.parse_add_partitions_to_txn,
-        Deadline(30_000), retry=False, key_type=TRANSACTION,
-    ))
-    assert added == {TPS[0]: None}
+    # The markers are still delayed: the next AddPartitionsToTxn requests of the id (two side
+    # by side, as a producer whose sends raced its sender asks) are held at the coordinator
+    # instead of being refused with CONCURRENT_TRANSACTIONS, and once the markers are written
+    # one Ongoing record with both partitions goes in the batch of the CompleteCommit record.
+    assert add_side_by_side(client, producer, [{TPS[0]}, {TPS[1]}]) == [
+        {TPS[0]: None}, {TPS[1]: None}]
     assert state_batches(cluster, raw, "pay-1")[-2:] == [
         [TxnState.PREPARE_COMMIT], [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]]
+    # With no markers under way, the second waits for the first's Ongoing record (no refusal).
+    assert add_side_by_side(client, producer, [{TPS[2]}, {TPS[2]}]) == [{TPS[2]: None}] * 2
+    assert state_batches(cluster, raw, "pay-1")[-1:] == [[TxnState.ONGOING]]
     # The internal topic as FindCoordinator created it: the configured partitions, RF
     # min(3, nodes), compacted (each id's newest record is its state).
     state_topic = raw.metadata(cluster.node_ids[0], TRANSACTION_STATE_TOPIC)

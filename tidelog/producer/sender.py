@@ -139,12 +139,13 @@ class Sender:
                 task.cancel()
 
     def _add_wanted(self, txn: TransactionManager) -> None:
-        """(Under the lock.) The partitions that queued batches wait for are added to the
-        transaction, one AddPartitionsToTxn at a time."""
-        if txn.wanted and txn.adding is None and txn.state is TxnState.IN_TRANSACTION:
-            wanted, txn.wanted = txn.wanted - txn.partitions, set()
+        """(Under the lock.) The partitions that queued batches wait for, and that no
+        AddPartitionsToTxn under way asks for, are added to the transaction in a new one."""
+        if txn.wanted and txn.state is TxnState.IN_TRANSACTION:
+            wanted, txn.wanted = txn.wanted - txn.partitions - txn.being_added, set()
             if wanted:
-                txn.adding = self._loop.create_task(self._add_partitions(txn, wanted))
+                txn.being_added |= wanted
+                txn.adding.add(self._loop.create_task(self._add_partitions(txn, wanted)))
 
     async def _add_partitions(self, txn: TransactionManager, tps: set[TopicPartition]) -> None:
         idempotence = self.idempotence
@@ -160,7 +161,8 @@ class Sender:
                 txn.partitions |= tps
         finally:
             with self._lock:
-                txn.adding = None
+                txn.adding.discard(asyncio.current_task())
+                txn.being_added -= tps
                 self._wakeup.set()
 
     def _send(self, batches: list[Batch]) -> None:

@@ -10,7 +10,12 @@ ABORTABLE_ERROR after an error that only fails the transaction (the application 
 
 A batch leaves only once its partition is in the transaction at the coordinator: the sender
 collects the partitions of queued batches (``wanted``), adds them with AddPartitionsToTxn off
-the send path, and sends their batches afterwards, marked transactional. Everything that
+the send path, and sends their batches afterwards, marked transactional. Partitions that turn
+up while an AddPartitionsToTxn is under way go in another one at once, not after it: the first
+is usually held by the coordinator until the previous transaction's markers are written, and
+the coordinator then writes both requests' partitions in one record (an application sending a
+burst over several partitions races the sender, which often sees only the first partition on
+its first round). Everything that
 touches the sender's side runs under the producer's lock; the coordinator calls run on the
 client's event loop.
 """
@@ -84,8 +89,9 @@ class TransactionManager:
         self.partitions: set[TopicPartition] = set()
         #: Partitions of queued batches not in the transaction yet (the sender adds them).
         self.wanted: set[TopicPartition] = set()
-        #: The AddPartitionsToTxn under way, if any.
-        self.adding: asyncio.Task[None] | None = None
+        #: The AddPartitionsToTxn calls under way, and the partitions they ask for.
+        self.adding: set[asyncio.Task[None]] = set()
+        self.being_added: set[TopicPartition] = set()
         #: The error that moved the producer to ABORTABLE_ERROR or FATAL_ERROR.
         self.error: TidelogError | None = None
         #: Offsets were added to the transaction (it must be ended even without partitions).
@@ -195,8 +201,8 @@ class TransactionManager:
 
     async def end(self, producer: tuple[int, int], commit: bool, deadline: Deadline) -> None:
         """EndTxn, when the coordinator has anything of this transaction; then READY."""
-        if self.adding is not None:
-            await asyncio.gather(self.adding, return_exceptions=True)
+        if self.adding:
+            await asyncio.gather(*self.adding, return_exceptions=True)
         if self.partitions or self._offsets_added:
             request = wire.end_txn_request(self.transactional_id, *producer, commit)
             await self._call(
