@@ -333,8 +333,13 @@ class ControllerDriver:
             self.replicas.wake_touched()
             try:
                 await _wait(produced.done, timeout_s)
-            except errors.NotLeaderOrFollowerError as exc:  # deposed before it committed
-                raise errors.NotControllerError(str(exc)) from None
+            except errors.NotLeaderOrFollowerError as exc:
+                # Deposed before it saw the change commit: the next controller may commit it
+                # still, so the outcome is as unknown as after a timeout, and a client's retry
+                # must not take "already exists" or "unknown topic" for a refusal.
+                raise errors.RequestTimedOutError(
+                    f"the controller lost its leadership before the change committed: {exc}"
+                ) from None
             self._apply_committed_metadata()
             await self._applied(produced.base_offset + len(records) - 1, timeout_s)
             if self._hw_saved is not None:  # what is answered as done stays applied after a crash

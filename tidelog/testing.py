@@ -46,7 +46,9 @@ from tidelog.errors import (
     ConfigurationError,
     NotControllerError,
     NotEnoughReplicasError,
+    RequestTimedOutError,
     TidelogError,
+    TopicAlreadyExistsError,
     for_code,
 )
 from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
@@ -761,14 +763,22 @@ class Raw:
         node is asked first, retrying while no controller has settled, and waits until every
         live node names the same live leaders."""
 
-        def created() -> tidelog_pb2.CreateTopicsResponse | None:
-            answer = self.create_topic_once(name, partitions, rf, configs)
-            # Not decided yet: no controller, or a controller just elected and settling its log.
-            unsettled = (NotControllerError, NotEnoughReplicasError)
-            return None if for_code(answer.topics[0].error_code) in unsettled else answer
+        maybe_created = False
 
-        response = wait_for(created, what=f"a controller to create {name}")
-        assert response.topics[0].error_code == 0, response
+        def created() -> bool | None:
+            nonlocal maybe_created
+            answer = self.create_topic_once(name, partitions, rf, configs)
+            code = answer.topics[0].error_code
+            if code == 0 or (maybe_created and code == TopicAlreadyExistsError.code):
+                return True
+            # Not decided yet: no controller, or a controller just elected and settling its
+            # log, or one deposed before it saw the topic commit (then it may have).
+            maybe_created = maybe_created or code == RequestTimedOutError.code
+            unsettled = (NotControllerError, NotEnoughReplicasError, RequestTimedOutError)
+            assert for_code(code) in unsettled, answer
+            return None
+
+        wait_for(created, what=f"a controller to create {name}")
         self.wait_leaders(name, partitions)
 
     def create_topic_once(
