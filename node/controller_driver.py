@@ -39,7 +39,10 @@ from tidelog.v1 import raft_pb2_grpc
 _METADATA_PULL_EVERY_S = 0.2
 #: The metadata log is the only copy of the cluster's metadata (no snapshots): no retention
 #: may trim it, whatever the topic defaults of the node's properties or dynamic configs say.
-METADATA_LOG_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+#: Nor may a default min.insync.replicas stop the controller while a majority commits (as
+#: Kafka's metadata log, it is a Raft quorum's alone).
+METADATA_LOG_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete",
+                        "min.insync.replicas": "1"}
 _PRODUCER_ID_BLOCK = 1000
 #: How long one voter may take to report its metadata high watermark at start.
 _CATCH_UP_CALL_S = 1.0

@@ -97,11 +97,14 @@ class PartitionReplica:
         touched: Callable[[PartitionReplica], None] | None = None,
         peer_live: Callable[[int], bool] | None = None,
         adding: tuple[int, ...] = (),
+        replica_lag_max_ms: int = 30_000,
     ) -> None:
         """``tick_s`` is the real time of a Raft tick: it sizes the read lease and the vote
         refusal of a new core (both off at 0). ``touched`` is called after a proposal changed
         the core (the Ready loop then looks at this replica), ``peer_live`` says whether node
-        liveness hears from a peer (a quiesced leader's followers stay in sync while it does).
+        liveness hears from a peer (a quiesced leader's followers stay in sync while it does),
+        ``replica_lag_max_ms`` how long a follower stays in sync after it last held the log's
+        end (the in-sync replicas that min.insync.replicas counts).
 
         ``replicas`` are the nodes the metadata lists for the partition (the preferred leader
         first), ``adding`` those among them that a reassignment is adding: the bootstrap
@@ -110,6 +113,7 @@ class PartitionReplica:
         quorum, and learns from the leader's log when it becomes a voter."""
         self._touched = touched
         self._peer_live = peer_live
+        self._lag_max_ms = replica_lag_max_ms
         self.tp = tp
         self.node_id = node_id
         self.replicas = replicas
@@ -278,13 +282,17 @@ class PartitionReplica:
         if rd.high_watermark != self.log.high_watermark:
             self.log.update_high_watermark(rd.high_watermark)
         self.reads.on_ready(rd, self.core)
-        hw = self.log.high_watermark
-        self._complete(self._acks_all, hw)
+        self._complete_acks_all()
         self._complete(self._acks_local, self.log.log_end_offset)
         if self._data_waiters and (rd.entries or rd.hard_state is not None):
             self.wake_fetchers()
 
-    def _complete(self, waiters: list[_ProduceWaiter], end: int) -> None:
+    def _complete(
+        self, waiters: list[_ProduceWaiter], end: int,
+        short: errors.TidelogError | None = None,
+    ) -> None:
+        """Complete the waiters of writes below `end`: with `short` when it says the write
+        is not acknowledged as asked although it is in the log."""
         done = 0
         for waiter in waiters:
             if waiter.last_offset >= end:
@@ -292,13 +300,58 @@ class PartitionReplica:
             done += 1
             if waiter.future.done():
                 continue
-            if self.replica_log.epoch_at(waiter.last_offset) == waiter.epoch:
-                waiter.future.set_result(None)
-            else:
+            if self.replica_log.epoch_at(waiter.last_offset) != waiter.epoch:
                 waiter.future.set_exception(
                     errors.NotLeaderOrFollowerError("the write was replaced by a newer leader")
                 )
+            elif short is not None:
+                waiter.future.set_exception(short)
+            else:
+                waiter.future.set_result(None)
         del waiters[:done]
+
+    # ---- min.insync.replicas -------------------------------------------------------------
+    #
+    # Raft already acknowledges acks=all only once a majority holds the write (SPEC §7), so the
+    # config can only ask for more: acks=all is refused before anything is written while fewer
+    # replicas than it are in sync (NOT_ENOUGH_REPLICAS, 19); a write is acknowledged once it
+    # is committed and that many replicas hold it; and one committed while too few are in
+    # sync gets NOT_ENOUGH_REPLICAS_AFTER_APPEND (20), as in Kafka. At most a majority (the
+    # default 1, or 2 of 3) it changes nothing a commit does not give, but refuses at once a
+    # write that could not commit anyway. Kafka's effective value: at most the replica count.
+
+    def _min_insync(self) -> int:
+        return min(self.log.config.min_insync_replicas, len(self.replicas))
+
+    def _check_min_insync(self) -> None:
+        need = self._min_insync()
+        if need > 1:
+            in_sync = len(self.in_sync_replicas(self._lag_max_ms))
+            if in_sync < need:
+                raise errors.NotEnoughReplicasError(
+                    f"{self.tp}: {in_sync} in-sync replica(s), min.insync.replicas is {need}"
+                )
+
+    def _complete_acks_all(self) -> None:
+        """Complete the acks=all writes that are committed and, when min.insync.replicas is
+        above a majority, held by that many replicas (the leader's log, the followers'
+        matched ends)."""
+        waiters = self._acks_all
+        end = self.high_watermark
+        need = self._min_insync()
+        if not waiters or waiters[0].last_offset >= end or need == 1:
+            self._complete(waiters, end)
+            return
+        if need > len(self.replicas) // 2 + 1:
+            held = sorted((self.log.log_end_offset if r == self.node_id
+                           else self.core.match_of(r) for r in self.replicas), reverse=True)
+            end = min(end, held[need - 1])
+        in_sync = len(self.in_sync_replicas(self._lag_max_ms))
+        short = None if in_sync >= need else errors.NotEnoughReplicasAfterAppendError(
+            f"{self.tp}: written, but {in_sync} in-sync replica(s) where "
+            f"min.insync.replicas is {need}"
+        )
+        self._complete(waiters, end, short)
 
     def _fail_waiters(self, exc: errors.TidelogError) -> None:
         self.reads.fail_all(errors.NotLeaderOrFollowerError(str(exc)))
@@ -322,6 +375,8 @@ class PartitionReplica:
         transactional and carry no sequence)."""
         batch, header = self.log.validate_produced_batch(batch, from_client=from_client)
         producers = self._producer_state()
+        if acks == -1:
+            self._check_min_insync()
         original = producers.check(header)
         if original is not None:  # a retry of a batch already written: acknowledge, don't write
             return ProduceResult(
@@ -354,6 +409,7 @@ class PartitionReplica:
         INVALID_PRODUCER_EPOCH (an epoch older than the producer's here) and
         TRANSACTION_COORDINATOR_FENCED (a coordinator epoch older than the last marker's)."""
         producers = self._producer_state()
+        self._check_min_insync()
         producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         batch = build_txn_marker(
             commit, producer_id=producer_id, producer_epoch=producer_epoch,
@@ -392,9 +448,12 @@ class PartitionReplica:
         if acks == 0:
             return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._acks_all if acks == -1 else self._acks_local
-        bisect.insort(waiters, _ProduceWaiter(last_offset, epoch, future))
-        self._complete(waiters, self.high_watermark if acks == -1 else self.log.log_end_offset)
+        if acks == -1:
+            bisect.insort(self._acks_all, _ProduceWaiter(last_offset, epoch, future))
+            self._complete_acks_all()
+        else:
+            bisect.insort(self._acks_local, _ProduceWaiter(last_offset, epoch, future))
+            self._complete(self._acks_local, self.log.log_end_offset)
         return future
 
     # ---- fetch ---------------------------------------------------------------------------
@@ -433,6 +492,8 @@ class PartitionReplica:
         while what it holds reaches the leader's log end."""
         if self.core.match_of(follower) >= self.core.log_end_offset:
             self._caught_up_ms[follower] = time.monotonic() * 1000
+        if self._acks_all and self._min_insync() > len(self.replicas) // 2 + 1:
+            self._complete_acks_all()  # more replicas than a commit needs hold more now
 
     def in_sync_replicas(self, lag_max_ms: int) -> list[int]:
         if not self.is_leader:

@@ -264,6 +264,7 @@ class ReplicaSet:
             seed, self.term_votes, sync_writes=self.config.log_flush_policy == "always",
             tick_s=self.config.raft_tick_ms / 1000, touched=self.changed,
             peer_live=self.peer_live, adding=adding,
+            replica_lag_max_ms=self.config.replica_lag_max_ms,
         )
 
     def _register(self, replica: PartitionReplica) -> None:

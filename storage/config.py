@@ -49,6 +49,10 @@ class LogConfig:
     #: Kafka's topic compression.type: "producer" keeps each batch's codec, any other value
     #: (uncompressed, gzip, snappy, lz4, zstd) is the codec the leader writes.
     compression_type: str = TOPIC_KEEPS_PRODUCER_CODEC
+    #: Not the log's: carried here, as Kafka's LogConfig carries it, so that it is validated,
+    #: layered and described with the other topic configs. The partition's leader reads it
+    #: (acks=all needs this many replicas in sync and holding the write; `node.partition`).
+    min_insync_replicas: int = 1
 
     @property
     def codec(self) -> Codec | None:
@@ -158,6 +162,7 @@ _PROPS: dict[str, _Prop] = {
     "flush.messages": _Prop("flush_messages", _integer(1, LONG_MAX)),
     "flush.ms": _Prop("flush_ms", _integer(0, LONG_MAX)),
     "compression.type": _Prop("compression_type", _compression_type),
+    "min.insync.replicas": _Prop("min_insync_replicas", _integer(1, INT_MAX)),
 }
 
 assert {p.field for p in _PROPS.values()} == {f.name for f in fields(LogConfig)}

@@ -38,11 +38,12 @@ from tidelog.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
+    NotEnoughReplicasError,
     RequestTimedOutError,
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
+from tidelog.testing import LocalCluster, Raw, make_batch, poll_records, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(180)
@@ -57,6 +58,8 @@ def cluster_options() -> dict[str, object]:
         "log_retention_check_interval_ms": 200,
         "group_consumer_heartbeat_interval_ms": 200,
         "num_partitions": 2,
+        # min.insync.replicas: a paused follower leaves the ISR within a second.
+        "replica_lag_max_ms": 1000,
     }
 
 
@@ -314,6 +317,45 @@ def test_the_commands_alter_and_describe(
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_min_insync_replicas_is_a_topic_config_that_acks_all_obeys(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """Validated, layered and described as every topic config; acks=all to a partition with
+    fewer in-sync replicas than it is refused with NOT_ENOUGH_REPLICAS, acks=1 is not, and
+    lowering it lets acks=all through again."""
+    with pytest.raises(InvalidConfigError, match=r"min\.insync\.replicas"):
+        client.create_topic("bad-isr", replication_factor=3, config={"min.insync.replicas": 0})
+    client.create_topic("min-isr", partitions=1, replication_factor=3,
+                        config={"min.insync.replicas": 3})
+    with pytest.raises(InvalidConfigError, match=r"min\.insync\.replicas"):
+        client.incremental_alter_configs({topic("min-isr"): [
+            AlterConfigOp("min.insync.replicas", "all", AlterConfigOpType.SET)]})
+    described = client.describe_configs([topic("min-isr"), NODE_1],
+                                        keys=["min.insync.replicas"])
+    assert [(e.value, e.source) for r in described.values() for e in r.values()] == [
+        ("3", ConfigSource.DYNAMIC_TOPIC_CONFIG), ("1", ConfigSource.DEFAULT_CONFIG)]
+    with Raw(cluster) as raw:
+        leader = raw.wait_leaders("min-isr", 1)[0]
+        raw.produce_acknowledged("min-isr", 0, [[b"all three in sync"]])
+        controller = client.describe_cluster().controller_id
+        paused = next(n for n in cluster.node_ids if n not in (leader, controller))
+        cluster.pause(paused)
+        try:
+            def refused() -> int | None:
+                answer = raw.produce(leader, "min-isr", 0, make_batch([b"x"]), timeout_ms=500)
+                return answer.error_code if answer.error_code != 7 else None
+
+            # Timed out (committed, but not on 3 replicas) until the ISR lost the paused node.
+            assert wait_for(refused, 15, "NOT_ENOUGH_REPLICAS") == NotEnoughReplicasError.code
+            assert raw.produce(leader, "min-isr", 0, make_batch([b"y"]), acks=1).error_code == 0
+            client.incremental_alter_configs({topic("min-isr"): [
+                AlterConfigOp("min.insync.replicas", "2", AlterConfigOpType.SET)]})
+            assert wait_for(lambda: raw.produce(leader, "min-isr", 0, make_batch([b"z"]))
+                            .error_code == 0 or None, 15, "acks=all with two in sync")
+        finally:
+            cluster.resume(paused)
 
 
 def test_deleting_a_topic_that_never_existed_fails_and_a_forward_timeout_is_no_refusal(
