@@ -17,8 +17,10 @@ nothing here costs per hosted partition while they do. The tick loop ticks only 
 whose cores are awake; the Ready loop looks only at the replicas touched since its last round
 (stepped, ticked, proposed to: ``_dirty``), all of them only after `wake`. Node liveness stands
 in for the heartbeats of quiesced groups: every envelope from a peer counts as hearing from it,
-each node sends every peer an envelope at least once a heartbeat interval, and a peer silent for
-an election timeout is reported (`RaftCore.peer_down`) to the replicas it leads here.
+each node sends every peer an envelope each heartbeat interval from a thread of its own
+(`tidelog.node.liveness`: a busy loop does not silence the node), and a peer silent for an
+election timeout of this node's ticks is reported (`RaftCore.peer_down`) to the replicas it
+leads here.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import grpc
 from tidelog import errors
 from tidelog.errors import CorruptMessageError
 from tidelog.node.config import NodeConfig
+from tidelog.node.liveness import LivenessBeacon
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.reads import wait_read
 from tidelog.node.security import PeerDialer
@@ -136,6 +139,16 @@ class ReplicaSet:
         self._ticks = 0
         self._heard: dict[int, int] = {}
         self._down: set[int] = set()
+        #: When the tick loop last turned (`time.monotonic`): the liveness thread vouches for
+        #: this node only while it is recent.
+        self.loop_turned = time.monotonic()
+        self.beacon = LivenessBeacon(
+            self.node_id,
+            {p: a for p, a in config.peers.items() if p != self.node_id},
+            self.dialer,
+            config.heartbeat_interval_ms / 1000,
+            lambda: self.loop_turned,
+        )
 
     def connect_peer(self, address: str) -> grpc.aio.Channel:
         """A channel to a peer's node-to-node listener, as this node's settings secure it."""
@@ -148,9 +161,11 @@ class ReplicaSet:
                 link.start()
                 self.links[peer_id] = link
                 self._heard[peer_id] = self._ticks
+        self.beacon.start()
 
     async def close(self) -> None:
         """After the loops stopped: close the links, then every log on the disk thread."""
+        self.beacon.stop()
         for link in self.links.values():
             await link.close()
         tasks = [*self._offline.values(), *self._unopened.values()]
@@ -513,6 +528,7 @@ class ReplicaSet:
             next_tick = max(next_tick + interval, time.monotonic())
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
             self._ticks += 1
+            self.loop_turned = time.monotonic()
             # Only the cores whose tick did more than count (`RaftCore.tick`) are looked at.
             acted = [r for r in self._awake if not r.offline and r.core.tick()]
             for replica in acted:
@@ -533,24 +549,20 @@ class ReplicaSet:
         return peer not in self._down
 
     def _liveness(self) -> None:
-        """Node liveness, each heartbeat interval: an envelope to every peer that nothing
-        else was sent to since the last interval (it answers nothing; it names the replicas
-        here that are out of service, whose followers must not take this node's liveness for
-        theirs: see `step`, so while there are any it goes to every peer), and every peer that
-        has been silent for an election timeout reported to the replicas it leads here. Any
-        envelope tells a peer this node lives, and under load the rounds send one to every
-        peer many times an interval: a liveness envelope beside them would be a gRPC message
-        more per peer and interval, at about 0.2 ms of CPU on each side. A peer found silent
-        is reported again each interval while it stays so: a replica that learned of it as its
+        """Node liveness, each heartbeat interval: the replicas here that are out of service
+        named to every peer (their followers must not take this node's liveness for theirs:
+        see `step`), and every peer that has been silent for an election timeout reported to
+        the replicas it leads here. That this node lives its liveness thread says
+        (`tidelog.node.liveness`), not this loop. Silence is counted in this loop's ticks, so
+        a stall of this loop is not taken for the peers' silence. A peer found silent is
+        reported again each interval while it stays so: a replica that learned of it as its
         leader meanwhile (a late message) must hear it too."""
-        for peer, link in self.links.items():
-            if not link.idle_since_mark() and not self._offline:
-                continue
-            outgoing = Outgoing(self.node_id, peer)
-            for tp in self._offline:
-                outgoing.offline(tp)
-            link.send(outgoing)
-            link.idle_since_mark()  # the envelope just sent does not count as the rounds'
+        if self._offline:
+            for peer, link in self.links.items():
+                outgoing = Outgoing(self.node_id, peer)
+                for tp in self._offline:
+                    outgoing.offline(tp)
+                link.send(outgoing)
         silent = self._ticks - self.raft_config.election_ticks
         down = {p for p, heard in self._heard.items() if heard <= silent}
         self._down = down

@@ -309,9 +309,6 @@ class PeerLink:
         self._task: asyncio.Task[None] | None = None
         self._channel: grpc.aio.Channel | None = None
         self.dropped = 0
-        #: Whether anything was queued since `idle_since_mark` last asked (node liveness skips
-        #: its envelope to a peer the rounds are talking to anyway).
-        self._sent = False
         self._breaks = 0
         self._break_logged_at = -_BREAK_LOG_EVERY_S
         #: The TLS reason of the last warning (None: plaintext, or TLS was not the cause).
@@ -326,14 +323,7 @@ class PeerLink:
                 self._queue.popleft()
                 self.dropped += 1
             self._queue.append(frame)
-        self._sent = True
         self._ready.set()
-
-    def idle_since_mark(self) -> bool:
-        """Whether nothing was queued since the last call (the first call: since the start)."""
-        idle = not self._sent
-        self._sent = False
-        return idle
 
     async def _messages(self) -> AsyncIterator[bytes]:
         """What was queued since the last write, joined into messages of up to COALESCE_BYTES

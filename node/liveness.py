@@ -1,0 +1,105 @@
+"""Node liveness's own heartbeat: an envelope to every peer each heartbeat interval, sent by
+a thread with an event loop and links of its own, so that a node whose main loop is busy (a
+burst of rounds, thousands of replicas opened or electing) is not taken for dead.
+
+The peers count silence in ticks of their own tick loops (`ReplicaSet._liveness`), so a node
+whose own loop stalled does not take its peers for dead. The other half is this: a node whose
+loop stalls must not fall silent. When its liveness envelopes left from the main loop, a loop
+held for an election timeout (300 ms; on the shared 2-core VM, a tick of 5,000 electing groups
+took longer) silenced the node, its peers woke every quiet group it led and elected elsewhere,
+and the elections fed themselves: 5,000 partitions were never all led, and leaders moved under
+produce over 1,000.
+
+What the envelope vouches for is a process that runs and a main loop that turned lately: it is
+sent only while the tick loop turned within ``LOOP_STALL_LIMIT_S`` (Kafka's
+``broker.session.timeout.ms``, 9 s, bounds how long a broker may go unheard the same way), so
+a loop wedged for good still lets the quiet groups it leads fail over. A killed or stopped
+process (SIGKILL, SIGSTOP) stops this thread too: failover is what it was. Awake groups keep
+their own election timers, untouched by this.
+
+Raft's safety does not rest on liveness, and leases stay sound: a quiet follower refuses votes
+for as long as liveness hears its leader's node (`RaftCore._in_lease`), so an envelope heard
+for longer only makes it refuse for longer, never for less than an awake follower would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+
+from tidelog.node.security import PeerDialer
+from tidelog.node.transport import Outgoing, PeerLink
+
+#: How long a stalled main loop is still vouched for (Kafka's broker.session.timeout.ms).
+LOOP_STALL_LIMIT_S = 9.0
+
+
+class LivenessBeacon:
+    """Sends each peer an empty envelope every ``interval_s`` from a thread of its own while
+    ``loop_turned()`` (the `time.monotonic` of the main loop's last tick) is recent."""
+
+    def __init__(self, node_id: int, peers: dict[int, str], dialer: PeerDialer,
+                 interval_s: float, loop_turned: Callable[[], float],
+                 stall_limit_s: float = LOOP_STALL_LIMIT_S) -> None:
+        self._node_id = node_id
+        self._peers = peers
+        self._dialer = dialer
+        self._interval_s = interval_s
+        self._loop_turned = loop_turned
+        self._stall_limit_s = stall_limit_s
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        #: Envelopes sent (handed to the links) and intervals skipped for a stalled loop.
+        self.sent = 0
+        self.withheld = 0
+
+    def start(self) -> None:
+        if not self._peers:
+            return
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(self._run(),), daemon=True,
+            name=f"liveness-{self._node_id}",
+        )
+        self._thread.start()
+        self._started.wait()
+
+    def stop(self) -> None:
+        """Stop sending and close the links; returns once the thread is gone."""
+        if self._thread is None:
+            return
+        assert self._loop is not None and self._stop is not None
+        with contextlib.suppress(RuntimeError):  # its loop already ended
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join()
+        self._thread = None
+
+    async def _run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._started.set()
+        links = {peer: PeerLink(self._node_id, peer, address, self._dialer)
+                 for peer, address in self._peers.items()}
+        for link in links.values():
+            link.start()
+        try:
+            while not self._stop.is_set():
+                self.beat(links)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self._interval_s)
+        finally:
+            for link in links.values():
+                await link.close()
+
+    def beat(self, links: dict[int, PeerLink]) -> None:
+        """One interval: an envelope to every peer, unless the main loop stalled too long."""
+        if time.monotonic() - self._loop_turned() > self._stall_limit_s:
+            self.withheld += 1
+            return
+        for peer, link in links.items():
+            link.send(Outgoing(self._node_id, peer))
+            self.sent += 1
