@@ -72,6 +72,10 @@ _STORAGE_RETRY_MAX_S = 8.0
 _OPEN_SLICE = 32
 #: Vote requests kept per replica still being opened (a candidate's first tries).
 _EARLY_VOTES_KEPT = 4
+#: New replicas that may be settling (electing, catching up: awake) before the opener waits
+#: for some to go quiet (`_open_queued`), and how long it waits at most for them.
+_SETTLING_LIMIT = 256
+_SETTLING_WAIT_S = 5.0
 
 T = TypeVar("T")
 #: A partition's replicas (the preferred leader first), its topic's configs, and the replicas
@@ -116,6 +120,8 @@ class ReplicaSet:
         self._to_open: dict[TopicPartition, _Assignment] = {}
         self._opening: set[TopicPartition] = set()
         self._opener: asyncio.Task[None] | None = None
+        #: Replicas the opener put in service that have not gone quiet yet.
+        self._settling: set[PartitionReplica] = set()
         #: The nodes' dynamic topic defaults that apply here (IncrementalAlterConfigs of the
         #: node resource: every node's, then this node's own): between the properties' and a
         #: topic's own configs.
@@ -324,10 +330,20 @@ class ReplicaSet:
         """Open the replicas `add_replica` queued, `_OPEN_SLICE` at a time on the disk thread
         (in order with the rounds of writes, which go on between slices), their opens side by
         side on the flush helpers (ext4 folds their directory fsyncs into shared journal
-        commits); each slice goes into service on the loop as soon as it is open."""
+        commits); each slice goes into service on the loop as soon as it is open.
+
+        A new topic of thousands of partitions is opened and elected in waves: while
+        `_SETTLING_LIMIT` replicas it opened are still awake, it waits for some to go quiet
+        (`_SETTLING_WAIT_S` at most: a group with a follower down never does). Every awake
+        group costs its nodes a tick every 10 ms, heartbeats every 50 ms and its rounds: 5,000
+        of them at once saturated each node's loop (a tick took hundreds of ms), leaders'
+        heartbeats came late, followers stood, and the elections fed themselves (5,000
+        partitions were not all led in 300-600 s). The nodes open a topic's partitions in the
+        same order, so their waves hold the same groups."""
         loop = asyncio.get_running_loop()
         try:
             while self._to_open:
+                await self._settle()
                 batch = list(itertools.islice(self._to_open.items(), _OPEN_SLICE))
                 for tp, _ in batch:
                     del self._to_open[tp]
@@ -344,11 +360,25 @@ class ReplicaSet:
                                 self._open_later(tp, replicas, configs, adding))
                     elif tp in wanted:
                         self._register(result)
+                        self._settling.add(result)
                     else:  # removed while it was being opened
                         result.abandon()
                         self.disk.submit(_delete_replica_files, result)
         finally:
             self._opener = None
+
+    async def _settle(self) -> None:
+        """Until fewer than `_SETTLING_LIMIT` of the replicas the opener put in service are
+        awake, or `_SETTLING_WAIT_S` passed (the stragglers are then no longer waited for)."""
+        deadline = time.monotonic() + _SETTLING_WAIT_S
+        while True:
+            self._settling = {r for r in self._settling if not r.closed and not r.core.quiesced}
+            if len(self._settling) < _SETTLING_LIMIT:
+                return
+            if time.monotonic() >= deadline:
+                self._settling.clear()
+                return
+            await asyncio.sleep(self.raft_config.heartbeat_ticks * self.config.raft_tick_ms / 1000)
 
     def _open_slice(
         self, batch: list[tuple[TopicPartition, _Assignment]]
@@ -419,6 +449,7 @@ class ReplicaSet:
         if replica is not None:
             self._awake.discard(replica)
             self._dirty.discard(replica)
+            self._settling.discard(replica)
             replica.abandon()
             self.disk.submit(_delete_replica_files, replica)
 
