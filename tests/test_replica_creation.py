@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from tidelog.coordinator.controller import METADATA_TP
+from tidelog.node import replicas as replicas_module
 from tidelog.node.config import NodeConfig
 from tidelog.node.housekeeping import Housekeeping
-from tidelog.node import replicas as replicas_module
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.transport import Outgoing
 from tidelog.records import RecordInput, build_batch
