@@ -6,6 +6,7 @@ completes once the group has a majority again, losing nothing acknowledged."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tidelog import Client, TopicPartition
+from tidelog.cli import main
+from tidelog.commands.reassign import read_reassignment
 from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -105,8 +108,12 @@ def done(client: Client, tp: TopicPartition, target: list[int]) -> bool:
         list(replicas_of(client, tp)) == target
 
 
+def reassign(cluster: LocalCluster, *args: str) -> int:
+    return main(["reassign", *args, "--bootstrap", cluster.bootstrap])
+
+
 def test_a_replica_moves_under_load_and_the_old_one_is_deleted(
-    cluster: LocalCluster, client: Client
+    cluster: LocalCluster, client: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tp = TopicPartition("moved", 0)
     client.create_topic(tp.topic, partitions=1, replication_factor=2)
@@ -114,10 +121,21 @@ def test_a_replica_moves_under_load_and_the_old_one_is_deleted(
     (new,) = set(cluster.node_ids) - set(before)
     leaving = before[0]
     target = [before[1], new]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": tp.topic, "partition": 0, "replicas": target}]}))
     with Load(client, tp) as load:
         wait_for(lambda: len(load.read) > 100, 30, "the load to run")
-        assert client.alter_partition_reassignments({tp: target}) == {}
-        wait_for(lambda: done(client, tp, target), 60, f"{tp} to move to {target}")
+        capsys.readouterr()
+        assert reassign(cluster, "--execute", "--reassignment-json-file", str(plan)) == 0
+        out = capsys.readouterr().out
+        rollback = out.split("Current partition replica assignment")[1].split("Save this")[0]
+        assert read_reassignment_text(tmp_path, rollback) == {tp: list(before)}
+        assert f"Successfully started partition reassignment(s) for {tp.topic}-0" in out
+        assert reassign(cluster, "--verify", "--wait", "--reassignment-json-file",
+                        str(plan)) == 0
+        assert f"Reassignment of partition {tp.topic}-0 is completed." in capsys.readouterr().out
+        wait_for(lambda: done(client, tp, target), 30, f"{tp} to move to {target}")
         acked_at_move = len(load.acked)
         wait_for(lambda: len(load.acked) > acked_at_move + 100, 30,
                  "the load to go on after the move")
@@ -126,6 +144,44 @@ def test_a_replica_moves_under_load_and_the_old_one_is_deleted(
     assert replica_dir(cluster, new, tp).exists()
     assert load.acked <= read_all(client, tp, load.acked)
     assert load.read  # consumed while the partition moved
+    assert reassign(cluster, "--verify", "--reassignment-json-file", str(plan)) == 0
+    assert reassign(cluster, "--list") == 0
+    assert "No partition reassignments found." in capsys.readouterr().out
+    # Cancelling what is done, and moving to an unknown node, are refused with Kafka's codes.
+    assert reassign(cluster, "--cancel", "--reassignment-json-file", str(plan)) == 1
+    assert "NO_REASSIGNMENT_IN_PROGRESS" in capsys.readouterr().err
+    assert client.alter_partition_reassignments({tp: [new, 9]})[tp].code == 39
+
+
+def read_reassignment_text(tmp_path: Path, text: str) -> dict[TopicPartition, list[int]]:
+    path = tmp_path / "rollback.json"
+    path.write_text(text.strip())
+    return read_reassignment(path)
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("[1]", "at least one partition"),
+        ('{"partitions": []}', "at least one partition"),
+        ('{"partitions": [{"topic": "t", "partition": -1, "replicas": [1]}]}', "index >= 0"),
+        ('{"partitions": [{"topic": "t", "partition": 0, "replicas": [1, 1]}]}', "distinct"),
+        ('{"partitions": [{"topic": "t", "partition": 0, "replicas": []}]}', "non-empty"),
+        ('{"partitions": [{"topic": "t", "partition": 0, "replicas": [1], "log_dirs": ["/d"]}]}',
+         "log_dirs"),
+        ('{"partitions": [{"topic": "t", "partition": 0, "replicas": [1]}, '
+         '{"topic": "t", "partition": 0, "replicas": [2]}]}', "listed twice"),
+        ("{", "not JSON"),
+    ],
+)
+def test_a_bad_reassignment_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], document: str, message: str
+) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(document)
+    assert main(["reassign", "--verify", "--reassignment-json-file", str(plan)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
 def test_a_move_whose_leader_is_killed_mid_change_completes_losing_nothing(

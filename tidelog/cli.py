@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "offsets": ("offsets", "earliest, latest, max-timestamp or by-time offsets per partition"),
     "groups": ("groups", "list, describe, reset the offsets of, or delete consumer groups"),
     "acls": ("acls", "add, list or remove ACLs (kafka-acls' flags)"),
+    "reassign": ("reassign", "move partition replicas between nodes "
+                 "(kafka-reassign-partitions' flags and files)"),
     "configs": ("configs", "describe or alter topic and node configs (kafka-configs' flags)"),
     "chaos": ("chaos", "run a workload under injected faults and check every invariant"),
     "perf": ("perf", "producer and consumer throughput and latency (Kafka's perf-test tools)"),
