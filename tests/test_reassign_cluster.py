@@ -203,12 +203,19 @@ def test_a_move_whose_leader_is_killed_mid_change_completes_losing_nothing(
         assert client.alter_partition_reassignments({tp: target}) == {}
         wait_for(lambda: replica_dir(cluster, new, tp).exists(), 30,
                  f"node {new} to open its replica as a learner")
-        leader = cluster.leader_of((tp.topic, 0))
-        assert leader is not None
-        cluster.kill(leader)
-        # With the leader gone the group may have no majority (two voters, one dead): the
-        # change then waits, and goes on once the node is back.
-        cluster.restart(leader)
+        # Frozen, the new replica cannot catch up: the change is certainly under way when the
+        # leader dies (a learner added, or further along if it caught up first).
+        cluster.pause(new)
+        try:
+            assert client.list_partition_reassignments([tp]), "the move ended before the kill"
+            leader = cluster.leader_of((tp.topic, 0))
+            assert leader is not None
+            cluster.kill(leader)
+            # With the leader gone the group may have no majority (two voters, one dead):
+            # the change then waits, and goes on once the node is back.
+            cluster.restart(leader)
+        finally:
+            cluster.resume(new)
         wait_for(lambda: done(client, tp, target), 90, f"{tp} to move to {target}")
         acked_at_move = len(load.acked)
         wait_for(lambda: len(load.acked) > acked_at_move + 50, 30,
