@@ -6,6 +6,7 @@ completes once the group has a majority again, losing nothing acknowledged."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 from tidelog import Client, TopicPartition
 from tidelog.cli import main
 from tidelog.commands.reassign import read_reassignment
-from tidelog.testing import LocalCluster, wait_for
+from tidelog.testing import LocalCluster, Raw, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -147,6 +148,14 @@ def test_a_replica_moves_under_load_and_the_old_one_is_deleted(
     assert reassign(cluster, "--verify", "--reassignment-json-file", str(plan)) == 0
     assert reassign(cluster, "--list") == 0
     assert "No partition reassignments found." in capsys.readouterr().out
+    # --generate proposes a placement over the given nodes and changes nothing.
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"topics": [{"topic": tp.topic}], "version": 1}))
+    assert reassign(cluster, "--generate", "--topics-to-move-json-file", str(topics),
+                    "--broker-list", f"{leaving},{new}") == 0
+    proposed = capsys.readouterr().out.split("Proposed partition reassignment configuration")[1]
+    assert set(read_reassignment_text(tmp_path, proposed)[tp]) == {leaving, new}
+    assert list(replicas_of(client, tp)) == target
     # Cancelling what is done, and moving to an unknown node, are refused with Kafka's codes.
     assert reassign(cluster, "--cancel", "--reassignment-json-file", str(plan)) == 1
     assert "NO_REASSIGNMENT_IN_PROGRESS" in capsys.readouterr().err
@@ -221,3 +230,19 @@ def test_a_move_whose_leader_is_killed_mid_change_completes_losing_nothing(
         wait_for(lambda: len(load.acked) > acked_at_move + 50, 30,
                  "the load to go on after the move")
     assert load.acked <= read_all(client, tp, load.acked)
+
+
+def test_the_reassignment_benchmark_runs_on_the_modules_cluster(
+    cluster: LocalCluster, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/reassign.py's measurement on 1 MiB, on this cluster (a cluster of its own would
+    cost CI a start): it keeps working, and prints its lines. Its figures mean nothing here."""
+    path = Path(__file__).resolve().parent.parent / "bench" / "reassign.py"
+    spec = importlib.util.spec_from_file_location("bench_reassign", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with Raw(cluster, bench.CHANNEL_OPTIONS) as raw:
+        assert bench.measure(cluster, raw, client, 1, topic="bench-moved") > 0
+    out = capsys.readouterr().out
+    assert "plain fetch from the leader:" in out and "ratio move/fetch:" in out
