@@ -90,7 +90,7 @@ class AdminApi:
                 if name in refused:
                     raise refused[name]
                 return self.controller.image.plan_create_partitions(
-                    name, count, assignment, sorted(self.config.peers)
+                    name, count, assignment, self.controller.placement_node_ids()
                 )
 
             await self._change(result, plan, request.validate_only, timeout_s)
@@ -125,7 +125,7 @@ class AdminApi:
                     raise refusal
                 resource_type, name = key
                 return self.controller.image.plan_alter_configs(
-                    resource_type, name, ops, sorted(self.config.peers),
+                    resource_type, name, ops, self.controller.known_node_ids(),
                     self._effective_defaults(name if resource_type == ConfigResourceType.BROKER
                                              else str(self.config.node_id)),
                     _validator(resource_type, self.config),
@@ -171,7 +171,7 @@ class AdminApi:
         """key -> (value, source, read only) of every config of the resource."""
         image = self.controller.image
         own = str(self.config.node_id)
-        dynamic = image.configs_of(resource_type, name, sorted(self.config.peers))
+        dynamic = image.configs_of(resource_type, name, self.controller.known_node_ids())
         if resource_type == ConfigResourceType.TOPIC:
             layers = self._layers(own)
             return {

@@ -211,8 +211,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     ) -> pb.MetadataResponse:
         routing = self.routing
         response = pb.MetadataResponse(controller_id=routing.controller_id)
-        for node_id in sorted(self.config.peers):
-            response.nodes.add(node_id=node_id, address=routing.address_of(node_id))
+        leaders: set[int] = set()
         names = list(dict.fromkeys(request.topics) or sorted(self.controller.image.topics))
         refused = self.authorization.refusals(
             self.authorization.principal(context), Operation.DESCRIBE, ResourceType.TOPIC, names
@@ -232,6 +231,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             for p, replicas in enumerate(topic.assignment):
                 tp = TopicPartition(name, p)
                 leader, epoch = routing.leader_of(tp)
+                leaders.add(leader)
                 entry.partitions.add(
                     error_code=0 if leader >= 0 else errors.LeaderNotAvailableError.code,
                     partition=p,
@@ -240,6 +240,18 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                     replicas=replicas,
                     isr=routing.isr_of(tp),
                 )
+        # Fenced nodes are left out, as Kafka's Metadata leaves them, unless asked for (an
+        # operator's view, Kafka's DescribeCluster) or a partition here is led there: Raft,
+        # not the controller, elects leaders, so a fenced node may lead until its groups
+        # elect another, and clients must reach it meanwhile.
+        for node in self.controller.known_nodes():
+            if node.fenced and not request.include_fenced_nodes and node.node_id not in leaders:
+                continue
+            response.nodes.add(
+                node_id=node.node_id, address=routing.address_of(node.node_id),
+                is_fenced=node.fenced, registered=node.registered,
+                internal_address=node.internal_address if request.include_fenced_nodes else "",
+            )
         return response
 
     # ---- topics ----------------------------------------------------------------------------
@@ -281,7 +293,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                     result.num_partitions,
                     result.replication_factor,
                     configs,
-                    sorted(self.config.peers),
+                    self.controller.placement_node_ids(),
                 )
 
             await self._run_metadata_change(result, plan, request.validate_only, timeout_s)

@@ -36,6 +36,9 @@ KEYS: dict[str, str] = {
     "data.dir": "data_dir",
     "peers": "peers",
     "client.addresses": "client_addresses",
+    "controller.quorum.bootstrap.servers": "join",
+    "broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
+    "broker.session.timeout.ms": "broker_session_timeout_ms",
     "segment.bytes": "segment_bytes",
     "index.interval.bytes": "index_interval_bytes",
     "segment.ms": "segment_ms",
@@ -101,7 +104,7 @@ _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
 #: The node settings (beyond the topic defaults) that IncrementalAlterConfigs may change while
 #: the nodes run, as dynamic node configs: every node's default, or one node's own.
 DYNAMIC_KEYS = frozenset({"partition.autobalancing.enable", "partition.autobalancing.max.moves"})
-_REQUIRED = ("node.id", "listen", "data.dir")
+_REQUIRED = ("listen", "data.dir")
 _KEY_PATTERN = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*")
 _WEEK_MS = 7 * 24 * 3600 * 1000
 #: Kafka's INT settings end here.
@@ -112,6 +115,7 @@ _MAX_INT = 2**31 - 1
 class NodeConfig:
     """One node's settings. Defaults follow Kafka where Kafka has the setting."""
 
+    #: -1 only with `join` (node.id unset): the controller assigns one when the node joins.
     node_id: int
     #: "host:port" of the client listener (the Tidelog service, health, reflection): any
     #: address of this host, a wildcard (0.0.0.0, ::) with advertised.address set, port 0 for
@@ -123,6 +127,20 @@ class NodeConfig:
     peers: Mapping[int, str] = field(default_factory=dict)
     #: The client address published for this node; empty means "the bound listen address".
     advertised: str = ""
+    #: Node-to-node addresses ("host:port,...") of running nodes to join through (Kafka's
+    #: controller.quorum.bootstrap.servers): the node registers with the controller there
+    #: (`tidelog node --join`) instead of being listed in a static peers list, and learns the
+    #: controller's voters and the other nodes from the answer and the metadata it pulls.
+    join: str = ""
+    #: The voters of the controller's Raft group when they are not the first min(3, N) peers:
+    #: set by joining, from the controller's answer (no key of its own).
+    controller_voters: tuple[int, ...] = ()
+    #: Node liveness as the controller sees it (Kafka's names): each node heartbeats the
+    #: controller leader every interval, and one silent for the session timeout is fenced
+    #: (no new replicas, left out of Metadata) until it heartbeats again. Kafka's session
+    #: timeout; its interval is 2 s, halved here so that one lost heartbeat matters less.
+    broker_heartbeat_interval_ms: int = 1000
+    broker_session_timeout_ms: int = 9000
     segment_bytes: int = 1024 * 1024 * 1024
     index_interval_bytes: int = 4096
     segment_ms: int = _WEEK_MS
@@ -264,7 +282,24 @@ class NodeConfig:
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _require(self.node_id >= 0, f"node.id must be >= 0, got {self.node_id}")
+        _require(
+            self.node_id >= 0 or (self.node_id == -1 and bool(self.join)),
+            f"node.id must be >= 0, got {self.node_id}" if self.node_id != -1 else
+            "node.id is required, unless the node joins a running cluster "
+            "(controller.quorum.bootstrap.servers, tidelog node --join) and gets one there",
+        )
+        for address in self.join_addresses:
+            _parse_address("controller.quorum.bootstrap.servers", address)
+        _require(
+            not (self.join and set(self.peers) - {self.node_id}),
+            "a joining node (controller.quorum.bootstrap.servers) has no peers list: it learns "
+            "the other nodes from the controller",
+        )
+        _require(
+            1 <= self.broker_heartbeat_interval_ms < self.broker_session_timeout_ms,
+            "broker.heartbeat.interval.ms must be >= 1 and below broker.session.timeout.ms",
+        )
+        object.__setattr__(self, "controller_voters", tuple(self.controller_voters))
         listen_host = _parse_address("listen", self.listen)[0]
         if self.advertised:
             _require(
@@ -445,6 +480,11 @@ class NodeConfig:
         )
 
     @property
+    def join_addresses(self) -> list[str]:
+        """The node-to-node addresses a joining node registers through."""
+        return [part.strip() for part in self.join.split(",") if part.strip()]
+
+    @property
     def election_timeout_max_ms(self) -> int:
         """Randomized timeouts are drawn below this bound (2x the minimum, as etcd does)."""
         return 2 * self.election_timeout_ms
@@ -492,7 +532,7 @@ class NodeConfig:
         advertised = self.advertised or listen
         peers = dict(self.peers)
         own = peers.get(self.node_id)
-        if own is None or _parse_address("peers", own)[1] == 0:
+        if self.node_id >= 0 and (own is None or _parse_address("peers", own)[1] == 0):
             peers[self.node_id] = internal
         return dataclasses.replace(
             self, listen=listen, internal_listen=internal, advertised=advertised, peers=peers
@@ -510,6 +550,8 @@ class NodeConfig:
     def from_properties(cls, props: Mapping[str, str]) -> NodeConfig:
         """Builds a config from Kafka-style ``key -> value`` strings (file, flags, --set)."""
         missing = [key for key in _REQUIRED if not props.get(key)]
+        if not props.get("node.id") and not props.get("controller.quorum.bootstrap.servers"):
+            missing.insert(0, "node.id")
         if missing:
             raise InvalidConfigError(f"missing required setting(s): {', '.join(missing)}")
         known: dict[str, Any] = {}
@@ -520,6 +562,7 @@ class NodeConfig:
                 extra[_check_topic_key(key)] = value
             else:
                 known[name] = _convert(key, name, value.strip())
+        known.setdefault("node_id", -1)
         return cls(**known, extra=extra)
 
     @classmethod
@@ -540,6 +583,8 @@ class NodeConfig:
                 value = ";".join(value)
             elif name == "group_consumer_assignors":
                 value = ",".join(value)
+            elif name == "node_id" and value == -1:
+                value = ""  # to be assigned when the node joins
             if value != "":
                 props[key] = str(value)
         props.update(self.extra)
@@ -610,8 +655,8 @@ def _convert(key: str, name: str, value: str) -> Any:
         return Path(value)
     if name in ("peers", "client_addresses"):
         return parse_peers(value)
-    if name in ("listen", "advertised", "log_flush_policy", "internal_listen", "ssl_certfile",
-                "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format"):
+    if name in ("listen", "advertised", "join", "log_flush_policy", "internal_listen",
+                "ssl_certfile", "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format"):
         return value
     if name in ("security_protocol", "security_inter_broker_protocol"):
         return value.upper()

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import grpc
 
@@ -55,6 +56,18 @@ _REASSIGNMENT_DONE_S = 10.0
 log = logging.getLogger("tidelog.node")
 
 
+@dataclass(frozen=True)
+class KnownNode:
+    """A node of the cluster with the addresses this node uses for it."""
+
+    node_id: int
+    internal_address: str
+    client_address: str
+    fenced: bool
+    #: False for a node of the static peers list that has not registered.
+    registered: bool
+
+
 class ControllerDriver:
     def __init__(self, config: NodeConfig, replicas: ReplicaSet, routing: Routing) -> None:
         self.config = config
@@ -62,7 +75,10 @@ class ControllerDriver:
         self.replicas = replicas
         self.routing = routing
         self.image = MetadataImage()
-        self.voters = tuple(sorted(config.peers)[: min(3, len(config.peers))])
+        routing.registered = self.image.node
+        self.voters = config.controller_voters or tuple(
+            sorted(config.peers)[: min(3, len(config.peers))]
+        )
         self._pending_topics: set[str] = set()
         self._metadata_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._producer_id_lock = asyncio.Lock()
@@ -78,6 +94,45 @@ class ControllerDriver:
     @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this node leads the controller's group (decides and proposes records)."""
+        replica = self.replicas.partitions.get(METADATA_TP)
+        return replica is not None and replica.is_leader
+
+    # ---- the nodes -------------------------------------------------------------------------
+
+    def known_nodes(self) -> list[KnownNode]:
+        """Every node of the cluster as this node knows it, by id: the registered ones, and
+        the nodes of its static peers list that have not registered (yet), which count as
+        alive (they are members by configuration; a cluster just started must not refuse a
+        topic because a peer's registration is a moment late). Configured addresses win over
+        registered ones: they may route through proxies (chaos runs)."""
+        nodes = {
+            n: KnownNode(n, self.config.peers.get(n, node.internal_address),
+                         self.config.client_addresses.get(n, node.client_address),
+                         node.fenced, True)
+            for n, node in self.image.nodes.items()
+        }
+        for n, address in self.config.peers.items():
+            if n not in nodes:
+                nodes[n] = KnownNode(n, address, self.config.client_address_of(n), False, False)
+        return [nodes[n] for n in sorted(nodes)]
+
+    def placement_node_ids(self) -> list[int]:
+        """Where new replicas may go: the nodes that are not fenced."""
+        return [node.node_id for node in self.known_nodes() if not node.fenced]
+
+    def known_node_ids(self) -> list[int]:
+        return [node.node_id for node in self.known_nodes()]
+
+    def _nodes_changed(self) -> None:
+        """Dial the registered nodes that no static peers list names, at the address they
+        registered (a joined node, and every node on a joined node)."""
+        for node in self.image.nodes.values():
+            if node.node_id != self.node_id and node.node_id not in self.config.peers:
+                self.replicas.link_peer(node.node_id, node.internal_address)
 
     async def load(self) -> None:
         """Open the metadata log (on a voter) and apply it, then the replicas it assigns here."""
@@ -134,8 +189,11 @@ class ControllerDriver:
 
     def _apply_metadata_bytes(self, data: bytes) -> None:
         before = dict(self.image.topics)
+        nodes_before = dict(self.image.nodes)
         defaults_before = self.replicas.dynamic_defaults
         self.image.apply_batches(data)
+        if self.image.nodes != nodes_before:
+            self._nodes_changed()
         self.replicas.dynamic_defaults = self.dynamic_defaults()
         self._reconcile(before, defaults_before != self.replicas.dynamic_defaults)
         done = [(o, f) for o, f in self._metadata_waiters if o <= self.image.applied_offset]
@@ -367,7 +425,7 @@ class ControllerDriver:
             records: list[MetadataRecord] = []
             outcomes.clear()
             planned.clear()
-            node_ids = sorted(self.config.peers)
+            node_ids = self.known_node_ids()
             for tp, target in targets.items():
                 try:
                     record = self.image.plan_alter_reassignment(

@@ -100,7 +100,7 @@ class CoordinatorTopic:
 
     async def _create(self) -> None:
         config = self.config
-        nodes = sorted(config.peers)
+        nodes = self.controller.placement_node_ids()
         configs = {
             "cleanup.policy": "compact",
             "segment.bytes": str(min(_SEGMENT_BYTES, config.segment_bytes)),

@@ -54,11 +54,14 @@ class LivenessBeacon:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
+        self._begun = False
+        self._links: dict[int, PeerLink] = {}
         #: Envelopes sent (handed to the links) and intervals skipped for a stalled loop.
         self.sent = 0
         self.withheld = 0
 
     def start(self) -> None:
+        self._begun = True
         if not self._peers:
             return
         self._thread = threading.Thread(
@@ -67,6 +70,30 @@ class LivenessBeacon:
         )
         self._thread.start()
         self._started.wait()
+
+    def add_peer(self, peer: int, address: str) -> None:
+        """A peer learned after the start (a node that joined the cluster), or one that
+        moved: it gets the envelopes too. Before `start`, only noted."""
+        if self._peers.get(peer) == address:
+            return
+        self._peers[peer] = address
+        if not self._begun:
+            return
+        if self._thread is None:
+            self.start()
+            return
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # its loop already ended
+            self._loop.call_soon_threadsafe(self._link, peer, address)
+
+    def _link(self, peer: int, address: str) -> None:
+        """On the beacon's loop: the link to `peer` at `address`."""
+        link = self._links.get(peer)
+        if link is None:
+            link = self._links[peer] = PeerLink(self._node_id, peer, address, self._dialer)
+            link.start()
+        elif link.address != address:
+            link.redirect(address)
 
     def stop(self) -> None:
         """Stop sending and close the links; returns once the thread is gone."""
@@ -81,11 +108,10 @@ class LivenessBeacon:
     async def _run(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        for peer, address in self._peers.items():  # `start` waits: nobody adds meanwhile
+            self._link(peer, address)
         self._started.set()
-        links = {peer: PeerLink(self._node_id, peer, address, self._dialer)
-                 for peer, address in self._peers.items()}
-        for link in links.values():
-            link.start()
+        links = self._links
         try:
             while not self._stop.is_set():
                 self.beat(links)

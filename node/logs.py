@@ -56,7 +56,11 @@ def configure(node_id: int, log_format: str) -> None:
         sys.excepthook = _log_uncaught
     else:
         handler.setFormatter(
-            logging.Formatter(f"%(asctime)s node-{node_id} %(levelname)s %(message)s")
+            # A joining node has no id until the controller assigns one (then it configures
+            # its logs again).
+            logging.Formatter(
+                f"%(asctime)s node-{node_id if node_id >= 0 else '?'} %(levelname)s %(message)s"
+            )
         )
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 

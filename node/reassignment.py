@@ -104,8 +104,7 @@ class Reassigner:
         try:
             if controller == self.config.node_id:
                 response = await self.controller.reassignment_done(request)
-            elif controller in self.config.peers:
-                address = self.config.peers[controller]
+            elif address := self.routing.internal_address_of(controller):
                 channel = self._channels.get(address)
                 if channel is None:
                     channel = self._channels[address] = self.replicas.connect_peer(address)

@@ -163,11 +163,24 @@ class ReplicaSet:
     def start_links(self) -> None:
         for peer_id, address in self.config.peers.items():
             if peer_id != self.node_id:
-                link = PeerLink(self.node_id, peer_id, address, self.dialer)
-                link.start()
-                self.links[peer_id] = link
-                self._heard[peer_id] = self._ticks
+                self.link_peer(peer_id, address)
         self.beacon.start()
+
+    def link_peer(self, peer_id: int, address: str) -> None:
+        """Stream to `peer_id` at `address`: a new link, or the link redirected when the peer
+        moved (a node learned from the metadata, registered at a new address); the liveness
+        beacon follows."""
+        link = self.links.get(peer_id)
+        if link is not None:
+            if link.address != address:
+                link.redirect(address)
+                self.beacon.add_peer(peer_id, address)
+            return
+        link = PeerLink(self.node_id, peer_id, address, self.dialer)
+        link.start()
+        self.links[peer_id] = link
+        self._heard[peer_id] = self._ticks
+        self.beacon.add_peer(peer_id, address)
 
     async def close(self) -> None:
         """After the loops stopped: close the links, then every log on the disk thread."""

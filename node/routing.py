@@ -7,8 +7,9 @@ answer costs a client one NOT_LEADER_OR_FOLLOWER with a hint, never a wrong writ
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+from tidelog.coordinator.controller import NodeImage
 from tidelog.node.config import NodeConfig
 from tidelog.node.partition import PartitionReplica
 from tidelog.types import TopicPartition
@@ -27,6 +28,9 @@ class Routing:
         self._controller_tp = controller_tp
         #: What this node knows of partitions it does not host: tp -> (leader, epoch, isr).
         self.leaders: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
+        #: The registration of a node in the metadata (set by the controller's driver): the
+        #: addresses of nodes that no static peers list names.
+        self.registered: Callable[[int], NodeImage | None] = lambda node_id: None
 
     def learn(self, src: int, announcements: Iterable[rpb.LeaderAnnouncement]) -> None:
         """Leadership announcements received from node `src`; an older epoch never wins."""
@@ -64,8 +68,19 @@ class Routing:
         return list(known[2]) if known is not None else []
 
     def address_of(self, node_id: int) -> str:
-        """The address a client should use for `node_id` (Metadata, leader hints)."""
-        return self.config.client_address_of(node_id)
+        """The address a client should use for `node_id` (Metadata, leader hints): the
+        configured one, else the one it registered."""
+        address = self.config.client_address_of(node_id)
+        if not address and (node := self.registered(node_id)) is not None:
+            address = node.client_address
+        return address
+
+    def internal_address_of(self, node_id: int) -> str:
+        """Where this node dials `node_id`'s node-to-node listener ("" when unknown)."""
+        address = self.config.peers.get(node_id, "")
+        if not address and (node := self.registered(node_id)) is not None:
+            address = node.internal_address
+        return address
 
     @property
     def controller_id(self) -> int:

@@ -29,6 +29,7 @@ from tidelog.node.coordinator_topic import CoordinatorTopic
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.housekeeping import Housekeeping
 from tidelog.node.reassignment import Reassigner
+from tidelog.node.registration import Identity, NodeRegistry, Registrant
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.node.scrubber import Scrubber
@@ -44,7 +45,9 @@ _METADATA_CATCH_UP_S = 10.0
 
 
 class NodeRuntime:
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, identity: Identity, epoch: int = -1) -> None:
+        """`epoch`: of the registration a joining node made before it was built (-1: it
+        registers once it serves)."""
         self.config = config
         self.node_id = config.node_id
         self.replicas = ReplicaSet(config)
@@ -64,6 +67,10 @@ class NodeRuntime:
             config, self.replicas, self.txn_topic, self.offsets_topic, self.txn_markers.send
         )
         self.reassigner = Reassigner(config, self.replicas, self.controller, self.routing)
+        #: Cluster membership: the controller leader's sessions of every node, and this
+        #: node's own registration and heartbeats.
+        self.registry = NodeRegistry(config, self.controller, self.routing, self.replicas.dialer)
+        self.registrant = Registrant(config, identity, self.routing, self.replicas.dialer, epoch)
         self._tasks: list[asyncio.Task[None]] = []
 
     def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
@@ -89,6 +96,7 @@ class NodeRuntime:
             self.txns.expiration_loop(),
             self.txns.id_expiration_loop(),
             self.reassigner.loop(),
+            self.registry.session_loop(),
         ]
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())
@@ -96,10 +104,13 @@ class NodeRuntime:
             loops.append(self.scrubber.loop())
         self._tasks = [asyncio.create_task(_fail_fast(loop_)) for loop_ in loops]
         await self.controller.catch_up(_METADATA_CATCH_UP_S)
+        # Registered (unfenced) once it can serve: new replicas may come here from then on.
+        self._tasks.append(asyncio.create_task(_fail_fast(self.registrant.run())))
 
     async def stop(self, graceful: bool) -> None:
         self.housekeeping.stopping = True
         if graceful:
+            await self.registrant.goodbye()
             await self._move_leadership_away()
         self.groups.close()
         self.txns.close()
@@ -109,6 +120,8 @@ class NodeRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.txn_markers.close()
+        await self.registrant.close()
+        await self.registry.close()
         await self.replicas.close()
 
     async def _move_leadership_away(self) -> None:

@@ -32,6 +32,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig, format_peers
+from tidelog.node.files import write_atomically
 from tidelog.node.interceptors import HandlerRewriter
 from tidelog.node.malformed import reject_malformed
 from tidelog.v1 import tidelog_pb2
@@ -60,9 +61,11 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     """Runs one node until SIGTERM/SIGINT (graceful) or until ``exit_with_parent`` is no longer
     this process's parent (immediate). Returns the process exit code."""
     # The runtime is heavy; config errors come first.
+    from tidelog.node import logs
     from tidelog.node.api import PARTITION_ERROR_RPCS, TidelogServicer
     from tidelog.node.group_api import COUNTED_RPCS
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
+    from tidelog.node.registration import join_cluster, load_identity
     from tidelog.node.runtime import NodeRuntime
     from tidelog.node.security import server_credentials
     from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
@@ -91,12 +94,17 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             server_credentials(config, internal=True),
         )
         config = config.bound(port, internal_port)
+        identity = load_identity(config.data_dir, config.node_id)
+        epoch = -1
+        if config.join:
+            config, identity, epoch = await join_cluster(config, identity)
+            logs.configure(config.node_id, config.log_format)
         health_servicer = health.aio.HealthServicer()
         for service in (health.OVERALL_HEALTH, TIDELOG_SERVICE):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         _enable_reflection([TIDELOG_SERVICE, health.SERVICE_NAME], server)
-        runtime = NodeRuntime(config)
+        runtime = NodeRuntime(config, identity, epoch)
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
             TidelogServicer(
                 config, runtime.replicas, runtime.routing, runtime.controller,
@@ -109,6 +117,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         close_inbound = add_raft_transport(
             internal_server, runtime.on_envelope, runtime.controller.fetch_metadata,
             runtime.txn_markers.handle, runtime.controller.reassignment_done,
+            runtime.registry.register, runtime.registry.heartbeat,
         )
         loop = asyncio.get_running_loop()
         metrics.export_state(
@@ -135,11 +144,11 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         metrics_address = ""
         if config.metrics_port >= 0:
             metrics_address, stop_metrics = metrics.serve(config.listen_host, config.metrics_port)
-            _write_atomically(metrics_path, metrics_address + "\n")
+            write_atomically(metrics_path, metrics_address + "\n")
         await internal_server.start()
         await server.start()
         addr_path = config.data_dir / ADDR_FILE
-        _write_atomically(addr_path, f"{config.listen}\n{config.internal_listen}\n")
+        write_atomically(addr_path, f"{config.listen}\n{config.internal_listen}\n")
         log.info(
             "node %d listening on %s (clients, %s) and %s (nodes, %s)%s; peers %s",
             config.node_id, config.listen, config.security_protocol, config.internal_listen,
@@ -310,21 +319,6 @@ def _hold_data_dir(data_dir: Path) -> Iterator[None]:
                 f"data dir {data_dir} is in use by another running node"
             ) from None
         yield
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Readers see the old file or the whole new one, never a torn write."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _start_parent_watchdog(

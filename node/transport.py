@@ -307,7 +307,6 @@ class PeerLink:
         self._queue: deque[tuple[int, list[bytes | memoryview]]] = deque()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._channel: grpc.aio.Channel | None = None
         self.dropped = 0
         self._breaks = 0
         self._break_logged_at = -_BREAK_LOG_EVERY_S
@@ -342,12 +341,20 @@ class PeerLink:
             self._ready.clear()
             await self._ready.wait()
 
+    def redirect(self, address: str) -> None:
+        """The peer is at `address` now: the stream to the old one ends, and one to the new
+        one begins (what was queued is stale either way; Raft resends)."""
+        self.address = address
+        if self._task is not None:
+            self._task.cancel()
+            self.start()
+
     async def _run(self) -> None:
         attempt = 0
         while True:
-            self._channel = self._dialer.channel(self.address, CHANNEL_OPTIONS)
+            channel = self._dialer.channel(self.address, CHANNEL_OPTIONS)
             try:
-                stream = self._channel.stream_unary(
+                stream = channel.stream_unary(
                     STREAM_METHOD, response_deserializer=pb.StreamSummary.FromString
                 )
                 await stream(self._messages())
@@ -357,7 +364,7 @@ class PeerLink:
             except grpc.aio.AioRpcError as exc:
                 await self._log_break(exc)
             finally:
-                await self._channel.close()
+                await channel.close()
             # Messages queued for a dead peer are stale by the time it returns; Raft resends.
             self._queue.clear()
             await asyncio.sleep(_RECONNECT_BACKOFF_S[min(attempt, len(_RECONNECT_BACKOFF_S) - 1)])
@@ -404,6 +411,10 @@ def add_raft_transport(
     reassignment_done: Callable[
         [pb.ReassignmentDoneRequest], Awaitable[pb.ReassignmentDoneResponse]
     ],
+    register_node: Callable[[pb.RegisterNodeRequest, float], Awaitable[pb.RegisterNodeResponse]],
+    node_heartbeat: Callable[
+        [pb.NodeHeartbeatRequest, float], Awaitable[pb.NodeHeartbeatResponse]
+    ],
 ) -> Callable[[], None]:
     """Serve the RaftTransport service: Stream takes its messages as bytes (it parses the
     frames itself), FetchMetadata and WriteTxnMarkers are plain protobuf (the latter is given
@@ -448,12 +459,27 @@ def add_raft_transport(
     ) -> pb.FetchMetadataResponse:
         return fetch_metadata(request)
 
+    def wait_s(context: grpc.aio.ServicerContext) -> float:
+        """How long a handler may wait: the caller's deadline less a margin, at most
+        DEFAULT_MARKERS_WAIT_S."""
+        remaining = context.time_remaining()
+        wait = DEFAULT_MARKERS_WAIT_S if remaining is None else remaining - _DEADLINE_MARGIN_S
+        return max(min(wait, DEFAULT_MARKERS_WAIT_S), 0.0)
+
     async def markers(
         request: pb.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteTxnMarkersResponse:
-        remaining = context.time_remaining()
-        wait = DEFAULT_MARKERS_WAIT_S if remaining is None else remaining - _DEADLINE_MARGIN_S
-        return await write_txn_markers(request, max(min(wait, DEFAULT_MARKERS_WAIT_S), 0.0))
+        return await write_txn_markers(request, wait_s(context))
+
+    async def register(
+        request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterNodeResponse:
+        return await register_node(request, wait_s(context))
+
+    async def heartbeat(
+        request: pb.NodeHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.NodeHeartbeatResponse:
+        return await node_heartbeat(request, wait_s(context))
 
     async def done(
         request: pb.ReassignmentDoneRequest, context: grpc.aio.ServicerContext
@@ -478,6 +504,16 @@ def add_raft_transport(
             done,
             request_deserializer=pb.ReassignmentDoneRequest.FromString,
             response_serializer=pb.ReassignmentDoneResponse.SerializeToString,
+        ),
+        "RegisterNode": grpc.unary_unary_rpc_method_handler(
+            register,
+            request_deserializer=pb.RegisterNodeRequest.FromString,
+            response_serializer=pb.RegisterNodeResponse.SerializeToString,
+        ),
+        "NodeHeartbeat": grpc.unary_unary_rpc_method_handler(
+            heartbeat,
+            request_deserializer=pb.NodeHeartbeatRequest.FromString,
+            response_serializer=pb.NodeHeartbeatResponse.SerializeToString,
         ),
     })])
     return close_inbound

@@ -184,8 +184,8 @@ class TxnMarkers:
         if leader == self.config.node_id:
             response = await self.handle(request, timeout_s)
         else:
-            address = self.config.peers.get(leader)
-            if address is None:
+            address = self._routing.internal_address_of(leader)
+            if not address:
                 return dict.fromkeys(tps, errors.NotLeaderOrFollowerError.code)
             try:
                 response = await self._call(address, request, timeout_s)

@@ -232,12 +232,15 @@ def test_health_is_not_serving_until_the_runtime_has_started(
     released = asyncio.Event()
 
     class SlowRuntime:
-        def __init__(self, config: NodeConfig) -> None:
+        def __init__(self, config: NodeConfig, identity: object, epoch: int) -> None:
             # Only wired to the services by the server, never called before start().
             self.replicas = self.routing = self.offsets_topic = self.groups = None
             self.consumer_groups = self.txn_topic = self.txns = None
             self.txn_markers = SimpleNamespace(handle=None)
-            self.controller = SimpleNamespace(fetch_metadata=None, image=MetadataImage())
+            self.registry = SimpleNamespace(register=None, heartbeat=None)
+            self.controller = SimpleNamespace(
+                fetch_metadata=None, reassignment_done=None, image=MetadataImage()
+            )
 
         def on_envelope(self, env: object, payload: memoryview) -> None:
             pass

@@ -1,9 +1,12 @@
 """Node registration in the controller's state machine alone (no cluster): the node records,
 their encoding and strict decoding, `MetadataImage.nodes`, assigned ids, fencing by epoch, and
 the refusals with Kafka's codes (DUPLICATE_BROKER_REGISTRATION, BROKER_ID_NOT_REGISTERED,
-STALE_BROKER_EPOCH, INVALID_REQUEST)."""
+STALE_BROKER_EPOCH, INVALID_REQUEST); then a joining node's settings and the identity its data
+dir keeps."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +24,12 @@ from tidelog.coordinator.metadata_records import (
 from tidelog.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
+    InvalidConfigError,
     InvalidRequestError,
     StaleBrokerEpochError,
 )
+from tidelog.node.config import NodeConfig
+from tidelog.node.registration import META_FILE, Identity, load_identity, save_identity
 
 OLD = "0123456789abcdef0123456789abcdef"
 NEW = "fedcba9876543210fedcba9876543210"
@@ -158,3 +164,43 @@ def test_heartbeats_name_the_current_registration() -> None:
     with pytest.raises(StaleBrokerEpochError) as stale:
         image.check_heartbeat(1, 4)
     assert stale.value.code == 77
+
+
+# ---- the node's settings and its data dir's identity ---------------------------------------
+
+
+def test_a_joining_node_needs_no_id_and_no_peers(tmp_path: Path) -> None:
+    base = {"listen": "127.0.0.1:0", "data.dir": str(tmp_path)}
+    joining = NodeConfig.from_properties(
+        {**base, "controller.quorum.bootstrap.servers": "127.0.0.1:9001, 127.0.0.1:9002"}
+    )
+    assert joining.node_id == -1 and joining.join_addresses == ["127.0.0.1:9001",
+                                                                 "127.0.0.1:9002"]
+    assert "node.id" not in joining.to_properties()
+    with pytest.raises(InvalidConfigError, match=r"missing required setting.*node\.id"):
+        NodeConfig.from_properties(base)
+    with pytest.raises(InvalidConfigError, match="has no peers list"):
+        NodeConfig.from_properties({**base, "controller.quorum.bootstrap.servers": "h:1",
+                                    "node.id": "4", "peers": "1=h:2",
+                                    "client.addresses": "1=h:3"})
+    with pytest.raises(InvalidConfigError, match=r"controller\.quorum\.bootstrap\.servers"):
+        NodeConfig.from_properties({**base, "controller.quorum.bootstrap.servers": "nowhere"})
+    with pytest.raises(InvalidConfigError, match=r"broker\.heartbeat\.interval\.ms"):
+        NodeConfig.from_properties({**base, "node.id": "1", "broker.session.timeout.ms": "100",
+                                    "broker.heartbeat.interval.ms": "100"})
+
+
+def test_the_data_dir_keeps_its_identity(tmp_path: Path) -> None:
+    first = load_identity(tmp_path, -1)
+    assert first.node_id == -1 and len(first.incarnation) == 32
+    save_identity(tmp_path, Identity(7, first.incarnation))
+    assert load_identity(tmp_path, -1) == Identity(7, first.incarnation)
+    assert load_identity(tmp_path, 7) == Identity(7, first.incarnation)
+    with pytest.raises(InvalidConfigError, match=r"belongs to node 7, not node\.id 8"):
+        load_identity(tmp_path, 8)
+    other = tmp_path / "other"
+    other.mkdir()
+    assert load_identity(other, 3).incarnation != first.incarnation  # a new data dir
+    (other / META_FILE).write_text("incarnation.id=xyz\nnode.id=3\n")
+    with pytest.raises(InvalidConfigError, match="damaged"):
+        load_identity(other, 3)

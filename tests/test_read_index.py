@@ -105,6 +105,8 @@ async def _cluster(tmp_path: Path, election_timeout_ms: int) -> AsyncIterator[_C
             lambda request: rpb.FetchMetadataResponse(),
             lambda request, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()),
             lambda request: asyncio.sleep(0, rpb.ReassignmentDoneResponse()),
+            lambda request, wait: asyncio.sleep(0, rpb.RegisterNodeResponse()),
+            lambda request, wait: asyncio.sleep(0, rpb.NodeHeartbeatResponse()),
         )
     try:
         for i in IDS:

@@ -215,8 +215,7 @@ def test_a_maximal_batch_crosses_a_real_stream() -> None:
 
         server = grpc.aio.server(options=SERVER_OPTIONS)
         add_raft_transport(server, on_envelope, lambda _: rpb.FetchMetadataResponse(),
-                           lambda _, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()),
-                           lambda _: asyncio.sleep(0, rpb.ReassignmentDoneResponse()))
+                           *_QUIET_HANDLERS)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         link = PeerLink(1, 2, f"127.0.0.1:{port}", PLAINTEXT)
@@ -234,6 +233,15 @@ def test_a_maximal_batch_crosses_a_real_stream() -> None:
 
     received = asyncio.run(run())
     assert received == [(A, ("append", -1, len(batch))), (B, ("heartbeat", 0, 0))]
+
+
+#: The unary RaftTransport handlers, answering nothing (these tests are about streams).
+_QUIET_HANDLERS = (
+    lambda _, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()),
+    lambda _: asyncio.sleep(0, rpb.ReassignmentDoneResponse()),
+    lambda _, wait: asyncio.sleep(0, rpb.RegisterNodeResponse()),
+    lambda _, wait: asyncio.sleep(0, rpb.NodeHeartbeatResponse()),
+)
 
 
 def _summary(message: object) -> tuple[str, int, int]:
@@ -260,9 +268,7 @@ def test_a_broken_stream_is_a_warning_with_its_cause_once_per_period(
     async def run() -> None:
         server = grpc.aio.server()  # gRPC's default receive limit
         add_raft_transport(server, lambda env, payload: None,
-                           lambda _: rpb.FetchMetadataResponse(),
-                           lambda _, wait: asyncio.sleep(0, rpb.WriteTxnMarkersResponse()),
-                           lambda _: asyncio.sleep(0, rpb.ReassignmentDoneResponse()))
+                           lambda _: rpb.FetchMetadataResponse(), *_QUIET_HANDLERS)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         link = PeerLink(1, 2, f"127.0.0.1:{port}", PLAINTEXT)

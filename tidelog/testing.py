@@ -210,6 +210,8 @@ class LocalCluster:
         self._internal: dict[int, str] = {}
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._paused: set[int] = set()
+        #: Nodes started by `join`: node id -> their data dir and settings.
+        self._joined: dict[int, tuple[Path, dict[str, str]]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -488,21 +490,88 @@ class LocalCluster:
             dict(zip(ids, addresses[self._nodes :], strict=True)),
         )
 
-    def _spawn(self, node_id: int) -> None:
-        from tidelog.node.config import NodeConfig, format_peers, key_for
+    def join(self, node_id: int | None = None) -> int:
+        """Starts one more node that joins the running cluster (``tidelog node --join``
+        through the cluster's node-to-node listeners), on free loopback ports and a data dir of
+        its own, with the cluster's node settings; returns the id it registered under (the
+        controller assigns one unless `node_id` is given) once it serves. `kill`, `restart`
+        and the rest take that id; it is not part of the layout a resumed cluster starts
+        with. Plaintext loopback clusters only."""
+        if self.tls or self._hosts or self._command_prefix is not None:
+            raise ConfigurationError("joining nodes run on plaintext loopback clusters only")
+        name = f"joined-{len(self._joined) + 1}"
+        node_dir = self._dir / name
+        client, internal = _addresses(_free_ports(2))
+        props = self._common_props()
+        props.update({
+            "listen": client,
+            "internal.listen": internal,
+            "data.dir": str(node_dir),
+            "controller.quorum.bootstrap.servers": ",".join(
+                self._internal[n] for n in self._live()
+            ),
+        })
+        if node_id is not None:
+            props["node.id"] = str(node_id)
+        proc = self._launch(node_dir, self._dir / f"{name}.log", props, ())
 
-        node_dir = self._node_dir(node_id)
-        node_dir.mkdir(parents=True, exist_ok=True)
+        def registered() -> int | None:
+            from tidelog.node.registration import META_FILE
+            from tidelog.properties import read_properties
+
+            if proc.poll() is not None:
+                raise ClusterError(
+                    f"the joining node exited (code {proc.returncode}) before it registered\n"
+                    + (self._dir / f"{name}.log").read_text(errors="replace")[-4000:]
+                )
+            path = node_dir / META_FILE
+            stored = read_properties(path).get("node.id", "") if path.exists() else ""
+            return int(stored) if stored.isdigit() else None
+
+        try:
+            assigned = wait_for(registered, self._ready_timeout, "the joining node's id")
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        self._joined[assigned] = (node_dir, {**props, "node.id": str(assigned)})
+        self._addresses[assigned], self._internal[assigned] = client, internal
+        self._procs[assigned] = proc
+        self._wait([assigned], self._ready_timeout, require_controller=False)
+        return assigned
+
+    def _common_props(self) -> dict[str, str]:
+        from tidelog.node.config import key_for
+
         # Every node serves metrics on a free port unless told otherwise (metrics_address).
         props = {"metrics.port": "0"}
         props.update({key_for(name): str(value) for name, value in self._node_config.items()})
+        return props
+
+    def _spawn(self, node_id: int) -> None:
+        if node_id in self._joined:
+            node_dir, props = self._joined[node_id]
+            prefix: Sequence[str] = ()
+        else:
+            node_dir, props = self._node_dir(node_id), self._static_props(node_id)
+            prefix = self._command_prefix(node_id) if self._command_prefix is not None else ()
+        self._procs[node_id] = self._launch(node_dir, self._log_path(node_id), props, prefix)
+        self._paused.discard(node_id)
+        self._record_layout()
+
+    def _static_props(self, node_id: int) -> dict[str, str]:
+        from tidelog.node.config import format_peers
+
+        node_dir = self._node_dir(node_id)
+        props = self._common_props()
         props.update({
             "node.id": str(node_id),
             "listen": self._addresses[node_id],
             "internal.listen": self._internal[node_id],
             "data.dir": str(node_dir),
-            "peers": format_peers(self._internal),
-            "client.addresses": format_peers(self._addresses),
+            "peers": format_peers(self._static(self._internal)),
+            "client.addresses": format_peers(self._static(self._addresses)),
         })
         if self.tls:
             files = self._certificates(f"node-{node_id}")
@@ -524,20 +593,30 @@ class LocalCluster:
         if routes is not None:
             props["peers"] = format_peers(routes.peers)
             props["client.addresses"] = format_peers(routes.client_addresses)
+        return props
+
+    def _static(self, by_node: dict[int, T]) -> dict[int, T]:
+        """What `by_node` holds for the nodes of the static peers list (not those that
+        joined)."""
+        return {n: a for n, a in by_node.items() if n not in self._joined}
+
+    def _launch(
+        self, node_dir: Path, log_path: Path, props: dict[str, str], prefix: Sequence[str]
+    ) -> subprocess.Popen[bytes]:
+        from tidelog.node.config import NodeConfig
+
+        node_dir.mkdir(parents=True, exist_ok=True)
         config = NodeConfig.from_properties(props)  # refuses bad settings here, not in a log
         config_path = node_dir / "node.properties"
         config_path.write_text("".join(f"{k}={v}\n" for k, v in config.to_properties().items()))
-        command = [
-            *(self._command_prefix(node_id) if self._command_prefix is not None else ()),
-            sys.executable, "-m", "tidelog.node", "--config", str(config_path),
-        ]
+        command = [*prefix, sys.executable, "-m", "tidelog.node", "--config", str(config_path)]
         if self._exit_with_parent:
             command += ["--exit-with-parent", str(os.getpid())]
         package_root = str(Path(tidelog.__file__).resolve().parent.parent)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-        with self._log_path(node_id).open("ab") as log:
-            self._procs[node_id] = subprocess.Popen(
+        with log_path.open("ab") as log:
+            return subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -545,8 +624,6 @@ class LocalCluster:
                 start_new_session=True,
                 env=env,
             )
-        self._paused.discard(node_id)
-        self._record_layout()
 
     def _certificates(self, name: str) -> CertFiles:
         """The certificate ``name`` (its common name too) of the cluster's CA, made on first
@@ -564,11 +641,12 @@ class LocalCluster:
         return ca.issue(name, name)
 
     def _record_layout(self) -> None:
-        pids = {str(n): p.pid for n, p in self._procs.items() if p.poll() is None}
+        """The static nodes' addresses and pids (joined nodes are not resumed)."""
+        pids = {n: p.pid for n, p in self._procs.items() if p.poll() is None}
         layout = {
-            "nodes": {str(n): a for n, a in self._addresses.items()},
-            "internal": {str(n): a for n, a in self._internal.items()},
-            "pids": pids,
+            "nodes": {str(n): a for n, a in self._static(self._addresses).items()},
+            "internal": {str(n): a for n, a in self._static(self._internal).items()},
+            "pids": {str(n): pid for n, pid in self._static(pids).items()},
         }
         path = self._dir / LAYOUT_FILE
         tmp = path.with_name(path.name + ".tmp")
@@ -608,9 +686,14 @@ class LocalCluster:
         return node_id
 
     def _node_dir(self, node_id: int) -> Path:
+        if node_id in self._joined:
+            return self._joined[node_id][0]
         return self._dir / f"node-{node_id}"
 
     def _log_path(self, node_id: int) -> Path:
+        if node_id in self._joined:
+            node_dir = self._joined[node_id][0]
+            return node_dir.with_name(f"{node_dir.name}.log")
         return self._dir / f"node-{node_id}.log"
 
     def _log_tail(self, node_id: int) -> str:

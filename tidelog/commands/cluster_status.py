@@ -1,7 +1,9 @@
 """``tidelog cluster status [--watch]``: nodes, partitions and every replica's offsets, as tables.
 
-What it shows comes from what any client may ask: Metadata from one reachable node (nodes,
-controller, leaders, epochs, replicas, ISR), a health check per node, and per node two debug
+What it shows comes from what any client may ask: Metadata from one reachable node (every
+node, fenced ones included, with its addresses and its liveness as the controller sees it:
+alive, fenced, or not registered; the controller, leaders, epochs, replicas, ISR), a health
+check per node, and per node two debug
 requests (replica_id -2, which any replica answers, not only the leader) for the partitions it
 hosts: ListOffsets "latest" for the replica's log end offset, then a Fetch at that offset
 (no data comes back) for its log start offset, high watermark and last stable offset. A
@@ -80,6 +82,11 @@ class NodeState:
     address: str
     status: str
     is_controller: bool
+    #: Its node-to-node address, as the answering node knows it.
+    internal_address: str = ""
+    #: As the controller sees it: "alive", "fenced" (heartbeats stopped), or "unregistered"
+    #: (a node of the static peers list that has not registered).
+    liveness: str = "alive"
 
 
 @dataclass
@@ -160,7 +167,7 @@ def gather(bootstrap: str, security: Security) -> ClusterState | None:
         with security.channel(address) as channel:
             try:
                 meta = tidelog_pb2_grpc.TidelogStub(channel).Metadata(
-                    pb.MetadataRequest(), timeout=_RPC_TIMEOUT_S
+                    pb.MetadataRequest(include_fenced_nodes=True), timeout=_RPC_TIMEOUT_S
                 )
                 break
             except grpc.RpcError:
@@ -170,8 +177,11 @@ def gather(bootstrap: str, security: Security) -> ClusterState | None:
     state = ClusterState(controller_id=meta.controller_id)
     for node in meta.nodes:
         status = probe(node.address, with_metadata=False, security=security)
+        liveness = ("fenced" if node.is_fenced else "alive" if node.registered
+                    else "unregistered")
         state.nodes.append(NodeState(node.node_id, node.address, str(status),
-                                     node.node_id == meta.controller_id))
+                                     node.node_id == meta.controller_id,
+                                     node.internal_address, liveness))
     addresses = {node.node_id: node.address for node in meta.nodes}
     hosted: dict[int, list[tuple[str, int]]] = {}
     for topic in meta.topics:
@@ -254,12 +264,14 @@ def render(state: ClusterState, title: str | None = None) -> RenderableType:
 
     from tidelog.errors import for_code
 
-    nodes = Table("NODE", "ADDRESS", "STATUS", box=box.SIMPLE, title=title,
-                  title_justify="left")
+    nodes = Table("NODE", "ADDRESS", "NODE-TO-NODE", "LIVENESS", "STATUS", box=box.SIMPLE,
+                  title=title, title_justify="left")
     for node in state.nodes:
         mark = " (controller)" if node.is_controller else ""
-        style = "" if node.status.startswith("SERVING") else "bold red"
-        nodes.add_row(str(node.node_id), node.address, node.status + mark, style=style)
+        style = ("" if node.status.startswith("SERVING") and node.liveness != "fenced"
+                 else "bold red")
+        nodes.add_row(str(node.node_id), node.address, node.internal_address or "?",
+                      node.liveness, node.status + mark, style=style)
     parts: list[RenderableType] = [nodes]
     if state.controller_id < 0:
         parts.append(Text("no controller elected", style="bold red"))

@@ -16,19 +16,29 @@ _FLAG_KEYS = {
     "advertised": "advertised.address",
     "data_dir": "data.dir",
     "peers": "peers",
+    "join": "controller.quorum.bootstrap.servers",
     "metrics_port": "metrics.port",
     "log_format": "log.format",
 }
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-id", help="this node's id (node.id)")
+    parser.add_argument(
+        "--node-id", help="this node's id (node.id); with --join it may be left out: the "
+                          "controller assigns one, kept in the data dir"
+    )
     parser.add_argument(
         "--listen", help="HOST:PORT to bind (0.0.0.0 needs --advertised); port 0: any free one"
     )
     parser.add_argument("--data-dir", help="directory of this node's logs (data.dir)")
     parser.add_argument(
         "--peers", help="every node, this one included: 1=127.0.0.1:7420,2=127.0.0.1:7421"
+    )
+    parser.add_argument(
+        "--join", metavar="HOST:PORT[,HOST:PORT]",
+        help="join a running cluster instead of listing --peers: the node-to-node address of "
+             "any of its nodes (controller.quorum.bootstrap.servers); the node registers with "
+             "the controller there and learns the other nodes from it",
     )
     parser.add_argument(
         "--advertised", help="address published to peers and clients (default: the bound one)"

@@ -255,3 +255,69 @@ class ReassignmentDoneResponse(_message.Message):
     error_code: int
     error_message: str
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class RegisterNodeRequest(_message.Message):
+    __slots__ = ("node_id", "incarnation", "internal_address", "client_address", "fenced", "forwarded")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    INTERNAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    FORWARDED_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    incarnation: str
+    internal_address: str
+    client_address: str
+    fenced: bool
+    forwarded: bool
+    def __init__(self, node_id: _Optional[int] = ..., incarnation: _Optional[str] = ..., internal_address: _Optional[str] = ..., client_address: _Optional[str] = ..., fenced: _Optional[bool] = ..., forwarded: _Optional[bool] = ...) -> None: ...
+
+class NodeEntry(_message.Message):
+    __slots__ = ("node_id", "internal_address", "client_address", "fenced")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERNAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    internal_address: str
+    client_address: str
+    fenced: bool
+    def __init__(self, node_id: _Optional[int] = ..., internal_address: _Optional[str] = ..., client_address: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+
+class RegisterNodeResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "node_id", "epoch", "controller_voters", "nodes")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_VOTERS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    node_id: int
+    epoch: int
+    controller_voters: _containers.RepeatedScalarFieldContainer[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeEntry]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., node_id: _Optional[int] = ..., epoch: _Optional[int] = ..., controller_voters: _Optional[_Iterable[int]] = ..., nodes: _Optional[_Iterable[_Union[NodeEntry, _Mapping]]] = ...) -> None: ...
+
+class NodeHeartbeatRequest(_message.Message):
+    __slots__ = ("node_id", "epoch", "want_fence", "forwarded")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    WANT_FENCE_FIELD_NUMBER: _ClassVar[int]
+    FORWARDED_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    epoch: int
+    want_fence: bool
+    forwarded: bool
+    def __init__(self, node_id: _Optional[int] = ..., epoch: _Optional[int] = ..., want_fence: _Optional[bool] = ..., forwarded: _Optional[bool] = ...) -> None: ...
+
+class NodeHeartbeatResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "fenced")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    fenced: bool
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...

@@ -55,6 +55,16 @@ class RaftTransportStub:
                 request_serializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneResponse.FromString,
                 _registered_method=True)
+        self.RegisterNode = channel.unary_unary(
+                '/tidelog.v1.RaftTransport/RegisterNode',
+                request_serializer=tidelog_dot_v1_dot_raft__pb2.RegisterNodeRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_raft__pb2.RegisterNodeResponse.FromString,
+                _registered_method=True)
+        self.NodeHeartbeat = channel.unary_unary(
+                '/tidelog.v1.RaftTransport/NodeHeartbeat',
+                request_serializer=tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatResponse.FromString,
+                _registered_method=True)
 
 
 class RaftTransportServicer:
@@ -98,6 +108,22 @@ class RaftTransportServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterNode(self, request, context):
+        """Kafka's BrokerRegistration (api 62): a node registers with the controller, at every start
+        and when it joins a running cluster. A node that is not the controller leader forwards it
+        there once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NodeHeartbeat(self, request, context):
+        """Kafka's BrokerHeartbeat (api 63): a registered node is alive. Forwarded as RegisterNode.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftTransportServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -120,6 +146,16 @@ def add_RaftTransportServicer_to_server(servicer, server):
                     servicer.ReassignmentDone,
                     request_deserializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneResponse.SerializeToString,
+            ),
+            'RegisterNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterNode,
+                    request_deserializer=tidelog_dot_v1_dot_raft__pb2.RegisterNodeRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_raft__pb2.RegisterNodeResponse.SerializeToString,
+            ),
+            'NodeHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeHeartbeat,
+                    request_deserializer=tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -231,6 +267,60 @@ class RaftTransport:
             '/tidelog.v1.RaftTransport/ReassignmentDone',
             tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneRequest.SerializeToString,
             tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.RaftTransport/RegisterNode',
+            tidelog_dot_v1_dot_raft__pb2.RegisterNodeRequest.SerializeToString,
+            tidelog_dot_v1_dot_raft__pb2.RegisterNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.RaftTransport/NodeHeartbeat',
+            tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatRequest.SerializeToString,
+            tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

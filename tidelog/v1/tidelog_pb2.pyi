@@ -17,18 +17,26 @@ class LeaderHint(_message.Message):
     def __init__(self, leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., leader_address: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("node_id", "address")
+    __slots__ = ("node_id", "address", "is_fenced", "internal_address", "registered")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    IS_FENCED_FIELD_NUMBER: _ClassVar[int]
+    INTERNAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     address: str
-    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+    is_fenced: bool
+    internal_address: str
+    registered: bool
+    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ..., is_fenced: _Optional[bool] = ..., internal_address: _Optional[str] = ..., registered: _Optional[bool] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "include_fenced_nodes")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FENCED_NODES_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    include_fenced_nodes: bool
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., include_fenced_nodes: _Optional[bool] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
     __slots__ = ("nodes", "controller_id", "topics")
