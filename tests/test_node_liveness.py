@@ -65,6 +65,33 @@ def test_the_beacon_vouches_only_for_a_loop_that_turned_lately(tmp_path: Path) -
     asyncio.run(scenario())
 
 
+def test_the_beacon_reaches_a_peer_learned_after_its_start(tmp_path: Path) -> None:
+    """A node that joined the cluster is dialled once the metadata names it (a static node
+    with no other peer has no beacon thread until then): it hears this node's envelopes."""
+
+    async def scenario() -> None:
+        heard: list[int] = []
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        add_raft_transport(server, lambda env, payload: heard.append(env.src), *[_unused] * 5)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path)
+        replicas = ReplicaSet(config)
+        replicas.start_links()  # no peers: no thread yet
+        try:
+            replicas.link_peer(4, f"127.0.0.1:{port}")
+            deadline = time.monotonic() + 30
+            while not heard:
+                assert time.monotonic() < deadline, "the joined node heard nothing"
+                await asyncio.sleep(0.01)
+            assert set(heard) == {1} and set(replicas.links) == {4}
+        finally:
+            await replicas.close()
+            await server.stop(0)
+
+    asyncio.run(scenario())
+
+
 def test_a_node_whose_loop_is_busy_past_an_election_timeout_is_not_taken_for_dead(
     tmp_path: Path,
 ) -> None:
@@ -86,7 +113,7 @@ def test_a_node_whose_loop_is_busy_past_an_election_timeout_is_not_taken_for_dea
             two = ReplicaSet(config)
             election_s.append(config.election_timeout_ms / 1000)
             server = grpc.aio.server(options=SERVER_OPTIONS)
-            add_raft_transport(server, two.step, *[_unused] * 3)
+            add_raft_transport(server, two.step, *[_unused] * 5)
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
             ticking = asyncio.create_task(two.tick_loop())
