@@ -21,11 +21,15 @@ from tidelog.records import (
     ControlType,
     RecordInput,
     TimestampType,
+    _decode_uniform,
+    _Sink,
+    _walk_records,
     assign_offsets,
     build_batch,
     build_control_batch,
     build_txn_marker,
     check_crc,
+    consumer_records,
     control_record_of,
     control_type_of,
     crc_matches,
@@ -38,6 +42,7 @@ from tidelog.records import (
     retain_records,
     validate_batch,
 )
+from tidelog.types import ConsumerRecord, TopicPartition
 
 UNBOUNDED = 2**62
 
@@ -337,3 +342,62 @@ def test_a_kafka_v2_batch_with_varint_records_is_refused_as_such() -> None:
         _validate(buf, from_client=True)
     with pytest.raises(CorruptMessageError, match="Kafka's v2 record encoding"):
         decode_records(buf, 0, read_header(buf))
+
+
+def _walked(buf: bytes, min_offset: int = -(1 << 63)) -> list[tuple[object, ...]]:
+    """The batch's ConsumerRecords from the record-at-a-time walk alone, as tuples."""
+    header = read_header(buf)
+    sink = _Sink([], "t", 0, header.partition_leader_epoch, min_offset)
+    _walk_records(buf, HEADER_SIZE, header.size, header, False, sink)
+    return [tuple(r) for r in sink.out]
+
+
+@pytest.mark.parametrize("key", [None, b"", b"key-1"])
+@pytest.mark.parametrize("value", [b"", b"v" * 1024])
+@pytest.mark.parametrize("log_append", [False, True])
+def test_a_batch_of_one_record_shape_decodes_as_the_record_walk_does(
+    key: bytes | None, value: bytes, log_append: bool
+) -> None:
+    """Records of one shape take one struct call for the whole batch (`_decode_uniform`);
+    what comes out must be what the record-at-a-time walk gives, from any position in the
+    batch, with timestamps that go back and forth and offset gaps the cleaner leaves."""
+    records = [RecordInput(value, key, T + (7 * i) % 5 - (i == 3)) for i in range(6)]
+    built = build_batch(records, base_offset=100, partition_leader_epoch=4)
+    batches = [built, retain_records(built, 0, read_header(built), {100, 102, 103, 105})]
+    if log_append:
+        batches = [assign_offsets(b, 100, 4, log_append_time_ms=T + 99) for b in batches]
+    tp = TopicPartition("t", 0)
+    for buf in batches:
+        header = read_header(buf)
+        assert _decode_uniform(
+            buf, HEADER_SIZE, header.size, header, False, _Sink([], "t", 0, 4, 0)
+        ) is not None, "the shape this test is about"
+        for start in (0, 101, 103, 104, 106):
+            decoded = consumer_records(buf, 0, header, tp, start)
+            assert [tuple(r) for r in decoded] == _walked(buf, start)
+            assert all(type(r) is ConsumerRecord for r in decoded)
+
+
+@pytest.mark.parametrize("lie", [
+    {"attributes": 1}, {"offset_delta": 0}, {"ts_delta": 5}, {"headers": struct.pack(">i", 1)},
+    {"key_len": 3}, {"value_len": 3},
+])
+def test_a_batch_of_one_record_shape_with_a_lying_record_is_refused_as_the_walk_refuses_it(
+    lie: dict[str, object]
+) -> None:
+    """One record of four lies (its length still tiles the batch, so the shape looks uniform):
+    no record is returned, and the error is the record-at-a-time walk's, naming the record."""
+    good = [forge_record(key=b"kk", value=b"vvvv", offset_delta=n) for n in range(4)]
+    at = 0 if "ts_delta" in lie else 2
+    fields = {"key": b"kk", "value": b"vvvv", "offset_delta": at, **lie}
+    bad = forge_record(**fields)  # type: ignore[arg-type]
+    if len(bad) != len(good[0]):  # a header adds bytes: take them from the value
+        bad = forge_record(**{**fields, "value": b"v", "value_len": 1, "extra": 3})  # type: ignore[arg-type]
+    good[at] = bad
+    buf = forge_batch(*good)
+    header = read_header(buf)
+    with pytest.raises(CorruptMessageError) as walked:
+        _walked(buf)
+    with pytest.raises(CorruptMessageError) as decoded:
+        consumer_records(buf, 0, header, TopicPartition("t", 0), 0)
+    assert str(decoded.value) == str(walked.value)
