@@ -1,10 +1,12 @@
 """The consume path on a real 3-node cluster, each figure beside a baseline from the same run.
 
 * poll: the client library's ``Consumer.poll`` reading a topic of 6 partitions (RF 3) from the
-  beginning to its end, records/s, against raw Fetch of the same log: the same Fetch requests
-  (one per leader, Kafka's consumer defaults: 50 MiB per request, 1 MiB per partition) sent by
-  this script with grpc.aio, the batches' headers read to advance, no record decoded.
-  Goal: poll / raw >= 0.8.
+  beginning to its end, each record's offset and value read as an application reads them,
+  records/s, against raw Fetch of the same log: the same Fetch requests (one per leader,
+  Kafka's consumer defaults: 50 MiB per request, 1 MiB per partition) sent by this script with
+  grpc.aio, the batches' headers read to advance, no record decoded.
+  Goal: poll / raw >= 0.8. Printed beside it: the client CPU a record that poll takes beyond
+  raw Fetch, and the floor of that in Python (`object_floor`).
 * spark: ``spark.read.format("tidelog")`` of the same topic on local[2] into Spark's noop sink,
   rows/s against the consumer's poll rate (reported; ``--spark``, a session takes ~10 s).
 * end-to-end latency, the OpenMessaging Benchmark's way: the client's producer sends at a fixed
@@ -33,6 +35,8 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from itertools import repeat
+from operator import add
 
 # As a script this directory is first on sys.path: bench/cluster.py is imported from it (and
 # takes the directory off again, so that bench/storage.py shadows nothing).
@@ -43,7 +47,7 @@ from tidelog import Client, TopicPartition
 from tidelog.clock import wall_clock_ms
 from tidelog.records import RecordInput, build_batch, iter_batches
 from tidelog.testing import LocalCluster
-from tidelog.types import IsolationLevel
+from tidelog.types import ConsumerRecord, IsolationLevel
 from tidelog.v1 import tidelog_pb2_grpc
 from tidelog.wire import FetchPosition, fetch_request
 
@@ -120,17 +124,23 @@ def load(cluster: LocalCluster, records: int) -> int:
 
 
 def poll_all(client: Client, records: int) -> float:
-    """records/s of one consumer assigned every partition, from the beginning to the end."""
+    """records/s of one consumer assigned every partition, from the beginning to the end,
+    reading each record's offset and value as an application does (records decoded lazily,
+    on first touch, would otherwise be counted as read)."""
     consumer = client.consumer(auto_offset_reset="earliest")
     tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
-    seen = 0
+    seen = payload = 0
     started = time.perf_counter()
     while seen < records:
-        seen += len(consumer.poll(timeout_ms=1000))
+        for record in consumer.poll(timeout_ms=1000):
+            seen += 1
+            payload += len(record.value or b"") + (record.offset >= 0)
     elapsed = time.perf_counter() - started
     consumer.close()
+    if payload < seen * RECORD_BYTES:
+        raise RuntimeError(f"poll returned {payload} bytes of values for {seen} records")
     return records / elapsed
 
 
@@ -211,8 +221,30 @@ class CpuPerRecord:
                 f"{self.nodes_s / records * 1e6:4.1f} us CPU/record")
 
 
+def object_floor(records: int) -> float:
+    """Microseconds of CPU a record of what any Python consumer adds to the raw read: a
+    record object holding its value (copied out of the fetched bytes) and its offset, built
+    the cheapest way Python has (tuple.__new__ mapped over zip, in C, nothing checked), and
+    the application's read of both, as `poll_all` reads them. The floor under the consumer's
+    cost beyond raw Fetch, measured in this run."""
+    data = random.randbytes(RECORD_BYTES * RECORDS_PER_BATCH)
+    starts = range(0, len(data), RECORD_BYTES)
+    made = payload = 0
+    started = time.process_time()
+    while made < records:
+        values = map(data.__getitem__, map(slice, starts, map(add, starts, repeat(RECORD_BYTES))))
+        for record in list(map(tuple.__new__, repeat(ConsumerRecord), zip(
+            repeat(TOPIC), repeat(0), range(made, made + len(starts)), repeat(made), repeat(None),
+            values, repeat(()), repeat(0),
+        ))):
+            payload += len(record.value or b"") + (record.offset >= 0)
+        made += len(starts)
+    return (time.process_time() - started) / made * 1e6
+
+
 def bench_poll(cluster: LocalCluster, client: Client, records: int, rounds: int) -> float:
     polls, raws = [], []
+    raw_client, poll_client = [], []
     for round_ in range(rounds):
         for attempt in range(3):
             try:
@@ -225,6 +257,8 @@ def bench_poll(cluster: LocalCluster, client: Client, records: int, rounds: int)
                     raise
         with CpuPerRecord(cluster) as poll_cpu:
             polls.append(poll_all(client, records))
+        raw_client.append(raw_cpu.client_s / records * 1e6)
+        poll_client.append(poll_cpu.client_s / records * 1e6)
         print(f"round {round_}: raw Fetch {raws[-1]:8.0f} records/s "
               f"({raws[-1] * RECORD_BYTES / MIB:5.1f} MiB/s, {raw_cpu.text(records)}), "
               f"consumer poll {polls[-1]:8.0f} records/s "
@@ -234,6 +268,11 @@ def bench_poll(cluster: LocalCluster, client: Client, records: int, rounds: int)
     ratio = poll / raw
     print(f"ratio consumer poll / raw Fetch records/s (medians): {ratio:.2f} (goal >= 0.8) "
           f"{cluster_bench.verdict(ratio >= 0.8)}")
+    floor = object_floor(records)
+    extra = statistics.median(poll_client) - statistics.median(raw_client)
+    print(f"client CPU a record, poll - raw Fetch (medians): {extra:.2f} us; the floor of it "
+          f"(a record object with its value and offset, built by map/zip in C and read): "
+          f"{floor:.2f} us")
     return poll
 
 

@@ -18,6 +18,7 @@ from tidelog.errors import CorruptRecordError
 from tidelog.records import RecordInput, assign_offsets, build_batch
 from tidelog.storage import Log
 from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
+from tidelog.wire import FetchAnswer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -131,3 +132,32 @@ def test_a_corrupt_batch_in_a_compacted_log_stops_only_its_cleaning(tmp_path: Pa
                  what="retention to go on after the cleaner's failure")
         assert cluster.is_running(node)
         assert "Traceback" not in cluster.logs(node)
+
+
+def test_batches_are_decoded_as_poll_needs_them_and_a_lying_one_stops_there() -> None:
+    """A fetched answer is buffered as batches (CRC checked) and each is checked and decoded
+    only when poll() reaches it, as Kafka's CompletedFetch does: records are built just
+    before they are handed out. A batch whose records lie still stops its partition at its
+    offset, after the records before it. Before: every batch was decoded when the answer
+    came, a fetch's worth of records waiting in the buffer."""
+    tp = TopicPartition(TOPIC, 0)
+    good = build_batch([RecordInput(b"a%d" % i, None, 1000) for i in range(4)])
+    lying = forge_batch(forge_record(key=b"k", key_len=1 << 20))
+    data = b"".join(assign_offsets(batch, base, 1) for batch, base in
+                    ((good, 0), (lying, 4), (good, 5)))
+    with Client("127.0.0.1:9") as client:  # never connected: the answer is handed in here
+        consumer = client.consumer(max_poll_records=3)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        consumer._take(tp, 0, FetchAnswer(data, 9, 9, 0, ()))
+        buffered = consumer._buffer[tp]
+        assert buffered.records == [] and len(buffered.batches) == 3
+        assert consumer._position(tp) == 0
+        assert [r.value for r in consumer._drain(3)] == [b"a0", b"a1", b"a2"]
+        assert len(buffered.batches) == 2 and consumer._position(tp) == 3
+        assert [r.value for r in consumer._drain(3)] == [b"a3"]
+        assert consumer._position(tp) == 4 and tp not in consumer._buffer
+        with pytest.raises(CorruptRecordError) as err:
+            consumer._raise_corrupt()
+        assert err.value.offset == 4 and "seek to 5 to skip" in str(err.value)
+        consumer.close()

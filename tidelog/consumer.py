@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidelog import wire
@@ -57,6 +57,7 @@ from tidelog.partitioned import Attempt, PartitionedRequest
 from tidelog.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    BatchHeader,
     ControlType,
     check_crc,
     consumer_records,
@@ -192,10 +193,25 @@ class ConsumerConfig:
 
 @dataclass(slots=True)
 class _Fetched:
-    """A partition's records fetched and not yet handed out: ``records[at:]``."""
+    """A partition's records fetched and not yet handed out: ``records[at:]``, decoded, then
+    those of the data batches of `data` listed in `batches`, each with the position before it
+    (where the consumer stands once the records before it are handed out). As Kafka's
+    CompletedFetch does, a batch is checked and decoded only when poll() needs its records:
+    the ConsumerRecords are built just before they are returned and die with the
+    application's use of them, rather than waiting in the buffer for later polls (about a
+    fetch's worth of objects that every young garbage collection would walk again), and a
+    value is still in the CPU's cache when the application reads it."""
 
-    records: list[ConsumerRecord]
+    data: bytes
+    batches: collections.deque[tuple[int, BatchHeader, int]]
+    records: list[ConsumerRecord] = field(default_factory=list)
     at: int = 0
+
+    def position(self) -> int:
+        """The offset of the next record handed out (or of the next batch's first)."""
+        if self.at < len(self.records):
+            return self.records[self.at].offset
+        return self.batches[0][2]
 
 
 @dataclass(slots=True)
@@ -444,7 +460,7 @@ class Consumer:
         """The offset of the next record the application gets: the first buffered one, else
         where the next Fetch starts."""
         buffered = self._buffer.get(tp)
-        return buffered.records[buffered.at].offset if buffered else self._positions[tp]
+        return buffered.position() if buffered else self._positions[tp]
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop fetching the partitions: poll() returns none of their records until resume(),
@@ -812,21 +828,45 @@ class Consumer:
 
     def _drain(self, max_records: int) -> list[ConsumerRecord]:
         """Up to `max_records` buffered records of unpaused partitions, partition after
-        partition; each partition's commit epoch becomes that of its last record handed out."""
+        partition, decoding their batches as they are needed (`_Fetched`); each partition's
+        commit epoch becomes that of its last record handed out.
+
+        A batch whose records cannot be read stops its partition there, as in `_take`: the
+        records before it are handed out, the position goes back to it, and the
+        CorruptRecordError waits in `_corrupt` for the next round of poll()."""
         out: list[ConsumerRecord] = []
         for tp, buffered in list(self._buffer.items()):
             if len(out) >= max_records:
                 break
             if tp in self._paused:
                 continue
-            at = buffered.at
-            taken = buffered.records[at : at + max_records - len(out)]
-            buffered.at = at + len(taken)
-            if buffered.at == len(buffered.records):
+            taken: list[ConsumerRecord] = []
+            while len(out) + len(taken) < max_records:
+                at = buffered.at
+                if at == len(buffered.records):
+                    if not buffered.batches:
+                        break
+                    pos, header, position = buffered.batches.popleft()
+                    try:
+                        buffered.records = consumer_records(
+                            buffered.data, pos, header, tp, position
+                        )
+                    except (CorruptMessageError, UnsupportedCompressionTypeError) as exc:
+                        self._corrupt = _corrupt_at(tp, position, buffered.data, pos, exc)
+                        self._positions[tp] = position
+                        buffered.records, buffered.batches = [], collections.deque()
+                        buffered.at = 0
+                        break
+                    buffered.at = at = 0
+                more = buffered.records[at : at + max_records - len(out) - len(taken)]
+                buffered.at = at + len(more)
+                taken += more
+            if buffered.at == len(buffered.records) and not buffered.batches:
                 del self._buffer[tp]
-            if taken[-1].leader_epoch >= 0:
-                self._epochs[tp] = taken[-1].leader_epoch
-            out += taken
+            if taken:
+                if taken[-1].leader_epoch >= 0:
+                    self._epochs[tp] = taken[-1].leader_epoch
+                out += taken
         return out
 
     def _send_round(self, max_wait_ms: int) -> bool:
@@ -896,20 +936,21 @@ class Consumer:
         return _RESETS[self.config.auto_offset_reset]
 
     def _take(self, tp: TopicPartition, position: int, answer: wire.FetchAnswer) -> None:
-        """Decode the answer's batches from `position` into the buffer, advancing it past
-        control batches and (read_committed) aborted ones.
+        """Buffer the answer's data batches from `position` (decoded by `_drain` as poll()
+        needs them), advancing the position past control batches and (read_committed)
+        aborted ones.
 
-        Every batch is checked (CRC, then every record's framing) before its records are
-        taken, as Kafka's consumer does with check.crcs. A batch that fails stops the walk: the
-        records before it are returned, the position stays on it, and the CorruptRecordError
-        waits in `_corrupt` for the next round of poll() (Kafka's behaviour: nothing is skipped
-        silently, and nothing already decoded is lost)."""
+        Every batch is checked (CRC here, every record's framing when it is decoded) before
+        its records are taken, as Kafka's consumer does with check.crcs. A batch that fails
+        stops the walk: the records before it are returned, the position stays on it, and the
+        CorruptRecordError waits in `_corrupt` for the next round of poll() (Kafka's
+        behaviour: nothing is skipped silently, and nothing already decoded is lost)."""
         data = answer.records
         committed_only = self.isolation_level is IsolationLevel.READ_COMMITTED
         aborted = [(first, pid) for pid, first in answer.aborted] if committed_only else []
         heapq.heapify(aborted)
         aborted_producers: set[int] = set()
-        out: list[ConsumerRecord] = []
+        batches: collections.deque[tuple[int, BatchHeader, int]] = collections.deque()
         pos = 0
         while len(data) - pos >= HEADER_SIZE:
             size = _batch_size(data, pos)
@@ -925,15 +966,15 @@ class Consumer:
                         if control_type_of(data, pos, header) == ControlType.ABORT:
                             aborted_producers.discard(header.producer_id)
                     elif not (header.is_transactional and header.producer_id in aborted_producers):
-                        out += consumer_records(data, pos, header, tp, position)
+                        batches.append((pos, header, position))
                     position = header.next_offset
             except (CorruptMessageError, UnsupportedCompressionTypeError) as exc:
                 self._corrupt = _corrupt_at(tp, position, data, pos, exc)
                 break
             pos += header.size
         self._positions[tp] = position
-        if out:
-            self._buffer[tp] = _Fetched(out)
+        if batches:
+            self._buffer[tp] = _Fetched(data, batches)
 
     def _raise_corrupt(self) -> None:
         """Raise the CorruptRecordError a previous round met, unless its partition was seeked
