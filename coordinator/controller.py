@@ -192,6 +192,11 @@ class MetadataImage:
     def registered_node_ids(self) -> list[int]:
         return sorted(self.nodes)
 
+    def node_id_of(self, incarnation: str) -> int:
+        """The id registered by `incarnation`, -1 when none: a node that was assigned an id
+        and lost the answer (it stopped before keeping it) gets the same one again."""
+        return next((n for n, node in self.nodes.items() if node.incarnation == incarnation), -1)
+
     # -- decisions (controller leader only) ---------------------------------------------------
 
     def plan_create(
@@ -541,8 +546,9 @@ class MetadataImage:
     ) -> RegisterNodeRecord | None:
         """A node's registration (Kafka's BrokerRegistration): the record to propose, or None
         when the node is registered exactly so already (a restart that changed nothing writes
-        nothing). `node_id` -1 asks for a new id: one above every id registered, in
-        `reserved_ids` (the configured peers) or named by a replica list. An id registered by
+        nothing). `node_id` -1 asks for an id: the one this incarnation registered, else one
+        above every id registered, in `reserved_ids` (the configured peers) or named by a
+        replica list. An id registered by
         another incarnation that is not fenced is DUPLICATE_BROKER_REGISTRATION (101): a wiped
         node that comes back under the same id waits until the old one is fenced. Bad fields
         are INVALID_REQUEST."""
@@ -558,6 +564,8 @@ class MetadataImage:
             problem = address_problem(address)
             if problem is not None:
                 raise InvalidRequestError(f"{what} address {problem}")
+        if node_id == -1:
+            node_id = self.node_id_of(incarnation)
         if node_id == -1:
             used = {*self.nodes, *reserved_ids}
             used.update(n for topic in self.topics.values() for r in topic.assignment for n in r)

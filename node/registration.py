@@ -190,7 +190,9 @@ class NodeRegistry:
             records = await self.controller.propose_metadata_records(plan, timeout_s)
         except errors.TidelogError as exc:
             return _failed(rpb.RegisterNodeResponse, exc)
-        node_id = request.node_id
+        node_id = request.node_id if request.node_id >= 0 else image.node_id_of(
+            request.incarnation
+        )
         if records:
             assert isinstance(records[0], RegisterNodeRecord)
             node_id = records[0].node_id

@@ -124,6 +124,11 @@ def test_assigned_ids_come_above_every_known_id() -> None:
     placed = image.plan_register(-1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=True,
                                  reserved_ids=[1, 2, 3])
     assert placed is not None and placed.node_id == 8  # node 7 holds a replica
+    image.apply(1, placed)
+    # The same incarnation asking again (it lost the answer) gets its id back.
+    again = image.plan_register(-1, OLD, "127.0.0.1:9101", "127.0.0.1:8001", fenced=True)
+    assert again is not None and again.node_id == 8
+    assert image.plan_register(-1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=True) is None
 
 
 def test_another_incarnation_is_refused_while_the_old_one_is_alive() -> None:
