@@ -11,7 +11,7 @@ answered by any node from the ACLs it has applied.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any, TypeVar
 
@@ -33,13 +33,10 @@ from tidelog.acl import (
 )
 from tidelog.node.authorization import Authorization
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.forwarding import FORWARD_TIMEOUT_S, Forward, at_controller
 from tidelog.v1 import tidelog_pb2 as pb
 
 E = TypeVar("E", bound=IntEnum)
-#: How long an ACL change may take to commit when the client set no deadline.
-_CHANGE_TIMEOUT_S = 30.0
-
-Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
 
 
 class AclApi:
@@ -48,9 +45,10 @@ class AclApi:
     ) -> None:
         self.controller = controller
         self.authorization = authorization
-        self._forward = forward
+        self.forward_to_controller = forward
         self._changing = asyncio.Lock()
 
+    @at_controller("CreateAcls")
     async def create_acls(
         self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateAclsResponse:
@@ -68,6 +66,7 @@ class AclApi:
             lambda valid: self.controller.image.plan_create_acls(valid), answer,
         )
 
+    @at_controller("DeleteAcls")
     async def delete_acls(
         self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteAclsResponse:
@@ -109,13 +108,10 @@ class AclApi:
         plan: Callable[[list[Any]], tuple[Any, list[Any]]],
         answer: Callable[[list[Any]], Any],
     ) -> Any:
-        """The shared course of CreateAcls and DeleteAcls: forwarded to the controller
-        leader, ALTER on the cluster checked, each item parsed (a bad one fails alone), the
-        valid ones planned on the image as the records are proposed, and ``answer`` given
-        every item's outcome in the request's order once the records committed."""
-        forwarded = await self._forward(method, request, context)
-        if forwarded is not None:
-            return forwarded
+        """The shared course of CreateAcls and DeleteAcls on the controller leader: ALTER on
+        the cluster checked, each item parsed (a bad one fails alone), the valid ones planned
+        on the image as the records are proposed, and ``answer`` given every item's outcome
+        in the request's order once the records committed."""
         refused = self.authorization.cluster_refused(
             self.authorization.principal(context), Operation.ALTER
         )
@@ -171,7 +167,7 @@ class AclApi:
 
     async def _change(self, plan: Callable[[], Any], context: grpc.aio.ServicerContext) -> None:
         remaining = context.time_remaining()
-        timeout_s = _CHANGE_TIMEOUT_S if remaining is None else min(remaining, _CHANGE_TIMEOUT_S)
+        timeout_s = FORWARD_TIMEOUT_S if remaining is None else min(remaining, FORWARD_TIMEOUT_S)
         async with self._changing:
             await self.controller.propose_metadata_records(plan, timeout_s)
 

@@ -18,7 +18,7 @@ name, as Kafka's dynamic log.* settings); the node's other settings are read-onl
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -29,15 +29,11 @@ from tidelog.configs import ConfigResourceType, ConfigSource
 from tidelog.node.authorization import Authorization
 from tidelog.node.config import DYNAMIC_KEYS, KEYS, NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.forwarding import Forward, at_controller, change_timeout_s
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.request_rules import each_once
 from tidelog.storage import LogConfig
 from tidelog.v1 import tidelog_pb2 as pb
-
-#: How long a change may take to commit when the client set no deadline.
-_DEFAULT_TIMEOUT_MS = 30_000
-
-Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
 
 #: Every topic config; as node configs, the topic defaults, the node configs that are dynamic.
 TOPIC_KEYS = LogConfig.property_names()
@@ -63,17 +59,15 @@ class AdminApi:
         self.controller = controller
         self.replicas = replicas
         self.authorization = authorization
-        self._forward = forward
+        self.forward_to_controller = forward
 
     # ---- CreatePartitions ------------------------------------------------------------------
 
+    @at_controller("CreatePartitions")
     async def create_partitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreatePartitionsResponse:
-        forwarded = await self._forward("CreatePartitions", request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
-        timeout_s = (request.timeout_ms or _DEFAULT_TIMEOUT_MS) / 1000
+        timeout_s = change_timeout_s(request)
         topics, twice = each_once((topic.name, topic) for topic in request.topics)
         refused = self.authorization.refusals(
             self.authorization.principal(context), Operation.ALTER, ResourceType.TOPIC, topics
@@ -98,13 +92,11 @@ class AdminApi:
 
     # ---- IncrementalAlterConfigs -----------------------------------------------------------
 
+    @at_controller("IncrementalAlterConfigs")
     async def incremental_alter_configs(
         self, request: pb.IncrementalAlterConfigsRequest, context: grpc.aio.ServicerContext
     ) -> pb.IncrementalAlterConfigsResponse:
-        forwarded = await self._forward("IncrementalAlterConfigs", request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
-        timeout_s = (request.timeout_ms or _DEFAULT_TIMEOUT_MS) / 1000
+        timeout_s = change_timeout_s(request)
         principal = self.authorization.principal(context)
         resources, twice = each_once(
             ((r.resource_type, r.resource_name), r) for r in request.resources

@@ -42,7 +42,13 @@ from tidelog.node.consumer_group_api import ConsumerGroupApi
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.coordinator_topic import CoordinatorTopic
-from tidelog.node.forwarding import Forwarder, was_forwarded
+from tidelog.node.forwarding import (
+    FORWARD_TIMEOUT_S,
+    Forwarder,
+    at_controller,
+    change_timeout_s,
+    was_forwarded,
+)
 from tidelog.node.group_api import GroupApi
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.partition import ListOffsetsResult, PartitionReplica, is_debug_or_leader
@@ -84,7 +90,6 @@ DEFAULT_FETCH_BYTES = 4 * 1024 * 1024
 #: Upper bound of the bytes around a partition's answer that its ByteSize() leaves out: the
 #: tag and length of its entry in the topic's list, and of its records field.
 _ENTRY_ROOM = 12
-_DEFAULT_ADMIN_TIMEOUT_MS = 30_000
 #: What an unset ProduceRequest.acks means: all, the Kafka producer's default.
 _DEFAULT_ACKS = -1
 #: The current_leader_epoch that skips the epoch check (Kafka's -1), what unset means.
@@ -145,12 +150,12 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         )
         self.txn_topic = txn_topic
         self.txn_api = TxnApi(controller, txn_topic, txns, self.forwarder, self.authorization)
-        self.acl_api = AclApi(controller, self.authorization, self._forward_to_controller)
+        self.acl_api = AclApi(controller, self.authorization, self.forward_to_controller)
         self.admin_api = AdminApi(
-            config, controller, replicas, self.authorization, self._forward_to_controller
+            config, controller, replicas, self.authorization, self.forward_to_controller
         )
         self.reassignment_api = ReassignmentApi(
-            controller, self.authorization, self._forward_to_controller
+            controller, self.authorization, self.forward_to_controller
         )
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
         self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
@@ -256,13 +261,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
 
     # ---- topics ----------------------------------------------------------------------------
 
+    @at_controller("CreateTopics")
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTopicsResponse:
-        forwarded = await self._forward_to_controller("CreateTopics", request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
-        timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
+        timeout_s = change_timeout_s(request)
         response = pb.CreateTopicsResponse()
         topics, twice = each_once((topic.name, topic) for topic in request.topics)
         refused = self._refused_unless_cluster(context, Operation.CREATE, topics)
@@ -301,13 +304,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 result.num_partitions = result.replication_factor = -1
         return response
 
+    @at_controller("DeleteTopics")
     async def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicsResponse:
-        forwarded = await self._forward_to_controller("DeleteTopics", request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
-        timeout_s = (request.timeout_ms or _DEFAULT_ADMIN_TIMEOUT_MS) / 1000
+        timeout_s = change_timeout_s(request)
         response = pb.DeleteTopicsResponse()
         names, twice = each_once((name, name) for name in request.topic_names)
         refused = self._refused_unless_cluster(context, Operation.DELETE, names)
@@ -346,7 +347,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             result.error_code = exc.code
             result.error_message = str(exc)
 
-    async def _forward_to_controller(
+    async def forward_to_controller(
         self, method: str, request: Any, context: grpc.aio.ServicerContext
     ) -> Any | None:
         """Admin changes go through the controller leader; any node accepts and forwards them.
@@ -359,9 +360,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         if controller < 0 or not self.routing.address_of(controller):
             return _all_failed(method, request, errors.NotControllerError("no controller known"))
         try:
-            timeout_s = getattr(request, "timeout_ms", 0) / 1000 or 30.0
             return await self.forwarder.call(
-                controller, method, request, timeout_s, self.authorization.principal(context)
+                controller, method, request, change_timeout_s(request),
+                self.authorization.principal(context),
             )
         except grpc.aio.AioRpcError as exc:
             return _all_failed(method, request, _forward_failure(exc))
@@ -629,7 +630,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             )
         topic = self.offsets_topic if request.key_type == _GROUP_KEY else self.txn_topic
         if not topic.exists:
-            forwarded = await self._forward_to_controller("FindCoordinator", request, context)
+            forwarded = await self.forward_to_controller("FindCoordinator", request, context)
             if forwarded is not None:
                 return forwarded  # type: ignore[no-any-return]
             if self.routing.controller_id == self.config.node_id:
@@ -712,13 +713,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             return pb.InitProducerIdResponse(
                 error_code=refused.code, producer_id=-1, producer_epoch=-1
             )
-        forwarded = await self._forward_to_controller("InitProducerId", request, context)
+        forwarded = await self.forward_to_controller("InitProducerId", request, context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
         try:
-            producer_id = await self.controller.allocate_producer_id(
-                _DEFAULT_ADMIN_TIMEOUT_MS / 1000
-            )
+            producer_id = await self.controller.allocate_producer_id(FORWARD_TIMEOUT_S)
         except errors.TidelogError as exc:
             return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

@@ -10,8 +10,9 @@ honours the carried principal only from a caller allowed CLUSTER_ACTION on the c
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import grpc
 
@@ -24,13 +25,20 @@ from tidelog.v1 import tidelog_pb2_grpc
 if TYPE_CHECKING:
     from tidelog.node.coordinator_topic import CoordinatorTopic
 
-#: How long a forwarded request may take when the client set no deadline.
+#: How long a forwarded request may take, and an admin change may take to commit, when the
+#: client set no deadline.
 FORWARD_TIMEOUT_S = 30.0
 
 #: The gRPC metadata key that marks a forwarded request; its value is the forwarding node's id.
 FORWARDED_BY = "tidelog-forwarded-by"
 #: The gRPC metadata key that carries the principal of the client of a forwarded request.
 FORWARDED_PRINCIPAL = "tidelog-forwarded-principal"
+
+
+#: `method`, `request`, `context` -> the controller's answer when this node is not the
+#: controller, None when it handles the request itself
+#: (`api.TidelogServicer.forward_to_controller`).
+Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
 
 
 class Forwarder:
@@ -99,3 +107,56 @@ def forwarded_principal(context: grpc.aio.ServicerContext) -> str | None:
         if key == FORWARDED_PRINCIPAL:
             return str(value)
     return None
+
+
+def change_timeout_s(request: Any) -> float:
+    """How long an admin change may take to commit (and its forward to the controller): the
+    request's ``timeout_ms``, or `FORWARD_TIMEOUT_S` when it sets none."""
+    return getattr(request, "timeout_ms", 0) / 1000 or FORWARD_TIMEOUT_S
+
+
+# ---- handlers answered elsewhere ------------------------------------------------------------
+
+
+class ForwardsToController(Protocol):
+    """An API whose admin changes any node accepts and the controller answers."""
+
+    @property
+    def forward_to_controller(self) -> Forward: ...
+
+
+A = TypeVar("A")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Handler = Callable[[A, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
+Route = Callable[[A, Req, grpc.aio.ServicerContext], Awaitable[Any | None]]
+C = TypeVar("C", bound=ForwardsToController)
+
+
+def _answered_elsewhere(
+    route: Route[A, Req],
+) -> Callable[[Handler[A, Req, Resp]], Handler[A, Req, Resp]]:
+    """The request handler that returns `route`'s answer when it has one (the request went
+    to the node that answers it), and runs the decorated handler otherwise."""
+
+    def decorate(handler: Handler[A, Req, Resp]) -> Handler[A, Req, Resp]:
+        @functools.wraps(handler)
+        async def handle(api: A, request: Req, context: grpc.aio.ServicerContext) -> Resp:
+            answer = await route(api, request, context)
+            if answer is not None:
+                return cast(Resp, answer)
+            return await handler(api, request, context)
+
+        return handle
+
+    return decorate
+
+
+def at_controller(method: str) -> Callable[[Handler[C, Req, Resp]], Handler[C, Req, Resp]]:
+    """Decorates the handler of admin change `method`: it runs on the controller leader; on
+    any other node the request is forwarded there and the controller's answer returned."""
+
+    async def route(api: C, request: Req, context: grpc.aio.ServicerContext) -> Any | None:
+        return await api.forward_to_controller(method, request, context)
+
+    return _answered_elsewhere(route)

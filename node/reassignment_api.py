@@ -10,7 +10,6 @@ the list once the leader has reported its group at the target and the controller
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -19,14 +18,10 @@ from tidelog import errors
 from tidelog.acl import Operation
 from tidelog.node.authorization import Authorization
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.forwarding import Forward, at_controller, change_timeout_s
 from tidelog.node.request_rules import each_once
 from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
-
-#: How long the records may take to commit when the client set no deadline.
-_DEFAULT_TIMEOUT_MS = 30_000
-
-Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
 
 
 class ReassignmentApi:
@@ -35,14 +30,12 @@ class ReassignmentApi:
     ) -> None:
         self.controller = controller
         self.authorization = authorization
-        self._forward = forward
+        self.forward_to_controller = forward
 
+    @at_controller("AlterPartitionReassignments")
     async def alter(
         self, request: pb.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AlterPartitionReassignmentsResponse:
-        forwarded = await self._forward("AlterPartitionReassignments", request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
         refused = self.authorization.cluster_refused(
             self.authorization.principal(context), Operation.ALTER
         )
@@ -50,7 +43,7 @@ class ReassignmentApi:
             return pb.AlterPartitionReassignmentsResponse(
                 error_code=refused.code, error_message=str(refused)
             )
-        timeout_s = (request.timeout_ms or _DEFAULT_TIMEOUT_MS) / 1000
+        timeout_s = change_timeout_s(request)
         partitions, twice = each_once(
             (TopicPartition(t.name, p.partition_index), p)
             for t in request.topics for p in t.partitions
@@ -76,12 +69,10 @@ class ReassignmentApi:
                 result.error_code, result.error_message = error.code, str(error)
         return response
 
+    @at_controller("ListPartitionReassignments")
     async def list(
         self, request: pb.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPartitionReassignmentsResponse:
-        forwarded = await self._forward("ListPartitionReassignments", request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
         refused = self.authorization.cluster_refused(
             self.authorization.principal(context), Operation.DESCRIBE
         )
