@@ -41,7 +41,7 @@ class ConsumerGroupApi:
             # The coordinator names a member that came without an id (this snapshot's Kafka);
             # the name travels with the request when it is forwarded.
             request.member_id = str(uuid.uuid4())
-        forwarded = await self.group_api._coordinator_answer(
+        forwarded = await self.group_api.coordinator_answer(
             "ConsumerGroupHeartbeat", request.group_id, request, context, failed
         )
         if forwarded is not None:
@@ -91,7 +91,7 @@ class ConsumerGroupApi:
                 return pb.ConsumerGroupDescribeResponse(groups=[pb.DescribedConsumerGroup(
                     group_id=group_id, error_code=exc.code, error_message=str(exc))])
 
-            forwarded = await self.group_api._coordinator_answer(
+            forwarded = await self.group_api.coordinator_answer(
                 "ConsumerGroupDescribe", group_id, single, context, failed
             )
             if forwarded is not None:

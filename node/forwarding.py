@@ -125,12 +125,23 @@ class ForwardsToController(Protocol):
     def forward_to_controller(self) -> Forward: ...
 
 
+class ForwardsToCoordinator(Protocol):
+    """An API whose requests the coordinator of their key (a group, a transactional id)
+    answers; ``coordinator_answer(method, key, request, context)`` is `coordinator_answer`
+    for the API's coordinator topic and failure answers."""
+
+    async def coordinator_answer(
+        self, method: str, key: str, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any | None: ...
+
+
 A = TypeVar("A")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Handler = Callable[[A, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
 Route = Callable[[A, Req, grpc.aio.ServicerContext], Awaitable[Any | None]]
 C = TypeVar("C", bound=ForwardsToController)
+K = TypeVar("K", bound=ForwardsToCoordinator)
 
 
 def _answered_elsewhere(
@@ -158,5 +169,21 @@ def at_controller(method: str) -> Callable[[Handler[C, Req, Resp]], Handler[C, R
 
     async def route(api: C, request: Req, context: grpc.aio.ServicerContext) -> Any | None:
         return await api.forward_to_controller(method, request, context)
+
+    return _answered_elsewhere(route)
+
+
+def at_coordinator(
+    method: str, key_field: str
+) -> Callable[[Handler[K, Req, Resp]], Handler[K, Req, Resp]]:
+    """Decorates the handler of `method`: it runs on the coordinator of the key the request's
+    `key_field` names (its group, its transactional id); on any other node the request is
+    forwarded there and the coordinator's answer returned (or the API's failure answer when
+    there is no coordinator to forward to)."""
+
+    async def route(api: K, request: Req, context: grpc.aio.ServicerContext) -> Any | None:
+        return await api.coordinator_answer(
+            method, getattr(request, key_field), request, context
+        )
 
     return _answered_elsewhere(route)

@@ -29,7 +29,12 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.coordinator_topic import CoordinatorTopic
-from tidelog.node.forwarding import Forwarder, coordinator_answer, was_forwarded
+from tidelog.node.forwarding import (
+    Forwarder,
+    at_coordinator,
+    coordinator_answer,
+    was_forwarded,
+)
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
 from tidelog.node.request_rules import Answers, each_once, or_unset, partitions_of
 from tidelog.records import MAX_PRODUCER_EPOCH
@@ -74,18 +79,22 @@ class GroupApi:
 
     # ---- routing to the coordinator --------------------------------------------------------------
 
-    async def _coordinator_answer(
+    async def coordinator_answer(
         self, method: str, group: str, request: Any, context: grpc.aio.ServicerContext,
         failed: Callable[[errors.TidelogError], Any] | None = None,
     ) -> Any | None:
         """None when this node answers for `group` (it coordinates the group, or the request
         was forwarded here); else the coordinator's answer (`forwarding.coordinator_answer`);
         `failed(error)` is the answer when there is none to forward to, by default this
-        module's answer of `method` failing whole."""
-        return await coordinator_answer(
+        module's answer of `method` failing whole. The per-partition errors of such an answer
+        of OffsetCommit or TxnOffsetCommit are counted here (`COUNTED_RPCS`)."""
+        answer = await coordinator_answer(
             self.forwarder, self.offsets_topic, group, method, request, context,
             self.authorization.principal(context), failed or partial(_failed, method, request),
         )
+        if answer is not None and method in COUNTED_RPCS:
+            self._counted(method, answer)
+        return answer
 
     def _group_refused(
         self, context: grpc.aio.ServicerContext, operation: Operation, group: str
@@ -110,13 +119,10 @@ class GroupApi:
 
     # ---- the RPCs --------------------------------------------------------------------------------
 
+    @at_coordinator("OffsetCommit", "group_id")
     async def offset_commit(
         self, request: pb.OffsetCommitRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetCommitResponse:
-        forwarded = await self._coordinator_answer("OffsetCommit", request.group_id, request,
-                                                   context)
-        if forwarded is not None:
-            return self._counted("OffsetCommit", forwarded)  # type: ignore[no-any-return]
         principal, group_refused = self._group_refused(context, Operation.READ, request.group_id)
         if group_refused is not None:
             failed: pb.OffsetCommitResponse = _failed("OffsetCommit", request, group_refused)
@@ -126,16 +132,12 @@ class GroupApi:
             partial(self.groups.commit, request.group_id),
         )
 
+    @at_coordinator("TxnOffsetCommit", "group_id")
     async def txn_offset_commit(
         self, request: pb.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
     ) -> pb.TxnOffsetCommitResponse:
         """TxnOffsetCommit at the group's coordinator (kafka-reference §8.5): WRITE on the
         transactional id (53), READ on the group (30) and on each topic (29), as Kafka."""
-        forwarded = await self._coordinator_answer(
-            "TxnOffsetCommit", request.group_id, request, context
-        )
-        if forwarded is not None:
-            return self._counted("TxnOffsetCommit", forwarded)  # type: ignore[no-any-return]
         principal = self.authorization.principal(context)
         refused: errors.TidelogError | None = self.authorization.refused(
             principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
@@ -259,13 +261,10 @@ class GroupApi:
                     count_error(rpc, error.code)
         return response
 
+    @at_coordinator("OffsetFetch", "group_id")
     async def offset_fetch(
         self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetFetchResponse:
-        forwarded = await self._coordinator_answer("OffsetFetch", request.group_id, request,
-                                                   context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
         principal, group_refused = self._group_refused(
             context, Operation.DESCRIBE, request.group_id
         )
@@ -318,13 +317,10 @@ class GroupApi:
                 answer.metadata = value.metadata
         return response
 
+    @at_coordinator("OffsetDelete", "group_id")
     async def offset_delete(
         self, request: pb.OffsetDeleteRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetDeleteResponse:
-        forwarded = await self._coordinator_answer("OffsetDelete", request.group_id, request,
-                                                   context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
         principal, group_refused = self._group_refused(context, Operation.DELETE, request.group_id)
         if group_refused is not None:
             return pb.OffsetDeleteResponse(
@@ -415,7 +411,7 @@ class GroupApi:
 
         async def forward(leader: int, group_ids: list[str]) -> None:
             request = pb.DeleteGroupsRequest(group_ids=group_ids)
-            forwarded = await self._coordinator_answer("DeleteGroups", group_ids[0], request,
+            forwarded = await self.coordinator_answer("DeleteGroups", group_ids[0], request,
                                                        context)
             if forwarded is None:  # the coordinator moved here meanwhile
                 results.update(await self.groups.delete_groups(group_ids))

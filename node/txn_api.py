@@ -24,7 +24,7 @@ from tidelog.acl import Operation, ResourceType
 from tidelog.node.authorization import Authorization
 from tidelog.node.controller_driver import ControllerDriver
 from tidelog.node.coordinator_topic import CoordinatorTopic
-from tidelog.node.forwarding import Forwarder, coordinator_answer
+from tidelog.node.forwarding import Forwarder, at_coordinator, coordinator_answer
 from tidelog.node.request_rules import or_unset
 from tidelog.node.txn_coordinator_driver import TxnCoordinatorDriver
 from tidelog.types import TopicPartition
@@ -49,7 +49,7 @@ class TxnApi:
         self.forwarder = forwarder
         self.authorization = authorization
 
-    async def _forwarded(
+    async def coordinator_answer(
         self, method: str, txn_id: str, request: Any, context: grpc.aio.ServicerContext
     ) -> Any | None:
         return await coordinator_answer(
@@ -82,7 +82,7 @@ class TxnApi:
             return _init_failed(errors.InvalidRequestError(
                 "producer_id and producer_epoch must both be set or both be unset (-1)"
             ))
-        forwarded = await self._forwarded("InitProducerId", txn_id, request, context)
+        forwarded = await self.coordinator_answer("InitProducerId", txn_id, request, context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
         timeout_ms = request.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
@@ -96,14 +96,10 @@ class TxnApi:
             return _init_failed(exc)
         return pb.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
 
+    @at_coordinator("AddPartitionsToTxn", "transactional_id")
     async def add_partitions_to_txn(
         self, request: pb.AddPartitionsToTxnRequest, context: grpc.aio.ServicerContext
     ) -> pb.AddPartitionsToTxnResponse:
-        forwarded = await self._forwarded(
-            "AddPartitionsToTxn", request.transactional_id, request, context
-        )
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
         principal, refused = self._id_refused(context, request.transactional_id)
         if refused is not None:
             return _partition_answers(tps_of(request), dict.fromkeys(tps_of(request), refused))
@@ -129,14 +125,10 @@ class TxnApi:
             return _partition_answers(tps, dict.fromkeys(tps, exc))
         return _partition_answers(tps, {})
 
+    @at_coordinator("AddOffsetsToTxn", "transactional_id")
     async def add_offsets_to_txn(
         self, request: pb.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext
     ) -> pb.AddOffsetsToTxnResponse:
-        forwarded = await self._forwarded(
-            "AddOffsetsToTxn", request.transactional_id, request, context
-        )
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
         principal, refused = self._id_refused(context, request.transactional_id)
         if refused is None:
             refused = self.authorization.refused(
@@ -153,12 +145,10 @@ class TxnApi:
             return pb.AddOffsetsToTxnResponse(error_code=exc.code, error_message=str(exc))
         return pb.AddOffsetsToTxnResponse()
 
+    @at_coordinator("EndTxn", "transactional_id")
     async def end_txn(
         self, request: pb.EndTxnRequest, context: grpc.aio.ServicerContext
     ) -> pb.EndTxnResponse:
-        forwarded = await self._forwarded("EndTxn", request.transactional_id, request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
         _, refused = self._id_refused(context, request.transactional_id)
         if refused is not None:
             return pb.EndTxnResponse(error_code=refused.code, error_message=str(refused))
