@@ -48,6 +48,7 @@ from tidelog.coordinator.record_codec import (
     read_string,
     read_version,
     truncated,
+    versioned,
 )
 from tidelog.records import RECORD_OVERHEAD, encode_record
 
@@ -187,10 +188,7 @@ def decode_key(data: bytes | memoryview) -> OffsetKey:
 
 def decode_value(data: bytes | memoryview) -> OffsetValue:
     """The offset value in `data` (not a tombstone), checked; `OffsetRecordError` otherwise."""
-    data = bytes(data)
-    version = read_version(data, "value")
-    if version != VALUE_VERSION:
-        raise OffsetRecordError(f"unknown value version {version}")
+    data = versioned(data, VALUE_VERSION, "value")
     if len(data) < _VALUE_HEAD.size:
         raise truncated("value", len(data))
     _, offset, leader_epoch = _VALUE_HEAD.unpack_from(data)

@@ -44,6 +44,16 @@ def read_version(data: bytes, what: str) -> int:
     return int(I16.unpack_from(data)[0])
 
 
+def versioned(data: bytes | memoryview, version: int, what: str) -> bytes:
+    """`data` as bytes once its version says `version`: the first check of every decoder of
+    a key or value ("key" or "value" for `what`) that reads one version only."""
+    data = bytes(data)
+    found = read_version(data, what)
+    if found != version:
+        raise CoordinatorRecordError(f"unknown {what} version {found}")
+    return data
+
+
 def read_string(
     data: bytes, pos: int, length_field: struct.Struct, what: str
 ) -> tuple[str, int]:

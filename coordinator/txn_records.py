@@ -34,8 +34,8 @@ from tidelog.coordinator.record_codec import (
     check_size,
     encode_string,
     read_string,
-    read_version,
     truncated,
+    versioned,
 )
 from tidelog.types import TopicPartition
 
@@ -128,10 +128,7 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
 
 
 def decode_key(data: bytes | memoryview) -> str:
-    data = bytes(data)
-    version = read_version(data, "key")
-    if version != KEY_VERSION:
-        raise CoordinatorRecordError(f"unknown key version {version}")
+    data = versioned(data, KEY_VERSION, "key")
     transactional_id, pos = read_string(data, I16.size, I16, "key")
     check_size(data, pos, "key")
     if not transactional_id:
@@ -141,10 +138,7 @@ def decode_key(data: bytes | memoryview) -> str:
 
 def decode_value(data: bytes | memoryview) -> TxnMetadata:
     """The metadata in `data` (not a tombstone), every field checked."""
-    data = bytes(data)
-    version = read_version(data, "value")
-    if version != VALUE_VERSION:
-        raise CoordinatorRecordError(f"unknown value version {version}")
+    data = versioned(data, VALUE_VERSION, "value")
     if len(data) < _HEAD.size + I32.size:
         raise truncated("value", len(data))
     _, producer_id, epoch, timeout_ms, state_id = _HEAD.unpack_from(data)
