@@ -181,3 +181,11 @@ def test_records_for_another_incarnation_or_partition_are_not_applied() -> None:
     apply(image, image.plan_alter_reassignment("events", 0, [3], NODES))
     apply(image, RemoveTopicRecord("events", topic_id))
     assert image.reassignments() == {}
+
+
+def test_the_controllers_own_group_is_not_moved_this_way() -> None:
+    """The metadata partition is no topic of the image: its group's membership is the
+    controller's business, not a reassignment's (which its nodes would otherwise apply from
+    the very log they are moving)."""
+    with pytest.raises(UnknownTopicOrPartitionError):
+        image_with().plan_alter_reassignment("__cluster_metadata", 0, [1, 2, 3], NODES)
