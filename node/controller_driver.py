@@ -52,6 +52,8 @@ _PULL_CALL_S = 2.0
 _TOPIC_KEYS = LogConfig.property_names()
 #: How long the completion record of a reassignment may take to commit.
 _REASSIGNMENT_DONE_S = 10.0
+#: How soon a completion waiting for another change of its topic tries again.
+_BUSY_RETRY_S = 0.005
 
 log = logging.getLogger("tidelog.node")
 
@@ -454,17 +456,28 @@ class ControllerDriver:
     ) -> rpb.ReassignmentDoneResponse:
         """A partition's leader reports its group at the target of its reassignment: on the
         controller leader, the completion record (`MetadataImage.plan_complete_reassignment`
-        checks the report against the target). Another node answers NOT_CONTROLLER."""
-        try:
-            await self.propose_metadata(
-                lambda: self.image.plan_complete_reassignment(
-                    request.topic, request.topic_id, request.partition, list(request.voters)
-                ),
-                _REASSIGNMENT_DONE_S,
-            )
-        except errors.TidelogError as exc:
-            return rpb.ReassignmentDoneResponse(error_code=exc.code, error_message=str(exc))
-        return rpb.ReassignmentDoneResponse()
+        checks the report against the target). Another node answers NOT_CONTROLLER. Reports
+        of partitions of one topic wait for each other's records (one change of a topic in
+        flight at a time) rather than fail: a topic moved whole finishes its partitions
+        together, and a report refused would be sent again only a second later."""
+        deadline = asyncio.get_running_loop().time() + _REASSIGNMENT_DONE_S
+        while True:
+            try:
+                await self.propose_metadata(
+                    lambda: self.image.plan_complete_reassignment(
+                        request.topic, request.topic_id, request.partition,
+                        list(request.voters),
+                    ),
+                    _REASSIGNMENT_DONE_S,
+                )
+            except errors.ConcurrentTransactionsError as exc:
+                if asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(_BUSY_RETRY_S)
+                    continue
+                return rpb.ReassignmentDoneResponse(error_code=exc.code, error_message=str(exc))
+            except errors.TidelogError as exc:
+                return rpb.ReassignmentDoneResponse(error_code=exc.code, error_message=str(exc))
+            return rpb.ReassignmentDoneResponse()
 
     async def allocate_producer_id(self, timeout_s: float) -> int:
         """On the controller leader: the next producer id of the block this node holds,
