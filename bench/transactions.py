@@ -1,15 +1,19 @@
 """Issue 16's two benchmarks, each a ratio measured in one run.
 
-Produce (goal >= 0.7): transactional produce against idempotent produce of the same records on
-a 3-node cluster (a topic of 3 partitions, replication factor 3, one leader per node). A round
+Produce (goal >= 0.7): transactional produce against idempotent produce of the same records on a
+3-node cluster (a topic of 3 partitions, replication factor 3, one leader per node). A round
 sends ``--produce-txns`` transactions of ``--records`` records of 1 KiB spread over the 3
 partitions (begin, sends, commit_transaction() returning once PrepareCommit is durable); the
-idempotent round sends the same number of records with the same producer settings and one
-flush at the end. Rounds alternate, ``--rounds`` each; the figure is the median records/s and
-the ratio transactional/idempotent. This is measured at 1 producer and again at ``--producers``
-producers side by side (each transactional one with its own transactional id, against as many
-idempotent producers), the way Kafka's transaction throughput is usually reported; both on the
-same cluster, one count after the other (one cluster start: ``--quick`` stays a few seconds).
+idempotent round sends the same number of records with the same producer settings and one flush
+at the end. Rounds alternate, ``--rounds`` each; the figure is the median records/s and the
+ratio transactional/idempotent. Beside it, the median of each round's own ratio (its
+transactional rate over the idempotent round that ran right after it), which the other sessions'
+load on a shared machine moves less than the ratio of medians: it swings by 2-4x over seconds,
+and adjacent rounds see about the same. This is measured at 1 producer and again at
+``--producers`` producers side by side (each transactional one with its own transactional id,
+against as many idempotent producers), the way Kafka's transaction throughput is usually
+reported; both on the same cluster, one count after the other (one cluster start: ``--quick``
+stays a few seconds).
 ``--produce-only`` skips the consume part.
 
 A third kind of round, reported beside the ratio: the idempotent producer with a flush after
@@ -176,8 +180,9 @@ def produce_round(client: Client, txns: int, records: int, kind: str,
     return producers * txns * records / seconds
 
 
-def produce(args: argparse.Namespace, counts: list[int]) -> dict[int, dict[str, float]]:
-    """Per producer count, the median records/s of each kind; one cluster for all counts."""
+def produce(args: argparse.Namespace, counts: list[int]) -> dict[int, dict[str, list[float]]]:
+    """Per producer count, the records/s of each kind, round by round; one cluster for all
+    counts."""
     rates: dict[int, dict[str, list[float]]] = {n: {kind: [] for kind in KINDS} for n in counts}
     with LocalCluster(nodes=3, transaction_state_log_num_partitions=3,
                       offsets_topic_num_partitions=1) as cluster, Raw(cluster) as raw:
@@ -193,8 +198,7 @@ def produce(args: argparse.Namespace, counts: list[int]) -> dict[int, dict[str, 
                             client, args.produce_txns, args.records, kind, f"{producers}-{n}",
                             producers,
                         ))
-    return {n: {kind: statistics.median(v) for kind, v in by_kind.items()}
-            for n, by_kind in rates.items()}
+    return rates
 
 
 def main() -> int:
@@ -220,7 +224,8 @@ def main() -> int:
     except BenchError as exc:
         print(f"FAILED: {exc}")
         return 1
-    for producers, produced in measured.items():
+    for producers, by_round in measured.items():
+        produced = {kind: statistics.median(rates) for kind, rates in by_round.items()}
         for kind, rate in produced.items():
             print(f"{producers} {kind} producer(s): median {rate:,.0f} records/s over "
                   f"{args.rounds} round(s) of {args.produce_txns * args.records} records each")
@@ -230,6 +235,10 @@ def main() -> int:
               f"; transactional/flushed: "
               f"{produced['transactional'] / produced['flushed']:.3f}; "
               f"load {os.getloadavg()[0]:.1f}")
+        paired = [t / i for t, i in zip(by_round["transactional"], by_round["idempotent"],
+                                        strict=True)]
+        print(f"  per round, transactional over the idempotent round right after it: median "
+              f"{statistics.median(paired):.3f} ({' '.join(f'{r:.2f}' for r in paired)})")
     if args.produce_only:
         return 0
     print(f"log: {args.txns} transactions of {args.records} records of {VALUE_BYTES} B, "

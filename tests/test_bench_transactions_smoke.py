@@ -35,5 +35,7 @@ def test_quick_transactions_benchmark_runs_and_prints_its_ratios() -> None:
                          rf"producer\(s\): {number} \(goal >= 0\.7\)", out, re.M), out
         assert re.search(rf"^  ceiling flushed/idempotent: {number}; transactional/flushed: "
                          rf"{number}", out, re.M), out
+    assert len(re.findall(rf"^  per round, transactional over the idempotent round right after "
+                          rf"it: median {number} \(", out, re.M)) == 2, out
     assert re.search(rf"^ratio read_committed/read_uncommitted consume speed: {number} "
                      rf"\(goal >= 0\.9\)", out, re.M), out
