@@ -16,6 +16,12 @@ reported; both on the same cluster, one count after the other (one cluster start
 stays a few seconds).
 ``--produce-only`` skips the consume part.
 
+Each round also reads the node processes' CPU (user + system, /proc) around it and prints it
+per record: on 2 cores shared with other sessions the nodes' CPU is what the rates follow, and
+it moves much less with the load than records/s. Its ratio idempotent/transactional is the
+ratio the rates tend to once the cores are the limit (a transaction's coordinator writes,
+markers and their RPCs are CPU, whether on the producer's path or beside it).
+
 A third kind of round, reported beside the ratio: the idempotent producer with a flush after
 every ``--records`` records ("flushed"), which is a transaction's produce leg alone. A
 transaction's records must all be acknowledged before EndTxn (commit_transaction() flushes,
@@ -56,8 +62,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
-# Run as a script, this file's directory comes first on sys.path; keep the repository's.
+# As a script this directory is first on sys.path: bench/cluster.py is imported from it (and
+# takes the directory off again); keep the repository's.
+import cluster as cluster_bench  # type: ignore[import-not-found]
+
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
 import grpc  # noqa: E402
@@ -139,12 +149,18 @@ def consume(cluster: LocalCluster, isolation: str, end: int) -> tuple[float, int
 KINDS = ("transactional", "idempotent", "flushed")
 
 
-def produce_round(client: Client, txns: int, records: int, kind: str,
-                  name: str, producers: int = 1) -> float:
-    """Records/s of one round: `producers` producers side by side (threads of one client),
-    each sending `txns` transactions of `records` records (transactional, each its own
-    transactional id, named after the round's `name`), the same records flushed once
-    (idempotent) or flushed every `records` (flushed)."""
+class Round(NamedTuple):
+    records_s: float
+    #: CPU of the node processes per record (user + system, every thread), in microseconds.
+    nodes_us: float
+
+
+def produce_round(client: Client, pids: list[int], txns: int, records: int, kind: str,
+                  name: str, producers: int = 1) -> Round:
+    """One round: `producers` producers side by side (threads of one client), each sending
+    `txns` transactions of `records` records (transactional, each its own transactional id,
+    named after the round's `name`), the same records flushed once (idempotent) or flushed
+    every `records` (flushed). `pids`: the nodes', whose CPU is read around it."""
     transactional = kind == "transactional"
     value = b"x" * VALUE_BYTES
     configs = [{"transactional_id": f"bench-{name}-{p}"} if transactional else {}
@@ -167,35 +183,38 @@ def produce_round(client: Client, txns: int, records: int, kind: str,
                     producer.flush()
             producer.flush()
 
+        nodes_s = sum(cluster_bench.cpu_seconds(pid) for pid in pids)
         started = time.perf_counter()
         with ThreadPoolExecutor(producers) as pool:
             list(pool.map(run, opened))
         seconds = time.perf_counter() - started
+        nodes_s = sum(cluster_bench.cpu_seconds(pid) for pid in pids) - nodes_s
         failed = sum(producer.records_failed for producer in opened)
         if failed:
             raise BenchError(f"{failed} records failed")
     finally:
         for producer in opened:
             producer.close()
-    return producers * txns * records / seconds
+    sent = producers * txns * records
+    return Round(sent / seconds, nodes_s / sent * 1e6)
 
 
-def produce(args: argparse.Namespace, counts: list[int]) -> dict[int, dict[str, list[float]]]:
-    """Per producer count, the records/s of each kind, round by round; one cluster for all
-    counts."""
-    rates: dict[int, dict[str, list[float]]] = {n: {kind: [] for kind in KINDS} for n in counts}
+def produce(args: argparse.Namespace, counts: list[int]) -> dict[int, dict[str, list[Round]]]:
+    """Per producer count, the rounds of each kind in order; one cluster for all counts."""
+    rates: dict[int, dict[str, list[Round]]] = {n: {kind: [] for kind in KINDS} for n in counts}
     with LocalCluster(nodes=3, transaction_state_log_num_partitions=3,
                       offsets_topic_num_partitions=1) as cluster, Raw(cluster) as raw:
         raw.create_topic(PRODUCE_TOPIC, 3, 3)
         raw.wait_leaders(PRODUCE_TOPIC, 3)
+        pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
         with Client(cluster.bootstrap) as client:
             # Warm-up: topics, coordinators.
-            produce_round(client, 2, args.records, "transactional", "warm-up")
+            produce_round(client, pids, 2, args.records, "transactional", "warm-up")
             for producers in counts:
                 for n in range(args.rounds):
                     for kind, values in rates[producers].items():
                         values.append(produce_round(
-                            client, args.produce_txns, args.records, kind, f"{producers}-{n}",
+                            client, pids, args.produce_txns, args.records, kind, f"{producers}-{n}",
                             producers,
                         ))
     return rates
@@ -225,20 +244,28 @@ def main() -> int:
         print(f"FAILED: {exc}")
         return 1
     for producers, by_round in measured.items():
-        produced = {kind: statistics.median(rates) for kind, rates in by_round.items()}
+        produced = {kind: statistics.median(r.records_s for r in rounds)
+                    for kind, rounds in by_round.items()}
+        cpu = {kind: statistics.median(r.nodes_us for r in rounds)
+               for kind, rounds in by_round.items()}
         for kind, rate in produced.items():
             print(f"{producers} {kind} producer(s): median {rate:,.0f} records/s over "
-                  f"{args.rounds} round(s) of {args.produce_txns * args.records} records each")
+                  f"{args.rounds} round(s) of {args.produce_txns * args.records} records each; "
+                  f"nodes {cpu[kind]:,.0f} us CPU/record")
         print(f"ratio transactional/idempotent produce at {producers} producer(s): "
               f"{produced['transactional'] / produced['idempotent']:.3f} (goal >= 0.7)")
         print(f"  ceiling flushed/idempotent: {produced['flushed'] / produced['idempotent']:.3f}"
               f"; transactional/flushed: "
               f"{produced['transactional'] / produced['flushed']:.3f}; "
               f"load {os.getloadavg()[0]:.1f}")
-        paired = [t / i for t, i in zip(by_round["transactional"], by_round["idempotent"],
-                                        strict=True)]
+        paired = [t.records_s / i.records_s for t, i in zip(
+            by_round["transactional"], by_round["idempotent"], strict=True)]
         print(f"  per round, transactional over the idempotent round right after it: median "
               f"{statistics.median(paired):.3f} ({' '.join(f'{r:.2f}' for r in paired)})")
+        txn_us = cpu["transactional"] or float("nan")  # a --quick round may read 0 ticks
+        print(f"  nodes' CPU per record, idempotent/transactional: "
+              f"{cpu['idempotent'] / txn_us:.3f}; flushed/transactional: "
+              f"{cpu['flushed'] / txn_us:.3f}")
     if args.produce_only:
         return 0
     print(f"log: {args.txns} transactions of {args.records} records of {VALUE_BYTES} B, "

@@ -29,12 +29,14 @@ def test_quick_transactions_benchmark_runs_and_prints_its_ratios() -> None:
     number = r"\d+\.\d+"
     for producers in (1, 4):
         for kind in ("transactional", "idempotent", "flushed"):
-            assert re.search(rf"^{producers} {kind} producer\(s\): median [\d,]+ records/s", out,
-                             re.M), out
+            assert re.search(rf"^{producers} {kind} producer\(s\): median [\d,]+ records/s .*; "
+                             rf"nodes [\d,]+ us CPU/record$", out, re.M), out
         assert re.search(rf"^ratio transactional/idempotent produce at {producers} "
                          rf"producer\(s\): {number} \(goal >= 0\.7\)", out, re.M), out
         assert re.search(rf"^  ceiling flushed/idempotent: {number}; transactional/flushed: "
                          rf"{number}", out, re.M), out
+    assert len(re.findall(rf"^  nodes' CPU per record, idempotent/transactional: ({number}|nan); "
+                          rf"flushed/transactional: ({number}|nan)$", out, re.M)) == 2, out
     assert len(re.findall(rf"^  per round, transactional over the idempotent round right after "
                           rf"it: median {number} \(", out, re.M)) == 2, out
     assert re.search(rf"^ratio read_committed/read_uncommitted consume speed: {number} "
