@@ -33,9 +33,13 @@ from tidelog.v1 import raft_pb2_grpc
 
 log = logging.getLogger("tidelog.node")
 
-#: The step interval's floor: a reassignment moves a step per commit of the group, a few
-#: milliseconds at best, and the loop looks at every reassignment under way each time.
+#: The step interval's floor while reassignments are under way: a reassignment moves a step per
+#: commit of the group, a few milliseconds at best, and the loop looks at every reassignment
+#: under way each time.
 _MIN_INTERVAL_S = 0.02
+#: The interval while none is: a new one starts at most this late, and an idle node wakes 5
+#: times a second for it, not 50.
+_IDLE_INTERVAL_S = 0.2
 #: How often a leader whose group reached its target reports it again while the image still
 #: shows the reassignment (the report was lost, or the controller changed).
 _REPORT_EVERY_S = 1.0
@@ -58,16 +62,16 @@ class Reassigner:
         interval = max(_MIN_INTERVAL_S, self.config.raft_tick_ms / 1000)
         try:
             while True:
-                await asyncio.sleep(interval)
-                self.step_all()
+                await asyncio.sleep(interval if self.step_all() else _IDLE_INTERVAL_S)
         finally:
             for task in self._reporting:
                 task.cancel()
             for channel in self._channels.values():
                 await channel.close()
 
-    def step_all(self) -> None:
-        """One step of each reassignment whose partition this node leads."""
+    def step_all(self) -> bool:
+        """One step of each reassignment whose partition this node leads; whether any
+        reassignment is under way in the cluster."""
         image = self.controller.image
         moving = image.reassignments()
         for tp in [tp for tp in self._reported if tp not in moving]:
@@ -98,6 +102,7 @@ class Reassigner:
                     task = asyncio.create_task(self._report(request))
                     self._reporting.add(task)
                     task.add_done_callback(self._reporting.discard)
+        return bool(moving)
 
     async def _report(self, request: rpb.ReassignmentDoneRequest) -> None:
         controller = self.routing.controller_id
