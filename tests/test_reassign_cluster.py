@@ -1,8 +1,9 @@
 """Replica reassignment against real node processes, on one module cluster of three nodes: an
 RF=2 partition moves to another pair under a producing and consuming load (every acknowledged
 record readable from the new replicas, the old replica's files gone, `tidelog reassign
---verify` reporting completion), and a move whose partition leader is SIGKILLed mid-change
-completes once the group has a majority again, losing nothing acknowledged."""
+--verify` reporting completion), a move whose partition leader is SIGKILLed mid-change
+completes once the group has a majority again, losing nothing acknowledged, the offsets topic
+moves with its coordinator keeping every commit, and bench/reassign.py's measurement runs."""
 
 from __future__ import annotations
 
@@ -14,12 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from tidelog import Client, TopicPartition
+from tidelog import Client, OffsetAndMetadata, TopicPartition
 from tidelog.cli import main
 from tidelog.commands.reassign import read_reassignment
 from tidelog.testing import LocalCluster, Raw, wait_for
 
 pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, object]:
+    # One small offsets partition, so that moving it is one move.
+    return {"offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 2}
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +237,28 @@ def test_a_move_whose_leader_is_killed_mid_change_completes_losing_nothing(
         wait_for(lambda: len(load.acked) > acked_at_move + 50, 30,
                  "the load to go on after the move")
     assert load.acked <= read_all(client, tp, load.acked)
+
+
+def test_the_offsets_topic_moves_and_its_coordinator_keeps_the_commits(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """An internal topic moves the same way: the group coordinator follows its partition's
+    leadership to the new replica set and keeps every commit."""
+    data = TopicPartition("offsets-data", 0)
+    client.create_topic(data.topic, partitions=1, replication_factor=1)
+    client.alter_consumer_group_offsets("movers", {data: OffsetAndMetadata(5, "before")})
+    tp = TopicPartition("__consumer_offsets", 0)
+    before = replicas_of(client, tp)
+    (new,) = set(cluster.node_ids) - set(before)
+    target = [new, before[1]]  # the new replica leads it once the move is done
+    assert client.alter_partition_reassignments({tp: target}) == {}
+    wait_for(lambda: done(client, tp, target), 60, f"{tp} to move to {target}")
+    assert client.list_consumer_group_offsets("movers")[data].offset == 5
+    client.alter_consumer_group_offsets("movers", {data: OffsetAndMetadata(7, "after")})
+    committed = client.list_consumer_group_offsets("movers")[data]
+    assert (committed.offset, committed.metadata) == (7, "after")
+    wait_for(lambda: not replica_dir(cluster, before[0], tp).exists(), 30,
+             f"node {before[0]} to delete its replica")
 
 
 def test_the_reassignment_benchmark_runs_on_the_modules_cluster(
