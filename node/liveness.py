@@ -38,17 +38,20 @@ LOOP_STALL_LIMIT_S = 9.0
 
 
 class LivenessBeacon:
-    """Sends each peer an empty envelope every ``interval_s`` from a thread of its own while
-    ``loop_turned()`` (the `time.monotonic` of the main loop's last tick) is recent."""
+    """Sends each peer an envelope every ``interval_s`` from a thread of its own while
+    ``loop_turned()`` (the `time.monotonic` of the main loop's last tick) is recent. It says
+    ``ticks()``, how many ticks the main loop has run: a peer runs the timers that wait on
+    this node no faster than that (`ReplicaSet._lagging`)."""
 
     def __init__(self, node_id: int, peers: dict[int, str], dialer: PeerDialer,
                  interval_s: float, loop_turned: Callable[[], float],
-                 stall_limit_s: float = LOOP_STALL_LIMIT_S) -> None:
+                 ticks: Callable[[], int], stall_limit_s: float = LOOP_STALL_LIMIT_S) -> None:
         self._node_id = node_id
         self._peers = peers
         self._dialer = dialer
         self._interval_s = interval_s
         self._loop_turned = loop_turned
+        self._ticks = ticks
         self._stall_limit_s = stall_limit_s
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -126,6 +129,9 @@ class LivenessBeacon:
         if time.monotonic() - self._loop_turned() > self._stall_limit_s:
             self.withheld += 1
             return
+        ticks = self._ticks()
         for peer, link in links.items():
-            link.send(Outgoing(self._node_id, peer))
+            outgoing = Outgoing(self._node_id, peer)
+            outgoing.env.ticks = ticks
+            link.send(outgoing)
             self.sent += 1

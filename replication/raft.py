@@ -461,14 +461,21 @@ class RaftCore:
 
     # ---- inputs ----------------------------------------------------------------------------
 
-    def tick(self) -> bool:
+    def tick(self, quorum_paced: bool = True) -> bool:
         """One tick of the clock. False when all it did was count (a timer running), so a
         driver need not look at this core for it: thousands of awake groups (a new topic
-        being elected) cost a driver one pass per tick over them, not three."""
+        being elected) cost a driver one pass per tick over them, not three.
+
+        ``quorum_paced`` False: the driver's node liveness says the nodes of this leader's
+        followers ticked less than this node did lately (slow, not dead). A leader's
+        check-quorum window then stands still for this tick (its heartbeats still go), so a
+        leader whose followers' answers come late because their nodes are busy is not
+        deposed by its own clock. Leases lose nothing: they rest on confirmed rounds and on
+        the followers' refusals, not on this window."""
         if self._quiesced:
             return False
         if self._role is Role.LEADER:
-            return self._tick_leader()
+            return self._tick_leader(quorum_paced)
         self._election_elapsed += 1
         if self._election_elapsed < self._randomized_timeout or self.id not in self._voters.voters:
             return False
@@ -945,8 +952,8 @@ class RaftCore:
             self._log.append((Entry(end, end, self._term, self._codec.marker(end, self._term)),))
         self._bcast_append()
 
-    def _tick_leader(self) -> bool:
-        self._election_elapsed += 1
+    def _tick_leader(self, quorum_paced: bool) -> bool:
+        self._election_elapsed += quorum_paced
         self._heartbeat_elapsed += 1
         acted = False
         if self._election_elapsed >= self._config.election_ticks:

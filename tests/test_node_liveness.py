@@ -16,7 +16,9 @@ import grpc
 from tidelog.node.config import NodeConfig
 from tidelog.node.liveness import LivenessBeacon
 from tidelog.node.replicas import ReplicaSet
-from tidelog.node.transport import SERVER_OPTIONS, PeerLink, add_raft_transport
+from tidelog.node.transport import SERVER_OPTIONS, Outgoing, PeerLink, add_raft_transport, frames
+from tidelog.records import RecordInput, build_batch
+from tidelog.replication import Heartbeat, PreVoteResponse, Role, VoteResponse
 from tidelog.types import TopicPartition
 
 CLIENT_ADDRESSES = {1: "127.0.0.1:3", 2: "127.0.0.1:4"}
@@ -52,10 +54,12 @@ def test_the_beacon_vouches_only_for_a_loop_that_turned_lately(tmp_path: Path) -
         turned = [time.monotonic()]
         config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path)
         beacon = LivenessBeacon(1, {2: "127.0.0.1:1"}, ReplicaSet(config).dialer, 0.05,
-                                lambda: turned[0], stall_limit_s=5.0)
+                                lambda: turned[0], lambda: 42, stall_limit_s=5.0)
         link = PeerLink(1, 2, "127.0.0.1:1", beacon._dialer)  # never started
         beacon.beat({2: link})
         assert (len(link._queue), beacon.sent, beacon.withheld) == (1, 1, 0)
+        (env, _), = frames(b"".join(link._queue[0][1]))
+        assert (env.src, env.dst, env.ticks) == (1, 2, 42)  # how far the main loop got
         turned[0] -= 4.0  # a loop late by less than the limit is still vouched for
         beacon.beat({2: link})
         turned[0] -= 2.0  # wedged past it: its quiet groups must fail over
@@ -170,3 +174,52 @@ def test_a_node_whose_loop_is_busy_past_an_election_timeout_is_not_taken_for_dea
         stop.set()
         thread.join(30)
     assert silent_ticks == []
+
+
+def test_timers_that_wait_on_a_slow_node_run_at_its_pace_and_a_dead_one_is_not_waited_for(
+    tmp_path: Path,
+) -> None:
+    """Nodes 2 and 3 live (their liveness threads report) but their loops tick once for ten
+    of node 1's. Node 1's follower of a leader on node 2 does not stand, and its leader with
+    followers on 2 and 3 keeps its check-quorum window still instead of stepping down: before,
+    both happened within an election timeout of node 1's ticks (30 to 60), a tenth of one of
+    theirs, and under load the elections fed themselves. Once 2 and 3 fall silent, node
+    liveness takes over: the follower stands and the leader steps down."""
+
+    async def scenario() -> None:
+        replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
+        follows, leads = TopicPartition("f", 0), TopicPartition("l", 0)
+        try:
+            replicas.open_replica(follows, (2, 1, 3), {})
+            replicas.open_replica(leads, (1, 2, 3), {})
+            heartbeat = Outgoing(2, 1)
+            heartbeat.add(follows, Heartbeat(1, 2, 1, 0, 0, False))
+            replicas.step(heartbeat.env, memoryview(b""))
+            leader = replicas.partitions[leads].core
+            leader.campaign()
+            for response in (PreVoteResponse(1, 2, 1, True), VoteResponse(1, 2, 1, True)):
+                answer = Outgoing(2, 1)
+                answer.add(leads, response)
+                replicas.step(answer.env, memoryview(b""))
+            leader.propose(build_batch([RecordInput(b"v", None, 1)]), 1)  # never idle
+            follower = replicas.partitions[follows].core
+            assert (follower.role, follower.leader_id, leader.role) == (
+                Role.FOLLOWER, 2, Role.LEADER)
+            election_ticks = replicas.raft_config.election_ticks
+            # Three election timeouts of node 1's ticks: a third of one of 2's and 3's.
+            for tick in range(3 * election_ticks):
+                if tick % 10 == 0:
+                    for peer in (2, 3):  # a liveness envelope of a slow node
+                        report = Outgoing(peer, 1)
+                        report.env.ticks = 1 + tick // 10
+                        replicas.step(report.env, memoryview(b""))
+                replicas.tick()
+                assert (follower.role, leader.role) == (Role.FOLLOWER, Role.LEADER), tick
+            for _ in range(3 * election_ticks):  # 2 and 3 die
+                replicas.tick()
+            assert not leader.quiesced
+            assert follower.role is not Role.FOLLOWER and leader.role is not Role.LEADER
+        finally:
+            await replicas.close()
+
+    asyncio.run(scenario())

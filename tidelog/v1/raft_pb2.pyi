@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RaftEnvelope(_message.Message):
-    __slots__ = ("src", "dst", "messages", "heartbeats", "leaders", "offline")
+    __slots__ = ("src", "dst", "messages", "heartbeats", "leaders", "offline", "ticks")
     SRC_FIELD_NUMBER: _ClassVar[int]
     DST_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
     LEADERS_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_FIELD_NUMBER: _ClassVar[int]
+    TICKS_FIELD_NUMBER: _ClassVar[int]
     src: int
     dst: int
     messages: _containers.RepeatedCompositeFieldContainer[PartitionMessage]
     heartbeats: _containers.RepeatedCompositeFieldContainer[PartitionHeartbeat]
     leaders: _containers.RepeatedCompositeFieldContainer[LeaderAnnouncement]
     offline: _containers.RepeatedCompositeFieldContainer[GroupId]
-    def __init__(self, src: _Optional[int] = ..., dst: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PartitionMessage, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[PartitionHeartbeat, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[LeaderAnnouncement, _Mapping]]] = ..., offline: _Optional[_Iterable[_Union[GroupId, _Mapping]]] = ...) -> None: ...
+    ticks: int
+    def __init__(self, src: _Optional[int] = ..., dst: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PartitionMessage, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[PartitionHeartbeat, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[LeaderAnnouncement, _Mapping]]] = ..., offline: _Optional[_Iterable[_Union[GroupId, _Mapping]]] = ..., ticks: _Optional[int] = ...) -> None: ...
 
 class GroupId(_message.Message):
     __slots__ = ("topic", "partition")
