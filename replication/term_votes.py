@@ -57,7 +57,11 @@ class TermVotes:
                 _logger.warning("%s: ignoring the invalid entry %s %s %s", path, name, term, vote)
                 continue
             self._states[name] = (t, None if v < 0 else v)
-        #: Guards ``_states`` and ``_dirty``; ``_writing`` serializes the file's writes.
+        #: Each state's line of the file, kept from `set` to `sync`: formatting every group's
+        #: line at each sync cost 15 ms of CPU per round with an election at 5,000 groups, and
+        #: a third of a loaded node's GIL time while they were being elected (py-spy --gil).
+        self._lines = {name: _line(name, state) for name, state in self._states.items()}
+        #: Guards ``_states``, ``_lines`` and ``_dirty``; ``_writing`` serializes the writes.
         self._lock = threading.Lock()
         self._writing = threading.Lock()
         self._dirty = False
@@ -76,6 +80,7 @@ class TermVotes:
             raise ValueError(f"a group name cannot be {name!r}")
         with self._lock:
             self._states[name] = term_vote
+            self._lines[name] = _line(name, term_vote)
             self._dirty = True
 
     def forget(self, name: str) -> None:
@@ -84,6 +89,7 @@ class TermVotes:
         with no term)."""
         with self._lock:
             if self._states.pop(name, None) is not None:
+                del self._lines[name]
                 self._dirty = True
 
     def sync(self) -> None:
@@ -92,12 +98,16 @@ class TermVotes:
             with self._lock:
                 if not self._dirty:
                     return
-                rows = [(name, term, -1 if vote is None else vote)
-                        for name, (term, vote) in self._states.items()]
+                rows = list(self._lines.values())
                 self._dirty = False
             try:
-                self._file.write(rows)
+                self._file.write_lines(rows)
             except BaseException:
                 with self._lock:
                     self._dirty = True
                 raise
+
+
+def _line(name: str, term_vote: TermVote) -> str:
+    term, vote = term_vote
+    return f"{name} {term} {-1 if vote is None else vote}"

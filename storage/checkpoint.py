@@ -54,7 +54,12 @@ class CheckpointFile:
         self.named = named
 
     def write(self, entries: Iterable[Sequence[object]]) -> None:
-        rows = [" ".join(str(field) for field in entry) for entry in entries]
+        self.write_lines([" ".join(str(field) for field in entry) for entry in entries])
+
+    def write_lines(self, rows: Sequence[str]) -> None:
+        """`write` of entries already formatted as lines (fields joined by spaces): a writer
+        that keeps thousands of entries and changes a few between writes keeps their lines,
+        instead of formatting every one each time."""
         text = "\n".join([str(self.version), str(len(rows)), *rows]) + "\n"
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -157,3 +157,29 @@ def test_one_round_electing_many_groups_replaces_the_book_once(
 
     asyncio.run(scenario())
     assert len(replaced) == 1, replaced
+
+
+def test_a_sync_formats_only_the_lines_of_states_set_since_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Formatting every group's line at each sync cost 15 ms of CPU per round with an election
+    at 5,000 groups; the lines are kept, and what the file holds is the same."""
+    book = TermVotes(tmp_path / TERM_VOTES_FILE)
+    for i in range(100):
+        book.set(f"t-{i}", (3, None if i % 2 else 2))
+    book.sync()
+    formatted: list[Any] = []
+    original = checkpoint.CheckpointFile.write_lines
+
+    def counting(self: checkpoint.CheckpointFile, rows: Any) -> None:
+        formatted.append(rows)
+        original(self, rows)
+
+    monkeypatch.setattr(checkpoint.CheckpointFile, "write_lines", counting)
+    monkeypatch.setattr(checkpoint.CheckpointFile, "write", None)  # entries formatted anew
+    book.set("t-7", (4, 1))
+    book.forget("t-8")
+    book.sync()
+    assert len(formatted) == 1 and len(formatted[0]) == 99
+    reread = TermVotes(tmp_path / TERM_VOTES_FILE)
+    assert [reread.get(f"t-{i}") for i in (0, 1, 7, 8)] == [(3, 2), (3, None), (4, 1), None]
