@@ -299,7 +299,7 @@ class ControllerDriver:
 
     # ---- catching up before serving -----------------------------------------------------------
 
-    async def catch_up(self, timeout_s: float) -> None:
+    async def catch_up(self, timeout_s: float) -> bool:
         """Return once this node's image holds every metadata record the other voters had
         committed when asked (each that answers within a second is asked: a freshly restarted
         one may lag the leader). A restarted voter's own high watermark is the one it last
@@ -308,10 +308,10 @@ class ControllerDriver:
         (or the next election, if the leader is unreachable). Committed records are the same
         on every voter, so they are pulled as non-voters pull them. When no other voter answers
         within `timeout_s` (the rest of the quorum is down too), the node serves what it has
-        and says so."""
+        and says so. Returns whether a voter answered."""
         others = [v for v in self.voters if v != self.node_id]
         if not others:
-            return
+            return True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         channels = [self.replicas.connect_peer(self.config.peers[v]) for v in others]
@@ -328,7 +328,7 @@ class ControllerDriver:
                             pass
                         answered = answered or pulled is False
                 if answered:
-                    return
+                    return True
                 await asyncio.sleep(_METADATA_PULL_EVERY_S)
         finally:
             for channel in channels:
@@ -336,6 +336,7 @@ class ControllerDriver:
         log.warning("node %d: no metadata voter answered in %.1fs; serving the metadata it has "
                     "(applied up to offset %d)", self.node_id, timeout_s,
                     self.image.applied_offset)
+        return False
 
     async def _pull(self, channel: grpc.aio.Channel, timeout_s: float) -> bool | None:
         """Pull and apply the committed metadata records after this node's image from a

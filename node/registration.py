@@ -326,6 +326,8 @@ class Registrant:
         self.epoch = epoch
         self.fenced = True
         self._turn = 0
+        #: Refusals in a row (their log lines are spaced out).
+        self._failures = 0
 
     def _targets(self) -> list[str]:
         """Where to send: the controller leader when known (no forwarding hop), else the
@@ -358,40 +360,60 @@ class Registrant:
             client_address=self.config.advertised_address,
         )
 
-    async def run(self) -> None:
-        """Register, then heartbeat until cancelled."""
-        interval_s = self.config.broker_heartbeat_interval_ms / 1000
-        failures = 0
+    async def settle(self, timeout_s: float) -> None:
+        """Register (and, registered fenced, heartbeat until unfenced) before the node reports
+        SERVING, as a Kafka broker waits to be unfenced before it runs: once clients see it
+        serve, placement counts it (a node restarted after it was fenced would otherwise be
+        left out of a topic created right then). A controller that does not settle it within
+        `timeout_s` is waited for in the background (`run`), the node serving meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         while True:
-            if self.epoch < 0:
-                answer = await self._ask("RegisterNode", self.request())
-                assert isinstance(answer, rpb.RegisterNodeResponse)
-                if answer.error_code == 0:
-                    self.epoch = answer.epoch
-                    log.info("node %d registered with the controller (epoch %d)",
-                             self.config.node_id, answer.epoch,
-                             extra={"event": "registered", "epoch": answer.epoch})
-                    continue  # the first heartbeat at once
-                failures += 1
-                _log_refusal(self.config.node_id, "registration", answer, failures)
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S)) - 1])
-                continue
-            beat = await self._ask("NodeHeartbeat", rpb.NodeHeartbeatRequest(
-                node_id=self.config.node_id, epoch=self.epoch
-            ))
-            assert isinstance(beat, rpb.NodeHeartbeatResponse)
-            if beat.error_code in (errors.BrokerIdNotRegisteredError.code,
-                                   errors.StaleBrokerEpochError.code):
-                log.info("node %d registers again: %s", self.config.node_id, beat.error_message)
-                self.epoch = -1
-                continue
-            if beat.error_code == 0:
-                failures = 0
-                self.fenced = beat.fenced
-            else:
-                failures += 1
-                _log_refusal(self.config.node_id, "heartbeat", beat, failures)
-            await asyncio.sleep(interval_s if beat.error_code == 0 else _RETRY_S[0])
+            delay = await self._step()
+            if self.epoch >= 0 and not self.fenced:
+                return
+            if loop.time() + delay > deadline:
+                log.warning("node %d: not registered with the controller within %.1fs; serving "
+                            "and trying on", self.config.node_id, timeout_s)
+                return
+            await asyncio.sleep(delay)
+
+    async def run(self) -> None:
+        """Register when not registered, then heartbeat, until cancelled."""
+        while True:
+            await asyncio.sleep(await self._step())
+
+    async def _step(self) -> float:
+        """One registration or heartbeat; returns how long to wait before the next."""
+        if self.epoch < 0:
+            request = self.request()
+            answer = await self._ask("RegisterNode", request)
+            assert isinstance(answer, rpb.RegisterNodeResponse)
+            if answer.error_code == 0:
+                self.epoch, self.fenced = answer.epoch, request.fenced
+                log.info("node %d registered with the controller (epoch %d)",
+                         self.config.node_id, answer.epoch,
+                         extra={"event": "registered", "epoch": answer.epoch})
+                return 0.0
+            self._failures += 1
+            _log_refusal(self.config.node_id, "registration", answer, self._failures)
+            return _RETRY_S[min(self._failures, len(_RETRY_S)) - 1]
+        beat = await self._ask("NodeHeartbeat", rpb.NodeHeartbeatRequest(
+            node_id=self.config.node_id, epoch=self.epoch
+        ))
+        assert isinstance(beat, rpb.NodeHeartbeatResponse)
+        if beat.error_code in (errors.BrokerIdNotRegisteredError.code,
+                               errors.StaleBrokerEpochError.code):
+            log.info("node %d registers again: %s", self.config.node_id, beat.error_message)
+            self.epoch = -1
+            return 0.0
+        if beat.error_code:
+            self._failures += 1
+            _log_refusal(self.config.node_id, "heartbeat", beat, self._failures)
+            return _RETRY_S[0]
+        self._failures = 0
+        self.fenced = beat.fenced
+        return self.config.broker_heartbeat_interval_ms / 1000
 
     async def goodbye(self) -> None:
         """A graceful stop: ask to be fenced now (Kafka's controlled shutdown fences the

@@ -42,6 +42,9 @@ log = logging.getLogger("tidelog.node")
 
 _TRANSFER_WAIT_S = 3.0
 _METADATA_CATCH_UP_S = 10.0
+#: How long a start waits for the controller to register the node (after the metadata caught
+#: up, so a controller is likely there) before it serves regardless.
+_REGISTER_AT_START_S = 5.0
 
 
 class NodeRuntime:
@@ -103,8 +106,9 @@ class NodeRuntime:
         if self.config.log_scrub_bytes_per_second > 0:
             loops.append(self.scrubber.loop())
         self._tasks = [asyncio.create_task(_fail_fast(loop_)) for loop_ in loops]
-        await self.controller.catch_up(_METADATA_CATCH_UP_S)
-        # Registered (unfenced) once it can serve: new replicas may come here from then on.
+        if await self.controller.catch_up(_METADATA_CATCH_UP_S):
+            # Registered and unfenced once it serves: new replicas may come here from then on.
+            await self.registrant.settle(_REGISTER_AT_START_S)
         self._tasks.append(asyncio.create_task(_fail_fast(self.registrant.run())))
 
     async def stop(self, graceful: bool) -> None:
