@@ -374,6 +374,15 @@ class ControllerDriver:
         replica = self.replicas.partitions.get(METADATA_TP)
         if replica is None or not replica.is_leader:
             raise errors.NotControllerError("this node is not the controller")
+        start = replica.leader_epoch_start_offset
+        if start is None or self.image.applied_offset + 1 < start:
+            # Its log may hold records committed before its election that its HW does not
+            # show yet (they commit with its epoch's marker): decided on the image without
+            # them, a topic could be created twice. Kafka's controller, likewise, becomes
+            # active only once it has replayed its log up to its epoch's start.
+            raise errors.NotControllerError(
+                "the new controller has not applied the metadata written before its election"
+            )
         records = plan()
         if not records:
             return records

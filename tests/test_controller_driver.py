@@ -1,13 +1,15 @@
 """The controller's driver on one replica set in this process (its own directory and Ready loop,
-as a node runs them; no tick loop, so elections happen only when the test steps them): a
-controller deposed after it proposed a change but before it saw the change commit answers
-REQUEST_TIMED_OUT, not NOT_CONTROLLER, because the next controller may still commit it."""
+as a node runs them; no tick loop, so elections happen only when the test steps them, and the
+other two voters are played by the test): a controller deposed after it proposed a change but
+before it saw the change commit answers REQUEST_TIMED_OUT, not NOT_CONTROLLER, because the next
+controller may still commit it; and a new controller decides nothing until its image holds
+every record written before its election."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -16,9 +18,10 @@ from tidelog import errors
 from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
-from tidelog.replication import Heartbeat, PreVoteResponse, VoteResponse
+from tidelog.replication import AppendResponse, Heartbeat, PreVoteResponse, VoteResponse
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,40 +32,91 @@ async def _until(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.005)
 
 
+@contextlib.asynccontextmanager
+async def _controller(tmp_path: Path) -> AsyncIterator[tuple[ControllerDriver, PartitionReplica]]:
+    """Node 1 of three, its metadata replica opened and its Ready loop running."""
+    config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
+                        peers={1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"},
+                        client_addresses={2: "127.0.0.1:12", 3: "127.0.0.1:13"})
+    replicas = ReplicaSet(config)
+    controller = ControllerDriver(config, replicas, Routing(config, replicas.partitions,
+                                                            METADATA_TP))
+    ready_loop = asyncio.create_task(replicas.ready_loop())
+    try:
+        await controller.load()
+        yield controller, replicas.partitions[METADATA_TP]
+    finally:
+        ready_loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ready_loop
+        await replicas.close()
+
+
+async def _elect(controller: ControllerDriver, replica: PartitionReplica) -> int:
+    """Node 1 stands for the next term and node 2 grants the pre-vote and the vote; the
+    term it leads."""
+    core = replica.core
+    core.campaign()
+    term = core.term + 1
+    core.step(PreVoteResponse(term, 2, 1, True))
+    core.step(VoteResponse(term, 2, 1, True))
+    controller.replicas.changed(replica)
+    await _until(lambda: replica.is_leader and replica.leader_epoch_start_offset is not None)
+    return term
+
+
+async def _deposed_mid_change(
+    controller: ControllerDriver, replica: PartitionReplica
+) -> asyncio.Task[object]:
+    """Node 1 leads, proposes topic "t" (written here only), then node 3 leads a newer term;
+    the proposal's task."""
+    term = await _elect(controller, replica)
+    proposal = asyncio.create_task(controller.propose_metadata(
+        lambda: controller.image.plan_create("t", 1, 3, {}, [1, 2, 3]), 30))
+    await _until(lambda: replica.log.log_end_offset > 0)
+    replica.core.step(Heartbeat(term + 1, 3, 1, leader_hw=0))
+    controller.replicas.changed(replica)
+    return proposal
+
+
 def test_a_controller_deposed_before_its_change_committed_answers_request_timed_out(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
-                            peers={1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"},
-                            client_addresses={2: "127.0.0.1:12", 3: "127.0.0.1:13"})
-        replicas = ReplicaSet(config)
-        controller = ControllerDriver(config, replicas, Routing(config, replicas.partitions,
-                                                                METADATA_TP))
-        ready_loop = asyncio.create_task(replicas.ready_loop())
-        try:
-            await controller.load()
-            replica = replicas.partitions[METADATA_TP]
-            core = replica.core
-            core.campaign()  # a pre-vote for the next term, then the vote: node 2 grants both
-            term = core.term + 1
-            core.step(PreVoteResponse(term, 2, 1, True))
-            core.step(VoteResponse(term, 2, 1, True))
-            replicas.changed(replica)
-            await _until(lambda: replica.leader_epoch_start_offset is not None)
-
-            proposal = asyncio.create_task(controller.propose_metadata(
-                lambda: controller.image.plan_create("t", 1, 3, {}, [1, 2, 3]), 30))
-            await _until(lambda: replica.log.log_end_offset > 0)  # written here, not committed
-            core.step(Heartbeat(term + 1, 3, 1, leader_hw=0))  # node 3 leads a newer term
-            replicas.changed(replica)
+        async with _controller(tmp_path) as (controller, replica):
+            proposal = await _deposed_mid_change(controller, replica)
             with pytest.raises(errors.RequestTimedOutError, match="lost its leadership"):
                 await proposal
             assert replica.high_watermark == 0
-        finally:
-            ready_loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ready_loop
-            await replicas.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_controller_decides_nothing_before_it_applied_what_came_before_its_epoch(
+    tmp_path: Path,
+) -> None:
+    """Elected again with topic "t" written but not known committed (its HW is behind), the
+    controller's image lacks "t" until its epoch's marker commits: deciding on it, it would
+    create "t" a second time. It answers NOT_CONTROLLER (retriable) until then."""
+
+    async def scenario() -> None:
+        async with _controller(tmp_path) as (controller, replica):
+            with contextlib.suppress(errors.RequestTimedOutError):
+                await (await _deposed_mid_change(controller, replica))
+            await _elect(controller, replica)
+            assert replica.leader_epoch_start_offset == 1  # its marker follows "t"
+            assert replica.high_watermark == 0 and "t" not in controller.image.topics
+
+            def create_t() -> object:
+                return controller.image.plan_create("t", 1, 3, {}, [1, 2, 3])
+
+            with pytest.raises(errors.NotControllerError, match="before its election"):
+                await controller.propose_metadata(create_t, 5)
+            await _until(lambda: replica.log.log_end_offset == 2)  # the marker is written
+            replica.core.step(AppendResponse(replica.core.term, 2, 1, True, match_end=2))
+            controller.replicas.changed(replica)
+            await _until(lambda: "t" in controller.image.topics)
+            with pytest.raises(errors.TopicAlreadyExistsError):
+                await controller.propose_metadata(create_t, 5)
 
     asyncio.run(scenario())
