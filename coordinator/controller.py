@@ -1,8 +1,9 @@
 """The controller's state machine: the cluster metadata image and the decisions made on it.
 
-Topic creation and deletion, blocks of producer ids, and ACLs are records in a Raft-replicated log
-(`metadata_records`); every node applies the committed records in order to the same image, so
-after any crash all nodes agree on topics, configs and replica assignments (SPEC §7).
+Topic creation and deletion, blocks of producer ids, ACLs and the nodes' registrations and
+fencing are records in a Raft-replicated log (`metadata_records`); every node applies the
+committed records in order to the same image, so after any crash all nodes agree on topics,
+configs, replica assignments and the members of the cluster (SPEC §7).
 
 Deterministic, like the Raft core: no I/O, no clock, no threads, no event loop. Decisions
 (validation, replica assignment) are made once, by the controller leader, before it proposes a

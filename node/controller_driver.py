@@ -2,8 +2,10 @@
 over its Raft log.
 
 The controller is the partition ``__cluster_metadata-0``, a Raft group over the first min(3, N)
-nodes. Its committed records (topic creations and deletions, producer-id blocks) are applied in
-order by every node to a `MetadataImage`, and each node then opens or removes its replicas;
+nodes of the static peers list (a node that joined is told the voters when it registers). Its
+committed records (topics, producer-id blocks, ACLs, configs, the registered nodes) are applied
+in order by every node to a `MetadataImage`, and each node then opens or removes its replicas
+and dials the nodes it learned of;
 nodes outside the quorum pull the committed records from a voter. On the controller leader,
 admin requests are decided by the image and proposed as records here. The state machine holds
 the rules; this module holds the I/O, the waiting and the producer-id block being handed out.
