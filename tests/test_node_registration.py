@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tidelog.cli import build_parser
+from tidelog.commands.node import node_config
 from tidelog.coordinator.controller import MetadataImage, NodeImage
 from tidelog.coordinator.metadata_records import (
     FenceNodeRecord,
@@ -193,6 +195,15 @@ def test_a_joining_node_needs_no_id_and_no_peers(tmp_path: Path) -> None:
     with pytest.raises(InvalidConfigError, match=r"broker\.heartbeat\.interval\.ms"):
         NodeConfig.from_properties({**base, "node.id": "1", "broker.session.timeout.ms": "100",
                                     "broker.heartbeat.interval.ms": "100"})
+
+
+def test_tidelog_node_join_is_a_node_without_peers_or_id(tmp_path: Path) -> None:
+    args = build_parser().parse_args([
+        "node", "--join", "127.0.0.1:7423", "--listen", "127.0.0.1:7430",
+        "--data-dir", str(tmp_path),
+    ])
+    config = node_config(args)
+    assert (config.join, config.node_id, dict(config.peers)) == ("127.0.0.1:7423", -1, {})
 
 
 def test_the_data_dir_keeps_its_identity(tmp_path: Path) -> None:
