@@ -77,7 +77,9 @@ class Reassignment:
     """A partition's replica set change under way (KIP-455, `PartitionChangeRecord`):
     ``replicas`` lists every node that may be a member of the partition's Raft group while it
     runs (the target first, then the nodes leaving), ``adding`` the nodes that were not
-    replicas before it, ``removing`` those the target leaves out.
+    replicas before it (their replicas are created as learners), ``removing`` those the target
+    leaves out, ``restoring`` those of the target that the group may have removed meanwhile
+    (a cancelled removal: replicas from before, so never learners when created).
 
     The record is what the controller decided; the partition's leader carries it out one Raft
     membership change at a time (`tidelog.node.reassignment`) and reports when its group's
@@ -88,6 +90,7 @@ class Reassignment:
     replicas: tuple[int, ...]
     adding: tuple[int, ...]
     removing: tuple[int, ...]
+    restoring: tuple[int, ...] = ()
 
     @property
     def target(self) -> tuple[int, ...]:
@@ -376,8 +379,8 @@ class MetadataImage:
         A new target keeps the set before the first change as the one to go back to (Kafka's
         rule), and keeps every node the group may count listed: one added by the change
         under way that the new target leaves out is adding and removing at once, and one the
-        change under way was removing that the new target keeps is adding again (the group
-        may have let it go already)."""
+        change under way was removing that the new target keeps is restoring (the group may
+        have let it go already, and must take it back before the change is done)."""
         topic = self.topics.get(name)
         if topic is None or not 0 <= partition < topic.partition_count:
             raise UnknownTopicOrPartitionError(f"partition {name}-{partition} does not exist")
@@ -405,11 +408,14 @@ class MetadataImage:
         if wanted == (replicas if current is None else current.target):
             return None
         original = replicas if current is None else current.original
-        was_removing = () if current is None else current.removing
+        may_be_gone = () if current is None else (*current.removing, *current.restoring)
         now = (*wanted, *(r for r in replicas if r not in wanted))
-        adding = tuple(r for r in now if r not in original or (r in was_removing and r in wanted))
+        adding = tuple(r for r in now if r not in original)
         removing = tuple(r for r in now if r not in wanted)
-        return PartitionChangeRecord(name, topic.topic_id, partition, now, adding, removing)
+        restoring = tuple(r for r in wanted if r in may_be_gone and r not in adding)
+        return PartitionChangeRecord(
+            name, topic.topic_id, partition, now, adding, removing, restoring
+        )
 
     def plan_complete_reassignment(
         self, name: str, topic_id: int, partition: int, voters: Sequence[int]
@@ -693,9 +699,9 @@ class MetadataImage:
         assignment = list(topic.assignment)
         assignment[record.partition] = record.replicas
         reassignments = dict(topic.reassignments)
-        if record.adding or record.removing:
+        if record.adding or record.removing or record.restoring:
             reassignments[record.partition] = Reassignment(
-                record.replicas, record.adding, record.removing
+                record.replicas, record.adding, record.removing, record.restoring
             )
         else:
             reassignments.pop(record.partition, None)

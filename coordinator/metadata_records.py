@@ -252,8 +252,12 @@ class PartitionChangeRecord:
     are created as learners), ``removing`` the nodes not in the target; the target is
     ``replicas`` without ``removing``, the set before the change ``replicas`` without
     ``adding``. A node added by a change that a later target dropped is in both: it may be a
-    member of the Raft group by now, so it stays listed until the group has let it go. A
-    record with neither adding nor removing ends the change: ``replicas`` is the new set."""
+    member of the Raft group by now, so it stays listed until the group has let it go.
+    ``restoring`` (no KIP-455 field) are nodes of the target that were replicas before the
+    change but that the group may have removed meanwhile (a cancelled removal): not new, so
+    not ``adding`` (a replica created with its topic never bootstraps as a learner), yet the
+    change is not done until the group has them back. A record with none of the three ends
+    the change: ``replicas`` is the new set."""
 
     topic: str
     topic_id: int
@@ -261,6 +265,7 @@ class PartitionChangeRecord:
     replicas: tuple[int, ...]
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    restoring: tuple[int, ...] = ()
 
     @property
     def subject(self) -> str:
@@ -362,7 +367,7 @@ def encode_record(record: MetadataRecord) -> bytes:
         _put_str(out, record.topic)
         out += _I64.pack(record.topic_id)
         out += _I32.pack(record.partition)
-        for nodes in (record.replicas, record.adding, record.removing):
+        for nodes in (record.replicas, record.adding, record.removing, record.restoring):
             out += _U16.pack(len(nodes))
             for node_id in nodes:
                 out += _I32.pack(node_id)
@@ -469,8 +474,9 @@ class _Reader:
             partition = self._int(_I32)
             replicas = self._ids()
             adding = self._ids()
+            removing = self._ids()
             record = PartitionChangeRecord(
-                topic, topic_id, partition, replicas, adding, self._ids()
+                topic, topic_id, partition, replicas, adding, removing, self._ids()
             )
         elif kind == _CONFIG:
             config_type = self._int(_U8)
@@ -658,11 +664,15 @@ def _check(record: MetadataRecord) -> None:
                 or len(set(record.adding)) != len(record.adding)
                 or len(set(record.removing)) != len(record.removing)
                 or not set(record.adding) <= listed or not set(record.removing) <= listed
-                or not listed - set(record.removing) or not listed - set(record.adding)):
+                or not listed - set(record.removing) or not listed - set(record.adding)
+                or len(set(record.restoring)) != len(record.restoring)
+                or not set(record.restoring) <= listed - set(record.adding)
+                - set(record.removing)):
             raise MetadataRecordError(
                 f"partition change record {record.topic!r}-{record.partition} lacks a topic, an "
                 f"id or a good replica set: replicas {list(replicas)}, adding "
-                f"{list(record.adding)}, removing {list(record.removing)}"
+                f"{list(record.adding)}, removing {list(record.removing)}, restoring "
+                f"{list(record.restoring)}"
             )
     elif isinstance(record, ConfigRecord):
         if record.resource_type not in (ConfigResourceType.TOPIC, ConfigResourceType.BROKER):

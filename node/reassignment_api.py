@@ -91,7 +91,8 @@ class ReassignmentApi:
                 topic = topics[tp.topic] = response.topics.add(name=tp.topic)
             topic.partitions.add(
                 partition_index=tp.partition, replicas=moving.replicas,
-                adding_replicas=moving.adding, removing_replicas=moving.removing,
+                adding_replicas=(*moving.adding, *moving.restoring),
+                removing_replicas=moving.removing,
             )
         return response
 
