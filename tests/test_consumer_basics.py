@@ -1,16 +1,22 @@
 """The consumer calls a Kafka user expects (issue 19): poll() with nothing to read raises
 IllegalStateError, pause()/resume()/paused(), max_poll_records, iterating over the consumer
 until consumer_timeout_ms, close() committing and every call after it raising, and settings of
-features Tidelog lacks failing with the feature's name. One cluster for the module."""
+features Tidelog lacks failing with the feature's name. One cluster for the module; the
+fetch policy's test needs none."""
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator
 
 import pytest
 
 from tidelog import Client, TopicPartition, errors
+from tidelog.consumer import _Round
+from tidelog.partitioned import Attempt
+from tidelog.records import RecordInput, assign_offsets, build_batch
 from tidelog.testing import LocalCluster, poll_records, wait_for
+from tidelog.wire import FetchAnswer, FetchPosition
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -168,3 +174,32 @@ def test_a_fetch_sent_ahead_is_dropped_for_a_partition_seeked_paused_or_unassign
     assert [r.offset for r in poll_records(consumer, 6)] == list(range(6))
     consumer.close()
     producer.close()
+
+
+def test_partitions_answered_together_are_fetched_again_together() -> None:
+    """Two partitions of one answer: the one drained first is not fetched alone while the
+    other still has records (they go again in one request once both are drained), unless
+    the other is paused. Before: each went back in a request of its own as soon as it was
+    drained, twice the Fetch requests for a consumer of two partitions per leader."""
+    batch = build_batch([RecordInput(b"v%d" % i, None, 1000) for i in range(4)])
+    answer = FetchAnswer(assign_offsets(batch, 0, 1), 4, 4, 0, ())
+    with Client("127.0.0.1:9") as client:  # never connected: the answers are handed in here
+        consumer = client.consumer(max_poll_records=4)
+        consumer.assign([TP0, TP1])
+        for tp in (TP0, TP1):
+            consumer.seek(tp, 0)
+        future: concurrent.futures.Future[Attempt[FetchAnswer]] = concurrent.futures.Future()
+        future.set_result(Attempt(answers={TP0: answer, TP1: answer}))
+        work = {TP0: FetchPosition(0, -1), TP1: FetchPosition(0, -1)}
+        consumer._rounds.append(_Round(future, work, {TP0, TP1}))
+        consumer._collect()
+        first = consumer._drain(4)
+        assert len(first) == 4 and len({r.partition for r in first}) == 1
+        assert consumer._fetchable() == {}
+        other = TP1 if first[0].partition == 0 else TP0
+        consumer.pause(other)
+        assert list(consumer._fetchable()) == [TP0 if other == TP1 else TP1]
+        consumer.resume(other)
+        assert len(consumer._drain(4)) == 4
+        assert consumer._fetchable() == {TP0: 4, TP1: 4}
+        consumer.close()

@@ -206,6 +206,9 @@ class _Fetched:
     batches: collections.deque[tuple[int, BatchHeader, int]]
     records: list[ConsumerRecord] = field(default_factory=list)
     at: int = 0
+    #: The partitions whose records came in the same answer (this one included): none of
+    #: them is fetched again while this one has records left (`Consumer._fetchable`).
+    mates: frozenset[TopicPartition] = frozenset()
 
     def position(self) -> int:
         """The offset of the next record handed out (or of the next batch's first)."""
@@ -813,12 +816,19 @@ class Consumer:
 
     def _fetchable(self) -> dict[TopicPartition, int]:
         """The positions to fetch: partitions with one, not paused, with nothing buffered and
-        no Fetch in flight."""
+        no Fetch in flight, whose last answer's other partitions have nothing buffered either
+        (unless paused): a leader's partitions drained one after the other are fetched
+        again together, in one request, rather than one request each (half the Fetch
+        requests, and their cost on the node and in the client, for a consumer reading two
+        partitions of a leader), while the records still buffered keep poll() busy."""
         in_flight = set().union(*(rnd.live for rnd in self._rounds))
+        held = set().union(*(
+            buffered.mates for tp, buffered in self._buffer.items() if tp not in self._paused
+        ))
         return {
             tp: position for tp, position in self._positions.items()
-            if position is not None and tp not in self._paused and tp not in self._buffer
-            and tp not in in_flight
+            if position is not None and tp not in self._paused and tp not in held
+            and tp not in self._buffer and tp not in in_flight
         }
 
     def _forget(self, tp: TopicPartition) -> None:
@@ -922,6 +932,9 @@ class Consumer:
             for tp, answer in outcome.answers.items():
                 if tp in wanted:
                     self._take(tp, rnd.work[tp].offset, answer)
+            mates = frozenset(tp for tp in outcome.answers if tp in wanted and tp in self._buffer)
+            for tp in mates:
+                self._buffer[tp].mates = mates
             if outcome.refresh:
                 failed = {**(failed or {}), **outcome.failed_leaders}
             for tp, error in sorted(outcome.final.items()):
