@@ -82,8 +82,11 @@ class Reassigner:
                 continue
             target = reassignment.target
             step = MembershipMover(target).step(replica.core)
-            if step.changed:
+            if step.changed or step is Step.PENDING:
+                # PENDING may have appended the leader's marker (a change waits for a commit of
+                # the leader's term): an idle, quiesced group sends it only if told to.
                 self.replicas.changed(replica)
+            if step.changed:
                 membership = replica.core.membership
                 log.info("%s: reassignment to %s: %s (voters %s, learners %s)", tp,
                          list(target), step.value, list(membership.voters),
