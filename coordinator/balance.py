@@ -66,6 +66,32 @@ class Plan:
     stuck: tuple[tuple[TopicPartition, str], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class DrainProgress:
+    """How far a node's decommission got: the partitions that still list it as a replica,
+    how many of them are moving away from it now, and those that cannot move yet (why)."""
+
+    replicas_left: int
+    moving: int
+    stuck: tuple[tuple[TopicPartition, str], ...]
+
+
+def drain_progress(
+    assignments: Mapping[TopicPartition, Sequence[int]],
+    removing: Mapping[TopicPartition, Collection[int]],
+    node: int,
+    plan: Plan,
+) -> DrainProgress:
+    """`node`'s drain as `assignments` (every node that may be a member, during a move),
+    the nodes each move under way is `removing` and the current `plan` show it."""
+    left = [tp for tp, replicas in assignments.items() if node in replicas]
+    return DrainProgress(
+        len(left),
+        sum(node in removing.get(tp, ()) for tp in left),
+        tuple((tp, why) for tp, why in plan.stuck if node in assignments[tp]),
+    )
+
+
 def plan_moves(
     assignments: Mapping[TopicPartition, Sequence[int]],
     live: Collection[int],
@@ -106,6 +132,7 @@ class _Planner:
             tp: tuple(in_flight.get(tp, replicas)) for tp, replicas in assignments.items()
         }
         self.touched: set[TopicPartition] = set(in_flight)
+        self.order = sorted(self.replicas)
         self.counts = {node: 0 for node in self.targets}
         self.leaders = {node: 0 for node in self.targets}
         for replicas in self.replicas.values():
@@ -127,7 +154,7 @@ class _Planner:
         moves.append(Move(tp, replicas, reason))
 
     def _untouched(self) -> Iterator[tuple[TopicPartition, tuple[int, ...]]]:
-        for tp in sorted(self.replicas):
+        for tp in self.order:
             if tp not in self.touched:
                 yield tp, self.replicas[tp]
 

@@ -37,6 +37,8 @@ from tidelog.node.acl_api import all_failed as acls_failed
 from tidelog.node.admin_api import AdminApi
 from tidelog.node.admin_api import all_failed as admin_failed
 from tidelog.node.authorization import Authorization
+from tidelog.node.balancer import DecommissionApi
+from tidelog.node.balancer import all_failed as decommission_failed
 from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_api import ConsumerGroupApi
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
@@ -156,6 +158,9 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         )
         self.reassignment_api = ReassignmentApi(
             controller, self.authorization, self.forward_to_controller
+        )
+        self.decommission_api = DecommissionApi(
+            config, controller, self.authorization, self.forward_to_controller
         )
         #: Tests only: draws for the test hooks, seeded so that a failing run replays.
         self._test_rng = random.Random(hash((config.test_seed, config.node_id)))
@@ -804,6 +809,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     ) -> pb.ListPartitionReassignmentsResponse:
         return await self.reassignment_api.list(request, context)
 
+    async def DecommissionNode(
+        self, request: pb.DecommissionNodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DecommissionNodeResponse:
+        return await self.decommission_api.decommission_node(request, context)
+
 
 def _forward_failure(exc: grpc.aio.AioRpcError) -> errors.TidelogError:
     """NOT_CONTROLLER when the controller did not get the request (retry it there), but
@@ -822,6 +832,8 @@ def _all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
         return admin_failed(method, request, exc)
     if method in ("AlterPartitionReassignments", "ListPartitionReassignments"):
         return reassignment_failed(method, request, exc)
+    if method == "DecommissionNode":
+        return decommission_failed(method, request, exc)
     if method == "InitProducerId":
         return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
     if method == "FindCoordinator":

@@ -7,7 +7,8 @@ offsets (`coordinator_topic.CoordinatorTopic`) and the group coordinator's state
 partitions (`group_coordinator_driver.GroupCoordinatorDriver`), the same for transactions
 (`__transaction_state`, `txn_coordinator_driver.TxnCoordinatorDriver`), periodic chores
 (`housekeeping.Housekeeping`), the reassignments this node's partitions carry out
-(`reassignment.Reassigner`), and the check of old data on disk (`scrubber.Scrubber`). The
+(`reassignment.Reassigner`), the moves the controller leader plans (`balancer.Balancer`), and
+the check of old data on disk (`scrubber.Scrubber`). The
 server wires them to the gRPC services.
 """
 
@@ -22,6 +23,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from tidelog.coordinator.controller import METADATA_TP
+from tidelog.node.balancer import Balancer
 from tidelog.node.config import NodeConfig
 from tidelog.node.consumer_group_driver import ConsumerGroupDriver
 from tidelog.node.controller_driver import ControllerDriver
@@ -74,6 +76,7 @@ class NodeRuntime:
         #: node's own registration and heartbeats.
         self.registry = NodeRegistry(config, self.controller, self.routing, self.replicas.dialer)
         self.registrant = Registrant(config, identity, self.routing, self.replicas.dialer, epoch)
+        self.balancer = Balancer(config, self.controller)
         self._tasks: list[asyncio.Task[None]] = []
 
     def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
@@ -100,6 +103,7 @@ class NodeRuntime:
             self.txns.id_expiration_loop(),
             self.reassigner.loop(),
             self.registry.session_loop(),
+            self.balancer.loop(),
         ]
         if not self.controller.is_voter:
             loops.append(self.controller.pull_loop())

@@ -18,7 +18,9 @@ from tidelog.coordinator.balance import (
     BALANCE_LEADERS,
     BALANCE_REPLICAS,
     DRAIN,
+    DrainProgress,
     Plan,
+    drain_progress,
     plan_moves,
 )
 from tidelog.coordinator.controller import MetadataImage, assign_replicas
@@ -345,3 +347,16 @@ def test_autobalancing_settings_are_node_settings_that_may_change_at_run_time(
                 {"partition.autobalancing.enable": "yes"}):
         with pytest.raises(InvalidConfigError):
             config.with_dynamic(bad)
+
+
+def test_drain_progress_counts_what_still_lists_the_node() -> None:
+    assignments = {TopicPartition("t", 0): (1, 2, 3), TopicPartition("t", 1): (4, 2, 3, 1),
+                   TopicPartition("t", 2): (2, 3, 4), TopicPartition("u", 0): (1, 5)}
+    removing = {TopicPartition("t", 1): (1,)}
+    plan = plan_moves(assignments, {1, 2, 3, 4}, {1}, {TopicPartition("t", 1): (4, 2, 3)}, 5)
+    progress = drain_progress(assignments, removing, 1, plan)
+    assert (progress.replicas_left, progress.moving) == (3, 1)
+    assert progress.stuck == (
+        (TopicPartition("u", 0), "a majority of its replicas [1, 5] is down"),)
+    assert drain_progress(assignments, removing, 5, plan) == DrainProgress(1, 0, progress.stuck)
+    assert drain_progress(assignments, removing, 9, plan) == DrainProgress(0, 0, ())

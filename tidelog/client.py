@@ -625,6 +625,45 @@ class Client:
         return call_with_retry(attempt, what="ListPartitionReassignments", deadline=deadline,
                                backoff=self.backoff)
 
+    def decommission_node(
+        self, node_id: int, *, cancel: bool = False, timeout_ms: int | None = None
+    ) -> wire.DecommissionStatus:
+        """Decommission node `node_id` (needs ALTER on the cluster): the controller records it,
+        gives the node no new replica and moves those it holds away, a bounded number at a
+        time; `cancel` re-commissions it. Returns once recorded, with the drain's progress
+        (`describe_decommission` follows it). BROKER_ID_NOT_REGISTERED for an unknown node,
+        INVALID_REQUEST when too few nodes would remain to hold the partitions' replicas."""
+        return self._decommission(node_id, 2 if cancel else 1, timeout_ms)
+
+    def describe_decommission(
+        self, node_id: int, *, timeout_ms: int | None = None
+    ) -> wire.DecommissionStatus:
+        """How far node `node_id`'s decommission got (needs DESCRIBE on the cluster)."""
+        return self._decommission(node_id, 0, timeout_ms)
+
+    def _decommission(
+        self, node_id: int, action: int, timeout_ms: int | None
+    ) -> wire.DecommissionStatus:
+        deadline = self.deadline(timeout_ms)
+        state = _Attempts(self.metadata.version)
+
+        def attempt() -> wire.DecommissionStatus:
+            response = self._controller_call(
+                "DecommissionNode",
+                lambda: wire.decommission_request(
+                    node_id, action, int(deadline.attempt_s() * 1000)),
+                deadline, state,
+            )
+            if response.error_code:
+                error = wire.error_for(response.error_code, response.error_message,
+                                       "DecommissionNode")
+                state.refresh = isinstance(error, RetriableError)
+                raise error
+            return wire.parse_decommission(node_id, response)
+
+        return call_with_retry(attempt, what="DecommissionNode", deadline=deadline,
+                               backoff=self.backoff)
+
     def describe_configs(
         self,
         resources: Iterable[ConfigResource],

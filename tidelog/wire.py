@@ -748,6 +748,39 @@ def parse_list_partition_reassignments(
     }
 
 
+# ---- DecommissionNode -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DecommissionStatus:
+    """A node's decommission as the controller sees it: whether it is being decommissioned,
+    how many partitions still list it as a replica (and how many of those are moving away
+    now), the partitions that cannot move yet with why, and whether it votes in the
+    controller's quorum (which a decommission does not move)."""
+
+    node_id: int
+    decommissioning: bool
+    replicas_left: int
+    moving: int
+    stuck: tuple[tuple[TopicPartition, str], ...]
+    controller_voter: bool
+
+
+def decommission_request(
+    node_id: int, action: int, timeout_ms: int
+) -> pb.DecommissionNodeRequest:
+    """``action`` 0 describes, 1 decommissions, 2 cancels."""
+    return pb.DecommissionNodeRequest(node_id=node_id, action=action, timeout_ms=timeout_ms)
+
+
+def parse_decommission(node_id: int, response: pb.DecommissionNodeResponse) -> DecommissionStatus:
+    return DecommissionStatus(
+        node_id, response.decommissioning, response.replicas_left, response.moving,
+        tuple((TopicPartition(s.topic, s.partition), s.reason) for s in response.stuck),
+        response.controller_voter,
+    )
+
+
 def describe_configs_request(
     resources: Sequence[ConfigResource], keys: Sequence[str] | None
 ) -> pb.DescribeConfigsRequest:

@@ -1,4 +1,5 @@
-"""``tidelog node``: run one node in the foreground until SIGTERM or Ctrl-C."""
+"""``tidelog node``: run one node in the foreground until SIGTERM or Ctrl-C; ``tidelog node
+decommission N``: move every replica off node N, then say it may be stopped."""
 
 from __future__ import annotations
 
@@ -6,8 +7,14 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tidelog.commands._common import add_bootstrap, client_for
+
 if TYPE_CHECKING:
     from tidelog.node.config import NodeConfig
+    from tidelog.wire import DecommissionStatus
+
+#: How often `decommission` asks how far the drain got.
+_PROGRESS_EVERY_S = 1.0
 
 #: flag dest -> Kafka-style key, so flags and a properties file name the same settings.
 _FLAG_KEYS = {
@@ -23,6 +30,19 @@ _FLAG_KEYS = {
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="node_action", metavar="ACTION")
+    decommission = sub.add_parser(
+        "decommission", help="move every replica off a node, then say it may be stopped",
+        description="Decommission node N: it takes no new replica, and the controller moves "
+        "those it holds to the other nodes, partition.autobalancing.max.moves at a time. Waits "
+        "(printing progress) until it holds none; Ctrl-C stops waiting, not the decommission.",
+    )
+    decommission.add_argument("node", type=int, metavar="N", help="the node's id")
+    decommission.add_argument("--cancel", action="store_true",
+                              help="re-commission the node: it takes replicas again")
+    decommission.add_argument("--no-wait", action="store_true",
+                              help="record the decommission and print where it stands")
+    add_bootstrap(decommission)
     parser.add_argument(
         "--node-id", help="this node's id (node.id); with --join it may be left out: the "
                           "controller assigns one, kept in the data dir"
@@ -87,6 +107,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.node_action == "decommission":
+        return _decommission(args)
     import asyncio
 
     from tidelog.node import logs
@@ -95,3 +117,45 @@ def run(args: argparse.Namespace) -> int:
     config = node_config(args)
     logs.configure(config.node_id, config.log_format)
     return asyncio.run(serve(config, exit_with_parent=args.exit_with_parent))
+
+
+def _decommission(args: argparse.Namespace) -> int:
+    import time
+
+    client = client_for(args)
+    try:
+        status = client.decommission_node(args.node, cancel=args.cancel)
+        if args.cancel:
+            print(f"node {args.node} re-commissioned: it takes replicas again (balancing, when "
+                  "enabled, moves its share back)")
+            return 0
+        shown = ""
+        while True:
+            line = _progress(status)
+            if line != shown:
+                print(line, flush=True)
+                shown = line
+            if status.replicas_left == 0 or args.no_wait:
+                break
+            time.sleep(_PROGRESS_EVERY_S)
+            status = client.describe_decommission(args.node)
+            if not status.decommissioning:
+                print(f"node {args.node}'s decommission was cancelled")
+                return 1
+        if status.replicas_left == 0:
+            if status.controller_voter:
+                print(f"node {args.node} holds no partition replica, but it votes in the "
+                      "controller's quorum (__cluster_metadata-0), which a decommission does "
+                      "not move: stopping it leaves the quorum one voter short")
+            else:
+                print(f"node {args.node} holds no replica: it may be stopped")
+    finally:
+        client.close()
+    return 0
+
+
+def _progress(status: DecommissionStatus) -> str:
+    """One line of how far the drain got, and a line per partition that cannot move."""
+    line = (f"node {status.node_id}: {status.replicas_left} replica(s) left, "
+            f"{status.moving} moving")
+    return "\n".join([line, *(f"  {tp} cannot move: {why}" for tp, why in status.stuck)])

@@ -1183,3 +1183,41 @@ class OngoingPartitionReassignment(_message.Message):
     adding_replicas: _containers.RepeatedScalarFieldContainer[int]
     removing_replicas: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, partition_index: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., adding_replicas: _Optional[_Iterable[int]] = ..., removing_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DecommissionNodeRequest(_message.Message):
+    __slots__ = ("node_id", "action", "timeout_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    action: int
+    timeout_ms: int
+    def __init__(self, node_id: _Optional[int] = ..., action: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class DecommissionNodeResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "decommissioning", "replicas_left", "moving", "stuck", "controller_voter")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DECOMMISSIONING_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    MOVING_FIELD_NUMBER: _ClassVar[int]
+    STUCK_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_VOTER_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    decommissioning: bool
+    replicas_left: int
+    moving: int
+    stuck: _containers.RepeatedCompositeFieldContainer[StuckPartition]
+    controller_voter: bool
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., decommissioning: _Optional[bool] = ..., replicas_left: _Optional[int] = ..., moving: _Optional[int] = ..., stuck: _Optional[_Iterable[_Union[StuckPartition, _Mapping]]] = ..., controller_voter: _Optional[bool] = ...) -> None: ...
+
+class StuckPartition(_message.Message):
+    __slots__ = ("topic", "partition", "reason")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    reason: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...

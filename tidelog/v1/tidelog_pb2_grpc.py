@@ -171,6 +171,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
+        self.DecommissionNode = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DecommissionNode',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -384,6 +389,15 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DecommissionNode(self, request, context):
+        """Decommission a node (move every replica it holds away; it takes no new ones), cancel
+        that, or describe how far it got (Redpanda's decommission and recommission). Forwarded to
+        the controller; needs ALTER on the cluster (DESCRIBE to describe).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -521,6 +535,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.ListPartitionReassignments,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'DecommissionNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecommissionNode,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1254,6 +1273,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/ListPartitionReassignments',
             tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecommissionNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DecommissionNode',
+            tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

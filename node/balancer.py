@@ -1,0 +1,179 @@
+"""Continuous partition balancing and decommissioning, on the controller leader.
+
+Every interval, the node that leads the controller's group plans the next moves on its image
+(`tidelog.coordinator.balance`: drain the nodes being decommissioned, then even replicas and
+preferred leaders over the live nodes, at most partition.autobalancing.max.moves partitions
+moving at once) and records them as reassignments, which the partitions' leaders carry out as
+Raft membership changes (`tidelog.node.reassignment`). The plan and its records are made in
+one step on the image the proposal is checked against, so a move is never planned on an
+image older than the one that records it (a partition whose move, or an operator's
+reassignment, is under way is planned around, never retargeted). Nothing of the balancer's
+is stored: a new controller leader plans from the reassignments the image holds.
+
+DecommissionNode's handler (`DecommissionApi`) records the decommission or its cancellation
+and describes how far the drain got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from tidelog import errors
+from tidelog.acl import Operation
+from tidelog.coordinator.balance import Plan, drain_progress, plan_moves
+from tidelog.coordinator.controller import MetadataImage
+from tidelog.coordinator.metadata_records import MetadataRecord
+from tidelog.node.authorization import Authorization
+from tidelog.node.config import NodeConfig
+from tidelog.node.controller_driver import ControllerDriver
+from tidelog.types import TopicPartition
+from tidelog.v1 import tidelog_pb2 as pb
+
+log = logging.getLogger("tidelog.node")
+
+#: How often the controller leader looks for moves to make (Redpanda ticks every 30 s; moves
+#: take seconds on a laptop cluster, and a balanced cluster's plan is one pass over it).
+BALANCE_EVERY_S = 0.5
+_PROPOSE_TIMEOUT_S = 10.0
+#: How long DecommissionNode waits for its record when the client set no deadline.
+_DEFAULT_TIMEOUT_MS = 30_000
+
+DESCRIBE, DECOMMISSION, CANCEL = 0, 1, 2
+
+Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
+
+
+def settings(config: NodeConfig, image: MetadataImage) -> NodeConfig:
+    """This node's config with the dynamic node configs in force on it."""
+    configs = image.node_configs
+    return config.with_dynamic(configs.get("", {}), configs.get(str(config.node_id), {}))
+
+
+def plan(config: NodeConfig, controller: ControllerDriver) -> Plan:
+    """The next moves on the controller's image, over the nodes that are not fenced, with the
+    autobalancing settings in force."""
+    image = controller.image
+    in_flight = {tp: moving.target for tp, moving in image.reassignments().items()}
+    now = settings(config, image)
+    return plan_moves(
+        image_assignments(image), controller.placement_node_ids(), image.decommissioning,
+        in_flight, now.partition_autobalancing_max_moves,
+        balance=now.partition_autobalancing_enable,
+    )
+
+
+class Balancer:
+    def __init__(self, config: NodeConfig, controller: ControllerDriver) -> None:
+        self.config = config
+        self.controller = controller
+
+    async def loop(self) -> None:
+        while True:
+            await asyncio.sleep(BALANCE_EVERY_S)
+            if self.controller.is_leader:
+                await self.balance_once()
+
+    async def balance_once(self) -> None:
+        """Record the next moves, if any (on the controller leader)."""
+        planned: list[str] = []
+
+        def records() -> list[MetadataRecord]:
+            image = self.controller.image
+            out: list[MetadataRecord] = []
+            planned.clear()
+            for move in plan(self.config, self.controller).moves:
+                tp = move.partition
+                record = image.plan_alter_reassignment(
+                    tp.topic, tp.partition, move.replicas, self.controller.known_node_ids()
+                )
+                if record is not None:
+                    out.append(record)
+                    planned.append(f"{tp} to {list(move.replicas)} ({move.reason})")
+            return out
+
+        try:
+            await self.controller.propose_metadata_records(records, _PROPOSE_TIMEOUT_S)
+        except errors.TidelogError as exc:
+            log.info("node %d: balancing moves not recorded (%s); planning again",
+                     self.config.node_id, exc)
+            return
+        for move in planned:
+            log.info("balancing: moving %s", move, extra={"event": "balance_move"})
+
+
+class DecommissionApi:
+    """DecommissionNode: on the controller leader (others forward it there)."""
+
+    def __init__(
+        self, config: NodeConfig, controller: ControllerDriver, authorization: Authorization,
+        forward: Forward,
+    ) -> None:
+        self.config = config
+        self.controller = controller
+        self.authorization = authorization
+        self._forward = forward
+
+    async def decommission_node(
+        self, request: pb.DecommissionNodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DecommissionNodeResponse:
+        forwarded = await self._forward("DecommissionNode", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        try:
+            if request.action not in (DESCRIBE, DECOMMISSION, CANCEL):
+                raise errors.InvalidRequestError(
+                    f"unknown action {request.action} (0: describe, 1: decommission, 2: cancel)"
+                )
+            refused = self.authorization.cluster_refused(
+                self.authorization.principal(context),
+                Operation.DESCRIBE if request.action == DESCRIBE else Operation.ALTER,
+            )
+            if refused is not None:
+                raise refused
+            node_id = request.node_id
+            if request.action != DESCRIBE:
+                timeout_s = (request.timeout_ms or _DEFAULT_TIMEOUT_MS) / 1000
+                await self.controller.propose_metadata_records(
+                    lambda: self.controller.image.plan_decommission(
+                        node_id, request.action == DECOMMISSION,
+                        self.controller.known_node_ids(),
+                    ),
+                    timeout_s,
+                )
+            elif node_id not in self.controller.known_node_ids():
+                raise errors.BrokerIdNotRegisteredError(f"node {node_id} is not a node of this "
+                                                        "cluster")
+        except errors.TidelogError as exc:
+            return all_failed("DecommissionNode", request, exc)
+        image = self.controller.image
+        removing = {tp: moving.removing for tp, moving in image.reassignments().items()}
+        progress = drain_progress(image_assignments(image), removing, node_id,
+                                  plan(self.config, self.controller))
+        response = pb.DecommissionNodeResponse(
+            decommissioning=node_id in image.decommissioning,
+            replicas_left=progress.replicas_left, moving=progress.moving,
+            controller_voter=node_id in self.controller.voters,
+        )
+        for tp, reason in progress.stuck:
+            response.stuck.add(topic=tp.topic, partition=tp.partition, reason=reason)
+        return response
+
+
+def image_assignments(image: MetadataImage) -> dict[TopicPartition, tuple[int, ...]]:
+    """Every partition's replicas (during a reassignment, every node that may be a member)."""
+    return {
+        TopicPartition(topic.name, p): replicas
+        for topic in image.topics.values() for p, replicas in enumerate(topic.assignment)
+    }
+
+
+def all_failed(
+    method: str, request: Any, exc: errors.TidelogError
+) -> pb.DecommissionNodeResponse:
+    """The answer of a DecommissionNode refused as a whole."""
+    return pb.DecommissionNodeResponse(error_code=exc.code, error_message=str(exc))
