@@ -12,8 +12,7 @@ load on a shared machine moves less than the ratio of medians: it swings by 2-4x
 and adjacent rounds see about the same. This is measured at 1 producer and again at
 ``--producers`` producers side by side (each transactional one with its own transactional id,
 against as many idempotent producers), the way Kafka's transaction throughput is usually
-reported; both on the same cluster, one count after the other (one cluster start: ``--quick``
-stays a few seconds).
+reported; both on the same cluster, one count after the other.
 ``--produce-only`` skips the consume part.
 
 Each round also reads the node processes' CPU (user + system, /proc) around it and prints it
@@ -33,17 +32,18 @@ coordinator's writes (Ongoing, PrepareCommit, the markers and Complete) cost on 
 Consume (goal >= 0.9): read_committed against read_uncommitted consume of a log with 10%
 aborted transactions.
 
-One node, one partition. The log is written once: ``--txns`` transactions of ``--records``
-records of 1 KiB, each a transactional batch of its own producer ended by a marker that this
-process writes as a transaction coordinator would (node-to-node WriteTxnMarkers on the node's
-internal listener); every tenth transaction is aborted, so the .txnindex holds one entry per
-ten transactions and every read_committed Fetch answer carries the aborted ones it overlaps.
-Then the whole log is consumed from the start by a fresh `Client` consumer, alternately
-read_uncommitted and read_committed, ``--rounds`` times each: the figure is the median time
-to reach the log end, and the ratio is read_uncommitted's median over read_committed's (the
-read_committed consumer's speed over the same log bytes, relative to the other's; it returns
-10% fewer records, which it must skip, not save). Each round also checks what it read: every
-committed record, and under read_committed no aborted one.
+One partition, replication factor 1, on the same cluster after the produce part (one cluster
+start for both), written at and read from its leader. The log is written once: ``--txns``
+transactions of ``--records`` records of 1 KiB, each a transactional batch of its own producer
+ended by a marker that this process writes as a transaction coordinator would (node-to-node
+WriteTxnMarkers on the node's internal listener); every tenth transaction is aborted, so the
+.txnindex holds one entry per ten transactions and every read_committed Fetch answer carries the
+aborted ones it overlaps. Then the whole log is consumed from the start by a fresh `Client`
+consumer, alternately read_uncommitted and read_committed, ``--rounds`` times each: the figure
+is the median time to reach the log end, and the ratio is read_uncommitted's median over
+read_committed's (the read_committed consumer's speed over the same log bytes, relative to the
+other's; it returns 10% fewer records, which it must skip, not save). Each round also checks
+what it read: every committed record, and under read_committed no aborted one.
 
 Run: ``.venv/bin/python bench/transactions.py [--quick] [--txns N] [--records N] [--rounds N]``.
 ``--quick`` is a smoke test (seconds) whose figures mean little. Figures are printed, never
@@ -90,10 +90,11 @@ class BenchError(Exception):
     pass
 
 
-def write_log(cluster: LocalCluster, raw: Raw, txns: int, records: int) -> tuple[int, int]:
-    """The transactions, each aborted when its index is a multiple of ABORT_EVERY; returns
-    (the log end offset, the committed records written)."""
-    node = cluster.node_ids[0]
+def write_log(cluster: LocalCluster, raw: Raw, node: int, txns: int,
+              records: int) -> tuple[int, int]:
+    """The transactions, each aborted when its index is a multiple of ABORT_EVERY, written at
+    `node`, the partition's leader; returns (the log end offset, the committed records
+    written)."""
     channel = grpc.insecure_channel(cluster.internal_address_of(node))
     markers = channel.unary_unary(
         _METHOD,
@@ -199,50 +200,26 @@ def produce_round(client: Client, pids: list[int], txns: int, records: int, kind
     return Round(sent / seconds, nodes_s / sent * 1e6)
 
 
-def produce(args: argparse.Namespace, counts: list[int]) -> dict[int, dict[str, list[Round]]]:
-    """Per producer count, the rounds of each kind in order; one cluster for all counts."""
+def produce(args: argparse.Namespace, cluster: LocalCluster, raw: Raw,
+            counts: list[int]) -> dict[int, dict[str, list[Round]]]:
+    """Per producer count, the rounds of each kind in order."""
     rates: dict[int, dict[str, list[Round]]] = {n: {kind: [] for kind in KINDS} for n in counts}
-    with LocalCluster(nodes=3, transaction_state_log_num_partitions=3,
-                      offsets_topic_num_partitions=1) as cluster, Raw(cluster) as raw:
-        raw.create_topic(PRODUCE_TOPIC, 3, 3)
-        raw.wait_leaders(PRODUCE_TOPIC, 3)
-        pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
-        with Client(cluster.bootstrap) as client:
-            # Warm-up: topics, coordinators.
-            produce_round(client, pids, 2, args.records, "transactional", "warm-up")
-            for producers in counts:
-                for n in range(args.rounds):
-                    for kind, values in rates[producers].items():
-                        values.append(produce_round(
-                            client, pids, args.produce_txns, args.records, kind, f"{producers}-{n}",
-                            producers,
-                        ))
+    raw.create_topic(PRODUCE_TOPIC, 3, 3)
+    raw.wait_leaders(PRODUCE_TOPIC, 3)
+    pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
+    with Client(cluster.bootstrap) as client:
+        # Warm-up: topics, coordinators.
+        produce_round(client, pids, 2, args.records, "transactional", "warm-up")
+        for producers in counts:
+            for n in range(args.rounds):
+                for kind, values in rates[producers].items():
+                    values.append(produce_round(client, pids, args.produce_txns, args.records,
+                                                kind, f"{producers}-{n}", producers))
     return rates
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes")
-    parser.add_argument("--txns", type=int, default=400)
-    parser.add_argument("--records", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--produce-txns", type=int, default=20,
-                        help="transactions per produce round")
-    parser.add_argument("--producers", type=int, default=4,
-                        help="also measure this many producers side by side (each "
-                             "transactional one with its own transactional id)")
-    parser.add_argument("--produce-only", action="store_true", help="skip the consume part")
-    args = parser.parse_args()
-    if args.quick:
-        args.txns, args.records, args.rounds, args.produce_txns = 20, 10, 1, 3
-    print(f"# bench/transactions.py {datetime.now(UTC).isoformat(timespec='seconds')} "
-          f"python {platform.python_version()} cpus {os.cpu_count()} "
-          f"load {os.getloadavg()[0]:.1f}")
-    try:
-        measured = produce(args, sorted({1, args.producers}))
-    except BenchError as exc:
-        print(f"FAILED: {exc}")
-        return 1
+def report_produce(args: argparse.Namespace,
+                   measured: dict[int, dict[str, list[Round]]]) -> None:
     for producers, by_round in measured.items():
         produced = {kind: statistics.median(r.records_s for r in rounds)
                     for kind, rounds in by_round.items()}
@@ -266,35 +243,64 @@ def main() -> int:
         print(f"  nodes' CPU per record, idempotent/transactional: "
               f"{cpu['idempotent'] / txn_us:.3f}; flushed/transactional: "
               f"{cpu['flushed'] / txn_us:.3f}")
-    if args.produce_only:
-        return 0
+
+
+def consume_part(args: argparse.Namespace, cluster: LocalCluster, raw: Raw) -> None:
+    """The read_committed / read_uncommitted ratio over a log of its own (one partition, RF 1,
+    read from its leader)."""
     print(f"log: {args.txns} transactions of {args.records} records of {VALUE_BYTES} B, "
           f"1 in {ABORT_EVERY} aborted")
-    try:
-        with LocalCluster(nodes=1) as cluster, Raw(cluster) as raw:
-            raw.create_topic(TOPIC, 1, 1)
-            started = time.perf_counter()
-            end, committed = write_log(cluster, raw, args.txns, args.records)
-            print(f"written in {time.perf_counter() - started:.1f}s; log end offset {end}")
-            times: dict[str, list[float]] = {"read_uncommitted": [], "read_committed": []}
-            total = args.txns * args.records
-            for _ in range(args.rounds):
-                for isolation, expected in (("read_uncommitted", total),
-                                            ("read_committed", committed)):
-                    seconds, read, aborted = consume(cluster, isolation, end)
-                    if read != expected or (isolation == "read_committed" and aborted):
-                        raise BenchError(f"{isolation}: read {read} records ({aborted} "
-                                         f"aborted), expected {expected}")
-                    times[isolation].append(seconds)
-    except BenchError as exc:
-        print(f"FAILED: {exc}")
-        return 1
+    raw.create_topic(TOPIC, 1, 1)
+    (leader,) = raw.wait_leaders(TOPIC, 1)
+    started = time.perf_counter()
+    end, committed = write_log(cluster, raw, leader, args.txns, args.records)
+    print(f"written in {time.perf_counter() - started:.1f}s; log end offset {end}")
+    times: dict[str, list[float]] = {"read_uncommitted": [], "read_committed": []}
+    total = args.txns * args.records
+    for _ in range(args.rounds):
+        for isolation, expected in (("read_uncommitted", total), ("read_committed", committed)):
+            seconds, read, aborted = consume(cluster, isolation, end)
+            if read != expected or (isolation == "read_committed" and aborted):
+                raise BenchError(f"{isolation}: read {read} records ({aborted} aborted), "
+                                 f"expected {expected}")
+            times[isolation].append(seconds)
     medians = {k: statistics.median(v) for k, v in times.items()}
     for isolation, median in medians.items():
         print(f"{isolation}: median {median:.3f}s over {args.rounds} round(s) "
               f"({args.txns * args.records / median:,.0f} log records/s)")
     print(f"ratio read_committed/read_uncommitted consume speed: "
           f"{medians['read_uncommitted'] / medians['read_committed']:.3f} (goal >= 0.9)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes")
+    parser.add_argument("--txns", type=int, default=400)
+    parser.add_argument("--records", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--produce-txns", type=int, default=20,
+                        help="transactions per produce round")
+    parser.add_argument("--producers", type=int, default=4,
+                        help="also measure this many producers side by side (each "
+                             "transactional one with its own transactional id)")
+    parser.add_argument("--produce-only", action="store_true", help="skip the consume part")
+    args = parser.parse_args()
+    if args.quick:
+        args.txns, args.records, args.rounds, args.produce_txns = 20, 10, 1, 3
+    print(f"# bench/transactions.py {datetime.now(UTC).isoformat(timespec='seconds')} "
+          f"python {platform.python_version()} cpus {os.cpu_count()} "
+          f"load {os.getloadavg()[0]:.1f}")
+    try:
+        # One cluster for both parts (one start: ``--quick`` stays a few seconds).
+        with LocalCluster(nodes=3, transaction_state_log_num_partitions=3,
+                          offsets_topic_num_partitions=1) as cluster, Raw(cluster) as raw:
+            measured = produce(args, cluster, raw, sorted({1, args.producers}))
+            report_produce(args, measured)
+            if not args.produce_only:
+                consume_part(args, cluster, raw)
+    except BenchError as exc:
+        print(f"FAILED: {exc}")
+        return 1
     return 0
 
 

@@ -1,8 +1,8 @@
 """The transactions benchmark is not a test, but it must keep running: ``--quick`` exercises
-both halves of it (transactional, idempotent and flushed produce rounds at 1 and at 4 producers
-on one 3-node cluster; a log with aborted transactions written through WriteTxnMarkers and read
-under both isolation levels, every committed record checked) on tiny sizes and prints the same
-summary lines as a full run. Its figures are never checked here."""
+both halves of it on one 3-node cluster (transactional, idempotent and flushed produce rounds at
+1 and at 4 producers, with the nodes' CPU; then a log with aborted transactions written through
+WriteTxnMarkers and read under both isolation levels, every committed record checked) on tiny
+sizes and prints the same summary lines as a full run. Its figures are never checked here."""
 
 from __future__ import annotations
 
