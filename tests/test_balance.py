@@ -14,6 +14,7 @@ from fuzz_helpers import FUZZ_TIMEOUT_S, fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidelog.configs import ConfigResourceType
 from tidelog.coordinator.balance import (
     BALANCE_LEADERS,
     BALANCE_REPLICAS,
@@ -25,6 +26,7 @@ from tidelog.coordinator.balance import (
 )
 from tidelog.coordinator.controller import MetadataImage, assign_replicas
 from tidelog.coordinator.metadata_records import (
+    ConfigRecord,
     DecommissionRecord,
     MetadataRecordError,
     TopicRecord,
@@ -38,6 +40,7 @@ from tidelog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
 )
+from tidelog.node.balancer import settings
 from tidelog.node.config import NodeConfig
 from tidelog.types import TopicPartition
 
@@ -360,3 +363,23 @@ def test_drain_progress_counts_what_still_lists_the_node() -> None:
         (TopicPartition("u", 0), "a majority of its replicas [1, 5] is down"),)
     assert drain_progress(assignments, removing, 5, plan) == DrainProgress(1, 0, progress.stuck)
     assert drain_progress(assignments, removing, 9, plan) == DrainProgress(0, 0, ())
+
+
+def test_the_controller_reads_the_autobalancing_settings_from_the_dynamic_node_configs(
+    tmp_path: Path,
+) -> None:
+    config = NodeConfig.from_properties(
+        {"node.id": "2", "listen": "127.0.0.1:0", "data.dir": str(tmp_path)})
+    image = MetadataImage()
+    assert settings(config, image) is config
+    broker = ConfigResourceType.BROKER
+    for offset, record in enumerate([
+        ConfigRecord(broker, "", "partition.autobalancing.enable", "false"),
+        ConfigRecord(broker, "", "partition.autobalancing.max.moves", "4"),
+        ConfigRecord(broker, "2", "partition.autobalancing.max.moves", "6"),
+        ConfigRecord(broker, "3", "partition.autobalancing.enable", "true"),
+    ]):
+        image.apply(offset, record)
+    now = settings(config, image)
+    assert (now.partition_autobalancing_enable, now.partition_autobalancing_max_moves) \
+        == (False, 6)

@@ -24,6 +24,8 @@ import pytest
 
 from tidelog import Client, TopicPartition
 from tidelog.cli import main
+from tidelog.configs import AlterConfigOp, ConfigResource, ConfigResourceType, ConfigSource
+from tidelog.errors import InvalidConfigError
 from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -157,6 +159,17 @@ def test_two_nodes_join_under_load_and_get_their_share(
 ) -> None:
     topic = "grown"
     client.create_topic(topic, partitions=_PARTITIONS, replication_factor=3)
+    # The bound on moves is a dynamic node config: every node's default, read by the
+    # controller leader, refused when a properties file would refuse it.
+    every_node = ConfigResource(ConfigResourceType.BROKER, "")
+    key = "partition.autobalancing.max.moves"
+    with pytest.raises(InvalidConfigError, match="must be >= 1"):
+        client.incremental_alter_configs({every_node: [AlterConfigOp(key, "0")]})
+    client.incremental_alter_configs({every_node: [AlterConfigOp(key, "3")]})
+    node_1 = ConfigResource(ConfigResourceType.BROKER, "1")
+    entry = client.describe_configs([node_1], keys=[key])[node_1][key]
+    assert (entry.value, entry.source, entry.is_read_only) == (
+        "3", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, False)
     with Load(client, topic) as load:
         load.wait_for_more(100, "the load to run")
         joined = [cluster.join(), cluster.join()]
