@@ -1,9 +1,10 @@
 """The controller's driver on one replica set in this process (its own directory and Ready loop,
 as a node runs them; no tick loop, so elections happen only when the test steps them, and the
-other two voters are played by the test): a controller deposed after it proposed a change but
-before it saw the change commit answers REQUEST_TIMED_OUT, not NOT_CONTROLLER, because the next
-controller may still commit it; and a new controller decides nothing until its image holds
-every record written before its election."""
+other voters are played by the test): a node killed right after a change applies it from its
+own disk at start; a controller deposed after it proposed a change but before it saw the change
+commit answers REQUEST_TIMED_OUT, not NOT_CONTROLLER, because the next controller may still
+commit it; and a new controller decides nothing until its image holds every record written
+before its election."""
 
 from __future__ import annotations
 
@@ -32,12 +33,20 @@ async def _until(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.005)
 
 
+def _config(tmp_path: Path, nodes: int = 3) -> NodeConfig:
+    return NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
+                      peers={n: f"127.0.0.1:{n}" for n in range(1, nodes + 1)},
+                      client_addresses={n: f"127.0.0.1:1{n}" for n in range(2, nodes + 1)})
+
+
 @contextlib.asynccontextmanager
-async def _controller(tmp_path: Path) -> AsyncIterator[tuple[ControllerDriver, PartitionReplica]]:
-    """Node 1 of three, its metadata replica opened and its Ready loop running."""
-    config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path,
-                        peers={1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"},
-                        client_addresses={2: "127.0.0.1:12", 3: "127.0.0.1:13"})
+async def _controller(
+    tmp_path: Path, nodes: int = 3, *, killed: bool = False
+) -> AsyncIterator[tuple[ControllerDriver, PartitionReplica]]:
+    """Node 1 of `nodes`, its metadata replica opened and its Ready loop running. `killed`:
+    at the end the node stops as a SIGKILL would stop it, without closing its logs (no last
+    checkpoint)."""
+    config = _config(tmp_path, nodes)
     replicas = ReplicaSet(config)
     controller = ControllerDriver(config, replicas, Routing(config, replicas.partitions,
                                                             METADATA_TP))
@@ -49,7 +58,11 @@ async def _controller(tmp_path: Path) -> AsyncIterator[tuple[ControllerDriver, P
         ready_loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await ready_loop
-        await replicas.close()
+        if killed:
+            replicas.disk.shutdown()
+            replicas.flushers.shutdown()
+        else:
+            await replicas.close()
 
 
 async def _elect(controller: ControllerDriver, replica: PartitionReplica) -> int:
@@ -58,8 +71,9 @@ async def _elect(controller: ControllerDriver, replica: PartitionReplica) -> int
     core = replica.core
     core.campaign()
     term = core.term + 1
-    core.step(PreVoteResponse(term, 2, 1, True))
-    core.step(VoteResponse(term, 2, 1, True))
+    if len(controller.voters) > 1:
+        core.step(PreVoteResponse(term, 2, 1, True))
+        core.step(VoteResponse(term, 2, 1, True))
     controller.replicas.changed(replica)
     await _until(lambda: replica.is_leader and replica.leader_epoch_start_offset is not None)
     return term
@@ -77,6 +91,31 @@ async def _deposed_mid_change(
     replica.core.step(Heartbeat(term + 1, 3, 1, leader_hw=0))
     controller.replicas.changed(replica)
     return proposal
+
+
+def test_a_node_killed_right_after_a_change_applies_it_from_its_own_disk(tmp_path: Path) -> None:
+    """A lone node applies its metadata log at start up to the HW it checkpointed, and has no
+    other voter to catch up from: the HW is checkpointed when a change commits, before it is
+    answered, so a node killed right after (no periodic checkpoint, no clean close) knows the
+    change before any election. It did not: it knew it only after its first commit as leader
+    again, and answered UNKNOWN_TOPIC_OR_PARTITION meanwhile."""
+
+    async def scenario() -> None:
+        async with _controller(tmp_path, nodes=1, killed=True) as (controller, replica):
+            await _elect(controller, replica)
+            await controller.propose_metadata(
+                lambda: controller.image.plan_create("t", 1, 1, {}, [1]), 30)
+        config = _config(tmp_path, nodes=1)
+        restarted = ReplicaSet(config)
+        try:
+            again = ControllerDriver(config, restarted, Routing(config, restarted.partitions,
+                                                                METADATA_TP))
+            await again.load()
+            assert "t" in again.image.topics
+        finally:
+            await restarted.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_controller_deposed_before_its_change_committed_answers_request_timed_out(

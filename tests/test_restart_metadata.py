@@ -33,12 +33,3 @@ def test_a_node_restarted_right_after_a_topic_was_created_knows_it_when_serving(
         finally:
             cluster.resume(controller)
 
-
-def test_a_lone_node_killed_right_after_creating_a_topic_knows_it_when_serving() -> None:
-    """A one-node cluster has no voter to catch up from: what it committed must be known from
-    its own disk (its HW checkpoint), not only after its first commit as leader again."""
-    with LocalCluster(1) as cluster, Raw(cluster) as raw:
-        raw.create_topic("alone", 1, 1)
-        cluster.kill(1)  # well before the periodic (5 s) offsets checkpoint
-        cluster.restart(1)
-        assert raw.metadata(1, "alone").error_code == 0
