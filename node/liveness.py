@@ -41,7 +41,7 @@ class LivenessBeacon:
     """Sends each peer an envelope every ``interval_s`` from a thread of its own while
     ``loop_turned()`` (the `time.monotonic` of the main loop's last tick) is recent. It says
     ``ticks()``, how many ticks the main loop has run: a peer runs the timers that wait on
-    this node no faster than that (`ReplicaSet._lagging`)."""
+    this node no faster than that (`tidelog.replication.pacing`)."""
 
     def __init__(self, node_id: int, peers: dict[int, str], dialer: PeerDialer,
                  interval_s: float, loop_turned: Callable[[], float],

@@ -54,6 +54,7 @@ from tidelog.replication import (
     VoteRequest,
 )
 from tidelog.replication.driver import Driver, Leadership, Write
+from tidelog.replication.pacing import PeerPacing, tick_paced
 from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import LogConfig
 from tidelog.types import TopicPartition
@@ -145,12 +146,9 @@ class ReplicaSet:
         self._ticks = 0
         self._heard: dict[int, int] = {}
         self._down: set[int] = set()
-        #: Pacing (`_lagging`): the tick count each peer's liveness thread last reported,
-        #: this node's tick when it came, and the peer's ticks not yet matched by this node's
-        #: (negative: this node ran ahead), within +-`heartbeat_ticks`.
-        self._peer_ticks: dict[int, int] = {}
-        self._peer_ticks_at: dict[int, int] = {}
-        self._pace_credit: dict[int, int] = {}
+        #: The peers' tick counts, as their liveness threads report them: the timers that wait
+        #: on a peer run at its pace (`tidelog.replication.pacing`).
+        self._pacing = PeerPacing(self.raft_config)
         #: When the tick loop last turned (`time.monotonic`): the liveness thread vouches for
         #: this node only while it is recent.
         self.loop_turned = time.monotonic()
@@ -585,9 +583,9 @@ class ReplicaSet:
         self._ticks += 1
         self.loop_turned = time.monotonic()
         # Only the cores whose tick did more than count (`RaftCore.tick`) are looked at.
-        lagging = self._lagging()
+        lagging = self._pacing.lagging(self._ticks, self._down)
         if lagging:
-            acted = [r for r in self._awake if not r.offline and self._tick_paced(r, lagging)]
+            acted = [r for r in self._awake if not r.offline and tick_paced(r.core, lagging)]
         else:
             acted = [r for r in self._awake if not r.offline and r.core.tick()]
         for replica in acted:
@@ -599,51 +597,6 @@ class ReplicaSet:
             self._liveness()
         if self._dirty:
             self._work.set()
-
-    def _lagging(self) -> set[int]:
-        """The live peers whose tick loops fell behind this one's (by more than a heartbeat
-        interval of ticks, as their liveness threads report them): slow, not dead. The
-        election timers that wait on such a peer stand still meanwhile (`_tick_paced`): a
-        follower's whose leader is there, a leader's check-quorum window when most of its
-        followers are. Under a load that held a node's loop for hundreds of ms per tick, the
-        timers of its peers, ticking on time, deposed its leaders and the elections fed
-        themselves. A peer that reported nothing for an election timeout, or is silent
-        (`_down`), is not waited on: node liveness decides for it."""
-        if not self._pace_credit:
-            return set()
-        slack = self.raft_config.heartbeat_ticks
-        stale = self._ticks - self.raft_config.election_ticks
-        lagging = set()
-        for peer, credit in self._pace_credit.items():
-            if peer in self._down or self._peer_ticks_at[peer] <= stale:
-                continue
-            if credit > -slack:
-                self._pace_credit[peer] = credit - 1
-            else:
-                lagging.add(peer)
-        return lagging
-
-    def _paced_by(self, peer: int, ticks: int) -> None:
-        """A peer's liveness thread said its tick loop has run `ticks` ticks."""
-        last = self._peer_ticks.get(peer)
-        self._peer_ticks[peer] = ticks
-        self._peer_ticks_at[peer] = self._ticks
-        if last is None or ticks < last:  # its first report, or it restarted
-            self._pace_credit[peer] = 0
-            return
-        slack = self.raft_config.heartbeat_ticks
-        self._pace_credit[peer] = min(slack, self._pace_credit[peer] + ticks - last)
-
-    def _tick_paced(self, replica: PartitionReplica, lagging: set[int]) -> bool:
-        """`RaftCore.tick` while some peers lag (`_lagging`)."""
-        core = replica.core
-        leader = core.leader_id
-        if leader is not None and leader in lagging:
-            return False  # its leader's node is slow: its timer waits for it
-        if leader != self.node_id:
-            return core.tick()
-        paced = sum(1 for n in replica.replicas if n not in lagging)
-        return core.tick(quorum_paced=2 * paced > len(replica.replicas))
 
     def awake(self) -> list[PartitionReplica]:
         """The replicas whose cores are not quiesced (the only ones whose state changes)."""
@@ -684,7 +637,7 @@ class ReplicaSet:
         now = time.monotonic()
         self._heard[env.src] = self._ticks
         if env.ticks:
-            self._paced_by(env.src, env.ticks)
+            self._pacing.report(env.src, env.ticks, self._ticks)
         for group in env.offline:
             # The sender's replica cannot write: as good as down for a group it leads.
             replica = self.partitions.get(TopicPartition(group.topic, group.partition))
