@@ -25,7 +25,7 @@ import pytest
 from tidelog import Client, TopicPartition
 from tidelog.cli import main
 from tidelog.configs import AlterConfigOp, ConfigResource, ConfigResourceType, ConfigSource
-from tidelog.errors import InvalidConfigError
+from tidelog.errors import BrokerIdNotRegisteredError, InvalidConfigError
 from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -200,6 +200,16 @@ def test_a_decommissioned_node_is_drained_under_load_then_stopped_losing_nothing
     client.create_topic(topic, partitions=_PARTITIONS, replication_factor=3)
     leaving = max(cluster.node_ids)
     assert replica_counts(client)[leaving] > 0
+    with pytest.raises(BrokerIdNotRegisteredError):
+        client.decommission_node(99)
+    # Started and cancelled: a node like the others again.
+    assert client.decommission_node(leaving).decommissioning
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["node", "decommission", str(leaving), "--cancel",
+                     "--bootstrap", cluster.bootstrap]) == 0
+    assert f"node {leaving} re-commissioned" in out.getvalue()
+    assert not client.describe_decommission(leaving).decommissioning
     with Load(client, topic) as load:
         load.wait_for_more(100, "the load to run")
         out = io.StringIO()
