@@ -287,6 +287,17 @@ class PartitionReplica:
         if self._data_waiters and (rd.entries or rd.hard_state is not None):
             self.wake_fetchers()
 
+    def publish_hw(self, high_watermark: int) -> None:
+        """A leader's HW, published as its Ready leaves for the disk (`Driver.begin`): what
+        it commits is durable here already, so acks=all producers and fetchers waiting for it
+        go now rather than after the fsync of the entries proposed since. The rest of the Ready
+        (acks=1, reads, hooks) waits for `publish`."""
+        if high_watermark > self.log.high_watermark:
+            self.log.update_high_watermark(high_watermark)
+            self._complete_acks_all()
+            if self._data_waiters:
+                self.wake_fetchers()
+
     def _complete(
         self, waiters: list[_ProduceWaiter], end: int,
         short: errors.TidelogError | None = None,

@@ -738,6 +738,9 @@ class ReplicaSet:
         if topic_hook is not None:
             topic_hook(replica)
 
+    def publish_hw(self, replica: PartitionReplica, high_watermark: int) -> None:
+        replica.publish_hw(high_watermark)
+
     def leadership(self, replica: PartitionReplica, change: Leadership) -> None:
         replica.on_leadership(change)
 

@@ -13,7 +13,11 @@ many partitions) and:
 3. sends before the fsync the messages that `may_send_before_sync` allows: a leader's appends,
    so the followers' fsyncs overlap the leader's instead of following it (Raft thesis §10.2.1,
    as etcd does). The core counts its own replica only up to its durable prefix, so a commit
-   still takes a majority of fsynced copies;
+   still takes a majority of fsynced copies. Such a Ready's high watermark is published at
+   once too (`DriverPort.publish_hw`): every entry below it is durable here already
+   (`Driver.begin` says why), and under load a leader's next Ready nearly always carries new
+   entries, so holding its HW back for their fsync made every acks=all producer wait a round
+   more than its commit took;
 4. leaves ``round.writes`` to its caller, who makes each durable (`Write.apply`, then
    `Write.sync`) on a disk thread (the node) or at simulated times (the simulator);
 5. `Driver.complete`: sends what had to wait for the disk (acknowledgements, votes, anything
@@ -74,6 +78,12 @@ class DriverPort(Protocol[K_contra]):
 
     def publish(self, key: K_contra, rd: Ready) -> None:
         """``rd`` is durable: expose its high watermark, complete what it decided."""
+        ...
+
+    def publish_hw(self, key: K_contra, high_watermark: int) -> None:
+        """The high watermark of a leader's Ready whose writes are not durable yet, though
+        every entry below the HW is: expose it, complete what waits for it. ``publish`` of the
+        same Ready follows once its writes are durable."""
         ...
 
     def leadership(self, key: K_contra, change: Leadership) -> None: ...
@@ -198,6 +208,12 @@ class Driver(Generic[K]):
         for _, replica, rd in instant:
             replica.core.advance(rd)
         for key, write in rnd.early:
+            # A leader's Ready is taken only after its previous one was advanced, and its
+            # appends leave only with the Ready that hands their entries out, so every entry it
+            # sent anyone is durable here; the core counts itself only up to that durable
+            # prefix, so the HW lies within it (the simulator checks each published HW against
+            # the durable log end).
+            port.publish_hw(key, write.rd.high_watermark)
             for message in write.rd.messages:
                 port.send(key, message)
         port.flush()

@@ -588,10 +588,7 @@ class Simulator:
         pass
 
     def publish(self, node: _Node, rd: Ready) -> None:
-        if rd.high_watermark != node.published_hw:
-            assert node.store is not None
-            node.store.log.update_high_watermark(rd.high_watermark)
-            self._publish_hw(node, rd.high_watermark)
+        self.publish_hw(node, rd.high_watermark)
         for state in rd.read_states:
             ctx, index = state.ctx, state.index
             read = self._read_over(ctx, done=True)
@@ -604,6 +601,12 @@ class Simulator:
                                          f"above the committed end {self.chain_end}")
         for ctx in rd.failed_reads:
             self._read_over(ctx)
+
+    def publish_hw(self, node: _Node, high_watermark: int) -> None:
+        if high_watermark != node.published_hw:
+            assert node.store is not None
+            node.store.log.update_high_watermark(high_watermark)
+            self._publish_hw(node, high_watermark)
 
     def leadership(self, node: _Node, change: Leadership) -> None:
         """The epoch start the driver read from the Ready is where the term's entries begin

@@ -30,6 +30,8 @@ class _Port:
         self.out: list[Message] = []
         self.readies: dict[int, list[Ready]] = {i: [] for i in ids}
         self.leaderships: dict[int, list[Leadership]] = {i: [] for i in ids}
+        #: The high watermarks published before their Ready was durable (`publish_hw`).
+        self.early_hws: dict[int, list[int]] = {i: [] for i in ids}
 
     def send(self, key: int, message: Message) -> None:
         self.out.append(message)
@@ -39,6 +41,9 @@ class _Port:
 
     def publish(self, key: int, rd: Ready) -> None:
         self.readies[key].append(rd)
+
+    def publish_hw(self, key: int, high_watermark: int) -> None:
+        self.early_hws[key].append(high_watermark)
 
     def leadership(self, key: int, change: Leadership) -> None:
         self.leaderships[key].append(change)
@@ -112,6 +117,7 @@ class Cluster:
         self.logs[i] = MemoryLog()
         self.port.readies[i] = []
         self.port.leaderships[i] = []
+        self.port.early_hws[i] = []
         self.bootstrap[i] = ([], [i])
         return self.restart(i)
 

@@ -28,8 +28,9 @@ blank line. Lines starting with ``#`` (and blank lines) between blocks are prose
     step I                           steps each message of the input into core I
     flush I [hold]                   runs I's driver until it has no Ready: what it sent
                                      (dropped, or held with ``hold``)
-    begin I / persist I              one driver round of I, taken apart: the writes and what
-                                     went out before they are durable; then what went after
+    begin I / persist I              one driver round of I, taken apart: the writes, the HW
+                                     published and what went out before they are durable;
+                                     then what went after
     ready I / advance I              the core's Ready without the driver; apply and advance it
     prompt I [deliver]               the core's prompt messages (take_prompt_messages)
     restart I                        a new core on I's log and durable hard state
@@ -482,6 +483,10 @@ class Transcript:
         out: list[str] = []
         for write in rnd.writes:  # its messages show below, as they are sent
             out += [show_ready(write.rd)[0], f"  write term_vote={write.term_vote}"]
+        early, self.c.port.early_hws[node] = self.c.port.early_hws[node], []
+        if early:
+            out.append("published before the write is durable: "
+                       + " ".join(f"hw={hw}" for hw in early))
         out.append("sent before the write is durable:")
         return out + self._take_sent()
 

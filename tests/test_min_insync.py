@@ -58,6 +58,9 @@ class _Group:
     def publish(self, key: PartitionReplica, rd: Ready) -> None:
         key.publish(rd)
 
+    def publish_hw(self, key: PartitionReplica, high_watermark: int) -> None:
+        key.publish_hw(high_watermark)
+
     def leadership(self, key: PartitionReplica, change: Leadership) -> None:
         key.on_leadership(change)
 
