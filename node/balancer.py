@@ -71,6 +71,10 @@ class Balancer:
     def __init__(self, config: NodeConfig, controller: ControllerDriver) -> None:
         self.config = config
         self.controller = controller
+        #: The image (its applied offset) on which the last plan had no move: everything a
+        #: plan reads (assignments, moves under way, nodes and their fencing, settings,
+        #: decommissions) is in the image, so it needs no plan again until a record lands.
+        self._settled_at = -1
 
     async def loop(self) -> None:
         while True:
@@ -80,6 +84,8 @@ class Balancer:
 
     async def balance_once(self) -> None:
         """Record the next moves, if any (on the controller leader)."""
+        if self.controller.image.applied_offset == self._settled_at:
+            return
         planned: list[str] = []
 
         def records() -> list[MetadataRecord]:
@@ -94,6 +100,8 @@ class Balancer:
                 if record is not None:
                     out.append(record)
                     planned.append(f"{tp} to {list(move.replicas)} ({move.reason})")
+            if not out:
+                self._settled_at = image.applied_offset
             return out
 
         try:
