@@ -2,13 +2,12 @@
 
 Everything that touches a core runs on the asyncio loop. The Ready loop runs the one Raft
 driver (`tidelog.replication.driver`, the same that the simulator runs): each round collects
-the Readies of every partition that has one, sends a leader's appends (and publishes its
-high watermark) at once, applies and fsyncs all the writes in a single trip to the disk thread
-(group commit: one fsync per touched log per round, however many requests arrived meanwhile),
-and only then sends the rest of their messages and publishes the rest. While one round is on
-the disk thread the next one is taken and queued behind it (`ready_loop`). This class is the
-driver's port: it queues messages into one frame per peer, publishes, and tells each replica
-about its leadership as the driver reads it from the Readies.
+the Readies of every partition that has one, sends a leader's appends at once, applies and
+fsyncs all the writes in a single trip to the disk thread (group commit: one fsync per touched
+log per round, however many requests arrived meanwhile), and only then sends the rest of
+their messages and publishes their high watermarks. This class is the driver's port: it
+queues messages into one frame per peer, publishes, and tells each replica about its
+leadership as the driver reads it from the Readies.
 
 What happens once a partition's Ready is published (the controller applying its committed
 records) is not this module's business: a hook registered with `on_published` runs then.
@@ -31,7 +30,6 @@ import itertools
 import logging
 import shutil
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -55,7 +53,7 @@ from tidelog.replication import (
     Ready,
     VoteRequest,
 )
-from tidelog.replication.driver import Driver, Leadership, Round, Write
+from tidelog.replication.driver import Driver, Leadership, Write
 from tidelog.replication.pacing import PeerPacing, tick_paced
 from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import LogConfig
@@ -65,8 +63,6 @@ from tidelog.v1 import raft_pb2 as rpb
 log = logging.getLogger(__name__)
 
 _FLUSH_THREADS = 8
-#: Rounds of writes in flight at once (`ready_loop`): one on the disk thread, one queued.
-_ROUNDS_ON_DISK = 2
 #: Election timeouts a new partition's other replicas leave its preferred one to stand first.
 _CREATION_DEFERRAL_TIMEOUTS = 3
 #: How soon, then how often at most, a replica whose disk refused a write tries again.
@@ -689,28 +685,12 @@ class ReplicaSet:
         self._driver.send_prompt((r, r.driven) for r in replicas)
 
     async def ready_loop(self) -> None:
-        """Rounds of the driver, up to `_ROUNDS_ON_DISK` at once: while a round's writes are on
-        the disk thread, the next round takes the Readies of the other replicas (a core hands
-        out one Ready at a time, so a replica is in one round at most and its writes keep the
-        core's order) and queues its writes behind them. One round at a time, everything that
-        arrived during an fsync (a proposal, a follower's append, the acknowledgement that
-        commits a batch) waited for that fsync before it was even looked at, however little it
-        had to write; now only what touches the round on disk waits for it. Rounds complete in
-        the order they were begun (the disk thread runs them one after another)."""
         loop = asyncio.get_running_loop()
         driver = self._driver
-        on_disk: deque[tuple[Round[PartitionReplica], asyncio.Future[Any]]] = deque()
         while True:
             await self._work.wait()
             self._work.clear()
-            while on_disk and on_disk[0][1].done():
-                finished, persisted = on_disk.popleft()
-                for replica, exc in persisted.result():
-                    self.storage_failed(replica, exc)
-                driver.complete(finished)
-                # What a round advances may have more to send (a commit, the next appends).
-                self._dirty.update(finished.keys)
-            while len(on_disk) < _ROUNDS_ON_DISK:
+            while True:
                 for hook in self._round_hooks:
                     hook()
                 if self._all:
@@ -725,15 +705,16 @@ class ReplicaSet:
                 rnd = driver.begin([(r, r.driven) for r in looked if not r.offline])
                 if rnd is None:
                     break
-                # The Readies that wrote nothing were advanced already and may have more.
+                # What the round advances may have more to send (a commit, the next appends).
                 self._dirty.update(rnd.keys)
                 writes = rnd.early + rnd.late
-                if not writes:
-                    driver.complete(rnd)
-                    continue
-                persisted = loop.run_in_executor(self.disk, _persist_all, writes, self.flushers)
-                persisted.add_done_callback(lambda _: self._work.set())
-                on_disk.append((rnd, persisted))
+                if writes:
+                    failed = await loop.run_in_executor(
+                        self.disk, _persist_all, writes, self.flushers
+                    )
+                    for replica, exc in failed:
+                        self.storage_failed(replica, exc)
+                driver.complete(rnd)
 
     # ---- the driver's port -----------------------------------------------------------------
 
