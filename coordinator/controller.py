@@ -181,6 +181,10 @@ class MetadataImage:
     nodes: dict[int, NodeImage] = field(default_factory=dict)
     #: The nodes being decommissioned: given no new replica, drained by the controller.
     decommissioning: set[int] = field(default_factory=set)
+    #: The ids whose registration was removed (UnregisterNodeRecord) and that have not
+    #: registered again: a static peers list naming one does not count it a node any more,
+    #: and no joining node is assigned one.
+    unregistered: set[int] = field(default_factory=set)
     applied_offset: int = -1
 
     # -- nodes (read by every node) ------------------------------------------------------------
@@ -574,7 +578,7 @@ class MetadataImage:
         if node_id == -1:
             node_id = self.node_id_of(incarnation)
         if node_id == -1:
-            used = {*self.nodes, *reserved_ids}
+            used = {*self.nodes, *reserved_ids, *self.unregistered}
             used.update(n for topic in self.topics.values() for r in topic.assignment for n in r)
             node_id = max(used, default=0) + 1
         existing = self.nodes.get(node_id)
@@ -608,6 +612,46 @@ class MetadataImage:
                 f"node {node_id} heartbeats at epoch {epoch}; its registration's is {node.epoch}"
             )
         return node
+
+    def plan_unregister(self, node_id: int, voters: Collection[int]) -> UnregisterNodeRecord:
+        """Remove a stopped node's registration for good (Kafka's UnregisterBroker, as
+        `kafka-cluster unregister` sends it once a broker is decommissioned): Metadata, cluster
+        status and every count of the nodes leave it out from then on.
+
+        Kafka unregisters whatever it is asked to; here only what cannot hurt: a registered
+        node (else BROKER_ID_NOT_REGISTERED, 102) that is fenced (stopped: a live node would
+        register again at its next heartbeat, which makes the request pointless), that no
+        partition lists as a replica, a reassignment under way included (its data would be
+        lost with it: decommission it first), and that is no controller voter (the quorum's
+        membership cannot change yet); each refusal INVALID_REQUEST naming the cause.
+
+        A node unregistered so that starts again registers afresh under the id and
+        incarnation its data dir keeps, as a Kafka broker does: `plan_register` refuses an id
+        only while another live incarnation holds it, and this one is held by none. It comes
+        back a node like the others, not being decommissioned: its decommission ended with
+        its registration (an operator who starts it again means it to serve). Its id is not
+        assigned to another joining node meanwhile (`unregistered`), so its data dir cannot
+        come to name someone else's id."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise BrokerIdNotRegisteredError(f"node {node_id} is not registered")
+        if node_id in voters:
+            raise InvalidRequestError(
+                f"node {node_id} votes in the controller's quorum (__cluster_metadata-0), "
+                "whose membership cannot change: it cannot be unregistered"
+            )
+        if not node.fenced:
+            raise InvalidRequestError(
+                f"node {node_id} is alive (heartbeating): stop it before unregistering it"
+            )
+        held = sum(node_id in replicas for topic in self.topics.values()
+                   for replicas in topic.assignment)
+        if held:
+            raise InvalidRequestError(
+                f"node {node_id} still holds {held} partition replica(s): decommission it "
+                "and wait until it holds none"
+            )
+        return UnregisterNodeRecord(node_id, node.epoch)
 
     def plan_fence(self, node_id: int) -> FenceNodeRecord | None:
         """Fence a registered node (its session timed out); None when it is not registered or
@@ -672,6 +716,7 @@ class MetadataImage:
             else:
                 self.decommissioning.discard(record.node_id)
         elif isinstance(record, RegisterNodeRecord):
+            self.unregistered.discard(record.node_id)
             self.nodes[record.node_id] = NodeImage(
                 record.node_id, record.incarnation, offset, record.internal_address,
                 record.client_address, record.fenced,
@@ -682,6 +727,8 @@ class MetadataImage:
                 return  # meant for an earlier registration
             if isinstance(record, UnregisterNodeRecord):
                 del self.nodes[record.node_id]
+                self.decommissioning.discard(record.node_id)
+                self.unregistered.add(record.node_id)
             else:
                 self.nodes[record.node_id] = dataclasses.replace(
                     node, fenced=isinstance(record, FenceNodeRecord)

@@ -10,8 +10,9 @@ image older than the one that records it (a partition whose move, or an operator
 reassignment, is under way is planned around, never retargeted). Nothing of the balancer's
 is stored: a new controller leader plans from the reassignments the image holds.
 
-DecommissionNode's handler (`DecommissionApi`) records the decommission or its cancellation
-and describes how far the drain got.
+DecommissionNode's handler (`DecommissionApi`) records the decommission or its cancellation,
+describes how far the drain got, and unregisters the node once it is drained and stopped
+(`MetadataImage.plan_unregister`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ _PROPOSE_TIMEOUT_S = 10.0
 #: How long DecommissionNode waits for its record when the client set no deadline.
 _DEFAULT_TIMEOUT_MS = 30_000
 
-DESCRIBE, DECOMMISSION, CANCEL = 0, 1, 2
+DESCRIBE, DECOMMISSION, CANCEL, UNREGISTER = 0, 1, 2, 3
 
 Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
 
@@ -133,9 +134,10 @@ class DecommissionApi:
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
         try:
-            if request.action not in (DESCRIBE, DECOMMISSION, CANCEL):
+            if request.action not in (DESCRIBE, DECOMMISSION, CANCEL, UNREGISTER):
                 raise errors.InvalidRequestError(
-                    f"unknown action {request.action} (0: describe, 1: decommission, 2: cancel)"
+                    f"unknown action {request.action} (0: describe, 1: decommission, 2: cancel, "
+                    "3: unregister)"
                 )
             refused = self.authorization.cluster_refused(
                 self.authorization.principal(context),
@@ -144,8 +146,18 @@ class DecommissionApi:
             if refused is not None:
                 raise refused
             node_id = request.node_id
+            timeout_s = (request.timeout_ms or _DEFAULT_TIMEOUT_MS) / 1000
+            if request.action == UNREGISTER:
+                await self.controller.propose_metadata_records(
+                    lambda: [self.controller.image.plan_unregister(
+                        node_id, self.controller.voters
+                    )],
+                    timeout_s,
+                )
+                log.info("node %d unregistered", node_id,
+                         extra={"event": "node_unregistered", "node": node_id})
+                return pb.DecommissionNodeResponse()
             if request.action != DESCRIBE:
-                timeout_s = (request.timeout_ms or _DEFAULT_TIMEOUT_MS) / 1000
                 await self.controller.propose_metadata_records(
                     lambda: self.controller.image.plan_decommission(
                         node_id, request.action == DECOMMISSION,

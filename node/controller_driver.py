@@ -111,8 +111,9 @@ class ControllerDriver:
         """Every node of the cluster as this node knows it, by id: the registered ones, and
         the nodes of its static peers list that have not registered (yet), which count as
         alive (they are members by configuration; a cluster just started must not refuse a
-        topic because a peer's registration is a moment late). Configured addresses win over
-        registered ones: they may route through proxies (chaos runs)."""
+        topic because a peer's registration is a moment late), except those unregistered
+        since (they left for good: `MetadataImage.plan_unregister`). Configured addresses win
+        over registered ones: they may route through proxies (chaos runs)."""
         nodes = {
             n: KnownNode(n, self.config.peers.get(n, node.internal_address),
                          self.config.client_addresses.get(n, node.client_address),
@@ -120,7 +121,7 @@ class ControllerDriver:
             for n, node in self.image.nodes.items()
         }
         for n, address in self.config.peers.items():
-            if n not in nodes:
+            if n not in nodes and n not in self.image.unregistered:
                 nodes[n] = KnownNode(n, address, self.config.client_address_of(n), False, False)
         return [nodes[n] for n in sorted(nodes)]
 

@@ -3,7 +3,9 @@ static nodes, two that join) under a producing and consuming load over every par
 topic: the two nodes that join get their share of the replicas and of the preferred leaders
 (moved a bounded number at a time, every acknowledged record readable after), and a node
 decommissioned with `tidelog node decommission` is drained and may then be stopped with
-nothing lost and no partition left under-replicated.
+nothing lost and no partition left under-replicated; stopped, `tidelog node unregister` removes
+it from the nodes (refused before, while it is alive, and for a controller voter), and started
+again it registers afresh.
 
 "No partition unavailable for longer than an election" is held by the producer: its delivery
 timeout is a few election rounds (`_OUTAGE_BOUND_MS`), so a partition that could not take
@@ -24,9 +26,11 @@ import pytest
 
 from tidelog import Client, TopicPartition
 from tidelog.cli import main
+from tidelog.commands import cluster_status
 from tidelog.configs import AlterConfigOp, ConfigResource, ConfigResourceType, ConfigSource
-from tidelog.errors import BrokerIdNotRegisteredError, InvalidConfigError
+from tidelog.errors import BrokerIdNotRegisteredError, InvalidConfigError, InvalidRequestError
 from tidelog.testing import LocalCluster, wait_for
+from tidelog.transport import Security
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -220,6 +224,10 @@ def test_a_decommissioned_node_is_drained_under_load_then_stopped_losing_nothing
         # The controller said so; the node answering Metadata may apply it a moment later.
         wait_for(lambda: replica_counts(client)[leaving] == 0, 10,
                  f"Metadata to show node {leaving} drained")
+        with pytest.raises(InvalidRequestError, match="alive"):
+            client.unregister_node(leaving)
+        with pytest.raises(InvalidRequestError, match="controller's quorum"):
+            client.unregister_node(1)
         cluster.stop(leaving)
         load.wait_for_more(100, "the load to go on once the node is stopped")
     wait_for(lambda: fully_replicated(client, leaving), 60,
@@ -228,3 +236,25 @@ def test_a_decommissioned_node_is_drained_under_load_then_stopped_losing_nothing
     assert load.acked <= read_all(client, topic, load.acked)
     print(f"longest wait between acknowledgements per partition: "
           f"{ {p: round(s, 2) for p, s in sorted(load.longest_gap_s.items())} }")
+    # Stopped, it is fenced and shown so for ever, until it is unregistered.
+    wait_for(lambda: status_liveness(cluster).get(leaving) == "fenced", 30,
+             f"node {leaving} to be fenced")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["node", "unregister", str(leaving), "--bootstrap", cluster.bootstrap]) == 0
+    assert f"node {leaving} unregistered" in out.getvalue()
+    with pytest.raises(BrokerIdNotRegisteredError):
+        client.describe_decommission(leaving)
+    wait_for(lambda: leaving not in status_liveness(cluster), 10,
+             f"cluster status to leave node {leaving} out")
+    cluster.restart(leaving)  # its data dir keeps its id and incarnation: it registers afresh
+    wait_for(lambda: status_liveness(cluster).get(leaving) == "alive", 30,
+             f"node {leaving} to be a node again")
+    assert not client.describe_decommission(leaving).decommissioning
+
+
+def status_liveness(cluster: LocalCluster) -> dict[int, str]:
+    """`tidelog cluster status`'s nodes, fenced ones included, with their liveness."""
+    state = cluster_status.gather(cluster.bootstrap, Security())
+    assert state is not None
+    return {node.node_id: node.liveness for node in state.nodes}

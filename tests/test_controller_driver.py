@@ -159,3 +159,31 @@ def test_a_new_controller_decides_nothing_before_it_applied_what_came_before_its
                 await controller.propose_metadata(create_t, 5)
 
     asyncio.run(scenario())
+
+
+def test_an_unregistered_static_peer_is_no_node_until_it_registers_again(tmp_path: Path) -> None:
+    """A node of the static peers list counts as a live node before it registers (a cluster
+    just started); once unregistered it must not come back so, or Metadata would list a
+    stopped node and topics would be placed on it."""
+
+    async def scenario() -> None:
+        config = _config(tmp_path, nodes=4)
+        replicas = ReplicaSet(config)
+        controller = ControllerDriver(config, replicas, Routing(config, replicas.partitions,
+                                                                METADATA_TP))
+        try:
+            image = controller.image
+            assert controller.known_node_ids() == [1, 2, 3, 4]
+            registration = image.plan_register(4, "ab" * 16, "127.0.0.1:4", "127.0.0.1:14",
+                                               fenced=True)
+            assert registration is not None
+            image.apply(0, registration)
+            image.apply(1, image.plan_unregister(4, controller.voters))
+            assert controller.known_node_ids() == [1, 2, 3]
+            assert controller.placement_node_ids() == [1, 2, 3]
+            image.apply(2, registration)
+            assert controller.known_node_ids() == [1, 2, 3, 4]
+        finally:
+            await replicas.close()
+
+    asyncio.run(scenario())

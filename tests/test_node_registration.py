@@ -1,7 +1,8 @@
 """Node registration in the controller's state machine alone (no cluster): the node records,
 their encoding and strict decoding, `MetadataImage.nodes`, assigned ids, fencing by epoch, and
 the refusals with Kafka's codes (DUPLICATE_BROKER_REGISTRATION, BROKER_ID_NOT_REGISTERED,
-STALE_BROKER_EPOCH, INVALID_REQUEST); then a joining node's settings and the identity its data
+STALE_BROKER_EPOCH, INVALID_REQUEST); unregistering a drained, stopped node (and what it
+refuses) and its registering afresh; then a joining node's settings and the identity its data
 dir keeps."""
 
 from __future__ import annotations
@@ -171,6 +172,73 @@ def test_heartbeats_name_the_current_registration() -> None:
     with pytest.raises(StaleBrokerEpochError) as stale:
         image.check_heartbeat(1, 4)
     assert stale.value.code == 77
+
+
+def _drained_and_stopped(image: MetadataImage) -> NodeImage:
+    """Node 4 of nodes 1-4 (1-3 the controller's voters) and topic "t" on 1-3: node 4 holds
+    no replica and is fenced, as after a decommission and a stop."""
+    for n, incarnation in ((1, NEW), (4, OLD)):
+        _register(image, n, n, incarnation, f"127.0.0.1:900{n}", f"127.0.0.1:800{n}",
+                  fenced=False)
+    image.apply(5, image.plan_create("t", 2, 3, {}, [1, 2, 3]))
+    image.apply(6, image.plan_decommission(4, True, [1, 2, 3, 4])[0])
+    image.apply(7, image.plan_fence(4))  # type: ignore[arg-type]
+    node = image.node(4)
+    assert node is not None and node.fenced
+    return node
+
+
+def test_a_drained_stopped_node_is_unregistered_and_registers_afresh_when_started() -> None:
+    image = MetadataImage()
+    four = _drained_and_stopped(image)
+    record = image.plan_unregister(4, voters=(1, 2, 3))
+    assert record == UnregisterNodeRecord(4, four.epoch)
+    image.apply(8, record)
+    assert image.node(4) is None and image.registered_node_ids() == [1]
+    assert 4 not in image.decommissioning and image.unregistered == {4}
+    with pytest.raises(BrokerIdNotRegisteredError) as unknown:
+        image.plan_unregister(4, voters=(1, 2, 3))
+    assert unknown.value.code == 102
+    # Its heartbeat is refused, so that it registers again if it still runs.
+    with pytest.raises(BrokerIdNotRegisteredError):
+        image.check_heartbeat(4, four.epoch)
+    # No joining node is given its id meanwhile: its data dir still names it.
+    joining = image.plan_register(-1, NEW[::-1], "127.0.0.1:9005", "127.0.0.1:8005",
+                                  fenced=True)
+    assert joining is not None and joining.node_id == 5
+    # Started again, with the id and incarnation its data dir keeps: a node like the others.
+    again = _register(image, 9, 4, OLD, "127.0.0.1:9004", "127.0.0.1:8004", fenced=True)
+    assert again.epoch == 9 and image.unregistered == set()
+    assert 4 not in image.decommissioning
+    assert image.plan_decommission(4, True, [1, 2, 3, 4])  # it may be decommissioned again
+
+
+def test_unregistering_is_refused_while_it_could_lose_something() -> None:
+    image = MetadataImage()
+    _drained_and_stopped(image)
+    with pytest.raises(InvalidRequestError, match="controller's quorum") as voter:
+        image.plan_unregister(4, voters=(1, 2, 4))
+    assert voter.value.code == 42
+    with pytest.raises(InvalidRequestError, match="controller's quorum"):
+        image.plan_unregister(1, voters=(1, 2, 3))
+    with pytest.raises(BrokerIdNotRegisteredError):
+        image.plan_unregister(99, voters=(1, 2, 3))
+    image.apply(8, image.plan_unfence(4))  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="alive"):
+        image.plan_unregister(4, voters=(1, 2, 3))
+    image.apply(9, image.plan_fence(4))  # type: ignore[arg-type]
+    # A replica it holds, or one moving onto or off it, would be lost with it.
+    change = image.plan_alter_reassignment("t", 0, [4, 2, 3], [1, 2, 3, 4])
+    assert change is not None
+    image.apply(10, change)
+    with pytest.raises(InvalidRequestError, match="holds 1 partition replica"):
+        image.plan_unregister(4, voters=(1, 2, 3))
+    cancel = image.plan_alter_reassignment("t", 0, None, [1, 2, 3, 4])
+    assert cancel is not None
+    image.apply(11, cancel)
+    assert 4 in image.topics["t"].assignment[0]  # cancelled: listed until its group lets it go
+    with pytest.raises(InvalidRequestError, match="holds 1 partition replica"):
+        image.plan_unregister(4, voters=(1, 2, 3))
 
 
 # ---- the node's settings and its data dir's identity ---------------------------------------

@@ -641,6 +641,14 @@ class Client:
         """How far node `node_id`'s decommission got (needs DESCRIBE on the cluster)."""
         return self._decommission(node_id, 0, timeout_ms)
 
+    def unregister_node(self, node_id: int, *, timeout_ms: int | None = None) -> None:
+        """Remove node `node_id`'s registration for good (Kafka's UnregisterBroker; needs
+        ALTER on the cluster), once it holds no replica and is stopped: Metadata and cluster
+        status leave it out from then on; started again, it registers afresh.
+        INVALID_REQUEST while it is alive, holds a replica or votes in the controller's
+        quorum; BROKER_ID_NOT_REGISTERED for a node not registered."""
+        self._decommission(node_id, 3, timeout_ms)
+
     def _decommission(
         self, node_id: int, action: int, timeout_ms: int | None
     ) -> wire.DecommissionStatus:

@@ -769,7 +769,7 @@ class DecommissionStatus:
 def decommission_request(
     node_id: int, action: int, timeout_ms: int
 ) -> pb.DecommissionNodeRequest:
-    """``action`` 0 describes, 1 decommissions, 2 cancels."""
+    """``action`` 0 describes, 1 decommissions, 2 cancels, 3 unregisters."""
     return pb.DecommissionNodeRequest(node_id=node_id, action=action, timeout_ms=timeout_ms)
 
 

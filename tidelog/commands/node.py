@@ -1,5 +1,7 @@
 """``tidelog node``: run one node in the foreground until SIGTERM or Ctrl-C; ``tidelog node
-decommission N``: move every replica off node N, then say it may be stopped."""
+decommission N``: move every replica off node N, then say it may be stopped; ``tidelog node
+unregister N``: once it is stopped, remove it from the cluster's nodes (Kafka's
+``kafka-cluster unregister``)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     decommission.add_argument("--no-wait", action="store_true",
                               help="record the decommission and print where it stands")
     add_bootstrap(decommission)
+    unregister = sub.add_parser(
+        "unregister", help="remove a drained, stopped node from the cluster's nodes",
+        description="Unregister node N (Kafka's kafka-cluster unregister): Metadata and "
+        "cluster status leave it out from then on. Refused while N is alive, holds a partition "
+        "replica (decommission it first) or votes in the controller's quorum. Started again, "
+        "the node registers afresh.",
+    )
+    unregister.add_argument("node", type=int, metavar="N", help="the node's id")
+    add_bootstrap(unregister)
     parser.add_argument(
         "--node-id", help="this node's id (node.id); with --join it may be left out: the "
                           "controller assigns one, kept in the data dir"
@@ -109,6 +120,14 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
 def run(args: argparse.Namespace) -> int:
     if args.node_action == "decommission":
         return _decommission(args)
+    if args.node_action == "unregister":
+        client = client_for(args)
+        try:
+            client.unregister_node(args.node)
+        finally:
+            client.close()
+        print(f"node {args.node} unregistered")
+        return 0
     import asyncio
 
     from tidelog.node import logs
@@ -148,7 +167,8 @@ def _decommission(args: argparse.Namespace) -> int:
                       "controller's quorum (__cluster_metadata-0), which a decommission does "
                       "not move: stopping it leaves the quorum one voter short")
             else:
-                print(f"node {args.node} holds no replica: it may be stopped")
+                print(f"node {args.node} holds no replica: it may be stopped, then unregistered "
+                      f"(tidelog node unregister {args.node})")
     finally:
         client.close()
     return 0
