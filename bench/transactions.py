@@ -13,7 +13,7 @@ and adjacent rounds see about the same. This is measured at 1 producer and again
 ``--producers`` producers side by side (each transactional one with its own transactional id,
 against as many idempotent producers), the way Kafka's transaction throughput is usually
 reported; both on the same cluster, one count after the other.
-``--produce-only`` skips the consume part.
+``--produce-only`` skips the consume part, ``--consume-only`` the produce part.
 
 Each round also reads the node processes' CPU (user + system, /proc) around it and prints it
 per record: on 2 cores shared with other sessions the nodes' CPU is what the rates follow, and
@@ -39,13 +39,19 @@ ended by a marker that this process writes as a transaction coordinator would (n
 WriteTxnMarkers on the node's internal listener); every tenth transaction is aborted, so the
 .txnindex holds one entry per ten transactions and every read_committed Fetch answer carries the
 aborted ones it overlaps. Then the whole log is consumed from the start by a fresh `Client`
-consumer, alternately read_uncommitted and read_committed, ``--rounds`` times each: the figure
-is the median time to reach the log end, and the ratio is read_uncommitted's median over
-read_committed's (the read_committed consumer's speed over the same log bytes, relative to the
-other's; it returns 10% fewer records, which it must skip, not save). Each round also checks
-what it read: every committed record, and under read_committed no aborted one.
+consumer, read_uncommitted and read_committed in turn (each first in every other round),
+``--consume-rounds`` times each: the figure is the median time to reach the log end, and the
+ratio is read_uncommitted's median over read_committed's (the read_committed consumer's speed
+over the same log bytes, relative to the other's; it returns 10% fewer records, which it must
+skip, not save). Each round also checks what it read: every committed record, and under
+read_committed no aborted one. A read takes ~0.3 s on a quiet machine, less than the other
+sessions' load takes to swing, so a few rounds' medians move by +-30% (0.55-1.48 recorded
+for the same code): hence many rounds, and beside the ratio the median of each round's own
+ratio and the CPU a log record (this process, i.e. the consumer, plus the leader), which the
+load moves least.
 
-Run: ``.venv/bin/python bench/transactions.py [--quick] [--txns N] [--records N] [--rounds N]``.
+Run: ``.venv/bin/python bench/transactions.py [--quick] [--txns N] [--records N] [--rounds N]
+[--consume-rounds N] [--produce-only | --consume-only]``.
 ``--quick`` is a smoke test (seconds) whose figures mean little. Figures are printed, never
 asserted: exit 1 only when something went wrong (an error answer, records missing or aborted
 records read).
@@ -130,12 +136,23 @@ def write_log(cluster: LocalCluster, raw: Raw, node: int, txns: int,
     return end.offset, committed
 
 
-def consume(cluster: LocalCluster, isolation: str, end: int) -> tuple[float, int, int]:
-    """(seconds to reach `end`, records read, aborted records read) of a fresh consumer."""
+class Read(NamedTuple):
+    seconds: float
+    #: CPU of this process (the consumer and its client's threads) and of the partition's
+    #: leader over the round, in microseconds a log record.
+    cpu_us: float
+
+
+def consume(cluster: LocalCluster, leader: int, isolation: str, end: int, expected: int) -> Read:
+    """A fresh consumer reads the log to `end`; raises unless it read `expected` records,
+    none of them aborted under read_committed."""
+    leader_pid = cluster.pid_of(leader)
+    assert leader_pid is not None
     with Client(cluster.bootstrap) as client:
         consumer = client.consumer(auto_offset_reset="earliest", isolation_level=isolation)
         consumer.assign([TP])
         read = aborted = 0
+        cpu_s = time.process_time() + cluster_bench.cpu_seconds(leader_pid)
         started = time.perf_counter()
         deadline = time.monotonic() + 300
         while consumer.position(TP) < end:
@@ -144,7 +161,12 @@ def consume(cluster: LocalCluster, isolation: str, end: int) -> tuple[float, int
             for record in consumer.poll(timeout_ms=500):
                 read += 1
                 aborted += record.value is not None and record.value[:1] == b"a"
-        return time.perf_counter() - started, read, aborted
+        seconds = time.perf_counter() - started
+        cpu_s = time.process_time() + cluster_bench.cpu_seconds(leader_pid) - cpu_s
+    if read != expected or (isolation == "read_committed" and aborted):
+        raise BenchError(f"{isolation}: read {read} records ({aborted} aborted), "
+                         f"expected {expected}")
+    return Read(seconds, cpu_s / end * 1e6)
 
 
 KINDS = ("transactional", "idempotent", "flushed")
@@ -255,21 +277,29 @@ def consume_part(args: argparse.Namespace, cluster: LocalCluster, raw: Raw) -> N
     started = time.perf_counter()
     end, committed = write_log(cluster, raw, leader, args.txns, args.records)
     print(f"written in {time.perf_counter() - started:.1f}s; log end offset {end}")
-    times: dict[str, list[float]] = {"read_uncommitted": [], "read_committed": []}
-    total = args.txns * args.records
-    for _ in range(args.rounds):
-        for isolation, expected in (("read_uncommitted", total), ("read_committed", committed)):
-            seconds, read, aborted = consume(cluster, isolation, end)
-            if read != expected or (isolation == "read_committed" and aborted):
-                raise BenchError(f"{isolation}: read {read} records ({aborted} aborted), "
-                                 f"expected {expected}")
-            times[isolation].append(seconds)
-    medians = {k: statistics.median(v) for k, v in times.items()}
+    reads: dict[str, list[Read]] = {"read_uncommitted": [], "read_committed": []}
+    expected = {"read_uncommitted": args.txns * args.records, "read_committed": committed}
+    for n in range(args.consume_rounds):
+        # Each isolation level first in every other round: neither always reads right after
+        # the other's round (its garbage, its client's closing).
+        for isolation in sorted(reads, reverse=n % 2 == 1):
+            reads[isolation].append(consume(cluster, leader, isolation, end, expected[isolation]))
+    medians = {k: statistics.median(r.seconds for r in v) for k, v in reads.items()}
+    cpu = {k: statistics.median(r.cpu_us for r in v) for k, v in reads.items()}
     for isolation, median in medians.items():
-        print(f"{isolation}: median {median:.3f}s over {args.rounds} round(s) "
-              f"({args.txns * args.records / median:,.0f} log records/s)")
+        print(f"{isolation}: median {median:.3f}s over {args.consume_rounds} round(s) "
+              f"({args.txns * args.records / median:,.0f} log records/s); consumer + leader "
+              f"{cpu[isolation]:.2f} us CPU a log record; rounds "
+              f"{' '.join(f'{r.seconds:.2f}' for r in reads[isolation])}")
     print(f"ratio read_committed/read_uncommitted consume speed: "
           f"{medians['read_uncommitted'] / medians['read_committed']:.3f} (goal >= 0.9)")
+    paired = [u.seconds / c.seconds for u, c in zip(
+        reads["read_uncommitted"], reads["read_committed"], strict=True)]
+    print(f"  per round, read_committed over the read_uncommitted read beside it: median "
+          f"{statistics.median(paired):.3f} ({' '.join(f'{r:.2f}' for r in paired)}); "
+          f"CPU a log record, read_uncommitted/read_committed: "
+          f"{cpu['read_uncommitted'] / (cpu['read_committed'] or float('nan')):.3f}; "
+          f"load {os.getloadavg()[0]:.1f}")
 
 
 def main() -> int:
@@ -278,15 +308,21 @@ def main() -> int:
     parser.add_argument("--txns", type=int, default=400)
     parser.add_argument("--records", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--consume-rounds", type=int, default=15,
+                        help="reads of the log under each isolation level (a read takes "
+                             "~0.3 s on a quiet machine: many short alternating rounds)")
     parser.add_argument("--produce-txns", type=int, default=20,
                         help="transactions per produce round")
     parser.add_argument("--producers", type=int, default=4,
                         help="also measure this many producers side by side (each "
                              "transactional one with its own transactional id)")
-    parser.add_argument("--produce-only", action="store_true", help="skip the consume part")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--produce-only", action="store_true", help="skip the consume part")
+    only.add_argument("--consume-only", action="store_true", help="skip the produce part")
     args = parser.parse_args()
     if args.quick:
         args.txns, args.records, args.rounds, args.produce_txns = 20, 10, 1, 3
+        args.consume_rounds = 1
     print(f"# bench/transactions.py {datetime.now(UTC).isoformat(timespec='seconds')} "
           f"python {platform.python_version()} cpus {os.cpu_count()} "
           f"load {os.getloadavg()[0]:.1f}")
@@ -294,8 +330,9 @@ def main() -> int:
         # One cluster for both parts (one start: ``--quick`` stays a few seconds).
         with LocalCluster(nodes=3, transaction_state_log_num_partitions=3,
                           offsets_topic_num_partitions=1) as cluster, Raw(cluster) as raw:
-            measured = produce(args, cluster, raw, sorted({1, args.producers}))
-            report_produce(args, measured)
+            if not args.consume_only:
+                measured = produce(args, cluster, raw, sorted({1, args.producers}))
+                report_produce(args, measured)
             if not args.produce_only:
                 consume_part(args, cluster, raw)
     except BenchError as exc:

@@ -41,3 +41,6 @@ def test_quick_transactions_benchmark_runs_and_prints_its_ratios() -> None:
                           rf"it: median {number} \(", out, re.M)) == 2, out
     assert re.search(rf"^ratio read_committed/read_uncommitted consume speed: {number} "
                      rf"\(goal >= 0\.9\)", out, re.M), out
+    assert re.search(rf"^  per round, read_committed over the read_uncommitted read beside it: "
+                     rf"median {number} .*; CPU a log record, read_uncommitted/read_committed: "
+                     rf"({number}|nan); load", out, re.M), out
