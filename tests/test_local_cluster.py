@@ -32,7 +32,7 @@ def alive(pid: int) -> bool:
         return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # it exited between open and read
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
 
