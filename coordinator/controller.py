@@ -24,6 +24,7 @@ from tidelog.coordinator.acls import AclIndex, check_binding, check_filter
 from tidelog.coordinator.metadata_records import (
     AccessControlEntryRecord,
     ConfigRecord,
+    ControllerVotersRecord,
     DecommissionRecord,
     FenceNodeRecord,
     MetadataRecord,
@@ -43,6 +44,8 @@ from tidelog.coordinator.metadata_records import (
 )
 from tidelog.errors import (
     BrokerIdNotRegisteredError,
+    BrokerNotAvailableError,
+    CorruptMessageError,
     DuplicateBrokerRegistrationError,
     InvalidConfigError,
     InvalidPartitionsError,
@@ -56,6 +59,7 @@ from tidelog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tidelog.records import decode_records, iter_batches
+from tidelog.replication.membership import Membership, membership_of
 from tidelog.types import TopicPartition
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -185,6 +189,14 @@ class MetadataImage:
     #: registered again: a static peers list naming one does not count it a node any more,
     #: and no joining node is assigned one.
     unregistered: set[int] = field(default_factory=set)
+    #: Where the controller's own group is to go (ControllerVotersRecord), its preferred
+    #: leader first; () while no target was decided (the bootstrap voters stay).
+    controller_target: tuple[int, ...] = ()
+    #: The newest committed configuration of the controller's own group: the membership
+    #: control batches of the metadata log (KIP-853's VotersRecord), which every node applies
+    #: with the records; None while the group has committed none (its voters are then the
+    #: bootstrap ones, the static peers' first).
+    quorum: Membership | None = None
     applied_offset: int = -1
 
     # -- nodes (read by every node) ------------------------------------------------------------
@@ -613,6 +625,64 @@ class MetadataImage:
             )
         return node
 
+    # -- the controller's own quorum -----------------------------------------------------------
+
+    def plan_controller_voters(self, voters: Sequence[int]) -> ControllerVotersRecord | None:
+        """The target that moves the controller's seats off the nodes being decommissioned
+        (KIP-853 leaves this to the operator; here a decommission carries it, so that it can
+        finish): starting from the target under way, else from the quorum's `voters` now,
+        each voter being decommissioned is replaced in place by a live node that holds no seat
+        and is not being decommissioned (the lowest id), so the quorum keeps its size. None when
+        no seat has to move, or no node can take one now (`controller_seat_stuck` says why;
+        the balancer asks again at each pass, so a node that joins later takes it)."""
+        current = self.controller_target or tuple(voters)
+        leaving = [n for n in current if n in self.decommissioning]
+        room = [n for n in self.live_node_ids()
+                if n not in current and n not in self.decommissioning]
+        if not leaving or not room:
+            return None
+        target = list(current)
+        for node in leaving[: len(room)]:
+            target[target.index(node)] = room.pop(0)
+        return self.check_controller_target(target)
+
+    def controller_seat_stuck(self, node_id: int, voters: Sequence[int]) -> str | None:
+        """Why the controller seat of `node_id`, being decommissioned, cannot move now (None
+        when it holds none, or it can)."""
+        current = self.controller_target or tuple(voters)
+        if node_id not in current or node_id not in self.decommissioning:
+            return None
+        if self.plan_controller_voters(voters) is not None:
+            return None
+        return ("it votes in the controller's quorum and no live node without a seat can take "
+                "its seat: start or join another node")
+
+    def check_controller_target(self, voters: Sequence[int]) -> ControllerVotersRecord:
+        """A target of the controller quorum, checked as Kafka checks a reassignment: a
+        non-empty list of distinct registered nodes (INVALID_REPLICA_ASSIGNMENT, 39), none
+        being decommissioned (39 too), none fenced (BROKER_NOT_AVAILABLE, 8: a seat on a
+        stopped node would wait for it, one voter short meanwhile)."""
+        if not voters or len(set(voters)) != len(voters):
+            raise InvalidReplicaAssignmentError(
+                f"controller voters {list(voters)}: a non-empty list of distinct nodes expected"
+            )
+        unknown = sorted(n for n in voters if n not in self.nodes)
+        if unknown:
+            raise InvalidReplicaAssignmentError(
+                f"controller voters {list(voters)} name unregistered node(s) {unknown}"
+            )
+        leaving = sorted(n for n in voters if n in self.decommissioning)
+        if leaving:
+            raise InvalidReplicaAssignmentError(
+                f"node(s) {leaving} are being decommissioned and take no controller seat"
+            )
+        fenced = sorted(n for n in voters if self.nodes[n].fenced)
+        if fenced:
+            raise BrokerNotAvailableError(
+                f"controller voters {list(voters)} name fenced node(s) {fenced}"
+            )
+        return ControllerVotersRecord(tuple(voters))
+
     def plan_unregister(self, node_id: int, voters: Collection[int]) -> UnregisterNodeRecord:
         """Remove a stopped node's registration for good (Kafka's UnregisterBroker, as
         `kafka-cluster unregister` sends it once a broker is decommissioned): Metadata, cluster
@@ -622,8 +692,9 @@ class MetadataImage:
         node (else BROKER_ID_NOT_REGISTERED, 102) that is fenced (stopped: a live node would
         register again at its next heartbeat, which makes the request pointless), that no
         partition lists as a replica, a reassignment under way included (its data would be
-        lost with it: decommission it first), and that is no controller voter (the quorum's
-        membership cannot change yet); each refusal INVALID_REQUEST naming the cause.
+        lost with it: decommission it first), and that holds no seat of the controller's
+        quorum, as a member of its group or of the target (`voters`: a decommission moves
+        the seat first); each refusal INVALID_REQUEST naming the cause.
 
         A node unregistered so that starts again registers afresh under the id and
         incarnation its data dir keeps, as a Kafka broker does: `plan_register` refuses an id
@@ -635,10 +706,10 @@ class MetadataImage:
         node = self.nodes.get(node_id)
         if node is None:
             raise BrokerIdNotRegisteredError(f"node {node_id} is not registered")
-        if node_id in voters:
+        if node_id in voters or node_id in self.controller_target:
             raise InvalidRequestError(
-                f"node {node_id} votes in the controller's quorum (__cluster_metadata-0), "
-                "whose membership cannot change: it cannot be unregistered"
+                f"node {node_id} holds a seat of the controller's quorum "
+                "(__cluster_metadata-0): decommission it first, which moves the seat"
             )
         if not node.fenced:
             raise InvalidRequestError(
@@ -715,6 +786,8 @@ class MetadataImage:
                 self.decommissioning.add(record.node_id)
             else:
                 self.decommissioning.discard(record.node_id)
+        elif isinstance(record, ControllerVotersRecord):
+            self.controller_target = record.voters
         elif isinstance(record, RegisterNodeRecord):
             self.unregistered.discard(record.node_id)
             self.nodes[record.node_id] = NodeImage(
@@ -775,6 +848,8 @@ class MetadataImage:
         leader-change markers) hold no record but move the applied offset past them."""
         for pos, header in iter_batches(data):
             if header.is_control:
+                if header.base_offset > self.applied_offset:
+                    self._apply_control(memoryview(data)[pos : pos + header.size])
                 self.applied_offset = max(self.applied_offset, header.last_offset)
                 continue
             for record in decode_records(data, pos, header):
@@ -787,6 +862,17 @@ class MetadataImage:
                         f"metadata record at offset {record.offset}: {exc}"
                     ) from None
                 self.apply(record.offset, decoded)
+
+
+    def _apply_control(self, batch: memoryview) -> None:
+        """A control batch: a configuration of the controller's group is its newest committed
+        one (the others, leader-change markers, hold nothing the image keeps)."""
+        try:
+            membership = membership_of(batch)
+        except CorruptMessageError as exc:
+            raise MetadataRecordError(f"metadata log configuration batch: {exc}") from None
+        if membership is not None:
+            self.quorum = membership
 
 
 def _set_or_remove(configs: dict[str, str], key: str, value: str | None) -> None:

@@ -50,6 +50,7 @@ _UNFENCE_NODE: Final = 10
 _UNREGISTER_NODE: Final = 11
 _PARTITION_CHANGE: Final = 12
 _DECOMMISSION: Final = 13
+_CONTROLLER_VOTERS: Final = 14
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -286,6 +287,26 @@ class DecommissionRecord:
         return node_subject(self.node_id)
 
 
+#: The subject of every change to the controller quorum's target (not a legal topic name).
+CONTROLLER_VOTERS_SUBJECT: Final = "controller voters"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerVotersRecord:
+    """The voters the controller's own Raft group (``__cluster_metadata-0``) is to have, its
+    preferred leader first: KIP-853's target of a quorum reconfiguration, decided by the
+    controller leader (a voter being decommissioned hands its seat to a live node). The
+    group's leader carries it out one membership change at a time, as a partition's
+    reassignment; the configurations it commits are the membership control batches of the
+    metadata log, which every node applies too (`MetadataImage.quorum`)."""
+
+    voters: tuple[int, ...]
+
+    @property
+    def subject(self) -> str:
+        return CONTROLLER_VOTERS_SUBJECT
+
+
 MetadataRecord = (
     TopicRecord
     | RemoveTopicRecord
@@ -300,6 +321,7 @@ MetadataRecord = (
     | UnregisterNodeRecord
     | PartitionChangeRecord
     | DecommissionRecord
+    | ControllerVotersRecord
 )
 
 
@@ -375,6 +397,11 @@ def encode_record(record: MetadataRecord) -> bytes:
         out.append(_DECOMMISSION)
         out += _I32.pack(record.node_id)
         out += _U8.pack(record.decommissioning)
+    elif isinstance(record, ControllerVotersRecord):
+        out.append(_CONTROLLER_VOTERS)
+        out += _U16.pack(len(record.voters))
+        for node_id in record.voters:
+            out += _I32.pack(node_id)
     else:
         out.append(_CONFIG)
         out += _U8.pack(record.resource_type)
@@ -498,6 +525,8 @@ class _Reader:
             record = _NODE_RECORDS[kind](self._int(_I32), self._int(_I64))
         elif kind == _DECOMMISSION:
             record = DecommissionRecord(self._int(_I32), self._flag())
+        elif kind == _CONTROLLER_VOTERS:
+            record = ControllerVotersRecord(self._ids())
         else:
             raise MetadataRecordError(f"unknown metadata record kind {kind}")
         if self._pos != len(self._data):
@@ -707,6 +736,11 @@ def _check(record: MetadataRecord) -> None:
     elif isinstance(record, DecommissionRecord):
         if record.node_id < 0:
             raise MetadataRecordError(f"decommission record of node {record.node_id}")
+    elif isinstance(record, ControllerVotersRecord):
+        voters = record.voters
+        if not voters or min(voters) < 0 or len(set(voters)) != len(voters):
+            raise MetadataRecordError(f"controller voters record names {list(voters)}: not a "
+                                      "non-empty list of distinct node ids")
     elif record.acl_id < 1:
         raise MetadataRecordError(f"ACL record id {record.acl_id} is not >= 1")
     elif isinstance(record, AccessControlEntryRecord):

@@ -18,20 +18,21 @@ in the node's book of them (`tidelog.replication.term_votes`).
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Sequence
 
 from tidelog.errors import CorruptMessageError
 from tidelog.records import (
-    ATTR_CONTROL,
     ControlType,
     build_control_batch,
-    decode_records,
     iter_batches,
-    read_header,
 )
 from tidelog.replication.driver import TermVote
-from tidelog.replication.membership import ConfState, Membership
+from tidelog.replication.membership import (
+    ConfState,
+    Membership,
+    encode_membership,
+    membership_of,
+)
 from tidelog.replication.raft import HardState, Ready, Role
 from tidelog.replication.replica_log import Entry
 from tidelog.replication.term_votes import TermVotes
@@ -43,36 +44,6 @@ _logger = logging.getLogger(__name__)
 RAFT_STATE_FILE = "raft-state"
 #: The committed configuration (`Ready.conf_state`), beside the term and vote.
 RAFT_CONF_FILE = "raft-config"
-
-_COUNT = struct.Struct(">hi")  # version, voter count
-_ID = struct.Struct(">i")
-#: Offset of the attributes' low byte in a batch header.
-_ATTRIBUTES_LOW = 22
-
-
-def encode_membership(membership: Membership) -> bytes:
-    """A configuration record's value: version 0, the voters (int32 count, then int32 ids),
-    then the learners the same way."""
-    ids = [*membership.voters, *membership.learners]
-    return b"".join([_COUNT.pack(0, len(membership.voters)), _ID.pack(len(membership.learners)),
-                     *(_ID.pack(i) for i in ids)])
-
-
-def decode_membership(value: bytes) -> Membership:
-    """The inverse of `encode_membership`; CorruptMessageError for any other bytes."""
-    try:
-        version, voters = _COUNT.unpack_from(value)
-        (learners,) = _ID.unpack_from(value, _COUNT.size)
-        start = _COUNT.size + _ID.size
-        if version != 0 or voters < 0 or learners < 0 or \
-                len(value) != start + _ID.size * (voters + learners):
-            raise ValueError(f"version {version}, {voters} voters, {learners} learners in "
-                             f"{len(value)} bytes")
-        ids = [_ID.unpack_from(value, start + _ID.size * k)[0] for k in range(voters + learners)]
-        return Membership.of(ids[:voters], ids[voters:])
-    except (struct.error, ValueError) as exc:
-        raise CorruptMessageError(f"malformed configuration record: {exc}") from None
-
 
 class LogCodec:
     """How the core stamps a proposed batch: as the partition's log stamps a leader's batch
@@ -103,19 +74,6 @@ class LogCodec:
         except CorruptMessageError as exc:
             _logger.error("%s: %s", self._log.directory, exc)
             return None
-
-
-def membership_of(data: bytes | memoryview) -> Membership | None:
-    """The configuration a batch holds, None for any other batch; CorruptMessageError for a
-    configuration batch that does not decode. Asked of every appended batch: one byte decides
-    for all but control batches."""
-    if len(data) <= _ATTRIBUTES_LOW or not data[_ATTRIBUTES_LOW] & ATTR_CONTROL:
-        return None
-    records = decode_records(data, 0, read_header(data))
-    key = records[0].key if records else None
-    if key is None or len(key) < 4 or int.from_bytes(key[2:4]) != ControlType.MEMBERSHIP:
-        return None
-    return decode_membership(records[0].value or b"")
 
 
 class StorageReplicaLog:

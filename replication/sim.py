@@ -39,7 +39,7 @@ from typing import NamedTuple
 from tidelog.errors import TidelogError
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication.driver import DrivenReplica, Driver, Leadership, Round
-from tidelog.replication.log_store import LogCodec, LogStore, membership_of
+from tidelog.replication.log_store import LogCodec, LogStore
 from tidelog.replication.membership import (
     ConfChange,
     ConfChangeError,
@@ -47,6 +47,7 @@ from tidelog.replication.membership import (
     ConfState,
     Membership,
     majorities_intersect,
+    membership_of,
 )
 from tidelog.replication.messages import Message
 from tidelog.replication.raft import NotLeaderError, RaftConfig, RaftCore, Ready, Role

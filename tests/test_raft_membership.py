@@ -18,8 +18,8 @@ from tidelog.replication import (
     Role,
     VoteRequest,
 )
-from tidelog.replication.log_store import LogCodec, LogStore, decode_membership
-from tidelog.replication.membership import majorities_intersect
+from tidelog.replication.log_store import LogCodec, LogStore
+from tidelog.replication.membership import decode_membership, majorities_intersect
 from tidelog.replication.term_votes import TermVotes
 from tidelog.storage import Log, LogConfig
 
