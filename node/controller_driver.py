@@ -30,6 +30,7 @@ from tidelog.coordinator.metadata_records import (
     encode_record,
 )
 from tidelog.node.config import NodeConfig
+from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.records import RecordInput, build_batch
@@ -369,23 +370,47 @@ class ControllerDriver:
         (record,) = await self.propose_metadata_records(lambda: [plan()], timeout_s)
         return record
 
-    async def propose_metadata_records(
-        self, plan: Callable[[], Sequence[MetadataRecord]], timeout_s: float
-    ) -> Sequence[MetadataRecord]:
-        """As `propose_metadata`, for the records of one decision, committed together in one
-        batch (the ACLs of one CreateAcls); a decision of no records commits nothing."""
+    def _active_replica(self) -> PartitionReplica:
+        """The metadata replica when this node is the active controller: it leads, and its
+        image holds every record committed before its election. Its log may hold records
+        committed before then that its HW does not show yet (they commit with its epoch's
+        marker): decided on the image without them, a topic could be created twice. Kafka's
+        controller, likewise, becomes active only once it has replayed its log up to its
+        epoch's start."""
         replica = self.replicas.partitions.get(METADATA_TP)
         if replica is None or not replica.is_leader:
             raise errors.NotControllerError("this node is not the controller")
         start = replica.leader_epoch_start_offset
         if start is None or self.image.applied_offset + 1 < start:
-            # Its log may hold records committed before its election that its HW does not
-            # show yet (they commit with its epoch's marker): decided on the image without
-            # them, a topic could be created twice. Kafka's controller, likewise, becomes
-            # active only once it has replayed its log up to its epoch's start.
             raise errors.NotControllerError(
                 "the new controller has not applied the metadata written before its election"
             )
+        return replica
+
+    def metadata_high_watermark(self) -> int | None:
+        """The metadata HW on the active controller (`_active_replica`), None elsewhere: every
+        record committed before the moment it is read lies below it, so a node whose image
+        reaches it is caught up with everything committed before it asked."""
+        try:
+            return self._active_replica().high_watermark
+        except errors.NotControllerError:
+            return None
+
+    def assigned_here(self) -> set[TopicPartition]:
+        """The partitions the image assigns to this node, those being added to it included."""
+        return {
+            TopicPartition(topic.name, p)
+            for topic in self.image.topics.values()
+            for p, replicas in enumerate(topic.assignment)
+            if self.node_id in replicas
+        }
+
+    async def propose_metadata_records(
+        self, plan: Callable[[], Sequence[MetadataRecord]], timeout_s: float
+    ) -> Sequence[MetadataRecord]:
+        """As `propose_metadata`, for the records of one decision, committed together in one
+        batch (the ACLs of one CreateAcls); a decision of no records commits nothing."""
+        replica = self._active_replica()
         records = plan()
         if not records:
             return records

@@ -244,7 +244,10 @@ class NodeRegistry:
                          extra={"event": "node_fenced" if request.want_fence
                                 else "node_unfenced", "node": node.node_id})
         now = image.node(node.node_id)
-        return rpb.NodeHeartbeatResponse(fenced=now is None or now.fenced)
+        return rpb.NodeHeartbeatResponse(
+            fenced=now is None or now.fenced,
+            metadata_high_watermark=self.controller.metadata_high_watermark(),
+        )
 
     async def _forward(
         self, method: str, request: rpb.RegisterNodeRequest | rpb.NodeHeartbeatRequest,
@@ -315,9 +318,12 @@ class Registrant:
 
     def __init__(
         self, config: NodeConfig, identity: Identity, routing: Routing, dialer: PeerDialer,
-        epoch: int = -1,
+        epoch: int = -1, on_metadata_high_watermark: Callable[[int], None] = lambda hw: None,
     ) -> None:
+        """`on_metadata_high_watermark`: given the controller's metadata HW from every
+        heartbeat's answer that has one."""
         self.config = config
+        self._on_metadata_high_watermark = on_metadata_high_watermark
         self.identity = identity
         self.routing = routing
         self._dialer = dialer
@@ -413,6 +419,8 @@ class Registrant:
             return _RETRY_S[0]
         self._failures = 0
         self.fenced = beat.fenced
+        if beat.HasField("metadata_high_watermark"):
+            self._on_metadata_high_watermark(beat.metadata_high_watermark)
         return self.config.broker_heartbeat_interval_ms / 1000
 
     async def goodbye(self) -> None:

@@ -28,9 +28,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -43,6 +42,7 @@ from tidelog.node.liveness import LivenessBeacon
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.reads import wait_read
 from tidelog.node.security import PeerDialer
+from tidelog.node.strays import delete_directory, delete_strays
 from tidelog.node.transport import CHANNEL_OPTIONS, Outgoing, PeerLink, messages_of
 from tidelog.replication import (
     AppendResponse,
@@ -471,6 +471,15 @@ class ReplicaSet:
             replica.abandon()
             self.disk.submit(_delete_replica_files, replica)
 
+    def delete_strays(self, assigned: Collection[TopicPartition]) -> None:
+        """Delete the replica directories neither `assigned` (by metadata caught up with the
+        controller's) nor known to this set name (`tidelog.node.strays`), on the disk thread
+        after the writes, opens and deletions queued before: a replica this set is opening or
+        removing is its own business."""
+        known = {*assigned, *self.partitions, *self._to_open, *self._opening, *self._unopened}
+        keep = {f"{tp.topic}-{tp.partition}" for tp in known}
+        self.disk.submit(delete_strays, self.config.data_dir, keep, self.term_votes)
+
     async def rewrite_storage(self, replica: PartitionReplica, job: Callable[[], T]) -> T:
         """Run `job`, which changes `replica`'s log under its core (the scrubber cutting a
         damaged log), on the disk thread after any round of writes already under way, with
@@ -759,11 +768,7 @@ def _delete_replica_files(replica: PartitionReplica) -> None:
     replica.log.close()
     replica.store.term_votes.forget(replica.store.name)
     replica.store.term_votes.sync()
-    directory = replica.log.directory
-    doomed = directory.with_name(f"{directory.name}.deleted")
-    shutil.rmtree(doomed, ignore_errors=True)
-    directory.rename(doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    delete_directory(replica.log.directory)
 
 
 def _persist_all(

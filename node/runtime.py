@@ -75,9 +75,20 @@ class NodeRuntime:
         #: Cluster membership: the controller leader's sessions of every node, and this
         #: node's own registration and heartbeats.
         self.registry = NodeRegistry(config, self.controller, self.routing, self.replicas.dialer)
-        self.registrant = Registrant(config, identity, self.routing, self.replicas.dialer, epoch)
+        self.registrant = Registrant(config, identity, self.routing, self.replicas.dialer, epoch,
+                                     self._controller_high_watermark)
+        #: Whether this start's sweep of stray replica directories ran (`node.strays`).
+        self._strays_swept = False
         self.balancer = Balancer(config, self.controller)
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _controller_high_watermark(self, hw: int) -> None:
+        """Sweep the stray replica directories once per start, as soon as this node's
+        metadata holds every record committed before the controller said `hw` (so before this
+        node started): only then does a directory no record assigns here belong to nobody."""
+        if not self._strays_swept and self.controller.image.applied_offset + 1 >= hw:
+            self._strays_swept = True
+            self.replicas.delete_strays(self.controller.assigned_here())
 
     def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
         """One envelope from a peer: leadership announcements, then Raft messages."""

@@ -239,7 +239,7 @@ class LocalCluster:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._addresses, self._internal = self._layout()
         for node_id in self._addresses:
-            if data_dir_in_use(self._node_dir(node_id)):
+            if data_dir_in_use(self.node_dir(node_id)):
                 raise ClusterError(
                     f"data dir {self._dir} is held by a running cluster (node {node_id}); "
                     f"stop it with: tidelog cluster down --data-dir {self._dir}"
@@ -330,7 +330,7 @@ class LocalCluster:
 
         if not self.is_running(node_id):
             return None
-        path = self._node_dir(node_id) / METRICS_ADDR_FILE
+        path = self.node_dir(node_id) / METRICS_ADDR_FILE
         with contextlib.suppress(FileNotFoundError):
             return path.read_text().strip() or None
         return None
@@ -554,7 +554,7 @@ class LocalCluster:
             node_dir, props = self._joined[node_id]
             prefix: Sequence[str] = ()
         else:
-            node_dir, props = self._node_dir(node_id), self._static_props(node_id)
+            node_dir, props = self.node_dir(node_id), self._static_props(node_id)
             prefix = self._command_prefix(node_id) if self._command_prefix is not None else ()
         self._procs[node_id] = self._launch(node_dir, self._log_path(node_id), props, prefix)
         self._paused.discard(node_id)
@@ -563,7 +563,7 @@ class LocalCluster:
     def _static_props(self, node_id: int) -> dict[str, str]:
         from tidelog.node.config import format_peers
 
-        node_dir = self._node_dir(node_id)
+        node_dir = self.node_dir(node_id)
         props = self._common_props()
         props.update({
             "node.id": str(node_id),
@@ -685,7 +685,8 @@ class LocalCluster:
             raise ConfigurationError(f"no node {node_id}; nodes are {self.node_ids}")
         return node_id
 
-    def _node_dir(self, node_id: int) -> Path:
+    def node_dir(self, node_id: int) -> Path:
+        """The node's data dir."""
         if node_id in self._joined:
             return self._joined[node_id][0]
         return self._dir / f"node-{node_id}"

@@ -315,11 +315,13 @@ class NodeHeartbeatRequest(_message.Message):
     def __init__(self, node_id: _Optional[int] = ..., epoch: _Optional[int] = ..., want_fence: _Optional[bool] = ..., forwarded: _Optional[bool] = ...) -> None: ...
 
 class NodeHeartbeatResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "fenced")
+    __slots__ = ("error_code", "error_message", "fenced", "metadata_high_watermark")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    METADATA_HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     error_code: int
     error_message: str
     fenced: bool
-    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+    metadata_high_watermark: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., fenced: _Optional[bool] = ..., metadata_high_watermark: _Optional[int] = ...) -> None: ...
