@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tidelog.clock import wall_clock_ms
 from tidelog.errors import CorruptMessageError, UnsupportedCompressionTypeError
@@ -33,6 +33,12 @@ _NEVER_WRITTEN = (0, 0, 0)
 #: How often a compacted partition whose closed segments did not change is cleaned all the same
 #: (for its tombstones coming of age, after delete.retention.ms).
 _RECLEAN_EVERY_MS = 5 * 60 * 1000
+#: The checkpoint pass takes at most this many changed logs (the least recently checkpointed
+#: first), unless more are needed for every changed log to be checkpointed within
+#: `_CHECKPOINT_PASSES_MAX` passes; and it hands them to the disk thread this many at a time.
+_CHECKPOINT_LOGS_PER_PASS = 32
+_CHECKPOINT_PASSES_MAX = 12
+_CHECKPOINT_SLICE = 32
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +61,8 @@ class Housekeeping:
         #: What each peer was last told of the partitions led here: tp -> (epoch, isr).
         self._announced: dict[int, dict[TopicPartition, tuple[int, list[int]]]] = {}
         self._announced_all_at = 0.0
-        #: What each log held at its last checkpoint: (log end, log start, HW).
+        #: What each log held at its last checkpoint (`_state`), in the order of those
+        #: checkpoints, the oldest first.
         self._checkpointed: dict[PartitionReplica, tuple[int, int, int]] = {}
 
     async def loop(self) -> None:
@@ -74,7 +81,7 @@ class Housekeeping:
             failed: list[tuple[PartitionReplica, OSError]] = []
             if now - last_checkpoint >= checkpoint_every_s:
                 last_checkpoint = now
-                failed += await loop.run_in_executor(self.replicas.disk, self._checkpoint_all)
+                failed += await self._checkpoint_pass()
             if now - last_retention >= retention_every_s:
                 last_retention = now
                 failed += await loop.run_in_executor(self.replicas.disk, self._retention_pass)
@@ -126,35 +133,69 @@ class Housekeeping:
                     # peers to take it for dead.
                     self.replicas.changed(replica)
 
-    def _checkpoint_all(self) -> list[tuple[PartitionReplica, OSError]]:
-        """Every few seconds, as Kafka's flusher: indexes synced, the recovery point moved up
-        to what is on disk, and the offsets checkpointed, so a crash recovers little. A log
-        unchanged since its last checkpoint is left alone: thousands of idle partitions would
-        otherwise cost two file replacements each, every time. So is a log that never held a
-        batch (a new partition's): it has nothing to checkpoint, and the flush and two file
-        replacements of each of the 1,000 logs of a new topic held the disk thread, and with
-        it every round of writes and the topic's first elections, for tens of seconds."""
+    async def _checkpoint_pass(self) -> list[tuple[PartitionReplica, OSError]]:
+        """Every few seconds, as Kafka's flusher: the changed logs' indexes synced, their
+        recovery points moved up to what is on disk and their offsets checkpointed, so a crash
+        recovers little. `_due_checkpoints` picks the logs, `_checkpoint` checkpoints them a
+        slice at a time, each slice its own trip to the disk thread: the rounds of writes
+        queued meanwhile go between two slices, so a round waits for one slice at most, never
+        for the whole pass."""
+        loop = asyncio.get_running_loop()
+        due = await loop.run_in_executor(self.replicas.disk, self._due_checkpoints)
+        failed: list[tuple[PartitionReplica, OSError]] = []
+        for i in range(0, len(due), _CHECKPOINT_SLICE):
+            failed += await loop.run_in_executor(
+                self.replicas.disk, self._checkpoint, due[i : i + _CHECKPOINT_SLICE])
+        return failed
+
+    def _due_checkpoints(self) -> list[PartitionReplica]:
+        """On the disk thread: the logs the next pass checkpoints. A log unchanged since its
+        last checkpoint is left alone: thousands of idle partitions would otherwise cost two
+        file replacements each, every time. So is a log that never held a batch (a new
+        partition's): it has nothing to checkpoint, and the flush and two file replacements
+        of each of the 1,000 logs of a new topic held the disk thread, and with it every round
+        of writes and the topic's first elections, for tens of seconds.
+
+        Of the changed logs, the least recently checkpointed come first, and a pass takes
+        `_CHECKPOINT_LOGS_PER_PASS` of them, or more when that is needed for each to be
+        checkpointed within `_CHECKPOINT_PASSES_MAX` passes (a minute at Kafka's 5 s: its own
+        recovery-point checkpoint, log.flush.offset.checkpoint.interval.ms, is every 60 s).
+        A log costs the pass seven fsyncs (its segment and two indexes, and two file
+        replacements of two fsyncs each): produce over 1,000 partitions changed every log of
+        every node within each interval, and the pass over all of them held each node's disk
+        thread 3.4 s of every 5 (load 38), behind which every round of writes waited.
+        Deferring a log's checkpoint only makes its crash recovery re-read more: what the
+        acknowledgements promised is synced by the rounds themselves, and a truncation
+        rewrites the offsets checkpoint at once (`Log.truncate_to`)."""
         done = self._checkpointed
         for gone in [r for r in done if r.closed]:
             del done[gone]
+        changed = [r for r in self.replicas.partitions.values()
+                   if r not in done and not (r.closed or r.offline)
+                   and _state(r) != _NEVER_WRITTEN]
+        # `done` is kept in the order of the last checkpoints, the oldest first.
+        changed += [r for r, state in done.items()
+                    if not (r.closed or r.offline) and _state(r) != state]
+        return changed[:max(_CHECKPOINT_LOGS_PER_PASS, -(-len(changed) // _CHECKPOINT_PASSES_MAX))]
 
-        def state(replica: PartitionReplica) -> tuple[int, int, int]:
-            log_ = replica.log
-            return log_.log_end_offset, log_.log_start_offset, log_.high_watermark
+    def _checkpoint(
+        self, replicas: list[PartitionReplica]
+    ) -> list[tuple[PartitionReplica, OSError]]:
+        """On the disk thread: flush and checkpoint `replicas`' logs, side by side on the
+        helpers (one after another, after produce over 1,000 partitions, they held the disk
+        thread for seconds)."""
+        done = self._checkpointed
 
         def checkpoint(replica: PartitionReplica) -> None:
-            now = state(replica)
+            if replica.closed or replica.offline:
+                return
+            now = _state(replica)
             replica.log.flush()
             replica.log.checkpoint()
+            done.pop(replica, None)
             done[replica] = now
 
-        # Side by side: after produce over 1,000 partitions, one after another the pass
-        # (a flush and two file replacements per changed log) held the disk thread, and every
-        # round of writes behind it, for seconds (py-spy of bench/partitions.py's nodes). Only
-        # the changed logs go to the helpers: a future per log of 5,000 idle ones, every pass,
-        # was a third of a loaded node's GIL time (py-spy --gil during creation).
-        return self._each_log(checkpoint, side_by_side=True,
-                              only=lambda r: done.get(r, _NEVER_WRITTEN) != state(r))
+        return self._each_log(checkpoint, replicas)
 
     def _retention_pass(self) -> list[tuple[PartitionReplica, OSError]]:
         """Retention and, for compacted topics, a cleaner pass bounded by the last stable
@@ -180,13 +221,15 @@ class Housekeeping:
         return self._each_log(retain)
 
     def _each_log(
-        self, chore: Callable[[PartitionReplica], None], *, side_by_side: bool = False,
-        only: Callable[[PartitionReplica], bool] = lambda _: True,
+        self, chore: Callable[[PartitionReplica], None],
+        replicas: list[PartitionReplica] | None = None,
     ) -> list[tuple[PartitionReplica, OSError]]:
-        """On the disk thread: `chore` for every replica in service that `only` picks, on the
-        disk thread's helpers when `side_by_side` (ext4 folds concurrent fsyncs into shared
-        journal commits); those whose disk refused a write are returned, for the loop to take
-        offline (`ReplicaSet.storage_failed`)."""
+        """On the disk thread: `chore` for every replica in service, one after another, or for
+        `replicas` side by side on the disk thread's helpers (ext4 folds concurrent fsyncs
+        into shared journal commits); those whose disk refused a write are returned, for the
+        loop to take offline (`ReplicaSet.storage_failed`). Only the replicas given go to the
+        helpers: a future per log of 5,000 idle ones, every pass, was a third of a loaded
+        node's GIL time (py-spy --gil during creation)."""
 
         def run(replica: PartitionReplica) -> OSError | None:
             try:
@@ -195,9 +238,13 @@ class Housekeeping:
                 return exc
             return None
 
-        replicas = [r for r in list(self.replicas.partitions.values())
-                    if not (r.closed or r.offline) and only(r)]
-        results = self.replicas.flushers.map(run, replicas) if side_by_side else map(run, replicas)
+        results: Iterable[OSError | None]
+        if replicas is None:
+            replicas = [r for r in list(self.replicas.partitions.values())
+                        if not (r.closed or r.offline)]
+            results = map(run, replicas)
+        else:
+            results = self.replicas.flushers.map(run, replicas)
         return [(r, exc) for r, exc in zip(replicas, results, strict=True) if exc is not None]
 
     def _clean(self, tp: TopicPartition, cleaner: LogCleaner, now_ms: int, bound: int) -> None:
@@ -209,3 +256,9 @@ class Housekeeping:
         except (CorruptMessageError, UnsupportedCompressionTypeError) as exc:
             self.uncleanable.add(tp)
             log.error("%s: compaction stopped until restart, a batch cannot be read: %s", tp, exc)
+
+
+def _state(replica: PartitionReplica) -> tuple[int, int, int]:
+    """What a checkpoint records of a log: (log end, log start, HW)."""
+    log_ = replica.log
+    return log_.log_end_offset, log_.log_start_offset, log_.high_watermark

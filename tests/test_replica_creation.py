@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tidelog.coordinator.controller import METADATA_TP
+from tidelog.node import housekeeping as housekeeping_module
 from tidelog.node import replicas as replicas_module
 from tidelog.node.config import NodeConfig
 from tidelog.node.housekeeping import Housekeeping
@@ -96,14 +97,18 @@ def test_the_checkpoint_pass_leaves_logs_that_never_held_a_batch_alone(
         for p in range(3):
             replicas.open_replica(TopicPartition("t", p), (2, 1, 3), {})
         housekeeping = Housekeeping(config, replicas, METADATA_TP)
-        assert housekeeping._checkpoint_all() == []
+
+        def checkpoint_pass() -> list[Any]:
+            return asyncio.run(housekeeping._checkpoint_pass())
+
+        assert checkpoint_pass() == []
         assert replaced == []
         written = replicas.partitions[TopicPartition("t", 1)].log
         written.append_as_leader(build_batch([RecordInput(b"v", None, 1)]), 0)
-        assert housekeeping._checkpoint_all() == []
+        assert checkpoint_pass() == []
         assert {path.parent for path in replaced} == {written.directory}
-        assert housekeeping._checkpoint_all() == []  # nothing changed since
-        assert handed == [0, 1, 0]
+        assert checkpoint_pass() == []  # nothing changed since
+        assert handed == [1]
     finally:
         asyncio.run(replicas.close())
 
@@ -170,3 +175,66 @@ def test_a_new_topic_is_opened_in_waves_of_replicas_that_go_quiet(
             await replicas.close()
 
     asyncio.run(scenario())
+
+
+def test_the_checkpoint_pass_takes_the_least_recently_checkpointed_logs_a_slice_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Produce over 1,000 partitions changes every log of every node within each interval, and
+    a pass over all of them (seven fsyncs a log) held each node's disk thread 3.4 s of every 5,
+    every round of writes behind it. A pass now takes a bounded number of changed logs, the
+    least recently checkpointed first (so each gets its turn), more only when that is needed
+    for each to be checkpointed within a number of passes; and it hands them to the disk
+    thread a slice at a time, so a round of writes queued meanwhile waits for one slice, not
+    for the pass. Before, one pass checkpointed every changed log in one trip."""
+    monkeypatch.setattr(housekeeping_module, "_CHECKPOINT_LOGS_PER_PASS", 2)
+    monkeypatch.setattr(housekeeping_module, "_CHECKPOINT_PASSES_MAX", 3)
+    monkeypatch.setattr(housekeeping_module, "_CHECKPOINT_SLICE", 1)
+    config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path)
+    replicas = ReplicaSet(config)
+    housekeeping = Housekeeping(config, replicas, METADATA_TP)
+    trips: list[str] = []
+    slice_of = housekeeping._checkpoint
+
+    def recording_slice(logs: list[Any]) -> list[Any]:
+        trips.append(",".join(str(r.tp.partition) for r in logs))
+        if len(trips) == 1:  # a round of writes comes while the first slice is on the disk
+            replicas.disk.submit(trips.append, "round")
+        return slice_of(logs)
+
+    monkeypatch.setattr(housekeeping, "_checkpoint", recording_slice)
+    tps = [TopicPartition("t", p) for p in range(4)]
+    batch = build_batch([RecordInput(b"v", None, 1)])
+
+    def write(partitions: range) -> None:
+        for p in partitions:
+            log = replicas.partitions[tps[p]].log
+            log.append_as_leader(batch, 0)
+
+    def checkpoint_pass() -> list[str]:
+        trips.clear()
+        assert asyncio.run(housekeeping._checkpoint_pass()) == []
+        return trips.copy()
+
+    try:
+        for tp in tps:
+            replicas.open_replica(tp, (1,), {})
+        write(range(4))
+        assert checkpoint_pass() == ["0", "round", "1"]
+        write(range(4))
+        # Never checkpointed first, then the oldest checkpoint.
+        assert checkpoint_pass() == ["2", "round", "3"]
+        assert checkpoint_pass() == ["0", "round", "1"]
+        write(range(4))
+        # 2 and 3 were checkpointed longer ago than 0 and 1.
+        assert checkpoint_pass() == ["2", "round", "3"]
+        assert checkpoint_pass() == ["0", "round", "1"]
+        assert checkpoint_pass() == []  # every change checkpointed
+        for p in range(4, 7):
+            replicas.open_replica(TopicPartition("t", p), (1,), {})
+            tps.append(TopicPartition("t", p))
+        write(range(7))
+        # Seven changed logs, each within three passes: three a pass.
+        assert checkpoint_pass() == ["4", "round", "5", "6"]
+    finally:
+        asyncio.run(replicas.close())
