@@ -216,7 +216,21 @@ class LogStore:
             self.term_votes.set(self.name, term_vote)
 
     def sync(self) -> None:
-        if self._unsynced and self._sync_writes and not self.closed:
+        if self.needs_sync:
             self.log.sync_data()
+        self._unsynced = False
+        self.term_votes.sync()
+
+    @property
+    def needs_sync(self) -> bool:
+        """Whether `sync` would fsync the log (writes applied since the last, and synced)."""
+        return self._unsynced and self._sync_writes and not self.closed
+
+    def synced_by_filesystem(self) -> None:
+        """`sync`, when the log's filesystem was synced (``syncfs``) after this store's writes
+        were applied: the log's own fsyncs are left out (`Log.mark_synced`); the term and
+        vote book is synced as by `sync`."""
+        if self.needs_sync:
+            self.log.mark_synced()
         self._unsynced = False
         self.term_votes.sync()

@@ -876,6 +876,16 @@ class Log:
                 fsync_dir(self.directory)
                 self._dir_dirty = False
 
+    def mark_synced(self) -> None:
+        """What `sync_data` would make durable was made so another way: a ``syncfs`` of the
+        log's filesystem, begun after every write to sync (`tidelog.storage.fs_sync`), which
+        covers the segments' data and the directory's entries alike."""
+        with self._lock:
+            self._check_open()
+            for i in range(self._segments.floor_index(self._recovery_point), len(self._segments)):
+                self._segments[i].mark_synced()
+            self._dir_dirty = False
+
     def checkpoint(self) -> None:
         """Persist recovery point, log start offset, HW and segment last-modified times (each
         file replaced atomically). Cheap enough to call every few seconds, as Kafka does."""

@@ -615,6 +615,11 @@ class LogSegment:
         self.time_index.file.flush()
         self.txn_index.file.flush()
 
+    def mark_synced(self) -> None:
+        """The caller made the .log durable another way (a ``syncfs`` of its filesystem after
+        the writes: `tidelog.storage.fs_sync`): `sync_data` has nothing left to do."""
+        self._dirty = False
+
     def mark_dirty(self) -> None:
         """Data read back by recovery may exist only in the page cache (the process died, not
         the machine): the next flush must fsync it before the recovery point passes it."""
