@@ -26,6 +26,7 @@ leads here.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tidelog import errors
+from tidelog.coordinator.controller import METADATA_TP
 from tidelog.errors import CorruptMessageError
 from tidelog.node.config import NodeConfig
 from tidelog.node.liveness import LivenessBeacon
@@ -144,6 +146,9 @@ class ReplicaSet:
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
             quiesce=True,
         )
+        #: Every metadata voter applies what commits (`controller_driver`), so its followers
+        #: are sent each new HW at once (`RaftConfig.eager_hw`); metadata commits are rare.
+        self._metadata_raft_config = dataclasses.replace(self.raft_config, eager_hw=True)
         #: Replicas whose cores are not quiesced: the only ones the tick loop ticks.
         self._awake: set[PartitionReplica] = set()
         #: Replicas the next round of the Ready loop looks at; every replica when ``_all``.
@@ -311,8 +316,9 @@ class ReplicaSet:
         directory = self.config.data_dir / f"{tp.topic}-{tp.partition}"
         seed = hash((self.node_id, tp.topic, tp.partition)) & 0xFFFFFFFF
         return PartitionReplica(
-            tp, self.node_id, replicas, directory, self._log_config(configs), self.raft_config,
-            seed, self.term_votes, sync_writes=self.config.log_flush_policy == "always",
+            tp, self.node_id, replicas, directory, self._log_config(configs),
+            self._metadata_raft_config if tp == METADATA_TP else self.raft_config, seed,
+            self.term_votes, sync_writes=self.config.log_flush_policy == "always",
             tick_s=self.config.raft_tick_ms / 1000, touched=self.changed,
             peer_live=self.peer_live, adding=adding,
             replica_lag_max_ms=self.config.replica_lag_max_ms,

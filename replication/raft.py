@@ -32,6 +32,26 @@ driver, `tidelog.replication.driver`, honours it for the node, the simulator and
 
 A crash anywhere before step 3 completes loses the whole Ready and nothing was promised.
 
+Carrying the HW. etcd's leader broadcasts an append on every commit, an empty one to each
+follower it has nothing new for, and each is answered: under a steady stream of proposals those
+were more than half of a leader's appends and answers (bench/README, issue 18), each a message
+to build, send, parse and answer on both sides. Here a commit sends only what waits to go
+anyway, which carries the new HW; a follower otherwise learns it from its next append or its
+next heartbeat, at most ``heartbeat_ticks`` later (a heartbeat carries the HW up to the
+follower's ``match``). Nothing needs it sooner:
+
+* Raft's safety does not rest on a follower's commit index: commitment is counted on the
+  leader from the followers' ``match``; a follower's HW only keeps it from truncating below it.
+  The leader's reads, read lease, ISR, acks=all and a move's catch-up (`mover`) use the
+  leader's HW and the followers' ``match`` alone.
+* A group never goes quiet with a follower behind its final HW: a leader quiesces only when
+  every ``match`` and its HW are its log end, and the ``quiesce`` heartbeat carries that HW.
+* A follower elected with a stale HW writes a marker and serves reads once it commits (SPEC §7,
+  `read_index`), as after any leader crash. The target of a transfer is sent every new HW at
+  once, so a planned handover costs no marker when the log was committed.
+* A group whose followers act on what commits as it commits sets ``RaftConfig.eager_hw``: the
+  metadata log, which every voter applies (and non-voters pull from any voter).
+
 Quiescence (``RaftConfig.quiesce``; CockroachDB quiesces idle ranges the same way). A node
 hosts thousands of groups, most of them idle, and a group that ticks and heartbeats costs CPU
 and network whether or not anything changes. So an idle group goes quiet, and node-level
@@ -187,6 +207,11 @@ class RaftConfig:
     #: Idle groups stop ticking and heartbeating (see "Quiescence" above); the driver must then
     #: run node liveness and report dead peers (`RaftCore.peer_down`).
     quiesce: bool = False
+    #: Send every follower each new HW at once, by an empty append when no entries go to carry
+    #: it, rather than with the next append or heartbeat (see "Carrying the HW" above): for a
+    #: group whose followers act on what commits as it commits (the metadata log, which every
+    #: voter applies).
+    eager_hw: bool = False
 
 
 class BatchCodec(Protocol):
@@ -525,10 +550,10 @@ class RaftCore:
         self._transfer_term = self._term
         self._election_elapsed = 0
         pr = self._progress[target]
+        # What the target lacks, or the HW alone: it may not have heard the newest yet.
+        self._send_append(target, pr, allow_empty=True)
         if pr.match == self._log.end:
             self._send(TimeoutNow(self._term, self.id, target))
-        else:
-            self._send_append(target, pr, allow_empty=True)
 
     def read_index(self, ctx: int) -> None:
         """Ask for a linearizable read (Raft thesis §6.4, etcd's ReadOnlySafe): a later Ready
@@ -724,7 +749,7 @@ class RaftCore:
             self._durable_term = rd.hard_state.term
         self._log.stable_to_handed()
         if self._role is Role.LEADER and self._maybe_commit():
-            self._bcast_append()
+            self._send_commit()
 
     # ---- membership ------------------------------------------------------------------------
 
@@ -1066,6 +1091,15 @@ class RaftCore:
         for peer, pr in self._progress.items():
             self._send_append(peer, pr, allow_empty=True)
 
+    def _send_commit(self) -> None:
+        """The HW moved: send what waits to go, which carries it (see "Carrying the HW"). Only
+        an `eager_hw` group's followers, and the target of a transfer (elected with the HW at
+        its log end, it writes no marker), get an empty append when nothing else goes."""
+        eager = self._config.eager_hw
+        transferee = self._transferee
+        for peer, pr in self._progress.items():
+            self._send_append(peer, pr, allow_empty=eager or peer == transferee)
+
     def _maybe_commit(self) -> bool:
         own = self._log.offset
         progress = self._progress
@@ -1110,7 +1144,7 @@ class RaftCore:
             pr.replicating = True
             pr.next = pr.match
         if self._maybe_commit():
-            self._bcast_append()
+            self._send_commit()
         if self._role is not Role.LEADER:
             return  # removed, and stepped down
         while self._send_append(m.src, pr, allow_empty=False):

@@ -188,6 +188,7 @@ def test_the_configuration_survives_restarts() -> None:
     leader = c.cores[0]
     committed = leader.add_learner(new)
     c.settle()
+    c.heartbeat()  # which tells the followers the HW, and so that the change committed
     assert c.confs[1] == ConfState(committed.base_offset, M([0, 1, 2], [new]))
     pending = leader.promote(new)
     c.flush(0)  # appended on the leader only

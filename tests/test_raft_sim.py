@@ -86,6 +86,12 @@ def test_simulator_catches_a_core_that_votes_twice(monkeypatch: pytest.MonkeyPat
 
 def test_simulator_catches_a_core_that_ignores_log_freshness(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale voter wins only when the leader is gone and it campaigns before the fresh ones
+    (leases refuse it otherwise), so few runs show it: at the time of writing 9-10 of the first
+    60 default-mix seeds, and 1-8 of 60 swarm seeds, which were cut from 4 to 1 by a core change
+    that only sent fewer messages. The default mix, also cheaper per seed, finds it at a rate
+    that leaves a 60-seed search a chance of about 1 in 30,000 to miss it, whatever the
+    trajectories."""
     vote = RaftCore._handle_vote_request
 
     def careless(self: RaftCore, m: PreVoteRequest | VoteRequest) -> None:
@@ -93,7 +99,7 @@ def test_simulator_catches_a_core_that_ignores_log_freshness(
         vote(self, m)
 
     monkeypatch.setattr(RaftCore, "_handle_vote_request", careless)
-    failure = _first_failure(swarm=True)
+    failure = _first_failure(swarm=False)
     assert "leader completeness" in failure or "committed" in failure
 
 
