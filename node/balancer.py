@@ -27,7 +27,7 @@ import grpc
 from tidelog import errors
 from tidelog.acl import Operation
 from tidelog.coordinator.balance import Plan, drain_progress, plan_moves
-from tidelog.coordinator.controller import MetadataImage
+from tidelog.coordinator.controller import METADATA_TP, MetadataImage
 from tidelog.coordinator.metadata_records import MetadataRecord
 from tidelog.node.authorization import Authorization
 from tidelog.node.config import NodeConfig
@@ -93,6 +93,10 @@ class Balancer:
             image = self.controller.image
             out: list[MetadataRecord] = []
             planned.clear()
+            seat = image.plan_controller_voters(self.controller.voters)
+            if seat is not None:
+                out.append(seat)
+                planned.append(f"the controller's seats to {list(seat.voters)} (decommission)")
             for move in plan(self.config, self.controller).moves:
                 tp = move.partition
                 record = image.plan_alter_reassignment(
@@ -150,7 +154,7 @@ class DecommissionApi:
             if request.action == UNREGISTER:
                 await self.controller.propose_metadata_records(
                     lambda: [self.controller.image.plan_unregister(
-                        node_id, self.controller.voters
+                        node_id, self.controller.quorum.members + self.controller.voters
                     )],
                     timeout_s,
                 )
@@ -174,13 +178,21 @@ class DecommissionApi:
         removing = {tp: moving.removing for tp, moving in image.reassignments().items()}
         progress = drain_progress(image_assignments(image), removing, node_id,
                                   plan(self.config, self.controller))
+        # The controller's seat counts as a replica (of __cluster_metadata-0) until it moved.
+        seat = self.controller.seat_held(node_id)
+        leaving_seat = seat and bool(image.controller_target) \
+            and node_id not in image.controller_target
         response = pb.DecommissionNodeResponse(
             decommissioning=node_id in image.decommissioning,
-            replicas_left=progress.replicas_left, moving=progress.moving,
+            replicas_left=progress.replicas_left + seat, moving=progress.moving + leaving_seat,
             controller_voter=node_id in self.controller.voters,
         )
         for tp, reason in progress.stuck:
             response.stuck.add(topic=tp.topic, partition=tp.partition, reason=reason)
+        stuck_seat = image.controller_seat_stuck(node_id, self.controller.voters)
+        if stuck_seat is not None:
+            response.stuck.add(topic=METADATA_TP.topic, partition=METADATA_TP.partition,
+                               reason=stuck_seat)
         return response
 
 

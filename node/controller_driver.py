@@ -1,12 +1,19 @@
 """The node side of the controller: drives its state machine (`coordinator.controller`)
 over its Raft log.
 
-The controller is the partition ``__cluster_metadata-0``, a Raft group over the first min(3, N)
-nodes of the static peers list (a node that joined is told the voters when it registers). Its
-committed records (topics, producer-id blocks, ACLs, configs, the registered nodes) are applied
+The controller is the partition ``__cluster_metadata-0``, a Raft group that starts over the first
+min(3, N) nodes of the static peers list (a node that joined is told the voters when it
+registers) and changes its members as a partition's group does (a decommissioned voter hands
+its seat over: `MetadataImage.plan_controller_voters`, carried out by `tidelog.node.reassignment`).
+Its committed records (topics, producer-id blocks, ACLs, configs, the registered nodes) are applied
 in order by every node to a `MetadataImage`, and each node then opens or removes its replicas
 and dials the nodes it learned of;
-nodes outside the quorum pull the committed records from a voter. On the controller leader,
+nodes outside the quorum pull the committed records from a voter. The committed configurations
+of the group are in the log too (membership control batches, `MetadataImage.quorum`): a node
+that a configuration names opens the metadata replica (a new voter starts as a learner), one it
+leaves out deletes it and pulls, and each node keeps the configuration it last applied in its
+data dir (`QUORUM_FILE`), so that a removed voter never comes back as one from its static peers
+list after a restart. On the controller leader,
 admin requests are decided by the image and proposed as records here. The state machine holds
 the rules; this module holds the I/O, the waiting and the producer-id block being handed out.
 """
@@ -18,6 +25,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -30,10 +38,13 @@ from tidelog.coordinator.metadata_records import (
     encode_record,
 )
 from tidelog.node.config import NodeConfig
+from tidelog.node.files import write_atomically
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
+from tidelog.properties import read_properties
 from tidelog.records import RecordInput, build_batch
+from tidelog.replication.membership import Membership
 from tidelog.storage import LogConfig
 from tidelog.storage.log import Log
 from tidelog.types import TopicPartition
@@ -57,6 +68,9 @@ _TOPIC_KEYS = LogConfig.property_names()
 _REASSIGNMENT_DONE_S = 10.0
 #: How soon a completion waiting for another change of its topic tries again.
 _BUSY_RETRY_S = 0.005
+#: The configuration of the controller's group this node last applied (its data dir's): which
+#: node holds a seat survives a restart, whatever the static peers list says.
+QUORUM_FILE = "controller-quorum.properties"
 
 log = logging.getLogger("tidelog.node")
 
@@ -81,8 +95,11 @@ class ControllerDriver:
         self.routing = routing
         self.image = MetadataImage()
         routing.registered = self.image.node
-        self.voters = config.controller_voters or tuple(
-            sorted(config.peers)[: min(3, len(config.peers))]
+        #: The configuration of the controller's group this node knows when its image holds
+        #: none yet: the one it kept, else the bootstrap voters (a joined node's were told it).
+        self._quorum_path = config.data_dir / QUORUM_FILE
+        self._kept_quorum = load_quorum(self._quorum_path) or Membership.of(
+            config.controller_voters or sorted(config.peers)[: min(3, len(config.peers))]
         )
         self._pending_topics: set[str] = set()
         self._metadata_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -97,8 +114,30 @@ class ControllerDriver:
         replicas.on_published(METADATA_TP, self._apply_committed_metadata)
 
     @property
+    def quorum(self) -> Membership:
+        """The newest committed configuration of the controller's group this node knows."""
+        return self.image.quorum or self._kept_quorum
+
+    @property
+    def voters(self) -> tuple[int, ...]:
+        """The controller's voters now: the committed configuration of the replica here, else
+        the newest this node applied or kept. Read afresh by every user (the pulls,
+        registration's answer, the forwarding, the decommission's checks): it changes."""
+        replica = self.replicas.partitions.get(METADATA_TP)
+        if replica is not None:
+            return replica.core.conf_state.membership.voters
+        return self.quorum.voters
+
+    @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
+
+    def seat_held(self, node_id: int) -> bool:
+        """Whether `node_id` holds a seat of the controller's quorum: a member of its group,
+        or named by the target under way."""
+        quorum = self.quorum
+        return (node_id in self.voters or node_id in quorum.learners
+                or node_id in self.image.controller_target)
 
     @property
     def is_leader(self) -> bool:
@@ -143,10 +182,13 @@ class ControllerDriver:
     async def load(self) -> None:
         """Open the metadata log (on a voter) and apply it, then the replicas it assigns here."""
         loop = asyncio.get_running_loop()
-        if self.is_voter:
+        quorum = self._kept_quorum
+        # A node that left the quorum and stopped before its replica was deleted leaves the
+        # directory to the sweep of strays (`tidelog.node.strays`).
+        if self.node_id in quorum.members:
             await loop.run_in_executor(
-                self.replicas.disk, self.replicas.open_replica, METADATA_TP, self.voters,
-                METADATA_LOG_CONFIGS,
+                self.replicas.disk, self.replicas.open_replica, METADATA_TP,
+                quorum.voters + quorum.learners, METADATA_LOG_CONFIGS, quorum.learners,
             )
             self._hw_saving = self.replicas.partitions[METADATA_TP].high_watermark
             self._apply_committed_metadata()
@@ -196,10 +238,13 @@ class ControllerDriver:
     def _apply_metadata_bytes(self, data: bytes) -> None:
         before = dict(self.image.topics)
         nodes_before = dict(self.image.nodes)
+        quorum_before = self.image.quorum
         defaults_before = self.replicas.dynamic_defaults
         self.image.apply_batches(data)
         if self.image.nodes != nodes_before:
             self._nodes_changed()
+        if self.image.quorum is not None and self.image.quorum != quorum_before:
+            self._quorum_changed(self.image.quorum)
         self.replicas.dynamic_defaults = self.dynamic_defaults()
         self._reconcile(before, defaults_before != self.replicas.dynamic_defaults)
         done = [(o, f) for o, f in self._metadata_waiters if o <= self.image.applied_offset]
@@ -207,6 +252,34 @@ class ControllerDriver:
             self._metadata_waiters.remove(item)
             if not item[1].done():
                 item[1].set_result(None)
+
+    def _quorum_changed(self, quorum: Membership) -> None:
+        """The controller's group committed a new configuration: this node keeps it (before
+        anything else on the disk thread, so that a replica deleted below is never created
+        again at a restart), opens the metadata replica when it became a member (a learner,
+        which the group's leader promotes once it caught up), or deletes it when it was left
+        out (it pulls the records from then on, see `pull_loop`)."""
+        if quorum != self._kept_quorum:
+            self._kept_quorum = quorum
+            saved = asyncio.get_running_loop().run_in_executor(
+                self.replicas.disk, save_quorum, self._quorum_path, quorum
+            )
+            saved.add_done_callback(_log_quorum_failure)
+        members = quorum.voters + quorum.learners
+        if self.node_id in members:
+            if self.replicas.hosts(METADATA_TP):
+                self.replicas.set_replicas(METADATA_TP, members)
+            else:
+                log.info("node %d: joins the controller's quorum (voters %s) as a learner",
+                         self.node_id, list(quorum.voters),
+                         extra={"event": "controller_quorum_joined"})
+                self.replicas.add_replica(METADATA_TP, members, dict(METADATA_LOG_CONFIGS),
+                                          quorum.learners)
+        elif self.replicas.hosts(METADATA_TP):
+            log.info("node %d: left the controller's quorum (voters %s): its metadata replica "
+                     "is deleted", self.node_id, list(quorum.voters),
+                     extra={"event": "controller_quorum_left"})
+            self.replicas.remove_replica(METADATA_TP)
 
     async def _applied(self, offset: int, timeout_s: float) -> None:
         """Wait until this node's image includes the metadata record at `offset`."""
@@ -284,17 +357,42 @@ class ControllerDriver:
             records=data, high_watermark=hw, log_start_offset=replica.log.log_start_offset
         )
 
+    def _pulls(self) -> bool:
+        """Whether this node pulls the metadata: it holds no voter's replica, or its seat is
+        being moved away (a voter that the group removes hears no more from its leader, so it
+        learns of its removal only by pulling the configuration that removed it)."""
+        target = self.image.controller_target
+        return not self.is_voter or (bool(target) and self.node_id not in target)
+
+    def _sources(self) -> list[int]:
+        """The nodes that may hold the metadata replica: the voters, and the target's."""
+        nodes = dict.fromkeys([*self.voters, *self.image.controller_target])
+        return [n for n in nodes if n != self.node_id]
+
     async def pull_loop(self) -> None:
-        """Nodes outside the metadata quorum pull its committed records from a voter."""
-        channels = {v: self.replicas.connect_peer(self.config.peers[v]) for v in self.voters}
+        """Nodes outside the metadata quorum pull its committed records from a voter, each
+        time from the voters as they are then (the quorum changes: `voters`), dialled where
+        the node knows them (static peers, else registered addresses)."""
+        channels: dict[str, grpc.aio.Channel] = {}
         try:
             turn = 0
             while True:
-                voter = self.voters[turn % len(self.voters)]
-                try:
-                    if await self._pull(channels[voter], _PULL_CALL_S):
+                sources = self._sources() if self._pulls() else []
+                address = (self.routing.internal_address_of(sources[turn % len(sources)])
+                           if sources else "")
+                if address:
+                    channel = channels.get(address)
+                    if channel is None:
+                        channel = channels[address] = self.replicas.connect_peer(address)
+                    try:
+                        pulled = await self._pull(channel, _PULL_CALL_S)
+                    except grpc.aio.AioRpcError:
+                        pulled = None
+                    if pulled:
                         continue
-                except grpc.aio.AioRpcError:
+                    if pulled is None:  # down, or holds no replica (left the quorum): the next
+                        turn += 1
+                else:
                     turn += 1
                 await asyncio.sleep(_METADATA_PULL_EVERY_S)
         finally:
@@ -313,12 +411,12 @@ class ControllerDriver:
         on every voter, so they are pulled as non-voters pull them. When no other voter answers
         within `timeout_s` (the rest of the quorum is down too), the node serves what it has
         and says so. Returns whether a voter answered."""
-        others = [v for v in self.voters if v != self.node_id]
-        if not others:
+        addresses = [self.routing.internal_address_of(v) for v in self._sources()]
+        if not addresses:
             return True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        channels = [self.replicas.connect_peer(self.config.peers[v]) for v in others]
+        channels = [self.replicas.connect_peer(a) for a in addresses if a]
         try:
             while loop.time() < deadline:
                 answered = False
@@ -537,6 +635,33 @@ def _log_checkpoint_failure(saved: asyncio.Future[None]) -> None:
     """The periodic checkpoint (`Housekeeping`) tries again."""
     if not saved.cancelled() and (exc := saved.exception()) is not None:
         log.warning("cannot checkpoint the metadata high watermark: %s", exc)
+
+
+def load_quorum(path: Path) -> Membership | None:
+    """The configuration kept in `path`; None when there is none. A damaged file fails the
+    start: guessing could bring a removed voter back into the quorum."""
+    if not path.exists():
+        return None
+    props = read_properties(path)
+    try:
+        voters, learners = (
+            [int(n) for n in props.get(key, "").split(",") if n] for key in ("voters", "learners")
+        )
+        if not voters or set(props) != {"voters", "learners"}:
+            raise ValueError("voters and learners expected")
+        return Membership.of(voters, learners)
+    except ValueError as exc:
+        raise errors.InvalidConfigError(f"{path} is damaged ({exc}): {props}") from None
+
+
+def save_quorum(path: Path, quorum: Membership) -> None:
+    write_atomically(path, f"voters={','.join(map(str, quorum.voters))}\n"
+                           f"learners={','.join(map(str, quorum.learners))}\n")
+
+
+def _log_quorum_failure(saved: asyncio.Future[None]) -> None:
+    if not saved.cancelled() and (exc := saved.exception()) is not None:
+        log.error("cannot keep the controller quorum's configuration: %s", exc)
 
 
 def _adding(topic: TopicImage, partition: int) -> tuple[int, ...]:

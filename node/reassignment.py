@@ -12,6 +12,11 @@ that reaches a node that no longer is the controller, is simply sent again at th
 interval: the completion record is idempotent (the plan refuses a second one), and the step
 decisions need no memory of earlier intervals, so a new leader or a new controller picks the
 work up where the log says it stands.
+
+The controller's own group moves the same way, toward the target its image holds
+(`MetadataImage.controller_target`), stepped here on the node that leads it; nothing is reported:
+the configurations it commits are in the metadata log itself, which every node applies
+(`ControllerDriver._quorum_changed`).
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ import time
 
 import grpc
 
+from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
 from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
 from tidelog.replication.mover import MembershipMover, Step
@@ -76,24 +83,15 @@ class Reassigner:
         moving = image.reassignments()
         for tp in [tp for tp in self._reported if tp not in moving]:
             del self._reported[tp]
+        quorum_moving = False
+        controller = self.replicas.partitions.get(METADATA_TP)
+        if image.controller_target and controller is not None and controller.is_leader:
+            quorum_moving = self._step(controller, image.controller_target) is not Step.DONE
         for tp, reassignment in moving.items():
             replica = self.replicas.partitions.get(tp)
             if replica is None or not replica.is_leader:
                 continue
-            target = reassignment.target
-            step = MembershipMover(target).step(replica.core)
-            if step.changed or step is Step.PENDING:
-                # PENDING may have appended the leader's marker (a change waits for a commit of
-                # the leader's term): an idle, quiesced group sends it only if told to.
-                self.replicas.changed(replica)
-            if step.changed:
-                membership = replica.core.membership
-                log.info("%s: reassignment to %s: %s (voters %s, learners %s)", tp,
-                         list(target), step.value, list(membership.voters),
-                         list(membership.learners),
-                         extra={"topic": tp.topic, "partition": tp.partition,
-                                "event": "reassignment_step", "step": step.name.lower()})
-            elif step is Step.DONE:
+            if self._step(replica, reassignment.target) is Step.DONE:
                 now = time.monotonic()
                 if now - self._reported.get(tp, -_REPORT_EVERY_S) >= _REPORT_EVERY_S:
                     self._reported[tp] = now
@@ -105,7 +103,23 @@ class Reassigner:
                     task = asyncio.create_task(self._report(request))
                     self._reporting.add(task)
                     task.add_done_callback(self._reporting.discard)
-        return bool(moving)
+        return bool(moving) or quorum_moving
+
+    def _step(self, replica: PartitionReplica, target: tuple[int, ...]) -> Step:
+        """One step of `replica`'s group (led here) toward `target`."""
+        step = MembershipMover(target).step(replica.core)
+        if step.changed or step is Step.PENDING:
+            # PENDING may have appended the leader's marker (a change waits for a commit of
+            # the leader's term): an idle, quiesced group sends it only if told to.
+            self.replicas.changed(replica)
+        if step.changed:
+            tp, membership = replica.tp, replica.core.membership
+            log.info("%s: reassignment to %s: %s (voters %s, learners %s)", tp,
+                     list(target), step.value, list(membership.voters),
+                     list(membership.learners),
+                     extra={"topic": tp.topic, "partition": tp.partition,
+                            "event": "reassignment_step", "step": step.name.lower()})
+        return step
 
     async def _report(self, request: rpb.ReassignmentDoneRequest) -> None:
         controller = self.routing.controller_id

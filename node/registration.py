@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -318,11 +318,14 @@ class Registrant:
 
     def __init__(
         self, config: NodeConfig, identity: Identity, routing: Routing, dialer: PeerDialer,
-        epoch: int = -1, on_metadata_high_watermark: Callable[[int], None] = lambda hw: None,
+        voters: Callable[[], Sequence[int]], epoch: int = -1,
+        on_metadata_high_watermark: Callable[[int], None] = lambda hw: None,
     ) -> None:
-        """`on_metadata_high_watermark`: given the controller's metadata HW from every
+        """`voters`: the controller's voters as this node knows them now;
+        `on_metadata_high_watermark`: given the controller's metadata HW from every
         heartbeat's answer that has one."""
         self.config = config
+        self._voters = voters
         self._on_metadata_high_watermark = on_metadata_high_watermark
         self.identity = identity
         self.routing = routing
@@ -343,10 +346,6 @@ class Registrant:
             return [address]
         voters = [self.routing.internal_address_of(v) for v in self._voters()]
         return [a for a in voters if a]
-
-    def _voters(self) -> tuple[int, ...]:
-        peers = sorted(self.config.peers)
-        return self.config.controller_voters or tuple(peers[: min(3, len(peers))])
 
     async def _ask(
         self, method: str, request: rpb.RegisterNodeRequest | rpb.NodeHeartbeatRequest

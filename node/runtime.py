@@ -75,7 +75,8 @@ class NodeRuntime:
         #: Cluster membership: the controller leader's sessions of every node, and this
         #: node's own registration and heartbeats.
         self.registry = NodeRegistry(config, self.controller, self.routing, self.replicas.dialer)
-        self.registrant = Registrant(config, identity, self.routing, self.replicas.dialer, epoch,
+        self.registrant = Registrant(config, identity, self.routing, self.replicas.dialer,
+                                     lambda: self.controller.voters, epoch,
                                      self._controller_high_watermark)
         #: Whether this start's sweep of stray replica directories ran (`node.strays`).
         self._strays_swept = False
@@ -115,9 +116,9 @@ class NodeRuntime:
             self.reassigner.loop(),
             self.registry.session_loop(),
             self.balancer.loop(),
+            # Idle while this node votes in the controller's quorum (it may stop voting).
+            self.controller.pull_loop(),
         ]
-        if not self.controller.is_voter:
-            loops.append(self.controller.pull_loop())
         if self.config.log_scrub_bytes_per_second > 0:
             loops.append(self.scrubber.loop())
         self._tasks = [asyncio.create_task(_fail_fast(loop_)) for loop_ in loops]

@@ -162,13 +162,8 @@ def _decommission(args: argparse.Namespace) -> int:
                 print(f"node {args.node}'s decommission was cancelled")
                 return 1
         if status.replicas_left == 0:
-            if status.controller_voter:
-                print(f"node {args.node} holds no partition replica, but it votes in the "
-                      "controller's quorum (__cluster_metadata-0), which a decommission does "
-                      "not move: stopping it leaves the quorum one voter short")
-            else:
-                print(f"node {args.node} holds no replica: it may be stopped, then unregistered "
-                      f"(tidelog node unregister {args.node})")
+            print(f"node {args.node} holds no replica and no controller seat: it may be "
+                  f"stopped, then unregistered (tidelog node unregister {args.node})")
     finally:
         client.close()
     return 0
