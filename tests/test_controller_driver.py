@@ -3,8 +3,9 @@ as a node runs them; no tick loop, so elections happen only when the test steps 
 other voters are played by the test): a node killed right after a change applies it from its
 own disk at start; a controller deposed after it proposed a change but before it saw the change
 commit answers REQUEST_TIMED_OUT, not NOT_CONTROLLER, because the next controller may still
-commit it; and a new controller decides nothing until its image holds every record written
-before its election."""
+commit it; a new controller decides nothing until its image holds every record written
+before its election; and a voter that a committed configuration of the controller's group
+leaves out deletes its replica and stays out after a restart."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ import pytest
 from tidelog import errors
 from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
-from tidelog.node.controller_driver import ControllerDriver
+from tidelog.node.controller_driver import QUORUM_FILE, ControllerDriver, load_quorum
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.replicas import ReplicaSet
 from tidelog.node.routing import Routing
+from tidelog.records import ControlType, build_control_batch
 from tidelog.replication import AppendResponse, Heartbeat, PreVoteResponse, VoteResponse
+from tidelog.replication.membership import Membership, encode_membership
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -187,3 +190,54 @@ def test_an_unregistered_static_peer_is_no_node_until_it_registers_again(tmp_pat
             await replicas.close()
 
     asyncio.run(scenario())
+
+
+def _configuration(offset: int, voters: list[int], learners: tuple[int, ...] = ()) -> bytes:
+    """A committed configuration of the metadata group, as a node reads it in the log."""
+    return build_control_batch(ControlType.MEMBERSHIP, base_offset=offset,
+                               value=encode_membership(Membership.of(voters, learners)))
+
+
+def test_a_voter_left_out_of_the_quorum_deletes_its_replica_and_stays_out_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Node 1, a bootstrap voter (the first of the static peers), applies a configuration
+    without it (pulled from a voter: its own replica hears no more once removed): it deletes
+    its metadata replica, keeps the configuration, and built again on its data dir (a restart)
+    it neither opens the replica nor counts itself a voter, whatever its peers list says. A
+    configuration naming it again, as a learner, opens a replica as a learner."""
+
+    async def scenario() -> None:
+        async with _controller(tmp_path, nodes=4) as (controller, _):
+            assert controller.voters == (1, 2, 3) and controller.is_voter
+            controller._apply_metadata_bytes(_configuration(0, [2, 3, 4]))
+            assert METADATA_TP not in controller.replicas.partitions
+            assert controller.voters == (2, 3, 4) and not controller.is_voter
+            await asyncio.get_running_loop().run_in_executor(controller.replicas.disk, int)
+        assert not (tmp_path / "__cluster_metadata-0").exists()
+        assert load_quorum(tmp_path / QUORUM_FILE) == Membership.of([2, 3, 4])
+        config = _config(tmp_path, nodes=4)
+        replicas = ReplicaSet(config)
+        again = ControllerDriver(config, replicas, Routing(config, replicas.partitions,
+                                                           METADATA_TP))
+        try:
+            assert again.voters == (2, 3, 4)
+            await again.load()
+            assert not replicas.hosts(METADATA_TP)
+            again._apply_metadata_bytes(_configuration(1, [2, 3, 4], (1,)))
+            assert replicas.hosts(METADATA_TP)  # queued to open, as a learner
+            await _until(lambda: METADATA_TP in replicas.partitions)
+            assert replicas.partitions[METADATA_TP].core.membership == Membership.of(
+                [2, 3, 4], [1])
+        finally:
+            await replicas.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("text", ["voters=\nlearners=\n", "voters=1,x\nlearners=\n",
+                                  "voters=1\nlearners=1\n", "voters=1\n"])
+def test_a_damaged_quorum_file_fails_the_start(tmp_path: Path, text: str) -> None:
+    (tmp_path / QUORUM_FILE).write_text(text)
+    with pytest.raises(errors.InvalidConfigError, match="damaged"):
+        load_quorum(tmp_path / QUORUM_FILE)
