@@ -249,8 +249,8 @@ def report_produce(args: argparse.Namespace,
                for kind, rounds in by_round.items()}
         for kind, rate in produced.items():
             print(f"{producers} {kind} producer(s): median {rate:,.0f} records/s over "
-                  f"{args.rounds} round(s) of {args.produce_txns * args.records} records each; "
-                  f"nodes {cpu[kind]:,.0f} us CPU/record")
+                  f"{args.rounds} round(s) of {producers * args.produce_txns * args.records} "
+                  f"records each; nodes {cpu[kind]:,.0f} us CPU/record")
         print(f"ratio transactional/idempotent produce at {producers} producer(s): "
               f"{produced['transactional'] / produced['idempotent']:.3f} (goal >= 0.7)")
         print(f"  ceiling flushed/idempotent: {produced['flushed'] / produced['idempotent']:.3f}"
@@ -302,6 +302,13 @@ def consume_part(args: argparse.Namespace, cluster: LocalCluster, raw: Raw) -> N
           f"load {os.getloadavg()[0]:.1f}")
 
 
+def _counts(text: str) -> list[int]:
+    counts = sorted({int(n) for n in text.split(",") if n.strip()})
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError(f"producer counts >= 1 expected, got {text!r}")
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes")
@@ -313,9 +320,10 @@ def main() -> int:
                              "~0.3 s on a quiet machine: many short alternating rounds)")
     parser.add_argument("--produce-txns", type=int, default=20,
                         help="transactions per produce round")
-    parser.add_argument("--producers", type=int, default=4,
-                        help="also measure this many producers side by side (each "
-                             "transactional one with its own transactional id)")
+    parser.add_argument("--producers", type=_counts, default=[1, 4, 16, 32],
+                        help="the producer counts measured, comma-separated (each count's "
+                             "producers side by side, each transactional one with its own "
+                             "transactional id); default 1,4,16,32")
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--produce-only", action="store_true", help="skip the consume part")
     only.add_argument("--consume-only", action="store_true", help="skip the produce part")
@@ -323,6 +331,7 @@ def main() -> int:
     if args.quick:
         args.txns, args.records, args.rounds, args.produce_txns = 20, 10, 1, 3
         args.consume_rounds = 1
+        args.producers = [1, 4]
     print(f"# bench/transactions.py {datetime.now(UTC).isoformat(timespec='seconds')} "
           f"python {platform.python_version()} cpus {os.cpu_count()} "
           f"load {os.getloadavg()[0]:.1f}")
@@ -331,7 +340,7 @@ def main() -> int:
         with LocalCluster(nodes=3, transaction_state_log_num_partitions=3,
                           offsets_topic_num_partitions=1) as cluster, Raw(cluster) as raw:
             if not args.consume_only:
-                measured = produce(args, cluster, raw, sorted({1, args.producers}))
+                measured = produce(args, cluster, raw, args.producers)
                 report_produce(args, measured)
             if not args.produce_only:
                 consume_part(args, cluster, raw)
