@@ -7,6 +7,10 @@ partitions, both sides of it.
 * `TxnMarkers.send` is what a transaction coordinator's markers sender calls: it finds each
   partition's leader, sends it the marker over the node-to-node listener (or serves it here
   when this node leads), and retries what Kafka's coordinator retries until the deadline.
+  Markers of several transactions bound for one leader in the same turn of the event loop go
+  in one request, as Kafka's TransactionMarkerChannelManager drains a broker's queue into one
+  WriteTxnMarkersRequest: the Prepare records of many producers commit in one coordinator
+  write, and their markers then cost each leader one call instead of one a transaction.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import grpc
 
@@ -50,6 +55,16 @@ RETRIABLE = frozenset({
 _RETRY_BACKOFF_S = 0.05
 
 
+@dataclass(eq=False)
+class _Queued:
+    """One transaction's marker waiting for the next request to its leader; `answer` gets the
+    leader's result for it (or the call's failure)."""
+
+    marker: rpb.WritableTxnMarker
+    deadline: float
+    answer: asyncio.Future[rpb.WritableTxnMarkerResult]
+
+
 class TxnMarkers:
     """Both ends of WriteTxnMarkers on one node."""
 
@@ -66,6 +81,10 @@ class TxnMarkers:
         self._dialer = dialer
         #: One channel per peer address, kept (markers go out on every transaction's end).
         self._channels: dict[str, grpc.aio.Channel] = {}
+        #: Per peer address, the markers for the request sent at the end of this loop turn.
+        self._queued: dict[str, list[_Queued]] = {}
+        #: The requests in flight (a reference keeps each task alive; close() ends them).
+        self._flushing: set[asyncio.Task[None]] = set()
 
     # ---- the partition leader's side -----------------------------------------------------
 
@@ -180,24 +199,64 @@ class TxnMarkers:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         for name, indexes in by_topic.items():
             one.topics.add(name=name, partition_indexes=sorted(indexes))
-        request = rpb.WriteTxnMarkersRequest(markers=[one])
         if leader == self.config.node_id:
-            response = await self.handle(request, timeout_s)
+            response = await self.handle(rpb.WriteTxnMarkersRequest(markers=[one]), timeout_s)
+            results = list(response.markers)
         else:
             address = self._routing.internal_address_of(leader)
             if not address:
                 return dict.fromkeys(tps, errors.NotLeaderOrFollowerError.code)
             try:
-                response = await self._call(address, request, timeout_s)
+                results = [await self._queue(address, one, timeout_s)]
             except grpc.aio.AioRpcError as exc:
                 log.debug("WriteTxnMarkers to node %d failed: %s", leader, exc.code().name)
                 return dict.fromkeys(tps, errors.NetworkExceptionError.code)
         answers = {}
-        for result in response.markers:
+        for result in results:
             for topic in result.topics:
                 for part in topic.partitions:
                     answers[TopicPartition(topic.name, part.partition_index)] = part.error_code
         return {tp: answers.get(tp, errors.UnknownServerError.code) for tp in tps}
+
+    def _queue(
+        self, address: str, marker: rpb.WritableTxnMarker, timeout_s: float
+    ) -> asyncio.Future[rpb.WritableTxnMarkerResult]:
+        """`marker`'s result from the leader at `address`, in the one request that carries
+        every marker queued for it in this turn of the loop (the markers tasks that a
+        coordinator write started together reach here in the same turn)."""
+        loop = asyncio.get_running_loop()
+        queued = self._queued.setdefault(address, [])
+        if not queued:
+            loop.call_soon(self._flush, address)
+        item = _Queued(marker, time.monotonic() + timeout_s, loop.create_future())
+        queued.append(item)
+        return item.answer
+
+    def _flush(self, address: str) -> None:
+        items = self._queued.pop(address, [])
+        if items:
+            task = asyncio.get_running_loop().create_task(self._send_queued(address, items))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+
+    async def _send_queued(self, address: str, items: list[_Queued]) -> None:
+        """One request with every marker of `items`, within the earliest of their deadlines;
+        a leader answers the markers in the order asked (`handle`)."""
+        request = rpb.WriteTxnMarkersRequest(markers=[item.marker for item in items])
+        timeout_s = max(min(item.deadline for item in items) - time.monotonic(), 0.0)
+        try:
+            response = await self._call(address, request, timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            for item in items:
+                if not item.answer.done():
+                    item.answer.set_exception(exc)
+            return
+        results = list(response.markers)
+        if len(results) != len(items):  # not a leader's answer: every partition unanswered
+            results = [rpb.WritableTxnMarkerResult() for _ in items]
+        for item, result in zip(items, results, strict=True):
+            if not item.answer.done():
+                item.answer.set_result(result)
 
     async def _call(
         self, address: str, request: rpb.WriteTxnMarkersRequest, timeout_s: float
@@ -214,6 +273,8 @@ class TxnMarkers:
         return response
 
     async def close(self) -> None:
+        for task in list(self._flushing):
+            task.cancel()
         for channel in self._channels.values():
             with contextlib.suppress(Exception):
                 await channel.close()

@@ -112,11 +112,13 @@ class Coordinator:
 
 
 def send_markers(
-    cluster: LocalCluster, raw: Raw, marker: rpb.WritableTxnMarker
-) -> dict[TopicPartition, int]:
-    """`marker` sent as a node's transaction coordinator sends it (`TxnMarkers.send`), from a
-    node of this process (id 99, no partitions) whose routing learns the leaders from
-    Metadata while it sends, as a node learns them from its peers' announcements."""
+    cluster: LocalCluster, raw: Raw, *markers: rpb.WritableTxnMarker
+) -> list[dict[TopicPartition, int]]:
+    """`markers` sent together as a node's transaction coordinator sends them
+    (`TxnMarkers.send`, one call a transaction, all started in one turn of the loop as the
+    markers tasks of one coordinator write are), from a node of this process (id 99, no
+    partitions) whose routing learns the leaders from Metadata while it sends, as a node
+    learns them from its peers' announcements."""
     config = NodeConfig(
         node_id=99, listen="127.0.0.1:0", data_dir=cluster.data_dir / "markers-sender",
         peers={n: cluster.internal_address_of(n) for n in cluster.node_ids},
@@ -125,14 +127,14 @@ def send_markers(
     routing = Routing(config, {}, METADATA_TP)
 
     def learn() -> None:
-        for topic in marker.topics:
-            for p in raw.metadata(cluster.node_ids[0], topic.name).partitions:
+        for topic in {t.name for marker in markers for t in marker.topics}:
+            for p in raw.metadata(cluster.node_ids[0], topic).partitions:
                 routing.learn(p.leader_id, [rpb.LeaderAnnouncement(
-                    group=rpb.GroupId(topic=topic.name, partition=p.partition),
+                    group=rpb.GroupId(topic=topic, partition=p.partition),
                     epoch=p.leader_epoch,
                 )])
 
-    async def send() -> dict[TopicPartition, int]:
+    async def send() -> list[dict[TopicPartition, int]]:
         loop = asyncio.get_running_loop()
 
         async def follow_leaders() -> None:
@@ -144,7 +146,7 @@ def send_markers(
         follower = asyncio.create_task(follow_leaders())
         sender = TxnMarkers(config, {}, routing, PeerDialer(config))
         try:
-            return await sender.send(marker, 30)
+            return list(await asyncio.gather(*(sender.send(m, 30) for m in markers)))
         finally:
             follower.cancel()
             await sender.close()
@@ -269,7 +271,7 @@ def test_lso_stops_at_open_transactions_and_markers_decide_them(
     # (commit) at each leader, which answers once it is committed.
     other = next(n for n in cluster.node_ids if n != leader0)
     assert coordinator.write(other, 1000, 0, True, [0], 5) == {0: 6}
-    codes = send_markers(cluster, raw, rpb.WritableTxnMarker(
+    (codes,) = send_markers(cluster, raw, rpb.WritableTxnMarker(
         producer_id=1000, producer_epoch=0, transaction_result=True, coordinator_epoch=5,
         topics=[rpb.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=all_parts)],
     ))
@@ -313,6 +315,63 @@ def test_lso_stops_at_open_transactions_and_markers_decide_them(
         consumer.assign([TopicPartition(TOPIC, 2)])
         values = [r.value for r in poll_records(consumer, 7)]
         assert b"abort-2" in values and b"abort2-2" in values
+
+
+def marker_requests(cluster: LocalCluster) -> dict[int, float]:
+    """WriteTxnMarkers requests each node has answered (its metrics)."""
+    counts = {}
+    for node in cluster.node_ids:
+        with urllib.request.urlopen(f"http://{cluster.metrics_address(node)}/metrics") as page:
+            counts[node] = sum(
+                float(line.split()[-1]) for line in page.read().decode().splitlines()
+                if line.startswith("tidelog_requests_total{") and 'rpc="WriteTxnMarkers"' in line
+            )
+    return counts
+
+
+def test_markers_of_transactions_ending_together_share_one_request_a_leader(
+    cluster: LocalCluster, raw: Raw
+) -> None:
+    """A coordinator write commits the Prepare records of many producers at once and starts
+    their markers together: each leader gets them in one WriteTxnMarkers (Kafka's channel
+    manager drains a broker's queue into one request), and each transaction still gets its own
+    partitions' answers, a fenced one among them included."""
+    pids = [5000, 5001, 5002, 5003]
+    all_parts = list(range(PARTITIONS))
+    for pid in pids:
+        for p in all_parts:
+            assert produce(raw, p, [b"together-%d-%d" % (pid, p)], pid=pid)[0] == 0
+    _SEQUENCES.update({(5003, p): 0 for p in all_parts})  # 5003 moves on to epoch 1
+    for p in all_parts:
+        assert produce(raw, p, [b"together-5003-e1-%d" % p], pid=5003, epoch=1)[0] == 0
+    leaders = {cluster.leader_of((TOPIC, p)) for p in all_parts}
+    before = marker_requests(cluster)
+    # 5000 and 5002 commit, 5001 aborts, 5003's epoch-0 marker is fenced (47) everywhere.
+    results = send_markers(cluster, raw, *(rpb.WritableTxnMarker(
+        producer_id=pid, producer_epoch=0, transaction_result=pid != 5001,
+        coordinator_epoch=5,
+        topics=[rpb.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=all_parts)],
+    ) for pid in pids))
+    requests = {n: c - before[n] for n, c in marker_requests(cluster).items()}
+    expected = [0, 0, 0, errors.InvalidProducerEpochError.code]
+    assert results == [{TopicPartition(TOPIC, p): code for p in all_parts} for code in expected]
+    # One request each leader (a leader that moved meanwhile would take a retry: checked to
+    # have stayed), where one a transaction made it len(pids).
+    if leaders == {cluster.leader_of((TOPIC, p)) for p in all_parts}:
+        assert requests == {n: float(n in leaders) for n in cluster.node_ids}, requests
+    coordinator_end = rpb.WritableTxnMarker(
+        producer_id=5003, producer_epoch=1, transaction_result=False, coordinator_epoch=5,
+        topics=[rpb.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=all_parts)],
+    )
+    assert send_markers(cluster, raw, coordinator_end) == [
+        {TopicPartition(TOPIC, p): 0 for p in all_parts}]
+    for p in all_parts:
+        lso, hw = offsets(raw, p)
+        assert lso == hw, (p, lso, hw)
+        got = committed_values(cluster, p, hw)
+        assert b"together-5000-%d" % p in got and b"together-5002-%d" % p in got
+        assert not any(v is not None and v.startswith((b"together-5001", b"together-5003"))
+                       for v in got), got
 
 
 def test_txn_offset_commit_is_pending_until_its_commit_marker(
