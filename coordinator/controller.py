@@ -632,11 +632,14 @@ class MetadataImage:
         (KIP-853 leaves this to the operator; here a decommission carries it, so that it can
         finish): starting from the target under way, else from the quorum's `voters` now,
         each voter being decommissioned is replaced in place by a live node that holds no seat
-        and is not being decommissioned (the lowest id), so the quorum keeps its size. None when
+        and is not being decommissioned (the lowest id), so the quorum keeps its size; so is a
+        node of the target that went down before it became a voter (the move would wait for it
+        for ever; the group's leader removes it as a learner). None when
         no seat has to move, or no node can take one now (`controller_seat_stuck` says why;
         the balancer asks again at each pass, so a node that joins later takes it)."""
         current = self.controller_target or tuple(voters)
-        leaving = [n for n in current if n in self.decommissioning]
+        leaving = [n for n in current if n in self.decommissioning or (
+            n not in voters and n in self.nodes and self.nodes[n].fenced)]
         room = [n for n in self.live_node_ids()
                 if n not in current and n not in self.decommissioning]
         if not leaving or not room:

@@ -144,3 +144,14 @@ def test_the_image_follows_the_committed_configurations_of_the_metadata_log() ->
     damaged = build_control_batch(ControlType.MEMBERSHIP, base_offset=5, value=b"\x00")
     with pytest.raises(MetadataRecordError, match="configuration"):
         image.apply_batches(damaged)
+
+
+def test_a_new_voter_that_goes_down_before_its_promotion_is_replaced() -> None:
+    image = _image(5)
+    _apply(image, image.plan_decommission(1, True, [1, 2, 3, 4, 5])[0])
+    _apply(image, image.plan_controller_voters((1, 2, 3)))
+    assert image.controller_target == (4, 2, 3)
+    _apply(image, image.plan_fence(4))
+    assert image.plan_controller_voters((1, 2, 3)) == ControllerVotersRecord((5, 2, 3))
+    # Once it votes, a node down is the quorum's to tolerate, not a seat to move.
+    assert image.plan_controller_voters((2, 3, 4)) is None
