@@ -78,7 +78,8 @@ def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
 
 
 def test_checker_catches_acks_before_commit(tmp_path: Path) -> None:
-    config = RunConfig(seed=3, duration=15, nemeses=("isolate-leader",), out=tmp_path,
+    # Two cuts of the leader (blackholed, then refused) show the lost writes every run.
+    config = RunConfig(seed=3, duration=8, nemeses=("isolate-leader",), out=tmp_path,
                        interval=(1.0, 2.0), hold=(2.0, 3.0),
                        node_options={"test.ack.before.commit": "true"})
     report = run(config)
@@ -92,7 +93,7 @@ def test_checker_catches_offset_commits_acknowledged_before_commit(tmp_path: Pat
     """The coordinator answers a commit once appended: a fetch begun right after the answer
     reads the table before the commit reached it (and a cut-off coordinator acknowledges
     commits that are then lost)."""
-    config = RunConfig(seed=3, duration=10, nemeses=("isolate-coordinator",), out=tmp_path,
+    config = RunConfig(seed=3, duration=8, nemeses=("isolate-coordinator",), out=tmp_path,
                        interval=(1.0, 2.0), hold=(2.0, 3.0),
                        node_options={"test.offsets.ack.before.commit": "true"})
     report = run(config)
