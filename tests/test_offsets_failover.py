@@ -123,8 +123,8 @@ def test_offsets_of_a_group_that_stopped_committing_expire() -> None:
     """offsets.retention.minutes after a group's newest commit, its offsets are tombstoned;
     a group that commits meanwhile keeps its own. One node with Kafka's 50 partitions, whose
     placement the §7.3 vectors check in the log."""
-    with LocalCluster(1, offsets_retention_minutes=0.1,
-                      offsets_retention_check_interval_ms=500) as cluster, Raw(cluster) as raw:
+    with LocalCluster(1, offsets_retention_minutes=0.05,
+                      offsets_retention_check_interval_ms=100) as cluster, Raw(cluster) as raw:
         wait_for(lambda: find(raw, 1, "warm-up").error_code == 0, 60, "the offsets topic")
         raw.create_topic(TOPIC, 1, 1)
         vectors = {"": 0, "grp": 29, "foo": 24, "my-group": 12, "test-group": 12,
@@ -141,9 +141,9 @@ def test_offsets_of_a_group_that_stopped_committing_expire() -> None:
 
         # Each offsets partition expires its groups in its own bounded steps, so the groups
         # of the other partitions may go a little after 'grp'.
-        wait_for(expired, 150, "the offsets of 'grp' to expire", interval=0.5)
+        wait_for(expired, 150, "the offsets of 'grp' to expire", interval=0.1)
         wait_for(lambda: expired() and all(fetched(raw, 1, group) == {} for group in vectors),
-                 30, "the offsets of every idle group to expire", interval=1.0)
+                 30, "the offsets of every idle group to expire", interval=0.2)
         assert fetched(raw, 1, "active") == {(TOPIC, 0): Committed(1)}
         tombstoned = [k for k in offsets_keys(raw, 29) if k[2] == "grp"]
         assert len(tombstoned) >= 2  # the commit and its tombstone (read before compaction)
