@@ -291,8 +291,8 @@ class _Progress:
     while the window is full is asked, with an empty append at ``next``, to do one of the two
     (see `RaftCore._handle_heartbeat_response`)."""
 
-    __slots__ = ("inflight", "inflight_bytes", "match", "next", "paused", "recent_active",
-                 "replicating")
+    __slots__ = ("beat_end", "due", "inflight", "inflight_bytes", "match", "next", "paused",
+                 "recent_active", "replicating")
 
     def __init__(self, next_offset: int) -> None:
         #: How much of the leader's log the follower is known to hold; 0 when unknown.
@@ -303,6 +303,10 @@ class _Progress:
         self.recent_active = False
         self.inflight: deque[tuple[int, int]] = deque()
         self.inflight_bytes = 0
+        #: ``next`` at the last heartbeat tick, and at the one before: what was sent a whole
+        #: heartbeat interval ago is ``due``, acknowledged by now unless it was lost.
+        self.beat_end = next_offset
+        self.due = next_offset
 
     def become_probe(self) -> None:
         self.replicating = False
@@ -1003,6 +1007,8 @@ class RaftCore:
                 for peer in self._progress:
                     self._send(Heartbeat(self._term, self.id, peer, hw, quiesce=True))
             else:
+                for pr in self._progress.values():
+                    pr.due, pr.beat_end = pr.beat_end, pr.next
                 self._bcast_heartbeat()
         return acted
 
@@ -1194,9 +1200,14 @@ class RaftCore:
             # it, sending us back to probing from ``match``, if an append went missing.
             self._send_entries(m.src, max(pr.next, self._log.log_start), ())
         else:
-            # Even with nothing new to send: an append that was lost leaves the follower
-            # silent, and only an append it cannot match makes it say where it really is.
-            self._send_append(m.src, pr, allow_empty=True)
+            # An append that was lost leaves the follower silent, and only an append it cannot
+            # match makes it say where it really is: send one even with nothing new, when
+            # probing, or when what is due (sent a heartbeat interval ago) is unanswered.
+            # Appends sent since are still on their way (a heartbeat's answer, sent at once,
+            # overtakes the answers of appends, which wait for the follower's fsync): under
+            # load an empty append for every heartbeat answer doubled the heartbeat traffic.
+            lost = not pr.replicating or pr.match < pr.due
+            self._send_append(m.src, pr, allow_empty=lost)
 
     # ---- follower --------------------------------------------------------------------------
 

@@ -62,3 +62,19 @@ def test_a_transfer_target_is_sent_the_hw_and_writes_no_marker() -> None:
     c.settle()
     assert c.cores[0].role is Role.LEADER
     assert (c.cores[0].log_end_offset, c.cores[0].high_watermark) == (end, end)
+
+
+def test_a_heartbeat_answer_brings_an_empty_append_once_appends_are_a_heartbeat_old() -> None:
+    """Under load appends are nearly always in flight when a heartbeat is answered (its answer
+    overtakes theirs, which wait for the follower's fsync); only those a heartbeat interval old
+    may be lost, so only then does the leader send an append the follower must answer."""
+    c = Cluster(3)
+    leader = c.elect(0)
+    c.heartbeat()
+    c.propose(0, [b"x"], drop=lambda m: isinstance(m, AppendRequest) and m.dst == 1)
+    since = len(c.sent)
+    c.heartbeat()
+    assert _empty_appends(c, since) == 0 and c.logs[1].log_end_offset == 0
+    c.heartbeat()  # now it is a heartbeat interval old: taken for lost
+    assert _empty_appends(c, since) == 1
+    assert c.logs[1].log_end_offset == leader.log_end_offset
