@@ -306,6 +306,8 @@ class PeerLink:
         self._dialer = dialer
         self._queue: deque[tuple[int, list[bytes | memoryview]]] = deque()
         self._ready = asyncio.Event()
+        #: The number of the stream being written (`_messages`).
+        self._stream = 0
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
         self._breaks = 0
@@ -324,12 +326,15 @@ class PeerLink:
             self._queue.append(frame)
         self._ready.set()
 
-    async def _messages(self) -> AsyncIterator[bytes]:
+    async def _messages(self, stream: int) -> AsyncIterator[bytes]:
         """What was queued since the last write, joined into messages of up to COALESCE_BYTES
         (the stream is busy while gRPC has the previous one; a message costs ~0.2 ms of CPU on
-        each side). A frame larger than that leaves alone."""
+        each side). A frame larger than that leaves alone. Only for the link's current
+        `stream`: gRPC may leave the iterator of a broken stream waiting for the next frame,
+        and woken with the next stream's, it took them into the dead one (a peer that
+        restarted heard nothing on a link that carried only announcements)."""
         queue = self._queue
-        while True:
+        while stream == self._stream:
             if queue:
                 size, pieces = queue.popleft()
                 while queue and size + queue[0][0] <= COALESCE_BYTES:
@@ -357,7 +362,8 @@ class PeerLink:
                 stream = channel.stream_unary(
                     STREAM_METHOD, response_deserializer=pb.StreamSummary.FromString
                 )
-                await stream(self._messages())
+                self._stream += 1
+                await stream(self._messages(self._stream))
                 attempt = 0
             except asyncio.CancelledError:
                 raise

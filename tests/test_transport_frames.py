@@ -157,7 +157,7 @@ def _link_messages(link: PeerLink) -> list[bytes]:
     """What the link's sender would write to the stream for everything queued now."""
 
     async def drain() -> list[bytes]:
-        messages = link._messages()
+        messages = link._messages(link._stream)
         out = []
         while link._queue:
             out.append(await anext(messages))
