@@ -39,6 +39,11 @@ def test_quick_transactions_benchmark_runs_and_prints_its_ratios() -> None:
                           rf"flushed/transactional: ({number}|nan)$", out, re.M)) == 2, out
     assert len(re.findall(rf"^  per round, transactional over the idempotent round right after "
                           rf"it: median {number} \(", out, re.M)) == 2, out
+    assert len(re.findall(r"^  requests the nodes answered per 10 transactional records: .*"
+                          r"EndTxn [\d.]+, Produce [\d.]+, WriteTxnMarkers [\d.]+$",
+                          out, re.M)) == 2, out
+    assert re.search(rf"^goal >= 0\.7 judged at 4 producers: {number} \((met|missed)\); "
+                     rf"1: {number}$", out, re.M), out
     assert re.search(rf"^ratio read_committed/read_uncommitted consume speed: {number} "
                      rf"\(goal >= 0\.9\)", out, re.M), out
     assert re.search(rf"^  per round, read_committed over the read_uncommitted read beside it: "
