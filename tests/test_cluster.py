@@ -26,8 +26,10 @@ NOT_LEADER = 6
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, object]:
     # No automatic leader rebalancing: these tests pin a partition's leader and talk raw
-    # protocol to it (test_preferred_leaders_take_leadership_back covers the balancing).
-    return {"auto_leader_rebalance_enable": False}
+    # protocol to it (test_preferred_leaders_take_leadership_back covers the balancing). The
+    # cleaner (with retention) runs every 200 ms rather than every 5 s: the compaction test
+    # waits for it.
+    return {"auto_leader_rebalance_enable": False, "log_retention_check_interval_ms": 200}
 
 
 def test_produce_acks_all_then_fetch_back_from_every_partition(raw: Raw) -> None:

@@ -102,8 +102,11 @@ def test_a_corrupt_batch_in_the_log_is_a_corrupt_record_error_at_its_offset(
 
 def test_a_corrupt_batch_in_a_compacted_log_stops_only_its_cleaning(tmp_path: Path) -> None:
     """Before: the cleaner's struct.error ended the node's housekeeping loop, and with it the
-    node (a driver loop that fails exits the process), again within seconds of every restart."""
-    with LocalCluster(1, data_dir=tmp_path / "cluster") as cluster, Raw(cluster) as raw:
+    node (a driver loop that fails exits the process), again within seconds of every restart.
+    The cleaner and retention pass runs every 200 ms rather than every 5 s: the test waits for
+    two of them."""
+    with LocalCluster(1, data_dir=tmp_path / "cluster",
+                      log_retention_check_interval_ms=200) as cluster, Raw(cluster) as raw:
         node = cluster.node_ids[0]
         raw.create_topic("keyed", 1, 1, cleanup_policy="compact")
         raw.create_topic("timed", 1, 1, retention_ms="1000", segment_bytes="200")
