@@ -254,6 +254,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         # operator's view, Kafka's DescribeCluster) or a partition here is led there: Raft,
         # not the controller, elects leaders, so a fenced node may lead until its groups
         # elect another, and clients must reach it meanwhile.
+        voters = self.controller.voters
         for node in self.controller.known_nodes():
             if node.fenced and not request.include_fenced_nodes and node.node_id not in leaders:
                 continue
@@ -261,6 +262,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
                 node_id=node.node_id, address=routing.address_of(node.node_id),
                 is_fenced=node.fenced, registered=node.registered,
                 internal_address=node.internal_address if request.include_fenced_nodes else "",
+                controller_voter=node.node_id in voters,
             )
         return response
 

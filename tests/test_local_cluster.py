@@ -181,6 +181,8 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
         for address in addresses:
             assert address in status.stdout
         assert "(controller)" in status.stdout
+        # The quorum's other two seats, one line each.
+        assert status.stdout.count("(controller voter)") == 2, status.stdout
         # The partition table (leader, epoch, replicas, ISR), before the per-replica one.
         roles = ("leader", "in-sync", "out-of-sync")
         partition_lines = [cols for cols in (line.split() for line in status.stdout.splitlines())

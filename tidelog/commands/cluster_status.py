@@ -2,7 +2,8 @@
 
 What it shows comes from what any client may ask: Metadata from one reachable node (every
 node, fenced ones included, with its addresses and its liveness as the controller sees it:
-alive, fenced, or not registered; the controller, leaders, epochs, replicas, ISR), a health
+alive, fenced, or not registered; the controller and the other seats of its quorum, leaders,
+epochs, replicas, ISR), a health
 check per node, and per node two debug
 requests (replica_id -2, which any replica answers, not only the leader) for the partitions it
 hosts: ListOffsets "latest" for the replica's log end offset, then a Fetch at that offset
@@ -87,6 +88,8 @@ class NodeState:
     #: As the controller sees it: "alive", "fenced" (heartbeats stopped), or "unregistered"
     #: (a node of the static peers list that has not registered).
     liveness: str = "alive"
+    #: Whether it holds a seat of the controller's quorum (the controller is one of them).
+    controller_voter: bool = False
 
 
 @dataclass
@@ -181,7 +184,8 @@ def gather(bootstrap: str, security: Security) -> ClusterState | None:
                     else "unregistered")
         state.nodes.append(NodeState(node.node_id, node.address, str(status),
                                      node.node_id == meta.controller_id,
-                                     node.internal_address, liveness))
+                                     node.internal_address, liveness,
+                                     node.controller_voter))
     addresses = {node.node_id: node.address for node in meta.nodes}
     hosted: dict[int, list[tuple[str, int]]] = {}
     for topic in meta.topics:
@@ -267,7 +271,8 @@ def render(state: ClusterState, title: str | None = None) -> RenderableType:
     nodes = Table("NODE", "ADDRESS", "NODE-TO-NODE", "LIVENESS", "STATUS", box=box.SIMPLE,
                   title=title, title_justify="left")
     for node in state.nodes:
-        mark = " (controller)" if node.is_controller else ""
+        mark = (" (controller)" if node.is_controller
+                else " (controller voter)" if node.controller_voter else "")
         style = ("" if node.status.startswith("SERVING") and node.liveness != "fenced"
                  else "bold red")
         nodes.add_row(str(node.node_id), node.address, node.internal_address or "?",

@@ -17,18 +17,20 @@ class LeaderHint(_message.Message):
     def __init__(self, leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., leader_address: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("node_id", "address", "is_fenced", "internal_address", "registered")
+    __slots__ = ("node_id", "address", "is_fenced", "internal_address", "registered", "controller_voter")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     IS_FENCED_FIELD_NUMBER: _ClassVar[int]
     INTERNAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_VOTER_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     address: str
     is_fenced: bool
     internal_address: str
     registered: bool
-    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ..., is_fenced: _Optional[bool] = ..., internal_address: _Optional[str] = ..., registered: _Optional[bool] = ...) -> None: ...
+    controller_voter: bool
+    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ..., is_fenced: _Optional[bool] = ..., internal_address: _Optional[str] = ..., registered: _Optional[bool] = ..., controller_voter: _Optional[bool] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
     __slots__ = ("topics", "include_fenced_nodes")
