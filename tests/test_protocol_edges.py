@@ -490,11 +490,11 @@ def test_reflection_is_served_as_v1_and_v1alpha(raw: Raw, service: str) -> None:
 
 def test_sending_to_a_missing_topic_says_it_is_not_in_the_metadata(raw: Raw) -> None:
     with Client(raw.cluster.bootstrap, request_timeout_ms=10_000) as client:
-        producer = client.producer(max_block_ms=1500)
+        producer = client.producer(max_block_ms=3000)
         try:
             with pytest.raises(errors.RequestTimedOutError) as info:
                 producer.send("no-such-topic", b"v").result(timeout=30)
-            assert "topic 'no-such-topic' not present in metadata after 1500 ms" in str(
+            assert "topic 'no-such-topic' not present in metadata after 3000 ms" in str(
                 info.value)
         finally:
             producer.close()
