@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.replica_helpers import running
 from tidelog import errors
 from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC, METADATA_TP
 from tidelog.coordinator.metadata_records import TopicRecord
@@ -48,18 +49,11 @@ async def _coordinator(tmp_path: Path) -> AsyncIterator[GroupCoordinatorDriver]:
         config, replicas, CoordinatorTopic.offsets(config, controller, routing)
     )
     replicas.open_replica(OFFSETS_TP, (1,), configs)
-    tasks = [asyncio.create_task(replicas.tick_loop()),
-             asyncio.create_task(replicas.ready_loop())]
-    try:
-        yield driver
-    finally:
-        driver.close()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await replicas.close()
+    async with running(replicas, tick=True):
+        try:
+            yield driver
+        finally:
+            driver.close()
 
 
 async def _once_loaded(call: Callable[[], Awaitable[T]]) -> T:

@@ -6,13 +6,13 @@ partitions brings 30-70 logs a round to each node, whose fsyncs side by side too
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 from pathlib import Path
 
 import pytest
 
+from tests.replica_helpers import running
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas import _SYNCFS_MIN_LOGS, ReplicaSet
 from tidelog.records import RecordInput, build_batch
@@ -56,7 +56,6 @@ def test_a_round_over_many_logs_is_made_durable_by_one_syncfs_and_a_failed_one_b
         replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
         for tp in tps:
             replicas.open_replica(tp, (1,), {})
-        loop_task = asyncio.create_task(replicas.ready_loop())
 
         async def produce(partitions: list[TopicPartition]) -> None:
             """One batch to each, proposed together (one round), until durable (acks=1)."""
@@ -65,7 +64,7 @@ def test_a_round_over_many_logs_is_made_durable_by_one_syncfs_and_a_failed_one_b
             done = [replicas.partitions[tp].propose(batch, 1).done for tp in partitions]
             await asyncio.wait_for(asyncio.gather(*done), 20)
 
-        try:
+        async with running(replicas):
             await async_wait_for(
                 lambda: all(r.core.role is Role.LEADER and r.leader_epoch_start_offset is not None
                             for r in replicas.partitions.values()), 20, "every partition led")
@@ -81,11 +80,6 @@ def test_a_round_over_many_logs_is_made_durable_by_one_syncfs_and_a_failed_one_b
             assert syncfs == [] and len(fsyncs) == len(few)
             ends = {tp: replicas.partitions[tp].log.log_end_offset for tp in tps}
             assert ends == {tp: 3 if tp in few else 2 for tp in tps}
-        finally:
-            loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task
-            await replicas.close()
 
     asyncio.run(scenario())
 

@@ -6,7 +6,6 @@ every state set before it began, whatever other threads of the round do meanwhil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.replica_helpers import running
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas import ReplicaSet
 from tidelog.replication import Role
@@ -145,15 +145,9 @@ def test_one_round_electing_many_groups_replaces_the_book_once(
         replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
         for tp in tps:
             replicas.open_replica(tp, (1,), {})
-        loop_task = asyncio.create_task(replicas.ready_loop())
-        try:
+        async with running(replicas):
             await async_wait_for(durable, 20, "every partition's term and vote durable")
             assert all(replicas.partitions[tp].core.role is Role.LEADER for tp in tps)
-        finally:
-            loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task
-            await replicas.close()
 
     asyncio.run(scenario())
     assert len(replaced) == 1, replaced
