@@ -1103,14 +1103,16 @@ class ReassignableTopic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ReassignablePartition, _Mapping]]] = ...) -> None: ...
 
 class ReassignablePartition(_message.Message):
-    __slots__ = ("partition_index", "replicas", "cancel")
+    __slots__ = ("partition_index", "replicas", "cancel", "release")
     PARTITION_INDEX_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     partition_index: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     cancel: bool
-    def __init__(self, partition_index: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., cancel: _Optional[bool] = ...) -> None: ...
+    release: bool
+    def __init__(self, partition_index: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., cancel: _Optional[bool] = ..., release: _Optional[bool] = ...) -> None: ...
 
 class AlterPartitionReassignmentsResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "responses")
