@@ -242,11 +242,11 @@ class Log:
         (MESSAGE_TOO_LARGE, as Kafka's RecordTooLargeException), one larger than a segment
         (RECORD_LIST_TOO_LARGE), a malformed one or a CRC mismatch (CORRUPT_MESSAGE), and with
         CreateTime a record timestamp outside the topic's allowed distance from now
-        (INVALID_TIMESTAMP), and in a compacted topic a record without a key (CORRUPT_MESSAGE,
-        Kafka's LogValidator.validateKey): the cleaner could never tell which value it
-        replaces. With `from_client`, what only a producer may not write as well
-        (`validate_batch`). A replicated leader calls this before proposing, then `stamp` and
-        `append_stamped`.
+        (INVALID_TIMESTAMP), and in a compacted topic a record without a key (INVALID_RECORD,
+        as Kafka's LogValidator.validateKey, which no producer retries): the cleaner could
+        never tell which value it replaces. With `from_client`, what only a producer may not
+        write as well (`validate_batch`). A replicated leader calls this before proposing,
+        then `stamp` and `append_stamped`.
         """
         self._check_size(len(batch), check_max_message_bytes=True)
         config = self._config

@@ -267,7 +267,7 @@ def test_a_batch_without_records_is_refused() -> None:
 def test_a_compacted_topic_refuses_a_keyless_record_in_the_same_pass() -> None:
     buf = build_batch([RecordInput(b"x", b"k", T), RecordInput(b"y", None, T)])
     _validate(buf)
-    with pytest.raises(CorruptMessageError, match="record 1 of the batch has none"):
+    with pytest.raises(InvalidRecordError, match="cannot accept message without key: record 1"):
         _validate(buf, require_keys=True)
     _validate(build_control_batch(ControlType.LEADER_CHANGE), require_keys=True)
 

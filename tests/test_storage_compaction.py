@@ -21,7 +21,7 @@ from storage_helpers import (
     open_log,
 )
 
-from tidelog.errors import CorruptMessageError
+from tidelog.errors import CorruptMessageError, InvalidRecordError
 from tidelog.records import (
     HEADER_SIZE,
     ControlType,
@@ -252,7 +252,7 @@ class TestNullKeys:
     def test_refused_at_append_in_compacted_topics(self, tmp_path: Path, clock: FakeClock) -> None:
         log = compacted_log(tmp_path, clock, segment_bytes=10**6)
         data = build_batch([RecordInput(b"x", b"k", T0), RecordInput(b"y", None, T0)])
-        with pytest.raises(CorruptMessageError, match="record 1 of the batch has none"):
+        with pytest.raises(InvalidRecordError, match="without key: record 1 of the batch"):
             log.append_as_leader(data, 0)
         assert log.log_end_offset == 0
         log.append_as_leader(marker(), 0)  # a control record's key is not the user's

@@ -255,6 +255,9 @@ class Client:
         finally:
             for task in pending:
                 task.cancel()
+                # Not awaited: a call that fails before its cancellation lands must not be
+                # logged as an exception never retrieved.
+                task.add_done_callback(_retrieve)
         if answers:
             return answers
         final = [exc for exc in failures if not isinstance(exc, NodeUnavailableError)]
@@ -1040,6 +1043,12 @@ class Client:
 
         return Consumer(self, ConsumerConfig.from_settings(group_id=group_id, **config))
 
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark the outcome of a task nobody awaits as seen."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _gather(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T | TidelogError]:

@@ -598,7 +598,8 @@ def validate_batch(
     The whole buffer must be exactly one batch with a good CRC, records that pass
     `validate_records` with offset deltas 0..n-1, a max_timestamp equal to the largest record
     timestamp, and (for CreateTime) every timestamp within the topic's allowed distance from
-    `now_ms`. `require_keys` (compacted topics) refuses a record without a key in the same pass.
+    `now_ms`. `require_keys` (compacted topics) refuses a record without a key in the same pass
+    (INVALID_RECORD).
 
     A compressed batch is checked record by record after decompressing it (a stream that
     does not decompress, or to more than MAX_BATCH_BYTES, is CORRUPT_MESSAGE; a codec id
@@ -686,9 +687,9 @@ def validate_records(
     null or >= 0, header count >= 0, header keys non-null UTF-8, header values -1 or >= 0),
     attributes 0, offset deltas strictly increasing within last_offset_delta, and the first
     record's timestamp delta 0; the records fill the batch exactly. `require_keys` (compacted
-    topics) refuses a record without a key in the same pass.
-    A compressed batch's records are decompressed first (`plain_batch`). Anything wrong raises
-    CorruptMessageError naming the record and the field.
+    topics) refuses a record without a key in the same pass (InvalidRecordError).
+    A compressed batch's records are decompressed first (`plain_batch`). Anything else wrong
+    raises CorruptMessageError naming the record and the field.
 
     No value is copied and no object is built per record (header keys are decoded to check
     their UTF-8): `struct.unpack_from` at computed offsets, as this runs on every produce.
@@ -928,9 +929,12 @@ def _bad_prefix(
 
 
 def _bad_key(index: int, key_len: int) -> TidelogError:
+    """A null key where keys are required is a well-formed record the topic refuses: Kafka
+    answers INVALID_RECORD, which no producer retries (CORRUPT_MESSAGE would be retried until
+    the delivery timeout, and the cause lost). Any other negative length is malformed."""
     if key_len == -1:
-        return CorruptMessageError(
-            f"a compacted topic accepts only records with a key; record {index} of the batch "
+        return InvalidRecordError(
+            f"Compacted topic cannot accept message without key: record {index} of the batch "
             "has none"
         )
     return _malformed(index, f"key length {key_len}")

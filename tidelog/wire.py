@@ -47,8 +47,11 @@ class Failure:
 
 
 def error_for(code: int, message: str, subject: object) -> TidelogError:
-    """The error object for a Kafka code, its message naming the partition (or topic)."""
+    """The error object for a Kafka code, its message naming the partition (or topic). A
+    node's message that starts with the code's own name (a node error's `str`) loses that
+    prefix, which the error's `str` adds again."""
     cls = for_code(code)
+    message = message.removeprefix(f"[{cls.name} ({cls.code})] ")
     return cls(f"{subject}: {message or cls.description}")
 
 

@@ -34,9 +34,22 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[bytes | None, bytes]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Send every record, then wait for their acknowledgements.
+
+    ``--timeout-ms`` bounds each record's delivery (the producer's delivery timeout, retries
+    included) and the wait for the last acknowledgements once the input ends, so a record the
+    cluster keeps refusing with a retriable error ends the command with that error rather than
+    after the producer's two-minute default. On any failure, Ctrl-C included, the producer is
+    closed without waiting: what is not delivered yet fails at once, and the command ends."""
     client = client_for(args)
-    producer = client.producer(acks=args.acks)
     futures: list[RecordFuture] = []
+    try:
+        producer = client.producer(
+            acks=args.acks, delivery_timeout_ms=args.timeout_ms, max_block_ms=args.timeout_ms
+        )
+    except BaseException:
+        client.close()
+        raise
     try:
         for key, value in _records(args):
             futures.append(producer.send(
@@ -45,13 +58,17 @@ def run(args: argparse.Namespace) -> int:
             ))
             if len(futures) % 10_000 == 0:
                 print(f"sent {len(futures)} records...", file=sys.stderr)
-        producer.flush()
+        producer.flush(args.timeout_ms)
         per_partition: dict[int, list[int]] = {}
         for future in futures:
             meta = future.result()
             per_partition.setdefault(meta.partition, []).append(meta.offset)
-    finally:
+    except BaseException:
+        producer.close(timeout_ms=0)
+        raise
+    else:
         producer.close()
+    finally:
         client.close()
     for partition, offsets in sorted(per_partition.items()):
         print(f"{args.topic}:{partition}: {len(offsets)} record(s) at offsets "

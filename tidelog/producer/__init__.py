@@ -64,7 +64,10 @@ class Producer(RecordAccumulator):
         try:
             for batch in pending:
                 if not batch.done.wait(None if deadline is None else deadline.remaining()):
-                    raise RequestTimedOutError(f"flush did not complete within {timeout_ms} ms")
+                    why = "" if batch.last_error is None else f"; last error: {batch.last_error}"
+                    raise RequestTimedOutError(
+                        f"flush did not complete within {timeout_ms} ms{why}"
+                    )
         finally:
             with self._cond:
                 self._flushing -= 1

@@ -127,6 +127,9 @@ class Batch:
     #: (producer id, epoch, sequence) that `header` was built with.
     built_for: tuple[int, int, int] | None = None
     attempts: int = 0
+    #: Why the last attempt failed (a retriable error): named when the batch expires, so a
+    #: delivery timeout says what kept the batch from being delivered.
+    last_error: TidelogError | None = None
     #: Takes no more records: full, or drained (it may come back as a retry).
     sealed: bool = False
     #: The outcome, shared by the batch's records, set before `done`.
@@ -552,8 +555,9 @@ class RecordAccumulator:
         for state in self._partitions.values():
             while state.queue and state.queue[0].deadline <= now:
                 batch = state.queue[0]
+                why = "" if batch.last_error is None else f"; last error: {batch.last_error}"
                 self.fail(batch, RequestTimedOutError(
-                    f"{batch.tp}: not delivered within {self.config.delivery_timeout_ms} ms"
+                    f"{batch.tp}: not delivered within {self.config.delivery_timeout_ms} ms{why}"
                 ))
 
     def fail_queued(self, error: TidelogError) -> None:

@@ -267,6 +267,7 @@ class Sender:
         refresh = reaction is not None and reaction.refresh
         self._refresh_wanted |= refresh
         retry_at = now if immediate else now + self.client.backoff.delay_s(batch.attempts + 1)
+        batch.last_error = error
         accumulator.requeue(batch, now, retry_at, sent_to if refresh else None)
 
     def _refresh(self) -> None:
