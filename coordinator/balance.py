@@ -25,11 +25,20 @@ partition whose majority is live (the new replica catches up from its leader, an
 voters of the change still have a live quorum of three). What cannot be drained now is
 reported, with why, instead of being planned.
 
+**Operator plans win.** A partition an operator placed (`MetadataImage.held`: reassigned
+within balancer.operator.hold.ms, hold not released) is never moved by balancing, as Cruise
+Control leaves its excluded topics alone: an operator's plan undone half a second after it
+completed is no plan at all. Its replicas still count in every node's load, so the others are
+balanced around it. A drain still moves it: a decommission is the operator's newer word, and a
+node being removed cannot keep replicas.
+
 **It converges, and stops.** Draining comes first, then replica counts, then leader counts.
 Balancing moves a replica only from a node holding at least two more than the other (which
 strictly lowers the sum of squared counts, so moves cannot cycle), and such a move always
 exists while the spread is two or more: of the more loaded node's partitions, at most as many
-as the other node holds can include it. Leaders move by the same rule. At the fixed point every
+as the other node holds can include it (held partitions aside: with them the fixed point may
+be less even, but every move still lowers the sum, so it is reached). Leaders move by the
+same rule. At the fixed point every
 node being decommissioned is empty (when enough nodes remain), replica counts over the nodes
 that take replicas differ by at most one, and no partition's preferred leader leads two more
 partitions than another of its replicas does.
@@ -100,12 +109,14 @@ def plan_moves(
     max_moves: int,
     *,
     balance: bool = True,
+    held: Collection[TopicPartition] = (),
 ) -> Plan:
     """The next moves. ``assignments``: every partition's replicas, preferred leader first
     (internal topics included); ``live``: the registered nodes that are alive; ``in_flight``:
     the target replicas of the reassignments under way, which count against ``max_moves`` and
-    are planned around as if done. ``balance`` off (autobalancing disabled) still drains."""
-    planner = _Planner(assignments, live, decommissioning, in_flight)
+    are planned around as if done. ``balance`` off (autobalancing disabled) still drains.
+    ``held``: the partitions operators placed, which balancing leaves where they are."""
+    planner = _Planner(assignments, live, decommissioning, in_flight, held)
     budget = max_moves - len(in_flight)
     moves: list[Move] = []
     stuck = planner.drain(moves, budget)
@@ -122,8 +133,10 @@ class _Planner:
         live: Collection[int],
         decommissioning: Collection[int],
         in_flight: Mapping[TopicPartition, Sequence[int]],
+        held: Collection[TopicPartition],
     ) -> None:
         self.live = frozenset(live)
+        self.held = frozenset(held)
         self.leaving = frozenset(decommissioning)
         #: The nodes that may take replicas.
         self.targets = tuple(sorted(self.live - self.leaving))
@@ -160,6 +173,13 @@ class _Planner:
 
     def _healthy(self, replicas: Sequence[int]) -> bool:
         return all(node in self.live and node not in self.leaving for node in replicas)
+
+    def _balanceable(self) -> Iterator[tuple[TopicPartition, tuple[int, ...]]]:
+        """The partitions balancing may move: untouched, not held by an operator, every
+        replica live and staying."""
+        for tp, replicas in self._untouched():
+            if tp not in self.held and self._healthy(replicas):
+                yield tp, replicas
 
     # ---- draining ----------------------------------------------------------------------------
 
@@ -210,8 +230,8 @@ class _Planner:
                 # more, otherwise move one it follows.
                 want_led = self.leaders[src] > self.leaders[dst] + 1
                 best: tuple[bool, TopicPartition, tuple[int, ...]] | None = None
-                for tp, replicas in self._untouched():
-                    if src in replicas and dst not in replicas and self._healthy(replicas):
+                for tp, replicas in self._balanceable():
+                    if src in replicas and dst not in replicas:
                         fits = (replicas[0] == src) == want_led
                         if best is None or (fits and not best[0]):
                             best = (fits, tp, replicas)
@@ -236,8 +256,8 @@ class _Planner:
             for dst in by_leads:
                 if self.leaders[src] - self.leaders[dst] < 2:
                     break
-                for tp, replicas in self._untouched():
-                    if replicas[0] == src and dst in replicas and self._healthy(replicas):
+                for tp, replicas in self._balanceable():
+                    if replicas[0] == src and dst in replicas:
                         self._move(moves, tp, (dst, *(n for n in replicas if n != dst)),
                                    BALANCE_LEADERS)
                         return True

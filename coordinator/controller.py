@@ -30,6 +30,7 @@ from tidelog.coordinator.metadata_records import (
     MetadataRecord,
     MetadataRecordError,
     PartitionChangeRecord,
+    PartitionHoldRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterNodeRecord,
@@ -119,6 +120,10 @@ class TopicImage:
     topic_id: int = 0
     #: Partition -> its reassignment under way, for the partitions that have one.
     reassignments: Mapping[int, Reassignment] = field(default_factory=dict)
+    #: Partition -> when an operator last placed it (`PartitionHoldRecord`, wall-clock ms),
+    #: for the partitions whose hold was not released: balancing leaves them alone for
+    #: balancer.operator.hold.ms from then (`MetadataImage.held`).
+    holds: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def partition_count(self) -> int:
@@ -477,6 +482,37 @@ class MetadataImage:
                 found[tp] = reassignment
         return found
 
+    def plan_hold(self, name: str, partition: int, since_ms: int | None) -> PartitionHoldRecord:
+        """The record that holds a partition an operator just reassigned (or whose
+        reassignment the operator cancelled) out of continuous balancing from ``since_ms``
+        (the controller leader's wall clock, passed in), or, for None, releases the hold.
+        UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist."""
+        topic = self.topics.get(name)
+        if topic is None or not 0 <= partition < topic.partition_count:
+            raise UnknownTopicOrPartitionError(f"partition {name}-{partition} does not exist")
+        if since_ms is not None and since_ms < 0:
+            raise InvalidRequestError(f"a hold cannot start at {since_ms} ms")
+        return PartitionHoldRecord(
+            name, topic.topic_id, partition, -1 if since_ms is None else since_ms
+        )
+
+    def held(self, now_ms: int, hold_ms: int) -> tuple[frozenset[TopicPartition], int | None]:
+        """The partitions an operator placed less than ``hold_ms`` before ``now_ms``, which
+        balancing must not move, and when the first of those holds ends (None: no hold is in
+        force), after which a plan may differ although no record landed. A hold that started
+        after ``now_ms`` (the clocks of two controller leaders disagree) is in force; with a
+        ``hold_ms`` of 0 none is."""
+        held: set[TopicPartition] = set()
+        ends: list[int] = []
+        if hold_ms <= 0:
+            return frozenset(), None
+        for topic in self.topics.values():
+            for partition, since_ms in topic.holds.items():
+                if now_ms - since_ms < hold_ms:
+                    held.add(TopicPartition(topic.name, partition))
+                    ends.append(since_ms + hold_ms)
+        return frozenset(held), min(ends, default=None)
+
     def plan_decommission(
         self, node_id: int, decommission: bool, node_ids: Sequence[int]
     ) -> list[DecommissionRecord]:
@@ -782,6 +818,8 @@ class MetadataImage:
                 )
         elif isinstance(record, PartitionChangeRecord):
             self._apply_partition_change(record)
+        elif isinstance(record, PartitionHoldRecord):
+            self._apply_hold(record)
         elif isinstance(record, ConfigRecord):
             self._apply_config(record)
         elif isinstance(record, DecommissionRecord):
@@ -831,6 +869,18 @@ class MetadataImage:
         self.topics[topic.name] = dataclasses.replace(
             topic, assignment=tuple(assignment), reassignments=reassignments
         )
+
+    def _apply_hold(self, record: PartitionHoldRecord) -> None:
+        topic = self.topics.get(record.topic)
+        if (topic is None or topic.topic_id != record.topic_id
+                or record.partition >= topic.partition_count):
+            return
+        holds = dict(topic.holds)
+        if record.since_ms < 0:
+            holds.pop(record.partition, None)
+        else:
+            holds[record.partition] = record.since_ms
+        self.topics[topic.name] = dataclasses.replace(topic, holds=holds)
 
     def _apply_config(self, record: ConfigRecord) -> None:
         if record.resource_type == ConfigResourceType.TOPIC:

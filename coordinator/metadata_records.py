@@ -51,6 +51,7 @@ _UNREGISTER_NODE: Final = 11
 _PARTITION_CHANGE: Final = 12
 _DECOMMISSION: Final = 13
 _CONTROLLER_VOTERS: Final = 14
+_PARTITION_HOLD: Final = 15
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -307,6 +308,25 @@ class ControllerVotersRecord:
         return CONTROLLER_VOTERS_SUBJECT
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionHoldRecord:
+    """An operator reassigned (or cancelled the reassignment of) the partition at
+    ``since_ms`` (wall-clock ms, read by the controller leader that decided it): continuous
+    balancing leaves it where the operator put it for balancer.operator.hold.ms from then.
+    ``since_ms`` -1 releases the hold (the operator gave the partition back to the balancer).
+    The time is in the record, not read when applying, so every node and every later
+    controller leader sees the same hold (Cruise Control's excluded topics, per partition)."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    since_ms: int
+
+    @property
+    def subject(self) -> str:
+        return self.topic
+
+
 MetadataRecord = (
     TopicRecord
     | RemoveTopicRecord
@@ -322,6 +342,7 @@ MetadataRecord = (
     | PartitionChangeRecord
     | DecommissionRecord
     | ControllerVotersRecord
+    | PartitionHoldRecord
 )
 
 
@@ -402,6 +423,12 @@ def encode_record(record: MetadataRecord) -> bytes:
         out += _U16.pack(len(record.voters))
         for node_id in record.voters:
             out += _I32.pack(node_id)
+    elif isinstance(record, PartitionHoldRecord):
+        out.append(_PARTITION_HOLD)
+        _put_str(out, record.topic)
+        out += _I64.pack(record.topic_id)
+        out += _I32.pack(record.partition)
+        out += _I64.pack(record.since_ms)
     else:
         out.append(_CONFIG)
         out += _U8.pack(record.resource_type)
@@ -527,6 +554,10 @@ class _Reader:
             record = DecommissionRecord(self._int(_I32), self._flag())
         elif kind == _CONTROLLER_VOTERS:
             record = ControllerVotersRecord(self._ids())
+        elif kind == _PARTITION_HOLD:
+            topic = self._str()
+            topic_id = self._int(_I64)
+            record = PartitionHoldRecord(topic, topic_id, self._int(_I32), self._int(_I64))
         else:
             raise MetadataRecordError(f"unknown metadata record kind {kind}")
         if self._pos != len(self._data):
@@ -741,6 +772,13 @@ def _check(record: MetadataRecord) -> None:
         if not voters or min(voters) < 0 or len(set(voters)) != len(voters):
             raise MetadataRecordError(f"controller voters record names {list(voters)}: not a "
                                       "non-empty list of distinct node ids")
+    elif isinstance(record, PartitionHoldRecord):
+        if (not record.topic or record.topic_id < 1 or record.partition < 0
+                or record.since_ms < -1):
+            raise MetadataRecordError(
+                f"partition hold record {record.topic!r}-{record.partition} lacks a topic, an "
+                f"id, an index or a time (since {record.since_ms} ms)"
+            )
     elif record.acl_id < 1:
         raise MetadataRecordError(f"ACL record id {record.acl_id} is not >= 1")
     elif isinstance(record, AccessControlEntryRecord):

@@ -10,6 +10,12 @@ image older than the one that records it (a partition whose move, or an operator
 reassignment, is under way is planned around, never retargeted). Nothing of the balancer's
 is stored: a new controller leader plans from the reassignments the image holds.
 
+Operator plans win: a partition an operator reassigned is held (`PartitionHoldRecord`, the
+controller leader's wall clock in the record) and balancing leaves it alone for
+balancer.operator.hold.ms from then, or from the move's completion when that is later, or
+until the operator releases it. The hold is in the metadata log, so it outlives a controller
+failover; this module only passes the time in.
+
 DecommissionNode's handler (`DecommissionApi`) records the decommission or its cancellation,
 describes how far the drain got, and unregisters the node once it is drained and stopped
 (`MetadataImage.plan_unregister`).
@@ -26,6 +32,7 @@ import grpc
 
 from tidelog import errors
 from tidelog.acl import Operation
+from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.balance import Plan, drain_progress, plan_moves
 from tidelog.coordinator.controller import METADATA_TP, MetadataImage
 from tidelog.coordinator.metadata_records import MetadataRecord
@@ -37,9 +44,6 @@ from tidelog.v1 import tidelog_pb2 as pb
 
 log = logging.getLogger("tidelog.node")
 
-#: How often the controller leader looks for moves to make (Redpanda ticks every 30 s; moves
-#: take seconds on a laptop cluster, and a balanced cluster's plan is one pass over it).
-BALANCE_EVERY_S = 0.5
 _PROPOSE_TIMEOUT_S = 10.0
 #: How long DecommissionNode waits for its record when the client set no deadline.
 _DEFAULT_TIMEOUT_MS = 30_000
@@ -55,17 +59,19 @@ def settings(config: NodeConfig, image: MetadataImage) -> NodeConfig:
     return config.with_dynamic(configs.get("", {}), configs.get(str(config.node_id), {}))
 
 
-def plan(config: NodeConfig, controller: ControllerDriver) -> Plan:
+def plan(config: NodeConfig, controller: ControllerDriver, now_ms: int) -> tuple[Plan, int | None]:
     """The next moves on the controller's image, over the nodes that are not fenced, with the
-    autobalancing settings in force."""
+    autobalancing settings in force, leaving alone the partitions operators hold at
+    ``now_ms``; and when the first of those holds ends (None: none is in force)."""
     image = controller.image
     in_flight = {tp: moving.target for tp, moving in image.reassignments().items()}
     now = settings(config, image)
+    held, hold_ends_ms = image.held(now_ms, now.balancer_operator_hold_ms)
     return plan_moves(
         image_assignments(image), controller.placement_node_ids(), image.decommissioning,
         in_flight, now.partition_autobalancing_max_moves,
-        balance=now.partition_autobalancing_enable,
-    )
+        balance=now.partition_autobalancing_enable, held=held,
+    ), hold_ends_ms
 
 
 class Balancer:
@@ -74,18 +80,25 @@ class Balancer:
         self.controller = controller
         #: The image (its applied offset) on which the last plan had no move: everything a
         #: plan reads (assignments, moves under way, nodes and their fencing, settings,
-        #: decommissions) is in the image, so it needs no plan again until a record lands.
+        #: decommissions, operators' holds) is in the image, so it needs no plan again until
+        #: a record lands, or until an operator's hold ends (`_settled_until_ms`).
         self._settled_at = -1
+        self._settled_until_ms: int | None = None
+        #: Called once per pass on the controller leader (the node counts them as a metric).
+        self.on_pass: Callable[[], None] = lambda: None
 
     async def loop(self) -> None:
         while True:
-            await asyncio.sleep(BALANCE_EVERY_S)
+            await asyncio.sleep(self.config.partition_autobalancing_tick_interval_ms / 1000)
             if self.controller.is_leader:
                 await self.balance_once()
+                self.on_pass()
 
     async def balance_once(self) -> None:
         """Record the next moves, if any (on the controller leader)."""
-        if self.controller.image.applied_offset == self._settled_at:
+        now_ms = wall_clock_ms()
+        if self.controller.image.applied_offset == self._settled_at and (
+                self._settled_until_ms is None or now_ms < self._settled_until_ms):
             return
         planned: list[str] = []
 
@@ -97,7 +110,8 @@ class Balancer:
             if seat is not None:
                 out.append(seat)
                 planned.append(f"the controller's seats to {list(seat.voters)} (decommission)")
-            for move in plan(self.config, self.controller).moves:
+            moves, hold_ends_ms = plan(self.config, self.controller, now_ms)
+            for move in moves.moves:
                 tp = move.partition
                 record = image.plan_alter_reassignment(
                     tp.topic, tp.partition, move.replicas, self.controller.known_node_ids()
@@ -105,8 +119,13 @@ class Balancer:
                 if record is not None:
                     out.append(record)
                     planned.append(f"{tp} to {list(move.replicas)} ({move.reason})")
+                    if tp.partition in image.topics[tp.topic].holds:
+                        # An ended hold (or a drain's move): the operator's placement is
+                        # gone, and so is the hold, which would otherwise be renewed when
+                        # this move completes.
+                        out.append(image.plan_hold(tp.topic, tp.partition, None))
             if not out:
-                self._settled_at = image.applied_offset
+                self._settled_at, self._settled_until_ms = image.applied_offset, hold_ends_ms
             return out
 
         try:
@@ -177,7 +196,7 @@ class DecommissionApi:
         image = self.controller.image
         removing = {tp: moving.removing for tp, moving in image.reassignments().items()}
         progress = drain_progress(image_assignments(image), removing, node_id,
-                                  plan(self.config, self.controller))
+                                  plan(self.config, self.controller, wall_clock_ms())[0])
         # The controller's seat counts as a replica (of __cluster_metadata-0) until it moved.
         seat = self.controller.seat_held(node_id)
         leaving_seat = seat and bool(image.controller_target) \

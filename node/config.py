@@ -58,6 +58,8 @@ KEYS: dict[str, str] = {
     "log.retention.check.interval.ms": "log_retention_check_interval_ms",
     "partition.autobalancing.enable": "partition_autobalancing_enable",
     "partition.autobalancing.max.moves": "partition_autobalancing_max_moves",
+    "partition.autobalancing.tick.interval.ms": "partition_autobalancing_tick_interval_ms",
+    "balancer.operator.hold.ms": "balancer_operator_hold_ms",
     "replica.high.watermark.checkpoint.interval.ms":
         "replica_high_watermark_checkpoint_interval_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
@@ -103,7 +105,8 @@ KEYS: dict[str, str] = {
 _FIELD_TO_KEY = {name: key for key, name in KEYS.items()}
 #: The node settings (beyond the topic defaults) that IncrementalAlterConfigs may change while
 #: the nodes run, as dynamic node configs: every node's default, or one node's own.
-DYNAMIC_KEYS = frozenset({"partition.autobalancing.enable", "partition.autobalancing.max.moves"})
+DYNAMIC_KEYS = frozenset({"partition.autobalancing.enable", "partition.autobalancing.max.moves",
+                          "balancer.operator.hold.ms"})
 _REQUIRED = ("listen", "data.dir")
 _KEY_PATTERN = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*")
 _WEEK_MS = 7 * 24 * 3600 * 1000
@@ -179,6 +182,17 @@ class NodeConfig:
     #: still drains nodes being decommissioned. Both dynamic (DYNAMIC_KEYS).
     partition_autobalancing_enable: bool = True
     partition_autobalancing_max_moves: int = 2
+    #: How often the controller leader looks for moves to make (Redpanda ticks every 30 s;
+    #: moves take seconds on a laptop cluster, and a balanced cluster's plan is one pass).
+    partition_autobalancing_tick_interval_ms: int = 500
+    #: How long balancing leaves a partition alone after an operator reassigned it (or
+    #: cancelled its reassignment), counted from the request or from the move's completion,
+    #: whichever is later; `tidelog reassign --release` ends it sooner, 0 lets the balancer
+    #: move such partitions at once. One hour: longer than an operator takes to verify a plan
+    #: and finish the maintenance it was made for, short enough that a forgotten plan does
+    #: not keep the cluster uneven for good (a node that joins later still gets its share
+    #: once it ends). Dynamic (DYNAMIC_KEYS).
+    balancer_operator_hold_ms: int = 3_600_000
     #: How often each changed log is flushed and its offsets (recovery point, high watermark)
     #: checkpointed, which bounds what crash recovery re-reads (Kafka's 5 s).
     replica_high_watermark_checkpoint_interval_ms: int = 5000
@@ -360,6 +374,10 @@ class NodeConfig:
                  "log.retention.check.interval.ms must be >= 1")
         _require(self.partition_autobalancing_max_moves >= 1,
                  "partition.autobalancing.max.moves must be >= 1")
+        _require(self.partition_autobalancing_tick_interval_ms >= 1,
+                 "partition.autobalancing.tick.interval.ms must be >= 1")
+        _require(self.balancer_operator_hold_ms >= 0,
+                 "balancer.operator.hold.ms must be >= 0 (0: no hold)")
         _require(self.replica_high_watermark_checkpoint_interval_ms >= 1,
                  "replica.high.watermark.checkpoint.interval.ms must be >= 1")
         _require(

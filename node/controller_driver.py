@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -549,13 +549,16 @@ class ControllerDriver:
             self._pending_topics -= names
 
     async def alter_reassignments(
-        self, targets: Mapping[TopicPartition, Sequence[int] | None], timeout_s: float
+        self, targets: Mapping[TopicPartition, Sequence[int] | None], timeout_s: float,
+        releases: Collection[TopicPartition] = (),
     ) -> dict[TopicPartition, errors.TidelogError | None]:
-        """On the controller leader: AlterPartitionReassignments of each partition to its
-        target replicas (None cancels its reassignment under way), decided on the image and
-        committed in one batch; each partition's outcome (None: recorded, or nothing to
-        change). Recorded is all it means: the partitions' leaders carry the changes out
-        (`tidelog.node.reassignment`). Also how balancing moves replicas."""
+        """On the controller leader: an operator's AlterPartitionReassignments of each
+        partition to its target replicas (None cancels its reassignment under way), decided
+        on the image and committed in one batch; each partition's outcome (None: recorded, or
+        nothing to change). Recorded is all it means: the partitions' leaders carry the
+        changes out (`tidelog.node.reassignment`). Each partition is also held out of
+        balancing from now (`MetadataImage.plan_hold`: the operator's plan wins, even one
+        that changes nothing); those of ``releases`` only have their hold released."""
         outcomes: dict[TopicPartition, errors.TidelogError | None] = {}
         planned: list[TopicPartition] = []
 
@@ -564,6 +567,15 @@ class ControllerDriver:
             outcomes.clear()
             planned.clear()
             node_ids = self.known_node_ids()
+            now_ms = wall_clock_ms()
+            for tp in releases:
+                try:
+                    records.append(self.image.plan_hold(tp.topic, tp.partition, None))
+                except errors.TidelogError as exc:
+                    outcomes[tp] = exc
+                    continue
+                outcomes[tp] = None
+                planned.append(tp)
             for tp, target in targets.items():
                 try:
                     record = self.image.plan_alter_reassignment(
@@ -575,7 +587,8 @@ class ControllerDriver:
                 outcomes[tp] = None
                 if record is not None:
                     records.append(record)
-                    planned.append(tp)
+                records.append(self.image.plan_hold(tp.topic, tp.partition, now_ms))
+                planned.append(tp)
             return records
 
         try:
@@ -599,12 +612,8 @@ class ControllerDriver:
         deadline = asyncio.get_running_loop().time() + _REASSIGNMENT_DONE_S
         while True:
             try:
-                await self.propose_metadata(
-                    lambda: self.image.plan_complete_reassignment(
-                        request.topic, request.topic_id, request.partition,
-                        list(request.voters),
-                    ),
-                    _REASSIGNMENT_DONE_S,
+                await self.propose_metadata_records(
+                    lambda: self._completion(request), _REASSIGNMENT_DONE_S
                 )
             except errors.ConcurrentTransactionsError as exc:
                 if asyncio.get_running_loop().time() < deadline:
@@ -614,6 +623,18 @@ class ControllerDriver:
             except errors.TidelogError as exc:
                 return rpb.ReassignmentDoneResponse(error_code=exc.code, error_message=str(exc))
             return rpb.ReassignmentDoneResponse()
+
+    def _completion(self, request: rpb.ReassignmentDoneRequest) -> list[MetadataRecord]:
+        """The record that ends a reassignment, and, when an operator holds the partition,
+        the hold again from now: a plan that took long to carry out is held for its full time
+        once in effect, not only from when it was asked for."""
+        done = self.image.plan_complete_reassignment(
+            request.topic, request.topic_id, request.partition, list(request.voters)
+        )
+        topic = self.image.topics[request.topic]
+        if request.partition not in topic.holds:
+            return [done]
+        return [done, self.image.plan_hold(request.topic, request.partition, wall_clock_ms())]
 
     async def allocate_producer_id(self, timeout_s: float) -> int:
         """On the controller leader: the next producer id of the block this node holds,

@@ -103,6 +103,11 @@ class NodeMetrics:
             "tidelog_response_bytes", "Bytes of answers sent; Fetch's are the bytes fetched "
             "(Kafka: BytesOutPerSec)", ["service", "rpc"], registry=registry,
         )
+        self.balancer_passes = Counter(
+            "tidelog_balancer_passes", "Passes of continuous balancing on this node while it "
+            "led the controller, each planning moves unless nothing changed since a plan "
+            "that had none (Redpanda's balancer ticks)", registry=registry,
+        )
 
     def export_state(
         self,

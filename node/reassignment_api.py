@@ -6,6 +6,10 @@ checks ALTER (DESCRIBE to list) on the cluster, decides each partition on its im
 means the reassignments are recorded, not done: each partition's leader carries its own out
 as Raft membership changes (`tidelog.node.reassignment`), and the reassignment disappears from
 the list once the leader has reported its group at the target and the controller recorded it.
+
+Every partition an operator reassigns (or whose reassignment the operator cancels) is also held
+out of continuous balancing for balancer.operator.hold.ms; a partition sent with ``release``
+has only its hold released (`tidelog reassign --release`).
 """
 
 from __future__ import annotations
@@ -48,15 +52,23 @@ class ReassignmentApi:
             (TopicPartition(t.name, p.partition_index), p)
             for t in request.topics for p in t.partitions
         )
-        targets = {
-            tp: None if p.cancel else list(p.replicas)
-            for tp, p in partitions.items() if tp not in twice
-        }
         outcomes: dict[TopicPartition, errors.TidelogError | None] = dict.fromkeys(
             twice, errors.InvalidRequestError("the partition appears more than once")
         )
-        if targets:
-            outcomes.update(await self.controller.alter_reassignments(targets, timeout_s))
+        for tp, p in partitions.items():
+            if p.release and (p.cancel or p.replicas):
+                outcomes[tp] = errors.InvalidRequestError(
+                    "release goes alone: without replicas and without cancel"
+                )
+        targets = {
+            tp: None if p.cancel else list(p.replicas)
+            for tp, p in partitions.items() if tp not in outcomes and not p.release
+        }
+        releases = [tp for tp, p in partitions.items() if tp not in outcomes and p.release]
+        if targets or releases:
+            outcomes.update(
+                await self.controller.alter_reassignments(targets, timeout_s, releases)
+            )
         response = pb.AlterPartitionReassignmentsResponse()
         topics: dict[str, Any] = {}
         for tp in partitions:

@@ -105,6 +105,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         _enable_reflection([TIDELOG_SERVICE, health.SERVICE_NAME], server)
         runtime = NodeRuntime(config, identity, epoch)
+        runtime.balancer.on_pass = metrics.balancer_passes.inc
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
             TidelogServicer(
                 config, runtime.replicas, runtime.routing, runtime.controller,

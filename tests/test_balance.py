@@ -29,6 +29,9 @@ from tidelog.coordinator.metadata_records import (
     ConfigRecord,
     DecommissionRecord,
     MetadataRecordError,
+    PartitionChangeRecord,
+    PartitionHoldRecord,
+    RemoveTopicRecord,
     TopicRecord,
     decode_record,
     encode_record,
@@ -39,6 +42,7 @@ from tidelog.errors import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    UnknownTopicOrPartitionError,
 )
 from tidelog.node.balancer import settings
 from tidelog.node.config import NodeConfig
@@ -212,6 +216,22 @@ def test_a_cancelled_decommission_gets_the_node_its_share_back() -> None:
     assert sorted(counts(back)[0].values()) == [6, 6, 6, 6, 6]
 
 
+def test_partitions_an_operator_placed_are_not_balanced_but_still_drained() -> None:
+    # An operator put all four partitions on node 1: balancing would spread them at once.
+    piled = {TopicPartition("t", p): (1,) for p in range(4)}
+    live = {1, 2, 3}
+    assert plan_moves(piled, live, set(), {}, 4).moves
+    assert plan_moves(piled, live, set(), {}, 4, held=set(piled)) == Plan(())
+    # The held ones count in node 1's load: the one partition not held moves off it.
+    free = TopicPartition("t", 3)
+    partly = plan_moves(piled, live, set(), {}, 4, held=set(piled) - {free})
+    assert [move.partition for move in partly.moves] == [free]
+    # A decommission is the operator's newer word: node 1 is drained, held or not.
+    drained = plan_moves(piled, live, {1}, {}, 4, held=set(piled))
+    assert {move.partition for move in drained.moves} == set(piled)
+    assert all(move.reason == DRAIN for move in drained.moves)
+
+
 def test_no_room_to_move_to_plans_nothing() -> None:
     assignments = topic("t", 4, 2, [1, 2])
     assert plan_moves(assignments, {1, 2}, {1, 2}, {}, 3).moves == ()
@@ -252,10 +272,14 @@ def test_every_plan_keeps_the_rules(
         factor = len(assignments[tp])
         if len(targets) >= factor:
             in_flight[tp] = tuple(data.draw(st.permutations(targets))[:factor])
-    plan = plan_moves(assignments, live, leaving, in_flight, max_moves)
+    held = set(data.draw(st.lists(st.sampled_from(sorted(assignments)), unique=True)
+                         if assignments else st.just([])))
+    plan = plan_moves(assignments, live, leaving, in_flight, max_moves, held=held)
     check_plan(assignments, live, leaving, in_flight, max_moves, plan)
+    assert all(move.reason == DRAIN for move in plan.moves if move.partition in held), plan
     assert plan == plan_moves(dict(reversed(assignments.items())), sorted(live, reverse=True),
-                              sorted(leaving), dict(reversed(in_flight.items())), max_moves)
+                              sorted(leaving), dict(reversed(in_flight.items())), max_moves,
+                              held=sorted(held))
 
 
 @fuzz_settings(100)
@@ -383,3 +407,83 @@ def test_the_controller_reads_the_autobalancing_settings_from_the_dynamic_node_c
     now = settings(config, image)
     assert (now.partition_autobalancing_enable, now.partition_autobalancing_max_moves) \
         == (False, 6)
+
+
+# ---- operators' holds ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("record", [PartitionHoldRecord("t", 1, 0, 1_700_000_000_000),
+                                    PartitionHoldRecord("t.x", 9, 41, -1)])
+def test_hold_records_round_trip(record: PartitionHoldRecord) -> None:
+    assert decode_record(encode_record(record)) == record
+
+
+@pytest.mark.parametrize("record, message", [
+    (PartitionHoldRecord("", 1, 0, 5), "lacks a topic"),
+    (PartitionHoldRecord("t", 0, 0, 5), "lacks a topic"),
+    (PartitionHoldRecord("t", 1, -1, 5), "lacks a topic"),
+    (PartitionHoldRecord("t", 1, 0, -2), "since -2 ms"),
+])
+def test_bad_hold_records_are_refused_by_name(record: PartitionHoldRecord, message: str) -> None:
+    with pytest.raises(MetadataRecordError, match=message):
+        decode_record(encode_record(record))
+
+
+def test_a_hold_is_decided_from_the_log_and_the_time_passed_in() -> None:
+    """The hold is what the records say and the clock the caller passes: two images that
+    applied the same records (a new controller leader's and the old one's) hold the same
+    partitions at the same time, and only the time passed in ends a hold."""
+    hour = 3_600_000
+    records = [
+        TopicRecord("t", 1, ((1,), (2,), (3,))),
+        PartitionChangeRecord("t", 1, 0, (2, 1), adding=(2,), removing=(1,)),
+    ]
+    image = MetadataImage()
+    for offset, record in enumerate(records):
+        image.apply(offset, record)
+    assert image.held(10_000, hour) == (frozenset(), None)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        image.plan_hold("t", 3, 5)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        image.plan_hold("nope", 0, 5)
+    with pytest.raises(InvalidRequestError):
+        image.plan_hold("t", 0, -5)
+    records += [image.plan_hold("t", 0, 1_000), image.plan_hold("t", 2, 5_000)]
+    copy = MetadataImage()
+    for offset, record in enumerate(records):
+        image.apply(offset, record)
+        copy.apply(offset, record)
+    both = {TopicPartition("t", 0), TopicPartition("t", 2)}
+    for each in (image, copy):
+        assert each.held(1_000, hour) == (both, 1_000 + hour)
+        assert each.held(500, hour) == (both, 1_000 + hour)  # a clock behind the record's
+        assert each.held(1_000 + hour, hour) == ({TopicPartition("t", 2)}, 5_000 + hour)
+        assert each.held(5_000 + hour, hour) == (frozenset(), None)
+        assert each.held(1_000, 0) == (frozenset(), None)  # 0: no hold at all
+    # Renewed (the operator reassigned again, or the move completed), then released.
+    image.apply(4, image.plan_hold("t", 0, 9_000))
+    assert image.held(1_000 + hour, hour)[0] == both
+    image.apply(5, image.plan_hold("t", 0, None))
+    assert image.held(1_000, hour) == ({TopicPartition("t", 2)}, 5_000 + hour)
+    # A record for another incarnation of the topic holds nothing; deleting it ends its holds.
+    image.apply(6, PartitionHoldRecord("t", 7, 1, 1_000))
+    assert TopicPartition("t", 1) not in image.held(1_000, hour)[0]
+    image.apply(7, RemoveTopicRecord("t", 1))
+    image.apply(8, TopicRecord("t", 2, ((1,), (2,), (3,))))
+    assert image.held(1_000, hour) == (frozenset(), None)
+
+
+def test_the_hold_time_is_a_dynamic_node_setting(tmp_path: Path) -> None:
+    config = NodeConfig.from_properties(
+        {"node.id": "1", "listen": "127.0.0.1:0", "data.dir": str(tmp_path)})
+    assert config.balancer_operator_hold_ms == 3_600_000
+    image = MetadataImage()
+    image.apply(0, ConfigRecord(ConfigResourceType.BROKER, "", "balancer.operator.hold.ms", "0"))
+    assert settings(config, image).balancer_operator_hold_ms == 0
+    for bad in ("-1", "soon"):
+        with pytest.raises(InvalidConfigError):
+            config.with_dynamic({"balancer.operator.hold.ms": bad})
+    with pytest.raises(InvalidConfigError):
+        NodeConfig.from_properties({"node.id": "1", "listen": "127.0.0.1:0",
+                                    "data.dir": str(tmp_path),
+                                    "partition.autobalancing.tick.interval.ms": "0"})

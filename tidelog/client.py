@@ -561,11 +561,15 @@ class Client:
         reassignments: Mapping[TopicPartition, Sequence[int] | None],
         *,
         timeout_ms: int | None = None,
+        release: bool = False,
     ) -> dict[TopicPartition, TidelogError]:
         """Move each partition's replicas to its list (preferred leader first), or cancel its
         reassignment under way with None (AlterPartitionReassignments, KIP-455; needs ALTER on
         the cluster). Returns once the controller has recorded them: the partitions' leaders
         then move their Raft groups (`list_partition_reassignments` shows what is under way).
+        Each partition is then held out of continuous balancing for the cluster's
+        balancer.operator.hold.ms; ``release`` (the lists are then ignored: pass None) only
+        releases the partitions' holds, so that balancing may move them again.
         The partitions that failed are returned with their errors (INVALID_REPLICA_ASSIGNMENT,
         UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS); a top-level error is raised."""
         remaining = dict(reassignments)
@@ -577,7 +581,7 @@ class Client:
             response = self._controller_call(
                 "AlterPartitionReassignments",
                 lambda: wire.alter_partition_reassignments_request(
-                    remaining, int(deadline.attempt_s() * 1000)),
+                    remaining, int(deadline.attempt_s() * 1000), release),
                 deadline, state,
             )
             if response.error_code:

@@ -701,12 +701,17 @@ class PartitionReassignment:
 
 
 def alter_partition_reassignments_request(
-    targets: Mapping[TopicPartition, Sequence[int] | None], timeout_ms: int
+    targets: Mapping[TopicPartition, Sequence[int] | None], timeout_ms: int,
+    release: bool = False,
 ) -> pb.AlterPartitionReassignmentsRequest:
+    """Each partition to its replicas, None cancelling; with ``release``, each partition's
+    hold released instead (the replica lists are not sent)."""
     by_topic: dict[str, list[pb.ReassignablePartition]] = defaultdict(list)
     for tp, replicas in targets.items():
         by_topic[tp.topic].append(
-            pb.ReassignablePartition(partition_index=tp.partition, cancel=True)
+            pb.ReassignablePartition(partition_index=tp.partition, release=True)
+            if release
+            else pb.ReassignablePartition(partition_index=tp.partition, cancel=True)
             if replicas is None
             else pb.ReassignablePartition(partition_index=tp.partition, replicas=list(replicas))
         )

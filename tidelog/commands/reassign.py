@@ -9,8 +9,13 @@ flow, flags and JSON files.
    the first replica the preferred leader) and prints the current assignment first: save it,
    it is the file that moves the partitions back.
 3. ``--verify --reassignment-json-file F`` says, per partition, whether its reassignment is
-   complete or still in progress; ``--cancel --reassignment-json-file F`` cancels those in
-   progress (back to the replicas before); ``--list`` shows every reassignment in progress.
+   complete or still in progress, and exits 1 unless every partition of F has F's replicas;
+   ``--cancel --reassignment-json-file F`` cancels those in progress (back to the replicas
+   before); ``--list`` shows every reassignment in progress.
+
+Continuous balancing leaves every partition an operator reassigned (or cancelled) where the
+operator put it for the cluster's balancer.operator.hold.ms (an hour by default);
+``--release --reassignment-json-file F`` gives F's partitions back to the balancer sooner.
 
 ``--wait`` (with ``--execute`` or ``--verify``) waits until every partition of F is complete,
 printing progress as partitions finish. Each partition's leader carries its move out as Raft
@@ -46,9 +51,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                          help="start the reassignments of --reassignment-json-file")
     actions.add_argument("--verify", action="store_true",
                          help="whether the reassignments of --reassignment-json-file are done "
-                              "(exit code 1 while one is in progress)")
+                              "(exit code 1 while one is in progress, or when a partition's "
+                              "replicas are not the file's)")
     actions.add_argument("--cancel", action="store_true",
                          help="cancel the reassignments of --reassignment-json-file in progress")
+    actions.add_argument("--release", action="store_true",
+                         help="let continuous balancing move the partitions of "
+                              "--reassignment-json-file again (their replica lists are not used)")
     actions.add_argument("--list", action="store_true",
                          help="every reassignment in progress")
     parser.add_argument("--topics-to-move-json-file", type=Path, metavar="FILE")
@@ -62,9 +71,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    needs_file = args.execute or args.verify or args.cancel
+    needs_file = args.execute or args.verify or args.cancel or args.release
     if needs_file and args.reassignment_json_file is None:
-        raise ConfigurationError("--execute, --verify and --cancel need --reassignment-json-file")
+        raise ConfigurationError(
+            "--execute, --verify, --cancel and --release need --reassignment-json-file"
+        )
     if args.generate and (args.topics_to_move_json_file is None or args.broker_list is None):
         raise ConfigurationError("--generate needs --topics-to-move-json-file and --broker-list")
     if args.wait and not (args.execute or args.verify):
@@ -80,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
             return _list(client)
         if args.cancel:
             return _cancel(client, list(targets))
+        if args.release:
+            return _release(client, list(targets))
         if args.execute:
             _execute(client, targets)
             if not args.wait:
@@ -235,6 +248,7 @@ def _verify(client: Client, targets: dict[TopicPartition, list[int]], wait: bool
         moving = client.list_partition_reassignments(list(targets))
         current = _current(client, _topics(targets))
         pending = []
+        elsewhere = []
         for tp in sorted(targets):
             if tp in moving:
                 pending.append(tp)
@@ -246,11 +260,15 @@ def _verify(client: Client, targets: dict[TopicPartition, list[int]], wait: bool
                     reported.add(tp)
                     print(f"Reassignment of partition {tp.topic}-{tp.partition} is completed.")
             else:
+                elsewhere.append(tp)
                 reported.add(tp)
                 print(f"There is no active reassignment of partition {tp.topic}-{tp.partition}, "
                       f"but its replicas are {list(current.get(tp, ()))}, not {targets[tp]}.")
         if not pending or not wait:
-            return 0 if not pending else 1
+            if elsewhere:
+                print(f"The plan is not in effect for {len(elsewhere)} partition(s): "
+                      f"{_names(elsewhere)}", file=sys.stderr)
+            return 0 if not pending and not elsewhere else 1
         print(f"  waiting for {len(pending)} partition(s): "
               + ", ".join(_progress(tp, moving[tp]) for tp in pending[:5])
               + (" ..." if len(pending) > 5 else ""), flush=True)
@@ -274,6 +292,16 @@ def _cancel(client: Client, partitions: list[TopicPartition]) -> int:
     cancelled = sorted(tp for tp in partitions if tp not in failed)
     if cancelled:
         print(f"Successfully cancelled partition reassignment(s) for: {_names(cancelled)}")
+    return 1 if failed else 0
+
+
+def _release(client: Client, partitions: list[TopicPartition]) -> int:
+    failed = client.alter_partition_reassignments(dict.fromkeys(partitions), release=True)
+    for tp, error in sorted(failed.items()):
+        print(f"Error releasing partition {tp.topic}-{tp.partition}: {error}", file=sys.stderr)
+    released = sorted(tp for tp in partitions if tp not in failed)
+    if released:
+        print(f"Balancing may move partition(s) {_names(released)} again")
     return 1 if failed else 0
 
 
