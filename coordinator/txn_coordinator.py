@@ -309,6 +309,31 @@ class TransactionCoordinatorState:
             return Decision()
         return self._write(txn_id, _adding(meta, wanted, now_ms))
 
+    def verify_partitions(
+        self, txn_id: str, producer_id: int, producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> TidelogError | frozenset[TopicPartition]:
+        """A partition leader's question before it appends the first transactional batch of
+        a producer on a partition (KIP-890 part 1, Kafka's AddPartitionsToTxn with
+        VerifyOnly): which of `partitions` are in the ongoing transaction of this producer id
+        and epoch. Changes nothing. INVALID_PRODUCER_ID_MAPPING when the id has no such
+        producer, PRODUCER_FENCED for another epoch, CONCURRENT_TRANSACTIONS while the
+        transaction is being decided (its data must all be written before EndTxn). A pending
+        record is not waited for, as in Kafka: a partition joins the table only once its
+        Ongoing record is committed, and the producer sends nothing to it before then."""
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.producer_id != producer_id:
+            return InvalidProducerIdMappingError(
+                f"producer id {producer_id} is not that of transactional id {txn_id!r}"
+            )
+        if meta.producer_epoch != producer_epoch:
+            return ProducerFencedError(
+                f"{txn_id!r}: epoch {producer_epoch} is fenced by epoch {meta.producer_epoch}"
+            )
+        if meta.state in _PREPARED:
+            return _concurrent(txn_id, meta.state)
+        return frozenset(partitions) & frozenset(meta.partitions)
+
     def end_txn(
         self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
     ) -> Decision:

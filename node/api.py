@@ -67,6 +67,7 @@ from tidelog.node.request_rules import (
 from tidelog.node.routing import Routing
 from tidelog.node.txn_api import TxnApi
 from tidelog.node.txn_coordinator_driver import TxnCoordinatorDriver
+from tidelog.node.txn_verification import PendingVerification, TxnVerification
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -132,9 +133,11 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         txns: TxnCoordinatorDriver,
         partition_error: Callable[[str, int], None],
         consumer_groups: ConsumerGroupDriver | None = None,
+        txn_verification: TxnVerification | None = None,
     ) -> None:
         """`partition_error(rpc, code)` counts each per-partition error of Produce, Fetch and
-        ListOffsets answers (the node's metrics)."""
+        ListOffsets answers (the node's metrics); `txn_verification` asks transaction
+        coordinators about the transactional batches Produce appends (KIP-890 part 1)."""
         self.config = config
         self._partition_error = partition_error
         self.replicas = replicas
@@ -151,6 +154,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             ConsumerGroupApi(self.group_api, consumer_groups) if consumer_groups else None
         )
         self.txn_topic = txn_topic
+        self.txn_verification = txn_verification
         self.txn_api = TxnApi(controller, txn_topic, txns, self.forwarder, self.authorization)
         self.acl_api = AclApi(controller, self.authorization, self.forward_to_controller)
         self.admin_api = AdminApi(
@@ -402,6 +406,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         response = pb.ProduceResponse()
         answers = Answers(response)
         pending: list[tuple[Any, PartitionReplica, asyncio.Future[None] | None]] = []
+        resolved_parts: list[tuple[Any, TopicPartition, Any, PartitionReplica]] = []
+        to_verify: list[PendingVerification] = []
         for tp, part in parts.items():
             result = answers.add(tp)
             if (error := refused.get(tp.topic)) is not None:
@@ -419,6 +425,21 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             if isinstance(resolved, errors.TidelogError):
                 self._fail(result, tp, resolved)
                 continue
+            resolved_parts.append((result, tp, part, resolved))
+            if (guard := resolved.verification_guard(part.records)) is not None:
+                to_verify.append(PendingVerification(tp, guard))
+        timeout_s = max(request.timeout_ms, 0) / 1000 or 30.0
+        unverified: dict[TopicPartition, errors.TidelogError] = {}
+        if to_verify and self.txn_verification is not None:
+            # Each transaction's first batch on a partition: asked of its coordinator first.
+            unverified = await self.txn_verification.refusals(
+                request.transactional_id if request.HasField("transactional_id") else None,
+                to_verify, timeout_s,
+            )
+        for result, tp, part, resolved in resolved_parts:
+            if (refusal := unverified.get(tp)) is not None:
+                self._fail(result, tp, refusal)
+                continue
             try:
                 produced = resolved.propose(part.records, acks)
             except errors.TidelogError as exc:
@@ -429,7 +450,6 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             result.log_start_offset = resolved.log.log_start_offset
             pending.append((result, resolved, produced.done))
         self.replicas.wake_touched()
-        timeout_s = max(request.timeout_ms, 0) / 1000 or 30.0
         waits = [f for _, _, f in pending if f is not None]
         if waits:
             await asyncio.wait(waits, timeout=timeout_s)

@@ -80,6 +80,7 @@ KEYS: dict[str, str] = {
     "transactional.id.expiration.ms": "transactional_id_expiration_ms",
     "transaction.remove.expired.transaction.cleanup.interval.ms":
         "transaction_remove_expired_transaction_cleanup_interval_ms",
+    "transaction.partition.verification.enable": "transaction_partition_verification_enable",
     # observability (metrics, logs)
     "metrics.port": "metrics_port",
     "log.format": "log_format",
@@ -215,6 +216,13 @@ class NodeConfig:
     #: record gets a tombstone. Looked for every ...cleanup.interval.ms (Kafka's hour).
     transactional_id_expiration_ms: int = 7 * 24 * 3_600_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    #: A partition leader appends a client's transactional batch that would open a transaction
+    #: on the partition only once the producer's transaction coordinator says the partition
+    #: was added to that producer's ongoing transaction (Kafka's KIP-890 part 1, on by
+    #: default): otherwise a stray or late batch would open a transaction no marker ends, and
+    #: the partition's last stable offset would stop there for good. Off, such batches are
+    #: appended unchecked (tests that write transactional batches without a coordinator).
+    transaction_partition_verification_enable: bool = True
     #: A group's offsets expire this long after its newest commit (Kafka's 7 days), checked
     #: every offsets.retention.check.interval.ms (Kafka's 10 minutes). Kafka takes whole
     #: minutes; a fraction is accepted too (0.1 is 6 s), so a test of expiration need not
@@ -688,7 +696,7 @@ def _convert(key: str, name: str, value: str) -> Any:
     if name == "group_consumer_assignors":
         return tuple(filter(None, (part.strip() for part in value.split(","))))
     if name in ("auto_leader_rebalance_enable", "allow_everyone_if_no_acl_found",
-                "partition_autobalancing_enable"):
+                "partition_autobalancing_enable", "transaction_partition_verification_enable"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"

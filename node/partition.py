@@ -35,7 +35,7 @@ from tidelog.replication.driver import DrivenReplica, Leadership
 from tidelog.replication.log_store import LogCodec, LogStore
 from tidelog.replication.term_votes import TermVotes
 from tidelog.storage import AbortedTxn, Log, LogConfig, TimestampAndOffset
-from tidelog.storage.producer_state import ProducerStateManager
+from tidelog.storage.producer_state import ProducerStateManager, VerificationGuard
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -98,13 +98,17 @@ class PartitionReplica:
         peer_live: Callable[[int], bool] | None = None,
         adding: tuple[int, ...] = (),
         replica_lag_max_ms: int = 30_000,
+        verify_transactions: bool = True,
     ) -> None:
         """``tick_s`` is the real time of a Raft tick: it sizes the read lease and the vote
         refusal of a new core (both off at 0). ``touched`` is called after a proposal changed
         the core (the Ready loop then looks at this replica), ``peer_live`` says whether node
         liveness hears from a peer (a quiesced leader's followers stay in sync while it does),
         ``replica_lag_max_ms`` how long a follower stays in sync after it last held the log's
-        end (the in-sync replicas that min.insync.replicas counts).
+        end (the in-sync replicas that min.insync.replicas counts), ``verify_transactions``
+        whether a client's transactional batch is appended only once its transaction
+        coordinator vouched for it (transaction.partition.verification.enable,
+        `verification_guard`).
 
         ``replicas`` are the nodes the metadata lists for the partition (the preferred leader
         first), ``adding`` those among them that a reassignment is adding: the bootstrap
@@ -114,6 +118,7 @@ class PartitionReplica:
         self._touched = touched
         self._peer_live = peer_live
         self._lag_max_ms = replica_lag_max_ms
+        self.verify_transactions = verify_transactions
         self.tp = tp
         self.node_id = node_id
         self.replicas = replicas
@@ -395,6 +400,12 @@ class PartitionReplica:
                 UNKNOWN,
                 self._waiter(original.last_offset, original.leader_epoch, acks),
             )
+        if from_client and self.verify_transactions and producers.needs_verification(header):
+            raise errors.InvalidTxnStateError(
+                f"producer {header.producer_id} epoch {header.producer_epoch}: {self.tp} is not "
+                f"in a transaction its coordinator knows of (or the transaction ended while "
+                f"it was being asked)"
+            )
         try:
             entry = self.core.propose(batch, header.records_count)
         except NotLeaderError as exc:
@@ -411,6 +422,24 @@ class PartitionReplica:
         return ProduceResult(
             entry.base_offset, append_time, self._waiter(entry.last_offset, entry.epoch, acks)
         )
+
+    def verification_guard(self, batch: bytes) -> VerificationGuard | None:
+        """What must be verified with the transaction coordinator before `propose` takes
+        `batch` from a client (KIP-890 part 1): None when nothing need be (verification off, not
+        a transactional batch, the producer's transaction open here already at its epoch or
+        verified, or a batch `propose` refuses anyway). Otherwise the guard to set `verified`
+        on once the coordinator says the partition is in the producer's ongoing transaction; a
+        marker of the producer written meanwhile drops it, and the batch is refused."""
+        if not self.verify_transactions:
+            return None
+        try:
+            header = read_header(batch)
+            producers = self._producer_state()
+        except errors.TidelogError:
+            return None
+        if not producers.needs_verification(header):
+            return None
+        return producers.verification_guard(header.producer_id, header.producer_epoch)
 
     def write_txn_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int

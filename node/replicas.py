@@ -322,6 +322,7 @@ class ReplicaSet:
             tick_s=self.config.raft_tick_ms / 1000, touched=self.changed,
             peer_live=self.peer_live, adding=adding,
             replica_lag_max_ms=self.config.replica_lag_max_ms,
+            verify_transactions=self.config.transaction_partition_verification_enable,
         )
 
     def _register(self, replica: PartitionReplica) -> None:

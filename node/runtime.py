@@ -37,6 +37,7 @@ from tidelog.node.routing import Routing
 from tidelog.node.scrubber import Scrubber
 from tidelog.node.txn_coordinator_driver import TxnCoordinatorDriver
 from tidelog.node.txn_markers import TxnMarkers
+from tidelog.node.txn_verification import TxnVerification
 from tidelog.replication import NotLeaderError
 from tidelog.v1 import raft_pb2 as rpb
 
@@ -70,6 +71,11 @@ class NodeRuntime:
         self.txn_topic = CoordinatorTopic.transactions(config, self.controller, self.routing)
         self.txns = TxnCoordinatorDriver(
             config, self.replicas, self.txn_topic, self.offsets_topic, self.txn_markers.send
+        )
+        #: VerifyTxnPartitions: asked by Produce before a transaction's first batch on a
+        #: partition, answered for the transactional ids coordinated here.
+        self.txn_verification = TxnVerification(
+            config.node_id, self.txn_topic, self.txns, self.routing, self.txn_markers.channel
         )
         self.reassigner = Reassigner(config, self.replicas, self.controller, self.routing)
         #: Cluster membership: the controller leader's sessions of every node, and this

@@ -69,6 +69,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     from tidelog.node.runtime import NodeRuntime
     from tidelog.node.security import server_credentials
     from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
+    from tidelog.node.txn_verification import add_verification_service
     from tidelog.v1 import tidelog_pb2_grpc
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -112,6 +113,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
                 runtime.offsets_topic, runtime.groups, runtime.txn_topic, runtime.txns,
                 partial(request_metrics.count_error, TIDELOG_SERVICE),
                 consumer_groups=runtime.consumer_groups,
+                txn_verification=runtime.txn_verification,
             ),
             server,
         )
@@ -120,6 +122,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             runtime.txn_markers.handle, runtime.controller.reassignment_done,
             runtime.registry.register, runtime.registry.heartbeat,
         )
+        add_verification_service(internal_server, runtime.txn_verification.handle)
         loop = asyncio.get_running_loop()
         metrics.export_state(
             config.node_id, runtime.replicas, runtime.routing, lambda: runtime.controller.image,

@@ -289,6 +289,20 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         except TimeoutError:
             return False
 
+    def verify_partitions(
+        self, txn_id: str, producer_id: int, producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> frozenset[TopicPartition]:
+        """Which of `partitions` are in the ongoing transaction of the producer (a partition
+        leader's question before a transaction's first batch, `txn_verification`); raises
+        NOT_COORDINATOR and the like when this node does not serve the id, and the state's
+        errors (`TransactionCoordinatorState.verify_partitions`)."""
+        led = self._coordinating(txn_id)
+        verified = led.state.verify_partitions(txn_id, producer_id, producer_epoch, partitions)
+        if isinstance(verified, errors.TidelogError):
+            raise verified
+        return verified
+
     async def add_offsets(
         self, txn_id: str, producer_id: int, producer_epoch: int, group: str
     ) -> None:

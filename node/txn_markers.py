@@ -261,16 +261,21 @@ class TxnMarkers:
     async def _call(
         self, address: str, request: rpb.WriteTxnMarkersRequest, timeout_s: float
     ) -> rpb.WriteTxnMarkersResponse:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = self._dialer.channel(address, CHANNEL_OPTIONS)
-        call = channel.unary_unary(
+        call = self.channel(address).unary_unary(
             WRITE_TXN_MARKERS_METHOD,
             request_serializer=rpb.WriteTxnMarkersRequest.SerializeToString,
             response_deserializer=rpb.WriteTxnMarkersResponse.FromString,
         )
         response: rpb.WriteTxnMarkersResponse = await call(request, timeout=timeout_s)
         return response
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The channel kept to the node-to-node listener at `address` (the other
+        node-to-node calls of transactions use it too: `txn_verification`)."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = self._dialer.channel(address, CHANNEL_OPTIONS)
+        return channel
 
     async def close(self) -> None:
         for task in list(self._flushing):

@@ -101,6 +101,20 @@ class CompletedTxn:
     aborted: bool
 
 
+@dataclass(eq=False)
+class VerificationGuard:
+    """A leader's pending or done verification, with the transaction coordinator, that a
+    producer's transactional batches at `producer_epoch` belong to a transaction the
+    coordinator knows of on this partition (KIP-890 part 1). Made before the question is sent
+    and dropped by the producer's next marker, so an answer that comes back after the
+    transaction ended (its marker written meanwhile) verifies nothing: `verified` is set on an
+    object no longer in the state."""
+
+    producer_id: int
+    producer_epoch: int
+    verified: bool = False
+
+
 def last_seq_of(header: BatchHeader) -> int:
     return (header.base_sequence + header.last_offset_delta) % SEQUENCE_WRAP
 
@@ -119,6 +133,9 @@ class ProducerStateManager:
         #: Transactions ended by a marker the high watermark may not have passed yet:
         #: (first offset, marker offset). Replaced, never changed in place, for the same reason.
         self._decided: tuple[tuple[int, int], ...] = ()
+        #: Producer id -> its verification on the leader (`needs_verification`); the
+        #: leader's copy only: never cloned, saved or replicated (a new leader verifies again).
+        self._guards: dict[int, VerificationGuard] = {}
 
     def clone(self) -> ProducerStateManager:
         copy = ProducerStateManager()
@@ -175,6 +192,28 @@ class ProducerStateManager:
             )
         return None
 
+    def needs_verification(self, header: BatchHeader) -> bool:
+        """Whether a data batch may open a transaction here that its coordinator has not
+        vouched for: a transactional batch of a producer with no transaction open at its
+        epoch on this partition (the first batch of a transaction here) and no verification
+        done for that epoch since the producer's last marker."""
+        if not header.is_transactional or header.is_control or header.producer_id < 0:
+            return False
+        entry = self.producers.get(header.producer_id)
+        if (entry is not None and entry.txn_first_offset != NO_TXN
+                and entry.producer_epoch == header.producer_epoch):
+            return False
+        guard = self._guards.get(header.producer_id)
+        return guard is None or not guard.verified or guard.producer_epoch != header.producer_epoch
+
+    def verification_guard(self, producer_id: int, producer_epoch: int) -> VerificationGuard:
+        """The guard to set `verified` on once the coordinator vouches for the producer's
+        transaction here: the one under way for this epoch, or a new one."""
+        guard = self._guards.get(producer_id)
+        if guard is None or guard.producer_epoch != producer_epoch:
+            guard = self._guards[producer_id] = VerificationGuard(producer_id, producer_epoch)
+        return guard
+
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
         """Raises INVALID_PRODUCER_EPOCH for a marker older than the producer's epoch and
         TRANSACTION_COORDINATOR_FENCED for one from a coordinator older than the last seen."""
@@ -227,6 +266,7 @@ class ProducerStateManager:
         if control_type not in (ControlType.COMMIT, ControlType.ABORT):
             return None
         pid = header.producer_id
+        self._guards.pop(pid, None)  # the next transaction here is verified anew
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(header.producer_epoch)

@@ -15,6 +15,7 @@ from storage_helpers import T0, FakeClock, open_log
 
 from tidelog import errors
 from tidelog.records import (
+    ControlType,
     RecordInput,
     build_batch,
     build_txn_marker,
@@ -235,3 +236,33 @@ def test_truncation_forgets_a_transaction_above_the_cut(tmp_path: Path, clock: F
     log.truncate_to(2)
     assert log.producer_state.open_transactions() == {}
     assert log.last_stable_offset == log.high_watermark == 2
+
+
+def test_only_a_transactions_first_batch_needs_verification_until_the_next_marker() -> None:
+    """KIP-890 part 1 on the leader's copy of the state: a transactional batch that would open
+    a transaction needs its coordinator's word; once verified (or once its transaction is
+    open here) the producer's next batches do not, until its marker; an answer that comes back
+    after the marker verifies nothing."""
+    state = ProducerStateManager()
+    first = read_header(txn(7, b"a"))
+    assert not state.needs_verification(read_header(plain(b"p")))
+    assert not state.needs_verification(read_header(end(7, True)))
+    assert state.needs_verification(first)
+    guard = state.verification_guard(7, 0)
+    assert state.verification_guard(7, 0) is guard  # one question for concurrent batches
+    assert state.needs_verification(first)  # asked, not answered
+    guard.verified = True
+    assert not state.needs_verification(first)
+    assert state.needs_verification(read_header(txn(7, b"e1", epoch=1)))  # another epoch
+    state.update(first._replace(base_offset=0))
+    assert not state.needs_verification(read_header(txn(7, b"b")))  # open here
+    state.update_marker(read_header(end(7, True))._replace(base_offset=2), ControlType.COMMIT, 0)
+    assert state.needs_verification(read_header(txn(7, b"next")))  # the next transaction
+    # A question asked before a marker and answered after it.
+    late = state.verification_guard(7, 0)
+    state.update_marker(read_header(end(7, False))._replace(base_offset=3), ControlType.ABORT, 0)
+    late.verified = True
+    assert state.needs_verification(read_header(txn(7, b"late")))
+    # The state a new leader starts from (a clone of the log's) carries no verification.
+    state.verification_guard(8, 0).verified = True
+    assert state.clone().needs_verification(read_header(txn(8, b"x")))

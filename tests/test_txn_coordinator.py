@@ -158,6 +158,26 @@ def test_error_codes_of_kafka() -> None:
     assert isinstance(init(log, pid=7, epoch=5).error, ProducerFencedError)
 
 
+def test_a_leader_verifies_only_partitions_of_the_ongoing_transaction() -> None:
+    """KIP-890 part 1: what a partition leader asks before a transaction's first batch on a
+    partition. Nothing is written and nothing becomes pending."""
+    log = Log()
+    verify = log.state.verify_partitions
+    assert isinstance(verify("t", 7, 0, [A0]), InvalidProducerIdMappingError)  # unknown id
+    init(log)
+    assert verify("t", 7, 0, [A0]) == frozenset()  # Empty: no transaction
+    assert isinstance(verify("t", 8, 0, [A0]), InvalidProducerIdMappingError)
+    assert isinstance(verify("t", 7, 1, [A0]), ProducerFencedError)
+    log.commit(log.state.add_partitions("t", 7, 0, [A0, B0], T))
+    assert verify("t", 7, 0, [A0, A1, B0]) == {A0, B0}
+    assert log.state.pending("t") is None
+    log.commit(log.state.end_txn("t", 7, 0, True, T))
+    assert isinstance(verify("t", 7, 0, [A0]), ConcurrentTransactionsError)  # being decided
+    (work,) = log.state.prepared()
+    log.commit(log.state.plan_complete(work, T) or Decision())
+    assert verify("t", 7, 0, [A0]) == frozenset()  # a late batch of the ended transaction
+
+
 def test_a_pending_record_makes_others_wait_and_a_failed_append_frees_the_id() -> None:
     log = Log()
     init(log)

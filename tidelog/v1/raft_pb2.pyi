@@ -236,6 +236,28 @@ class WritableTxnMarkerPartitionResult(_message.Message):
     error_code: int
     def __init__(self, partition_index: _Optional[int] = ..., error_code: _Optional[int] = ...) -> None: ...
 
+class VerifyTxnPartitionsRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "partitions")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: _containers.RepeatedCompositeFieldContainer[GroupId]
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[GroupId, _Mapping]]] = ...) -> None: ...
+
+class VerifyTxnPartitionsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "verified")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    verified: _containers.RepeatedCompositeFieldContainer[GroupId]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., verified: _Optional[_Iterable[_Union[GroupId, _Mapping]]] = ...) -> None: ...
+
 class ReassignmentDoneRequest(_message.Message):
     __slots__ = ("node_id", "topic", "topic_id", "partition", "voters")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -50,6 +50,11 @@ class RaftTransportStub:
                 request_serializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
+        self.VerifyTxnPartitions = channel.unary_unary(
+                '/tidelog.v1.RaftTransport/VerifyTxnPartitions',
+                request_serializer=tidelog_dot_v1_dot_raft__pb2.VerifyTxnPartitionsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_raft__pb2.VerifyTxnPartitionsResponse.FromString,
+                _registered_method=True)
         self.ReassignmentDone = channel.unary_unary(
                 '/tidelog.v1.RaftTransport/ReassignmentDone',
                 request_serializer=tidelog_dot_v1_dot_raft__pb2.ReassignmentDoneRequest.SerializeToString,
@@ -99,6 +104,18 @@ class RaftTransportServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifyTxnPartitions(self, request, context):
+        """Kafka's AddPartitionsToTxn v4 with VerifyOnly (KIP-890 part 1): from a partition leader
+        to the transaction coordinator of a transactional id, before the leader appends the first
+        transactional batch of a producer that has no transaction open on the partition: were
+        these partitions added to the ongoing transaction of this producer id and epoch? Nothing
+        changes at the coordinator; a batch no transaction knows of is refused, so it cannot open
+        a transaction that no marker will ever end.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReassignmentDone(self, request, context):
         """From a partition's leader to the controller leader (as Kafka's AlterPartition): the
         partition's Raft group has reached the target of its reassignment (its committed
@@ -141,6 +158,11 @@ def add_RaftTransportServicer_to_server(servicer, server):
                     servicer.WriteTxnMarkers,
                     request_deserializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'VerifyTxnPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifyTxnPartitions,
+                    request_deserializer=tidelog_dot_v1_dot_raft__pb2.VerifyTxnPartitionsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_raft__pb2.VerifyTxnPartitionsResponse.SerializeToString,
             ),
             'ReassignmentDone': grpc.unary_unary_rpc_method_handler(
                     servicer.ReassignmentDone,
@@ -240,6 +262,33 @@ class RaftTransport:
             '/tidelog.v1.RaftTransport/WriteTxnMarkers',
             tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersRequest.SerializeToString,
             tidelog_dot_v1_dot_raft__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyTxnPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.RaftTransport/VerifyTxnPartitions',
+            tidelog_dot_v1_dot_raft__pb2.VerifyTxnPartitionsRequest.SerializeToString,
+            tidelog_dot_v1_dot_raft__pb2.VerifyTxnPartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
