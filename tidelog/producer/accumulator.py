@@ -19,8 +19,10 @@ with a retry pending has only that batch in flight, so the log keeps the send or
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import logging
+import operator
 import random
 import threading
 import time
@@ -294,10 +296,14 @@ class RecordAccumulator:
             raise ConfigurationError("send() on a closed producer")
         if self.transactions is not None:
             self.transactions.check_send()
-        timestamp = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        plain = key is None and not headers and type(value) is bytes
+        timestamp = (_time_ns() // 1_000_000 if timestamp_ms is None
+                     else _checked_timestamp(timestamp_ms))
+        plain = (type(topic) is str and topic != "" and key is None and headers is None
+                 and type(value) is bytes)
         if not plain:
-            value, key = _checked_bytes("value", value), _checked_bytes("key", key)
+            topic, value, key, headers = _checked_record(topic, value, key, headers)
+        if partition is not None:
+            partition = _checked_partition(partition)
         lock = self._lock
         if plain and partition is None:
             size = RECORD_OVERHEAD + len(value)  # type: ignore[arg-type]  # plain: bytes
@@ -588,11 +594,81 @@ def _sooner(a: float | None, b: float) -> float:
     return b if a is None else min(a, b)
 
 
+# ---- send()'s arguments, checked where they are passed -------------------------------------
+# A record send() takes is encoded into a batch shared with other records, so an argument of
+# the wrong type or out of range must be refused by send() itself (ConfigurationError, a
+# ValueError, as kafka-python and aiokafka raise at once): found later, it would fail the
+# whole batch in the sender, other records with it.
+
+#: The largest timestamp a record can carry: milliseconds in a signed 64-bit field.
+MAX_TIMESTAMP_MS = (1 << 63) - 1
+
+
 def _checked_bytes(name: str, data: object) -> bytes | None:
     if data is None or type(data) is bytes:
         return data
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ConfigurationError(f"{name} must be bytes or None, got {type(data).__name__}")
     return bytes(data)
+
+
+def _checked_int(name: str, number: object) -> int:
+    """`number` as an int: an int (or an integer type such as numpy's), never a bool."""
+    if type(number) is int:
+        return number
+    if not isinstance(number, bool):
+        with contextlib.suppress(TypeError):
+            return operator.index(number)  # type: ignore[arg-type]  # TypeError if it is none
+    raise ConfigurationError(f"{name} must be an int or None, got {type(number).__name__}")
+
+
+def _checked_timestamp(timestamp_ms: object) -> int:
+    timestamp = _checked_int("timestamp_ms", timestamp_ms)
+    if not 0 <= timestamp <= MAX_TIMESTAMP_MS:
+        raise ConfigurationError(  # Kafka's wording
+            f"invalid timestamp: {timestamp}; a timestamp is never negative (or None: now)"
+        )
+    return timestamp
+
+
+def _checked_partition(partition: object) -> int:
+    number = _checked_int("partition", partition)
+    if number < 0:
+        raise ConfigurationError(f"invalid partition {number}: partitions are numbered from 0")
+    return number
+
+
+def _checked_record(
+    topic: object, value: object, key: object, headers: object
+) -> tuple[str, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...] | None]:
+    """The record's topic, value, key and headers checked (a bytearray or memoryview copied
+    to bytes, the headers a tuple of (str, bytes | None) pairs), or ConfigurationError."""
+    if type(topic) is not str or not topic:
+        raise ConfigurationError(
+            f"topic must be a non-empty str, got {topic!r}" if type(topic) is str
+            else f"topic must be a str, got {type(topic).__name__}"
+        )
+    value, key = _checked_bytes("value", value), _checked_bytes("key", key)
+    if headers is None:
+        return topic, value, key, None
+    if not isinstance(headers, list | tuple):
+        raise ConfigurationError(
+            f"headers must be a list of (str, bytes | None) pairs, got {type(headers).__name__}"
+        )
+    checked: list[tuple[str, bytes | None]] = []
+    for header in headers:
+        if not isinstance(header, list | tuple) or len(header) != 2:
+            raise ConfigurationError(
+                f"each header must be a (str, bytes | None) pair, got {header!r:.80}"
+            )
+        name, data = header
+        if type(name) is not str:
+            raise ConfigurationError(f"a header's key must be a str, got {type(name).__name__}")
+        try:
+            name.encode()
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(f"header key {name!r:.80} is not valid UTF-8: {exc}") from None
+        checked.append((name, _checked_bytes(f"the value of header {name!r:.80}", data)))
+    return topic, value, key, tuple(checked)
 
 

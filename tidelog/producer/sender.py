@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from tidelog import wire
@@ -33,6 +34,7 @@ from tidelog.types import TopicPartition
 if TYPE_CHECKING:
     from tidelog.client import Client
 
+log = logging.getLogger("tidelog.producer")
 #: A Produce RPC may take the leader's commit wait (timeout_ms) plus this much.
 _RPC_SLACK_S = 5.0
 
@@ -73,63 +75,23 @@ class Sender:
                 self._loop.call_soon_threadsafe(self._wakeup.set)
 
     async def run(self) -> None:
-        """One round: expire, then get a producer id, refresh metadata (both off the loop, in
-        a worker thread) or send, whichever is due; else sleep until woken or until the next
-        linger or backoff ends. Refreshes are spaced by the retry backoff so an election does
-        not cause a storm."""
-        accumulator, idempotence = self.accumulator, self.idempotence
+        """Rounds until the producer is closed. A round that fails for a reason no batch
+        explains (a bug) is logged and the next one follows after a backoff, as Kafka's
+        sender thread goes on after an uncaught error: the sender never stops while the
+        producer is open, so later sends are still delivered, queued batches still expire,
+        and close() ends cleanly."""
+        accumulator = self.accumulator
+        failures = 0
         try:
             while True:
-                init = refresh = False
-                ready: list[Batch] = []
-                refresh_s: float | None = None
-                with self._lock:
-                    self._wake_pending = False
-                    self._wakeup.clear()
-                    if self.force_close:
-                        accumulator.fail_all(
-                            RequestTimedOutError("the producer was closed before delivery")
-                        )
+                try:
+                    if await self._round():
                         return
-                    queued, in_flight = accumulator.has_batches()
-                    if accumulator.closing and not queued and not in_flight:
-                        return
-                    now = time.monotonic()
-                    accumulator.expire(now)
-                    wake_at = now + IDLE_S
-                    txn = self.transactions
-                    if txn is not None and txn.in_error and queued:
-                        assert txn.error is not None
-                        accumulator.fail_queued(txn.error)  # a failed transaction sends nothing
-                    if idempotence.needs_producer_id and queued and txn is None:
-                        init = not in_flight and now >= idempotence.init_at
-                        wake_at = max(idempotence.init_at, now) if not in_flight else wake_at
-                    else:
-                        ready, wake_at, refresh_s = accumulator.ready(now)
-                        if txn is not None:
-                            self._add_wanted(txn)
-                        if refresh_s is not None:
-                            self._refresh_wanted = True
-                            wake_at = min(wake_at, now + refresh_s)
-                    if self._refresh_wanted:
-                        if now >= self._refresh_at:
-                            refresh, self._refresh_wanted = True, False
-                            self._refresh_at = now + (
-                                self.client.backoff.delay_s(1) if refresh_s is None
-                                else refresh_s
-                            )
-                        else:
-                            wake_at = min(wake_at, self._refresh_at)
-                if init:
-                    await asyncio.to_thread(self._init_producer_id)
-                if refresh:
-                    await asyncio.to_thread(self._refresh)
-                if ready:
-                    self._send(ready)
-                if not (init or refresh or ready):
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(min(max(wake_at - now, 0.0), IDLE_S)):
-                            await self._wakeup.wait()
+                    failures = 0
+                except Exception:
+                    failures += 1
+                    log.exception("the producer's sender failed a round; it goes on")
+                    await asyncio.sleep(self.client.backoff.delay_s(failures))
         except asyncio.CancelledError:
             with self._lock:
                 accumulator.fail_all(RequestTimedOutError("the client was closed before delivery"))
@@ -137,6 +99,64 @@ class Sender:
         finally:
             for task in self._calls:
                 task.cancel()
+
+    async def _round(self) -> bool:
+        """One round: expire, then get a producer id, refresh metadata (both off the loop, in
+        a worker thread) or send, whichever is due; else sleep until woken or until the next
+        linger or backoff ends. Refreshes are spaced by the retry backoff so an election does
+        not cause a storm. True when the sender is done (closed)."""
+        accumulator, idempotence = self.accumulator, self.idempotence
+        init = refresh = False
+        ready: list[Batch] = []
+        refresh_s: float | None = None
+        with self._lock:
+            self._wake_pending = False
+            self._wakeup.clear()
+            if self.force_close:
+                accumulator.fail_all(
+                    RequestTimedOutError("the producer was closed before delivery")
+                )
+                return True
+            queued, in_flight = accumulator.has_batches()
+            if accumulator.closing and not queued and not in_flight:
+                return True
+            now = time.monotonic()
+            accumulator.expire(now)
+            wake_at = now + IDLE_S
+            txn = self.transactions
+            if txn is not None and txn.in_error and queued:
+                assert txn.error is not None
+                accumulator.fail_queued(txn.error)  # a failed transaction sends nothing
+            if idempotence.needs_producer_id and queued and txn is None:
+                init = not in_flight and now >= idempotence.init_at
+                wake_at = max(idempotence.init_at, now) if not in_flight else wake_at
+            else:
+                ready, wake_at, refresh_s = accumulator.ready(now)
+                if txn is not None:
+                    self._add_wanted(txn)
+                if refresh_s is not None:
+                    self._refresh_wanted = True
+                    wake_at = min(wake_at, now + refresh_s)
+            if self._refresh_wanted:
+                if now >= self._refresh_at:
+                    refresh, self._refresh_wanted = True, False
+                    self._refresh_at = now + (
+                        self.client.backoff.delay_s(1) if refresh_s is None
+                        else refresh_s
+                    )
+                else:
+                    wake_at = min(wake_at, self._refresh_at)
+        if init:
+            await asyncio.to_thread(self._init_producer_id)
+        if refresh:
+            await asyncio.to_thread(self._refresh)
+        if ready:
+            self._send(ready)
+        if not (init or refresh or ready):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(max(wake_at - now, 0.0), IDLE_S)):
+                    await self._wakeup.wait()
+        return False
 
     def _add_wanted(self, txn: TransactionManager) -> None:
         """(Under the lock.) The partitions that queued batches wait for, and that no
@@ -169,7 +189,11 @@ class Sender:
         """Frame the batches (outside the lock) and start one Produce per leader."""
         work: dict[TopicPartition, Batch] = {}
         for batch in batches:
-            self._frame(batch)
+            try:
+                self._frame(batch)
+            except Exception as exc:
+                self._fail_unsent([batch], exc)
+                continue
             work[batch.tp] = batch
         groups, leaderless = self._request.by_leader(work)
         if leaderless:
@@ -192,7 +216,29 @@ class Sender:
         self, node: int, batches: dict[TopicPartition, Batch], timeout_s: float
     ) -> None:
         """One Produce request and what its answer does to each of its batches."""
-        self._handle(batches, await self._request.send(node, batches, timeout_s), node)
+        try:
+            answers = await self._request.send(node, batches, timeout_s)
+        except Exception as exc:  # building the request, not the call: its errors are answers
+            self._fail_unsent(batches.values(), exc)
+            return
+        self._handle(batches, answers, node)
+
+    def _fail_unsent(self, batches: Iterable[Batch], exc: Exception) -> None:
+        """Batches that could not be framed or sent for a reason of their own (send() checks
+        each record, so this is a bug): they fail, with `exc` named, and nothing else does;
+        the sender goes on."""
+        log.error("the producer could not send a batch", exc_info=exc)
+        if isinstance(exc, TidelogError):
+            error = exc
+        else:
+            error = TidelogError(f"the producer could not send the batch: {exc!r}")
+            error.__cause__ = exc
+        with self._lock:
+            for batch in batches:
+                self.accumulator.fail(batch, error)
+                if self.transactions is not None:
+                    self.transactions.failed(error, from_produce=True)
+            self._wakeup.set()
 
     def _handle(
         self,
