@@ -1,6 +1,6 @@
 """What authorization costs ListOffsets (issue 17): p50 latency of a one-partition ListOffsets
-on a real node with 1,000 ACLs, beside the same request with no ACLs (the default
-allow.everyone.if.no.acl.found=true), in one run.
+on a real node with 1,000 ACLs, beside the same request with no ACLs (both nodes with
+authorizer=acl and allow.everyone.if.no.acl.found=true), in one run.
 
 Two one-node clusters side by side, one topic each; the calls are raw gRPC from this process
 (a blocking stub, one call at a time), so the figure compares two server paths. One cluster
@@ -145,7 +145,10 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         nodes = []
         for _ in range(2):
-            cluster = stack.enter_context(LocalCluster(1, log_flush_policy="never"))
+            # The authorizer on, and open where no ACL applies, as the "no ACLs" side needs.
+            cluster = stack.enter_context(LocalCluster(
+                1, log_flush_policy="never", authorizer="acl",
+                allow_everyone_if_no_acl_found="true"))
             raw = stack.enter_context(Raw(cluster))
             client = stack.enter_context(Client(cluster.bootstrap))
             raw.create_topic(TOPIC, 1, 1)

@@ -792,16 +792,22 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def CreateAcls(
         self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateAclsResponse:
+        if (disabled := self.authorization.disabled()) is not None:
+            return acls_failed("CreateAcls", request, disabled)  # type: ignore[no-any-return]
         return await self.acl_api.create_acls(request, context)
 
     async def DescribeAcls(
         self, request: pb.DescribeAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DescribeAclsResponse:
+        if (disabled := self.authorization.disabled()) is not None:
+            return pb.DescribeAclsResponse(error_code=disabled.code, error_message=str(disabled))
         return self.acl_api.describe_acls(request, context)
 
     async def DeleteAcls(
         self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteAclsResponse:
+        if (disabled := self.authorization.disabled()) is not None:
+            return acls_failed("DeleteAcls", request, disabled)  # type: ignore[no-any-return]
         return await self.acl_api.delete_acls(request, context)
 
     # ---- partitions and configs ------------------------------------------------------------

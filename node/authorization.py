@@ -31,8 +31,22 @@ _REFUSED: dict[ResourceType, type[errors.AuthorizationError]] = {
 
 class Authorization:
     def __init__(self, config: NodeConfig, acls: AclIndex) -> None:
+        #: False with ``authorizer=none``: every request is allowed and the ACL records the
+        #: image holds decide nothing (Kafka without an authorizer).
+        self.enabled = config.authorizer == "acl"
+        # allow.everyone.if.no.acl.found unset is false, as in Kafka: on means deny by default.
         self.authorizer = Authorizer(
-            acls, config.super_users, config.allow_everyone_if_no_acl_found
+            acls, config.super_users, bool(config.allow_everyone_if_no_acl_found)
+        )
+
+    def disabled(self) -> errors.SecurityDisabledError | None:
+        """What the ACL APIs answer when no authorizer runs (Kafka's SECURITY_DISABLED, 54):
+        an ACL created then would be stored and silently ignored."""
+        if self.enabled:
+            return None
+        return errors.SecurityDisabledError(
+            "no authorizer is configured (authorizer=none): ACLs are not enforced; "
+            "start the nodes with authorizer=acl to manage them"
         )
 
     def principal(self, context: grpc.aio.ServicerContext) -> str:
@@ -51,7 +65,9 @@ class Authorization:
         self, principal: str, operation: Operation, resource_type: ResourceType, name: str
     ) -> errors.AuthorizationError | None:
         """None when allowed, else the error to answer, naming who may not do what to what."""
-        if self.authorizer.authorize(principal, operation, resource_type, name):
+        if not self.enabled or self.authorizer.authorize(
+            principal, operation, resource_type, name
+        ):
             return None
         what = resource_type.name.lower().replace("_", " ")
         return _REFUSED[resource_type](
@@ -84,4 +100,6 @@ class Authorization:
     ) -> bool:
         """Whether some resource of the type allows the operation (Kafka's
         authorizeByResourceType)."""
-        return self.authorizer.authorize_by_resource_type(principal, operation, resource_type)
+        return not self.enabled or self.authorizer.authorize_by_resource_type(
+            principal, operation, resource_type
+        )

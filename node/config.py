@@ -26,6 +26,7 @@ FlushPolicy = Literal["always", "never"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL"]
 ClientAuth = Literal["none", "required"]
 LogFormat = Literal["text", "json"]
+AuthorizerKind = Literal["none", "acl"]
 
 #: Kafka-style key -> NodeConfig field, for every setting a node understands itself. Keys not in
 #: this table are topic defaults and go to ``NodeConfig.extra``.
@@ -100,6 +101,7 @@ KEYS: dict[str, str] = {
     "ssl.cafile": "ssl_cafile",
     "ssl.client.auth": "ssl_client_auth",
     # ACLs (acls)
+    "authorizer": "authorizer",
     "super.users": "super_users",
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
 }
@@ -293,13 +295,21 @@ class NodeConfig:
     #: ssl.cafile verifies (mutual TLS; its subject becomes the principal); "none": it need not.
     ssl_client_auth: ClientAuth = "none"
     # ---- ACLs (acls) ----
+    #: "none": no authorizer, every request of every principal is allowed (Kafka without
+    #: ``authorizer.class.name``); ACL records already in the metadata log stay stored but
+    #: decide nothing, and CreateAcls, DescribeAcls and DeleteAcls answer SECURITY_DISABLED
+    #: (54). "acl": every request is decided by the ACLs, `super_users` and
+    #: `allow_everyone_if_no_acl_found`. `tidelog cluster up --tls` and
+    #: ``LocalCluster(tls=True)`` turn it on; a plaintext local cluster keeps it off.
+    authorizer: AuthorizerKind = "none"
     #: Principals allowed everything whatever the ACLs say (Kafka's ``super.users``,
     #: ``;``-separated in a properties file): the nodes' own principals belong here once
     #: clients authenticate, so that requests they forward keep their client's principal.
     super_users: tuple[str, ...] = ()
-    #: Whether a resource no ACL mentions is open to everyone. Kafka defaults to false;
-    #: Tidelog to true, so that a cluster without ACLs behaves as one without authorization.
-    allow_everyone_if_no_acl_found: bool = True
+    #: Whether a resource no ACL mentions is open to everyone. Unset (None) it is false, as in
+    #: Kafka, so that turning the authorizer on denies by default; it matters only with
+    #: ``authorizer=acl``.
+    allow_everyone_if_no_acl_found: bool | None = None
     #: Topic defaults (Kafka topic-config names), applied to topics created without an override.
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -442,6 +452,10 @@ class NodeConfig:
         _require(
             0.0 <= self.test_drop_produce_response_rate <= 1.0,
             "test.drop.produce.response.rate must be within 0..1",
+        )
+        _require(
+            self.authorizer in ("none", "acl"),
+            f"authorizer must be 'none' or 'acl', got {self.authorizer!r}",
         )
         for principal in self.super_users:
             kind, sep, name = principal.partition(":")
@@ -611,6 +625,8 @@ class NodeConfig:
                 value = ",".join(value)
             elif name == "node_id" and value == -1:
                 value = ""  # to be assigned when the node joins
+            elif value is None:
+                value = ""  # unset: the default applies on the other side too
             if value != "":
                 props[key] = str(value)
         props.update(self.extra)
@@ -682,7 +698,8 @@ def _convert(key: str, name: str, value: str) -> Any:
     if name in ("peers", "client_addresses"):
         return parse_peers(value)
     if name in ("listen", "advertised", "join", "log_flush_policy", "internal_listen",
-                "ssl_certfile", "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format"):
+                "ssl_certfile", "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format",
+                "authorizer"):
         return value
     if name in ("security_protocol", "security_inter_broker_protocol"):
         return value.upper()

@@ -28,7 +28,14 @@ from tidelog.coordinator.metadata_records import (
     decode_record,
     encode_record,
 )
-from tidelog.errors import ConfigurationError, InvalidRequestError
+from tidelog.errors import (
+    ConfigurationError,
+    InvalidConfigError,
+    InvalidRequestError,
+    TopicAuthorizationFailedError,
+)
+from tidelog.node.authorization import Authorization
+from tidelog.node.config import NodeConfig
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED
@@ -51,6 +58,48 @@ def authorizer(*bindings: AclBinding, super_users: tuple[str, ...] = (),
     for i, binding in enumerate(bindings, start=1):
         index.add(i, binding)
     return Authorizer(index, super_users, allow_everyone)
+
+
+# ---- the node's settings ------------------------------------------------------------------------
+
+
+def node_authorization(**settings: str) -> Authorization:
+    config = NodeConfig.from_properties(
+        {"node.id": "1", "listen": "127.0.0.1:7420", "data.dir": "/tmp/x", **settings})
+    assert NodeConfig.from_properties(config.to_properties()) == config
+    return Authorization(config, authorizer(acl(ALICE, Op.READ, "a")).acls)
+
+
+def test_the_authorizer_off_allows_everything_and_refuses_to_manage_acls() -> None:
+    """authorizer=none (the default): the ACLs decide nothing, and the ACL APIs answer
+    SECURITY_DISABLED (54) rather than store ACLs that would not apply."""
+    off = node_authorization()
+    assert off.refused(BOB, Op.READ, TOPIC, "a") is None
+    assert off.refused(BOB, Op.ALTER, CLUSTER, CLUSTER_NAME) is None
+    assert off.allowed_any(BOB, Op.WRITE, TOPIC)
+    disabled = off.disabled()
+    assert disabled is not None and disabled.code == 54
+
+
+def test_the_authorizer_on_denies_what_no_acl_allows_unless_told_otherwise() -> None:
+    """authorizer=acl: allow.everyone.if.no.acl.found unset is Kafka's false, so a resource no
+    ACL mentions (topic b, the cluster) is closed; set to true it opens them again."""
+    on = node_authorization(authorizer="acl")
+    assert on.disabled() is None
+    assert on.refused(ALICE, Op.READ, TOPIC, "a") is None
+    assert isinstance(on.refused(BOB, Op.READ, TOPIC, "a"), TopicAuthorizationFailedError)
+    assert isinstance(on.refused(BOB, Op.READ, TOPIC, "b"), TopicAuthorizationFailedError)
+    assert on.cluster_refused(BOB, Op.DELETE) is not None
+    assert not on.allowed_any(BOB, Op.WRITE, TOPIC)
+    opened = node_authorization(authorizer="acl", **{"allow.everyone.if.no.acl.found": "true"})
+    assert opened.refused(BOB, Op.READ, TOPIC, "b") is None
+    assert opened.cluster_refused(BOB, Op.DELETE) is None
+    assert opened.refused(BOB, Op.READ, TOPIC, "a") is not None
+
+
+def test_an_unknown_authorizer_is_refused() -> None:
+    with pytest.raises(InvalidConfigError, match="authorizer must be 'none' or 'acl'"):
+        node_authorization(authorizer="kafka")
 
 
 # ---- the decision -------------------------------------------------------------------------------

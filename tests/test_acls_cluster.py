@@ -1,9 +1,10 @@
 """ACLs on real node processes (SPEC §10, kafka-reference §11): seed 003's case and its siblings.
 
 Over plaintext every caller is User:ANONYMOUS, so the module's cluster lives twice on one data
-dir: first with ANONYMOUS as a super user (the admin creates topics, commits offsets and writes
-the ACLs), then restarted without super users and with ``allow.everyone.if.no.acl.found=false``,
-where ANONYMOUS may only do what the ACLs (replayed from the metadata log) grant it:
+dir, with the authorizer on (``authorizer=acl``): first with ANONYMOUS as a super user (the
+admin creates topics, commits offsets and writes the ACLs), then restarted without super users
+and with ``allow.everyone.if.no.acl.found=false``, where ANONYMOUS may only do what the ACLs
+(replayed from the metadata log) grant it:
 
 * DESCRIBE on topic ``a`` (only), WRITE on ``w``, READ on ``r`` and on group ``g``;
 * nothing on topic ``b`` or group ``h``, and nothing on the cluster.
@@ -59,7 +60,7 @@ TOPIC_DENIED = errors.TopicAuthorizationFailedError.code
 GROUP_DENIED = errors.GroupAuthorizationFailedError.code
 CLUSTER_DENIED = errors.ClusterAuthorizationFailedError.code
 TXN_DENIED = errors.TransactionalIdAuthorizationFailedError.code
-OPTIONS = {"nodes": 3, "offsets_topic_num_partitions": 3,
+OPTIONS = {"nodes": 3, "offsets_topic_num_partitions": 3, "authorizer": "acl",
            "allow_everyone_if_no_acl_found": "false"}
 
 
@@ -320,9 +321,11 @@ def test_the_client_raises_authorization_errors_naming_the_resource(restricted: 
 def test_acl_calls_of_the_client_and_the_cli_round_trip(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Default settings (allow.everyone.if.no.acl.found=true): ANONYMOUS manages ACLs while
-    the cluster resource has none; a prefixed DENY then closes topics, a deletion opens them."""
-    with LocalCluster(1) as cluster, Raw(cluster) as raw, \
+    """The authorizer on with allow.everyone.if.no.acl.found=true: ANONYMOUS manages ACLs
+    while the cluster resource has none; a prefixed DENY then closes topics, a deletion opens
+    them."""
+    with LocalCluster(1, authorizer="acl", allow_everyone_if_no_acl_found="true") as cluster, \
+            Raw(cluster) as raw, \
             Client(cluster.bootstrap) as client:
         cli = ("--bootstrap", cluster.bootstrap)
         assert main(["acls", "add", "--allow-principal", "User:alice", "--operation", "read",
@@ -378,6 +381,28 @@ def test_acl_calls_of_the_client_and_the_cli_round_trip(
         assert client.describe_acls() == [
             admin, grant(ANONYMOUS, Operation.READ, ResourceType.GROUP, "g")]
         assert raw.list_offset(1, "secret.keys", 0, -1).error_code == 0
+
+
+def test_without_an_authorizer_acls_are_kept_but_decide_nothing(tmp_path: Path) -> None:
+    """``authorizer=none`` (the default): an ACL stored while the authorizer was on stays in
+    the metadata log but refuses nothing, and the ACL APIs answer SECURITY_DISABLED (54), as
+    Kafka's do without an authorizer, rather than store ACLs that would silently not apply."""
+    deny = AclBinding(ResourcePattern(ResourceType.TOPIC, "t"),
+                      AccessControlEntry("User:*", Operation.ALL, Permission.DENY))
+    with LocalCluster(1, tmp_path, authorizer="acl", super_users=ANONYMOUS) as cluster, \
+            Raw(cluster) as raw, Client(cluster.bootstrap) as client:
+        raw.create_topic("t", 1, 1)
+        client.create_acls([deny])
+    with LocalCluster(1, tmp_path) as cluster, \
+            Raw(cluster) as raw, Client(cluster.bootstrap) as client:
+        raw.wait_leaders("t", 1)
+        assert raw.list_offset(1, "t", 0, -1).error_code == 0
+        with pytest.raises(errors.SecurityDisabledError, match="authorizer=none"):
+            client.create_acls([deny])
+        assert raw.stub(1).DescribeAcls(pb.DescribeAclsRequest(), timeout=10).error_code == 54
+        deleted = raw.stub(1).DeleteAcls(
+            pb.DeleteAclsRequest(filters=[pb.AclFilter()]), timeout=10)
+        assert [r.error_code for r in deleted.filter_results] == [54]
 
 
 def test_two_principals_over_mutual_tls() -> None:

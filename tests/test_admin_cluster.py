@@ -60,6 +60,10 @@ def cluster_options() -> dict[str, object]:
         "num_partitions": 2,
         # min.insync.replicas: a paused follower leaves the ISR within a second.
         "replica_lag_max_ms": 1000,
+        # test_acls_guard_partitions_and_configs: the ACLs it creates decide, and what none
+        # mentions stays open to the other tests' anonymous client.
+        "authorizer": "acl",
+        "allow_everyone_if_no_acl_found": "true",
     }
 
 

@@ -130,9 +130,11 @@ def message(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Any]:
 
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, object]:
-    # Random CreateAcls may write any ACL (a DENY on "*" for User:*): the caller is a super
-    # user, so the other methods and the liveness check are still served.
-    return {"nodes": 1, "offsets_topic_num_partitions": 2, "super_users": "User:ANONYMOUS"}
+    # The authorizer on, so that random ACL requests reach the ACL code. Random CreateAcls may
+    # write any ACL (a DENY on "*" for User:*): the caller is a super user, so the other
+    # methods and the liveness check are still served.
+    return {"nodes": 1, "offsets_topic_num_partitions": 2, "super_users": "User:ANONYMOUS",
+            "authorizer": "acl"}
 
 
 @pytest.fixture(scope="module", autouse=True)

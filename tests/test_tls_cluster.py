@@ -13,8 +13,16 @@ import pytest
 import test_client_cluster as plaintext_suite
 
 from tidelog import Client, OffsetSpec, TopicPartition, cli
+from tidelog.acl import (
+    AccessControlEntry,
+    AclBinding,
+    Operation,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 from tidelog.certificates import CertificateAuthority
-from tidelog.errors import SslAuthenticationError
+from tidelog.errors import SslAuthenticationError, TopicAuthorizationFailedError
 from tidelog.testing import LocalCluster, Raw, values_of, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -82,6 +90,25 @@ def test_the_cli_takes_tls_flags_or_a_command_config(
     assert "cli-tls" in capsys.readouterr().out
     assert cli.main(["topic", "list", bootstrap, "--timeout-ms=10000"]) == 2
     assert "requires TLS" in capsys.readouterr().err
+
+
+def test_a_principal_without_acls_may_not_delete_a_topic_another_owns(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """With the authorizer on, what no ACL allows is denied (allow.everyone.if.no.acl.found
+    unset is false): bob, who has no ACL, may not delete a topic whose ACL names alice, neither
+    through DELETE on the cluster (which no ACL mentions) nor on the topic. Were a resource no
+    ACL mentions open to all, bob would hold DELETE on the cluster and the topic would go."""
+    client.create_topic("alice-owns", partitions=1, replication_factor=3)
+    client.create_acls([AclBinding(
+        ResourcePattern(ResourceType.TOPIC, "alice-owns"),
+        AccessControlEntry("User:CN=alice", Operation.ALL, Permission.ALLOW),
+    )])
+    with Client(cluster.bootstrap, **cluster.client_options_as("bob")) as bob, \
+            pytest.raises(TopicAuthorizationFailedError,
+                          match="User:CN=bob is not authorized to DELETE topic 'alice-owns'"):
+        bob.delete_topic("alice-owns", timeout_ms=30_000)
+    assert "alice-owns" in client.list_topics()
 
 
 def test_the_main_scenario_runs_with_tls(client: Client, cluster: LocalCluster) -> None:

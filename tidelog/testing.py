@@ -80,6 +80,9 @@ __all__ = [
 T = TypeVar("T")
 
 LAYOUT_FILE = "cluster.json"
+#: The principal of a TLS cluster's own client certificate (``client_options``): a super user,
+#: the administrator that grants every other principal its ACLs.
+ADMIN_PRINCIPAL = "User:CN=client"
 _TIDELOG_SERVICE = tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"].full_name
 _POLL_S = 0.02
 _RPC_TIMEOUT_S = 1.0
@@ -159,7 +162,8 @@ class LocalCluster:
     ``tls`` True runs TLS on both listeners of every node, from certificates of a throwaway CA
     made in ``<data_dir>/tls`` (``tidelog.certificates``): mutual TLS between nodes, and clients
     must present a certificate too (``client_options`` are a Client's arguments for that, with
-    the principal ``User:CN=client``).
+    the principal ``User:CN=client``), and the authorizer on (``authorizer=acl``, deny by
+    default) with the nodes and that client as super users.
     ``hosts`` (node id -> address) puts each node's two listeners on its own host, on the same
     ports as on loopback, and ``command_prefix(node_id)`` comes before each node's command (the
     network-namespace test: ``hosts`` 10.77.0.N, prefix ``ip netns exec NS``); the launcher
@@ -295,9 +299,15 @@ class LocalCluster:
     def client_options(self) -> dict[str, str]:
         """``Client(cluster.bootstrap, **cluster.client_options)`` connects as this cluster's
         listeners require (nothing for a plaintext cluster)."""
+        return self.client_options_as("client")
+
+    def client_options_as(self, name: str) -> dict[str, str]:
+        """A Client's arguments with a certificate of the cluster's CA for ``CN=name`` (made
+        on first use), whose principal is ``User:CN=name``: another user of a TLS cluster,
+        who may do what its ACLs allow. Nothing for a plaintext cluster."""
         if not self.tls:
             return {}
-        files = self._certificates("client")
+        files = self._certificates(name)
         return {
             "security_protocol": "SSL",
             "ssl_cafile": str(files.cafile),
@@ -583,10 +593,14 @@ class LocalCluster:
                 "ssl.cafile": str(files.cafile),
                 "ssl.client.auth": "required",
             })
-            # The nodes are super users: a request one forwards (to the controller, to a
-            # group's coordinator) keeps its client's principal only from a node allowed
-            # CLUSTER_ACTION (node/authorization.py).
-            principals = [*props.get("super.users", "").split(";"),
+            # The authorizer is on, denying what no ACL allows (allow.everyone.if.no.acl.found
+            # unset is false). The nodes are super users: a request one forwards (to the
+            # controller, to a group's coordinator) keeps its client's principal only from a
+            # node allowed CLUSTER_ACTION (node/authorization.py). So is the harness's own
+            # client certificate (client_options, User:CN=client): the administrator that
+            # creates the ACLs every other principal needs.
+            props.setdefault("authorizer", "acl")
+            principals = [*props.get("super.users", "").split(";"), ADMIN_PRINCIPAL,
                           *(f"User:CN=node-{n}" for n in self._addresses)]
             props["super.users"] = ";".join(dict.fromkeys(filter(None, principals)))
         routes = self.routes(node_id)
