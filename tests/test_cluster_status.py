@@ -163,8 +163,9 @@ def test_under_replicated_and_out_of_sync_rows_are_highlighted_with_the_lag() ->
 
 def test_cluster_up_tls_prints_the_flags_that_status_then_connects_with(tmp_path: Path) -> None:
     """`cluster up --tls` is the whole secure setup: a throwaway CA, TLS with client
-    certificates required on both listeners, and the client flags printed (and written as a
-    --command-config file) for the other commands; status without them is one clear line."""
+    certificates required on both listeners, the authorizer on, the client flags printed (and
+    written as a --command-config file) for the other commands, and what the listeners accept
+    and who is a node or a super user; status without the flags is one clear line."""
     data_dir = tmp_path / "tls-cluster"
     try:
         up = cli("cluster", "up", "--tls", "--nodes", "1", "--data-dir", str(data_dir),
@@ -174,6 +175,12 @@ def test_cluster_up_tls_prints_the_flags_that_status_then_connects_with(tmp_path
         properties = data_dir / "tls" / "client.properties"
         assert "security.protocol=SSL" in properties.read_text()
         assert f"--command-config {properties}" in up.stderr
+        # The short version of README's Security section: listeners, nodes, the authorizer.
+        security = up.stderr[up.stderr.index("Security (docs/security.md):"):].splitlines()
+        assert "client certificate" in security[1] and "required" in security[1]
+        assert "nodes only: User:CN=node-1" in security[2]
+        assert "authorizer acl: what no ACL allows is denied" in security[3]
+        assert "User:CN=client" in security[3] and "User:CN=node-1" in security[3]
         printed = next(line for line in up.stderr.splitlines() if line.strip().startswith("CLI:"))
         flags = printed.split("topic list", 1)[1].split()
         assert flags[:2] == ["--bootstrap", bootstrap] and "--ssl-certfile" in flags

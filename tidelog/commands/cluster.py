@@ -77,6 +77,7 @@ def _up(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         if args.tls:
             _print_tls_howto(cluster)
+            _print_security(cluster)
         if args.detach:
             cluster.detach()
             print(f"stop it with: tidelog cluster down --data-dir {args.data_dir}", file=sys.stderr)
@@ -107,6 +108,33 @@ def _print_tls_howto(cluster: LocalCluster) -> None:
         f"     or:  tidelog topic list --bootstrap {cluster.bootstrap} "
         f"--command-config {properties}\n"
         f"  Python: Client({cluster.bootstrap!r}, {python})",
+        file=sys.stderr,
+    )
+
+
+def _print_security(cluster: LocalCluster) -> None:
+    """What the cluster's listeners accept and who may do what, from the settings the nodes
+    run with (node 1's node.properties): README's Security section, in a few lines."""
+    from tidelog.properties import read_properties
+
+    props = read_properties(cluster.node_dir(cluster.node_ids[0]) / "node.properties")
+    nodes = props.get("node.principals") or ", ".join(
+        f"User:CN=node-{n}" for n in cluster.node_ids)
+    if props.get("authorizer", "none") == "none":
+        decides = "authorizer none: every request of every client is allowed"
+    elif props.get("allow.everyone.if.no.acl.found", "").lower() == "true":
+        decides = "authorizer acl: what no ACL mentions is open to everyone"
+    else:
+        decides = "authorizer acl: what no ACL allows is denied"
+    clients = ", ".join(cluster.address_of(n) for n in cluster.node_ids)
+    internal = ", ".join(cluster.internal_address_of(n) for n in cluster.node_ids)
+    print(
+        f"Security (docs/security.md):\n"
+        f"  client listeners ({clients}): TLS, a client certificate of {cluster.tls_dir}/ca.pem "
+        f"required; the Tidelog API, health, reflection\n"
+        f"  node-to-node listeners ({internal}): mutual TLS, nodes only: "
+        f"{nodes.replace(';', ', ')}\n"
+        f"  {decides}; super users: {props.get('super.users', '').replace(';', ', ')}",
         file=sys.stderr,
     )
 
