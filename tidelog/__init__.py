@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import ConfigurationError, NodeUnavailableError, TidelogError
 from tidelog.types import (
+    ConsumerGroupMetadata,
     ConsumerRecord,
     GroupListing,
     IsolationLevel,
@@ -58,6 +59,7 @@ __all__ = [
     "Consumer",
     "ConsumerConfig",
     "ConsumerGroupDescription",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "GroupListing",

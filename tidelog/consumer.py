@@ -68,6 +68,7 @@ from tidelog.retry import Deadline
 from tidelog.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     IsolationLevel,
     OffsetAndMetadata,
@@ -410,6 +411,19 @@ class Consumer:
         coordinator does not check."""
         member = self._member()
         return member if member is not None and member[1] > 0 else None
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's place in its group now, for a transactional producer's
+        `send_offsets_to_transaction` (Kafka's groupMetadata(), KIP-447): the group id, the
+        member id and epoch of `subscribe()`'s membership ("" and -1 before it joins, and
+        for a consumer of assign()ed partitions), and the static instance id. Take it for
+        each transaction: a rebalance moves the epoch on, and the coordinator refuses offsets
+        committed with an epoch that is not the member's current one."""
+        with self._lock:
+            group_id = self._group_id()
+            member_id, epoch = self._joined_member() or ("", -1)
+            return ConsumerGroupMetadata(group_id, epoch, member_id,
+                                         self.config.group_instance_id)
 
     def assignment(self) -> set[TopicPartition]:
         with self._lock:

@@ -97,6 +97,21 @@ class OffsetAndMetadata(NamedTuple):
     leader_epoch: int | None = None
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's place in its group (Kafka's ConsumerGroupMetadata, KIP-447), from
+    `Consumer.group_metadata()`: what `Producer.send_offsets_to_transaction` hands the group's
+    coordinator, which commits the offsets only for a current member at its current epoch,
+    so a member that was fenced or fell behind a rebalance cannot commit offsets of partitions
+    it no longer owns."""
+
+    group_id: str
+    #: The member epoch (a generation, in Kafka's name); -1 outside the group.
+    generation_id: int = -1
+    #: "" outside the group.
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 #: The internal topic that holds committed offsets (SPEC §8).
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 

@@ -33,7 +33,13 @@ from tidelog.configs import (
 )
 from tidelog.errors import CoordinatorNotAvailableError, TidelogError, for_code
 from tidelog.metadata import LeaderHint, MetadataSnapshot, PartitionInfo, TopicInfo
-from tidelog.types import GroupListing, IsolationLevel, OffsetAndMetadata, TopicPartition
+from tidelog.types import (
+    ConsumerGroupMetadata,
+    GroupListing,
+    IsolationLevel,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 from tidelog.v1 import tidelog_pb2 as pb
 
 V = TypeVar("V")
@@ -403,15 +409,20 @@ def raise_txn_error(
 
 
 def txn_offset_commit_request(
-    transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
-    offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    transactional_id: str, group: ConsumerGroupMetadata, producer_id: int,
+    producer_epoch: int, offsets: Mapping[TopicPartition, OffsetAndMetadata],
 ) -> pb.TxnOffsetCommitRequest:
-    """A simple consumer's offsets (generation -1) committed in the producer's transaction."""
-    plain = offset_commit_request(group_id, offsets)
-    return pb.TxnOffsetCommitRequest(
-        transactional_id=transactional_id, group_id=group_id, producer_id=producer_id,
-        producer_epoch=producer_epoch, generation_id=-1, topics=plain.topics,
+    """The group's offsets committed in the producer's transaction, with the member's id,
+    epoch and instance id, which the coordinator checks (a simple consumer's: "", -1)."""
+    plain = offset_commit_request(group.group_id, offsets)
+    request = pb.TxnOffsetCommitRequest(
+        transactional_id=transactional_id, group_id=group.group_id, producer_id=producer_id,
+        producer_epoch=producer_epoch, generation_id=group.generation_id,
+        member_id=group.member_id, topics=plain.topics,
     )
+    if group.group_instance_id is not None:
+        request.group_instance_id = group.group_instance_id
+    return request
 
 
 # ---- Coordinators and consumer offsets --------------------------------------------------------

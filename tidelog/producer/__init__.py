@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tidelog.coordinated import check_group_id, checked_offsets
 from tidelog.errors import (
+    ConfigurationError,
     IllegalTransactionStateError,
     RequestTimedOutError,
     RetriableError,
@@ -27,7 +28,7 @@ from tidelog.producer.idempotence import IdempotenceState
 from tidelog.producer.sender import Sender
 from tidelog.producer.transactions import TransactionManager, TxnState
 from tidelog.retry import Deadline
-from tidelog.types import OffsetAndMetadata, TopicPartition
+from tidelog.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from tidelog.client import Client
@@ -136,18 +137,24 @@ class Producer(RecordAccumulator):
             txn.state = TxnState.IN_TRANSACTION
 
     def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group_id: str,
-        timeout_ms: int | None = None,
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str, timeout_ms: int | None = None,
     ) -> None:
         """Commit a consumer group's offsets in the transaction: they become the group's
-        committed offsets if, and when, the transaction commits (consume-transform-produce)."""
+        committed offsets if, and when, the transaction commits (consume-transform-produce).
+
+        Pass the consumer's `Consumer.group_metadata()` (KIP-447): the coordinator then
+        commits only for a current member of the group at its current epoch, and a member
+        fenced or behind a rebalance gets ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID (the
+        transaction can only be aborted). A plain group id is a consumer of assign()ed
+        partitions, outside any membership: a group with members refuses it."""
         txn = self._transactions()
         txn.require(TxnState.IN_TRANSACTION)
-        group_id = check_group_id(group_id)
+        group = checked_group_metadata(group_metadata)
         checked = checked_offsets(offsets)
         deadline = Deadline(self.config.max_block_ms if timeout_ms is None else timeout_ms)
         try:
-            self.client.run(txn.send_offsets(self.producer_id, checked, group_id, deadline))
+            self.client.run(txn.send_offsets(self.producer_id, checked, group, deadline))
         except TidelogError as exc:
             with self._lock:
                 txn.failed(exc)
@@ -199,3 +206,22 @@ class Producer(RecordAccumulator):
                 else:
                     txn.failed(exc)
             raise
+
+
+def checked_group_metadata(group: ConsumerGroupMetadata | str) -> ConsumerGroupMetadata:
+    """`send_offsets_to_transaction`'s group: a consumer's metadata, or a bare group id (a
+    consumer outside any membership: member "", epoch -1)."""
+    if isinstance(group, str):
+        return ConsumerGroupMetadata(check_group_id(group))
+    if not isinstance(group, ConsumerGroupMetadata):
+        raise ConfigurationError(
+            "send_offsets_to_transaction() takes consumer.group_metadata() or a group id, got "
+            f"{type(group).__name__}"
+        )
+    check_group_id(group.group_id)
+    generation, instance = group.generation_id, group.group_instance_id
+    if (type(generation) is not int or not -(2**31) <= generation < 2**31
+            or type(group.member_id) is not str
+            or not (instance is None or type(instance) is str)):
+        raise ConfigurationError(f"malformed group metadata {group!r}")
+    return group

@@ -43,7 +43,7 @@ from tidelog.errors import (
     UnsupportedVersionError,
 )
 from tidelog.retry import Deadline
-from tidelog.types import OffsetAndMetadata, TopicPartition
+from tidelog.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from tidelog.client import Client
@@ -178,10 +178,11 @@ class TransactionManager:
 
     async def send_offsets(
         self, producer: tuple[int, int], offsets: Mapping[TopicPartition, OffsetAndMetadata],
-        group_id: str, deadline: Deadline,
+        group: ConsumerGroupMetadata, deadline: Deadline,
     ) -> None:
         """AddOffsetsToTxn at the transaction's coordinator, then TxnOffsetCommit at the
-        group's (kafka-reference §8.5)."""
+        group's, which checks the member's id and epoch in `group` (kafka-reference §8.5)."""
+        group_id = group.group_id
         await self.client.coordinators.find(group_id, deadline)  # creates __consumer_offsets
         request = wire.add_offsets_to_txn_request(self.transactional_id, *producer, group_id)
         await self._call(
@@ -189,8 +190,7 @@ class TransactionManager:
             lambda r: wire.raise_txn_error(r, f"AddOffsetsToTxn of group {group_id!r}"), deadline,
         )
         self._offsets_added = True
-        commit = wire.txn_offset_commit_request(self.transactional_id, group_id, *producer,
-                                                offsets)
+        commit = wire.txn_offset_commit_request(self.transactional_id, group, *producer, offsets)
 
         def parse(response: Any) -> None:
             outcome = wire.parse_offset_commit(response)
