@@ -181,31 +181,33 @@ class ControllerDriver:
 
     async def load(self) -> None:
         """Open the metadata log (on a voter) and apply it, then the replicas it assigns here."""
-        loop = asyncio.get_running_loop()
         quorum = self._kept_quorum
         # A node that left the quorum and stopped before its replica was deleted leaves the
         # directory to the sweep of strays (`tidelog.node.strays`).
         if self.node_id in quorum.members:
-            await loop.run_in_executor(
-                self.replicas.disk, self.replicas.open_replica, METADATA_TP,
-                quorum.voters + quorum.learners, METADATA_LOG_CONFIGS, quorum.learners,
-            )
+            await self.replicas.open_replicas([(
+                METADATA_TP, quorum.voters + quorum.learners, METADATA_LOG_CONFIGS,
+                quorum.learners,
+            )])
             self._hw_saving = self.replicas.partitions[METADATA_TP].high_watermark
             self._apply_committed_metadata()
-        await loop.run_in_executor(self.replicas.disk, self._open_assigned_replicas)
+        await self.replicas.open_replicas(self._assigned_replicas())
         self._loaded = True
         log.info("node %d: metadata loaded up to offset %d: %d topics, %d replicas here",
                  self.node_id, self.image.applied_offset, len(self.image.topics),
                  len(self.replicas.partitions))
 
-    def _open_assigned_replicas(self) -> None:
-        for topic in list(self.image.topics.values()):
-            for p, replicas in enumerate(topic.assignment):
-                if self.node_id in replicas:
-                    self.replicas.open_replica(
-                        TopicPartition(topic.name, p), replicas, dict(topic.configs),
-                        _adding(topic, p),
-                    )
+    def _assigned_replicas(
+        self,
+    ) -> list[tuple[TopicPartition, tuple[int, ...], dict[str, str], tuple[int, ...]]]:
+        """The replicas the image assigns here (for `ReplicaSet.open_replicas`), read on the
+        loop: the image is the loop's."""
+        return [
+            (TopicPartition(topic.name, p), replicas, dict(topic.configs), _adding(topic, p))
+            for topic in self.image.topics.values()
+            for p, replicas in enumerate(topic.assignment)
+            if self.node_id in replicas
+        ]
 
     # ---- applying committed records --------------------------------------------------------
 

@@ -2,7 +2,10 @@
 checkpoints, retention and log cleaning.
 
 None of it is on a request's path; the disk work runs on the replica set's disk thread, the
-only writer of every log, between rounds of the Ready loop.
+only writer of every log, between rounds of the Ready loop. The replicas it works on are a
+snapshot of the registry taken on the loop (`_in_service`): the loop adds and removes replicas
+at any time, and the disk thread walking the registry itself crashed a node ("dictionary
+changed size during iteration") when a topic of 10,000 partitions was created during a pass.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ class Housekeeping:
                 failed += await self._checkpoint_pass()
             if now - last_retention >= retention_every_s:
                 last_retention = now
-                failed += await loop.run_in_executor(self.replicas.disk, self._retention_pass)
+                failed += await loop.run_in_executor(
+                    self.replicas.disk, self._retention_pass, self._in_service())
             for replica, exc in failed:
                 self.replicas.storage_failed(replica, exc)
 
@@ -133,6 +137,11 @@ class Housekeeping:
                     # peers to take it for dead.
                     self.replicas.changed(replica)
 
+    def _in_service(self) -> list[PartitionReplica]:
+        """On the loop: the replicas in service now, a list the disk thread may walk while the
+        loop changes the registry."""
+        return [r for r in self.replicas.partitions.values() if not (r.closed or r.offline)]
+
     async def _checkpoint_pass(self) -> list[tuple[PartitionReplica, OSError]]:
         """Every few seconds, as Kafka's flusher: the changed logs' indexes synced, their
         recovery points moved up to what is on disk and their offsets checkpointed, so a crash
@@ -141,20 +150,21 @@ class Housekeeping:
         queued meanwhile go between two slices, so a round waits for one slice at most, never
         for the whole pass."""
         loop = asyncio.get_running_loop()
-        due = await loop.run_in_executor(self.replicas.disk, self._due_checkpoints)
+        due = await loop.run_in_executor(
+            self.replicas.disk, self._due_checkpoints, self._in_service())
         failed: list[tuple[PartitionReplica, OSError]] = []
         for i in range(0, len(due), _CHECKPOINT_SLICE):
             failed += await loop.run_in_executor(
                 self.replicas.disk, self._checkpoint, due[i : i + _CHECKPOINT_SLICE])
         return failed
 
-    def _due_checkpoints(self) -> list[PartitionReplica]:
-        """On the disk thread: the logs the next pass checkpoints. A log unchanged since its
-        last checkpoint is left alone: thousands of idle partitions would otherwise cost two
-        file replacements each, every time. So is a log that never held a batch (a new
-        partition's): it has nothing to checkpoint, and the flush and two file replacements
-        of each of the 1,000 logs of a new topic held the disk thread, and with it every round
-        of writes and the topic's first elections, for tens of seconds.
+    def _due_checkpoints(self, in_service: list[PartitionReplica]) -> list[PartitionReplica]:
+        """On the disk thread: the logs of `in_service` the next pass checkpoints. A log
+        unchanged since its last checkpoint is left alone: thousands of idle partitions would
+        otherwise cost two file replacements each, every time. So is a log that never held a
+        batch (a new partition's): it has nothing to checkpoint, and the flush and two file
+        replacements of each of the 1,000 logs of a new topic held the disk thread, and with it
+        every round of writes and the topic's first elections, for tens of seconds.
 
         Of the changed logs, the least recently checkpointed come first, and a pass takes
         `_CHECKPOINT_LOGS_PER_PASS` of them, or more when that is needed for each to be
@@ -170,7 +180,7 @@ class Housekeeping:
         done = self._checkpointed
         for gone in [r for r in done if r.closed]:
             del done[gone]
-        changed = [r for r in self.replicas.partitions.values()
+        changed = [r for r in in_service
                    if r not in done and not (r.closed or r.offline)
                    and _state(r) != _NEVER_WRITTEN]
         # `done` is kept in the order of the last checkpoints, the oldest first.
@@ -195,11 +205,14 @@ class Housekeeping:
             done.pop(replica, None)
             done[replica] = now
 
-        return self._each_log(checkpoint, replicas)
+        return self._each_log(checkpoint, replicas, side_by_side=True)
 
-    def _retention_pass(self) -> list[tuple[PartitionReplica, OSError]]:
+    def _retention_pass(
+        self, in_service: list[PartitionReplica]
+    ) -> list[tuple[PartitionReplica, OSError]]:
         """Retention and, for compacted topics, a cleaner pass bounded by the last stable
-        offset; on the disk thread, which is the only writer of every log.
+        offset, over the logs of `in_service`; on the disk thread, which is the only writer of
+        every log.
 
         A compacted partition is cleaned again only once a segment closed since its last pass
         (or after `_RECLEAN_EVERY_MS`, for tombstones): a pass reads the whole log, in Python
@@ -218,18 +231,18 @@ class Housekeeping:
                     self._clean(replica.tp, cleaner, now_ms, bound)
                     self._cleaned[replica.tp] = (end, now_ms)
 
-        return self._each_log(retain)
+        return self._each_log(retain, in_service, side_by_side=False)
 
     def _each_log(
-        self, chore: Callable[[PartitionReplica], None],
-        replicas: list[PartitionReplica] | None = None,
+        self, chore: Callable[[PartitionReplica], None], replicas: list[PartitionReplica],
+        *, side_by_side: bool,
     ) -> list[tuple[PartitionReplica, OSError]]:
-        """On the disk thread: `chore` for every replica in service, one after another, or for
-        `replicas` side by side on the disk thread's helpers (ext4 folds concurrent fsyncs
+        """On the disk thread: `chore` for each of `replicas` still in service, one after
+        another, or side by side on the disk thread's helpers (ext4 folds concurrent fsyncs
         into shared journal commits); those whose disk refused a write are returned, for the
-        loop to take offline (`ReplicaSet.storage_failed`). Only the replicas given go to the
-        helpers: a future per log of 5,000 idle ones, every pass, was a third of a loaded
-        node's GIL time (py-spy --gil during creation)."""
+        loop to take offline (`ReplicaSet.storage_failed`). Only the few logs a checkpoint
+        pass picked go to the helpers: a future per log of 5,000 idle ones, every retention
+        pass, was a third of a loaded node's GIL time (py-spy --gil during creation)."""
 
         def run(replica: PartitionReplica) -> OSError | None:
             try:
@@ -238,13 +251,9 @@ class Housekeeping:
                 return exc
             return None
 
-        results: Iterable[OSError | None]
-        if replicas is None:
-            replicas = [r for r in list(self.replicas.partitions.values())
-                        if not (r.closed or r.offline)]
-            results = map(run, replicas)
-        else:
-            results = self.replicas.flushers.map(run, replicas)
+        replicas = [r for r in replicas if not (r.closed or r.offline)]
+        results: Iterable[OSError | None] = (
+            self.replicas.flushers.map(run, replicas) if side_by_side else map(run, replicas))
         return [(r, exc) for r, exc in zip(replicas, results, strict=True) if exc is not None]
 
     def _clean(self, tp: TopicPartition, cleaner: LogCleaner, now_ms: int, bound: int) -> None:

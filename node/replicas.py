@@ -41,6 +41,7 @@ from tidelog.coordinator.controller import METADATA_TP
 from tidelog.errors import CorruptMessageError
 from tidelog.node.config import NodeConfig
 from tidelog.node.liveness import LivenessBeacon
+from tidelog.node.loop_owned import loop_owned_dict
 from tidelog.node.partition import PartitionReplica
 from tidelog.node.reads import wait_read
 from tidelog.node.security import PeerDialer
@@ -90,6 +91,9 @@ T = TypeVar("T")
 #: A partition's replicas (the preferred leader first), its topic's configs, and the replicas
 #: a reassignment is adding (created as learners).
 _Assignment = tuple[tuple[int, ...], dict[str, str], tuple[int, ...]]
+#: What the disk thread needs to open a replica: its partition, replicas, log config (worked out
+#: on the loop, from state the loop owns) and the replicas being added.
+_Opening = tuple[TopicPartition, tuple[int, ...], LogConfig, tuple[int, ...]]
 
 
 class ReplicaSet:
@@ -98,7 +102,10 @@ class ReplicaSet:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.partitions: dict[TopicPartition, PartitionReplica] = {}
+        #: The replicas in service. The loop's alone: another thread gets a snapshot taken
+        #: on the loop (`tidelog.node.loop_owned`).
+        self.partitions: dict[TopicPartition, PartitionReplica] = loop_owned_dict(
+            "ReplicaSet.partitions")
         self.links: dict[int, PeerLink] = {}
         self.dialer = PeerDialer(config)
         #: The only writer of every log: Ready rounds, replica creation and deletion,
@@ -130,7 +137,7 @@ class ReplicaSet:
         self._storage_retry: dict[TopicPartition, tuple[float, float]] = {}
         #: Replicas assigned here that wait to be opened, those being opened now (a removal
         #: takes a replica out of it), and the task that opens them (`add_replica`).
-        self._to_open: dict[TopicPartition, _Assignment] = {}
+        self._to_open: dict[TopicPartition, _Assignment] = loop_owned_dict("ReplicaSet._to_open")
         self._opening: set[TopicPartition] = set()
         self._opener: asyncio.Task[None] | None = None
         #: Replicas the opener put in service that have not gone quiet yet.
@@ -302,21 +309,38 @@ class ReplicaSet:
         self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str],
         adding: tuple[int, ...] = (),
     ) -> None:
-        """Open (or create) a replica and put it in service at once: for the node's start,
-        on the disk thread before the loops run. A running node takes `add_replica`."""
+        """Open (or create) one replica on the calling thread, the set's own, and put it in
+        service at once (a test's single replica). A node opens its replicas at start with
+        `open_replicas`, and while it runs with `add_replica`: both off the loop."""
         if tp not in self.partitions:
-            self._register(self._new_replica(tp, replicas, configs, adding))
+            self._register(self._new_replica(tp, replicas, self._log_config(configs), adding))
+
+    async def open_replicas(
+        self, assigned: Iterable[tuple[TopicPartition, tuple[int, ...], dict[str, str],
+                                       tuple[int, ...]]],
+    ) -> None:
+        """For the node's start, before the loops run: open (or create) the replicas
+        `assigned` here (partition, replicas, topic configs, replicas being added) on the disk
+        thread, one after another, then put them in service on the loop, whose registry it is
+        (its requests read it meanwhile). Raises the OSError of a log the disk refused to
+        open: the node does not start."""
+        wanted: list[_Opening] = [(tp, replicas, self._log_config(configs), adding)
+                  for tp, replicas, configs, adding in assigned if tp not in self.partitions]
+        opened = await asyncio.get_running_loop().run_in_executor(
+            self.disk, lambda: [self._new_replica(*item) for item in wanted])
+        for replica in opened:
+            self._register(replica)
 
     def _new_replica(
-        self, tp: TopicPartition, replicas: tuple[int, ...], configs: dict[str, str],
+        self, tp: TopicPartition, replicas: tuple[int, ...], log_config: LogConfig,
         adding: tuple[int, ...] = (),
     ) -> PartitionReplica:
         """The replica with its log opened (created when new): touches the disk and nothing
-        the loop owns, so it runs on any thread."""
+        the loop owns (its config comes worked out by the loop), so it runs on any thread."""
         directory = self.config.data_dir / f"{tp.topic}-{tp.partition}"
         seed = hash((self.node_id, tp.topic, tp.partition)) & 0xFFFFFFFF
         return PartitionReplica(
-            tp, self.node_id, replicas, directory, self._log_config(configs),
+            tp, self.node_id, replicas, directory, log_config,
             self._metadata_raft_config if tp == METADATA_TP else self.raft_config, seed,
             self.term_votes, sync_writes=self.config.log_flush_policy == "always",
             tick_s=self.config.raft_tick_ms / 1000, touched=self.changed,
@@ -385,7 +409,10 @@ class ReplicaSet:
                 for tp, _ in batch:
                     del self._to_open[tp]
                 self._opening = {tp for tp, _ in batch}
-                opened = await loop.run_in_executor(self.disk, self._open_slice, batch)
+                opened = await loop.run_in_executor(self.disk, self._open_slice, [
+                    (tp, replicas, self._log_config(configs), adding)
+                    for tp, (replicas, configs, adding) in batch
+                ])
                 wanted, self._opening = self._opening, set()
                 for (tp, (replicas, configs, adding)), result in zip(batch, opened, strict=True):
                     if isinstance(result, OSError):
@@ -418,17 +445,14 @@ class ReplicaSet:
             await asyncio.sleep(self.raft_config.heartbeat_ticks * self.config.raft_tick_ms / 1000)
 
     def _open_slice(
-        self, batch: list[tuple[TopicPartition, _Assignment]]
+        self, batch: list[_Opening]
     ) -> list[PartitionReplica | OSError]:
         """On the disk thread: a slice of new replicas opened side by side on the flush
         helpers; a log the disk refused to create is its OSError."""
 
-        def open_one(
-            item: tuple[TopicPartition, _Assignment],
-        ) -> PartitionReplica | OSError:
-            tp, (replicas, configs, adding) = item
+        def open_one(item: _Opening) -> PartitionReplica | OSError:
             try:
-                return self._new_replica(tp, replicas, configs, adding)
+                return self._new_replica(*item)
             except OSError as exc:
                 return exc
 
@@ -445,7 +469,8 @@ class ReplicaSet:
                 await asyncio.sleep(delay)
                 try:
                     replica = await loop.run_in_executor(
-                        self.disk, self._new_replica, tp, replicas, configs, adding)
+                        self.disk, self._new_replica, tp, replicas,
+                        self._log_config(configs), adding)
                 except OSError as exc:
                     log.warning("%s: the replica still cannot be created (%s)", tp, exc)
                     delay = min(2 * delay, _STORAGE_RETRY_MAX_S)

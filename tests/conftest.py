@@ -5,16 +5,23 @@ that suites stay independent.
 module's last test whatever the outcome; a module that needs other settings overrides
 ``cluster_options``. ``raw`` is a Raw stub wrapper on that cluster. ``fresh_cluster`` and
 ``fresh_raw`` are the same for one test alone, for tests that leave nodes damaged, stopped or
-killed, which the next test must not inherit."""
+killed, which the next test must not inherit.
+
+Every node the tests run, in this process or spawned (they inherit the environment), checks
+that no helper thread touches the state its event loop owns (`tidelog.node.loop_owned`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tidelog.node.loop_owned import DEBUG_THREADS_ENV
 from tidelog.testing import LocalCluster, Raw
+
+os.environ.setdefault(DEBUG_THREADS_ENV, "1")
 
 pytest_plugins = ["conftest_spark"]
 
