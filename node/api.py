@@ -65,6 +65,7 @@ from tidelog.node.request_rules import (
     partitions_of,
 )
 from tidelog.node.routing import Routing
+from tidelog.node.txn_admin_api import TxnAdminApi
 from tidelog.node.txn_api import TxnApi
 from tidelog.node.txn_coordinator_driver import TxnCoordinatorDriver
 from tidelog.node.txn_verification import PendingVerification, TxnVerification
@@ -156,6 +157,10 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.txn_topic = txn_topic
         self.txn_verification = txn_verification
         self.txn_api = TxnApi(controller, txn_topic, txns, self.forwarder, self.authorization)
+        self.txn_admin_api = TxnAdminApi(
+            txns, self.authorization,
+            lambda tp: self._resolve(tp, _NO_EPOCH_CHECK, CONSUMER_REPLICA_ID),
+        )
         self.acl_api = AclApi(controller, self.authorization, self.forward_to_controller)
         self.admin_api = AdminApi(
             config, controller, replicas, self.authorization, self.forward_to_controller
@@ -786,6 +791,26 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.EndTxnRequest, context: grpc.aio.ServicerContext
     ) -> pb.EndTxnResponse:
         return await self.txn_api.end_txn(request, context)
+
+    async def ListTransactions(
+        self, request: pb.ListTransactionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTransactionsResponse:
+        return self.txn_admin_api.list_transactions(request, context)
+
+    async def DescribeTransactions(
+        self, request: pb.DescribeTransactionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeTransactionsResponse:
+        return self.txn_admin_api.describe_transactions(request, context)
+
+    async def DescribeProducers(
+        self, request: pb.DescribeProducersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeProducersResponse:
+        return self.txn_admin_api.describe_producers(request, context)
+
+    async def AbortTransaction(
+        self, request: pb.AbortTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AbortTransactionResponse:
+        return await self.txn_admin_api.abort_transaction(request, context)
 
     # ---- ACLs ------------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from tidelog.replication.driver import DrivenReplica, Leadership
 from tidelog.replication.log_store import LogCodec, LogStore
 from tidelog.replication.term_votes import TermVotes
 from tidelog.storage import AbortedTxn, Log, LogConfig, TimestampAndOffset
-from tidelog.storage.producer_state import ProducerStateManager, VerificationGuard
+from tidelog.storage.producer_state import ProducerEntry, ProducerStateManager, VerificationGuard
 from tidelog.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -440,6 +440,20 @@ class PartitionReplica:
         if not producers.needs_verification(header):
             return None
         return producers.verification_guard(header.producer_id, header.producer_epoch)
+
+    def producers(self) -> dict[int, ProducerEntry]:
+        """A copy of the leader's producer state, by producer id (DescribeProducers). Raises
+        NOT_LEADER_OR_FOLLOWER, or NOT_ENOUGH_REPLICAS while a new leader settles."""
+        return {pid: entry.copy() for pid, entry in self._producer_state().producers.items()}
+
+    def first_timestamp_at(self, offset: int) -> int:
+        """The first timestamp of the batch holding `offset` (when an open transaction
+        began), -1 when it cannot be read."""
+        try:
+            data = self.log.read(offset, 1)
+            return read_header(data).first_timestamp if data else UNKNOWN
+        except (errors.TidelogError, OSError):
+            return UNKNOWN
 
     def write_txn_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int

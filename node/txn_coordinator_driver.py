@@ -35,6 +35,7 @@ from tidelog.coordinator.txn_coordinator import (
     TransactionCoordinatorState,
     TxnConfig,
 )
+from tidelog.coordinator.txn_records import TxnMetadata
 from tidelog.node.config import NodeConfig
 from tidelog.node.coordinator_driver import CoordinatorDriver, Led
 from tidelog.node.coordinator_topic import CoordinatorTopic
@@ -302,6 +303,20 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
         if isinstance(verified, errors.TidelogError):
             raise verified
         return verified
+
+    def listing(self) -> list[tuple[str, TxnMetadata]]:
+        """Every transactional id of the partitions this node leads and has loaded, with its
+        state (ListTransactions)."""
+        return [(txn_id, meta) for led in self._loaded_leds()
+                for txn_id, meta in led.state.txns.items()]
+
+    def describe(self, txn_id: str) -> TxnMetadata:
+        """The id's state (DescribeTransactions); raises NOT_COORDINATOR and the like when
+        this node does not serve it, TRANSACTIONAL_ID_NOT_FOUND when it has no state."""
+        meta = self._coordinating(txn_id).state.txns.get(txn_id)
+        if meta is None:
+            raise errors.TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
+        return meta
 
     async def add_offsets(
         self, txn_id: str, producer_id: int, producer_epoch: int, group: str

@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reassign": ("reassign", "move partition replicas between nodes "
                  "(kafka-reassign-partitions' flags and files)"),
     "configs": ("configs", "describe or alter topic and node configs (kafka-configs' flags)"),
+    "transactions": ("transactions", "list, describe, find hanging or abort transactions "
+                     "(kafka-transactions' commands)"),
     "chaos": ("chaos", "run a workload under injected faults and check every invariant"),
     "perf": ("perf", "producer and consumer throughput and latency (Kafka's perf-test tools)"),
 }

@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tidelog import wire
+from tidelog import txn_admin, wire
 from tidelog.acl import ANY_ACL, AclBinding, AclBindingFilter
 from tidelog.configs import (
     AlterConfigOp,
@@ -1032,6 +1032,36 @@ class Client:
                 raise outcome
 
     # ---- producers and consumers -------------------------------------------------------------
+
+    # ---- transactions (KIP-664: tidelog.txn_admin) ------------------------------------------
+
+    def list_transactions(
+        self, *, states: Sequence[str] = (), producer_ids: Sequence[int] = (),
+        timeout_ms: int | None = None,
+    ) -> list[txn_admin.TransactionListing]:
+        """Every transactional id the coordinators hold (ListTransactions on every node)."""
+        return txn_admin.list_transactions(self, self.deadline(timeout_ms), states, producer_ids)
+
+    def describe_transactions(
+        self, transactional_ids: Iterable[str], *, timeout_ms: int | None = None
+    ) -> dict[str, txn_admin.TransactionDescription]:
+        """Each id's state at its coordinator."""
+        return txn_admin.describe_transactions(self, transactional_ids,
+                                               self.deadline(timeout_ms))
+
+    def describe_producers(
+        self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, list[txn_admin.ProducerInfo]]:
+        """The producers, and their open transactions, each partition's leader knows of."""
+        return txn_admin.describe_producers(self, partitions, self.deadline(timeout_ms))
+
+    def abort_transaction(
+        self, partition: TopicPartition, producer_id: int, producer_epoch: int,
+        coordinator_epoch: int, *, timeout_ms: int | None = None,
+    ) -> None:
+        """An ABORT marker for a producer's open (hanging) transaction on the partition."""
+        txn_admin.abort_transaction(self, partition, producer_id, producer_epoch,
+                                    coordinator_epoch, self.deadline(timeout_ms))
 
     def producer(self, **config: Any) -> Producer:
         """A producer sharing this client's connections; see `tidelog.producer.ProducerConfig`."""

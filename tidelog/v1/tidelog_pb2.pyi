@@ -1225,3 +1225,137 @@ class StuckPartition(_message.Message):
     partition: int
     reason: str
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ListTransactionsRequest(_message.Message):
+    __slots__ = ("state_filters", "producer_id_filters")
+    STATE_FILTERS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FILTERS_FIELD_NUMBER: _ClassVar[int]
+    state_filters: _containers.RepeatedScalarFieldContainer[str]
+    producer_id_filters: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, state_filters: _Optional[_Iterable[str]] = ..., producer_id_filters: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ListTransactionsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "transactions")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    transactions: _containers.RepeatedCompositeFieldContainer[TransactionListing]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., transactions: _Optional[_Iterable[_Union[TransactionListing, _Mapping]]] = ...) -> None: ...
+
+class TransactionListing(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "transaction_state")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_STATE_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    transaction_state: str
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., transaction_state: _Optional[str] = ...) -> None: ...
+
+class DescribeTransactionsRequest(_message.Message):
+    __slots__ = ("transactional_ids",)
+    TRANSACTIONAL_IDS_FIELD_NUMBER: _ClassVar[int]
+    transactional_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, transactional_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeTransactionsResponse(_message.Message):
+    __slots__ = ("transaction_states",)
+    TRANSACTION_STATES_FIELD_NUMBER: _ClassVar[int]
+    transaction_states: _containers.RepeatedCompositeFieldContainer[TransactionState]
+    def __init__(self, transaction_states: _Optional[_Iterable[_Union[TransactionState, _Mapping]]] = ...) -> None: ...
+
+class TransactionState(_message.Message):
+    __slots__ = ("error_code", "error_message", "transactional_id", "transaction_state", "transaction_timeout_ms", "transaction_start_time_ms", "producer_id", "producer_epoch", "topics")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_STATE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., transactional_id: _Optional[str] = ..., transaction_state: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ..., transaction_start_time_ms: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class TopicPartitions(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DescribeProducersRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class DescribeProducersResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionProducers]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionProducers, _Mapping]]] = ...) -> None: ...
+
+class PartitionProducers(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message", "producers")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str
+    producers: _containers.RepeatedCompositeFieldContainer[ProducerState]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producers: _Optional[_Iterable[_Union[ProducerState, _Mapping]]] = ...) -> None: ...
+
+class ProducerState(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "last_sequence", "coordinator_epoch", "current_txn_start_offset", "current_txn_start_time_ms")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TXN_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TXN_START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+    current_txn_start_time_ms: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., last_sequence: _Optional[int] = ..., coordinator_epoch: _Optional[int] = ..., current_txn_start_offset: _Optional[int] = ..., current_txn_start_time_ms: _Optional[int] = ...) -> None: ...
+
+class AbortTransactionRequest(_message.Message):
+    __slots__ = ("topic", "partition", "producer_id", "producer_epoch", "coordinator_epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., coordinator_epoch: _Optional[int] = ...) -> None: ...
+
+class AbortTransactionResponse(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...

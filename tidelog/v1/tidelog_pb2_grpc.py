@@ -131,6 +131,26 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnResponse.FromString,
                 _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ListTransactions',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransactions = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DescribeTransactions',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeTransactionsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeTransactionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeProducers = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DescribeProducers',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeProducersRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeProducersResponse.FromString,
+                _registered_method=True)
+        self.AbortTransaction = channel.unary_unary(
+                '/tidelog.v1.Tidelog/AbortTransaction',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.AbortTransactionRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AbortTransactionResponse.FromString,
+                _registered_method=True)
         self.CreateAcls = channel.unary_unary(
                 '/tidelog.v1.Tidelog/CreateAcls',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.CreateAclsRequest.SerializeToString,
@@ -323,6 +343,40 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTransactions(self, request, context):
+        """Kafka's ListTransactions (api 66, KIP-664): the transactional ids this node coordinates,
+        with their producer ids and states (an admin asks every node). Ids the caller may not
+        DESCRIBE are left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransactions(self, request, context):
+        """Kafka's DescribeTransactions (api 65): the coordinator's state of each id it coordinates
+        (others: NOT_COORDINATOR). DESCRIBE on the transactional id (53).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeProducers(self, request, context):
+        """Kafka's DescribeProducers (api 61): the producers a partition's leader knows of, with the
+        open transaction of each. READ on the topic (29).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortTransaction(self, request, context):
+        """Kafka's admin abortTransaction (KIP-664): the partition's leader writes an ABORT marker
+        for a producer's open transaction, as the coordinator's WriteTxnMarkers would, to end a
+        hanging transaction no coordinator knows of. ALTER on the topic (29).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateAcls(self, request, context):
         """Creates ACLs through the controller (kafka-reference §11); needs ALTER on the cluster.
         """
@@ -495,6 +549,26 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.EndTxn,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'DescribeTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransactions,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeTransactionsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeTransactionsResponse.SerializeToString,
+            ),
+            'DescribeProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeProducers,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeProducersRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'AbortTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortTransaction,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AbortTransactionRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.AbortTransactionResponse.SerializeToString,
             ),
             'CreateAcls': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateAcls,
@@ -1057,6 +1131,114 @@ class Tidelog:
             '/tidelog.v1.Tidelog/EndTxn',
             tidelog_dot_v1_dot_tidelog__pb2.EndTxnRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ListTransactions',
+            tidelog_dot_v1_dot_tidelog__pb2.ListTransactionsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DescribeTransactions',
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeTransactionsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DescribeProducers',
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeProducersRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeProducersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/AbortTransaction',
+            tidelog_dot_v1_dot_tidelog__pb2.AbortTransactionRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.AbortTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,
