@@ -427,9 +427,10 @@ class Client:
         *,
         timeout_ms: int | None = None,
     ) -> None:
-        """Create a topic and return once every partition has a leader, so the next produce
-        or lookup needs no election-wait of its own. `replication_factor` None means
-        min(3, number of nodes)."""
+        """Create a topic and return once every partition has a leader and in-sync replicas
+        known to every node, so the next produce or lookup needs no election-wait of its own
+        and a describe shows the ISR. `partitions` -1 means the nodes' num.partitions (as
+        Kafka's CreateTopics); `replication_factor` None means min(3, number of nodes)."""
         deadline = self.deadline(timeout_ms)
         self.ensure_metadata(deadline)
         factor = replication_factor or min(3, len(self.metadata.nodes()))
@@ -448,12 +449,15 @@ class Client:
 
     def _await_leaders(self, counts: Mapping[str, int], deadline: Deadline) -> None:
         """Return once every node that answers Metadata knows each topic with its count of
-        partitions, each with a leader: a node that has not heard of the change yet (the group
-        coordinator of a commit, say) would refuse it."""
+        partitions (any count for -1: the node's default), each with a leader and its in-sync
+        replicas: a node that has not heard of the change yet (the group coordinator of a
+        commit, say) would refuse it, and one that knows the leader before the leader's first
+        announcement reaches it would show an empty ISR."""
 
         def led(info: TopicInfo | None, count: int) -> bool:
-            return (info is not None and not info.error_code and len(info.partitions) == count
-                    and all(p.leader >= 0 for p in info.partitions))
+            return (info is not None and not info.error_code and bool(info.partitions)
+                    and count in (-1, len(info.partitions))
+                    and all(p.leader >= 0 and p.isr for p in info.partitions))
 
         def served() -> None:
             self.refresh_metadata(deadline)
@@ -479,13 +483,17 @@ class Client:
     def describe_topics(
         self, names: Iterable[str] | None = None, *, timeout_ms: int | None = None
     ) -> dict[str, TopicInfo]:
-        """Fresh metadata of the named topics (all when None); an unknown name raises."""
+        """Fresh metadata of the named topics (all when None); an unknown name raises
+        UNKNOWN_TOPIC_OR_PARTITION, and one this client may not DESCRIBE the authorization
+        error (TOPIC_AUTHORIZATION_FAILED), as Kafka's admin client says."""
         deadline = self.deadline(timeout_ms)
         call_with_retry(lambda: self.refresh_metadata(deadline), what="Metadata",
                         deadline=deadline, backoff=self.backoff)
         topics = self.metadata.topics()
         if names is None:
             return {n: t for n, t in sorted(topics.items()) if t.error_code == 0}
+        names = list(names)
+        self.check_described(names, deadline)
         out: dict[str, TopicInfo] = {}
         for name in names:
             info = topics.get(name)

@@ -13,6 +13,8 @@ Hosts are always ``*``: Tidelog's ACLs apply to every host.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidelog.acl import (
     CLUSTER_NAME,
@@ -27,8 +29,11 @@ from tidelog.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from tidelog.commands._common import add_bootstrap, client_for
-from tidelog.errors import ConfigurationError
+from tidelog.commands._common import add_bootstrap, client_for, security_for
+from tidelog.errors import ClusterAuthorizationFailedError, ConfigurationError
+
+if TYPE_CHECKING:
+    from tidelog.client import Client
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +59,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         else:
             action.add_argument("--principal", action="append", default=[],
                                 metavar="PRINCIPAL", help="only the ACLs of these (repeatable)")
+        if name == "add":
+            action.add_argument("--force", action="store_true",
+                                help="add ACLs on the cluster even if they leave this caller "
+                                "unable to manage ACLs")
         add_bootstrap(action)
 
 
@@ -82,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "add":
             bindings = _bindings(args, named, pattern_type)
+            if not args.force:
+                _refuse_lockout(client, bindings, _caller(args))
             client.create_acls(bindings)
             for binding in bindings:
                 print(f"added {binding}")
@@ -102,9 +113,63 @@ def run(args: argparse.Namespace) -> int:
                 print(f"removed {binding}")
             if not removed:
                 print("no ACL matched")
+    except ClusterAuthorizationFailedError as exc:
+        raise ClusterAuthorizationFailedError(f"{exc.args[0]}; {_RECOVERY}") from None
     finally:
         client.close()
     return 0
+
+
+#: How an operator gets ACL administration back once no principal they can use may alter the
+#: cluster: the node settings bypass ACLs, and need only a restart.
+_RECOVERY = (
+    "to manage ACLs again, restart the nodes with super.users set to your principal (a "
+    "plaintext client is User:ANONYMOUS) or with authorizer=none, then remove the ACLs that "
+    "shut you out"
+)
+
+
+def _caller(args: argparse.Namespace) -> str:
+    """The principal the nodes see this command as: its certificate's subject, as a
+    listener that verifies client certificates names it, else User:ANONYMOUS."""
+    from tidelog.node.security import ANONYMOUS, principal_of_certificate
+
+    certfile = security_for(args).ssl_certfile
+    if certfile is None:
+        return ANONYMOUS
+    try:
+        return principal_of_certificate(Path(certfile).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"--ssl-certfile {certfile}: {exc}") from None
+
+
+def _refuse_lockout(client: Client, bindings: list[AclBinding], caller: str) -> None:
+    """Refuse ACLs on the cluster after which `caller` could no longer alter the cluster,
+    which creating and deleting ACLs need: with the authorizer on, one such `acls add` would
+    shut the caller out of ACL administration with no command to undo it. The ACLs of the
+    cluster after the add decide, as the authorizer reads them: a DENY of ALTER (or ALL) to
+    the caller or to everyone wins, else an ALLOW of it is needed (super users, which the
+    client cannot see, are not counted)."""
+    added = [b for b in bindings if b.pattern.resource_type == ResourceType.CLUSTER]
+    if not added:
+        return
+    cluster = AclBindingFilter(
+        ResourcePatternFilter(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL)
+    )
+    entries = [b.entry for b in [*client.describe_acls(cluster), *added]]
+
+    def matches(entry: AccessControlEntry, permission: Permission) -> bool:
+        return (entry.permission == permission and entry.principal in (caller, "User:*")
+                and entry.operation in (Operation.ALTER, Operation.ALL))
+
+    denied = any(matches(e, Permission.DENY) for e in entries)
+    if denied or not any(matches(e, Permission.ALLOW) for e in entries):
+        raise ConfigurationError(
+            f"after these ACLs {caller} (this command's principal) may not alter the "
+            "cluster, which managing ACLs needs, so no later acls add or remove of yours "
+            f"would be allowed; also allow {caller} --operation alter on the --cluster, or "
+            f"pass --force. If it happens: {_RECOVERY}"
+        )
 
 
 def _bindings(

@@ -13,9 +13,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub.required = True
     create = sub.add_parser("create", help="create a topic")
     create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--partitions", type=int, default=None,
+                        help="at least 1 (default: the nodes' num.partitions)")
     create.add_argument("--replication-factor", type=int, default=None,
-                        help="default: min(3, number of nodes)")
+                        help="at least 1 (default: min(3, number of nodes))")
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="a topic config such as segment.bytes=1048576 (repeatable)")
     add_bootstrap(create)
@@ -41,13 +42,21 @@ def run(args: argparse.Namespace) -> int:
     client = client_for(args)
     try:
         if args.action == "create":
+            # As kafka-topics: a count given must be positive; -1 (the node's default) is
+            # what leaving it out sends.
+            for flag, value in (("--partitions", args.partitions),
+                                ("--replication-factor", args.replication_factor)):
+                if value is not None and value < 1:
+                    raise ConfigurationError(f"{flag} must be at least 1, got {value} (leave "
+                                             "it out for the cluster's default)")
             client.create_topic(
                 args.name,
-                partitions=args.partitions,
+                partitions=-1 if args.partitions is None else args.partitions,
                 replication_factor=args.replication_factor,
                 config=parse_configs(args.config),
             )
-            print(f"created topic {args.name} with {args.partitions} partition(s)")
+            count = client.metadata.partition_count(args.name)
+            print(f"created topic {args.name} with {count} partition(s)")
         elif args.action == "list":
             for name in client.list_topics():
                 print(name)
