@@ -313,6 +313,17 @@ def data_dir_in_use(data_dir: Path) -> bool:
         return False
 
 
+def data_dir_holder(data_dir: Path) -> int | None:
+    """The pid the node holding ``data_dir``'s lock wrote into the lock file; None when the
+    file names none. Only meaningful while `data_dir_in_use`: a file a dead node left names
+    a pid the system may have given to another process since."""
+    try:
+        text = (data_dir / LOCK_FILE).read_text()
+    except OSError:
+        return None
+    return int(text) if text.strip().isdigit() else None
+
+
 @contextlib.contextmanager
 def _hold_data_dir(data_dir: Path) -> Iterator[None]:
     with (data_dir / LOCK_FILE).open("a") as handle:
@@ -322,6 +333,11 @@ def _hold_data_dir(data_dir: Path) -> Iterator[None]:
             raise InvalidConfigError(
                 f"data dir {data_dir} is in use by another running node"
             ) from None
+        # Whoever stops the node finds it by its lock (`data_dir_holder`), however it was
+        # started: by a launcher that recorded its pid, or by hand.
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
         yield
 
 

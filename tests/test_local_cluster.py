@@ -207,6 +207,106 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
             stop_cluster(data_dir, timeout=1)
 
 
+def cluster_up_detached(data_dir: Path, nodes: int) -> list[str]:
+    up = run_cli("cluster", "up", "--nodes", str(nodes), "--data-dir", str(data_dir),
+                 "--base-port", "0", "--detach")
+    assert up.returncode == 0, up.stderr
+    return up.stdout.strip().split(",")
+
+
+def kill_node(data_dir: Path, node_id: int) -> None:
+    """SIGKILL the node as `cluster up` launched it, and wait until its data dir is free."""
+    from tidelog.node.server import data_dir_in_use
+
+    pid = json.loads((data_dir / "cluster.json").read_text())["pids"][str(node_id)]
+    os.killpg(pid, signal.SIGKILL)
+    wait_for(lambda: not data_dir_in_use(data_dir / f"node-{node_id}"), DEADLINE_S,
+             f"node {node_id} to release its data dir")
+
+
+def test_cluster_down_stops_a_node_restarted_by_hand(tmp_path: Path) -> None:
+    """A node restarted by hand (the launcher's command line, from a shell: no session of its
+    own) holds its data dir under another pid than the one `cluster up` recorded: `cluster
+    down` finds it by its lock, stops it with the others and tells of each as it exits."""
+    from tidelog.node.server import data_dir_in_use
+
+    data_dir = tmp_path / "cluster"
+    by_hand = None
+    try:
+        addresses = cluster_up_detached(data_dir, 3)
+        kill_node(data_dir, 2)
+        with (data_dir / "node-2.log").open("ab") as log:
+            by_hand = subprocess.Popen(
+                [sys.executable, "-m", "tidelog.node",
+                 "--config", str(data_dir / "node-2" / "node.properties")],
+                cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            )
+        wait_for(lambda: data_dir_in_use(data_dir / "node-2")
+                 and probe(addresses[1], with_metadata=False).serving, DEADLINE_S,
+                 "node 2 to serve again")
+
+        down = run_cli("cluster", "down", "--data-dir", str(data_dir), "--timeout", "30")
+        assert down.returncode == 0, down.stderr
+        for node_id in (1, 2, 3):
+            assert f"node {node_id} stopped" in down.stdout, down.stdout
+        assert "stopped node(s) 1, 2, 3" in down.stdout
+        assert by_hand.wait(DEADLINE_S) == 0  # it had exited: gracefully
+        assert "stopping (graceful)" in (data_dir / "node-2.log").read_text()
+    finally:
+        if (data_dir / "cluster.json").exists():
+            stop_cluster(data_dir, timeout=1)
+        if by_hand is not None and by_hand.poll() is None:
+            by_hand.kill()
+            by_hand.wait()
+
+
+# Holds a data dir's lock as a node does, and ignores SIGTERM: a node that will not stop.
+_STUBBORN = """
+import fcntl, os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+lock = open(sys.argv[1], "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
+lock.truncate(0)
+lock.write(f"{os.getpid()}\\n")
+lock.flush()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_cluster_down_ends_in_its_timeout_naming_a_node_that_does_not_stop(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "cluster"
+    stubborn = None
+    try:
+        cluster_up_detached(data_dir, 2)
+        kill_node(data_dir, 2)
+        stubborn = subprocess.Popen(
+            [sys.executable, "-c", _STUBBORN, str(data_dir / "node-2" / "node.lock")],
+            stdout=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "held\n"
+
+        down = run_cli("cluster", "down", "--data-dir", str(data_dir), "--timeout", "15")
+        assert down.returncode == 1, (down.stdout, down.stderr)
+        assert "node 1 stopped" in down.stdout and "node 2 stopped" not in down.stdout
+        assert "node(s) 2 did not stop within 15 s; --force kills them" in down.stderr
+        assert stubborn.poll() is None
+
+        forced = run_cli("cluster", "down", "--data-dir", str(data_dir), "--timeout", "1",
+                         "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert "node 2 stopped" in forced.stdout
+        assert stubborn.wait(DEADLINE_S) == -signal.SIGKILL
+    finally:
+        if (data_dir / "cluster.json").exists():
+            stop_cluster(data_dir, timeout=1)
+        if stubborn is not None and stubborn.poll() is None:
+            stubborn.kill()
+            stubborn.wait()
+
+
 def test_cluster_status_without_a_reachable_node_is_one_line() -> None:
     result = run_cli("cluster", "status", "--bootstrap", "127.0.0.1:1")
     assert result.returncode == 2

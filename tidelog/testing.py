@@ -997,23 +997,82 @@ class Raw:
         return answer
 
 
-def stop_cluster(data_dir: str | os.PathLike[str], timeout: float = _STOP_TIMEOUT_S) -> list[int]:
-    """Gracefully stops the nodes of a (detached) cluster recorded in ``data_dir``; returns the
-    ids of the nodes that were running. A node counts as running while it holds its data-dir
-    lock, so a recycled pid of a long-dead node is never signalled."""
-    from tidelog.node.server import data_dir_in_use
+def stop_cluster(
+    data_dir: str | os.PathLike[str],
+    timeout: float = _STOP_TIMEOUT_S,
+    *,
+    force: bool = True,
+    on_exit: Callable[[int], None] | None = None,
+) -> tuple[list[int], list[int]]:
+    """Gracefully stops the nodes of a (detached) cluster recorded in ``data_dir``: SIGTERM
+    (and SIGCONT, so that a paused node wakes to handle it), then up to ``timeout`` seconds for
+    them to exit; ``force`` SIGKILLs those still running then. ``on_exit(node_id)`` is called
+    as each node exits. Returns the nodes that were running, and those still running at the
+    end (without ``force``, those that ignored SIGTERM).
+
+    A node is the process that holds its data-dir lock (`data_dir_holder` names its pid), not
+    the pid recorded at start: a node restarted by hand is found and stopped too, and a
+    recycled pid of a long-dead node is never signalled."""
+    from tidelog.node.server import data_dir_holder, data_dir_in_use
 
     root = Path(data_dir)
     if not (root / LAYOUT_FILE).exists():
         raise ConfigurationError(f"no cluster recorded in {root} (no {LAYOUT_FILE})")
-    pids = {int(n): pid for n, pid in json.loads((root / LAYOUT_FILE).read_text())["pids"].items()}
+    layout = json.loads((root / LAYOUT_FILE).read_text())
+    recorded = {int(n): pid for n, pid in layout["pids"].items()}
 
     def running(node_id: int) -> bool:
         return data_dir_in_use(root / f"node-{node_id}")
 
-    victims = {n: pid for n, pid in pids.items() if running(n)}
-    _terminate(victims, running, timeout)
-    return sorted(victims)
+    # Every node of the layout, also one that was not running when it was recorded.
+    victims: dict[int, int | None] = {
+        n: data_dir_holder(root / f"node-{n}") or recorded.get(n)
+        for n in sorted({*recorded, *map(int, layout["nodes"])}) if running(n)
+    }
+    for pid in victims.values():
+        for signum in (signal.SIGTERM, signal.SIGCONT):
+            _signal_process(pid, signum)
+    left = _wait_exited(victims, running, timeout, on_exit)
+    if force and left:
+        for node_id in left:
+            _signal_process(victims[node_id], signal.SIGKILL)
+        left = _wait_exited({n: victims[n] for n in left}, running, _KILLED_EXIT_S, on_exit)
+    return sorted(victims), left
+
+
+#: How long a node SIGKILLed by `stop_cluster` may take to release its lock (the kernel
+#: frees it as the process dies; only a process stuck in the kernel takes longer).
+_KILLED_EXIT_S = 5.0
+
+
+def _signal_process(pid: int | None, signum: signal.Signals) -> None:
+    """Signal a node: its whole process group when it leads one (as launched nodes do), else
+    the process alone (a node started by hand may share its shell's group)."""
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+
+
+def _wait_exited(
+    nodes: Mapping[int, object], running: Callable[[int], bool], timeout: float,
+    on_exit: Callable[[int], None] | None,
+) -> list[int]:
+    """Wait up to ``timeout`` for ``nodes`` to stop ``running``, telling ``on_exit`` of each as
+    it does; the ones still running."""
+    left = sorted(nodes)
+    deadline = time.monotonic() + timeout
+    while True:
+        for node_id in [n for n in left if not running(n)]:
+            left.remove(node_id)
+            if on_exit is not None:
+                on_exit(node_id)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(_POLL_S)
 
 
 def _terminate(

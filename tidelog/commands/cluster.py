@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tidelog.commands import cluster_status
 from tidelog.commands._common import add_security
+from tidelog.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from tidelog.testing import LocalCluster
@@ -42,7 +43,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     down.add_argument("--data-dir", type=Path, default=Path("tidelog-data"),
                       help="the directory given to up (default ./tidelog-data)")
     down.add_argument("--timeout", type=float, default=10.0,
-                      help="seconds before stragglers are killed (default 10)")
+                      help="seconds to wait for the nodes to exit (default 10); then the nodes "
+                           "still running are named and the exit code is 1")
+    down.add_argument("--force", action="store_true",
+                      help="SIGKILL the nodes still running after --timeout")
 
     status = sub.add_parser(
         "status", help="nodes, partitions, leaders, epochs and every replica's offsets and lag"
@@ -152,13 +156,25 @@ def _watch(cluster: LocalCluster) -> None:
 
 
 def _down(args: argparse.Namespace) -> int:
+    """Stop every node found holding its data dir (a node restarted by hand included),
+    saying so as each exits; exit code 1 naming those still running after --timeout."""
     from tidelog.testing import stop_cluster
 
-    stopped = stop_cluster(args.data_dir, args.timeout)
-    if stopped:
-        print(f"stopped node(s) {', '.join(map(str, stopped))}")
-    else:
+    if not args.timeout >= 0:
+        raise ConfigurationError(f"--timeout must be >= 0 seconds, got {args.timeout}")
+    found, left = stop_cluster(
+        args.data_dir, args.timeout, force=args.force,
+        on_exit=lambda node_id: print(f"node {node_id} stopped", flush=True),
+    )
+    if not found:
         print(f"no node of {args.data_dir} was running")
+        return 0
+    if left:
+        names = ", ".join(map(str, left))
+        print(f"node(s) {names} did not stop within {args.timeout:g} s"
+              + ("" if args.force else "; --force kills them"), file=sys.stderr)
+        return 1
+    print(f"stopped node(s) {', '.join(map(str, found))}")
     return 0
 
 
