@@ -21,6 +21,7 @@ from tidelog.coordinator.controller import MAX_PARTITIONS
 from tidelog.coordinator.metadata_records import split_address
 from tidelog.errors import InvalidConfigError
 from tidelog.properties import read_properties
+from tidelog.records import MAX_MESSAGE_BYTES
 
 FlushPolicy = Literal["always", "never"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL"]
@@ -84,6 +85,7 @@ KEYS: dict[str, str] = {
     "transaction.partition.verification.enable": "transaction_partition_verification_enable",
     # observability (metrics, logs)
     "metrics.port": "metrics_port",
+    "queued.max.request.bytes": "queued_max_request_bytes",
     "log.format": "log_format",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
     "test.ack.before.commit": "test_ack_before_commit",
@@ -247,6 +249,11 @@ class NodeConfig:
     #: Observability. The port of the Prometheus endpoint (/metrics), on the listen address's
     #: host; 0 picks a free port (written to metrics.addr in the data dir), -1 serves none.
     metrics_port: int = -1
+    #: The most bytes of requests each listener holds at once, being received or waiting for
+    #: their answer (Kafka's queued.max.request.bytes); one connection holds at most a quarter
+    #: of it. Past it, reading further requests waits (node/limits.py). At least one maximal
+    #: Produce request.
+    queued_max_request_bytes: int = 512 * 1024 * 1024
     #: "text" lines for people, or "json": one JSON object per line for log pipelines.
     log_format: LogFormat = "text"
     #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
@@ -373,6 +380,11 @@ class NodeConfig:
         _require(
             -1 <= self.metrics_port <= 65535,
             f"metrics.port must be a port, 0 (any free one) or -1 (off), got {self.metrics_port}",
+        )
+        _require(
+            self.queued_max_request_bytes >= MAX_MESSAGE_BYTES,
+            f"queued.max.request.bytes must be at least {MAX_MESSAGE_BYTES} (one maximal "
+            f"Produce request), got {self.queued_max_request_bytes}",
         )
         _require(
             self.log_format in ("text", "json"),

@@ -64,6 +64,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     from tidelog.node import logs
     from tidelog.node.api import PARTITION_ERROR_RPCS, TidelogServicer
     from tidelog.node.group_api import COUNTED_RPCS
+    from tidelog.node.limits import CLIENT_LIMITS, INTERNAL_LIMITS, InFlight, RequestLimits
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
     from tidelog.node.registration import join_cluster, load_identity
     from tidelog.node.runtime import NodeRuntime
@@ -85,8 +86,17 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         interceptors = [request_metrics, RejectMalformedRequests()]
         # Two servers, since a gRPC server serves each service on every port it has: the
         # client listener never serves the node-to-node service, nor the other way round.
-        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-        internal_server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+        # Outermost, the size and in-flight limits (node/limits.py): nothing is received before
+        # they allow it. Each listener has its own budget, so clients never hold up the
+        # node-to-node traffic (nor a forward between two nodes wait for the other's clients).
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[
+            RequestLimits(InFlight(config.queued_max_request_bytes), CLIENT_LIMITS),
+            *interceptors,
+        ])
+        internal_server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[
+            RequestLimits(InFlight(config.queued_max_request_bytes), INTERNAL_LIMITS),
+            *interceptors,
+        ])
         port = _add_port(
             server, config.listen, "listen", server_credentials(config, internal=False)
         )

@@ -22,6 +22,21 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+#: The most characters an error's message keeps. Messages quote the request's names and values,
+#: and a request may bring megabytes of them (a 10 MB topic name): the answer must not echo them.
+MAX_MESSAGE_CHARS = 1024
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text`, or when longer than `limit` characters its beginning and end around a marker
+    saying how many characters were left out (the end keeps the reason most messages close
+    with)."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    head = limit - tail
+    return f"{text[:head]}...[{len(text) - head - tail} characters left out]...{text[-tail:]}"
+
 
 class TidelogError(Exception):
     """The server experienced an unexpected error."""
@@ -49,7 +64,8 @@ class TidelogError(Exception):
         _BY_CODE[code] = cls
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message if message is not None else self.description)
+        """`message` is clipped (:func:`clip`): every answer built from an error is short."""
+        super().__init__(clip(message) if message is not None else self.description)
 
     def __str__(self) -> str:
         return f"[{self.name} ({self.code})] {super().__str__()}"
