@@ -45,6 +45,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tidelog import errors
+from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.controller import METADATA_TP, MetadataImage
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import format_address
@@ -317,6 +318,9 @@ class _Snapshot:
     #: (group, topic, partition, committed offset, lag or None where the partition is not
     #: hosted here) for the groups this node coordinates.
     group_offsets: list[tuple[str, str, int, int, int | None]]
+    #: Open transactions on the partitions this node leads that began longer than
+    #: transaction.max.timeout.ms ago (`_late_transactions`).
+    hanging_transactions: int
 
 
 class _StateCollector(Collector):
@@ -405,6 +409,12 @@ class _StateCollector(Collector):
             "node the active controller has not heard from for an election timeout, as the "
             "active controller sees them; 0 on other nodes (Kafka: OfflinePartitionsCount)",
             value=snapshot.offline_partitions)
+        yield GaugeMetricFamily(
+            "tidelog_hanging_transactions", "Transactions open on partitions this node leads "
+            "that began longer than transaction.max.timeout.ms ago: no coordinator lets one "
+            "run so long, so each holds its partition's last stable offset until `tidelog "
+            "transactions abort` ends it (Kafka: PartitionsWithLateTransactionsCount, which "
+            "counts their partitions)", value=snapshot.hanging_transactions)
         group_labels = ["group", "topic", "partition"]
         committed = GaugeMetricFamily(
             "tidelog_group_committed_offset", "A group's committed offset, on the node that "
@@ -449,7 +459,8 @@ class _StateCollector(Collector):
         return snapshot
 
     def _read(self) -> _Snapshot:
-        """On the loop: plain numbers only, no I/O."""
+        """On the loop: plain numbers only, no I/O but the first read of an open
+        transaction's start (`_late_transactions`)."""
         lag_max_ms = self.replicas.config.replica_lag_max_ms
         hosted = self.replicas.partitions
         partitions = []
@@ -477,7 +488,29 @@ class _StateCollector(Collector):
             hosting = hosted.get(tp)
             behind = None if hosting is None else max(hosting.high_watermark - offset, 0)
             group_offsets.append((group, tp.topic, tp.partition, offset, behind))
-        return _Snapshot(partitions, active, offline, group_offsets)
+        hanging = _late_transactions(
+            list(hosted.values()), self.replicas.config.transaction_max_timeout_ms
+        )
+        return _Snapshot(partitions, active, offline, group_offsets, hanging)
+
+
+def _late_transactions(replicas: Iterable[PartitionReplica], max_timeout_ms: int) -> int:
+    """On the loop: how many transactions open on the partitions these replicas lead began
+    more than `max_timeout_ms` ago, by the first timestamp of their first batch, as
+    DescribeProducers reports it. Each start is read from the log once per transaction
+    (`PartitionReplica.open_transactions` keeps it); one not readable yet, or a leader still
+    settling, counts none."""
+    started_before = wall_clock_ms() - max_timeout_ms
+    late = 0
+    for replica in replicas:
+        if not replica.is_leader:
+            continue
+        try:
+            opened = replica.open_transactions()
+        except errors.TidelogError:
+            continue
+        late += sum(0 <= start < started_before for _, start in opened.values())
+    return late
 
 
 def has_leader(tp: TopicPartition, routing: Routing, replicas: ReplicaSet) -> bool:

@@ -141,6 +141,9 @@ class PartitionReplica:
         self.leader_epoch_start_offset: int | None = None
         #: Idempotent-producer state; None until rebuilt from the log after winning leadership.
         self._producers: ProducerStateManager | None = None
+        #: First offset -> start (first timestamp) of each open transaction read so far
+        #: (`open_transactions`); emptied with `_producers`, on the loop's side alone.
+        self._txn_starts: dict[int, int] = {}
         self._acks_all: list[_ProduceWaiter] = []
         self._acks_local: list[_ProduceWaiter] = []
         self._data_waiters: list[asyncio.Future[None]] = []
@@ -446,7 +449,21 @@ class PartitionReplica:
         NOT_LEADER_OR_FOLLOWER, or NOT_ENOUGH_REPLICAS while a new leader settles."""
         return {pid: entry.copy() for pid, entry in self._producer_state().producers.items()}
 
-    def first_timestamp_at(self, offset: int) -> int:
+    def open_transactions(self) -> dict[int, tuple[int, int]]:
+        """Producer id -> (first offset, start) of each transaction open on this leader; the
+        start is the first timestamp of the transaction's first batch, -1 while it cannot be
+        read (a batch still on its way to the log). DescribeProducers answers with these, and
+        the metrics count the late ones at every scrape: a start is read from the log once and
+        kept while its transaction stays open. Raises as `producers` does."""
+        opened = self._producer_state().open_transactions()
+        starts: dict[int, int] = {}
+        for first in opened.values():
+            start = self._txn_starts.get(first, UNKNOWN)
+            starts[first] = start if start != UNKNOWN else self._first_timestamp_at(first)
+        self._txn_starts = starts
+        return {pid: (first, starts[first]) for pid, first in opened.items()}
+
+    def _first_timestamp_at(self, offset: int) -> int:
         """The first timestamp of the batch holding `offset` (when an open transaction
         began), -1 when it cannot be read."""
         try:
@@ -496,6 +513,7 @@ class PartitionReplica:
                 raise errors.NotEnoughReplicasError("the new leader is still settling its log")
             # The log's own state, as of its end (= the core's: nothing is in flight).
             self._producers = self.log.producer_state.clone()
+            self._txn_starts = {}  # a log truncated meanwhile may hold other batches there
         return self._producers
 
     def _waiter(self, last_offset: int, epoch: int, acks: int) -> asyncio.Future[None] | None:

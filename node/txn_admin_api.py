@@ -102,15 +102,13 @@ class TxnAdminApi:
                 if tp.topic in refused:
                     raise refused[tp.topic]
                 replica = self._leader(tp)
+                opened = replica.open_transactions()
                 for pid, entry in sorted(replica.producers().items()):
-                    first = entry.txn_first_offset
+                    first, start = opened.get(pid, (NO_TXN, -1))
                     answer.producers.add(
                         producer_id=pid, producer_epoch=entry.producer_epoch,
                         last_sequence=entry.last_seq, coordinator_epoch=entry.coordinator_epoch,
-                        current_txn_start_offset=first,
-                        current_txn_start_time_ms=(
-                            -1 if first == NO_TXN else replica.first_timestamp_at(first)
-                        ),
+                        current_txn_start_offset=first, current_txn_start_time_ms=start,
                     )
             except errors.TidelogError as exc:
                 answer.error_code, answer.error_message = exc.code, str(exc)
