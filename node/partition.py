@@ -60,6 +60,15 @@ class _ProduceWaiter:
     future: asyncio.Future[None] = field(compare=False)
 
 
+def _fail_waiter(waiter: _ProduceWaiter, exc: errors.TidelogError) -> None:
+    """Fail a write's waiter. Its Produce call may have stopped waiting already (timed out,
+    or cancelled when the client gave up or the node stopped): the exception is marked as
+    retrieved, so asyncio does not log it as never retrieved, once per write, at every
+    failover; a call still waiting gets it all the same."""
+    waiter.future.set_exception(exc)
+    waiter.future.exception()
+
+
 @dataclass(frozen=True)
 class ProduceResult:
     """Where a produced batch went; `done` completes per acks (None for acks=0)."""
@@ -320,11 +329,11 @@ class PartitionReplica:
             if waiter.future.done():
                 continue
             if self.replica_log.epoch_at(waiter.last_offset) != waiter.epoch:
-                waiter.future.set_exception(
-                    errors.NotLeaderOrFollowerError("the write was replaced by a newer leader")
-                )
+                _fail_waiter(waiter, errors.NotLeaderOrFollowerError(
+                    "the write was replaced by a newer leader"
+                ))
             elif short is not None:
-                waiter.future.set_exception(short)
+                _fail_waiter(waiter, short)
             else:
                 waiter.future.set_result(None)
         del waiters[:done]
@@ -376,7 +385,7 @@ class PartitionReplica:
         self.reads.fail_all(errors.NotLeaderOrFollowerError(str(exc)))
         for waiter in self._acks_all + self._acks_local:
             if not waiter.future.done():
-                waiter.future.set_exception(exc)
+                _fail_waiter(waiter, exc)
         self._acks_all.clear()
         self._acks_local.clear()
 
