@@ -339,11 +339,16 @@ class Client:
                 backoff=self.backoff,
             )
 
-    def partitions_for(self, topic: str, deadline: Deadline | None = None) -> int:
-        """The topic's partition count, refreshing metadata (with retries) until it is known."""
+    def partitions_for(
+        self, topic: str, deadline: Deadline | None = None, *, partition: int | None = None
+    ) -> int:
+        """The topic's partition count, refreshing metadata (with retries) until it is known;
+        with `partition`, until the topic has that partition: one another client has just
+        added may not be in this client's metadata yet, and Kafka's producer too refreshes and
+        waits for it (up to max.block.ms) rather than refuse it at once."""
         deadline = deadline or self.deadline()
         count = self.metadata.partition_count(topic)
-        if count is not None:
+        if count is not None and (partition is None or partition < count):
             return count
 
         def attempt() -> int:
@@ -352,6 +357,10 @@ class Client:
             if found is None:
                 self.check_described([topic], deadline)
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} is not in the metadata")
+            if partition is not None and partition >= found:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has no partition {partition} ({found} known)"
+                )
             return found
 
         try:
@@ -361,6 +370,12 @@ class Client:
         except RequestTimedOutError as exc:
             if not isinstance(exc.__cause__, UnknownTopicOrPartitionError):
                 raise  # no node answered: that is the news
+            known = self.metadata.partition_count(topic)
+            if partition is not None and known is not None:
+                raise RequestTimedOutError(  # Kafka's wording
+                    f"partition {partition} of topic {topic!r} with partition count {known} is "
+                    f"not present in metadata after {deadline.timeout_ms:g} ms"
+                ) from exc.__cause__
             raise RequestTimedOutError(  # Kafka's wording
                 f"topic {topic!r} not present in metadata after {deadline.timeout_ms:g} ms"
             ) from exc.__cause__

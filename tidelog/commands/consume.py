@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from tidelog.commands._common import add_bootstrap, client_for, parse_time
-from tidelog.errors import ConfigurationError
+from tidelog.errors import ConfigurationError, UnknownTopicOrPartitionError
 from tidelog.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -51,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
             consumer.subscribe([args.topic])
         else:
             count = len(client.describe_topics([args.topic])[args.topic].partitions)
+            missing = [p for p in args.partition or () if not 0 <= p < count]
+            if missing:  # else the consumer would wait for it in silence
+                raise UnknownTopicOrPartitionError(
+                    f"topic {args.topic!r} has no partition {missing[0]} "
+                    f"(partitions 0..{count - 1})"
+                )
             tps = [TopicPartition(args.topic, p) for p in (args.partition or range(count))]
             consumer.assign(tps)
             _seek(consumer, tps, args.start)

@@ -363,8 +363,13 @@ class RecordAccumulator:
         if partition is None:
             if key is not None:
                 partition = partition_for_key(key, count)
-        elif not 0 <= partition < count:
-            raise ConfigurationError(f"topic {topic!r} has no partition {partition} ({count})")
+        elif partition >= count:  # (send() refused a negative one)
+            # Perhaps just added by another client: wait for metadata that has it, as Kafka's
+            # producer does. `version` stays the one `count` was read at, so the next send()
+            # reads the grown count from the metadata.
+            count = self.client.partitions_for(
+                topic, Deadline(self.config.max_block_ms), partition=partition
+            )
         size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
             0 if key is None else len(key)
         )
