@@ -85,6 +85,9 @@ KEYS: dict[str, str] = {
     "transaction.partition.verification.enable": "transaction_partition_verification_enable",
     # observability (metrics, logs)
     "metrics.port": "metrics_port",
+    "metrics.host": "metrics_host",
+    "metrics.auth.token.file": "metrics_auth_token_file",
+    "metrics.topic.labels": "metrics_topic_labels",
     "queued.max.request.bytes": "queued_max_request_bytes",
     "log.format": "log_format",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
@@ -249,6 +252,14 @@ class NodeConfig:
     #: Observability. The port of the Prometheus endpoint (/metrics), on the listen address's
     #: host; 0 picks a free port (written to metrics.addr in the data dir), -1 serves none.
     metrics_port: int = -1
+    #: The host the metrics endpoint binds: loopback unless set. Another address needs
+    #: metrics.auth.token.file: with it the endpoint speaks HTTPS with the node's ssl.certfile
+    #: and ssl.keyfile and answers only a scraper that sends that bearer token (issue 26).
+    metrics_host: str = "127.0.0.1"
+    metrics_auth_token_file: str = ""
+    #: Whether the state metrics name each topic and partition. Off, they are summed per node
+    #: (the per-partition families are left out), so the endpoint names no topic.
+    metrics_topic_labels: bool = True
     #: The most bytes of requests each listener holds at once, being received or waiting for
     #: their answer (Kafka's queued.max.request.bytes); one connection holds at most a quarter
     #: of it. Past it, reading further requests waits (node/limits.py). At least one maximal
@@ -380,6 +391,18 @@ class NodeConfig:
         _require(
             -1 <= self.metrics_port <= 65535,
             f"metrics.port must be a port, 0 (any free one) or -1 (off), got {self.metrics_port}",
+        )
+        _require(
+            self.metrics_port < 0 or _is_loopback(self.metrics_host)
+            or bool(self.metrics_auth_token_file),
+            f"metrics.host {self.metrics_host} is not a loopback address: an endpoint other "
+            "hosts reach needs a scrape credential (metrics.auth.token.file) and TLS "
+            "(ssl.certfile, ssl.keyfile)",
+        )
+        _require(
+            not self.metrics_auth_token_file or bool(self.ssl_certfile and self.ssl_keyfile),
+            "metrics.auth.token.file needs ssl.certfile and ssl.keyfile: the endpoint then "
+            "speaks HTTPS, so that the token never travels in the clear",
         )
         _require(
             self.queued_max_request_bytes >= MAX_MESSAGE_BYTES,
@@ -711,7 +734,7 @@ def _convert(key: str, name: str, value: str) -> Any:
         return parse_peers(value)
     if name in ("listen", "advertised", "join", "log_flush_policy", "internal_listen",
                 "ssl_certfile", "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format",
-                "authorizer"):
+                "authorizer", "metrics_host", "metrics_auth_token_file"):
         return value
     if name in ("security_protocol", "security_inter_broker_protocol"):
         return value.upper()
@@ -725,7 +748,8 @@ def _convert(key: str, name: str, value: str) -> Any:
     if name == "group_consumer_assignors":
         return tuple(filter(None, (part.strip() for part in value.split(","))))
     if name in ("auto_leader_rebalance_enable", "allow_everyone_if_no_acl_found",
-                "partition_autobalancing_enable", "transaction_partition_verification_enable"):
+                "partition_autobalancing_enable", "transaction_partition_verification_enable",
+                "metrics_topic_labels"):
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"

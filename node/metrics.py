@@ -26,11 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hmac
 import logging
+import socket
+import ssl
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import grpc
 from prometheus_client import (
@@ -39,9 +46,10 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from tidelog import errors
@@ -118,21 +126,58 @@ class NodeMetrics:
         image: Callable[[], MetadataImage],
         groups: GroupCoordinatorDriver,
         loop: asyncio.AbstractEventLoop,
+        *,
+        topic_labels: bool = True,
     ) -> None:
         """Scrapes read the state of these parts, through `loop`, which owns them. (The
         request metrics exist first: the gRPC server, and its interceptor, come before the
-        runtime, which needs the bound address.)"""
-        self.registry.register(_StateCollector(node_id, replicas, routing, image, groups, loop))
+        runtime, which needs the bound address.) `topic_labels` False (metrics.topic.labels)
+        leaves out the families labelled by topic and partition, and sums group lag per
+        group: whoever reaches the endpoint learns no topic name."""
+        self.registry.register(_StateCollector(
+            node_id, replicas, routing, image, groups, loop, topic_labels=topic_labels,
+        ))
 
-    def serve(self, host: str, port: int) -> tuple[str, Callable[[], None]]:
-        """Serves /metrics over HTTP on a thread of its own: returns the bound "host:port" and
-        the function that stops it. Raises InvalidConfigError when the port is taken."""
+    def serve(
+        self, host: str, port: int, *, token_file: str = "", certfile: str = "",
+        keyfile: str = "",
+    ) -> tuple[str, Callable[[], None]]:
+        """Serves /metrics on a thread of its own: returns the bound "host:port" and the
+        function that stops it. With `token_file`, over HTTPS (`certfile`, `keyfile`) and only
+        to a scraper that sends ``Authorization: Bearer <the file's token>``; others get 401.
+        Raises InvalidConfigError when the port is taken or a file does not load."""
+        address = format_address(host, port)
+        app = make_wsgi_app(self.registry)
+        context: ssl.SSLContext | None = None
+        if token_file:
+            app = _bearer_only(app, _read_token(token_file))
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            try:
+                context.load_cert_chain(certfile, keyfile)
+            except (OSError, ssl.SSLError) as exc:
+                raise InvalidConfigError(
+                    f"metrics: cannot load ssl.certfile {certfile} and ssl.keyfile {keyfile}: "
+                    f"{exc}"
+                ) from None
+
+        class Server(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                """A scraper that hangs up or fails the TLS handshake costs no traceback."""
+
         try:
-            server, thread = start_http_server(port, host, self.registry)
+            server = make_server(host, port, app, Server, handler_class=_QuietHandler)
         except OSError as exc:
-            raise InvalidConfigError(
-                f"cannot serve metrics on {format_address(host, port)}: {exc.strerror}"
-            ) from None
+            raise InvalidConfigError(f"cannot serve metrics on {address}: {exc.strerror}") from None
+        if context is not None:
+            # The handshake happens on the request's own thread (at its first read), so a
+            # client that connects and says nothing holds up no other scrape.
+            server.socket = context.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
+        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        thread.start()
 
         def stop() -> None:
             server.shutdown()
@@ -140,6 +185,44 @@ class NodeMetrics:
             thread.join()
 
         return format_address(host, server.server_port), stop
+
+
+def _read_token(path: str) -> bytes:
+    """The scrape credential in `path` (surrounding whitespace dropped); it must not be empty."""
+    try:
+        token = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise InvalidConfigError(
+            f"metrics.auth.token.file {path}: cannot read it: {exc.strerror}"
+        ) from None
+    if not token:
+        raise InvalidConfigError(f"metrics.auth.token.file {path} is empty")
+    return token
+
+
+def _bearer_only(app: WSGIApplication, token: bytes) -> WSGIApplication:
+    """`app` for a request that carries ``Authorization: Bearer <token>`` (compared in
+    constant time); 401 with a WWW-Authenticate challenge for any other."""
+    expected = b"Bearer " + token
+
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Any:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [
+            ("WWW-Authenticate", 'Bearer realm="tidelog metrics"'),
+            ("Content-Type", "text/plain; charset=utf-8"),
+        ])
+        return [b"this endpoint needs the scrape token (metrics.auth.token.file)\n"]
+
+    return guarded
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 # ---- request metrics ----------------------------------------------------------------------
@@ -323,6 +406,21 @@ class _Snapshot:
     hanging_transactions: int
 
 
+def _lag_per_group(
+    group_offsets: list[tuple[str, str, int, int, int | None]],
+) -> GaugeMetricFamily:
+    """The lag of each group, summed over its partitions (those hosted here)."""
+    total: dict[str, int] = {}
+    for group, _, _, _, behind in group_offsets:
+        total[group] = total.get(group, 0) + (behind or 0)
+    family = GaugeMetricFamily(
+        "tidelog_group_lag_sum", "A group's lag summed over the partitions its coordinator "
+        "also hosts (metrics.topic.labels=false)", labels=["group"])
+    for group, behind in total.items():
+        family.add_metric([group], behind)
+    return family
+
+
 class _StateCollector(Collector):
     def __init__(
         self,
@@ -332,8 +430,11 @@ class _StateCollector(Collector):
         image: Callable[[], MetadataImage],
         groups: GroupCoordinatorDriver,
         loop: asyncio.AbstractEventLoop,
+        *,
+        topic_labels: bool = True,
     ) -> None:
         self.node_id = node_id
+        self.topic_labels = topic_labels
         self.replicas = replicas
         self.routing = routing
         self.image = image
@@ -386,7 +487,8 @@ class _StateCollector(Collector):
             under.add_metric(values, int(p.under_replicated))
             won.add_metric(values, p.leaderships_won)
             lost.add_metric(values, p.leaderships_lost)
-        yield from (hw, lso, leo, start, size, leader, epoch, under, won, lost)
+        if self.topic_labels:
+            yield from (hw, lso, leo, start, size, leader, epoch, under, won, lost)
         parts = snapshot.partitions
         yield GaugeMetricFamily(
             "tidelog_under_replicated_partitions", "Partitions this node leads with a replica "
@@ -423,6 +525,9 @@ class _StateCollector(Collector):
             "tidelog_group_lag", "High watermark minus committed offset, where the "
             "coordinator also hosts the partition (its replica's high watermark)",
             labels=group_labels)
+        if not self.topic_labels:
+            yield _lag_per_group(snapshot.group_offsets)
+            return
         for group, topic, partition, offset, behind in snapshot.group_offsets:
             values = [group, topic, str(partition)]
             committed.add_metric(values, offset)

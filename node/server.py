@@ -136,7 +136,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         loop = asyncio.get_running_loop()
         metrics.export_state(
             config.node_id, runtime.replicas, runtime.routing, lambda: runtime.controller.image,
-            runtime.groups, loop,
+            runtime.groups, loop, topic_labels=config.metrics_topic_labels,
         )
 
         stopping = asyncio.Event()
@@ -157,7 +157,11 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         stop_metrics: Callable[[], None] | None = None
         metrics_address = ""
         if config.metrics_port >= 0:
-            metrics_address, stop_metrics = metrics.serve(config.listen_host, config.metrics_port)
+            metrics_address, stop_metrics = metrics.serve(
+                config.metrics_host, config.metrics_port,
+                token_file=config.metrics_auth_token_file, certfile=config.ssl_certfile,
+                keyfile=config.ssl_keyfile,
+            )
             write_atomically(metrics_path, metrics_address + "\n")
         await internal_server.start()
         await server.start()
@@ -167,7 +171,8 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             "node %d listening on %s (clients, %s) and %s (nodes, %s)%s; peers %s",
             config.node_id, config.listen, config.security_protocol, config.internal_listen,
             config.security_inter_broker_protocol,
-            f"; metrics on http://{metrics_address}/metrics" if metrics_address else "",
+            f"; metrics on {'https' if config.metrics_auth_token_file else 'http'}://"
+            f"{metrics_address}/metrics" if metrics_address else "",
             format_peers(config.peers),
             extra={"event": "node_started", "listen": config.listen,
                    "internal_listen": config.internal_listen,
