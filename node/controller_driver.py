@@ -173,11 +173,18 @@ class ControllerDriver:
         return [node.node_id for node in self.known_nodes()]
 
     def _nodes_changed(self) -> None:
-        """Dial the registered nodes that no static peers list names, at the address they
-        registered (a joined node, and every node on a joined node)."""
+        """Dial the registered nodes, at their configured address or else the one they
+        registered (a joined node, every node on a joined node, a node registered again), and
+        hang up on the nodes unregistered since: they left for good, and a link to one would
+        redial it, and warn that it broke, for as long as this node runs."""
         for node in self.image.nodes.values():
-            if node.node_id != self.node_id and node.node_id not in self.config.peers:
-                self.replicas.link_peer(node.node_id, node.internal_address)
+            if node.node_id != self.node_id:
+                self.replicas.link_peer(
+                    node.node_id, self.config.peers.get(node.node_id, node.internal_address)
+                )
+        for node_id in self.image.unregistered:
+            if node_id != self.node_id:
+                self.replicas.unlink_peer(node_id)
 
     async def load(self) -> None:
         """Open the metadata log (on a voter) and apply it, then the replicas it assigns here."""

@@ -59,6 +59,8 @@ class LivenessBeacon:
         self._started = threading.Event()
         self._begun = False
         self._links: dict[int, PeerLink] = {}
+        #: Links of removed peers while they close (the loop keeps only weak references).
+        self._closing: set[asyncio.Task[None]] = set()
         #: Envelopes sent (handed to the links) and intervals skipped for a stalled loop.
         self.sent = 0
         self.withheld = 0
@@ -88,6 +90,22 @@ class LivenessBeacon:
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # its loop already ended
             self._loop.call_soon_threadsafe(self._link, peer, address)
+
+    def remove_peer(self, peer: int) -> None:
+        """A peer that left the cluster for good (unregistered): its link is closed, so it
+        does not retry, and warn that it broke, for as long as this node runs."""
+        if self._peers.pop(peer, None) is None or self._loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # its loop already ended
+            self._loop.call_soon_threadsafe(self._unlink, peer)
+
+    def _unlink(self, peer: int) -> None:
+        """On the beacon's loop: close the link to `peer`."""
+        link = self._links.pop(peer, None)
+        if link is not None:
+            task = asyncio.get_running_loop().create_task(link.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _link(self, peer: int, address: str) -> None:
         """On the beacon's loop: the link to `peer` at `address`."""

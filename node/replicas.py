@@ -107,6 +107,8 @@ class ReplicaSet:
         self.partitions: dict[TopicPartition, PartitionReplica] = loop_owned_dict(
             "ReplicaSet.partitions")
         self.links: dict[int, PeerLink] = {}
+        #: Links to unregistered peers while they close (the loop keeps only weak references).
+        self._closing_links: set[asyncio.Task[None]] = set()
         self.dialer = PeerDialer(config)
         #: The only writer of every log: Ready rounds, replica creation and deletion,
         #: checkpoints and retention all run here, one after another.
@@ -208,6 +210,18 @@ class ReplicaSet:
         self.links[peer_id] = link
         self._heard[peer_id] = self._ticks
         self.beacon.add_peer(peer_id, address)
+
+    def unlink_peer(self, peer_id: int) -> None:
+        """Stop streaming to a peer that left the cluster for good (unregistered): its link,
+        and the beacon's, would otherwise redial it, and warn that the link broke, for as
+        long as this node runs."""
+        self.beacon.remove_peer(peer_id)
+        self._heard.pop(peer_id, None)
+        link = self.links.pop(peer_id, None)
+        if link is not None:
+            task = asyncio.get_running_loop().create_task(link.close())
+            self._closing_links.add(task)
+            task.add_done_callback(self._closing_links.discard)
 
     async def close(self) -> None:
         """After the loops stopped: close the links, then every log on the disk thread."""
