@@ -145,7 +145,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.routing = routing
         self.controller = controller
         self.offsets_topic = offsets_topic
-        self.forwarder = Forwarder(config.node_id, routing)
+        self.forwarder = Forwarder(config, routing)
         self.authorization = Authorization(config, controller.image.acls)
         self.group_api = GroupApi(
             config, controller, offsets_topic, groups, self.forwarder, self.authorization,
@@ -373,7 +373,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         controller = self.routing.controller_id
         if controller == self.config.node_id or was_forwarded(context):
             return None
-        if controller < 0 or not self.routing.address_of(controller):
+        if controller < 0 or not self.routing.internal_address_of(controller):
             return _all_failed(method, request, errors.NotControllerError("no controller known"))
         try:
             return await self.forwarder.call(
@@ -760,7 +760,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         controller = self.routing.controller_id
         if controller == self.config.node_id:
             return await self.controller.allocate_producer_id(timeout_s)
-        if controller < 0 or not self.routing.address_of(controller):
+        if controller < 0 or not self.routing.internal_address_of(controller):
             raise errors.CoordinatorNotAvailableError("no controller known to allocate an id")
         try:
             response = await self.forwarder.call(

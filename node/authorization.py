@@ -18,8 +18,7 @@ from tidelog import errors
 from tidelog.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.coordinator.acls import AclIndex, Authorizer
 from tidelog.node.config import NodeConfig
-from tidelog.node.forwarding import forwarded_principal
-from tidelog.node.security import principal_of
+from tidelog.node.forwarding import principal_of_call
 
 _REFUSED: dict[ResourceType, type[errors.AuthorizationError]] = {
     ResourceType.TOPIC: errors.TopicAuthorizationFailedError,
@@ -50,16 +49,9 @@ class Authorization:
         )
 
     def principal(self, context: grpc.aio.ServicerContext) -> str:
-        """The caller's principal; for a request another node forwarded, its client's, when
-        the forwarding caller may act for the cluster (CLUSTER_ACTION, as Kafka requires of
-        an envelope's sender); a client cannot pass itself off as someone else."""
-        own = principal_of(context)
-        carried = forwarded_principal(context)
-        if carried is None or not self.authorizer.authorize(
-            own, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
-        ):
-            return own
-        return carried
+        """The caller's principal: the connection's, or for a request another node forwarded
+        (which only a node principal can do, node.forwarding), its client's."""
+        return principal_of_call(context)
 
     def refused(
         self, principal: str, operation: Operation, resource_type: ResourceType, name: str

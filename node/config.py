@@ -105,6 +105,8 @@ KEYS: dict[str, str] = {
     "ssl.keyfile": "ssl_keyfile",
     "ssl.cafile": "ssl_cafile",
     "ssl.client.auth": "ssl_client_auth",
+    "internal.ssl.cafile": "internal_ssl_cafile",
+    "node.principals": "node_principals",
     # ACLs (acls)
     "authorizer": "authorizer",
     "super.users": "super_users",
@@ -312,6 +314,15 @@ class NodeConfig:
     #: "required": a client of the SSL client listener must present a certificate that
     #: ssl.cafile verifies (mutual TLS; its subject becomes the principal); "none": it need not.
     ssl_client_auth: ClientAuth = "none"
+    #: The CA certificates the node-to-node listener verifies its peers' certificates with, and
+    #: this node verifies the peers it dials with; empty: ssl.cafile. Node certificates may come
+    #: from a CA of their own, so that no client certificate is even a candidate node.
+    internal_ssl_cafile: str = ""
+    #: Who counts as a node (``;``-separated principals, as super.users): on an SSL node-to-node
+    #: listener every call from another principal is refused (PERMISSION_DENIED), and only these
+    #: may forward a request on behalf of a client (node/forwarding.py). Empty: super.users.
+    #: A PLAINTEXT node-to-node listener knows no identity and checks nothing.
+    node_principals: tuple[str, ...] = ()
     # ---- ACLs (acls) ----
     #: "none": no authorizer, every request of every principal is allowed (Kafka without
     #: ``authorizer.class.name``); ACL records already in the metadata log stay stored but
@@ -492,11 +503,14 @@ class NodeConfig:
             self.authorizer in ("none", "acl"),
             f"authorizer must be 'none' or 'acl', got {self.authorizer!r}",
         )
-        for principal in self.super_users:
-            kind, sep, name = principal.partition(":")
-            _require(bool(sep and kind and name),
-                     f"super.users: {principal!r} is not a principal such as User:alice")
+        for key, principals in (("super.users", self.super_users),
+                                ("node.principals", self.node_principals)):
+            for principal in principals:
+                kind, sep, name = principal.partition(":")
+                _require(bool(sep and kind and name),
+                         f"{key}: {principal!r} is not a principal such as User:alice")
         object.__setattr__(self, "super_users", tuple(self.super_users))
+        object.__setattr__(self, "node_principals", tuple(self.node_principals))
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         for node, address in self.client_addresses.items():
             _parse_address(f"client.addresses: address of node {node}", address)
@@ -543,9 +557,15 @@ class NodeConfig:
             "an SSL listener needs ssl.certfile and ssl.keyfile",
         )
         _require(
-            self.security_inter_broker_protocol == "PLAINTEXT" or bool(self.ssl_cafile),
-            "security.inter.broker.protocol=SSL is mutual TLS: it needs ssl.cafile to verify "
-            "the peers' certificates",
+            self.security_inter_broker_protocol == "PLAINTEXT" or bool(self.internal_cafile),
+            "security.inter.broker.protocol=SSL is mutual TLS: it needs ssl.cafile (or "
+            "internal.ssl.cafile) to verify the peers' certificates",
+        )
+        _require(
+            self.security_inter_broker_protocol == "PLAINTEXT" or bool(self.node_principal_set),
+            "security.inter.broker.protocol=SSL needs node.principals (or super.users): the "
+            "principals of the nodes' certificates (User:CN=node-1;User:CN=node-2;...), the "
+            "only callers the node-to-node listener answers",
         )
         _require(
             self.ssl_client_auth == "none"
@@ -553,6 +573,17 @@ class NodeConfig:
             "ssl.client.auth=required needs security.protocol=SSL and ssl.cafile (the CA that "
             "signs client certificates)",
         )
+
+    @property
+    def node_principal_set(self) -> frozenset[str]:
+        """The principals that count as nodes: node.principals, else super.users."""
+        return frozenset(self.node_principals or self.super_users)
+
+    @property
+    def internal_cafile(self) -> str:
+        """The CA file node-to-node TLS verifies peers with: internal.ssl.cafile, else
+        ssl.cafile."""
+        return self.internal_ssl_cafile or self.ssl_cafile
 
     @property
     def join_addresses(self) -> list[str]:
@@ -654,7 +685,7 @@ class NodeConfig:
             value = getattr(self, name)
             if name in ("peers", "client_addresses"):
                 value = format_peers(value)
-            elif name == "super_users":
+            elif name in ("super_users", "node_principals"):
                 value = ";".join(value)
             elif name == "group_consumer_assignors":
                 value = ",".join(value)
@@ -734,7 +765,7 @@ def _convert(key: str, name: str, value: str) -> Any:
         return parse_peers(value)
     if name in ("listen", "advertised", "join", "log_flush_policy", "internal_listen",
                 "ssl_certfile", "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format",
-                "authorizer", "metrics_host", "metrics_auth_token_file"):
+                "internal_ssl_cafile", "authorizer", "metrics_host", "metrics_auth_token_file"):
         return value
     if name in ("security_protocol", "security_inter_broker_protocol"):
         return value.upper()
@@ -743,7 +774,7 @@ def _convert(key: str, name: str, value: str) -> Any:
         if value.lower() not in ("true", "false"):
             raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
         return value.lower() == "true"
-    if name == "super_users":
+    if name in ("super_users", "node_principals"):
         return tuple(filter(None, (part.strip() for part in value.split(";"))))
     if name == "group_consumer_assignors":
         return tuple(filter(None, (part.strip() for part in value.split(","))))

@@ -1,26 +1,36 @@
 """Requests a node accepts and another node answers: admin changes go to the controller, offset
-requests to the group's coordinator. They travel on the other node's client port, marked as
-forwarded, and a forwarded request is answered where it lands, never forwarded again: nodes
-whose views of a leader disagree (one of them is behind) cannot pass it around.
+and transaction requests to the coordinator of their group or transactional id.
 
-A forwarded request carries the principal of the client that sent it, as Kafka's forwarding
-envelope does: the node that answers authorizes the client, not the node that forwarded it, and
-honours the carried principal only from a caller allowed CLUSTER_ACTION on the cluster
-(`node.authorization`)."""
+A request travels in an envelope, as in Kafka (its EnvelopeRequest): the RaftTransport Forward
+call on the other node's node-to-node listener, carrying the method, the serialized request and
+the principal of the client that sent it. The node that answers runs the same handler as for a
+client of its own, with a context (`Forwarded`) that reports the carried principal, so it
+authorizes the client and not the node that forwarded the request; and a forwarded request is
+answered where it lands, never forwarded again: nodes whose views of a leader disagree (one of
+them is behind) cannot pass it around.
+
+Only a node may assert another's principal: the node-to-node listener answers node principals
+only (`security.NodesOnly`), and the client listener has no way to carry one (a principal comes
+from the connection's certificate there, and no request metadata is read).
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 import grpc
+from google.protobuf.message import DecodeError
+from google.protobuf.message_factory import GetMessageClass
 
 from tidelog import errors
+from tidelog.node.config import NodeConfig
+from tidelog.node.malformed import reject_malformed
 from tidelog.node.routing import Routing
-from tidelog.node.security import client_port_channel
-from tidelog.node.transport import CHANNEL_OPTIONS
-from tidelog.v1 import tidelog_pb2_grpc
+from tidelog.node.security import PeerDialer, principal_of
+from tidelog.node.transport import CHANNEL_OPTIONS, FORWARD_METHOD
+from tidelog.v1 import raft_pb2, tidelog_pb2
 
 if TYPE_CHECKING:
     from tidelog.node.coordinator_topic import CoordinatorTopic
@@ -29,10 +39,7 @@ if TYPE_CHECKING:
 #: client set no deadline.
 FORWARD_TIMEOUT_S = 30.0
 
-#: The gRPC metadata key that marks a forwarded request; its value is the forwarding node's id.
-FORWARDED_BY = "tidelog-forwarded-by"
-#: The gRPC metadata key that carries the principal of the client of a forwarded request.
-FORWARDED_PRINCIPAL = "tidelog-forwarded-principal"
+_TIDELOG = tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"]
 
 
 #: `method`, `request`, `context` -> the controller's answer when this node is not the
@@ -42,28 +49,91 @@ Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
 
 
 class Forwarder:
-    def __init__(self, node_id: int, routing: Routing) -> None:
-        self.node_id = node_id
+    def __init__(self, config: NodeConfig, routing: Routing) -> None:
+        self.node_id = config.node_id
         self.routing = routing
+        #: Envelopes travel to the node-to-node listener, as this node's other calls there.
+        self._dialer = PeerDialer(config)
         #: One channel per address, kept: forwarding is on the request path.
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def call(
         self, node: int, method: str, request: Any, timeout_s: float, principal: str
     ) -> Any:
-        """`request` of `principal` answered by `node`'s `method`; raises
-        grpc.aio.AioRpcError."""
-        address = self.routing.address_of(node)
+        """`request` of `principal` answered by `node`'s Tidelog `method`, in an envelope to
+        its node-to-node listener; raises grpc.aio.AioRpcError, with the status the method
+        refused the request with when it did."""
+        address = self.routing.internal_address_of(node)
         channel = self._channels.get(address)
         if channel is None:
-            channel = client_port_channel(self.routing.config, address, CHANNEL_OPTIONS)
+            channel = self._dialer.channel(address, CHANNEL_OPTIONS)
             self._channels[address] = channel
-        stub = tidelog_pb2_grpc.TidelogStub(channel)
-        return await getattr(stub, method)(
-            request,
-            timeout=timeout_s,
-            metadata=((FORWARDED_BY, str(self.node_id)), (FORWARDED_PRINCIPAL, principal)),
+        forward = channel.unary_unary(
+            FORWARD_METHOD,
+            request_serializer=raft_pb2.ForwardRequest.SerializeToString,
+            response_deserializer=raft_pb2.ForwardResponse.FromString,
         )
+        envelope = raft_pb2.ForwardRequest(
+            method=method, request=request.SerializeToString(), principal=principal,
+            node_id=self.node_id,
+        )
+        answer = await forward(envelope, timeout=timeout_s)
+        response_type = GetMessageClass(_TIDELOG.methods_by_name[method].output_type)
+        return response_type.FromString(answer.response)
+
+
+class Forwarded:
+    """The context a forwarded request is answered with: the Forward call's own (its deadline,
+    its abort, which answers the forwarding node with the status the method chose), but the
+    caller is the client the envelope names. Handlers ask `principal_of_call`, never the
+    connection, whose certificate is the forwarding node's."""
+
+    def __init__(
+        self, context: grpc.aio.ServicerContext, principal: str, forwarded_by: int
+    ) -> None:
+        self._context = context
+        #: The principal of the client that sent the request to the forwarding node.
+        self.principal = principal
+        #: The id of the node that forwarded it.
+        self.forwarded_by = forwarded_by
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        """Nothing: the connection's identity is the forwarding node's, not the caller's."""
+        return {}
+
+    def invocation_metadata(self) -> tuple[()]:
+        """Nothing: whatever the forwarding node's call carried is not the client's."""
+        return ()
+
+
+async def answer_forwarded(
+    servicer: Any, envelope: raft_pb2.ForwardRequest, context: grpc.aio.ServicerContext
+) -> raft_pb2.ForwardResponse:
+    """The Forward handler: `servicer`'s (the Tidelog service's) answer to the request in
+    `envelope`, as to the client it names. The caller was checked already: only node
+    principals reach the node-to-node service (`security.NodesOnly`)."""
+    method = _TIDELOG.methods_by_name.get(envelope.method)
+    if method is None:
+        await _invalid(
+            context, f"{envelope.method[:100]!r} is not a method of the Tidelog service"
+        )
+    kind, sep, name = envelope.principal.partition(":")
+    if not (sep and kind and name):
+        await _invalid(
+            context, f"{envelope.principal[:100]!r} is not a principal such as User:alice"
+        )
+    try:
+        request = GetMessageClass(method.input_type).FromString(envelope.request)
+    except DecodeError as exc:
+        await reject_malformed(context, f"/{_TIDELOG.full_name}/{method.name}", exc)
+    forwarded = cast(
+        grpc.aio.ServicerContext, Forwarded(context, envelope.principal, envelope.node_id)
+    )
+    response = await getattr(servicer, method.name)(request, forwarded)
+    return raft_pb2.ForwardResponse(response=response.SerializeToString())
 
 
 async def coordinator_answer(
@@ -96,17 +166,24 @@ async def coordinator_answer(
         return failed(unreachable)
 
 
+async def _invalid(context: grpc.aio.ServicerContext, why: str) -> NoReturn:
+    """Aborts a Forward call with INVALID_ARGUMENT (a node's bug: its envelope is wrong)."""
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Forward: {why}")
+    raise AssertionError("abort raises")
+
+
 def was_forwarded(context: grpc.aio.ServicerContext) -> bool:
-    """Whether another node forwarded this request here."""
-    return any(key == FORWARDED_BY for key, _ in context.invocation_metadata() or ())
+    """Whether another node forwarded this request here (in an envelope: nothing a client
+    sends can say so)."""
+    return isinstance(context, Forwarded)
 
 
-def forwarded_principal(context: grpc.aio.ServicerContext) -> str | None:
-    """The principal a forwarded request says it comes from; None when it says nothing."""
-    for key, value in context.invocation_metadata() or ():
-        if key == FORWARDED_PRINCIPAL:
-            return str(value)
-    return None
+def principal_of_call(context: grpc.aio.ServicerContext) -> str:
+    """Who a request is answered as: for a forwarded one, the client the envelope names;
+    otherwise the connection's principal (its certificate's subject, or ANONYMOUS)."""
+    if isinstance(context, Forwarded):
+        return context.principal
+    return principal_of(context)
 
 
 def change_timeout_s(request: Any) -> float:

@@ -12,7 +12,8 @@ else (a plaintext listener, or TLS without client authentication) is ``User:ANON
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from cryptography.x509.oid import NameOID
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
+from tidelog.node.interceptors import HandlerRewriter, behavior_kind
 from tidelog.transport import Security
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -116,17 +118,67 @@ def _der_hex(attribute: x509.NameAttribute[str | bytes]) -> str:
 
 def server_credentials(config: NodeConfig, *, internal: bool) -> grpc.ServerCredentials | None:
     """The client listener's (``internal`` False) or node-to-node listener's credentials; None
-    for a PLAINTEXT one. The node-to-node listener always requires and verifies a peer
-    certificate: only nodes speak there."""
+    for a PLAINTEXT one. The node-to-node listener always requires a peer certificate and
+    verifies it against internal.ssl.cafile (else ssl.cafile); `NodesOnly` then answers only
+    the node principals among its holders."""
     protocol = config.security_inter_broker_protocol if internal else config.security_protocol
     if protocol == "PLAINTEXT":
         return None
     require = internal or config.ssl_client_auth == "required"
+    cafile, key = (
+        (config.internal_cafile, _internal_cafile_key(config)) if internal
+        else (config.ssl_cafile, "ssl.cafile")
+    )
     return grpc.ssl_server_credentials(
         [(_pem(config.ssl_keyfile, "ssl.keyfile"), _pem(config.ssl_certfile, "ssl.certfile"))],
-        root_certificates=_pem(config.ssl_cafile, "ssl.cafile") if require else None,
+        root_certificates=_pem(cafile, key) if require else None,
         require_client_auth=require,
     )
+
+
+class NodesOnly(HandlerRewriter):
+    """Guards the SSL node-to-node listener: every call, of every method it serves, from a
+    principal that is not a node's (node.principals, else super.users) is refused with
+    PERMISSION_DENIED naming the caller, before its request is even parsed. A certificate the
+    CA signed is not enough: the same CA may sign clients' certificates.
+
+    Not installed on a PLAINTEXT node-to-node listener: there no caller has an identity, and
+    whoever reaches the port speaks as a node (the node warns about such a listener at start
+    when it is not loopback)."""
+
+    def __init__(self, nodes: Collection[str]) -> None:
+        super().__init__()
+        self._nodes = frozenset(nodes)
+
+    def rewrite(self, method: str, handler: Any) -> Any:
+        kind = behavior_kind(handler)
+        behavior = getattr(handler, kind)
+        nodes = self._nodes
+
+        async def check(context: grpc.aio.ServicerContext) -> None:
+            principal = principal_of(context)
+            if principal not in nodes:
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"{principal} is not a node principal (node.principals): {method} "
+                    "answers only the cluster's nodes",
+                )
+
+        gated: Callable[..., Any]
+        if inspect.isasyncgenfunction(behavior):
+
+            async def gated(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check(context)
+                async for response in behavior(arg, context):
+                    yield response
+
+        else:
+
+            async def gated(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check(context)
+                return await behavior(arg, context)
+
+        return handler._replace(**{kind: gated})
 
 
 class PeerDialer:
@@ -138,7 +190,7 @@ class PeerDialer:
         self.config = config
         self._security = Security(
             config.security_inter_broker_protocol,
-            config.ssl_cafile or None,
+            config.internal_cafile or None,
             config.ssl_certfile or None,
             config.ssl_keyfile or None,
         )
@@ -155,22 +207,18 @@ class PeerDialer:
         return await self._security.diagnose(address)
 
 
-def client_port_channel(
-    config: NodeConfig, address: str, options: Sequence[tuple[str, Any]]
-) -> grpc.aio.Channel:
-    """A channel to another node's client listener (forwarded requests): TLS when that
-    listener is SSL, presenting this node's certificate in case it requires one."""
-    if config.security_protocol == "PLAINTEXT":
-        return grpc.aio.insecure_channel(address, options=options)
-    return grpc.aio.secure_channel(address, _node_credentials(config), options=options)
-
-
 def _node_credentials(config: NodeConfig) -> grpc.ChannelCredentials:
+    cafile = config.internal_cafile
     return grpc.ssl_channel_credentials(
-        root_certificates=_pem(config.ssl_cafile, "ssl.cafile") if config.ssl_cafile else None,
+        root_certificates=_pem(cafile, _internal_cafile_key(config)) if cafile else None,
         private_key=_pem(config.ssl_keyfile, "ssl.keyfile"),
         certificate_chain=_pem(config.ssl_certfile, "ssl.certfile"),
     )
+
+
+def _internal_cafile_key(config: NodeConfig) -> str:
+    """The setting that names the node-to-node CA file, for messages about it."""
+    return "internal.ssl.cafile" if config.internal_ssl_cafile else "ssl.cafile"
 
 
 @functools.lru_cache(maxsize=16)

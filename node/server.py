@@ -33,7 +33,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig, format_peers
 from tidelog.node.files import write_atomically
-from tidelog.node.interceptors import HandlerRewriter
+from tidelog.node.interceptors import HandlerRewriter, behavior_kind
 from tidelog.node.malformed import reject_malformed
 from tidelog.v1 import tidelog_pb2
 
@@ -63,12 +63,13 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     # The runtime is heavy; config errors come first.
     from tidelog.node import logs
     from tidelog.node.api import PARTITION_ERROR_RPCS, TidelogServicer
+    from tidelog.node.forwarding import answer_forwarded
     from tidelog.node.group_api import COUNTED_RPCS
     from tidelog.node.limits import CLIENT_LIMITS, INTERNAL_LIMITS, InFlight, RequestLimits
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
     from tidelog.node.registration import join_cluster, load_identity
     from tidelog.node.runtime import NodeRuntime
-    from tidelog.node.security import server_credentials
+    from tidelog.node.security import NodesOnly, server_credentials
     from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
     from tidelog.node.txn_verification import add_verification_service
     from tidelog.v1 import tidelog_pb2_grpc
@@ -83,20 +84,32 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
                 for rpc in (*PARTITION_ERROR_RPCS.values(), *COUNTED_RPCS)
             },
         )
-        interceptors = [request_metrics, RejectMalformedRequests()]
         # Two servers, since a gRPC server serves each service on every port it has: the
         # client listener never serves the node-to-node service, nor the other way round.
+        # Each has interceptors of its own: they cache handlers by method name, and a cache
+        # shared by both would serve a method on the other port once one port had served it.
         # Outermost, the size and in-flight limits (node/limits.py): nothing is received before
         # they allow it. Each listener has its own budget, so clients never hold up the
         # node-to-node traffic (nor a forward between two nodes wait for the other's clients).
-        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[
-            RequestLimits(InFlight(config.queued_max_request_bytes), CLIENT_LIMITS),
-            *interceptors,
-        ])
-        internal_server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[
-            RequestLimits(InFlight(config.queued_max_request_bytes), INTERNAL_LIMITS),
-            *interceptors,
-        ])
+        server = grpc.aio.server(
+            options=SERVER_OPTIONS, interceptors=[
+                RequestLimits(InFlight(config.queued_max_request_bytes), CLIENT_LIMITS),
+                request_metrics, RejectMalformedRequests(),
+            ],
+        )
+        # On an SSL node-to-node listener only node principals are answered, checked before
+        # anything is parsed (a PLAINTEXT one has no identities to check).
+        nodes_only = (
+            [NodesOnly(config.node_principal_set)]
+            if config.security_inter_broker_protocol == "SSL" else []
+        )
+        internal_server = grpc.aio.server(
+            options=SERVER_OPTIONS,
+            interceptors=[
+                RequestLimits(InFlight(config.queued_max_request_bytes), INTERNAL_LIMITS),
+                RequestMetrics(metrics), *nodes_only, RejectMalformedRequests(),
+            ],
+        )
         port = _add_port(
             server, config.listen, "listen", server_credentials(config, internal=False)
         )
@@ -117,20 +130,19 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         _enable_reflection([TIDELOG_SERVICE, health.SERVICE_NAME], server)
         runtime = NodeRuntime(config, identity, epoch)
         runtime.balancer.on_pass = metrics.balancer_passes.inc
-        tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogServicer(
-                config, runtime.replicas, runtime.routing, runtime.controller,
-                runtime.offsets_topic, runtime.groups, runtime.txn_topic, runtime.txns,
-                partial(request_metrics.count_error, TIDELOG_SERVICE),
-                consumer_groups=runtime.consumer_groups,
-                txn_verification=runtime.txn_verification,
-            ),
-            server,
+        servicer = TidelogServicer(
+            config, runtime.replicas, runtime.routing, runtime.controller,
+            runtime.offsets_topic, runtime.groups, runtime.txn_topic, runtime.txns,
+            partial(request_metrics.count_error, TIDELOG_SERVICE),
+            consumer_groups=runtime.consumer_groups,
+            txn_verification=runtime.txn_verification,
         )
+        tidelog_pb2_grpc.add_TidelogServicer_to_server(servicer, server)
         close_inbound = add_raft_transport(
             internal_server, runtime.on_envelope, runtime.controller.fetch_metadata,
             runtime.txn_markers.handle, runtime.controller.reassignment_done,
             runtime.registry.register, runtime.registry.heartbeat,
+            partial(answer_forwarded, servicer),
         )
         add_verification_service(internal_server, runtime.txn_verification.handle)
         loop = asyncio.get_running_loop()
@@ -247,10 +259,7 @@ class RejectMalformedRequests(HandlerRewriter):
                 return parse_each(arg, context)
             return await parse(arg, context)
 
-        kind = "{}_{}".format(
-            "stream" if handler.request_streaming else "unary",
-            "stream" if handler.response_streaming else "unary",
-        )
+        kind = behavior_kind(handler)
         behavior = getattr(handler, kind)
         wrapped: Callable[..., Any]
         if inspect.isasyncgenfunction(behavior):

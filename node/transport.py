@@ -69,6 +69,7 @@ COALESCE_BYTES = 4 * 1024 * 1024
 _SERVICE = pb.DESCRIPTOR.services_by_name["RaftTransport"].full_name
 STREAM_METHOD = f"/{_SERVICE}/Stream"
 WRITE_TXN_MARKERS_METHOD = f"/{_SERVICE}/WriteTxnMarkers"
+FORWARD_METHOD = f"/{_SERVICE}/Forward"
 #: How long a WriteTxnMarkers handler waits at most for its markers to commit.
 DEFAULT_MARKERS_WAIT_S = 30.0
 #: What a WriteTxnMarkers handler keeps of its caller's deadline to answer before it passes.
@@ -426,10 +427,15 @@ def add_raft_transport(
     node_heartbeat: Callable[
         [pb.NodeHeartbeatRequest, float], Awaitable[pb.NodeHeartbeatResponse]
     ],
+    forward: Callable[
+        [pb.ForwardRequest, grpc.aio.ServicerContext], Awaitable[pb.ForwardResponse]
+    ],
 ) -> Callable[[], None]:
     """Serve the RaftTransport service: Stream takes its messages as bytes (it parses the
     frames itself), FetchMetadata and WriteTxnMarkers are plain protobuf (the latter is given
-    how long it may wait for its markers to commit: the caller's deadline, less a margin).
+    how long it may wait for its markers to commit: the caller's deadline, less a margin), and
+    Forward answers a client request another node forwarded (`forwarding.answer_forwarded`).
+    Who may call is the server's interceptors' business (`security.NodesOnly`).
 
     Returns the function that ends the inbound streams before the server stops: a peer's
     stream never ends by itself, and one that the server cancels at the end of its grace
@@ -525,6 +531,11 @@ def add_raft_transport(
             heartbeat,
             request_deserializer=pb.NodeHeartbeatRequest.FromString,
             response_serializer=pb.NodeHeartbeatResponse.SerializeToString,
+        ),
+        "Forward": grpc.unary_unary_rpc_method_handler(
+            forward,
+            request_deserializer=pb.ForwardRequest.FromString,
+            response_serializer=pb.ForwardResponse.SerializeToString,
         ),
     })])
     return close_inbound

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import grpc
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 
 from tidelog import errors
 from tidelog.coordinator.offsets_records import decode_key
 from tidelog.records import decode_records, iter_batches
 from tidelog.testing import Raw, wait_for
+from tidelog.v1 import raft_pb2
 from tidelog.v1 import tidelog_pb2 as pb
 
 OFFSETS = "__consumer_offsets"
@@ -19,6 +24,38 @@ RETRIABLE = {
     errors.CoordinatorNotAvailableError.code,
     NOT_COORDINATOR,
 }
+
+
+class ForwardedAnswer:
+    """The answer to a request sent as a forwarded one (`forwarded`), as the future of a
+    direct call gives it."""
+
+    def __init__(self, call: grpc.Future, method: str) -> None:
+        self._call = call
+        service = pb.DESCRIPTOR.services_by_name["Tidelog"]
+        self._type = GetMessageClass(service.methods_by_name[method].output_type)
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._type.FromString(self._call.result(timeout).response)
+
+
+def forwarded(
+    channel: grpc.Channel, method: str, request: Message, timeout: float
+) -> ForwardedAnswer:
+    """`request` to Tidelog `method` as another node forwards it: in an envelope (RaftTransport
+    Forward) on `channel`, to a node's node-to-node listener (plaintext, where no caller's
+    identity is checked), for User:ANONYMOUS. The node answers it itself, as a forwarded
+    request is never forwarded again."""
+    envelope = raft_pb2.ForwardRequest(
+        method=method, request=request.SerializeToString(), principal="User:ANONYMOUS",
+        node_id=99,
+    )
+    call = channel.unary_unary(
+        "/tidelog.v1.RaftTransport/Forward",
+        request_serializer=raft_pb2.ForwardRequest.SerializeToString,
+        response_deserializer=raft_pb2.ForwardResponse.FromString,
+    ).future(envelope, timeout=timeout)
+    return ForwardedAnswer(call, method)
 
 
 def find(raw: Raw, node: int, group: str, key_type: int = 0) -> pb.FindCoordinatorResponse:
@@ -87,7 +124,7 @@ def committed(raw: Raw, node: int, group: str, offsets: Mapping[Tp, Committed]) 
 
 def fetch(
     raw: Raw, node: int, group: str, tps: Iterable[Tp] | None = None, *,
-    require_stable: bool = False, metadata: tuple[tuple[str, str], ...] = (),
+    require_stable: bool = False,
 ) -> tuple[int, dict[Tp, Committed]]:
     """The group-level error and, per partition, the committed value (-1 when none; a
     partition error shows as its code in the offset, for the tests that look for it)."""
@@ -97,7 +134,7 @@ def fetch(
         by_topic.setdefault(topic, []).append(partition)
     for topic, partitions in by_topic.items():
         request.topics.add(name=topic, partitions=partitions)
-    answer = raw.stub(node).OffsetFetch(request, timeout=30, metadata=metadata)
+    answer = raw.stub(node).OffsetFetch(request, timeout=30)
     values = {
         (t.name, p.partition): Committed(p.committed_offset, p.committed_leader_epoch, p.metadata)
         if p.error_code == 0 else Committed(-1000 - p.error_code)

@@ -46,7 +46,6 @@ from tidelog.acl import (
 )
 from tidelog.certificates import CertificateAuthority
 from tidelog.cli import main
-from tidelog.node.forwarding import FORWARDED_BY, FORWARDED_PRINCIPAL
 from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
 from tidelog.transport import Security
 from tidelog.types import MAX_TIMESTAMP, TopicPartition
@@ -281,8 +280,9 @@ def test_a_transactional_id_needs_write_on_it(restricted: Raw) -> None:
 
 
 def test_a_client_cannot_claim_another_principal(restricted: Raw) -> None:
-    """The forwarded-principal header counts only from a caller allowed CLUSTER_ACTION."""
-    forged = ((FORWARDED_BY, "1"), (FORWARDED_PRINCIPAL, "User:admin"))
+    """No request metadata names a principal: what the client listener once took for a
+    forwarded request's is ignored (forwarding travels in envelopes between nodes)."""
+    forged = (("tidelog-forwarded-by", "1"), ("tidelog-forwarded-principal", "User:admin"))
     request = pb.ListOffsetsRequest(topics=[
         pb.ListOffsetsTopic(name="b", partitions=[pb.ListOffsetsPartition(timestamp=-1)])])
     answer = restricted.stub(1).ListOffsets(request, timeout=10, metadata=forged)

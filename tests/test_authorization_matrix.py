@@ -74,19 +74,6 @@ HOME = {
     "grpc.reflection.v1.ServerReflection": "client",
 }
 
-#: RPCs whose rows the table holds ahead of their definitions in proto/ (work under way);
-#: once one is defined it must leave this set (test_every_rpc_has_one_row_and_every_row_an_rpc).
-RPCS_TO_COME = frozenset({("tidelog.v1.RaftTransport", "Forward")})
-
-#: Cells whose right answer the nodes do not give yet, each named after what is missing.
-NODE_ONLY_PENDING = pytest.mark.xfail(
-    strict=True, reason="NODE_ONLY_PENDING: RaftTransport answers any certificate of the CA, "
-    "not only node principals")
-OWN_SERVICES_PENDING = pytest.mark.xfail(
-    strict=True, reason="OWN_SERVICES_PENDING: a listener serves the other's services once "
-    "they were called there (shared interceptors)")
-
-
 @dataclass(frozen=True)
 class Rpc:
     service: str
@@ -173,18 +160,6 @@ def expected(rpc: Rpc, listener: str, caller: str) -> str:
     return row.refusals[0]
 
 
-def pending(rpc: Rpc, listener: str, caller: str) -> pytest.MarkDecorator | None:
-    if caller in ("anonymous", "foreign"):
-        return None
-    if listener != HOME[rpc.service]:
-        # A method the node does not implement is UNIMPLEMENTED everywhere already.
-        unserved = ROWS[rpc.service, rpc.method.name].needs == ("unserved",)
-        return None if unserved else OWN_SERVICES_PENDING
-    if rpc.service == "tidelog.v1.RaftTransport" and caller != "node":
-        return NODE_ONLY_PENDING
-    return None
-
-
 def cells() -> list[Any]:
     return list(_cells())
 
@@ -195,9 +170,7 @@ def _cells() -> Iterator[Any]:
             continue  # test_every_rpc_has_one_row fails instead
         for listener in LISTENERS:
             for caller in CALLERS:
-                mark = pending(rpc, listener, caller)
-                yield pytest.param(rpc, listener, caller, id=f"{rpc.name}-{listener}-{caller}",
-                                   marks=[mark] if mark is not None else [])
+                yield pytest.param(rpc, listener, caller, id=f"{rpc.name}-{listener}-{caller}")
 
 
 # ---- the requests ---------------------------------------------------------------------------
@@ -460,9 +433,8 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
 def test_every_rpc_has_one_row_and_every_row_an_rpc() -> None:
     served = {(rpc.service, rpc.method.name) for rpc in RPCS}
     assert not served - set(ROWS), f"RPCs without a row in {TABLE.name}: {served - set(ROWS)}"
-    stale = set(ROWS) - served - RPCS_TO_COME
+    stale = set(ROWS) - served
     assert not stale, f"rows of {TABLE.name} naming no RPC: {stale}"
-    assert not RPCS_TO_COME & served, "defined now: take them out of RPCS_TO_COME"
     assert {rpc.service for rpc in RPCS} <= set(HOME)
 
 

@@ -358,6 +358,10 @@ def test_bound_config_publishes_the_real_port() -> None:
         ({"security.inter.broker.protocol": "ssl", "ssl.certfile": "c", "ssl.keyfile": "k"},
          "security.inter.broker.protocol=SSL is mutual TLS: it needs ssl.cafile"),
         ({"ssl.client.auth": "required"}, "ssl.client.auth=required needs security.protocol=SSL"),
+        ({"security.inter.broker.protocol": "SSL", "ssl.certfile": "c", "ssl.keyfile": "k",
+          "ssl.cafile": "ca"}, "security.inter.broker.protocol=SSL needs node.principals (or "
+                               "super.users)"),
+        ({"node.principals": "node-1"}, "node.principals: 'node-1' is not a principal"),
         ({"ssl.client.auth": "requested"}, "ssl.client.auth must be one of none, required"),
     ],
 )
@@ -391,7 +395,7 @@ def test_any_address_listens_and_plaintext_beyond_loopback_is_named() -> None:
     tls = {"ssl.certfile": "c", "ssl.keyfile": "k", "ssl.cafile": "ca"}
     secured = NodeConfig.from_properties({
         **BASE, **tls, "listen": "10.0.0.1:9092", "security.protocol": "SSL",
-        "security.inter.broker.protocol": "SSL",
+        "security.inter.broker.protocol": "SSL", "node.principals": "User:CN=node-1",
     })
     assert secured.plaintext_exposures() == []
 

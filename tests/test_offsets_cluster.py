@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 from offsets_helpers import (
     NOT_COORDINATOR,
     OFFSETS,
@@ -21,9 +22,9 @@ from offsets_helpers import (
     commit_request,
     committed,
     coordinator_of,
-    fetch,
     fetched,
     find,
+    forwarded,
     found,
     offsets_keys,
     other_than,
@@ -31,7 +32,6 @@ from offsets_helpers import (
 
 from tidelog import Client, errors
 from tidelog.hashing import group_partition
-from tidelog.node.forwarding import FORWARDED_BY
 from tidelog.testing import LocalCluster, Raw, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -289,18 +289,19 @@ def test_a_forwarded_request_is_never_forwarded_again(coordinators: Raw) -> None
     coordinator = coordinator_of(raw, group)
     committed(raw, coordinator, group, {(TOPIC, 0): Committed(3)})
     other = other_than(raw, coordinator)
-    marked = ((FORWARDED_BY, "99"),)
-    stub = raw.stub(other)
-    answer = stub.OffsetCommit(commit_request(group, {(TOPIC, 0): Committed(4)}), timeout=30,
-                               metadata=marked)
-    assert codes(answer) == {(TOPIC, 0): NOT_COORDINATOR}
-    assert fetch(raw, other, group, metadata=marked)[0] == NOT_COORDINATOR
-    deleted = stub.OffsetDelete(pb.OffsetDeleteRequest(group_id=group), timeout=30,
-                                metadata=marked)
-    assert deleted.error_code == NOT_COORDINATOR
-    groups = stub.DeleteGroups(pb.DeleteGroupsRequest(group_ids=[group]), timeout=30,
-                               metadata=marked)
-    assert [r.error_code for r in groups.results] == [NOT_COORDINATOR]
+    with grpc.insecure_channel(raw.cluster.internal_address_of(other)) as channel:
+
+        def ask(method: str, request: Message) -> Any:
+            return forwarded(channel, method, request, 30).result()
+
+        answer = ask("OffsetCommit", commit_request(group, {(TOPIC, 0): Committed(4)}))
+        assert codes(answer) == {(TOPIC, 0): NOT_COORDINATOR}
+        assert ask("OffsetFetch", pb.OffsetFetchRequest(group_id=group)).error_code == \
+            NOT_COORDINATOR
+        deleted = ask("OffsetDelete", pb.OffsetDeleteRequest(group_id=group))
+        assert deleted.error_code == NOT_COORDINATOR
+        groups = ask("DeleteGroups", pb.DeleteGroupsRequest(group_ids=[group]))
+        assert [r.error_code for r in groups.results] == [NOT_COORDINATOR]
     assert fetched(raw, other, group) == {(TOPIC, 0): Committed(3)}
 
 

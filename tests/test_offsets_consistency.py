@@ -3,9 +3,10 @@ stale offset, whether it was paused (SIGSTOP: it wakes believing it still leads)
 from its peers while clients still reach it (every peer link refused, or a black hole that
 keeps connections open and drops every byte). Its successor commits a newer offset; the old
 one, asked directly, before and right after the fault heals, answers an error or the newer
-offset, never the older one. Requests marked as forwarded make it answer itself rather than
-forward. The "any node, after an acknowledgement" half runs in the chaos suite
-(tests/test_chaos.py, the coordinator scenario), whose checker verifies every fetch."""
+offset, never the older one. Requests sent as forwarded ones (in an envelope, to its
+node-to-node listener) make it answer itself rather than forward. The "any node, after an
+acknowledgement" half runs in the chaos suite (tests/test_chaos.py, the coordinator scenario),
+whose checker verifies every fetch."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from offsets_helpers import Committed, committed, coordinator, find
+from offsets_helpers import Committed, ForwardedAnswer, committed, coordinator, find, forwarded
 
 from tidelog.chaos.cluster import ProxiedCluster
 from tidelog.chaos.toxiproxy import start_toxiproxy
-from tidelog.node.forwarding import FORWARDED_BY
 from tidelog.testing import Raw, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(180)
 
 TOPIC = "events"
 GROUP = "watched"
-#: Requests sent to the old coordinator each time: half marked as forwarded.
+#: Requests sent to the old coordinator each time: half as forwarded ones.
 ASKED = 20
 
 
@@ -35,6 +35,18 @@ def proxied() -> Iterator[tuple[ProxiedCluster, Raw]]:
         3, proxies, offsets_topic_num_partitions=1
     ) as cluster, Raw(cluster) as raw:
         yield cluster, raw
+
+
+@pytest.fixture
+def internal(proxied: tuple[ProxiedCluster, Raw]) -> Iterator[dict[int, grpc.Channel]]:
+    """A channel to each node's own node-to-node listener (no proxy between), for the
+    requests sent as forwarded ones."""
+    cluster, _ = proxied
+    channels = {n: grpc.insecure_channel(cluster.internal_address_of(n))
+                for n in cluster.node_ids}
+    yield channels
+    for channel in channels.values():
+        channel.close()
 
 
 def fault(cluster: ProxiedCluster, kind: str, node: int) -> Callable[[], None]:
@@ -60,7 +72,7 @@ def fault(cluster: ProxiedCluster, kind: str, node: int) -> Callable[[], None]:
     return heal
 
 
-def answered(future: grpc.Future) -> pb.OffsetFetchResponse | None:
+def answered(future: grpc.Future | ForwardedAnswer) -> pb.OffsetFetchResponse | None:
     """The answer, or None when the call failed (no answer is never a stale one)."""
     try:
         response: pb.OffsetFetchResponse = future.result()
@@ -70,7 +82,7 @@ def answered(future: grpc.Future) -> pb.OffsetFetchResponse | None:
 
 
 def test_an_old_coordinator_paused_or_cut_off_never_answers_a_stale_offset(
-    proxied: tuple[ProxiedCluster, Raw],
+    proxied: tuple[ProxiedCluster, Raw], internal: dict[int, grpc.Channel],
 ) -> None:
     cluster, raw = proxied
     wait_for(lambda: find(raw, 1, "warm-up").error_code == 0, 60, "the offsets topic")
@@ -91,12 +103,14 @@ def test_an_old_coordinator_paused_or_cut_off_never_answers_a_stale_offset(
             committed(raw, new, GROUP, {(TOPIC, 0): Committed(value)})
             # Sent while the fault holds: a paused node answers them as it wakes, a cut-off
             # one at once (it still reaches clients), without its peers.
-            waiting = [ask(raw, old, request, marked=i % 2 == 0) for i in range(ASKED)]
+            waiting = [ask(raw, internal, old, request, marked=i % 2 == 0)
+                       for i in range(ASKED)]
             during = [answered(f) for f in waiting] if kind != "pause" else []
         finally:
             heal()
         after = [answered(f) for f in waiting] if kind == "pause" else []
-        after += [answered(ask(raw, old, request, marked=i % 2 == 0)) for i in range(ASKED)]
+        after += [answered(ask(raw, internal, old, request, marked=i % 2 == 0))
+                  for i in range(ASKED)]
         for answer in during + after:
             if answer is None or answer.error_code:
                 continue
@@ -105,8 +119,12 @@ def test_an_old_coordinator_paused_or_cut_off_never_answers_a_stale_offset(
         coordinator(raw, GROUP, cluster.node_ids)  # settled before the next fault
 
 
-def ask(raw: Raw, node: int, request: pb.OffsetFetchRequest, *, marked: bool) -> grpc.Future:
-    metadata = ((FORWARDED_BY, "99"),) if marked else ()
-    future: grpc.Future = raw.stub(node).OffsetFetch.future(request, timeout=10,
-                                                            metadata=metadata)
+def ask(
+    raw: Raw, internal: dict[int, grpc.Channel], node: int, request: pb.OffsetFetchRequest,
+    *, marked: bool,
+) -> grpc.Future | ForwardedAnswer:
+    """`node`'s answer to `request`: sent by a client, or `marked`, as a forwarded one."""
+    if marked:
+        return forwarded(internal[node], "OffsetFetch", request, 10)
+    future: grpc.Future = raw.stub(node).OffsetFetch.future(request, timeout=10)
     return future

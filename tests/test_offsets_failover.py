@@ -22,11 +22,11 @@ from offsets_helpers import (
     coordinator,
     fetched,
     find,
+    forwarded,
     offsets_keys,
 )
 
 from tidelog.hashing import group_partition
-from tidelog.node.forwarding import FORWARDED_BY
 from tidelog.testing import LocalCluster, Raw, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -99,19 +99,18 @@ def test_a_paused_old_coordinator_never_answers_a_stale_offset(
     committed(raw, 1, group, {(TOPIC, 0): Committed(1)})
     old = coordinator(raw, group, cluster.node_ids)
     others = [n for n in cluster.node_ids if n != old]
-    marked = ((FORWARDED_BY, "99"),)
     request = pb.OffsetFetchRequest(group_id=group)
-    cluster.pause(old)
-    try:
-        coordinator(raw, group, others, but=old)
-        committed(raw, others[0], group, {(TOPIC, 0): Committed(2)})
-        waiting = [raw.stub(old).OffsetFetch.future(request, timeout=30, metadata=marked)
-                   for _ in range(20)]
-    finally:
-        cluster.resume(old)
-    answers = [future.result() for future in waiting]
-    answers += [raw.stub(old).OffsetFetch(request, timeout=30, metadata=marked)
-                for _ in range(20)]
+    with grpc.insecure_channel(cluster.internal_address_of(old)) as channel:
+        cluster.pause(old)
+        try:
+            coordinator(raw, group, others, but=old)
+            committed(raw, others[0], group, {(TOPIC, 0): Committed(2)})
+            waiting = [forwarded(channel, "OffsetFetch", request, 30) for _ in range(20)]
+        finally:
+            cluster.resume(old)
+        answers = [future.result() for future in waiting]
+        answers += [forwarded(channel, "OffsetFetch", request, 30).result()
+                    for _ in range(20)]
     for answer in answers:
         assert answer.error_code in RETRIABLE | {0}, answer
         if answer.error_code == 0:

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography import x509
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tidelog.certificates import CertFiles, CertificateAuthority
 from tidelog.node.security import ANONYMOUS, principal_of, principal_of_certificate
@@ -27,6 +27,20 @@ def _principal(files: CertFiles) -> str:
 def test_common_name_only(tmp_path: Path) -> None:
     ca = CertificateAuthority(tmp_path)
     assert _principal(ca.issue("alice", "alice")) == "User:CN=alice"
+
+
+def test_client_certificates_authenticate_clients_only(tmp_path: Path) -> None:
+    """A client's certificate of the throwaway CA cannot serve a listener; a node's serves both
+    ends of its connections."""
+    ca = CertificateAuthority(tmp_path)
+
+    def usages(files: CertFiles) -> list[x509.ObjectIdentifier]:
+        certificate = x509.load_pem_x509_certificate(files.certfile.read_bytes())
+        return list(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+
+    assert usages(ca.issue("alice", "alice")) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert usages(ca.issue("node-1", "node-1", node=True)) == [
+        ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
 
 
 def test_subject_is_written_most_specific_first_as_kafka_does(tmp_path: Path) -> None:
@@ -102,13 +116,13 @@ async def _whoami(
 
 def test_principal_of_a_mutual_tls_call_is_the_client_certificate(tmp_path: Path) -> None:
     ca = CertificateAuthority(tmp_path)
-    node, client = ca.issue("node", "node-1"), ca.issue("client", "alice")
+    node, client = ca.issue("node", "node-1", node=True), ca.issue("client", "alice")
     assert asyncio.run(_whoami(node, client, client_auth=True)) == "User:CN=alice"
 
 
 def test_tls_without_client_auth_is_anonymous(tmp_path: Path) -> None:
     ca = CertificateAuthority(tmp_path)
-    node = ca.issue("node", "node-1")
+    node = ca.issue("node", "node-1", node=True)
     assert asyncio.run(_whoami(node, None, client_auth=False)) == ANONYMOUS
 
 

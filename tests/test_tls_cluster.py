@@ -126,7 +126,7 @@ def test_a_node_whose_certificate_the_ca_did_not_sign_replicates_nothing(
         raw.wait_leaders("guarded", 1)
         cluster.stop(3)
         # Node 3 comes back with a certificate of another CA, under the names its config uses.
-        impostor = CertificateAuthority(tmp_path).issue("node-3", "node-3")
+        impostor = CertificateAuthority(tmp_path).issue("node-3", "node-3", node=True)
         own_cert, own_key = cluster.tls_dir / "node-3.pem", cluster.tls_dir / "node-3-key.pem"
         kept = own_cert.read_bytes(), own_key.read_bytes()
         own_cert.write_bytes(impostor.certfile.read_bytes())

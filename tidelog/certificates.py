@@ -3,9 +3,11 @@
 What ``tidelog cluster up --tls`` and ``LocalCluster(tls=True)`` use so that a TLS cluster is
 one flag away; a real deployment brings certificates from its own CA. Keys are ECDSA P-256
 (a handshake costs a fraction of an RSA one) and certificates name ``localhost``, 127.0.0.1 and
-::1, the only addresses a Tidelog node binds, so a client's hostname check passes. Every
-certificate may serve both ends of a connection: a node presents the same one to clients and,
-for mutual TLS, to the peers it dials.
+::1, the only addresses a Tidelog node binds, so a client's hostname check passes. A node's
+certificate serves both ends of a connection (a node presents the same one to clients and, for
+mutual TLS, to the peers it dials); a client's may only authenticate a client, so it can never
+pass for a server. Which principals count as nodes is the nodes' setting (node.principals), not
+the certificate's.
 """
 
 from __future__ import annotations
@@ -79,9 +81,13 @@ class CertificateAuthority:
         self.cafile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         self._key, self._cert = key, cert
 
-    def issue(self, name: str, subject: x509.Name | str) -> CertFiles:
+    def issue(self, name: str, subject: x509.Name | str, *, node: bool = False) -> CertFiles:
         """A certificate for ``subject`` (a common name, or a whole x509.Name), written as
-        ``<name>.pem`` and ``<name>-key.pem`` beside the CA."""
+        ``<name>.pem`` and ``<name>-key.pem`` beside the CA: a client's (CLIENT_AUTH only), or
+        with ``node`` a node's (SERVER_AUTH and CLIENT_AUTH)."""
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if node:
+            usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
         if isinstance(subject, str):
             subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
         key = ec.generate_private_key(ec.SECP256R1())
@@ -100,12 +106,7 @@ class CertificateAuthority:
             .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .sign(ca_key, hashes.SHA256())
         )
         files = CertFiles(

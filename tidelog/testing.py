@@ -584,7 +584,7 @@ class LocalCluster:
             "client.addresses": format_peers(self._static(self._addresses)),
         })
         if self.tls:
-            files = self._certificates(f"node-{node_id}")
+            files = self._certificates(f"node-{node_id}", node=True)
             props.update({
                 "security.protocol": "SSL",
                 "security.inter.broker.protocol": "SSL",
@@ -594,14 +594,15 @@ class LocalCluster:
                 "ssl.client.auth": "required",
             })
             # The authorizer is on, denying what no ACL allows (allow.everyone.if.no.acl.found
-            # unset is false). The nodes are super users: a request one forwards (to the
-            # controller, to a group's coordinator) keeps its client's principal only from a
-            # node allowed CLUSTER_ACTION (node/authorization.py). So is the harness's own
-            # client certificate (client_options, User:CN=client): the administrator that
-            # creates the ACLs every other principal needs.
+            # unset is false). The nodes are the node principals (the only callers of the
+            # node-to-node listener, and the only ones that may forward a request as its
+            # client's) and super users. So is the harness's own client certificate
+            # (client_options, User:CN=client): the administrator that creates the ACLs every
+            # other principal needs.
             props.setdefault("authorizer", "acl")
-            principals = [*props.get("super.users", "").split(";"), ADMIN_PRINCIPAL,
-                          *(f"User:CN=node-{n}" for n in self._addresses)]
+            nodes = [f"User:CN=node-{n}" for n in self._addresses]
+            props.setdefault("node.principals", ";".join(nodes))
+            principals = [*props.get("super.users", "").split(";"), ADMIN_PRINCIPAL, *nodes]
             props["super.users"] = ";".join(dict.fromkeys(filter(None, principals)))
         routes = self.routes(node_id)
         if routes is not None:
@@ -639,9 +640,10 @@ class LocalCluster:
                 env=env,
             )
 
-    def _certificates(self, name: str) -> CertFiles:
+    def _certificates(self, name: str, *, node: bool = False) -> CertFiles:
         """The certificate ``name`` (its common name too) of the cluster's CA, made on first
-        use and kept with the cluster's data."""
+        use and kept with the cluster's data: a client's, or with ``node`` a node's
+        (`CertificateAuthority.issue`)."""
         from tidelog.certificates import CertFiles, CertificateAuthority
 
         ca = CertificateAuthority(self.tls_dir)
@@ -652,7 +654,7 @@ class LocalCluster:
         )
         if files.certfile.exists() and files.keyfile.exists():
             return files
-        return ca.issue(name, name)
+        return ca.issue(name, name, node=node)
 
     def _record_layout(self) -> None:
         """The static nodes' addresses and pids (joined nodes are not resumed)."""

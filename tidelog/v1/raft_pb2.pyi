@@ -347,3 +347,21 @@ class NodeHeartbeatResponse(_message.Message):
     fenced: bool
     metadata_high_watermark: int
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., fenced: _Optional[bool] = ..., metadata_high_watermark: _Optional[int] = ...) -> None: ...
+
+class ForwardRequest(_message.Message):
+    __slots__ = ("method", "request", "principal", "node_id")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    request: bytes
+    principal: str
+    node_id: int
+    def __init__(self, method: _Optional[str] = ..., request: _Optional[bytes] = ..., principal: _Optional[str] = ..., node_id: _Optional[int] = ...) -> None: ...
+
+class ForwardResponse(_message.Message):
+    __slots__ = ("response",)
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    response: bytes
+    def __init__(self, response: _Optional[bytes] = ...) -> None: ...

@@ -70,6 +70,11 @@ class RaftTransportStub:
                 request_serializer=tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.Forward = channel.unary_unary(
+                '/tidelog.v1.RaftTransport/Forward',
+                request_serializer=tidelog_dot_v1_dot_raft__pb2.ForwardRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_raft__pb2.ForwardResponse.FromString,
+                _registered_method=True)
 
 
 class RaftTransportServicer:
@@ -141,6 +146,18 @@ class RaftTransportServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Forward(self, request, context):
+        """Kafka's Envelope (api 58): a request of the Tidelog service that a client sent another
+        node, for this node to answer (an admin change for the controller, a request for the
+        coordinator of a group or transactional id), with the principal of that client. The
+        request is authorized as that client's and never forwarded again. Only a node principal
+        may send it (as every RaftTransport call); the client listener has no way to carry a
+        principal. A request the method refuses whole comes back as this call's status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftTransportServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -178,6 +195,11 @@ def add_RaftTransportServicer_to_server(servicer, server):
                     servicer.NodeHeartbeat,
                     request_deserializer=tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatResponse.SerializeToString,
+            ),
+            'Forward': grpc.unary_unary_rpc_method_handler(
+                    servicer.Forward,
+                    request_deserializer=tidelog_dot_v1_dot_raft__pb2.ForwardRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_raft__pb2.ForwardResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -370,6 +392,33 @@ class RaftTransport:
             '/tidelog.v1.RaftTransport/NodeHeartbeat',
             tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatRequest.SerializeToString,
             tidelog_dot_v1_dot_raft__pb2.NodeHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Forward(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.RaftTransport/Forward',
+            tidelog_dot_v1_dot_raft__pb2.ForwardRequest.SerializeToString,
+            tidelog_dot_v1_dot_raft__pb2.ForwardResponse.FromString,
             options,
             channel_credentials,
             insecure,
