@@ -237,6 +237,8 @@ def test_health_is_not_serving_until_the_runtime_has_started(
             self.replicas = self.routing = self.offsets_topic = self.groups = None
             self.consumer_groups = self.txn_topic = self.txns = None
             self.txn_markers = SimpleNamespace(handle=None)
+            self.balancer = SimpleNamespace(on_pass=None)
+            self.txn_verification = SimpleNamespace(handle=None)
             self.registry = SimpleNamespace(register=None, heartbeat=None)
             self.controller = SimpleNamespace(
                 fetch_metadata=None, reassignment_done=None, image=MetadataImage()
