@@ -39,6 +39,7 @@ from tidelog.node.txn_coordinator_driver import TxnCoordinatorDriver
 from tidelog.node.txn_markers import TxnMarkers
 from tidelog.node.txn_verification import TxnVerification
 from tidelog.replication import NotLeaderError
+from tidelog.storage.checkpoint import DATA_DIR_MODE
 from tidelog.v1 import raft_pb2 as rpb
 
 log = logging.getLogger("tidelog.node")
@@ -108,7 +109,7 @@ class NodeRuntime:
         """Load every log (metadata first, then the topics it names), run the loops, and
         return once the metadata is as current as the controller's committed state: the
         server reports SERVING only then."""
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config.data_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
         self.replicas.start_links()
         await self.controller.load()
         loops = [

@@ -32,7 +32,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig, format_peers
-from tidelog.node.files import write_atomically
+from tidelog.node.files import open_private, prepare_data_dir, write_atomically
 from tidelog.node.interceptors import HandlerRewriter, behavior_kind
 from tidelog.node.malformed import reject_malformed
 from tidelog.v1 import tidelog_pb2
@@ -74,7 +74,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     from tidelog.node.txn_verification import add_verification_service
     from tidelog.v1 import tidelog_pb2_grpc
 
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    prepare_data_dir(config.data_dir)
     with _hold_data_dir(config.data_dir):
         metrics = NodeMetrics()
         # Outermost first: a request refused as malformed is counted (and timed) too.
@@ -325,7 +325,7 @@ def _register_reflection_v1() -> str:
 def data_dir_in_use(data_dir: Path) -> bool:
     """Whether a live node holds ``data_dir`` (the lock dies with its process, stale pids don't)."""
     try:
-        handle = (data_dir / LOCK_FILE).open("a")
+        handle = open_private(data_dir / LOCK_FILE, "a")
     except FileNotFoundError:
         return False
     with handle:
@@ -350,7 +350,7 @@ def data_dir_holder(data_dir: Path) -> int | None:
 
 @contextlib.contextmanager
 def _hold_data_dir(data_dir: Path) -> Iterator[None]:
-    with (data_dir / LOCK_FILE).open("a") as handle:
+    with open_private(data_dir / LOCK_FILE, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

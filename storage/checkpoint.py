@@ -23,6 +23,12 @@ log = logging.getLogger(__name__)
 
 TMP_SUFFIX = ".tmp"
 
+#: The modes of what a node keeps under its data dir: its owner alone reads the records (any
+#: local user could read payloads out of 0644 segments in 0755 directories). Files are created
+#: with these modes, never chmodded afterwards, and the umask can only take bits away.
+DATA_FILE_MODE = 0o600
+DATA_DIR_MODE = 0o700
+
 
 def pwrite_all(fd: int, data: bytes | memoryview, position: int) -> None:
     """Write all of `data` at `position`. A full disk may take part of a write and refuse the
@@ -62,7 +68,7 @@ class CheckpointFile:
         instead of formatting every one each time."""
         text = "\n".join([str(self.version), str(len(rows)), *rows]) + "\n"
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DATA_FILE_MODE)
         try:
             pwrite_all(fd, text.encode(), 0)
             os.fsync(fd)

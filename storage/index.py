@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from tidelog.storage.checkpoint import pwrite_all
+from tidelog.storage.checkpoint import DATA_FILE_MODE, pwrite_all
 from tidelog.storage.errors import CorruptIndexError
 
 INT32_MAX = 2**31 - 1
@@ -82,11 +82,11 @@ class IndexFile:
 
     def _open(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, DATA_FILE_MODE)
         return self._fd
 
     def create(self) -> None:
-        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DATA_FILE_MODE))
         self._dirty = True
 
     def write_at(self, position: int, data: bytes) -> None:

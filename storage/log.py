@@ -45,7 +45,7 @@ from tidelog.records import (
     validate_batch,
     with_codec,
 )
-from tidelog.storage.checkpoint import fsync_dir
+from tidelog.storage.checkpoint import DATA_DIR_MODE, DATA_FILE_MODE, fsync_dir
 from tidelog.storage.config import LONG_MAX, LogConfig
 from tidelog.storage.epoch import LeaderEpochFileCache
 from tidelog.storage.errors import OffsetsOutOfOrderError, UnexpectedAppendOffsetError
@@ -126,7 +126,7 @@ class Log:
         of its own (`clock` gives milliseconds since the epoch): the simulator runs it on
         virtual time, the node on the wall clock."""
         if not directory.exists():
-            directory.mkdir(parents=True)
+            directory.mkdir(mode=DATA_DIR_MODE, parents=True)
             fsync_dir(directory.parent)
         return cls(directory, config or LogConfig(), clock)
 
@@ -930,7 +930,7 @@ class Log:
             self.checkpoint()
             write_snapshot(self.directory, self.producer_state, self._log_end_offset)
             marker = self.directory / CLEAN_SHUTDOWN_FILE
-            marker.touch()
+            marker.touch(mode=DATA_FILE_MODE)
             fsync_dir(self.directory)
             for segment in self._segments:
                 segment.close_handles()

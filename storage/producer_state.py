@@ -42,7 +42,7 @@ from tidelog.records import (
     BatchHeader,
     ControlType,
 )
-from tidelog.storage.checkpoint import TMP_SUFFIX
+from tidelog.storage.checkpoint import DATA_FILE_MODE, TMP_SUFFIX
 
 #: Kafka keeps the metadata of the last five batches per producer (max.in.flight = 5).
 BATCHES_TO_RETAIN = 5
@@ -400,7 +400,7 @@ def write_snapshot(directory: Path, state: ProducerStateManager, offset: int) ->
     directory is fsynced with the log's next flush)."""
     path = snapshot_path(directory, offset)
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "wb") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DATA_FILE_MODE), "wb") as f:
         f.write(state.encode(offset))
         f.flush()
         os.fsync(f.fileno())

@@ -26,7 +26,7 @@ from tidelog.records import (
     read_header,
     record_timestamps,
 )
-from tidelog.storage.checkpoint import pwrite_all
+from tidelog.storage.checkpoint import DATA_FILE_MODE, pwrite_all
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochFileCache
 from tidelog.storage.errors import CorruptIndexError
@@ -136,7 +136,7 @@ class LogSegment:
     ) -> LogSegment:
         """A new, empty segment; fails if its .log already exists."""
         path = segment_file(directory, base_offset, LOG_SUFFIX, temp_suffix)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, DATA_FILE_MODE))
         segment = cls(
             directory,
             base_offset,

@@ -619,11 +619,15 @@ class LocalCluster:
         self, node_dir: Path, log_path: Path, props: dict[str, str], prefix: Sequence[str]
     ) -> subprocess.Popen[bytes]:
         from tidelog.node.config import NodeConfig
+        from tidelog.node.files import open_private
+        from tidelog.storage.checkpoint import DATA_DIR_MODE
 
-        node_dir.mkdir(parents=True, exist_ok=True)
+        # The node's own data dir, private as the node makes it (it warns about any other).
+        node_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
         config = NodeConfig.from_properties(props)  # refuses bad settings here, not in a log
         config_path = node_dir / "node.properties"
-        config_path.write_text("".join(f"{k}={v}\n" for k, v in config.to_properties().items()))
+        with open_private(config_path, "w") as properties:
+            properties.write("".join(f"{k}={v}\n" for k, v in config.to_properties().items()))
         command = [*prefix, sys.executable, "-m", "tidelog.node", "--config", str(config_path)]
         if self._exit_with_parent:
             command += ["--exit-with-parent", str(os.getpid())]
