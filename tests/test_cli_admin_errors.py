@@ -105,16 +105,23 @@ def test_an_acl_that_shuts_the_caller_out_of_acl_administration_needs_force(
     cluster: LocalCluster,
 ) -> None:
     """Before: one `acls add --cluster --allow-principal User:admin` over plaintext left
-    ANONYMOUS without ALTER on the cluster, and no later command could remove it."""
+    ANONYMOUS without ALTER on the cluster, and no later command could remove it (and so did
+    removing ANONYMOUS's own grant beside another principal's)."""
     code, _, err = tidelog(cluster, "acls", "add", "--cluster", "--allow-principal",
                            "User:admin")
     assert code == 2, err
     assert "User:ANONYMOUS" in err and "--force" in err and "super.users" in err, err
     code, out, err = tidelog(cluster, "acls", "list", "--cluster")
     assert code == 0 and "User:admin" not in out, out + err
-    # Allowing the caller too keeps it in: no refusal, and it can remove both again.
+    # Allowing the caller too keeps it in: no refusal.
     code, _, err = tidelog(cluster, "acls", "add", "--cluster", "--allow-principal",
                            "User:admin", "--allow-principal", "User:ANONYMOUS")
     assert code == 0, err
+    # Removing the caller's own grant while User:admin's stays would shut it out as well.
+    code, _, err = tidelog(cluster, "acls", "remove", "--cluster", "--allow-principal",
+                           "User:ANONYMOUS")
+    assert code == 2 and "--force" in err and "super.users" in err, err
+    # With no ACL left, the nodes' allow.everyone.if.no.acl.found decides: a warning.
     code, out, err = tidelog(cluster, "acls", "remove", "--cluster")
     assert code == 0 and out.count("removed") == 2, out + err
+    assert "allow.everyone.if.no.acl.found" in err, err

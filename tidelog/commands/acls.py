@@ -13,6 +13,8 @@ Hosts are always ``*``: Tidelog's ACLs apply to every host.
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,10 +61,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         else:
             action.add_argument("--principal", action="append", default=[],
                                 metavar="PRINCIPAL", help="only the ACLs of these (repeatable)")
-        if name == "add":
+        if name != "list":
             action.add_argument("--force", action="store_true",
-                                help="add ACLs on the cluster even if they leave this caller "
-                                "unable to manage ACLs")
+                                help=f"{name} ACLs on the cluster even if that leaves this "
+                                "caller unable to manage ACLs")
         add_bootstrap(action)
 
 
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "add":
             bindings = _bindings(args, named, pattern_type)
             if not args.force:
-                _refuse_lockout(client, bindings, _caller(args))
+                _refuse_lockout(client, _caller(args), added=bindings)
             client.create_acls(bindings)
             for binding in bindings:
                 print(f"added {binding}")
@@ -108,7 +110,10 @@ def run(args: argparse.Namespace) -> int:
                 found.update(dict.fromkeys(client.describe_acls(acl_filter)))
             _print(list(found))
         else:
-            removed = client.delete_acls(_removal_filters(args, named, pattern_type))
+            filters = _removal_filters(args, named, pattern_type)
+            if not args.force:
+                _refuse_lockout(client, _caller(args), removed=filters)
+            removed = client.delete_acls(filters)
             for binding in removed:
                 print(f"removed {binding}")
             if not removed:
@@ -120,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The cluster resource, the only one whose ACLs decide who may manage ACLs.
+_CLUSTER = ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL)
 #: How an operator gets ACL administration back once no principal they can use may alter the
 #: cluster: the node settings bypass ACLs, and need only a restart.
 _RECOVERY = (
@@ -143,20 +150,32 @@ def _caller(args: argparse.Namespace) -> str:
         raise ConfigurationError(f"--ssl-certfile {certfile}: {exc}") from None
 
 
-def _refuse_lockout(client: Client, bindings: list[AclBinding], caller: str) -> None:
-    """Refuse ACLs on the cluster after which `caller` could no longer alter the cluster,
-    which creating and deleting ACLs need: with the authorizer on, one such `acls add` would
-    shut the caller out of ACL administration with no command to undo it. The ACLs of the
-    cluster after the add decide, as the authorizer reads them: a DENY of ALTER (or ALL) to
-    the caller or to everyone wins, else an ALLOW of it is needed (super users, which the
-    client cannot see, are not counted)."""
-    added = [b for b in bindings if b.pattern.resource_type == ResourceType.CLUSTER]
-    if not added:
+def _refuse_lockout(
+    client: Client, caller: str, *, added: Sequence[AclBinding] = (),
+    removed: Sequence[AclBindingFilter] = (),
+) -> None:
+    """Refuse to add or remove ACLs of the cluster when `caller` could then no longer alter
+    the cluster, which creating and deleting ACLs need: with the authorizer on, one such
+    command would shut the caller out of ACL administration with no command to undo it.
+    The cluster's ACLs after the change decide, as the authorizer reads them: a DENY of ALTER
+    (or ALL) to the caller or to everyone wins, else an ALLOW of it is needed. With no ACL
+    left on the cluster the nodes' allow.everyone.if.no.acl.found decides, which a client
+    cannot see (nor super users): a warning then, not a refusal."""
+    adding = [b for b in added if b.pattern == _CLUSTER]
+    if not adding and not any(f.pattern.matches(_CLUSTER) for f in removed):
         return
-    cluster = AclBindingFilter(
+    existing = client.describe_acls(AclBindingFilter(
         ResourcePatternFilter(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL)
-    )
-    entries = [b.entry for b in [*client.describe_acls(cluster), *added]]
+    ))
+    going = [b for b in existing if any(f.matches(b) for f in removed)]
+    if not adding and not going:
+        return
+    entries = [b.entry for b in [*existing, *adding] if b not in going]
+    if not entries:
+        print(f"warning: no ACL is left on the cluster: whether {caller} may still manage ACLs "
+              "is the nodes' allow.everyone.if.no.acl.found (false unless set). If you are "
+              f"shut out: {_RECOVERY}", file=sys.stderr)
+        return
 
     def matches(entry: AccessControlEntry, permission: Permission) -> bool:
         return (entry.permission == permission and entry.principal in (caller, "User:*")
@@ -165,10 +184,10 @@ def _refuse_lockout(client: Client, bindings: list[AclBinding], caller: str) -> 
     denied = any(matches(e, Permission.DENY) for e in entries)
     if denied or not any(matches(e, Permission.ALLOW) for e in entries):
         raise ConfigurationError(
-            f"after these ACLs {caller} (this command's principal) may not alter the "
-            "cluster, which managing ACLs needs, so no later acls add or remove of yours "
-            f"would be allowed; also allow {caller} --operation alter on the --cluster, or "
-            f"pass --force. If it happens: {_RECOVERY}"
+            f"after this {caller} (this command's principal) may not alter the cluster, "
+            "which managing ACLs needs, so no later acls add or remove of yours would be "
+            f"allowed; keep {caller} allowed --operation alter on the --cluster, or pass "
+            f"--force. If it happens: {_RECOVERY}"
         )
 
 
