@@ -76,7 +76,7 @@ def test_the_beacon_reaches_a_peer_learned_after_its_start(tmp_path: Path) -> No
     async def scenario() -> None:
         heard: list[int] = []
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        add_raft_transport(server, lambda env, payload: heard.append(env.src), *[_unused] * 5)
+        add_raft_transport(server, lambda env, payload: heard.append(env.src), *[_unused] * 6)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path)
@@ -117,7 +117,7 @@ def test_a_node_whose_loop_is_busy_past_an_election_timeout_is_not_taken_for_dea
             two = ReplicaSet(config)
             election_s.append(config.election_timeout_ms / 1000)
             server = grpc.aio.server(options=SERVER_OPTIONS)
-            add_raft_transport(server, two.step, *[_unused] * 5)
+            add_raft_transport(server, two.step, *[_unused] * 6)
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
             ticking = asyncio.create_task(two.tick_loop())

@@ -107,6 +107,7 @@ async def _cluster(tmp_path: Path, election_timeout_ms: int) -> AsyncIterator[_C
             lambda request: asyncio.sleep(0, rpb.ReassignmentDoneResponse()),
             lambda request, wait: asyncio.sleep(0, rpb.RegisterNodeResponse()),
             lambda request, wait: asyncio.sleep(0, rpb.NodeHeartbeatResponse()),
+            lambda request, context: asyncio.sleep(0, rpb.ForwardResponse()),
         )
     try:
         for i in IDS:
