@@ -3,7 +3,7 @@ a plain dict of (group, topic, partition) -> CommittedOffset measured in the sam
 
 * memory: bytes per entry as tracemalloc sees them, after putting every entry of a shape into an
   empty table (empty metadata, one topic ``orders``, group names ``group-<n>``). Shapes: 10^4
-  groups x 100 partitions and 10^6 groups x 1 partition (seed 004 requirement 4, goal <= 64),
+  groups x 100 partitions and 10^6 groups x 1 partition (contract §8.4, goal <= 64),
   and 10^5 groups x 100 partitions (10^7 entries; the dict baseline is skipped there, it would
   take several GiB).
 * speed: CPU nanoseconds per operation on the 10^6-entry tables, best of a few rounds over the

@@ -5,7 +5,7 @@ fails every run with the bug and passes every run without it (a seeded random ru
 ``lost_prepare``: a transaction coordinator cut off from its partition's followers while it
 ends a transaction, so that its PrepareCommit cannot commit and the next coordinator, which
 never saw it, aborts the transaction. A coordinator that writes its markers only once the
-Prepare record has committed (kafka-reference §8.6) has written none, and the abort is all
+Prepare record has committed (kafka-mapping §8.6) has written none, and the abort is all
 there is; one that writes them before (the planted bug ``test.txn.markers.before.prepare``)
 has already made the transaction readable, and the checker finds records of an acknowledged
 abort (G1a) and a transaction partly committed, partly aborted (torn).

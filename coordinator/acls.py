@@ -1,4 +1,4 @@
-"""The ACLs of the cluster and the decision made on them (kafka-reference §11.2, Kafka's
+"""The ACLs of the cluster and the decision made on them (kafka-mapping §11.2, Kafka's
 ``StandardAuthorizerData``).
 
 Every node applies the ACL records of the metadata log to an `AclIndex` (part of its
@@ -63,7 +63,7 @@ STORED_PERMISSIONS = frozenset({Permission.ALLOW, Permission.DENY})
 
 
 def check_binding(binding: AclBinding) -> None:
-    """What CreateAcls refuses with INVALID_REQUEST (kafka-reference §11.4, and AclApis'
+    """What CreateAcls refuses with INVALID_REQUEST (kafka-mapping §11.4, and AclApis'
     rule for the cluster's name); also what every stored record must satisfy."""
     pattern, entry = binding.pattern, binding.entry
     if pattern.resource_type not in STORED_TYPES:

@@ -1,4 +1,4 @@
-"""The server-side assignors of consumer groups (kafka-reference §10.7): `uniform` and `range`.
+"""The server-side assignors of consumer groups (kafka-mapping §10.7): `uniform` and `range`.
 
 An assignor maps each member to the partitions it should own (the target assignment) from the
 members' subscriptions and the subscribed topics' partition counts. It is a pure function, run

@@ -1,7 +1,7 @@
 """The records of consumer groups (KIP-848) in `__consumer_offsets`, beside the offset records.
 
 Kafka keeps a consumer group as six record types in the group's partition of the offsets topic
-(kafka-reference §10.8); Tidelog keeps the same six, with the same keys and the fields it uses.
+(kafka-mapping §10.8); Tidelog keeps the same six, with the same keys and the fields it uses.
 A key starts with its int16 record type, which is also what tells a group record from an offset
 commit (type 1, `offsets_records`) on replay; the value starts with an int16 version (0 here).
 A null value is a tombstone: the key's record is gone.
@@ -56,7 +56,7 @@ UNRELEASED_PARTITIONS: Final = 2
 UNKNOWN_STATE: Final = 127
 _STATES: Final = frozenset((STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS, UNKNOWN_STATE))
 
-#: The member epoch of a static member that left for a while (kafka-reference §10.6).
+#: The member epoch of a static member that left for a while (kafka-mapping §10.6).
 LEFT_STATIC_EPOCH: Final = -2
 
 _I8 = struct.Struct(">b")

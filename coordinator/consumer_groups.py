@@ -1,7 +1,7 @@
 """Consumer groups with server-side assignment (Kafka's KIP-848 protocol): the state machine of
 the groups of one `__consumer_offsets` partition.
 
-Design (kafka-reference §10; issue 15):
+Design (kafka-mapping §10; issue 15):
 
 * State is records. A group is the six record types of `consumer_group_records` in its
   partition of the offsets topic: group epoch (3), subscription metadata (4), member metadata

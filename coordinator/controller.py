@@ -3,7 +3,7 @@
 Topic creation and deletion, blocks of producer ids, ACLs and the nodes' registrations and
 fencing are records in a Raft-replicated log (`metadata_records`); every node applies the
 committed records in order to the same image, so after any crash all nodes agree on topics,
-configs, replica assignments and the members of the cluster (SPEC §7).
+configs, replica assignments and the members of the cluster (contract §7).
 
 Deterministic, like the Raft core: no I/O, no clock, no threads, no event loop. Decisions
 (validation, replica assignment) are made once, by the controller leader, before it proposes a

@@ -1,7 +1,7 @@
 """The group coordinator's state machine: the committed offsets of one `__consumer_offsets`
 partition, and the records that change them.
 
-Seed 004 and SPEC §8: a group's offsets are records of the group's partition of the compacted
+Contract §8: a group's offsets are records of the group's partition of the compacted
 `__consumer_offsets` topic, one record per (group, topic, partition) (`offsets_records`). The
 leader of that partition replays it into an `OffsetTable` and serves OffsetFetch from the table;
 an OffsetCommit becomes records that the leader appends, and the table takes them only when they
@@ -12,7 +12,7 @@ Deterministic, like the Raft core and the controller: no I/O, no clock (callers 
 no threads, no event loop. The node's driver feeds committed batches to `apply` and appends what
 the `plan_*` methods return; planning never touches the table.
 
-Atomicity (seed 004's "transactionality"): every record of one commit request carries the same
+Atomicity (contract §8.5): every record of one commit request carries the same
 commit id and the number of records in the set, and the set is appended as one batch. On replay
 a set changes the table only when all its records are there, together and in a row; a set found
 short is ignored, and `finish_loading` returns records that write the previous values of its keys
@@ -326,7 +326,7 @@ class GroupCoordinatorState:
 
     def _put_plain(self, entries: list[tuple[OffsetKey, OffsetValue]]) -> None:
         """A plain commit set (no transaction's): it outranks the parked transactional
-        offsets of its keys, all from earlier in the log (kafka-reference §8.5)."""
+        offsets of its keys, all from earlier in the log (kafka-mapping §8.5)."""
         self._put_all(entries)
         if self.txn_offsets:
             self.txn_offsets.outranked([key for key, _ in entries])
@@ -499,7 +499,7 @@ class GroupCoordinatorState:
     def plan_expiration(self, now_ms: int) -> list[RecordInput]:
         """Tombstones for every offset of each group whose newest commit is at least
         `retention_ms` old: Kafka's rule for a simple group (no members), whose expiration base
-        is the commit time (kafka-reference §7.8), taken per group as the table keeps it; a
+        is the commit time (kafka-mapping §7.8), taken per group as the table keeps it; a
         consumer group's offsets do not expire while it has members."""
         return [record for step in self.expiration_steps(now_ms, len(self.table) + 1)
                 for record in step]

@@ -1,6 +1,6 @@
 """The committed consumer offsets of one `__consumer_offsets` partition, held compactly in memory.
 
-Seed 004 requirement 4 asks for at most 64 bytes per (group, topic, partition) entry. A dict of
+Contract §8.4 asks for at most 64 bytes per (group, topic, partition) entry. A dict of
 tuples costs 210-340 (a tuple key, its strings, an int object per field, the value tuple, the
 dict slot), so the table keeps no Python object per entry or per group; everything lives in flat
 `array` columns and one `bytearray`:

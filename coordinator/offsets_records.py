@@ -1,6 +1,6 @@
 """The records of `__consumer_offsets`: the key and value of one committed offset.
 
-Key, as Kafka's OffsetCommitKey (kafka-reference §7.4), so that a key names one
+Key, as Kafka's OffsetCommitKey (kafka-mapping §7.4), so that a key names one
 (group, topic, partition) the same way Kafka does and the cleaner keeps its newest value::
 
     int16   version     1 (Kafka's 0 has the same layout, but the cleaner compares raw key
@@ -12,8 +12,8 @@ Key, as Kafka's OffsetCommitKey (kafka-reference §7.4), so that a key names one
 
 Value, under Tidelog's own version (Kafka's value versions are 0-4; Tidelog's sits far from
 them so that a value is never read under the other's layout). It carries Kafka's v3 fields and
-seed 004's commit id and commit size, which let a loader tell a whole commit set from part of
-one (`GroupCoordinatorState`)::
+the commit id and commit size of contract §8.5, which let a loader tell a whole commit set
+from part of one (`GroupCoordinatorState`)::
 
     int16   version           VALUE_VERSION
     int64   offset

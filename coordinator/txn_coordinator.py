@@ -1,7 +1,7 @@
 """The transaction coordinator's state machine: the transactional ids of one
 `__transaction_state` partition, and the records that move their transactions on.
 
-SPEC §9, kafka-reference §8.2-§8.7. Each transactional id has one record (`txn_records`), its
+contract §9, kafka-mapping §8.2-§8.7. Each transactional id has one record (`txn_records`), its
 newest state in the compacted log: Empty after InitProducerId, Ongoing once partitions are
 added, PrepareCommit / PrepareAbort once EndTxn is decided, CompleteCommit / CompleteAbort once
 every partition has its marker. The leader of the partition replays it into a table (`apply`)
@@ -216,7 +216,7 @@ class TransactionCoordinatorState:
         self, txn_id: str, timeout_ms: int, producer_id: int, producer_epoch: int, now_ms: int,
         fresh_producer_id: int | None = None,
     ) -> Decision:
-        """InitProducerId with a transactional id (kafka-reference §8.4): the id's producer id
+        """InitProducerId with a transactional id (kafka-mapping §8.4): the id's producer id
         with its epoch bumped, fencing the previous incarnation. `producer_id`/`producer_epoch`
         are the caller's current ones, or -1/-1. An open transaction is aborted first (fenced,
         answered CONCURRENT_TRANSACTIONS: the producer asks again)."""
@@ -337,7 +337,7 @@ class TransactionCoordinatorState:
     def end_txn(
         self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
     ) -> Decision:
-        """EndTxn (kafka-reference §8.6): an Ongoing transaction becomes PrepareCommit or
+        """EndTxn (kafka-mapping §8.6): an Ongoing transaction becomes PrepareCommit or
         PrepareAbort, answered once that is durable (the markers follow); a retry of a decided
         one is answered as it was decided, a contradiction is INVALID_TXN_STATE."""
         meta = self._checked(txn_id, producer_id, producer_epoch)
@@ -401,7 +401,7 @@ class TransactionCoordinatorState:
         return decision._replace(then=_record(txn_id, _adding(complete, partitions, now_ms)))
 
     def plan_expiration(self, now_ms: int) -> list[tuple[str, Decision]]:
-        """Ongoing transactions older than their timeout, fenced and aborted (kafka-reference
+        """Ongoing transactions older than their timeout, fenced and aborted (kafka-mapping
         §8.7: the producer whose transaction timed out is fenced)."""
         return [
             (txn_id, self._fence(txn_id, meta, now_ms))
@@ -411,7 +411,7 @@ class TransactionCoordinatorState:
         ]
 
     def plan_id_expiration(self, now_ms: int) -> list[tuple[str, Decision]]:
-        """Ids with no transaction since transactional.id.expiration.ms ago (kafka-reference
+        """Ids with no transaction since transactional.id.expiration.ms ago (kafka-mapping
         §8.7): each gets a tombstone, and is Dead (pending: its requests wait) until the
         tombstone commits and removes it. Its next InitProducerId then starts afresh, with a
         new producer id; a producer still using the old one gets INVALID_PRODUCER_ID_MAPPING."""

@@ -1,4 +1,4 @@
-"""Offsets committed inside a transaction (TxnOffsetCommit, kafka-reference §8.5): what a group
+"""Offsets committed inside a transaction (TxnOffsetCommit, kafka-mapping §8.5): what a group
 coordinator's state keeps of them between the transactional batch and its marker.
 
 The records are ordinary offset records in a transactional batch of the producer. Replay parks

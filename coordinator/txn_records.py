@@ -1,5 +1,5 @@
 """The records of `__transaction_state`: one transactional id's metadata, Kafka's
-TransactionLogKey and TransactionLogValue at version 0 (kafka-reference §8.3), so that a key
+TransactionLogKey and TransactionLogValue at version 0 (kafka-mapping §8.3), so that a key
 names a transactional id the way Kafka does and the cleaner keeps its newest state::
 
     key    int16   version        0
@@ -42,7 +42,7 @@ from tidelog.types import TopicPartition
 KEY_VERSION: Final = 0
 VALUE_VERSION: Final = 0
 #: The highest producer epoch; an epoch at or above `EPOCH_EXHAUSTED` rotates the producer id
-#: (32767 stays free so that the coordinator can always fence, kafka-reference §8.2).
+#: (32767 stays free so that the coordinator can always fence, kafka-mapping §8.2).
 MAX_EPOCH: Final = 0x7FFF
 EPOCH_EXHAUSTED: Final = MAX_EPOCH - 1
 
@@ -52,7 +52,7 @@ _INT32_MAX = 0x7FFF_FFFF
 
 
 class TxnState(enum.IntEnum):
-    """Kafka's TransactionState ids (kafka-reference §8.2)."""
+    """Kafka's TransactionState ids (kafka-mapping §8.2)."""
 
     EMPTY = 0
     ONGOING = 1

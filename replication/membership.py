@@ -26,7 +26,7 @@ replacement that removed first would pass through two voters, which tolerate non
 * a leader proposes a change only after committing an entry of its own term (the fix to §4.1's
   single-server changes, Ongaro, raft-dev 2015): otherwise a configuration appended by an
   earlier leader, not in this leader's log, could still be committed beside this leader's, two
-  changes apart. A leader elected with HW == LEO writes no marker (SPEC §7), so a change asked
+  changes apart. A leader elected with HW == LEO writes no marker (contract §7), so a change asked
   for before its first commit appends the marker itself and is refused as retriable;
 * the last voter cannot be removed, and a change must change something.
 

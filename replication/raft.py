@@ -46,7 +46,7 @@ follower's ``match``). Nothing needs it sooner:
   leader's HW and the followers' ``match`` alone.
 * A group never goes quiet with a follower behind its final HW: a leader quiesces only when
   every ``match`` and its HW are its log end, and the ``quiesce`` heartbeat carries that HW.
-* A follower elected with a stale HW writes a marker and serves reads once it commits (SPEC §7,
+* A follower elected with a stale HW writes a marker and serves reads once it commits (contract §7,
   `read_index`), as after any leader crash. The target of a transfer is sent every new HW at
   once, so a planned handover costs no marker when the log was committed.
 * A group whose followers act on what commits as it commits sets ``RaftConfig.eager_hw``: the
@@ -573,7 +573,7 @@ class RaftCore:
         earlier leader below that end, but a new leader's HW may lag it: the HW it loaded or
         learned from heartbeats says nothing about what the old leader committed last. Only
         once its HW passes the floor does it cover every earlier commitment, which happens at
-        election when its HW already equals its LEO (it writes no marker, SPEC §7), and
+        election when its HW already equals its LEO (it writes no marker, contract §7), and
         otherwise when its marker, the entry of its own term at the floor, commits (its HW can
         only move by committing an entry of its term, and that moves it past the marker):
         etcd's "committed an entry of the current term" rule, in Tidelog's terms."""

@@ -1,4 +1,4 @@
-"""A partition log's configuration, under Kafka's topic-config names (kafka-reference §5.1).
+"""A partition log's configuration, under Kafka's topic-config names (kafka-mapping §5.1).
 
 Topic configs arrive as strings (CreateTopics, `tidelog topic create --config`); they are parsed
 and checked once here, so the log never meets a value it cannot honour. A key this module does not
@@ -30,7 +30,7 @@ _TIMESTAMP_TYPES = {
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """Kafka's defaults (kafka-reference §5.1, the snapshot's values) unless a topic overrides."""
+    """Kafka's defaults (kafka-mapping §5.1, the snapshot's values) unless a topic overrides."""
 
     segment_bytes: int = 1024 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000

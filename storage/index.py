@@ -3,7 +3,7 @@
 File formats (fixed: ``tidelog dump-log`` reads them), all big-endian, never preallocated, so a
 file's length is always a whole number of entries:
 
-* ``.index``     8-byte entries: relative offset u32, file position u32 (kafka-reference §5.3)
+* ``.index``     8-byte entries: relative offset u32, file position u32 (kafka-mapping §5.3)
 * ``.timeindex`` 12-byte entries: timestamp i64, relative offset u32 (§5.5)
 * ``.txnindex``  34-byte entries: version i16, producer id, first offset, last offset,
   last stable offset, each i64 (§5.7)

@@ -1,6 +1,6 @@
 """A partition's log: segments, offsets, lookups, retention and durability (Kafka's UnifiedLog).
 
-Offsets (SPEC §1): ``log_start_offset <= high_watermark <= log_end_offset``, and the
+Offsets (contract §1): ``log_start_offset <= high_watermark <= log_end_offset``, and the
 ``recovery_point`` (everything below it is fsynced) never passes the log end offset.
 
 The append path stays on bytes: a leader append is ``validate_produced_batch`` (one pass over
@@ -423,7 +423,7 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        """The first offset of the oldest undecided transaction, or the HW (kafka-reference
+        """The first offset of the oldest undecided transaction, or the HW (kafka-mapping
         §6.1): what read_committed consumers may read below. Lock-free (the node's loop asks
         it on every read_committed fetch; see ProducerStateManager._open)."""
         return self.producer_state.last_stable_offset(self._high_watermark)
@@ -539,7 +539,7 @@ class Log:
             return None
 
     # ------------------------------------------------------------------------------------------
-    # Lookups (kafka-reference §2.5, §2.6, §3)
+    # Lookups (kafka-mapping §2.5, §2.6, §3)
 
     def fetch_offset_by_timestamp(self, target_ms: int) -> TimestampAndOffset | None:
         """The first record at or after the log start offset whose timestamp is >= target:
@@ -583,7 +583,7 @@ class Log:
 
     def fetch_earliest(self) -> TimestampAndOffset:
         """ListOffsets EARLIEST: the log start offset, with the epoch of the first leader-epoch
-        entry if that entry starts at or below it, else -1 (kafka-reference §2.5)."""
+        entry if that entry starts at or below it, else -1 (kafka-mapping §2.5)."""
         with self._lock:
             first = self.leader_epoch_cache.earliest_entry()
             epoch = first.epoch if first and first.start_offset <= self._log_start_offset else -1
@@ -592,7 +592,7 @@ class Log:
     def offsets_before(
         self, timestamp: int, max_num_offsets: int, *, cap_at_high_watermark: bool = False
     ) -> list[int]:
-        """The legacy (v0) lookup, kafka-reference §3 and seed 000: segment base offsets (raised
+        """The legacy (v0) lookup, kafka-mapping §3 and contract §6.6: segment base offsets (raised
         to the log start offset) plus the LEO, picked by each segment's last-modified time,
         descending. -1 is latest, -2 earliest. With `cap_at_high_watermark` (consumers), the
         offsets above the HW are replaced by the HW."""
@@ -761,7 +761,7 @@ class Log:
         self.producer_state = ProducerStateManager()
 
     # ------------------------------------------------------------------------------------------
-    # Retention (kafka-reference §5.9)
+    # Retention (kafka-mapping §5.9)
 
     def delete_old_segments(self) -> int:
         """Delete the prefix of segments that retention allows; returns how many went.

@@ -1,6 +1,6 @@
 """What each producer wrote to a partition: idempotence, open transactions, the first unstable
 offset, and the snapshot file that saves a scan of the log (Kafka's ProducerStateManager,
-kafka-reference §8.9).
+kafka-mapping §8.9).
 
 Per producer id it keeps the epoch, the last few batches (first and last sequence, offsets),
 the epoch of the transaction coordinator whose marker it saw last, and the first offset of its
@@ -150,7 +150,7 @@ class ProducerStateManager:
         """The original of a duplicate data batch, None for a new one. Raises
         INVALID_PRODUCER_EPOCH for an epoch older than the producer's, OUT_OF_ORDER_SEQUENCE_NUMBER
         for a gap, and INVALID_TXN_STATE for a non-transactional batch of a producer whose
-        transaction is open here (kafka-reference §8.9)."""
+        transaction is open here (kafka-mapping §8.9)."""
         if header.producer_id == NO_PRODUCER_ID or header.is_control:
             return None
         entry = self.producers.get(header.producer_id)
@@ -297,7 +297,7 @@ class ProducerStateManager:
 
     def open_txn_first_offset_besides(self, producer_id: int) -> int | None:
         """The first offset of the oldest open transaction of another producer (the stored LSO
-        of an aborted transaction's index entry, kafka-reference §5.7)."""
+        of an aborted transaction's index entry, kafka-mapping §5.7)."""
         firsts = [first for pid, first in list(self._open.items()) if pid != producer_id]
         return min(firsts) if firsts else None
 

@@ -1,6 +1,6 @@
 """One segment of a partition log: a ``.log`` file of record batches and its three indexes.
 
-Index bookkeeping follows kafka-reference §5.4 exactly, batch by batch, and recovery rebuilds
+Index bookkeeping follows kafka-mapping §5.4 exactly, batch by batch, and recovery rebuilds
 indexes with the same function, so an index rebuilt after a crash equals the one written live.
 Batches are handled as bytes plus their parsed header; only lookups by timestamp look at
 records, and only at their fixed-size prefix.
@@ -74,12 +74,12 @@ class ScannedBatch(NamedTuple):
 
 
 def batch_max_timestamp(header: BatchHeader) -> int:
-    """A control batch never counts as timestamped (SPEC §7), whatever its header says."""
+    """A control batch never counts as timestamped (contract §7), whatever its header says."""
     return NO_TIMESTAMP if header.is_control else header.max_timestamp
 
 
 class LogSegment:
-    """A ``.log`` with its ``.index``, ``.timeindex`` and ``.txnindex`` (kafka-reference §5.2)."""
+    """A ``.log`` with its ``.index``, ``.timeindex`` and ``.txnindex`` (kafka-mapping §5.2)."""
 
     def __init__(
         self,
@@ -334,7 +334,7 @@ class LogSegment:
 
         The time index gives the last offset known to be before any such record, the offset
         index the position of its batch; the scan from there is short, because the next time
-        index entry already holds a timestamp above the target (kafka-reference §2.5).
+        index entry already holds a timestamp above the target (kafka-mapping §2.5).
         """
         ts_entry = self.time_index.lookup(target_ms)
         position = self.offset_index.lookup(max(ts_entry.offset, starting_offset)).position
@@ -414,7 +414,7 @@ class LogSegment:
     @property
     def largest_timestamp(self) -> int:
         """What time-based retention compares with: the largest record timestamp, or the
-        last-modified time for a segment holding none (kafka-reference §5.6)."""
+        last-modified time for a segment holding none (kafka-mapping §5.6)."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
         return self.last_modified_ms
@@ -428,7 +428,7 @@ class LogSegment:
         return self._fd
 
     def should_roll(self, batch_size: int, header: BatchHeader, now_ms: int) -> bool:
-        """Kafka's ``shouldRoll`` (kafka-reference §5.8). Apart from an offset that does not fit
+        """Kafka's ``shouldRoll`` (kafka-mapping §5.8). Apart from an offset that does not fit
         the segment, no rule rolls an empty segment: the new one would be just as empty (and,
         for a tiny index, just as full)."""
         if not 0 <= header.last_offset - self.base_offset <= INT32_MAX:
@@ -480,7 +480,7 @@ class LogSegment:
         self._dirty = True
 
     def _index_batch(self, position: int, header: BatchHeader) -> None:
-        """kafka-reference §5.4, shared by appends and recovery so both build the same index."""
+        """kafka-mapping §5.4, shared by appends and recovery so both build the same index."""
         max_ts = batch_max_timestamp(header)
         if max_ts > self.max_timestamp_so_far:
             self.max_timestamp_so_far = max_ts
@@ -555,7 +555,7 @@ class LogSegment:
 
         A batch straddling `offset` goes entirely (batches are never split). The segment's
         max timestamp is recomputed from the remaining time index entry plus a scan of the
-        batches after it (kafka-reference §5.6).
+        batches after it (kafka-mapping §5.6).
         """
         found = self.translate_offset(offset)
         if found is None:

@@ -1,4 +1,5 @@
-"""ACLs on real node processes (SPEC §10, kafka-reference §11): seed 003's case and its siblings.
+"""ACLs on real node processes (contract §10, kafka-mapping §11): the case of contract §10.3
+and its siblings.
 
 Over plaintext every caller is User:ANONYMOUS, so the module's cluster lives twice on one data
 dir, with the authorizer on (``authorizer=acl``): first with ANONYMOUS as a super user (the
@@ -138,7 +139,7 @@ def by_partition(response: object) -> dict[str, object]:
 
 
 def test_list_offsets_answers_the_described_topic_and_refuses_the_other(restricted: Raw) -> None:
-    """Seed 003: one request for a and b; a is answered, b gets 29."""
+    """Contract §10.3: one request for a and b; a is answered, b gets 29."""
     request = pb.ListOffsetsRequest(topics=[
         pb.ListOffsetsTopic(name="a", partitions=[pb.ListOffsetsPartition(timestamp=-1)]),
         pb.ListOffsetsTopic(name="b", partitions=[pb.ListOffsetsPartition(timestamp=-1)]),

@@ -1,7 +1,7 @@
 """The client's coordinator calls (tidelog.coordinated) against scripted nodes: real gRPC servers
 on loopback, in this process, whose answers each test writes, so that NOT_COORDINATOR,
 COORDINATOR_LOAD_IN_PROGRESS, a stalled coordinator or a per-partition error happen exactly
-when wanted (kafka-reference §7.9). The client's own code runs unchanged."""
+when wanted (kafka-mapping §7.9). The client's own code runs unchanged."""
 
 from __future__ import annotations
 
@@ -276,7 +276,7 @@ def test_a_stalled_coordinator_costs_one_slice_of_the_deadline(nodes: Nodes) -> 
 
 
 def test_metadata_too_large_is_raised_for_its_partition_and_not_retried(nodes: Nodes) -> None:
-    """OFFSET_METADATA_TOO_LARGE for one partition while the other commits (SPEC §8): the
+    """OFFSET_METADATA_TOO_LARGE for one partition while the other commits (contract §8): the
     caller gets the typed error naming that partition, after one request."""
     cluster, node, _ = nodes
     node[1].partition_codes = {TP1: errors.OffsetMetadataTooLargeError.code}

@@ -1,6 +1,6 @@
 """The transactional producer's own rules, without a cluster: its settings, the states a call
 needs, and which errors only fail the transaction (abortable) and which end the producer
-(fatal), as Kafka's producer treats them (kafka-reference §8.11)."""
+(fatal), as Kafka's producer treats them (kafka-mapping §8.11)."""
 
 from __future__ import annotations
 

@@ -259,7 +259,7 @@ def test_offset_commit_member_epoch_checks() -> None:
 
 
 def test_offset_fetch_member_epoch_checks() -> None:
-    """OffsetFetch v9 (kafka-reference §10.9): a member's fetch carries its id and epoch; no
+    """OffsetFetch v9 (kafka-mapping §10.9): a member's fetch carries its id and epoch; no
     id with a negative epoch (an admin client) and groups that are no consumer group are not
     checked."""
     cluster = Cluster()

@@ -740,7 +740,7 @@ def test_replaying_a_prefix_then_the_rest_equals_replaying_the_whole_log(
 def test_a_repaired_log_compacted_by_the_cleaner_loads_the_same_table(
     ops: list[tuple[object, ...]], drop_tombstones: bool
 ) -> None:
-    """Seed 004's reason for the repair: once it is appended, the cleaner (newest record per
+    """Why the repair (contract §8.5): once it is appended, the cleaner (newest record per
     key, tombstones dropped when old) may compact the log and a new leader still loads the
     committed offsets, torn sets and all."""
     run = RandomLog(ops)

@@ -1,4 +1,4 @@
-"""Java-compatible hashes: the vectors come from Kafka (kafka-reference §7.3 and the Java
+"""Java-compatible hashes: the vectors come from Kafka (kafka-mapping §7.3 and the Java
 client's partitioner tests), so a drift from Java arithmetic fails here."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One namespace: the repository keeps node/, replication/, storage/, coordinator/ and chaos/ at
 the top, linked into the `tidelog` package, so that `pip install tidelog` puts exactly one
 top-level package into site-packages and nothing called `node` or `storage` can shadow (or be
-shadowed by) a stranger's package. proto/ stays a folder of .proto sources (SPEC §2)."""
+shadowed by) a stranger's package. proto/ stays a folder of .proto sources (contract §2)."""
 
 from __future__ import annotations
 

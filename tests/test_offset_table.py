@@ -1,5 +1,5 @@
 """The compact table of committed offsets: behaviour, a model check against a plain dict, and
-its memory bound (seed 004 requirement 4, at a tenth of the benchmark's scale)."""
+its memory bound (contract §8.4, at a tenth of the benchmark's scale)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""All or nothing (SPEC §8, seed 004) at the moment of a SIGKILL: the committers of four
+"""All or nothing (contract §8.5) at the moment of a SIGKILL: the committers of four
 groups write sets of 100 partitions (every partition the set's generation), one attempt each,
 and stop when the coordinator is killed with commits in flight. After the failover every live
 node answers, for each group, one whole set whose generation lies between the last one

@@ -1,4 +1,4 @@
-"""Consumer offsets from the client's side on a real cluster (SPEC §4, §8): commit and
+"""Consumer offsets from the client's side on a real cluster (contract §4, §8): commit and
 committed, the leader epoch of the last consumed record, commit_async, auto-commit, a group's
 consumer starting from its committed offsets, the admin calls, a coordinator failover, and the
 `tidelog groups` command as a user runs it."""

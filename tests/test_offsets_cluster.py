@@ -1,4 +1,4 @@
-"""Consumer offsets on real node processes (SPEC §8, kafka-reference §7): the internal topic
+"""Consumer offsets on real node processes (contract §8, kafka-mapping §7): the internal topic
 and where groups live in it (FindCoordinator), commits and fetches on the coordinator and
 forwarded from other nodes, the errors of bad input, deleting and listing groups. Requests are
 built here with the raw stubs, so every field is what the test says."""
@@ -100,7 +100,7 @@ def test_the_first_find_coordinator_creates_the_topic_and_answers_not_available_
 def test_every_node_names_the_leader_of_the_groups_partition(
     coordinators: Raw, group: str, hash_code: int
 ) -> None:
-    """kafka-reference §7.3's vectors: abs (MIN_VALUE -> 0) of Java's hashCode, modulo the
+    """kafka-mapping §7.3's vectors: abs (MIN_VALUE -> 0) of Java's hashCode, modulo the
     topic's partitions."""
     partition = (0 if hash_code == -2**31 else abs(hash_code)) % PARTITIONS
     assert group_partition(group, PARTITIONS) == partition
@@ -240,7 +240,7 @@ def test_unknown_topics_and_partitions_and_duplicates_are_refused_alone(
 
 
 def test_group_ids_of_any_shape_commit_or_get_kafka_codes(coordinators: Raw) -> None:
-    """The empty group id is a group (kafka-reference §7.5); one whose key cannot be encoded
+    """The empty group id is a group (kafka-mapping §7.5); one whose key cannot be encoded
     (over 32767 bytes of UTF-8) is INVALID_GROUP_ID; a generation for a group that has none is
     ILLEGAL_GENERATION, and for a group that exists (with no members) UNKNOWN_MEMBER_ID."""
     raw = coordinators
@@ -268,7 +268,7 @@ def test_huge_metadata_and_many_partitions_never_take_a_node_down(coordinators: 
     huge = commit(raw, node, commit_request(group, {(TOPIC, 0): Committed(1, -1, "m" * 4_000_000)}))
     assert huge == {(TOPIC, 0): errors.OffsetMetadataTooLargeError.code}
     # Every partition at the limit: a set larger than max.message.bytes cannot be appended
-    # (the new coordinator's mapping of the "too large" errors, kafka-reference §7.5).
+    # (the new coordinator's mapping of the "too large" errors, kafka-mapping §7.5).
     big = {(TOPIC, p): Committed(p, -1, "\u0800" * 4096) for p in range(TOPIC_PARTITIONS)}
     request = commit_request(group, big)
     for extra in range(200):

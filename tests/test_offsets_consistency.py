@@ -1,4 +1,4 @@
-"""Consistent reads (SPEC §8, seed 004 requirement 3): an old group coordinator never answers a
+"""Consistent reads (contract §8, contract §8.3): an old group coordinator never answers a
 stale offset, whether it was paused (SIGSTOP: it wakes believing it still leads) or cut off
 from its peers while clients still reach it (every peer link refused, or a black hole that
 keeps connections open and drops every byte). Its successor commits a newer offset; the old

@@ -1,4 +1,4 @@
-"""Consumer offsets across failures, on real node processes (SPEC §8): a new coordinator loads
+"""Consumer offsets across failures, on real node processes (contract §8): a new coordinator loads
 the committed offsets after the old one is SIGKILLed, commits of many partitions stay whole
 across it, a restart of the whole cluster keeps them,
 an old coordinator paused past its leadership never answers a stale offset, and offsets of a

@@ -1,4 +1,4 @@
-"""The partition side of transactions without processes (kafka-reference §5.7, §6.1, §8.9): a
+"""The partition side of transactions without processes (kafka-mapping §5.7, §6.1, §8.9): a
 `Log`'s producer state tracks open transactions, its last stable offset stops at the oldest one
 until the HW passes its marker, an ABORT writes the `.txnindex` entry that read_committed
 fetches use, the cleaner and retention never pass the LSO, and the `.snapshot` written at each

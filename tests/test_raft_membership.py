@@ -113,7 +113,7 @@ def test_one_change_at_a_time_and_illegal_changes_are_refused() -> None:
 
 
 def test_a_new_leader_commits_an_entry_of_its_term_before_a_change() -> None:
-    """Elected with HW == LEO it writes no marker (SPEC §7); a change asked for then writes
+    """Elected with HW == LEO it writes no marker (contract §7); a change asked for then writes
     it and is refused as retriable, and goes once the marker commits (§4.1's fix)."""
     c, new = grown()
     c.cores[0].transfer_leadership(1)

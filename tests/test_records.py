@@ -302,7 +302,7 @@ def test_a_transactional_batch_needs_a_producer_id() -> None:
 
 
 def test_a_txn_marker_carries_its_type_and_coordinator_epoch() -> None:
-    """kafka-reference §8.6: key (version 0, type), value (version 0, coordinator epoch)."""
+    """kafka-mapping §8.6: key (version 0, type), value (version 0, coordinator epoch)."""
     for commit, kind in ((True, ControlType.COMMIT), (False, ControlType.ABORT)):
         buf = build_txn_marker(commit, producer_id=7, producer_epoch=3, coordinator_epoch=11)
         header = read_header(buf)

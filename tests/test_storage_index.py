@@ -1,4 +1,4 @@
-"""Offset, time and transaction indexes at the boundaries of kafka-reference §5.3, §5.5, §5.7."""
+"""Offset, time and transaction indexes at the boundaries of kafka-mapping §5.3, §5.5, §5.7."""
 
 from __future__ import annotations
 

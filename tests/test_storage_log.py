@@ -350,7 +350,7 @@ class TestLookups:
 
 
 class TestLegacyOffsetsBefore:
-    """kafka-reference §3 worked examples: segments of 2 records, LEO 20."""
+    """kafka-mapping §3 worked examples: segments of 2 records, LEO 20."""
 
     @pytest.fixture
     def log(self, tmp_path: Path, clock: FakeClock) -> Log:

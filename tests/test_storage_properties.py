@@ -68,7 +68,7 @@ def log_rows(log: Log) -> dict[int, Row]:
 
 
 def legacy_oracle(log: Log, now: int, timestamp: int, count: int) -> list[int]:
-    """kafka-reference §3 steps 5-7, phrased as a filter over the (offset, time) pairs."""
+    """kafka-mapping §3 steps 5-7, phrased as a filter over the (offset, time) pairs."""
     pairs = [(max(s.base_offset, log.log_start_offset), s.last_modified_ms) for s in log.segments]
     if log.segments[-1].size > 0:
         pairs.append((log.log_end_offset, now))

@@ -123,7 +123,7 @@ class TestTruncate:
 
 
 class TestRoll:
-    """Each roll condition of kafka-reference §5.8, at its boundary, through the log."""
+    """Each roll condition of kafka-mapping §5.8, at its boundary, through the log."""
 
     def test_segment_bytes(self, tmp_path: Path, clock: FakeClock) -> None:
         log = open_log(tmp_path, clock, segment_bytes=3 * SIZE_ONE)

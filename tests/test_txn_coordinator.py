@@ -226,7 +226,7 @@ def test_an_expired_transaction_is_aborted_and_its_producer_fenced() -> None:
 
 
 def test_an_idle_id_expires_with_a_tombstone_and_then_starts_afresh() -> None:
-    """transactional.id.expiration.ms (kafka-reference §8.7): an id in Empty or Complete*
+    """transactional.id.expiration.ms (kafka-mapping §8.7): an id in Empty or Complete*
     whose last update is that old gets a tombstone; an open or deciding one never expires."""
     expiry = 3_600_000
     log = Log(TxnConfig(id_expiration_ms=expiry))

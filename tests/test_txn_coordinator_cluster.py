@@ -1,5 +1,5 @@
-"""Transactions end to end on real node processes sharing one 3-node cluster (SPEC §9,
-kafka-reference §8): the transactional producer against the transaction coordinator and the
+"""Transactions end to end on real node processes sharing one 3-node cluster (contract §9,
+kafka-mapping §8): the transactional producer against the transaction coordinator and the
 partitions' producer state. A transaction over 3 partitions on 3 leaders commits or aborts
 whole for read_committed consumers, with LSO < HW while it is open; a second producer of the
 same transactional id fences the first (its open transaction aborted, its sends and commit

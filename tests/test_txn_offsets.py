@@ -1,4 +1,4 @@
-"""TxnOffsetCommit in the group coordinator's state (kafka-reference §8.5), without processes:
+"""TxnOffsetCommit in the group coordinator's state (kafka-mapping §8.5), without processes:
 offsets in a transactional batch stay pending until their producer's COMMIT marker, an ABORT
 drops them, a tombstone removes a key's pending offsets, and what is pending is what OffsetFetch
 with require_stable answers UNSTABLE_OFFSET_COMMIT for. Before, the state logged "transactional
@@ -92,7 +92,7 @@ def test_pending_until_commit_dropped_on_abort() -> None:
 @pytest.mark.parametrize("planned", [False, True], ids=["decoded", "planned"])
 def test_of_two_commits_of_a_key_the_later_in_the_log_wins_at_commit(planned: bool) -> None:
     """Kafka's COMMIT applies a pending offset only if the table has none from a later record
-    (kafka-reference §8.5): a plain OffsetCommit appended after the TxnOffsetCommit keeps its
+    (kafka-mapping §8.5): a plain OffsetCommit appended after the TxnOffsetCommit keeps its
     offset, one appended before is replaced. Before, the transactional offset always won."""
     log = Offsets()
     log.txn(7, "g", p0=10, p1=11)

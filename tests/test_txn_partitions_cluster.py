@@ -1,4 +1,4 @@
-"""Transactions as partitions see them (SPEC §9, kafka-reference §8.9-8.10), on real nodes that
+"""Transactions as partitions see them (contract §9, kafka-mapping §8.9-8.10), on real nodes that
 share one 3-node cluster: transactional batches produced straight to leaders and ended with the
 node-to-node WriteTxnMarkers RPC, as a transaction coordinator would, so the partition side is
 tested on its own. The last stable offset stops at an open transaction in ListOffsets, Fetch,

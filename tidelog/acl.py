@@ -1,5 +1,5 @@
 """ACLs as Kafka models them (``org.apache.kafka.common.acl`` and ``...common.resource``,
-kafka-reference §11.1): the value types shared by the client, the CLI and the controller.
+kafka-mapping §11.1): the value types shared by the client, the CLI and the controller.
 
 A binding is a resource pattern (type, name, literal or prefixed) and an entry (principal,
 host, operation, allow or deny). A filter has the same fields, each of which may also say "any"

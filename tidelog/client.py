@@ -1,4 +1,4 @@
-"""The entry point of the client library (SPEC §4): connections, metadata, admin operations
+"""The entry point of the client library (contract §4): connections, metadata, admin operations
 and offset lookups; ``client.producer()`` and ``client.consumer()`` build on it.
 
 A synchronous API, so it is simple to call from threads and from Spark executors, over one
@@ -864,7 +864,7 @@ class Client:
         *,
         timeout_ms: int | None = None,
     ) -> dict[TopicPartition, ListOffsetsResult]:
-        """ListOffsets per SPEC §6; "nothing found" is ListOffsetsResult(-1, -1, -1)."""
+        """ListOffsets per contract §6; "nothing found" is ListOffsetsResult(-1, -1, -1)."""
         isolation = IsolationLevel.parse(isolation_level)
         timestamps = {
             TopicPartition(*tp): s.timestamp if isinstance(s, OffsetSpec) else int(s)
@@ -886,7 +886,7 @@ class Client:
         *,
         timeout_ms: int | None = None,
     ) -> list[int]:
-        """The v0 lookup (SPEC §6): segment base offsets and the LEO, descending, of segments
+        """The v0 lookup (contract §6): segment base offsets and the LEO, descending, of segments
         last modified before `time_ms` (-1 latest, -2 earliest)."""
         if max_num_offsets < 1:
             raise ConfigurationError(f"max_num_offsets must be >= 1, got {max_num_offsets}")
@@ -1030,7 +1030,7 @@ class Client:
         *,
         timeout_ms: int | None = None,
     ) -> None:
-        """Commit `offsets` for the group, all or none (SPEC §8); raises the first
+        """Commit `offsets` for the group, all or none (contract §8); raises the first
         partition's error (OFFSET_METADATA_TOO_LARGE for that partition while the others
         commit, as Kafka)."""
         deadline = self.deadline(timeout_ms)

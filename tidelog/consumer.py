@@ -13,7 +13,7 @@ reach the caller of poll(): they refresh metadata (or follow a leader hint) and 
 on until its timeout. Positions follow Kafka: ``seek_to_beginning``/``seek_to_end`` and
 ``auto_offset_reset`` are resolved lazily, when a position is next needed.
 
-A consumer with a ``group_id`` keeps its positions in the cluster (SPEC §8): a partition
+A consumer with a ``group_id`` keeps its positions in the cluster (contract §8): a partition
 without a position starts from the group's committed offset, and only without one from
 ``auto_offset_reset``; ``commit()`` commits the positions (each with the leader epoch of the
 last record consumed), ``commit_async()`` does so without waiting, and auto-commit (on by
@@ -576,7 +576,7 @@ class Consumer:
         timeout_ms: int | None = None,
     ) -> None:
         """Commit `offsets`, or (None) the current position of every assigned partition that
-        has one, and wait until the commit is in the log: all of them or none (SPEC §8).
+        has one, and wait until the commit is in the log: all of them or none (contract §8).
         Retriable failures are retried up to the deadline; others raise, typed
         (OffsetMetadataTooLargeError names its partition, and the other partitions of the
         request are committed, as Kafka)."""

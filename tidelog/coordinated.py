@@ -1,6 +1,6 @@
 """Requests to a group's coordinator (FindCoordinator, OffsetCommit, OffsetFetch, DeleteGroups):
 find the coordinator, send to it, react to the answer by the error's class, as the Java
-consumer does (kafka-reference §7.9):
+consumer does (kafka-mapping §7.9):
 
 * ``StaleCoordinatorError`` (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR), REQUEST_TIMED_OUT, or
   a call that failed on its way (the node is down or stalled): the coordinator is forgotten and
@@ -11,7 +11,7 @@ consumer does (kafka-reference §7.9):
   backoff;
 * anything else is final (OFFSET_METADATA_TOO_LARGE, an authorization failure, ...).
 
-Each group's coordinator is cached (the client itself goes straight to it, SPEC §8), so a
+Each group's coordinator is cached (the client itself goes straight to it, contract §8), so a
 steady committer sends one RPC per commit. A call's deadline bounds its retries and every RPC
 gets a slice of it (``Deadline.attempt_s``), never all of it: a coordinator that stalls without
 failing (a paused process keeps its sockets) costs one slice, then it is forgotten.

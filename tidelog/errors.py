@@ -1,6 +1,6 @@
 """Every error Tidelog can report: one class per Kafka error code, in Kafka's categories.
 
-The categories are classes, as in the Java client (kafka-reference §4.3), so the client decides
+The categories are classes, as in the Java client (kafka-mapping §4.3), so the client decides
 what to do with ``isinstance`` and a type checker sees the same hierarchy:
 
 * ``RetriableError``: the same request may succeed if sent again (after a backoff).
@@ -9,7 +9,7 @@ what to do with ``isinstance`` and a type checker sees the same hierarchy:
   a partition is unknown to the node asked), so metadata must be refreshed before the retry.
 * ``StaleCoordinatorError`` (a ``RetriableError``): the node asked is not, or no longer, the
   coordinator of the group, so the coordinator must be found again (FindCoordinator) before the
-  retry (the Java consumer's ``markCoordinatorUnknown``, kafka-reference §7.9).
+  retry (the Java consumer's ``markCoordinatorUnknown``, kafka-mapping §7.9).
 * ``AuthError``: ``AuthorizationError`` (not allowed) and ``AuthenticationError`` (not known);
   never retried.
 

@@ -68,5 +68,5 @@ def java_abs(value: int) -> int:
 
 
 def group_partition(group_id: str, partition_count: int) -> int:
-    """The `__consumer_offsets` partition of a group (SPEC §8)."""
+    """The `__consumer_offsets` partition of a group (contract §8)."""
     return java_abs(java_string_hash(group_id)) % partition_count

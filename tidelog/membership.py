@@ -1,5 +1,5 @@
 """A consumer's membership in a consumer group with server-side assignment (Kafka's KIP-848
-protocol, kafka-reference §10.10): heartbeats in the background, reconciliation in the
+protocol, kafka-mapping §10.10): heartbeats in the background, reconciliation in the
 application's thread.
 
 Two halves share the state under one lock:

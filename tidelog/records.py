@@ -136,7 +136,7 @@ class ControlType(IntEnum):
 
     ABORT = 0
     COMMIT = 1
-    LEADER_CHANGE = 2  # the epoch marker a new leader appends (SPEC §7), as KRaft does
+    LEADER_CHANGE = 2  # the epoch marker a new leader appends (contract §7), as KRaft does
     #: A partition's Raft configuration (`replication.membership`), in the slot of KRaft's
     #: VotersRecord (KIP-853) with Tidelog's own value: consumers skip it like every control.
     MEMBERSHIP = 6
@@ -445,7 +445,7 @@ def build_control_batch(
     configuration with its ``value``).
 
     The epoch marker carries no timestamp (-1), so it is never the answer of a timestamp or
-    max-timestamp lookup and never enters a time index (SPEC §7).
+    max-timestamp lookup and never enters a time index (contract §7).
     """
     return build_batch(
         [RecordInput(value=value, key=_CONTROL_KEY.pack(0, control_type), timestamp=timestamp)],
@@ -1255,9 +1255,9 @@ def control_record_of(
 def build_txn_marker(
     commit: bool, *, producer_id: int, producer_epoch: int, coordinator_epoch: int
 ) -> bytes:
-    """A COMMIT or ABORT marker (kafka-reference §8.6): a transactional control batch of the
+    """A COMMIT or ABORT marker (kafka-mapping §8.6): a transactional control batch of the
     producer with one record, key (version 0, type), value (version 0, coordinator epoch).
-    It carries no timestamp, like the epoch marker (SPEC §7)."""
+    It carries no timestamp, like the epoch marker (contract §7)."""
     control_type = ControlType.COMMIT if commit else ControlType.ABORT
     return build_batch(
         [RecordInput(

@@ -149,7 +149,7 @@ class NodeRoutes:
 
 
 class LocalCluster:
-    """``nodes`` node processes on 127.0.0.1, as a context manager (SPEC §3).
+    """``nodes`` node processes on 127.0.0.1, as a context manager (contract §3).
 
     ``data_dir`` None uses a temporary directory removed on close; a given directory is kept and
     a cluster started on it again resumes with the same node ids, ports and data (the layout is

@@ -1,4 +1,4 @@
-"""The value types of the public API (SPEC §4), shared by the client, the CLI and the tests."""
+"""The value types of the public API (contract §4), shared by the client, the CLI and the tests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from tidelog.errors import ConfigurationError
 
-#: Special ListOffsets timestamps (SPEC §6).
+#: Special ListOffsets timestamps (contract §6).
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -89,7 +89,7 @@ class OffsetAndTimestamp(NamedTuple):
 
 class OffsetAndMetadata(NamedTuple):
     """A committed position: the offset of the next record to consume, free-form metadata
-    (at most 4096 characters, SPEC §8), and the leader epoch of the last consumed record
+    (at most 4096 characters, contract §8), and the leader epoch of the last consumed record
     (None when unknown)."""
 
     offset: int
@@ -112,7 +112,7 @@ class ConsumerGroupMetadata(NamedTuple):
     group_instance_id: str | None = None
 
 
-#: The internal topic that holds committed offsets (SPEC §8).
+#: The internal topic that holds committed offsets (contract §8).
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 
 

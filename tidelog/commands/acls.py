@@ -1,4 +1,4 @@
-"""``tidelog acls add|list|remove``: ACLs with kafka-acls' flags (kafka-reference §11).
+"""``tidelog acls add|list|remove``: ACLs with kafka-acls' flags (kafka-mapping §11).
 
 ``add`` creates, for every resource given, an ALLOW binding per ``--allow-principal`` and a DENY
 binding per ``--deny-principal``, for each ``--operation`` (default ALL, as kafka-acls).

@@ -1,4 +1,4 @@
-"""``tidelog chaos run``: a real-process chaos test (issue 6, SPEC §3); ``tidelog chaos
+"""``tidelog chaos run``: a real-process chaos test (issue 6, contract §3); ``tidelog chaos
 lost-prepare``: one targeted transaction scenario (``chaos.scenarios``).
 
 The run's plan is a function of its flags (the seed draws the faults), so the command it prints

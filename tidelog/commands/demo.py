@@ -1,4 +1,4 @@
-"""``tidelog demo``: the tour for a new user, on embedded defaults (SPEC §3).
+"""``tidelog demo``: the tour for a new user, on embedded defaults (contract §3).
 
 It starts a real three-node cluster in a temporary directory, writes records stamped over the
 past hour, looks offsets up by time under both isolation levels, holds a transaction open over

@@ -328,7 +328,7 @@ def _check_indexes(
     log_path: Path, index_paths: Iterable[Path], *, report_log_damage: bool
 ) -> list[str]:
     """Kafka's ``--index-sanity-check`` and its deep time-index check: an offset index entry
-    must name the last offset of the batch starting at its position (kafka-reference §5.4); a
+    must name the last offset of the batch starting at its position (kafka-mapping §5.4); a
     time index entry (T, O) must have O end a batch whose max timestamp is T, and entries must
     grow (§5.5). Damage in the .log is reported too unless the .log dump already did."""
     from tidelog.storage import OffsetIndex, TimeIndex
@@ -401,7 +401,7 @@ def _check_time_index(
 
 def _check_txn_index(path: Path, base_offset: int, facts: _LogFacts) -> list[str]:
     """An aborted transaction is indexed in the segment holding its ABORT marker, its last
-    offset (kafka-reference §5.7)."""
+    offset (kafka-mapping §5.7)."""
     from tidelog.storage import CorruptIndexError, TransactionIndex
 
     try:

@@ -1,7 +1,7 @@
 """``tidelog storage-demo``: a tour of one partition log on disk, until the cluster exists.
 
 It writes timestamped records over several small segments, answers the ListOffsets lookups
-(SPEC §6) from the storage engine directly, closes and reopens the log, and shows that every
+(contract §6) from the storage engine directly, closes and reopens the log, and shows that every
 answer survived. Time is simulated (one record per second from a fixed start), so the output
 is the same on every run except the measured durations, and the by-time answers can be checked
 by eye: the record at offset N has timestamp start + N seconds.
@@ -167,7 +167,7 @@ def _answer(found: TimestampAndOffset | None) -> str:
 
 
 def _lookups(log: Log) -> dict[str, str]:
-    """What ListOffsets answers (SPEC §6) before any HW/LSO bound, plus the legacy v0 list."""
+    """What ListOffsets answers (contract §6) before any HW/LSO bound, plus the legacy v0 list."""
     from tidelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
     earliest = log.fetch_earliest()

@@ -6,7 +6,7 @@ and epoch (fencing any earlier producer of the id), READY between transactions,
 IN_TRANSACTION from ``begin_transaction()``, COMMITTING / ABORTING while EndTxn is under way,
 ABORTABLE_ERROR after an error that only fails the transaction (the application calls
 ``abort_transaction()`` and goes on) and FATAL_ERROR after one that ends the producer
-(PRODUCER_FENCED: a newer producer has the id; kafka-reference §8.11).
+(PRODUCER_FENCED: a newer producer has the id; kafka-mapping §8.11).
 
 A batch leaves only once its partition is in the transaction at the coordinator: the sender
 collects the partitions of queued batches (``wanted``), adds them with AddPartitionsToTxn off
@@ -181,7 +181,7 @@ class TransactionManager:
         group: ConsumerGroupMetadata, deadline: Deadline,
     ) -> None:
         """AddOffsetsToTxn at the transaction's coordinator, then TxnOffsetCommit at the
-        group's, which checks the member's id and epoch in `group` (kafka-reference §8.5)."""
+        group's, which checks the member's id and epoch in `group` (kafka-mapping §8.5)."""
         group_id = group.group_id
         await self.client.coordinators.find(group_id, deadline)  # creates __consumer_offsets
         request = wire.add_offsets_to_txn_request(self.transactional_id, *producer, group_id)

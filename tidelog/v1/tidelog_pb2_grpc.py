@@ -239,7 +239,7 @@ class TidelogServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListOffsets(self, request, context):
-        """Earliest, latest, max-timestamp and by-timestamp offset lookups (SPEC §6).
+        """Earliest, latest, max-timestamp and by-timestamp offset lookups (contract §6).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -289,7 +289,7 @@ class TidelogServicer:
 
     def ConsumerGroupHeartbeat(self, request, context):
         """Joins, heartbeats in or leaves a consumer group with server-side assignment (Kafka's
-        KIP-848 protocol, kafka-reference §10.2); needs READ on the group. Any node accepts it and
+        KIP-848 protocol, kafka-mapping §10.2); needs READ on the group. Any node accepts it and
         forwards it to the group's coordinator.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -378,7 +378,7 @@ class TidelogServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateAcls(self, request, context):
-        """Creates ACLs through the controller (kafka-reference §11); needs ALTER on the cluster.
+        """Creates ACLs through the controller (kafka-mapping §11); needs ALTER on the cluster.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
