@@ -406,6 +406,7 @@ def test_a_body_that_does_not_parse_is_invalid_argument_logged_once(raw: Raw) ->
     cluster = raw.cluster
     node = cluster.node_ids[-1]
     channel = grpc.insecure_channel(cluster.address_of(node))
+    internal = grpc.insecure_channel(cluster.internal_address_of(node))
     try:
         def call(method: str) -> grpc.UnaryUnaryMultiCallable:
             return channel.unary_unary(method, request_serializer=lambda b: b,
@@ -419,11 +420,12 @@ def test_a_body_that_does_not_parse_is_invalid_argument_logged_once(raw: Raw) ->
             assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.value
             assert "malformed request body" in (bad.value.details() or "")
         # A stream of requests (reflection) is parsed the same way, and so are the frames of a
-        # node-to-node stream, which its method parses itself: one log line for all of them.
+        # node-to-node stream (on the node-to-node listener), which its method parses itself:
+        # one log line for all of them.
         reflect = channel.stream_stream(
             "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
             request_serializer=lambda b: b, response_deserializer=lambda b: b)
-        raft = channel.stream_unary(
+        raft = internal.stream_unary(
             f"/{raft_pb2.DESCRIPTOR.services_by_name['RaftTransport'].full_name}/Stream",
             request_serializer=lambda b: b, response_deserializer=lambda b: b)
         for _ in range(20):
@@ -437,6 +439,7 @@ def test_a_body_that_does_not_parse_is_invalid_argument_logged_once(raw: Raw) ->
         assert raw.stub(node).Metadata(pb.MetadataRequest(), timeout=10).nodes
     finally:
         channel.close()
+        internal.close()
     log = cluster.logs(node)
     assert len(re.findall(r"malformed", log)) == 1, log[-3000:]
     assert "Traceback" not in log
