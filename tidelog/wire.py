@@ -77,6 +77,18 @@ def _by_topic(items: Mapping[TopicPartition, V]) -> dict[str, list[tuple[int, V]
     return grouped
 
 
+def _partition_errors(topics: Iterable[Any]) -> dict[TopicPartition, TidelogError | None]:
+    """Each partition of an answer made of topics (`name`, `partitions`) of partitions
+    (`partition`, `error_code`, `error_message`) that says only whether it worked: None when
+    it did, else its error naming the partition."""
+    return {
+        tp: error_for(p.error_code, p.error_message, tp) if p.error_code else None
+        for t in topics
+        for p in t.partitions
+        for tp in (TopicPartition(t.name, p.partition),)
+    }
+
+
 # ---- Metadata ---------------------------------------------------------------------------------
 
 
@@ -373,13 +385,7 @@ def parse_add_partitions_to_txn(
     response: pb.AddPartitionsToTxnResponse,
 ) -> dict[TopicPartition, TidelogError | None]:
     """Each partition's outcome: None when added, else its error."""
-    return {
-        TopicPartition(t.name, p.partition): error_for(
-            p.error_code, p.error_message, TopicPartition(t.name, p.partition)
-        ) if p.error_code else None
-        for t in response.results
-        for p in t.partitions
-    }
+    return _partition_errors(response.results)
 
 
 def add_offsets_to_txn_request(
@@ -481,13 +487,7 @@ def parse_offset_commit(
     response: pb.OffsetCommitResponse | pb.OffsetDeleteResponse | pb.TxnOffsetCommitResponse,
 ) -> dict[TopicPartition, TidelogError | None]:
     """Each partition's outcome: None when done, else its error (naming it)."""
-    return {
-        TopicPartition(t.name, p.partition): error_for(
-            p.error_code, p.error_message, TopicPartition(t.name, p.partition)
-        ) if p.error_code else None
-        for t in response.topics
-        for p in t.partitions
-    }
+    return _partition_errors(response.topics)
 
 
 def offset_fetch_request(
@@ -717,18 +717,16 @@ def alter_partition_reassignments_request(
 ) -> pb.AlterPartitionReassignmentsRequest:
     """Each partition to its replicas, None cancelling; with ``release``, each partition's
     hold released instead (the replica lists are not sent)."""
-    by_topic: dict[str, list[pb.ReassignablePartition]] = defaultdict(list)
-    for tp, replicas in targets.items():
-        by_topic[tp.topic].append(
-            pb.ReassignablePartition(partition_index=tp.partition, release=True)
-            if release
-            else pb.ReassignablePartition(partition_index=tp.partition, cancel=True)
-            if replicas is None
-            else pb.ReassignablePartition(partition_index=tp.partition, replicas=list(replicas))
-        )
     return pb.AlterPartitionReassignmentsRequest(timeout_ms=timeout_ms, topics=[
-        pb.ReassignableTopic(name=name, partitions=partitions)
-        for name, partitions in by_topic.items()
+        pb.ReassignableTopic(name=name, partitions=[
+            pb.ReassignablePartition(partition_index=p, release=True)
+            if release
+            else pb.ReassignablePartition(partition_index=p, cancel=True)
+            if replicas is None
+            else pb.ReassignablePartition(partition_index=p, replicas=list(replicas))
+            for p, replicas in parts
+        ])
+        for name, parts in _by_topic(targets).items()
     ])
 
 
@@ -748,12 +746,9 @@ def list_partition_reassignments_request(
 ) -> pb.ListPartitionReassignmentsRequest:
     if partitions is None:
         return pb.ListPartitionReassignmentsRequest()
-    by_topic: dict[str, list[int]] = defaultdict(list)
-    for tp in partitions:
-        by_topic[tp.topic].append(tp.partition)
     return pb.ListPartitionReassignmentsRequest(topics=[
-        pb.ListPartitionReassignmentsTopics(name=name, partition_indexes=indexes)
-        for name, indexes in by_topic.items()
+        pb.ListPartitionReassignmentsTopics(name=name, partition_indexes=[p for p, _ in parts])
+        for name, parts in _by_topic(dict.fromkeys(partitions)).items()
     ])
 
 
