@@ -1,6 +1,6 @@
-"""docs/record-batch.md cannot drift from the codec: its test vectors are what the encoder
-produces, its header table adds up to the header the codec reads, and its CRC check value is
-CRC-32C's."""
+"""docs/reference/record-batch.md cannot drift from the codec: its test vectors are what the
+encoder produces, its header table adds up to the header the codec reads, and its CRC check value
+is CRC-32C's."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tidelog.records import (
     validate_batch,
 )
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "record-batch.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "reference" / "record-batch.md"
 
 
 def _vectors() -> list[bytes]:

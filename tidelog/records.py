@@ -7,8 +7,9 @@ write the same bytes; Fetch returns them; only the consumer decodes records. Thi
 (no I/O) so that both the client and the storage engine import it, as Kafka's broker uses the
 record classes of its clients module.
 
-Layout (all integers big-endian), in the spirit of Kafka's v2 batch; docs/record-batch.md is the
-full specification, with test vectors, for clients in other languages::
+Layout (all integers big-endian), in the spirit of Kafka's v2 batch;
+docs/reference/record-batch.md is the full specification, with test vectors, for clients in
+other languages::
 
     offset  size  field
     0       8     base_offset              first offset of the batch
@@ -720,7 +721,7 @@ def _checked_walk(
             raise CorruptMessageError(
                 "the batch has Kafka's v2 record encoding (varint lengths); Tidelog batches "
                 "use magic 2 with fixed-width big-endian record fields instead "
-                "(docs/record-batch.md)"
+                "(docs/reference/record-batch.md)"
             ) from None
         raise
 
