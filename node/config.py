@@ -134,6 +134,7 @@ class NodeConfig:
     #: address of this host, a wildcard (0.0.0.0, ::) with advertised.address set, port 0 for
     #: any free port. A non-loopback listener without TLS is warned about at start.
     listen: str
+    #: The directory of this node's partitions, checkpoints and metadata log (kept 0700).
     data_dir: Path
     #: node_id -> node-to-node address of every node, this one included (its own entry is
     #: added from the bound internal listener when omitted, so a single node needs no peers).
@@ -154,11 +155,16 @@ class NodeConfig:
     #: timeout; its interval is 2 s, halved here so that one lost heartbeat matters less.
     broker_heartbeat_interval_ms: int = 1000
     broker_session_timeout_ms: int = 9000
+    #: Topic default (for topics created without an override): a segment rolls once it
+    #: would grow past this many bytes.
     segment_bytes: int = 1024 * 1024 * 1024
+    #: Topic default: a segment adds an offset and a time index entry every this many bytes.
     index_interval_bytes: int = 4096
+    #: Topic default: a segment rolls once its records' timestamps span this long.
     segment_ms: int = _WEEK_MS
     #: -1 keeps data forever, as in Kafka.
     retention_ms: int = _WEEK_MS
+    #: The size a partition's log is cut back to by deleting its oldest segments; -1: no limit.
     retention_bytes: int = -1
     #: What CreateTopics uses for a topic that leaves its partition count or replication
     #: factor unset (or -1), as Kafka's settings of these names (both default to 1 there too).
@@ -166,7 +172,9 @@ class NodeConfig:
     default_replication_factor: int = 1
     #: The minimum election timeout; each election draws from [min, 2 * min).
     election_timeout_ms: int = 300
+    #: How often a Raft leader heartbeats its followers (a multiple of raft.tick.ms).
     heartbeat_interval_ms: int = 50
+    #: The Raft clock: every timer of the partitions' Raft groups counts these ticks.
     raft_tick_ms: int = 10
     #: "always" fsyncs before acknowledging (the durability contract of SPEC §7); "never" leaves
     #: flushing to the OS and exists for benchmarks only.
