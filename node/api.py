@@ -53,7 +53,7 @@ from tidelog.node.forwarding import (
 )
 from tidelog.node.group_api import GroupApi
 from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
-from tidelog.node.partition import ListOffsetsResult, PartitionReplica, is_debug_or_leader
+from tidelog.node.partition import PartitionReplica, is_debug_or_leader
 from tidelog.node.reassignment_api import ReassignmentApi
 from tidelog.node.reassignment_api import all_failed as reassignment_failed
 from tidelog.node.replicas import ReplicaSet
@@ -74,6 +74,7 @@ from tidelog.types import (
     DEBUGGING_REPLICA_ID,
     LATEST_TIERED_TIMESTAMP,
     IsolationLevel,
+    ListOffsetsResult,
     TopicPartition,
 )
 from tidelog.v1 import tidelog_pb2 as pb

@@ -45,6 +45,7 @@ from tidelog.types import (
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     IsolationLevel,
+    ListOffsetsResult,
     TopicPartition,
 )
 
@@ -76,16 +77,6 @@ class ProduceResult:
     base_offset: int
     log_append_time_ms: int
     done: asyncio.Future[None] | None
-
-
-@dataclass(frozen=True)
-class ListOffsetsResult:
-    """One ListOffsets partition result (SPEC §6): "not found" is all -1 (errors are raised)."""
-
-    timestamp: int = UNKNOWN
-    offset: int = UNKNOWN
-    leader_epoch: int = UNKNOWN
-    old_style_offsets: tuple[int, ...] = ()
 
 
 class PartitionReplica:

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tidelog import Client, OffsetSpec, TopicPartition, errors, wire
+from tidelog import Client, ListOffsetsResult, OffsetSpec, TopicPartition, errors, wire
 from tidelog.partitioned import PartitionedRequest
 from tidelog.retry import Deadline
 from tidelog.v1 import tidelog_pb2 as pb
@@ -149,7 +149,7 @@ def test_a_final_error_fails_its_partition_alone(nodes: tuple[_Cluster, dict[int
     node[1].script = {1: [errors.TopicAuthorizationFailedError.code] * 2}
     with _client(cluster) as client:
         client.describe_cluster()
-        request: PartitionedRequest[int, wire.OffsetAnswer] = PartitionedRequest(
+        request: PartitionedRequest[int, ListOffsetsResult] = PartitionedRequest(
             client, "ListOffsets", "ListOffsets",
             lambda work: wire.list_offsets_request(
                 {tp: wire.OffsetLookup(ts) for tp, ts in work.items()}, 0, -1),

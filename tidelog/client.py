@@ -870,13 +870,9 @@ class Client:
             TopicPartition(*tp): s.timestamp if isinstance(s, OffsetSpec) else int(s)
             for tp, s in specs.items()
         }
-        answers = self._lookup(
+        return self._lookup(
             "ListOffsets", timestamps, 0, isolation, replica_id, self.deadline(timeout_ms)
         )
-        return {
-            tp: ListOffsetsResult(a.offset, a.timestamp, a.leader_epoch)
-            for tp, a in answers.items()
-        }
 
     def legacy_offsets_before(
         self,
@@ -907,7 +903,7 @@ class Client:
         isolation: IsolationLevel,
         replica_id: int,
         deadline: Deadline,
-    ) -> dict[TopicPartition, wire.OffsetAnswer]:
+    ) -> dict[TopicPartition, ListOffsetsResult]:
         self.ensure_metadata(deadline)
 
         def build(work: Mapping[TopicPartition, int]) -> Any:

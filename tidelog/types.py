@@ -74,11 +74,15 @@ class OffsetSpec:
 
 
 class ListOffsetsResult(NamedTuple):
-    """offset, timestamp and leader_epoch are -1 when the lookup found nothing (not an error)."""
+    """One partition's ListOffsets answer, as the node computes it, the wire carries it and
+    `list_offsets` returns it: offset, timestamp and leader_epoch are -1 when the lookup found
+    nothing (not an error); `old_style_offsets` holds the answer of a legacy (v0) lookup
+    (segment base offsets and the log end, descending), empty otherwise."""
 
-    offset: int
-    timestamp: int
-    leader_epoch: int
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+    old_style_offsets: tuple[int, ...] = ()
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -37,6 +37,7 @@ from tidelog.types import (
     ConsumerGroupMetadata,
     GroupListing,
     IsolationLevel,
+    ListOffsetsResult,
     OffsetAndMetadata,
     TopicPartition,
 )
@@ -165,14 +166,6 @@ class OffsetLookup:
     max_num_offsets: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetAnswer:
-    offset: int
-    timestamp: int
-    leader_epoch: int
-    old_style_offsets: tuple[int, ...] = ()
-
-
 def list_offsets_request(
     lookups: Mapping[TopicPartition, OffsetLookup], isolation: IsolationLevel, replica_id: int
 ) -> pb.ListOffsetsRequest:
@@ -215,10 +208,11 @@ def _per_partition(
 
 def parse_list_offsets(
     response: pb.ListOffsetsResponse,
-) -> dict[TopicPartition, OffsetAnswer | Failure]:
+) -> dict[TopicPartition, ListOffsetsResult | Failure]:
     return _per_partition(
         response,
-        lambda p: OffsetAnswer(p.offset, p.timestamp, p.leader_epoch, tuple(p.old_style_offsets)),
+        lambda p: ListOffsetsResult(p.offset, p.timestamp, p.leader_epoch,
+                                    tuple(p.old_style_offsets)),
     )
 
 
