@@ -192,8 +192,8 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
                    "peers": {str(n): a for n, a in config.peers.items()}},
         )
         for exposure in config.plaintext_exposures():
-            log.warning("node %d: %s; set up TLS (README, Listeners)", config.node_id, exposure,
-                        extra={"event": "plaintext_listener"})
+            log.warning("node %d: %s; set up TLS (docs/operations/listeners-and-tls.md)",
+                        config.node_id, exposure, extra={"event": "plaintext_listener"})
         try:
             await runtime.start()
             for service in (health.OVERALL_HEALTH, TIDELOG_SERVICE):

@@ -118,7 +118,7 @@ def _print_tls_howto(cluster: LocalCluster) -> None:
 
 def _print_security(cluster: LocalCluster) -> None:
     """What the cluster's listeners accept and who may do what, from the settings the nodes
-    run with (node 1's node.properties): README's Security section, in a few lines."""
+    run with (node 1's node.properties): docs/security.md, in a few lines."""
     from tidelog.properties import read_properties
 
     props = read_properties(cluster.node_dir(cluster.node_ids[0]) / "node.properties")
