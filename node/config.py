@@ -264,7 +264,7 @@ class NodeConfig:
     metrics_port: int = -1
     #: The host the metrics endpoint binds: loopback unless set. Another address needs
     #: metrics.auth.token.file: with it the endpoint speaks HTTPS with the node's ssl.certfile
-    #: and ssl.keyfile and answers only a scraper that sends that bearer token (issue 26).
+    #: and ssl.keyfile and answers only a scraper that sends that bearer token.
     metrics_host: str = "127.0.0.1"
     metrics_auth_token_file: str = ""
     #: Whether the state metrics name each topic and partition. Off, they are summed per node

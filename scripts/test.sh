@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up the environment and runs every check: ruff, mypy, then the whole pytest suite.
+# Sets up the environment and runs every check: ruff, mypy, the import layers, the docs site
+# (mkdocs --strict), then the whole pytest suite.
 # Extra arguments go to pytest (e.g. scripts/test.sh -k storage).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,5 +11,7 @@ echo "== mypy"
 .venv/bin/mypy
 echo "== import layers"
 .venv/bin/lint-imports
+echo "== docs"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir build/site
 echo "== pytest"
 exec .venv/bin/python -m pytest "$@"

@@ -99,7 +99,28 @@ class LogConfig:
 
 class _Prop(NamedTuple):
     field: str
+    #: Parses and checks a value; its docstring says which values it takes.
     parse: Callable[[str, str], object]
+    #: What the config does, for the generated configuration reference.
+    doc: str
+
+
+class TopicConfigDoc(NamedTuple):
+    """One topic config as the configuration reference lists it."""
+
+    name: str
+    default: str
+    values: str
+    doc: str
+
+
+def topic_config_docs() -> list[TopicConfigDoc]:
+    """Every topic config, its default, the values it takes and what it does, by name."""
+    defaults = LogConfig().to_kafka_props()
+    return [
+        TopicConfigDoc(name, defaults[name], (prop.parse.__doc__ or "").strip(), prop.doc)
+        for name, prop in sorted(_PROPS.items())
+    ]
 
 
 def _integer(minimum: int, maximum: int) -> Callable[[str, str], object]:
@@ -112,10 +133,12 @@ def _integer(minimum: int, maximum: int) -> Callable[[str, str], object]:
             raise InvalidConfigError(f"{name}={value} must be in [{minimum}, {maximum}]")
         return value
 
+    parse.__doc__ = f"an integer from {minimum} to {maximum}"
     return parse
 
 
 def _timestamp_type(name: str, raw: str) -> object:
+    """CreateTime or LogAppendTime"""
     try:
         return _TIMESTAMP_TYPES[raw.strip()]
     except KeyError:
@@ -134,7 +157,11 @@ def _compression_type(name: str, raw: str) -> object:
     return value
 
 
+_compression_type.__doc__ = f"{TOPIC_KEEPS_PRODUCER_CODEC}, {', '.join(TOPIC_CODECS)}"
+
+
 def _cleanup_policy(name: str, raw: str) -> object:
+    """delete, compact, or both (comma-separated)"""
     policies = frozenset(p.strip() for p in raw.split(",") if p.strip())
     if not policies or not policies <= {CLEANUP_DELETE, CLEANUP_COMPACT}:
         raise InvalidConfigError(f"{name}={raw!r} must be a list of 'delete' and/or 'compact'")
@@ -143,26 +170,65 @@ def _cleanup_policy(name: str, raw: str) -> object:
 
 # Lower bounds are Kafka's (LogConfig.java); ints that Kafka declares as INT stop at INT_MAX.
 _PROPS: dict[str, _Prop] = {
-    "segment.bytes": _Prop("segment_bytes", _integer(14, INT_MAX)),
-    "segment.ms": _Prop("segment_ms", _integer(1, LONG_MAX)),
-    "segment.index.bytes": _Prop("segment_index_bytes", _integer(4, INT_MAX)),
-    "index.interval.bytes": _Prop("index_interval_bytes", _integer(0, INT_MAX)),
-    "retention.ms": _Prop("retention_ms", _integer(-1, LONG_MAX)),
-    "retention.bytes": _Prop("retention_bytes", _integer(-1, LONG_MAX)),
-    "message.timestamp.type": _Prop("message_timestamp_type", _timestamp_type),
+    "segment.bytes": _Prop(
+        "segment_bytes", _integer(14, INT_MAX),
+        "A segment rolls once the next batch would take it past this many bytes."),
+    "segment.ms": _Prop(
+        "segment_ms", _integer(1, LONG_MAX),
+        "A non-empty segment rolls once its records' timestamps span this long (ms)."),
+    "segment.index.bytes": _Prop(
+        "segment_index_bytes", _integer(4, INT_MAX),
+        "The size of a segment's offset index and time index; a full index rolls the "
+        "segment."),
+    "index.interval.bytes": _Prop(
+        "index_interval_bytes", _integer(0, INT_MAX),
+        "A segment adds an offset and a time index entry every this many bytes of batches."),
+    "retention.ms": _Prop(
+        "retention_ms", _integer(-1, LONG_MAX),
+        "Segments whose newest record is older than this (ms) are deleted; -1 keeps them."),
+    "retention.bytes": _Prop(
+        "retention_bytes", _integer(-1, LONG_MAX),
+        "The oldest segments are deleted while the log without them would still hold at "
+        "least this many bytes; -1: no limit."),
+    "message.timestamp.type": _Prop(
+        "message_timestamp_type", _timestamp_type,
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with the "
+        "leader's clock."),
     "message.timestamp.before.max.ms": _Prop(
-        "message_timestamp_before_max_ms", _integer(0, LONG_MAX)
-    ),
+        "message_timestamp_before_max_ms", _integer(0, LONG_MAX),
+        "Under CreateTime, a record older than this (ms, against the leader's clock) is "
+        "refused with INVALID_TIMESTAMP."),
     "message.timestamp.after.max.ms": _Prop(
-        "message_timestamp_after_max_ms", _integer(0, LONG_MAX)
-    ),
-    "cleanup.policy": _Prop("cleanup_policy", _cleanup_policy),
-    "delete.retention.ms": _Prop("delete_retention_ms", _integer(0, LONG_MAX)),
-    "max.message.bytes": _Prop("max_message_bytes", _integer(0, INT_MAX)),
-    "flush.messages": _Prop("flush_messages", _integer(1, LONG_MAX)),
-    "flush.ms": _Prop("flush_ms", _integer(0, LONG_MAX)),
-    "compression.type": _Prop("compression_type", _compression_type),
-    "min.insync.replicas": _Prop("min_insync_replicas", _integer(1, INT_MAX)),
+        "message_timestamp_after_max_ms", _integer(0, LONG_MAX),
+        "Under CreateTime, a record further in the future than this (ms) is refused with "
+        "INVALID_TIMESTAMP."),
+    "cleanup.policy": _Prop(
+        "cleanup_policy", _cleanup_policy,
+        "delete: retention deletes old segments; compact: the cleaner keeps each key's newest "
+        "record (and records must have keys)."),
+    "delete.retention.ms": _Prop(
+        "delete_retention_ms", _integer(0, LONG_MAX),
+        "How long compaction keeps a tombstone (a null value) before removing it (ms)."),
+    "max.message.bytes": _Prop(
+        "max_message_bytes", _integer(0, INT_MAX),
+        "The largest batch a producer may write (after compression); larger is "
+        "MESSAGE_TOO_LARGE."),
+    "flush.messages": _Prop(
+        "flush_messages", _integer(1, LONG_MAX),
+        "The log is fsynced after this many appended records (by default never on count: "
+        "the node fsyncs each write before it commits, log.flush.policy)."),
+    "flush.ms": _Prop(
+        "flush_ms", _integer(0, LONG_MAX),
+        "The log is fsynced once this long (ms) has passed since its last flush (by default "
+        "never on time, as flush.messages)."),
+    "compression.type": _Prop(
+        "compression_type", _compression_type,
+        "producer keeps each batch's codec; a codec name makes the leader write every batch in "
+        "that codec."),
+    "min.insync.replicas": _Prop(
+        "min_insync_replicas", _integer(1, INT_MAX),
+        "acks=all needs this many replicas in sync and holding the write, else "
+        "NOT_ENOUGH_REPLICAS."),
 }
 
 assert {p.field for p in _PROPS.values()} == {f.name for f in fields(LogConfig)}
