@@ -100,7 +100,8 @@ def errors_page() -> str:
     own = sorted(
         (cls for cls in vars(errors).values()
          if isinstance(cls, type) and issubclass(cls, errors.TidelogError)
-         and cls not in coded and cls.__module__ == errors.__name__
+         and cls not in coded and cls is not errors.TidelogError
+         and cls.__module__ == errors.__name__
          and "name" in vars(cls)),
         key=lambda cls: cls.name,
     )
