@@ -8,7 +8,7 @@ module's last test whatever the outcome; a module that needs other settings over
 killed, which the next test must not inherit.
 
 Every node the tests run, in this process or spawned (they inherit the environment), checks
-that no helper thread touches the state its event loop owns (`tidelog.node.loop_owned`)."""
+that no helper thread touches the state its event loop owns (`tidelog.node.replicas.loop_owned`)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from tidelog.node.loop_owned import DEBUG_THREADS_ENV
+from tidelog.node.replicas.loop_owned import DEBUG_THREADS_ENV
 from tidelog.testing import LocalCluster, Raw
 
 os.environ.setdefault(DEBUG_THREADS_ENV, "1")
 
-pytest_plugins = ["conftest_spark"]
+pytest_plugins = ["conftest_spark", "conftest_tiers"]
 
 
 @pytest.fixture(scope="module")

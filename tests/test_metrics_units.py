@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from tidelog.errors import InvalidConfigError
+from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
 from tidelog.node.logs import JsonFormatter
 from tidelog.node.metrics import NodeMetrics, _error_walker, has_leader
-from tidelog.node.replicas import ReplicaSet
-from tidelog.node.routing import Routing
+from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
@@ -45,6 +45,7 @@ def test_the_walk_finds_every_nonzero_code_at_every_level() -> None:
     assert sorted(found) == [3, 16]
 
 
+@pytest.mark.cluster  # its replica set dials peers over gRPC
 def test_a_partition_is_led_only_by_a_live_peer_or_a_leading_replica_here(
     tmp_path: Path,
 ) -> None:
@@ -95,6 +96,7 @@ def test_a_taken_metrics_port_is_a_clear_config_error() -> None:
             NodeMetrics().serve("127.0.0.1", port)
 
 
+@pytest.mark.cluster  # binds the HTTP endpoint
 def test_the_endpoint_serves_and_stops() -> None:
     import urllib.request
 
