@@ -30,7 +30,8 @@ Design (kafka-mapping §10; issue 15):
   assignment; a new member id with the same instance id takes it over (same partitions, same
   epochs, no group epoch bump) if the holder is away, else UNRELEASED_INSTANCE_ID (111).
 
-No I/O, no clock, no threads: the node's driver (`node/consumer_group_driver.py`) holds those.
+No I/O, no clock, no threads: the node's driver
+(`node/coordinators/consumer_group_driver.py`) holds those.
 """
 
 from __future__ import annotations

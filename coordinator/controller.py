@@ -87,7 +87,7 @@ class Reassignment:
     (a cancelled removal: replicas from before, so never learners when created).
 
     The record is what the controller decided; the partition's leader carries it out one Raft
-    membership change at a time (`tidelog.node.reassignment`) and reports when its group's
+    membership change at a time (`tidelog.node.cluster.reassignment`) and reports when its group's
     committed configuration is the target, and only then does a completion record make the
     target the replica set (and the nodes left out delete their replicas). A node stays listed
     until then because the group may still count it, whatever the controller decided since."""

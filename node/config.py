@@ -176,10 +176,10 @@ class NodeConfig:
     heartbeat_interval_ms: int = 50
     #: The Raft clock: every timer of the partitions' Raft groups counts these ticks.
     raft_tick_ms: int = 10
-    #: "always" fsyncs before acknowledging (the durability contract of SPEC §7); "never" leaves
+    #: "always" fsyncs before acknowledging (the durability contract of contract §7); "never" leaves
     #: flushing to the OS and exists for benchmarks only.
     log_flush_policy: FlushPolicy = "always"
-    #: How fast the scrubber re-reads segments to verify their CRCs (node/scrubber.py);
+    #: How fast the scrubber re-reads segments to verify their CRCs (node/replicas/scrubber.py);
     #: 0 turns it off.
     log_scrub_bytes_per_second: int = 8 * 1024 * 1024
     #: Each log's segments are verified once per interval (HDFS's scan period).
@@ -272,7 +272,7 @@ class NodeConfig:
     metrics_topic_labels: bool = True
     #: The most bytes of requests each listener holds at once, being received or waiting for
     #: their answer (Kafka's queued.max.request.bytes); one connection holds at most a quarter
-    #: of it. Past it, reading further requests waits (node/limits.py). At least one maximal
+    #: of it. Past it, reading further requests waits (node/edge/limits.py). At least one maximal
     #: Produce request.
     queued_max_request_bytes: int = 512 * 1024 * 1024
     #: "text" lines for people, or "json": one JSON object per line for log pipelines.
@@ -328,7 +328,7 @@ class NodeConfig:
     internal_ssl_cafile: str = ""
     #: Who counts as a node (``;``-separated principals, as super.users): on an SSL node-to-node
     #: listener every call from another principal is refused (PERMISSION_DENIED), and only these
-    #: may forward a request on behalf of a client (node/forwarding.py). Empty: super.users.
+    #: may forward a request on behalf of a client (node/api/forwarding.py). Empty: super.users.
     #: A PLAINTEXT node-to-node listener knows no identity and checks nothing.
     node_principals: tuple[str, ...] = ()
     # ---- ACLs (acls) ----

@@ -56,12 +56,12 @@ from tidelog import errors
 from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.controller import METADATA_TP, MetadataImage
 from tidelog.errors import InvalidConfigError
+from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import format_address
-from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
-from tidelog.node.interceptors import HandlerRewriter
-from tidelog.node.partition import PartitionReplica
-from tidelog.node.replicas import ReplicaSet
-from tidelog.node.routing import Routing
+from tidelog.node.coordinators.group_driver import GroupCoordinatorDriver
+from tidelog.node.edge.interceptors import HandlerRewriter
+from tidelog.node.replicas.partition import PartitionReplica
+from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.types import TopicPartition
 
 log = logging.getLogger("tidelog.node")

@@ -23,21 +23,21 @@ from collections.abc import Coroutine
 from typing import Any
 
 from tidelog.coordinator.controller import METADATA_TP
-from tidelog.node.balancer import Balancer
+from tidelog.node.cluster.balancer import Balancer
+from tidelog.node.cluster.controller_driver import ControllerDriver
+from tidelog.node.cluster.reassignment import Reassigner
+from tidelog.node.cluster.registration import Identity, NodeRegistry, Registrant
+from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
-from tidelog.node.consumer_group_driver import ConsumerGroupDriver
-from tidelog.node.controller_driver import ControllerDriver
-from tidelog.node.coordinator_topic import CoordinatorTopic
-from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
-from tidelog.node.housekeeping import Housekeeping
-from tidelog.node.reassignment import Reassigner
-from tidelog.node.registration import Identity, NodeRegistry, Registrant
-from tidelog.node.replicas import ReplicaSet
-from tidelog.node.routing import Routing
-from tidelog.node.scrubber import Scrubber
-from tidelog.node.txn_coordinator_driver import TxnCoordinatorDriver
-from tidelog.node.txn_markers import TxnMarkers
-from tidelog.node.txn_verification import TxnVerification
+from tidelog.node.coordinators.consumer_group_driver import ConsumerGroupDriver
+from tidelog.node.coordinators.group_driver import GroupCoordinatorDriver
+from tidelog.node.coordinators.topic import CoordinatorTopic
+from tidelog.node.coordinators.txn_driver import TxnCoordinatorDriver
+from tidelog.node.coordinators.txn_markers import TxnMarkers
+from tidelog.node.coordinators.txn_verification import TxnVerification
+from tidelog.node.replicas.housekeeping import Housekeeping
+from tidelog.node.replicas.replica_set import ReplicaSet
+from tidelog.node.replicas.scrubber import Scrubber
 from tidelog.replication import NotLeaderError
 from tidelog.storage.checkpoint import DATA_DIR_MODE
 from tidelog.v1 import raft_pb2 as rpb

@@ -32,9 +32,9 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig, format_peers
+from tidelog.node.edge.interceptors import HandlerRewriter, behavior_kind
+from tidelog.node.edge.malformed import reject_malformed
 from tidelog.node.files import open_private, prepare_data_dir, write_atomically
-from tidelog.node.interceptors import HandlerRewriter, behavior_kind
-from tidelog.node.malformed import reject_malformed
 from tidelog.v1 import tidelog_pb2
 
 #: Holds an exclusive flock while a node runs, so two nodes never share a data dir and a
@@ -62,16 +62,16 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     this process's parent (immediate). Returns the process exit code."""
     # The runtime is heavy; config errors come first.
     from tidelog.node import logs
-    from tidelog.node.api import PARTITION_ERROR_RPCS, TidelogServicer
-    from tidelog.node.forwarding import answer_forwarded
-    from tidelog.node.group_api import COUNTED_RPCS
-    from tidelog.node.limits import CLIENT_LIMITS, INTERNAL_LIMITS, InFlight, RequestLimits
+    from tidelog.node.api.forwarding import answer_forwarded
+    from tidelog.node.api.groups import COUNTED_RPCS
+    from tidelog.node.api.servicer import PARTITION_ERROR_RPCS, TidelogServicer
+    from tidelog.node.cluster.registration import join_cluster, load_identity
+    from tidelog.node.coordinators.txn_verification import add_verification_service
+    from tidelog.node.edge.limits import CLIENT_LIMITS, INTERNAL_LIMITS, InFlight, RequestLimits
+    from tidelog.node.edge.security import NodesOnly, server_credentials
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
-    from tidelog.node.registration import join_cluster, load_identity
+    from tidelog.node.replicas.transport import SERVER_OPTIONS, add_raft_transport
     from tidelog.node.runtime import NodeRuntime
-    from tidelog.node.security import NodesOnly, server_credentials
-    from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
-    from tidelog.node.txn_verification import add_verification_service
     from tidelog.v1 import tidelog_pb2_grpc
 
     prepare_data_dir(config.data_dir)
@@ -88,7 +88,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         # client listener never serves the node-to-node service, nor the other way round.
         # Each has interceptors of its own: they cache handlers by method name, and a cache
         # shared by both would serve a method on the other port once one port had served it.
-        # Outermost, the size and in-flight limits (node/limits.py): nothing is received before
+        # Outermost, the size and in-flight limits (node/edge/limits.py): nothing is received before
         # they allow it. Each listener has its own budget, so clients never hold up the
         # node-to-node traffic (nor a forward between two nodes wait for the other's clients).
         server = grpc.aio.server(
@@ -277,7 +277,7 @@ class RejectMalformedRequests(HandlerRewriter):
 
 
 def _enable_reflection(services: list[str], server: grpc.aio.Server) -> None:
-    """Serves server reflection as grpc.reflection.v1 and v1alpha (SPEC §5): current tools
+    """Serves server reflection as grpc.reflection.v1 and v1alpha (contract §5): current tools
     (grpcurl, Postman) ask for v1 first, older ones for v1alpha. grpcio-reflection ships
     v1alpha only; v1 is the same service under another package name with the same messages
     field for field, so one servicer answers both, and v1's descriptor, derived from v1alpha's,

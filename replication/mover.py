@@ -2,8 +2,8 @@
 
 `MembershipMover.step` looks at the leader's core and takes the next step toward the target, or
 says why it waits; called again and again (each tick, by whoever drives the group: a partition's
-reassignment in `tidelog.node.reassignment`, and the controller's own group the same way), it
-brings the group to the target, or back to where a new target says. The order of the steps:
+reassignment in `tidelog.node.cluster.reassignment`, and the controller's own group the same
+way), it brings the group to the target, or back to where a new target says. The order of the steps:
 
 1. a learner the target does not name is removed (an add that a new target cancelled);
 2. every node of the target that is not a member is added as a **learner**: it receives the

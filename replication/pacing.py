@@ -1,10 +1,10 @@
 """Pacing: the election timers that wait on a peer run no faster than that peer's node ticks.
 
-Node liveness (`tidelog.node.liveness`) has each node tell its peers, every heartbeat interval,
-how many ticks its tick loop has run. A node whose loop is slow (hundreds of ms per tick under
-load) is not dead, but its peers, ticking on time, used to take it for so: their followers
-stood against its leaders, its leaders stepped down for answers that came late from its
-followers, and the elections fed themselves (5,000 partitions on the shared 2-core VM were
+Node liveness (`tidelog.node.replicas.liveness`) has each node tell its peers, every heartbeat
+interval, how many ticks its tick loop has run. A node whose loop is slow (hundreds of ms per
+tick under load) is not dead, but its peers, ticking on time, used to take it for so: their
+followers stood against its leaders, its leaders stepped down for answers that came late from
+its followers, and the elections fed themselves (5,000 partitions on the shared 2-core VM were
 never all led). So a node runs, within a heartbeat interval of ticks either way, at a peer's
 pace the timers that wait on it:
 
@@ -17,8 +17,8 @@ not waited on: liveness decides for it (`RaftCore.peer_down`), so a dead node fa
 before. Safety does not rest on timers. Leases lose nothing: followers only refuse votes for
 longer, and a leader's lease rests on confirmed rounds and on those refusals.
 
-The node (`tidelog.node.replicas`) and the simulator (`tidelog.replication.sim`, whose nodes'
-clocks run at skewed rates) run this same code.
+The node (`tidelog.node.replicas.replica_set`) and the simulator (`tidelog.replication.sim`,
+whose nodes' clocks run at skewed rates) run this same code.
 """
 
 from __future__ import annotations

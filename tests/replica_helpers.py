@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from tidelog.node.replicas import ReplicaSet
+from tidelog.node.replicas.replica_set import ReplicaSet
 
 
 @contextlib.asynccontextmanager

@@ -34,7 +34,7 @@ from tidelog.errors import (
     InvalidRequestError,
     TopicAuthorizationFailedError,
 )
-from tidelog.node.authorization import Authorization
+from tidelog.node.api.authorization import Authorization
 from tidelog.node.config import NodeConfig
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER

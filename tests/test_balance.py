@@ -44,7 +44,7 @@ from tidelog.errors import (
     InvalidRequestError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.node.balancer import settings
+from tidelog.node.cluster.balancer import settings
 from tidelog.node.config import NodeConfig
 from tidelog.types import TopicPartition
 

@@ -18,11 +18,11 @@ import pytest
 
 from tidelog import errors
 from tidelog.coordinator.controller import METADATA_TP
+from tidelog.node.cluster.controller_driver import QUORUM_FILE, ControllerDriver, load_quorum
+from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
-from tidelog.node.controller_driver import QUORUM_FILE, ControllerDriver, load_quorum
-from tidelog.node.partition import PartitionReplica
-from tidelog.node.replicas import ReplicaSet
-from tidelog.node.routing import Routing
+from tidelog.node.replicas.partition import PartitionReplica
+from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.records import ControlType, build_control_batch
 from tidelog.replication import AppendResponse, Heartbeat, PreVoteResponse, VoteResponse
 from tidelog.replication.membership import Membership, encode_membership

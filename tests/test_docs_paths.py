@@ -1,8 +1,9 @@
 """Every file of the repository that the README or a docs page names must exist.
 
-The docs name source files by their paths (`node/partition.py`) so that a reader can follow the
-text into the code; `mkdocs build --strict` checks links but not these. A file renamed or moved
-without its pages would leave a newcomer looking for a file that is not there."""
+The docs name source files by their paths (`node/replicas/partition.py`) so that a reader can
+follow the text into the code; `mkdocs build --strict` checks links but not these. A file
+renamed or moved without its pages would leave a newcomer looking for a file that is not
+there."""
 
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ def missing_paths(files: list[Path]) -> list[str]:
 
 def test_the_pattern_finds_paths_and_skips_placeholders(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("`node/partition.py` and `storage/nowhere.py`, not `<offset>.snapshot`,"
-                    " `tests/test_fuzz_*.py` or `deploy/systemd/node-{1,2,3}.properties`")
+    page.write_text("`node/replicas/partition.py` and `storage/nowhere.py`, not "
+                    "`<offset>.snapshot`, `tests/test_fuzz_*.py` or "
+                    "`deploy/systemd/node-{1,2,3}.properties`")
     assert missing_paths([page]) == [f"{page}: storage/nowhere.py"]
 
 

@@ -18,13 +18,13 @@ from tidelog import errors
 from tidelog.coordinator.controller import CONSUMER_OFFSETS_TOPIC, METADATA_TP
 from tidelog.coordinator.metadata_records import TopicRecord
 from tidelog.coordinator.offset_table import CommittedOffset
-from tidelog.node import coordinator_driver
+from tidelog.node.cluster.controller_driver import ControllerDriver
+from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
-from tidelog.node.controller_driver import ControllerDriver
-from tidelog.node.coordinator_topic import CoordinatorTopic
-from tidelog.node.group_coordinator_driver import GroupCoordinatorDriver
-from tidelog.node.replicas import ReplicaSet
-from tidelog.node.routing import Routing
+from tidelog.node.coordinators import driver as coordinator_driver
+from tidelog.node.coordinators.group_driver import GroupCoordinatorDriver
+from tidelog.node.coordinators.topic import CoordinatorTopic
+from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.types import TopicPartition
 
 pytestmark = pytest.mark.timeout(60)

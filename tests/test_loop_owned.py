@@ -1,6 +1,6 @@
-"""The debug check of loop-owned state (`tidelog.node.loop_owned`): with it on, a thread other
-than the owner's that reads or changes the registry raises, however it goes about it; off, the
-registry is a plain dict."""
+"""The debug check of loop-owned state (`tidelog.node.replicas.loop_owned`): with it on, a
+thread other than the owner's that reads or changes the registry raises, however it goes about
+it; off, the registry is a plain dict."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tidelog.node.loop_owned import DEBUG_THREADS_ENV, LoopOwnershipError, loop_owned_dict
+from tidelog.node.replicas.loop_owned import DEBUG_THREADS_ENV, LoopOwnershipError, loop_owned_dict
 
 _ACCESSES: dict[str, Callable[[dict[int, str]], Any]] = {
     "get": lambda d: d.get(1),

@@ -4,7 +4,7 @@ retention and scrub passes run back to back: the nodes live through it.
 The checkpoint pass used to walk the replica registry on the disk thread while the event loop
 added the replicas of a new topic to it; a CreateTopics of 10,000 partitions crashed the node
 ("dictionary changed size during iteration"). The passes now get a snapshot taken on the loop
-(`tidelog.node.loop_owned`), and the test suite runs every node with the debug check on
+(`tidelog.node.replicas.loop_owned`), and the test suite runs every node with the debug check on
 (tests/conftest.py), so a helper thread that reads the registry itself fails the node here
 whether or not the race happens to strike."""
 

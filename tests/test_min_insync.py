@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tidelog import errors
-from tidelog.node.partition import PartitionReplica
+from tidelog.node.replicas.partition import PartitionReplica
 from tidelog.replication import (
     AppendRequest,
     AppendResponse,

@@ -22,7 +22,7 @@ from tidelog.errors import (
     InvalidRequestError,
     StaleBrokerEpochError,
 )
-from tidelog.node.registration import META_FILE
+from tidelog.node.cluster.registration import META_FILE
 from tidelog.properties import read_properties
 from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
 from tidelog.v1 import raft_pb2, raft_pb2_grpc, tidelog_pb2

@@ -1,5 +1,5 @@
 """Node liveness: a node's liveness envelopes leave from a thread of its own
-(`tidelog.node.liveness`), so a node whose main loop is busy for longer than an election
+(`tidelog.node.replicas.liveness`), so a node whose main loop is busy for longer than an election
 timeout is not taken for dead by its peers; the main loop's own `_liveness` names the replicas
 out of service, and counts its peers' silence in its own ticks."""
 
@@ -14,9 +14,15 @@ from typing import Any
 import grpc
 
 from tidelog.node.config import NodeConfig
-from tidelog.node.liveness import LivenessBeacon
-from tidelog.node.replicas import ReplicaSet
-from tidelog.node.transport import SERVER_OPTIONS, Outgoing, PeerLink, add_raft_transport, frames
+from tidelog.node.replicas.liveness import LivenessBeacon
+from tidelog.node.replicas.replica_set import ReplicaSet
+from tidelog.node.replicas.transport import (
+    SERVER_OPTIONS,
+    Outgoing,
+    PeerLink,
+    add_raft_transport,
+    frames,
+)
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication import Heartbeat, PreVoteResponse, Role, VoteResponse
 from tidelog.types import TopicPartition

@@ -469,7 +469,7 @@ def test_sigterm_leaves_no_traceback_in_the_log() -> None:
 def test_the_produce_test_hook_draws_from_a_seeded_generator(tmp_path: Path) -> None:
     """`test.drop.produce.response.rate` decides with a generator seeded by `test.seed` and the
     node id, so a run that drops answers replays; the global generator is left alone."""
-    from tidelog.node.api import TidelogServicer
+    from tidelog.node.api.servicer import TidelogServicer
 
     def draws(seed: int, node_id: int) -> list[float]:
         config = NodeConfig.from_properties({

@@ -31,8 +31,8 @@ from tidelog.errors import (
     InvalidRequestError,
     StaleBrokerEpochError,
 )
+from tidelog.node.cluster.registration import META_FILE, Identity, load_identity, save_identity
 from tidelog.node.config import NodeConfig
-from tidelog.node.registration import META_FILE, Identity, load_identity, save_identity
 
 OLD = "0123456789abcdef0123456789abcdef"
 NEW = "fedcba9876543210fedcba9876543210"

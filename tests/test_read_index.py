@@ -16,9 +16,9 @@ import pytest
 
 from tidelog import errors
 from tidelog.node.config import NodeConfig
-from tidelog.node.partition import PartitionReplica, ProduceResult
-from tidelog.node.replicas import ReplicaSet
-from tidelog.node.transport import SERVER_OPTIONS, add_raft_transport
+from tidelog.node.replicas.partition import PartitionReplica, ProduceResult
+from tidelog.node.replicas.replica_set import ReplicaSet
+from tidelog.node.replicas.transport import SERVER_OPTIONS, add_raft_transport
 from tidelog.replication import VoteRequest
 from tidelog.replication.log_store import RAFT_STATE_FILE
 from tidelog.storage import CheckpointFile

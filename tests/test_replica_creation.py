@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from tidelog.coordinator.controller import METADATA_TP
-from tidelog.node import housekeeping as housekeeping_module
-from tidelog.node import replicas as replicas_module
 from tidelog.node.config import NodeConfig
-from tidelog.node.housekeeping import Housekeeping
-from tidelog.node.replicas import ReplicaSet
-from tidelog.node.transport import Outgoing
+from tidelog.node.replicas import housekeeping as housekeeping_module
+from tidelog.node.replicas import replica_set as replicas_module
+from tidelog.node.replicas.housekeeping import Housekeeping
+from tidelog.node.replicas.replica_set import ReplicaSet
+from tidelog.node.replicas.transport import Outgoing
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication import Role, VoteRequest, VoteResponse
 from tidelog.storage import Log, checkpoint

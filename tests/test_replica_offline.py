@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tidelog.node.config import NodeConfig
-from tidelog.node.replicas import ReplicaSet
+from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 

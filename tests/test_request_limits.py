@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tidelog.node.limits import DEFAULT_REQUEST_LIMIT, InFlight, connection_cap
+from tidelog.node.edge.limits import DEFAULT_REQUEST_LIMIT, InFlight, connection_cap
 from tidelog.records import MAX_BATCH_BYTES, MAX_MESSAGE_BYTES, RecordInput, build_batch
 from tidelog.testing import LocalCluster, Raw
 from tidelog.v1 import tidelog_pb2 as pb

@@ -1,7 +1,7 @@
 """A restarted node reports SERVING only once its metadata is as current as the controller's
 committed state (hardening issue): restarted right after a topic was created, with the
 controller unreachable, it must still know the topic the moment it serves; and once caught up, it
-deletes the replica directories no metadata assigns it (`tidelog.node.strays`)."""
+deletes the replica directories no metadata assigns it (`tidelog.node.replicas.strays`)."""
 
 from __future__ import annotations
 

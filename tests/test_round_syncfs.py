@@ -14,7 +14,7 @@ import pytest
 
 from tests.replica_helpers import running
 from tidelog.node.config import NodeConfig
-from tidelog.node.replicas import _SYNCFS_MIN_LOGS, ReplicaSet
+from tidelog.node.replicas.replica_set import _SYNCFS_MIN_LOGS, ReplicaSet
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication import Role
 from tidelog.storage import Log, LogConfig, segment

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
-from tidelog.node.partition import PartitionReplica
-from tidelog.node.routing import Routing
+from tidelog.node.replicas.partition import PartitionReplica
 from tidelog.replication import Heartbeat, RaftConfig, VoteRequest
 from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import LogConfig

@@ -1,5 +1,5 @@
-"""The principal of a call (node/security.py): Kafka's ``User:<RFC 2253 subject>`` of a verified
-client certificate, ANONYMOUS otherwise, on real certificates and real TLS handshakes."""
+"""The principal of a call (node/edge/security.py): Kafka's ``User:<RFC 2253 subject>`` of a
+verified client certificate, ANONYMOUS otherwise, on real certificates and real TLS handshakes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tidelog.certificates import CertFiles, CertificateAuthority
-from tidelog.node.security import ANONYMOUS, principal_of, principal_of_certificate
+from tidelog.node.edge.security import ANONYMOUS, principal_of, principal_of_certificate
 
 pytestmark = pytest.mark.timeout(60)
 

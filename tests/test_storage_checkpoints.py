@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from storage_helpers import T0, FakeClock, all_records, batch, marker, open_log
 
-from tidelog.node.partition import PartitionReplica
+from tidelog.node.replicas.partition import PartitionReplica
 from tidelog.replication import RaftConfig
 from tidelog.replication.log_store import RAFT_STATE_FILE
 from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes

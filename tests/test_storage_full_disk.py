@@ -13,7 +13,7 @@ from storage_helpers import T0, FakeClock, all_records, batch, open_log
 from tmpfs_helpers import fill, tmpfs, use_up_inodes
 
 from tidelog.node.config import NodeConfig
-from tidelog.node.replicas import ReplicaSet
+from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.storage import CheckpointFile
 from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition

@@ -1,11 +1,11 @@
-"""Stray replica directories (`tidelog.node.strays`): which directories of a data dir count as
-strays, and that their deletion takes their terms out of the book first."""
+"""Stray replica directories (`tidelog.node.replicas.strays`): which directories of a data dir
+count as strays, and that their deletion takes their terms out of the book first."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tidelog.node.strays import delete_strays, stray_directories
+from tidelog.node.replicas.strays import delete_strays, stray_directories
 from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.replica_helpers import running
 from tidelog.node.config import NodeConfig
-from tidelog.node.replicas import ReplicaSet
+from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.replication import Role
 from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import checkpoint

@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from tidelog.node.config import NodeConfig
-from tidelog.node.security import PeerDialer
-from tidelog.node.transport import (
+from tidelog.node.edge.security import PeerDialer
+from tidelog.node.replicas.transport import (
     COALESCE_BYTES,
     SERVER_OPTIONS,
     Outgoing,

@@ -21,10 +21,10 @@ from offsets_helpers import coordinator as offsets_coordinator
 from tidelog import Client, TopicPartition, errors
 from tidelog.commands import cluster_status
 from tidelog.coordinator.controller import METADATA_TP
+from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
-from tidelog.node.routing import Routing
-from tidelog.node.security import PeerDialer
-from tidelog.node.txn_markers import TxnMarkers
+from tidelog.node.coordinators.txn_markers import TxnMarkers
+from tidelog.node.edge.security import PeerDialer
 from tidelog.records import RecordInput, build_batch, iter_batches
 from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
 from tidelog.transport import Security

@@ -526,7 +526,7 @@ class LocalCluster:
         proc = self._launch(node_dir, self._dir / f"{name}.log", props, ())
 
         def registered() -> int | None:
-            from tidelog.node.registration import META_FILE
+            from tidelog.node.cluster.registration import META_FILE
             from tidelog.properties import read_properties
 
             if proc.poll() is not None:

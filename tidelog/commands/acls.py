@@ -139,7 +139,7 @@ _RECOVERY = (
 def _caller(args: argparse.Namespace) -> str:
     """The principal the nodes see this command as: its certificate's subject, as a
     listener that verifies client certificates names it, else User:ANONYMOUS."""
-    from tidelog.node.security import ANONYMOUS, principal_of_certificate
+    from tidelog.node.edge.security import ANONYMOUS, principal_of_certificate
 
     certfile = security_for(args).ssl_certfile
     if certfile is None:

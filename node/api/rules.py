@@ -1,0 +1,77 @@
+"""The rules every client request is held to, shared by the handlers of the client API
+(`api`, `group_api`): unset optional fields read as their documented meaning (`or_unset`), a
+partition named twice answered once with INVALID_REQUEST (`each_once`), one topic entry per
+topic in an answer (`Answers`), and the gRPC statuses of a request refused as a whole."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from tidelog.types import TopicPartition
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def or_unset(message: Any, field: str, unset: int) -> int:
+    """An ``optional`` field's value, or `unset`, what its proto comment says a request that
+    leaves it out means (proto3 alone would read it as 0)."""
+    return getattr(message, field) if message.HasField(field) else unset
+
+
+def each_once(items: Iterable[tuple[K, V]]) -> tuple[dict[K, V], set[K]]:
+    """What a request names, each once with its first entry and in request order (one answer
+    each), and the keys it names more than once (INVALID_REQUEST for those, kafka-mapping
+    §2.1: a partition listed twice in a Produce would otherwise be appended twice)."""
+    firsts: dict[K, V] = {}
+    twice: set[K] = set()
+    for key, item in items:
+        if key in firsts:
+            twice.add(key)
+        else:
+            firsts[key] = item
+    return firsts, twice
+
+
+def partitions_of(topics: Iterable[Any]) -> Iterator[tuple[TopicPartition, Any]]:
+    # tuple.__new__: a TopicPartition without NamedTuple's Python-level __new__ (a request of
+    # the offset commit benchmark names 100 partitions, and this is per partition).
+    new = tuple.__new__
+    return ((new(TopicPartition, (t.name, p.partition)), p) for t in topics for p in t.partitions)
+
+
+class Answers:
+    """The per-partition answers of a response (Produce, Fetch, ListOffsets, the offset
+    requests), one topic entry per topic name however the request spread its partitions."""
+
+    def __init__(self, response: Any) -> None:
+        self._topics = response.topics
+        #: Per topic name, the `add` of its entry's partitions.
+        self._by_name: dict[str, Any] = {}
+
+    def add(self, tp: TopicPartition) -> Any:
+        return self.add_to(tp.topic)(partition=tp.partition)
+
+    def add_to(self, topic: str) -> Any:
+        """The `add` of `topic`'s partitions in the answer, for a caller answering many
+        partitions of one topic in a row."""
+        add_partition = self._by_name.get(topic)
+        if add_partition is None:
+            add_partition = self._by_name[topic] = self._topics.add(name=topic).partitions.add
+        return add_partition
+
+
+async def unsupported(context: grpc.aio.ServicerContext, what: str) -> NoReturn:
+    await context.abort(
+        grpc.StatusCode.UNIMPLEMENTED, f"{what} is not supported yet by this Tidelog version"
+    )
+    raise AssertionError("unreachable")
+
+
+async def invalid(context: grpc.aio.ServicerContext, message: str) -> NoReturn:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+    raise AssertionError("unreachable")
+
