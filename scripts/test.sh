@@ -2,8 +2,19 @@
 # Sets up the environment and runs every check: ruff, mypy, the import layers, the docs site
 # (mkdocs --strict), then the whole pytest suite.
 # Extra arguments go to pytest (e.g. scripts/test.sh -k storage).
+#
+# scripts/test.sh --fast runs ruff and the unit tier alone (no process, no socket; about a
+# minute): the tiers are in tests/conftest_tiers.py, and docs/testing.md says how to pick one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  [ -x .venv/bin/python ] || scripts/setup.sh
+  echo "== ruff"
+  .venv/bin/ruff check .
+  echo "== pytest: the unit tier"
+  exec .venv/bin/python -m pytest -m "unit and not slow" -q "$@"
+fi
 scripts/setup.sh
 echo "== ruff"
 .venv/bin/ruff check .

@@ -366,7 +366,10 @@ def traced_bytes_per_entry(groups: int, partitions: int) -> tuple[float, OffsetT
     return used / (groups * partitions), table
 
 
-@pytest.mark.parametrize(("groups", "partitions"), [(1_000, 100), (100_000, 1)])
+@pytest.mark.parametrize(("groups", "partitions"), [
+    (1_000, 100),
+    pytest.param(100_000, 1, marks=pytest.mark.slow),  # the fast tier's longest test alone
+])
 def test_at_most_64_bytes_an_entry(groups: int, partitions: int) -> None:
     per_entry, table = traced_bytes_per_entry(groups, partitions)
     assert len(table) == groups * partitions
