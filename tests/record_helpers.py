@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from tidelog.records import assemble_batch
+from tidelog.records import assemble_batch, decode_records, iter_batches
 
 T = 10_000
 
@@ -75,3 +75,12 @@ def kafka_v2_record(offset_delta: int, value: bytes) -> bytes:
         kafka_varint(len(value)), value, kafka_varint(0),
     ))
     return kafka_varint(len(body)) + body
+
+
+def values_of(records: bytes) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every data record in fetched bytes; control batches skipped."""
+    out: list[tuple[int, bytes | None]] = []
+    for pos, header in iter_batches(records):
+        if not header.is_control:
+            out.extend((r.offset, r.value) for r in decode_records(records, pos, header))
+    return out

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from waiting_helpers import poll_records
 
 from tidelog import Client, OffsetSpec, TopicPartition
 from tidelog.acl import (
@@ -43,7 +44,7 @@ from tidelog.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.testing import LocalCluster, Raw, make_batch, poll_records, wait_for
+from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(180)

@@ -12,9 +12,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from record_helpers import values_of
 
 from tidelog.records import MAX_MESSAGE_BYTES
-from tidelog.testing import Raw, make_batch, values_of, wait_for
+from tidelog.testing import Raw, make_batch, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 from tidelog.v1 import tidelog_pb2 as pb
 

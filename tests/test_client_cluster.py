@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from waiting_helpers import poll_records
 
 from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition, errors
 from tidelog.hashing import partition_for_key
 from tidelog.records import ATTR_COMPRESSION, HEADER_SIZE, RECORD_OVERHEAD, iter_batches
-from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
+from tidelog.testing import LocalCluster, Raw, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, ConsumerRecord
 
 pytestmark = pytest.mark.timeout(180)

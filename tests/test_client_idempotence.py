@@ -9,9 +9,10 @@ import time
 from collections import defaultdict
 
 import pytest
+from waiting_helpers import poll_to
 
 from tidelog import Client, OffsetSpec, TopicPartition
-from tidelog.testing import LocalCluster, poll_to
+from tidelog.testing import LocalCluster
 from tidelog.types import ConsumerRecord
 
 pytestmark = pytest.mark.timeout(240)

@@ -12,10 +12,11 @@ import time
 
 import grpc
 import pytest
+from record_helpers import values_of
 
 from tidelog.errors import CoordinatorNotAvailableError, OffsetNotAvailableError, for_code
 from tidelog.records import RecordInput, build_batch
-from tidelog.testing import LocalCluster, Raw, make_batch, values_of, wait_for
+from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(180)

@@ -10,12 +10,13 @@ import concurrent.futures
 from collections.abc import Iterator
 
 import pytest
+from waiting_helpers import poll_records
 
 from tidelog import Client, TopicPartition, errors
 from tidelog.consumer import _Round
 from tidelog.partitioned import Attempt
 from tidelog.records import RecordInput, assign_offsets, build_batch
-from tidelog.testing import LocalCluster, poll_records, wait_for
+from tidelog.testing import LocalCluster, wait_for
 from tidelog.wire import FetchAnswer, FetchPosition
 
 pytestmark = pytest.mark.timeout(180)

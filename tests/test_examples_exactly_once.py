@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting_helpers import poll_to
 
 from tidelog import Client, TopicPartition
-from tidelog.testing import LocalCluster, poll_to, wait_for
+from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from record_helpers import values_of
 from tmpfs_helpers import fill, tmpfs
 
 from tidelog.errors import KafkaStorageError
-from tidelog.testing import LocalCluster, Raw, make_batch, probe, values_of, wait_for
+from tidelog.testing import LocalCluster, Raw, make_batch, probe, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 
 pytestmark = pytest.mark.timeout(240)

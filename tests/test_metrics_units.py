@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting_helpers import async_wait_for
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.cluster.routing import Routing
@@ -19,7 +20,6 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.logs import JsonFormatter
 from tidelog.node.metrics import NodeMetrics, _error_walker, has_leader
 from tidelog.node.replicas.replica_set import ReplicaSet
-from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
 from tidelog.v1 import tidelog_pb2 as pb

@@ -118,9 +118,11 @@ def test_three_namespaces_run_the_main_scenario(hosts: Hosts, tmp_path: Path) ->
 def _scenario(data_dir: Path, namespaces: list[str]) -> dict[str, object]:
     """Runs inside the client namespace: a cluster of one node per namespace, then the main
     produce/consume/ListOffsets scenario against it through the client library."""
+    from waiting_helpers import poll_records
+
     from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition
     from tidelog.clock import wall_clock_ms
-    from tidelog.testing import LocalCluster, poll_records
+    from tidelog.testing import LocalCluster
 
     with LocalCluster(
         3, data_dir, BASE_PORT,

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
+from waiting_helpers import poll_records
 
 from tidelog import Client, TopicPartition
 from tidelog.cli import main as cli_main
@@ -24,7 +25,7 @@ from tidelog.errors import (
 )
 from tidelog.node.cluster.registration import META_FILE
 from tidelog.properties import read_properties
-from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
+from tidelog.testing import LocalCluster, Raw, wait_for
 from tidelog.v1 import raft_pb2, raft_pb2_grpc, tidelog_pb2
 
 pytestmark = pytest.mark.timeout(180)

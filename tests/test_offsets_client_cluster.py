@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from waiting_helpers import poll_records
 
 from tidelog import Client, OffsetAndMetadata, TopicPartition, errors
-from tidelog.testing import LocalCluster, poll_records, wait_for
+from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

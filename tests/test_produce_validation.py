@@ -11,10 +11,11 @@ import time
 
 import pytest
 from record_helpers import forge_batch, forge_record, kafka_v2_record
+from waiting_helpers import poll_records
 
 from tidelog import Client, TopicPartition, errors
 from tidelog.records import ControlType, RecordInput, build_batch, build_control_batch
-from tidelog.testing import LocalCluster, Raw, make_batch, poll_records
+from tidelog.testing import LocalCluster, Raw, make_batch
 
 pytestmark = pytest.mark.timeout(120)
 

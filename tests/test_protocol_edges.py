@@ -19,11 +19,12 @@ from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from grpc_reflection.v1alpha import reflection_pb2
+from record_helpers import values_of
 
 from tidelog import Client, errors, wire
 from tidelog.node.config import NodeConfig
 from tidelog.retry import Deadline
-from tidelog.testing import Raw, make_batch, values_of, wait_for
+from tidelog.testing import Raw, make_batch, wait_for
 from tidelog.types import IsolationLevel, TopicPartition
 from tidelog.v1 import raft_pb2
 from tidelog.v1 import tidelog_pb2 as pb

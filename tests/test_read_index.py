@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from waiting_helpers import async_wait_for
 
 from tidelog import errors
 from tidelog.node.config import NodeConfig
@@ -22,7 +23,7 @@ from tidelog.node.replicas.transport import SERVER_OPTIONS, add_raft_transport
 from tidelog.replication import VoteRequest
 from tidelog.replication.log_store import RAFT_STATE_FILE
 from tidelog.storage import CheckpointFile
-from tidelog.testing import async_wait_for, make_batch
+from tidelog.testing import make_batch
 from tidelog.types import TopicPartition
 from tidelog.v1 import raft_pb2 as rpb
 

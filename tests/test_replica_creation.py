@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting_helpers import async_wait_for
 
 from tidelog.coordinator.controller import METADATA_TP
 from tidelog.node.config import NodeConfig
@@ -22,7 +23,6 @@ from tidelog.node.replicas.transport import Outgoing
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication import Role, VoteRequest, VoteResponse
 from tidelog.storage import Log, checkpoint
-from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 
 

@@ -8,9 +8,10 @@ import errno
 import time
 from pathlib import Path
 
+from waiting_helpers import async_wait_for
+
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas.replica_set import ReplicaSet
-from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 
 

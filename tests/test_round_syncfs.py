@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from waiting_helpers import async_wait_for
 
 from tests.replica_helpers import running
 from tidelog.node.config import NodeConfig
@@ -19,7 +20,6 @@ from tidelog.records import RecordInput, build_batch
 from tidelog.replication import Role
 from tidelog.storage import Log, LogConfig, segment
 from tidelog.storage.fs_sync import FilesystemSync
-from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 
 pytestmark = pytest.mark.skipif(FilesystemSync.open(Path(".")) is None,

@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from record_helpers import values_of
 
 from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
 from tidelog.records import iter_batches
-from tidelog.testing import LocalCluster, Raw, probe, values_of, wait_for
+from tidelog.testing import LocalCluster, Raw, probe, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID
 
 pytestmark = pytest.mark.timeout(180)

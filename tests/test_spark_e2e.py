@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from spark_helpers import run_available_now
+from waiting_helpers import poll_to
 
 from tidelog import Client, TopicPartition
-from tidelog.testing import LocalCluster, poll_to, wait_for
+from tidelog.testing import LocalCluster, wait_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from record_helpers import values_of
 
-from tidelog.testing import LocalCluster, Raw, values_of, wait_for
+from tidelog.testing import LocalCluster, Raw, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, LATEST_TIMESTAMP
 
 pytestmark = pytest.mark.timeout(180)

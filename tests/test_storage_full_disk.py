@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from storage_helpers import T0, FakeClock, all_records, batch, open_log
 from tmpfs_helpers import fill, tmpfs, use_up_inodes
+from waiting_helpers import async_wait_for
 
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.storage import CheckpointFile
-from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 
 CONFIG = {"segment_bytes": 512 * 1024}

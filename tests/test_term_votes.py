@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting_helpers import async_wait_for
 
 from tests.replica_helpers import running
 from tidelog.node.config import NodeConfig
@@ -21,7 +22,6 @@ from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.replication import Role
 from tidelog.replication.term_votes import TERM_VOTES_FILE, TermVotes
 from tidelog.storage import checkpoint
-from tidelog.testing import async_wait_for
 from tidelog.types import TopicPartition
 
 

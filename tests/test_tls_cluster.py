@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import test_client_cluster as plaintext_suite
+from record_helpers import values_of
 
 from tidelog import Client, OffsetSpec, TopicPartition, cli
 from tidelog.acl import (
@@ -23,7 +24,7 @@ from tidelog.acl import (
 )
 from tidelog.certificates import CertificateAuthority
 from tidelog.errors import SslAuthenticationError, TopicAuthorizationFailedError
-from tidelog.testing import LocalCluster, Raw, values_of, wait_for
+from tidelog.testing import LocalCluster, Raw, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from waiting_helpers import poll_to
 
 from tidelog import Client, TopicPartition, errors, wire
 from tidelog.coordinated import TRANSACTION
@@ -24,7 +25,7 @@ from tidelog.coordinator.txn_records import TxnState, decode_key, decode_value
 from tidelog.producer import Producer
 from tidelog.records import decode_records, iter_batches
 from tidelog.retry import Deadline
-from tidelog.testing import LocalCluster, Raw, poll_to, wait_for
+from tidelog.testing import LocalCluster, Raw, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from offsets_helpers import coordinator as offsets_coordinator
+from waiting_helpers import poll_records
 
 from tidelog import Client, TopicPartition, errors
 from tidelog.commands import cluster_status
@@ -26,7 +27,7 @@ from tidelog.node.config import NodeConfig
 from tidelog.node.coordinators.txn_markers import TxnMarkers
 from tidelog.node.edge.security import PeerDialer
 from tidelog.records import RecordInput, build_batch, iter_batches
-from tidelog.testing import LocalCluster, Raw, poll_records, wait_for
+from tidelog.testing import LocalCluster, Raw, wait_for
 from tidelog.transport import Security
 from tidelog.v1 import raft_pb2 as rpb
 from tidelog.v1 import tidelog_pb2

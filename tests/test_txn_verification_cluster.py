@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from waiting_helpers import poll_to
 
 from tidelog import Client, TopicPartition, errors, wire
 from tidelog.records import RecordInput, build_batch
-from tidelog.testing import LocalCluster, Raw, make_batch, poll_to, wait_for
+from tidelog.testing import LocalCluster, Raw, make_batch, wait_for
 from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(240)

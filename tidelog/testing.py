@@ -16,7 +16,6 @@ in.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import importlib.util
@@ -51,15 +50,13 @@ from tidelog.errors import (
     TopicAlreadyExistsError,
     for_code,
 )
-from tidelog.records import RecordInput, build_batch, decode_records, iter_batches
+from tidelog.records import RecordInput, build_batch, iter_batches
 from tidelog.transport import Security
 from tidelog.types import IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
 if TYPE_CHECKING:
     from tidelog.certificates import CertFiles
-    from tidelog.consumer import Consumer
-    from tidelog.types import ConsumerRecord
 
 __all__ = [
     "ClusterError",
@@ -67,13 +64,9 @@ __all__ = [
     "NodeRoutes",
     "NodeStatus",
     "Raw",
-    "async_wait_for",
     "make_batch",
-    "poll_records",
-    "poll_to",
     "probe",
     "stop_cluster",
-    "values_of",
     "wait_for",
 ]
 
@@ -751,22 +744,6 @@ def wait_for(
     return value
 
 
-async def async_wait_for(
-    condition: Callable[[], T | None],
-    timeout: float = 30.0,
-    what: str = "",
-    *,
-    interval: float = _POLL_S,
-) -> T:
-    """`wait_for` for a test that runs on an event loop (a node's replica set driven in
-    process): the loop's tasks run between the tries."""
-    deadline = time.monotonic() + timeout
-    while not (value := _try(condition)):
-        _check_deadline(deadline, timeout, what or condition)
-        await asyncio.sleep(interval)
-    return value
-
-
 def _try(condition: Callable[[], T | None]) -> T | None:
     try:
         return condition()
@@ -779,49 +756,10 @@ def _check_deadline(deadline: float, timeout: float, what: object) -> None:
         raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
-def poll_records(
-    consumer: Consumer, count: int, timeout: float = 30.0
-) -> list[ConsumerRecord]:
-    """Polls until ``count`` records came, and returns them; at the deadline returns what came,
-    so that the caller's assertion shows what was missing rather than a timeout."""
-    got: list[ConsumerRecord] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got += consumer.poll(timeout_ms=500)
-    return got
-
-
-def poll_to(
-    consumer: Consumer, ends: Mapping[TopicPartition, int], timeout: float = 60.0
-) -> list[ConsumerRecord]:
-    """Polls until the consumer's position reaches ``ends`` on every partition, and returns
-    the records that came; the deadline raises AssertionError (a partial read must not pass
-    for a whole one)."""
-    got: list[ConsumerRecord] = []
-
-    def reached() -> bool:
-        if all(consumer.position(tp) >= end for tp, end in ends.items()):
-            return True
-        got.extend(consumer.poll(timeout_ms=500))
-        return False
-
-    wait_for(reached, timeout, f"the consumer to read up to {dict(ends)}")
-    return got
-
-
 def make_batch(values: Sequence[bytes], timestamp_ms: int | None = None) -> bytes:
     """One plain producer batch of unkeyed ``values``, stamped now (or ``timestamp_ms``)."""
     ts = wall_clock_ms() if timestamp_ms is None else timestamp_ms
     return build_batch([RecordInput(v, None, ts) for v in values])
-
-
-def values_of(records: bytes) -> list[tuple[int, bytes | None]]:
-    """(offset, value) of every data record in fetched bytes; control batches skipped."""
-    out: list[tuple[int, bytes | None]] = []
-    for pos, header in iter_batches(records):
-        if not header.is_control:
-            out.extend((r.offset, r.value) for r in decode_records(records, pos, header))
-    return out
 
 
 class Raw:
