@@ -207,40 +207,33 @@ class RegisterNodeRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class FenceNodeRecord:
+class NodeEpochRecord:
+    """What the records that change a registered node's state carry: the node and the epoch of
+    the registration they are meant for. Each subclass is its own record kind (the class is
+    the kind: records of two kinds are never equal)."""
+
+    node_id: int
+    epoch: int
+
+    @property
+    def subject(self) -> str:
+        return node_subject(self.node_id)
+
+
+@dataclass(frozen=True, slots=True)
+class FenceNodeRecord(NodeEpochRecord):
     """The controller fenced a node whose heartbeats stopped for the session timeout (Kafka's
     FenceBrokerRecord): it takes no new replicas and Metadata leaves it out."""
 
-    node_id: int
-    epoch: int
-
-    @property
-    def subject(self) -> str:
-        return node_subject(self.node_id)
-
 
 @dataclass(frozen=True, slots=True)
-class UnfenceNodeRecord:
+class UnfenceNodeRecord(NodeEpochRecord):
     """A fenced node heartbeats again (Kafka's UnfenceBrokerRecord)."""
 
-    node_id: int
-    epoch: int
-
-    @property
-    def subject(self) -> str:
-        return node_subject(self.node_id)
-
 
 @dataclass(frozen=True, slots=True)
-class UnregisterNodeRecord:
+class UnregisterNodeRecord(NodeEpochRecord):
     """A node left the cluster for good (Kafka's UnregisterBrokerRecord)."""
-
-    node_id: int
-    epoch: int
-
-    @property
-    def subject(self) -> str:
-        return node_subject(self.node_id)
 
 
 NodeRecord = RegisterNodeRecord | FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord
