@@ -159,10 +159,10 @@ def main() -> int:
             (plain, plain_client), (guarded, guarded_client) = (
                 nodes if round_ % 2 == 0 else nodes[::-1]
             )
-            if round_ > 0 and len(plain_client.delete_acls([ANY_ACL])) != ACL_COUNT:
+            if round_ > 0 and len(plain_client.admin.delete_acls([ANY_ACL])) != ACL_COUNT:
                 print(f"the ACLs of round {round_ - 1} were not all deleted")
                 return 1
-            guarded_client.create_acls(acls)
+            guarded_client.admin.create_acls(acls)
             wait_for(lambda stub=guarded: len(stub.DescribeAcls(
                 pb.DescribeAclsRequest(), timeout=10).resources) > 0, 30, "the ACLs applied")
             for _ in range(calls):

@@ -134,7 +134,7 @@ def main() -> None:
                 else:
                     hint = figures.get("raw", rounds[-1][0] if rounds else 60_000.0)
                     figures["client"] = client_throughput(client, topic, sizes, hint)
-                client.delete_topic(topic)
+                client.admin.delete_topic(topic)
             rounds.append((figures["raw"], figures["client"]))
             print(f"round {r + 1} ({' then '.join(sides)}): raw Produce (bench/cluster.py): "
                   f"{figures['raw']:,.0f} records/s ({figures['raw'] / 1024:.1f} MiB/s); client "

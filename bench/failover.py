@@ -179,7 +179,7 @@ def run_pauses(cluster: LocalCluster, rounds: int) -> dict[str, list[float]]:
     with Client(cluster.bootstrap, request_timeout_ms=60_000) as client, \
             ThreadPoolExecutor(2) as pool:
         for round_ in range(rounds):
-            controller = client.describe_cluster().controller_id
+            controller = client.admin.describe_cluster().controller_id
             partition = next(
                 p for p in range(len(cluster.node_ids))
                 if cluster_bench.partition_view(cluster, controller, TOPIC, p).replicas[0]

@@ -175,7 +175,7 @@ def set_up(cluster: LocalCluster, offsets_partitions: int, committers: int) -> S
     with Client(cluster.bootstrap) as client:
         # Only named by the commits, never written: one replica per partition is enough.
         client.create_topic(CONSUMED_TOPIC, partitions=CONSUMED_PARTITIONS, replication_factor=1)
-        client.find_coordinator("bench-0")  # creates __consumer_offsets, waits for its leader
+        client.admin.find_coordinator("bench-0")  # creates __consumer_offsets, waits for its leader
     offsets_leaders = preferred_leaders(cluster, offsets_partitions)
     wait_steady(cluster, offsets_leaders)
     partition = group_partition("bench-0", offsets_partitions)

@@ -94,10 +94,10 @@ def measure(cluster: LocalCluster, raw: Raw, client: Client, size_mib: float,
     fetch_s = time.monotonic() - started
     tp = TopicPartition(topic, 0)
     started = time.monotonic()
-    failed = client.alter_partition_reassignments({tp: [leader, new]})
+    failed = client.admin.alter_partition_reassignments({tp: [leader, new]})
     if failed:
         raise SystemExit(f"reassignment refused: {failed}")
-    wait_for(lambda: not client.list_partition_reassignments([tp]), 3600,
+    wait_for(lambda: not client.admin.list_partition_reassignments([tp]), 3600,
              "the reassignment to complete", interval=0.02)
     move_s = time.monotonic() - started
     load_after = os.getloadavg()[0]

@@ -127,7 +127,7 @@ def run(config: RunConfig, progress: Callable[[str], None] = lambda _: None
                 epochs_before = _epochs(admin)
                 if config.commit_rate > 0:
                     for group in workload.groups:  # creates __consumer_offsets, waits for it
-                        admin.find_coordinator(group, timeout_ms=60_000)
+                        admin.admin.find_coordinator(group, timeout_ms=60_000)
             nemesis = NemesisRunner(cluster, TOPIC, faults, history, config.offsets_partitions)
             workload.start()
             history.info("run", "start", seed=config.seed)

@@ -293,7 +293,7 @@ class Workload:
         client, _ = self._client()
         while not self._stop_members.wait(0.5):
             try:
-                found = client.list_consumer_group_offsets(MEMBER_GROUP, timeout_ms=5_000)
+                found = client.admin.list_consumer_group_offsets(MEMBER_GROUP, timeout_ms=5_000)
             except TidelogError:
                 continue
             self.history.info("mf", "member_offsets",
@@ -649,7 +649,7 @@ class Workload:
     def _fetch_offsets(self, process: str, rng: random.Random) -> None:
         """OffsetFetch of a random group's whole set from a random node, one attempt each."""
         client, _ = self._client()
-        client.ensure_metadata(client.deadline(60_000))
+        client.connections.metadata.ensure(client.connections.deadline(60_000))
         nodes = sorted(client.metadata.nodes())
         while not self._stop_reads.is_set():
             self.fetch_offsets(process, client, rng.choice(self.groups), rng.choice(nodes))
@@ -663,7 +663,7 @@ class Workload:
                                   "partitions": [tp.partition for tp in self.tps]}
         op = self.history.invoke(process, "offset_fetch", **fields)
         try:
-            response = client.call(node, "OffsetFetch",
+            response = client.connections.call(node, "OffsetFetch",
                                    wire.offset_fetch_request(group, self.tps),
                                    self.config.request_timeout_ms / 1000)
             answers = wire.parse_offset_fetch(response, group)
@@ -687,7 +687,7 @@ class Workload:
             return
         client, _ = self._client()
         deadline = time.monotonic() + timeout_s
-        client.ensure_metadata(client.deadline(timeout_s * 1000))
+        client.connections.metadata.ensure(client.connections.deadline(timeout_s * 1000))
         for node in sorted(client.metadata.nodes()):
             for group in self.groups:
                 while self.fetch_offsets("final", client, group, node) is None:

@@ -52,7 +52,7 @@ def main() -> int:
     args = parser.parse_args()
 
     with Client(args.bootstrap) as client:
-        existing = set(client.list_topics())
+        existing = set(client.admin.list_topics())
         for topic in (args.input, args.output):
             if topic not in existing:
                 client.create_topic(topic, partitions=args.partitions)

@@ -102,8 +102,8 @@ def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Raw]:
         for group in ("g", "h"):
             found(raw, 1, group)
             committed(raw, 1, group, {("r", 0): (1, -1, ""), ("b", 0): (1, -1, "")})
-        client.create_acls(GRANTS)
-        assert set(client.describe_acls()) == set(GRANTS)
+        client.admin.create_acls(GRANTS)
+        assert set(client.admin.describe_acls()) == set(GRANTS)
         applied_everywhere(raw, len(GRANTS))
     with LocalCluster(data_dir=data_dir, **OPTIONS) as cluster, Raw(cluster) as raw:
         for topic in ("a", "w", "r"):  # what ANONYMOUS may still describe
@@ -296,9 +296,9 @@ def test_the_client_raises_authorization_errors_naming_the_resource(restricted: 
         with pytest.raises(errors.TopicAuthorizationFailedError, match="topic 'a'"):
             client.producer().send("a", b"x").result(timeout=20)
         with pytest.raises(errors.ClusterAuthorizationFailedError, match="ALTER cluster"):
-            client.create_acls([GRANTS[0]])
+            client.admin.create_acls([GRANTS[0]])
         with pytest.raises(errors.GroupAuthorizationFailedError, match="group 'h'"):
-            client.list_consumer_group_offsets("h")
+            client.admin.list_consumer_group_offsets("h")
         # b is not in the metadata at all: asked for by name, it is refused (not retried
         # until the deadline as a topic that does not exist yet, RequestTimedOutError).
         with pytest.raises(errors.TopicAuthorizationFailedError, match="topic 'b'"):
@@ -339,29 +339,29 @@ def test_acl_calls_of_the_client_and_the_cli_round_trip(
         assert main(["acls", "remove", "--group", "g", "--allow-principal", "User:alice",
                      "--operation", "read", *cli]) == 0
         assert "removed ALLOW User:alice READ from * on group 'g'" in capsys.readouterr().out
-        assert len(client.describe_acls()) == 3
+        assert len(client.admin.describe_acls()) == 3
         assert main(["acls", "remove", "--topic", "t", "--group", "g", *cli]) == 0
-        assert client.describe_acls() == []
+        assert client.admin.describe_acls() == []
         assert main(["acls", "add", "--deny-principal", "User:mallory", "--topic", "secret.",
                      "--resource-pattern-type", "prefixed", *cli]) == 0
-        assert client.describe_acls() == [AclBinding(
+        assert client.admin.describe_acls() == [AclBinding(
             ResourcePattern(ResourceType.TOPIC, "secret.", PatternType.PREFIXED),
             AccessControlEntry("User:mallory", Operation.ALL, Permission.DENY))]
         assert main(["acls", "remove", "--topic", "secret.", "--resource-pattern-type",
                      "prefixed", *cli]) == 0
-        assert client.describe_acls() == []
+        assert client.admin.describe_acls() == []
         raw.create_topic("secret.keys", 1, 1)
         deny = AclBinding(ResourcePattern(ResourceType.TOPIC, "secret.", PatternType.PREFIXED),
                           AccessControlEntry("User:*", Operation.ALL, Permission.DENY))
         admin = grant(ANONYMOUS, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
-        client.create_acls([deny, admin, deny])
-        assert client.describe_acls() == [deny, admin]
+        client.admin.create_acls([deny, admin, deny])
+        assert client.admin.describe_acls() == [deny, admin]
         match = AclBindingFilter(ResourcePatternFilter(ResourceType.TOPIC, "secret.keys",
                                                        PatternType.MATCH))
-        assert client.describe_acls(match) == [deny]
+        assert client.admin.describe_acls(match) == [deny]
         assert raw.list_offset(1, "secret.keys", 0, -1).error_code == TOPIC_DENIED
         with pytest.raises(errors.InvalidRequestError, match="kafka-cluster"):
-            client.create_acls([grant(ANONYMOUS, Operation.ALTER, ResourceType.CLUSTER, "x")])
+            client.admin.create_acls([grant(ANONYMOUS, Operation.ALTER, ResourceType.CLUSTER, "x")])
         # What the wire may carry that no binding is: each creation answered on its own.
         creations = [pb.AclCreation(resource_type=99, resource_name="t", principal=ANONYMOUS,
                                     operation=3, permission_type=3),
@@ -375,11 +375,12 @@ def test_acl_calls_of_the_client_and_the_cli_round_trip(
         assert "permission UNKNOWN cannot be stored" in answer.results[1].error_message
         bad_filter = pb.DescribeAclsRequest(filter=pb.AclFilter(operation=77))
         assert raw.stub(1).DescribeAcls(bad_filter, timeout=10).error_code == 42
-        assert grant(ANONYMOUS, Operation.READ, ResourceType.GROUP, "g") in client.describe_acls()
-        gone = client.delete_acls([AclBindingFilter(
+        assert (grant(ANONYMOUS, Operation.READ, ResourceType.GROUP, "g")
+                in client.admin.describe_acls())
+        gone = client.admin.delete_acls([AclBindingFilter(
             entry=AccessControlEntryFilter(permission=Permission.DENY))])
         assert gone == [deny]
-        assert client.describe_acls() == [
+        assert client.admin.describe_acls() == [
             admin, grant(ANONYMOUS, Operation.READ, ResourceType.GROUP, "g")]
         assert raw.list_offset(1, "secret.keys", 0, -1).error_code == 0
 
@@ -393,13 +394,13 @@ def test_without_an_authorizer_acls_are_kept_but_decide_nothing(tmp_path: Path) 
     with LocalCluster(1, tmp_path, authorizer="acl", super_users=ANONYMOUS) as cluster, \
             Raw(cluster) as raw, Client(cluster.bootstrap) as client:
         raw.create_topic("t", 1, 1)
-        client.create_acls([deny])
+        client.admin.create_acls([deny])
     with LocalCluster(1, tmp_path) as cluster, \
             Raw(cluster) as raw, Client(cluster.bootstrap) as client:
         raw.wait_leaders("t", 1)
         assert raw.list_offset(1, "t", 0, -1).error_code == 0
         with pytest.raises(errors.SecurityDisabledError, match="authorizer=none"):
-            client.create_acls([deny])
+            client.admin.create_acls([deny])
         assert raw.stub(1).DescribeAcls(pb.DescribeAclsRequest(), timeout=10).error_code == 54
         deleted = raw.stub(1).DeleteAcls(
             pb.DeleteAclsRequest(filters=[pb.AclFilter()]), timeout=10)
@@ -421,7 +422,7 @@ def test_two_principals_over_mutual_tls() -> None:
             admin.create_topic(topic, 1, 3)
             admin.produce_acknowledged(topic, 0, [[b"one"]])
         coordinator = found(admin, 1, "g").node_id
-        admin_client.create_acls(alice_acls)
+        admin_client.admin.create_acls(alice_acls)
         applied_everywhere(admin, len(alice_acls))
         files = CertificateAuthority(cluster.tls_dir).issue("alice", "alice")
         alice_options = {"security_protocol": "SSL", "ssl_cafile": str(files.cafile),
@@ -459,4 +460,4 @@ def test_two_principals_over_mutual_tls() -> None:
                 alice_client.list_offsets({TopicPartition("b", 0): -1})
             with pytest.raises(errors.ClusterAuthorizationFailedError,
                                match="User:CN=alice is not authorized to ALTER cluster"):
-                alice_client.create_acls(alice_acls)
+                alice_client.admin.create_acls(alice_acls)

@@ -85,9 +85,9 @@ def test_added_partitions_take_records_and_reach_a_subscribed_group(client: Clie
     wait_for(lambda: consumer.poll(timeout_ms=100) is not None and len(consumer.assignment())
              == 2, 30, "the group's member to own both partitions")
 
-    client.create_partitions({"grow": 3}, validate_only=True)
+    client.admin.create_partitions({"grow": 3}, validate_only=True)
     assert len(client.describe_topics(["grow"])["grow"].partitions) == 2
-    client.create_partitions({"grow": NewPartitions(4, [[2, 3, 1], [3, 1, 2]])})
+    client.admin.create_partitions({"grow": NewPartitions(4, [[2, 3, 1], [3, 1, 2]])})
     partitions = client.describe_topics(["grow"])["grow"].partitions
     assert [p.replicas for p in partitions[2:]] == [(2, 3, 1), (3, 1, 2)]
     assert all(p.leader >= 0 for p in partitions)
@@ -103,15 +103,15 @@ def test_added_partitions_take_records_and_reach_a_subscribed_group(client: Clie
     consumer.close()
 
     with pytest.raises(InvalidPartitionsError, match="already has 4 partition"):
-        client.create_partitions({"grow": 4})
+        client.admin.create_partitions({"grow": 4})
     with pytest.raises(InvalidPartitionsError, match="would not be an increase"):
-        client.create_partitions({"grow": 3})
+        client.admin.create_partitions({"grow": 3})
     with pytest.raises(UnknownTopicOrPartitionError):
-        client.create_partitions({"nope": 3})
+        client.admin.create_partitions({"nope": 3})
     with pytest.raises(InvalidReplicaAssignmentError, match="unknown node"):
-        client.create_partitions({"grow": NewPartitions(5, [[1, 2, 9]])})
+        client.admin.create_partitions({"grow": NewPartitions(5, [[1, 2, 9]])})
     with pytest.raises(InvalidRequestError, match="internal topic"):
-        client.create_partitions({"__consumer_offsets": 60})
+        client.admin.create_partitions({"__consumer_offsets": 60})
 
 
 def produce_old_records(client: Client, name: str, count: int) -> None:
@@ -141,19 +141,20 @@ def test_retention_changes_reach_running_logs_and_sources_are_described(
 
     # The topic's own config, then every node's default: each deletes the hour-old segments
     # of the running logs, with no restart.
-    client.incremental_alter_configs({topic("retained"): [AlterConfigOp("retention.ms", "60000")]})
+    client.admin.incremental_alter_configs(
+        {topic("retained"): [AlterConfigOp("retention.ms", "60000")]})
     wait_for(lambda: log_start(client, "retained") > 0, 30, "retention.ms to delete segments")
     assert log_start(client, "by-default") == 0
-    client.incremental_alter_configs({EVERY_NODE: [AlterConfigOp("retention.ms", "600000")]})
+    client.admin.incremental_alter_configs({EVERY_NODE: [AlterConfigOp("retention.ms", "600000")]})
     try:
         wait_for(lambda: log_start(client, "by-default") > 0, 30,
                  "the nodes' dynamic retention.ms to delete segments")
-        client.incremental_alter_configs({NODE_1: [AlterConfigOp("segment.ms", "3600000")]})
+        client.admin.incremental_alter_configs({NODE_1: [AlterConfigOp("segment.ms", "3600000")]})
         # Node 1 answers for itself once it has applied the change (the controller at once).
         described = wait_for(lambda: _applied(client, "segment.ms", "3600000"), 10,
                              "node 1 to apply its segment.ms")
     finally:
-        client.incremental_alter_configs({
+        client.admin.incremental_alter_configs({
             EVERY_NODE: [AlterConfigOp("retention.ms", None, AlterConfigOpType.DELETE)],
             NODE_1: [AlterConfigOp("segment.ms", None, AlterConfigOpType.DELETE)],
         })
@@ -171,13 +172,13 @@ def test_retention_changes_reach_running_logs_and_sources_are_described(
     assert node["offsets.retention.minutes"].source == ConfigSource.DEFAULT_CONFIG
     assert node["num.partitions"][1:3] == ("2", ConfigSource.STATIC_BROKER_CONFIG)
     assert described[EVERY_NODE] == {"retention.ms": node["retention.ms"]}
-    wait_for(lambda: client.describe_configs([NODE_1])[NODE_1]["retention.ms"].source
+    wait_for(lambda: client.admin.describe_configs([NODE_1])[NODE_1]["retention.ms"].source
              == ConfigSource.DEFAULT_CONFIG, 10, "node 1 to apply the deletion")
 
     # APPEND to a list config starts from its default; refusals carry Kafka's codes.
-    client.incremental_alter_configs({topic("retained"): [
+    client.admin.incremental_alter_configs({topic("retained"): [
         AlterConfigOp("cleanup.policy", "compact", AlterConfigOpType.APPEND)]})
-    policy = client.describe_configs([topic("retained")], keys=["cleanup.policy"])
+    policy = client.admin.describe_configs([topic("retained")], keys=["cleanup.policy"])
     assert policy[topic("retained")]["cleanup.policy"].value == "delete,compact"
     for resource, op, error, message in [
         (topic("retained"), AlterConfigOp("retention.ms", "soon"), InvalidConfigError,
@@ -192,9 +193,9 @@ def test_retention_changes_reach_running_logs_and_sources_are_described(
          InvalidRequestError, "no node '7'"),
     ]:
         with pytest.raises(error, match=message):
-            client.incremental_alter_configs({resource: [op]})
+            client.admin.incremental_alter_configs({resource: [op]})
     with pytest.raises(UnknownTopicOrPartitionError):
-        client.describe_configs([topic("nope")])
+        client.admin.describe_configs([topic("nope")])
 
 
 def test_any_node_forwards_the_changes_and_answers_a_topics_configs(
@@ -204,7 +205,7 @@ def test_any_node_forwards_the_changes_and_answers_a_topics_configs(
     it; a topic's configs are answered from the node's own metadata; a node's own resource
     only by that node."""
     client.create_topic("forwarded", partitions=1, replication_factor=3)
-    controller = client.describe_cluster().controller_id
+    controller = client.admin.describe_cluster().controller_id
     other = next(n for n in cluster.node_ids if n != controller)
     with Raw(cluster) as raw:
         stub = raw.stub(other)
@@ -234,7 +235,7 @@ def _described(stub: Any, asked: list[Any]) -> Any:
 
 
 def _applied(client: Client, key: str, value: str) -> Any:
-    described = client.describe_configs([topic("retained"), NODE_1, EVERY_NODE])
+    described = client.admin.describe_configs([topic("retained"), NODE_1, EVERY_NODE])
     return described if described[NODE_1][key].value == value else None
 
 
@@ -253,23 +254,24 @@ def test_acls_guard_partitions_and_configs(client: Client) -> None:
                                       (Operation.ALTER_CONFIGS, Permission.DENY),
                                       (Operation.DESCRIBE_CONFIGS, Permission.DENY))
     ]
-    client.create_acls([*denials, *node_denials])
+    client.admin.create_acls([*denials, *node_denials])
     try:
-        wait_for(lambda: _refused(lambda: client.describe_configs([topic("guarded")])),
+        wait_for(lambda: _refused(lambda: client.admin.describe_configs([topic("guarded")])),
                  10, "the controller to apply the ACLs")
         for call in (
-            lambda: client.create_partitions({"guarded": 2}),
-            lambda: client.incremental_alter_configs(
+            lambda: client.admin.create_partitions({"guarded": 2}),
+            lambda: client.admin.incremental_alter_configs(
                 {topic("guarded"): [AlterConfigOp("retention.ms", "1000")]}),
         ):
             with pytest.raises(TopicAuthorizationFailedError, match="guarded"):
                 call()
         with pytest.raises(ClusterAuthorizationFailedError, match="ALTER_CONFIGS"):
-            client.incremental_alter_configs({EVERY_NODE: [AlterConfigOp("retention.ms", "1")]})
+            client.admin.incremental_alter_configs(
+                {EVERY_NODE: [AlterConfigOp("retention.ms", "1")]})
         with pytest.raises(ClusterAuthorizationFailedError, match="DESCRIBE_CONFIGS"):
-            client.describe_configs([EVERY_NODE])
+            client.admin.describe_configs([EVERY_NODE])
     finally:
-        client.delete_acls([
+        client.admin.delete_acls([
             AclBindingFilter(ResourcePatternFilter(ResourceType.TOPIC, "guarded")),
             AclBindingFilter(ResourcePatternFilter(ResourceType.CLUSTER)),
         ])
@@ -335,16 +337,16 @@ def test_min_insync_replicas_is_a_topic_config_that_acks_all_obeys(
     client.create_topic("min-isr", partitions=1, replication_factor=3,
                         config={"min.insync.replicas": 3})
     with pytest.raises(InvalidConfigError, match=r"min\.insync\.replicas"):
-        client.incremental_alter_configs({topic("min-isr"): [
+        client.admin.incremental_alter_configs({topic("min-isr"): [
             AlterConfigOp("min.insync.replicas", "all", AlterConfigOpType.SET)]})
-    described = client.describe_configs([topic("min-isr"), NODE_1],
+    described = client.admin.describe_configs([topic("min-isr"), NODE_1],
                                         keys=["min.insync.replicas"])
     assert [(e.value, e.source) for r in described.values() for e in r.values()] == [
         ("3", ConfigSource.DYNAMIC_TOPIC_CONFIG), ("1", ConfigSource.DEFAULT_CONFIG)]
     with Raw(cluster) as raw:
         leader = raw.wait_leaders("min-isr", 1)[0]
         raw.produce_acknowledged("min-isr", 0, [[b"all three in sync"]])
-        controller = client.describe_cluster().controller_id
+        controller = client.admin.describe_cluster().controller_id
         paused = next(n for n in cluster.node_ids if n not in (leader, controller))
         cluster.pause(paused)
         try:
@@ -355,7 +357,7 @@ def test_min_insync_replicas_is_a_topic_config_that_acks_all_obeys(
             # Timed out (committed, but not on 3 replicas) until the ISR lost the paused node.
             assert wait_for(refused, 15, "NOT_ENOUGH_REPLICAS") == NotEnoughReplicasError.code
             assert raw.produce(leader, "min-isr", 0, make_batch([b"y"]), acks=1).error_code == 0
-            client.incremental_alter_configs({topic("min-isr"): [
+            client.admin.incremental_alter_configs({topic("min-isr"): [
                 AlterConfigOp("min.insync.replicas", "2", AlterConfigOpType.SET)]})
             assert wait_for(lambda: raw.produce(leader, "min-isr", 0, make_batch([b"z"]))
                             .error_code == 0 or None, 15, "acks=all with two in sync")
@@ -373,9 +375,9 @@ def test_deleting_a_topic_that_never_existed_fails_and_a_forward_timeout_is_no_r
     retry's UNKNOWN_TOPIC_OR_PARTITION may mean done (it answered NOT_CONTROLLER, which says
     the change was not made). Last of the module: the controller is paused."""
     with pytest.raises(UnknownTopicOrPartitionError):
-        client.delete_topic("never-created")
+        client.admin.delete_topic("never-created")
     client.create_topic("doomed", partitions=1, replication_factor=3)
-    controller = client.describe_cluster().controller_id
+    controller = client.admin.describe_cluster().controller_id
     other = next(n for n in cluster.node_ids if n != controller)
     with Raw(cluster) as raw:
         stub = raw.stub(other)

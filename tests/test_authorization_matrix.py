@@ -413,8 +413,8 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
         ).error_code == 0, 60, "the transactional id, known to its coordinator")
         bindings = [b for rpc in RPCS if (rpc.service, rpc.method.name) in ROWS
                     for b in exact_acls(rpc)]
-        client.create_acls(bindings)
-        wait_for(lambda: len(client.describe_acls(AclBindingFilter())) >= len(bindings), 30,
+        client.admin.create_acls(bindings)
+        wait_for(lambda: len(client.admin.describe_acls(AclBindingFilter())) >= len(bindings), 30,
                  "the ACLs applied")
         stranger = foreign_ca.issue("client", "client")
         foreign = {**cluster.client_options, "ssl_certfile": str(stranger.certfile),

@@ -156,7 +156,7 @@ def balanced(client: Client, nodes: list[int]) -> bool:
     topics = client.describe_topics().values()
     replicas = Counter(n for t in topics for p in t.partitions for n in p.replicas)
     leaders = Counter(p.replicas[0] for t in topics for p in t.partitions)
-    return (not client.list_partition_reassignments()
+    return (not client.admin.list_partition_reassignments()
             and max(replicas[n] for n in nodes) - min(replicas[n] for n in nodes) <= 1
             and max(leaders[n] for n in nodes) - min(leaders[n] for n in nodes) <= 1)
 
@@ -171,10 +171,10 @@ def test_two_nodes_join_under_load_and_get_their_share(
     every_node = ConfigResource(ConfigResourceType.BROKER, "")
     key = "partition.autobalancing.max.moves"
     with pytest.raises(InvalidConfigError, match="must be >= 1"):
-        client.incremental_alter_configs({every_node: [AlterConfigOp(key, "0")]})
-    client.incremental_alter_configs({every_node: [AlterConfigOp(key, "3")]})
+        client.admin.incremental_alter_configs({every_node: [AlterConfigOp(key, "0")]})
+    client.admin.incremental_alter_configs({every_node: [AlterConfigOp(key, "3")]})
     node_1 = ConfigResource(ConfigResourceType.BROKER, "1")
-    entry = client.describe_configs([node_1], keys=[key])[node_1][key]
+    entry = client.admin.describe_configs([node_1], keys=[key])[node_1][key]
     assert (entry.value, entry.source, entry.is_read_only) == (
         "3", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, False)
     with Load(client, topic) as load:
@@ -208,15 +208,15 @@ def test_a_decommissioned_node_is_drained_under_load_then_stopped_losing_nothing
     leaving = max(cluster.node_ids)
     assert replica_counts(client)[leaving] > 0
     with pytest.raises(BrokerIdNotRegisteredError):
-        client.decommission_node(99)
+        client.admin.decommission_node(99)
     # Started and cancelled: a node like the others again.
-    assert client.decommission_node(leaving).decommissioning
+    assert client.admin.decommission_node(leaving).decommissioning
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["node", "decommission", str(leaving), "--cancel",
                      "--bootstrap", cluster.bootstrap]) == 0
     assert f"node {leaving} re-commissioned" in out.getvalue()
-    assert not client.describe_decommission(leaving).decommissioning
+    assert not client.admin.describe_decommission(leaving).decommissioning
     with Load(client, topic) as load:
         load.wait_for_more(100, "the load to run")
         out = io.StringIO()
@@ -229,9 +229,9 @@ def test_a_decommissioned_node_is_drained_under_load_then_stopped_losing_nothing
         wait_for(lambda: replica_counts(client)[leaving] == 0, 10,
                  f"Metadata to show node {leaving} drained")
         with pytest.raises(InvalidRequestError, match="alive"):
-            client.unregister_node(leaving)
+            client.admin.unregister_node(leaving)
         with pytest.raises(InvalidRequestError, match="controller's quorum"):
-            client.unregister_node(1)
+            client.admin.unregister_node(1)
         cluster.stop(leaving)
         load.wait_for_more(100, "the load to go on once the node is stopped")
     wait_for(lambda: fully_replicated(client, leaving), 60,
@@ -248,13 +248,13 @@ def test_a_decommissioned_node_is_drained_under_load_then_stopped_losing_nothing
         assert main(["node", "unregister", str(leaving), "--bootstrap", cluster.bootstrap]) == 0
     assert f"node {leaving} unregistered" in out.getvalue()
     with pytest.raises(BrokerIdNotRegisteredError):
-        client.describe_decommission(leaving)
+        client.admin.describe_decommission(leaving)
     wait_for(lambda: leaving not in status_liveness(cluster), 10,
              f"cluster status to leave node {leaving} out")
     cluster.restart(leaving)  # its data dir keeps its id and incarnation: it registers afresh
     wait_for(lambda: status_liveness(cluster).get(leaving) == "alive", 30,
              f"node {leaving} to be a node again")
-    assert not client.describe_decommission(leaving).decommissioning
+    assert not client.admin.describe_decommission(leaving).decommissioning
 
 
 def status_liveness(cluster: LocalCluster) -> dict[int, str]:
@@ -277,7 +277,7 @@ def test_a_decommissioned_controller_voter_hands_its_seat_over_and_leaves(
     while len([n for n in cluster.node_ids if cluster.is_running(n)]) < 4:
         cluster.join()
     voter = 1
-    assert client.describe_decommission(voter).controller_voter
+    assert client.admin.describe_decommission(voter).controller_voter
     client.create_topic(topic, partitions=_PARTITIONS, replication_factor=3)
     with Load(client, topic) as load:
         load.wait_for_more(100, "the load to run")
@@ -288,7 +288,7 @@ def test_a_decommissioned_controller_voter_hands_its_seat_over_and_leaves(
         assert code == 0, out.getvalue()
         assert f"node {voter} holds no replica and no controller seat" in out.getvalue()
         print(f"voter {voter} drained, its seat moved, in {time.monotonic() - started:.1f}s")
-        status = client.describe_decommission(voter)
+        status = client.admin.describe_decommission(voter)
         assert not status.controller_voter and status.replicas_left == 0
         wait_for(lambda: not metadata_dir(cluster, voter).exists(), 10,
                  f"node {voter} to delete its metadata replica")
@@ -310,13 +310,13 @@ def test_a_decommissioned_controller_voter_hands_its_seat_over_and_leaves(
                  f"node {voter} to serve again and name the controller")
         load.wait_for_more(100, "the load to go on after the restarts")
         assert not metadata_dir(cluster, voter).exists()
-        assert not client.describe_decommission(voter).controller_voter
+        assert not client.admin.describe_decommission(voter).controller_voter
         client.create_topic("after-restart", partitions=1, replication_factor=3)
         cluster.stop(voter)
     assert not load.failed, load.failed[:5]
     assert load.acked <= read_all(client, topic, load.acked)
     wait_for(lambda: status_liveness(cluster).get(voter) == "fenced", 30,
              f"node {voter} to be fenced")
-    client.unregister_node(voter)
+    client.admin.unregister_node(voter)
     wait_for(lambda: voter not in status_liveness(cluster), 10,
              f"cluster status to leave node {voter} out")

@@ -77,7 +77,7 @@ def test_every_node_knows_the_isr_once_create_or_alter_returns(
         for i in range(4):
             name = f"isr-{i}"
             client.create_topic(name, partitions=3, replication_factor=3)
-            client.create_partitions({name: NewPartitions(6)})
+            client.admin.create_partitions({name: NewPartitions(6)})
             for node in cluster.node_ids:
                 partitions = raw.metadata(node, name).partitions
                 assert len(partitions) == 6
@@ -91,8 +91,9 @@ def test_a_topic_the_caller_may_not_describe_is_an_authorization_error(
     and consume said the topic does not exist, where produce said TOPIC_AUTHORIZATION_FAILED."""
     with Client(cluster.bootstrap) as client:
         client.create_topic("closed", partitions=1)
-        client.create_acls([AclBinding(ResourcePattern(Kind.TOPIC, "closed"), AccessControlEntry(
-            "User:alice", Operation.ALL, Permission.ALLOW))])
+        client.admin.create_acls([AclBinding(
+            ResourcePattern(Kind.TOPIC, "closed"),
+            AccessControlEntry("User:alice", Operation.ALL, Permission.ALLOW))])
     for args in (("topic", "describe", "closed"), ("offsets", "closed"),
                  ("consume", "closed", "--max-records", "1"), ("produce", "closed", "v")):
         code, _, err = tidelog(cluster, *args)

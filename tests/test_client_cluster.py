@@ -38,15 +38,15 @@ def test_admin_create_describe_delete(client: Client, cluster: LocalCluster) -> 
     info = client.describe_topics(["admin-t"])["admin-t"]
     assert len(info.partitions) == 2 and all(p.leader in cluster.node_ids for p in info.partitions)
     assert info.configs.get("segment.bytes") == str(1 << 20)
-    assert "admin-t" in client.list_topics()
+    assert "admin-t" in client.admin.list_topics()
     with pytest.raises(errors.TopicAlreadyExistsError, match="admin-t"):
         client.create_topic("admin-t", partitions=2, replication_factor=3)
     with pytest.raises(errors.InvalidReplicationFactorError):
         client.create_topic("admin-bad", partitions=1, replication_factor=5)
-    described = client.describe_cluster()
+    described = client.admin.describe_cluster()
     assert sorted(described.nodes) == cluster.node_ids
     assert described.controller_id in cluster.node_ids
-    client.delete_topic("admin-t")
+    client.admin.delete_topic("admin-t")
     with pytest.raises(errors.UnknownTopicOrPartitionError):
         client.describe_topics(["admin-t"])
 
@@ -149,7 +149,7 @@ def test_offset_lookups_and_consumer_positions(client: Client) -> None:
         assert found[tps[0]] is not None
         assert (found[tps[0]].offset, found[tps[0]].timestamp) == (1, base_ts + 20)
         assert found[tps[1]] is None
-    assert client.legacy_offsets_before(tps[0], -1, 10) == [50, 0]
+    assert client.admin.legacy_offsets_before(tps[0], -1, 10) == [50, 0]
     # A debug lookup (replica_id -2) is bounded by the log end offset; all 50 are written.
     debug = client.list_offsets(dict.fromkeys(tps, OffsetSpec.latest()), replica_id=-2)
     assert {tp: r.offset for tp, r in debug.items()} == dict.fromkeys(tps, 50)
@@ -245,7 +245,7 @@ def test_a_paused_leader_and_controller_stall_neither_a_lookup_nor_a_new_produce
     slice (and a Produce its request_timeout_ms plus slack)."""
     with Client(cluster.bootstrap, request_timeout_ms=60_000) as client:
         client.create_topic("paused", partitions=3, replication_factor=3)
-        controller = client.describe_cluster().controller_id
+        controller = client.admin.describe_cluster().controller_id
 
         def led_by_controller() -> TopicPartition | None:
             return next((TopicPartition("paused", p) for p in range(3)
@@ -360,7 +360,7 @@ def test_concurrent_refreshes_merge_into_one_metadata_call(cluster: LocalCluster
     Metadata call: those that come while it runs wait for it, those that come after it find
     the newer version."""
     with Client(cluster.bootstrap) as client:
-        client.list_topics()  # metadata loaded
+        client.admin.list_topics()  # metadata loaded
         seen = client.metadata.version
         before = client.metadata_refreshes
         barrier = threading.Barrier(8)
@@ -369,7 +369,7 @@ def test_concurrent_refreshes_merge_into_one_metadata_call(cluster: LocalCluster
         def refresh() -> None:
             try:
                 barrier.wait(timeout=30)
-                client.refresh_metadata(seen_version=seen)
+                client.connections.metadata.refresh(client.connections.deadline(), seen)
             except BaseException as exc:  # reported by the assertion below
                 errors_seen.append(exc)
 
@@ -474,6 +474,6 @@ def test_a_node_slower_to_set_up_a_connection_than_the_backoff_is_still_reached(
     proxy = SlowToGreet(cluster.address_of(1), 1.4)
     try:
         with Client(proxy.address, request_timeout_ms=20_000) as slow:
-            assert slow.describe_cluster().nodes.keys() == set(cluster.node_ids)
+            assert slow.admin.describe_cluster().nodes.keys() == set(cluster.node_ids)
     finally:
         proxy.close()

@@ -191,12 +191,12 @@ def test_find_coordinator_names_the_node_and_later_calls_go_straight_to_it(nodes
     cluster, node, _ = nodes
     cluster.coordinators = [(0, 2)]
     with _client(cluster) as client:
-        assert client.find_coordinator(GROUP) == 2
-        client.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(5, "m")})
-        client.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(6, "m")})
+        assert client.admin.find_coordinator(GROUP) == 2
+        client.admin.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(5, "m")})
+        client.admin.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(6, "m")})
         assert cluster.lookups == 1
         assert node[2].methods() == ["OffsetCommit", "OffsetCommit"]
-        assert client.list_consumer_group_offsets(GROUP, [TP0, TP1]) == {
+        assert client.admin.list_consumer_group_offsets(GROUP, [TP0, TP1]) == {
             TP0: OffsetAndMetadata(6, "m", None)
         }
 
@@ -208,12 +208,12 @@ def test_not_coordinator_finds_the_coordinator_again_then_retries(nodes: Nodes) 
     cluster.coordinators = [(0, 1), (0, 2)]
     node[1].script = {"OffsetCommit": [errors.NotCoordinatorError.code]}
     with _client(cluster) as client:
-        client.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(7)})
+        client.admin.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(7)})
         assert node[1].methods() == ["OffsetCommit"]
         assert node[2].methods() == ["OffsetCommit"]
         assert node[2].committed == {TP0: OffsetAndMetadata(7, "", None)}
         assert cluster.lookups == 2
-        assert client.coordinators.cached(GROUP) == 2
+        assert client.connections.coordinators.cached(GROUP) == 2
 
 
 @pytest.mark.parametrize("code", [errors.CoordinatorNotAvailableError.code,
@@ -223,7 +223,7 @@ def test_coordinator_not_available_and_timeouts_rediscover_too(nodes: Nodes, cod
     cluster.coordinators = [(0, 1), (0, 2)]
     node[1].script = {"OffsetFetch": [code]}
     with _client(cluster) as client:
-        assert client.list_consumer_group_offsets(GROUP, [TP0]) == {}
+        assert client.admin.list_consumer_group_offsets(GROUP, [TP0]) == {}
         assert node[1].methods() == ["OffsetFetch"] and node[2].methods() == ["OffsetFetch"]
         assert cluster.lookups == 2
 
@@ -235,8 +235,8 @@ def test_load_in_progress_retries_at_the_same_coordinator(nodes: Nodes) -> None:
     load = errors.CoordinatorLoadInProgressError.code
     node[1].script = {"OffsetCommit": [load, load], "OffsetFetch": [load]}
     with _client(cluster) as client:
-        client.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(9)})
-        assert client.list_consumer_group_offsets(GROUP, [TP0])[TP0].offset == 9
+        client.admin.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(9)})
+        assert client.admin.list_consumer_group_offsets(GROUP, [TP0])[TP0].offset == 9
         assert node[1].methods() == ["OffsetCommit"] * 3 + ["OffsetFetch"] * 2
         assert cluster.lookups == 1 and not node[2].requests
 
@@ -248,7 +248,7 @@ def test_no_coordinator_yet_is_waited_for(nodes: Nodes) -> None:
     unavailable = errors.CoordinatorNotAvailableError.code
     cluster.coordinators = [(unavailable, -1), (unavailable, -1), (0, 2)]
     with _client(cluster) as client:
-        assert client.find_coordinator(GROUP) == 2
+        assert client.admin.find_coordinator(GROUP) == 2
         assert cluster.lookups == 3
 
 
@@ -258,7 +258,7 @@ def test_retries_stop_at_the_deadline_naming_the_error(nodes: Nodes) -> None:
     with _client(cluster, timeout_ms=600) as client:
         started = time.monotonic()
         with pytest.raises(errors.RequestTimedOutError, match="COORDINATOR_LOAD_IN_PROGRESS"):
-            client.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(1)})
+            client.admin.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(1)})
         assert time.monotonic() - started < 5  # bounded by the deadline, not by the script
         assert len(node[1].requests) >= 2
 
@@ -271,7 +271,7 @@ def test_a_stalled_coordinator_costs_one_slice_of_the_deadline(nodes: Nodes) -> 
     cluster.coordinators = [(0, 1), (0, 2)]
     node[1].stall = True
     with _client(cluster, timeout_ms=8_000) as client:
-        client.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(3)})
+        client.admin.alter_consumer_group_offsets(GROUP, {TP0: OffsetAndMetadata(3)})
         assert node[2].committed == {TP0: OffsetAndMetadata(3, "", None)}
 
 
@@ -282,7 +282,7 @@ def test_metadata_too_large_is_raised_for_its_partition_and_not_retried(nodes: N
     node[1].partition_codes = {TP1: errors.OffsetMetadataTooLargeError.code}
     with _client(cluster) as client, pytest.raises(errors.OffsetMetadataTooLargeError,
                                                    match="t-1"):
-        client.alter_consumer_group_offsets(
+        client.admin.alter_consumer_group_offsets(
             GROUP, {TP0: OffsetAndMetadata(1), TP1: OffsetAndMetadata(2, "x" * 5000)}
         )
     assert node[1].methods() == ["OffsetCommit"]
@@ -292,7 +292,7 @@ def test_metadata_too_large_is_raised_for_its_partition_and_not_retried(nodes: N
 def test_the_request_carries_offset_metadata_and_epoch(nodes: Nodes) -> None:
     cluster, node, _ = nodes
     with _client(cluster) as client:
-        client.alter_consumer_group_offsets(GROUP, {
+        client.admin.alter_consumer_group_offsets(GROUP, {
             TP0: OffsetAndMetadata(10, "meta", 4), TP1: OffsetAndMetadata(20),
         })
         request = node[1].requests[0][1]
@@ -301,7 +301,7 @@ def test_the_request_carries_offset_metadata_and_epoch(nodes: Nodes) -> None:
                                         p.committed_metadata)
                 for t in request.topics for p in t.partitions}
         assert sent == {(TOPIC, 0): (10, 4, "meta"), (TOPIC, 1): (20, -1, "")}
-        assert client.list_consumer_group_offsets(GROUP, [TP0, TP1]) == {
+        assert client.admin.list_consumer_group_offsets(GROUP, [TP0, TP1]) == {
             TP0: OffsetAndMetadata(10, "meta", 4), TP1: OffsetAndMetadata(20, "", None)
         }
 
@@ -394,7 +394,7 @@ def test_list_groups_asks_every_node_and_merges(nodes: Nodes) -> None:
                                      group_state="Stable", coordinator_id=2)]
     node[2].script = {"ListGroups": [errors.CoordinatorLoadInProgressError.code]}
     with _client(cluster) as client:
-        assert client.list_consumer_groups() == [
+        assert client.admin.list_consumer_groups() == [
             GroupListing("a", "", "Empty", 1), GroupListing("b", "", "Empty", 1),
             GroupListing("c", "consumer", "Stable", 2),
         ]
@@ -402,7 +402,7 @@ def test_list_groups_asks_every_node_and_merges(nodes: Nodes) -> None:
         # A node that is down and leads no offsets partition is not waited for.
         cluster.offsets_leaders = [1, 1, 1]
         servers[2].stop(0)
-        assert [g.group_id for g in client.list_consumer_groups()] == ["a", "b"]
+        assert [g.group_id for g in client.admin.list_consumer_groups()] == ["a", "b"]
 
 
 def test_list_groups_waits_for_a_coordinator_that_does_not_answer(nodes: Nodes) -> None:
@@ -412,7 +412,7 @@ def test_list_groups_waits_for_a_coordinator_that_does_not_answer(nodes: Nodes) 
     with _client(cluster, timeout_ms=1500) as client, pytest.raises(
         errors.RequestTimedOutError, match="ListGroups"
     ):
-        client.list_consumer_groups()
+        client.admin.list_consumer_groups()
 
 
 def test_delete_groups_raises_the_typed_error_of_a_missing_group(nodes: Nodes) -> None:
@@ -421,13 +421,13 @@ def test_delete_groups_raises_the_typed_error_of_a_missing_group(nodes: Nodes) -
                                        errors.GroupIdNotFoundError.code]}
     cluster.coordinators = [(0, 1)]
     with _client(cluster) as client:
-        client.delete_consumer_groups([GROUP])  # NOT_COORDINATOR, found again, deleted
+        client.admin.delete_consumer_groups([GROUP])  # NOT_COORDINATOR, found again, deleted
         # The first lookup, then those of the backoff, which name the same node every time.
         assert cluster.lookups >= 2
         with pytest.raises(errors.GroupIdNotFoundError, match="'gone'"):
-            client.delete_consumer_groups(["gone"])
+            client.admin.delete_consumer_groups(["gone"])
         with pytest.raises(errors.ConfigurationError, match="list"):
-            client.delete_consumer_groups(GROUP)
+            client.admin.delete_consumer_groups(GROUP)
 
 
 # ---- argument checks (no node needed) ---------------------------------------------------------
@@ -458,7 +458,7 @@ def test_commit_arguments_are_checked_before_anything_is_sent(
         with pytest.raises(errors.ConfigurationError, match=message):
             consumer.commit(offsets)
         with pytest.raises(errors.ConfigurationError, match=message):
-            client.alter_consumer_group_offsets(GROUP, offsets)
+            client.admin.alter_consumer_group_offsets(GROUP, offsets)
 
 
 def test_consumer_group_settings_are_checked() -> None:
@@ -470,4 +470,4 @@ def test_consumer_group_settings_are_checked() -> None:
         with pytest.raises(errors.ConfigurationError, match=r"committed\(\[tp\]\)"):
             client.consumer(group_id=GROUP).committed(TP0)  # type: ignore[arg-type]
         with pytest.raises(errors.ConfigurationError, match="string"):
-            client.find_coordinator(7)  # type: ignore[arg-type]
+            client.admin.find_coordinator(7)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ import pytest
 
 from tidelog import Client, ListOffsetsResult, OffsetSpec, TopicPartition, errors, wire
 from tidelog.partitioned import PartitionedRequest
+from tidelog.producer.idempotence import init_producer_id
 from tidelog.retry import Deadline
 from tidelog.v1 import tidelog_pb2 as pb
 from tidelog.v1 import tidelog_pb2_grpc
@@ -148,14 +149,15 @@ def test_a_final_error_fails_its_partition_alone(nodes: tuple[_Cluster, dict[int
     cluster, node = nodes
     node[1].script = {1: [errors.TopicAuthorizationFailedError.code] * 2}
     with _client(cluster) as client:
-        client.describe_cluster()
+        client.admin.describe_cluster()
+        conn = client.connections
         request: PartitionedRequest[int, ListOffsetsResult] = PartitionedRequest(
-            client, "ListOffsets", "ListOffsets",
+            conn.transport, conn.metadata, conn.backoff, "ListOffsets", "ListOffsets",
             lambda work: wire.list_offsets_request(
                 {tp: wire.OffsetLookup(ts) for tp, ts in work.items()}, 0, -1),
             wire.parse_list_offsets,
         )
-        outcome = client.run(request.attempt({TP0: -1, TP1: -1}, 5.0))
+        outcome = client.connections.run(request.attempt({TP0: -1, TP1: -1}, 5.0))
         assert outcome.answers[TP0].offset == 100 and list(outcome.answers) == [TP0]
         assert list(outcome.final) == [TP1] and not outcome.retry
         assert isinstance(outcome.final[TP1], errors.TopicAuthorizationFailedError)
@@ -198,7 +200,7 @@ def test_a_stalled_controller_costs_one_slice_of_the_deadline(
 
     node[1].on_request = stall
     with _client(cluster, timeout_ms=8_000) as client:
-        assert client.init_producer_id() == (7, 0)
+        assert init_producer_id(client.connections) == (7, 0)
         assert len(node[1].requests) == 1 and len(node[2].requests) == 1
 
 
@@ -214,7 +216,7 @@ def test_deleting_a_topic_that_never_existed_fails(
     cluster, node = nodes
     node[1].delete_codes = [first.code, errors.UnknownTopicOrPartitionError.code]
     with _client(cluster) as client, pytest.raises(errors.UnknownTopicOrPartitionError):
-        client.delete_topic("never")
+        client.admin.delete_topic("never")
     assert len(node[1].requests) == (1 if first is errors.UnknownTopicOrPartitionError else 2)
 
 
@@ -228,12 +230,12 @@ def test_a_retried_deletion_whose_first_attempt_may_have_done_it_succeeds(
     node[1].delete_codes = [errors.RequestTimedOutError.code,
                             errors.UnknownTopicOrPartitionError.code]
     with _client(cluster) as client:
-        client.delete_topic("slow")
+        client.admin.delete_topic("slow")
         assert len(node[1].requests) == 2
 
         node[1].requests.clear()
         node[1].on_request = lambda: len(node[1].requests) == 1 and node[1].release.wait(30)
-        client.delete_topic("stalled", timeout_ms=3_000)  # attempts of 1 s: the first stalls
+        client.admin.delete_topic("stalled", timeout_ms=3_000)  # attempts of 1 s: the first stalls
         assert len(node[1].requests) == 2
 
 

@@ -322,9 +322,9 @@ def test_a_compressing_producer_fills_batches_to_batch_size_of_compressed_bytes(
             topics={"t": TopicInfo("t", (PartitionInfo(1, 1, (1,)),))},
         ))
         idempotence = IdempotenceState(False)
-        accumulator = RecordAccumulator(client, config, idempotence)
+        accumulator = RecordAccumulator(client.connections, config, idempotence)
         accumulator._wake_sender = lambda: None
-        sender = Sender(client, accumulator, idempotence)
+        sender = Sender(client.connections, accumulator, idempotence)
         left: list[Batch] = []
         for n in range(1_000 if codec == "none" else 12_000):
             accumulator.send("t", values[n % len(values)], partition=0)

@@ -129,7 +129,7 @@ def test_members_share_rebalance_incrementally_and_take_over_from_commits(
         # nothing it committed before the kill is consumed again.
         victim = next(m for m in live if m is not old_owner and len(m.owned) == 2)
         victim_parts = victim.owned
-        committed = client.list_consumer_group_offsets(
+        committed = client.admin.list_consumer_group_offsets(
             "cg-a", [TopicPartition(TOPIC, p) for p in victim_parts])
         victim.kill()
         last_seen = {p: max(o for q, o, _ in victim.consumed() if q == p) for p in victim_parts}
@@ -150,9 +150,9 @@ def test_members_share_rebalance_incrementally_and_take_over_from_commits(
             assert (before_kill.offset if before_kill else 0) <= first_offset <= last_seen[p] + 1
 
         # SIGKILL the group's coordinator while a member joins: the group converges again.
-        coordinator = client.find_coordinator("cg-a")
+        coordinator = client.admin.find_coordinator("cg-a")
         late = _start(members, cluster, "cg-a", "m4")
-        wait_for(lambda: len(client.describe_consumer_group("cg-a").members) == 4, 30,
+        wait_for(lambda: len(client.admin.describe_consumer_group("cg-a").members) == 4, 30,
                  "the fifth member joined")
         cluster.kill(coordinator)
         try:
@@ -161,7 +161,7 @@ def test_members_share_rebalance_incrementally_and_take_over_from_commits(
             # The members own their target before their next heartbeats tell the new
             # coordinator so; the group is Stable once they have (KIP-848's reconciliation).
             def stable() -> bool:
-                description = client.describe_consumer_group("cg-a")
+                description = client.admin.describe_consumer_group("cg-a")
                 return description.state == "Stable" and len(description.members) == 4
 
             wait_for(stable, 30, "the group to be Stable with four members")
@@ -189,13 +189,13 @@ def test_static_member_fenced_commits_and_the_commands(
     lone = _start(members, cluster, "cg-l", "l1")  # fenced below, beside the raw member
     wait_for(lambda: _settled([static, other], [3, 3]), 60, "two members own three each")
     owned = static.owned
-    epoch = client.describe_consumer_group("cg-s").group_epoch
+    epoch = client.admin.describe_consumer_group("cg-s").group_epoch
     again = _start(members, cluster, "cg-s", "s2", "--instance-id", "box-1", "--wait-for-go")
     wait_for(lambda: again.ready, 30, "s2 started")
     static.close()
     again.send("go")
     wait_for(lambda: again.owned == owned, 30, "the static member's partitions back")
-    after = client.describe_consumer_group("cg-s")
+    after = client.admin.describe_consumer_group("cg-s")
     assert after.group_epoch == epoch and other.owned == {0, 1, 2, 3, 4, 5} - owned
     assert {m.instance_id for m in after.members} == {"box-1", None}
 
@@ -213,15 +213,16 @@ def test_static_member_fenced_commits_and_the_commands(
     # just before, in a group of its own, so that its session runs out in the same wait.
     wait_for(lambda: len(lone.owned) == 6, 30, "the lone member owns every partition")
     lone.pause()
-    node = client.find_coordinator("cg-f")
-    joined = client.call(node, "ConsumerGroupHeartbeat", pb.ConsumerGroupHeartbeatRequest(
+    node = client.admin.find_coordinator("cg-f")
+    call = client.connections.call
+    joined = call(node, "ConsumerGroupHeartbeat", pb.ConsumerGroupHeartbeatRequest(
         group_id="cg-f", member_id="raw-1", member_epoch=0, rebalance_timeout_ms=1000,
         subscribed_topic_names=pb.ConsumerGroupTopicNames(names=[TOPIC]),
         topic_partitions=pb.ConsumerGroupAssignment()), 10)
     assert joined.error_code == 0 and joined.member_epoch == 1, joined
 
     def commit(epoch: int) -> int:
-        answer = client.call(node, "OffsetCommit", pb.OffsetCommitRequest(
+        answer = call(node, "OffsetCommit", pb.OffsetCommitRequest(
             group_id="cg-f", member_id="raw-1", generation_id=epoch, topics=[
                 pb.OffsetCommitTopic(name=TOPIC, partitions=[pb.OffsetCommitPartition(
                     partition=0, committed_offset=1)])]), 10)
@@ -229,7 +230,7 @@ def test_static_member_fenced_commits_and_the_commands(
 
     def fetch(member_id: str, epoch: int | None) -> tuple[int, int]:
         """OffsetFetch v9 (KIP-848): (group error, committed offset of partition 0)."""
-        answer = client.call(node, "OffsetFetch", pb.OffsetFetchRequest(
+        answer = call(node, "OffsetFetch", pb.OffsetFetchRequest(
             group_id="cg-f", member_id=member_id, member_epoch=epoch,
             topics=[pb.OffsetFetchTopic(name=TOPIC, partitions=[0])]), 10)
         offset = answer.topics[0].partitions[0].committed_offset if answer.topics else -1
@@ -244,7 +245,7 @@ def test_static_member_fenced_commits_and_the_commands(
     # The paused consumer, fenced too, learns it at its next heartbeat once resumed: its
     # partitions are lost (on_partitions_lost, never revoked, as Kafka's consumer), and it
     # joins again and gets them back.
-    wait_for(lambda: not client.describe_consumer_group("cg-l").members, 30, "lone fenced")
+    wait_for(lambda: not client.admin.describe_consumer_group("cg-l").members, 30, "lone fenced")
     paused_at = len(lone.history())
     lone.resume()
 
@@ -254,19 +255,19 @@ def test_static_member_fenced_commits_and_the_commands(
     everything = [0, 1, 2, 3, 4, 5]
     wait_for(lambda: len(since_pause()) >= 2, 30, "lost, then assigned again")
     assert since_pause() == [("lost", everything), ("assigned", everything)], since_pause()
-    stale = client.call(node, "ConsumerGroupHeartbeat", pb.ConsumerGroupHeartbeatRequest(
+    stale = call(node, "ConsumerGroupHeartbeat", pb.ConsumerGroupHeartbeatRequest(
         group_id="cg-f", member_id="raw-1", member_epoch=1), 10)
     assert stale.error_code == 25
 
     # ListGroups and DeleteGroups cover consumer groups: a group with members is not deleted.
-    listed = {g.group_id: g for g in client.list_consumer_groups()}
+    listed = {g.group_id: g for g in client.admin.list_consumer_groups()}
     assert (listed["cg-s"].protocol_type, listed["cg-s"].state) == ("consumer", "Stable")
     assert listed["cg-f"].state == "Empty"
     with pytest.raises(errors.NonEmptyGroupError):
-        client.delete_consumer_groups(["cg-s"])
-    client.delete_consumer_groups(["cg-f"])
+        client.admin.delete_consumer_groups(["cg-s"])
+    client.admin.delete_consumer_groups(["cg-f"])
     with pytest.raises(errors.GroupIdNotFoundError):
-        client.describe_consumer_group("cg-f")
+        client.admin.describe_consumer_group("cg-f")
 
     # A pattern subscription, and the listener's calls in Kafka's order: revoked before
     # assigned, every callback inside poll(); unsubscribe() revokes what is left.
@@ -321,7 +322,7 @@ def test_static_member_fenced_commits_and_the_commands(
     first.unsubscribe()
     # With auto-commit off, the listener's commit is the only one of the partition first
     # kept (second never owned it).
-    assert client.list_consumer_group_offsets("cg-p", [last]).get(last) is not None
+    assert client.admin.list_consumer_group_offsets("cg-p", [last]).get(last) is not None
     second.close()
     members_client.close()
     mine = [(kind, parts) for name, kind, parts in calls if name == "first"]
@@ -332,7 +333,7 @@ def test_static_member_fenced_commits_and_the_commands(
     # `tidelog consume --group` consumes as a member and commits what it printed.
     out = _cli(capsys, cluster, "consume", TOPIC, "--group", "cg-c", "--max-records", "5")
     assert len(out.strip().splitlines()) == 5
-    assert client.list_consumer_group_offsets("cg-c")
+    assert client.admin.list_consumer_group_offsets("cg-c")
 
 
 def _cli(capsys: pytest.CaptureFixture[str], cluster: LocalCluster, *args: str) -> str:

@@ -165,7 +165,7 @@ def _scenario(data_dir: Path, namespaces: list[str]) -> dict[str, object]:
                 found = client.list_offsets({tp: OffsetSpec.for_timestamp(meta.timestamp)},
                                             isolation_level=isolation)[tp]
                 assert (found.offset, found.timestamp) == (meta.offset, meta.timestamp)
-        nodes = client.describe_cluster().nodes
+        nodes = client.admin.describe_cluster().nodes
         warned = [n for n in cluster.node_ids
                   if "is not a loopback address and has no TLS" in cluster.logs(n)]
         return {

@@ -125,7 +125,7 @@ def test_a_client_cannot_claim_a_nodes_principal(tls_node: LocalCluster) -> None
             Client(tls_node.bootstrap, **tls_node.client_options) as admin_client:
         admin.create_topic("alice-only", 1, 1)
         admin.produce_acknowledged("alice-only", 0, [[b"secret"]])
-        admin_client.create_acls([grant("User:CN=alice", Operation.READ, ResourceType.TOPIC,
+        admin_client.admin.create_acls([grant("User:CN=alice", Operation.READ, ResourceType.TOPIC,
                                         "alice-only")])
     bob = as_user(tls_node, "bob")
     forged = (("tidelog-forwarded-by", "1"), ("tidelog-forwarded-principal", "User:CN=node-1"))
@@ -187,7 +187,7 @@ def test_forwarded_requests_are_authorized_as_their_client() -> None:
             Client(cluster.bootstrap, **cluster.client_options) as admin_client:
         for topic in ("alice-a", "other"):
             admin.create_topic(topic, 1, 3)
-        admin_client.create_acls([
+        admin_client.admin.create_acls([
             grant("User:CN=alice", Operation.CREATE, ResourceType.TOPIC, "alice-",
                   PatternType.PREFIXED),
             grant("User:CN=alice", Operation.DELETE, ResourceType.TOPIC, "alice-",

@@ -101,7 +101,7 @@ def kill_during_commits(cluster: LocalCluster, admin: Client, workload: Workload
     """Committers and fetchers run; the coordinator is killed while commits are in flight and
     the committers stop there, so what each group holds after the failover is what the log
     held at the kill: checked on every live node. The killed node is restarted at the end."""
-    old = admin.find_coordinator(workload.groups[0], timeout_ms=60_000)
+    old = admin.admin.find_coordinator(workload.groups[0], timeout_ms=60_000)
     stop_commits, stop_fetches = threading.Event(), threading.Event()
     committers = [Committer(workload, group, values, stop_commits) for group in workload.groups]
     fetchers = [threading.Thread(target=fetch_until, daemon=True,
@@ -135,7 +135,7 @@ def fetch_until(workload: Workload, node: int, stop: threading.Event) -> None:
     """Every group's set from one node, round after round, recorded in the history."""
     client = Client(workload.bootstrap, request_timeout_ms=5_000)
     try:
-        client.ensure_metadata(client.deadline(30_000))
+        client.connections.metadata.ensure(client.connections.deadline(30_000))
         for group in itertools.cycle(workload.groups):
             if stop.is_set():
                 return
@@ -149,7 +149,7 @@ def final_set(workload: Workload, group: str, node: int) -> list[int]:
     """The group's whole set as `node` answers once the new coordinator serves it."""
     client = Client(workload.bootstrap, request_timeout_ms=5_000)
     try:
-        client.ensure_metadata(client.deadline(30_000))
+        client.connections.metadata.ensure(client.connections.deadline(30_000))
         answer = wait_for(lambda: workload.fetch_offsets("final", client, group, node), 60,
                           f"node {node} to answer the offsets of {group}")
     finally:

@@ -79,7 +79,7 @@ def test_metadata_too_large_fails_its_partition_while_the_other_commits(client: 
 def test_a_group_consumer_starts_from_the_committed_offset(client: Client) -> None:
     _produce(client, "oc-start", 1, 30)
     tp = TopicPartition("oc-start", 0)
-    client.alter_consumer_group_offsets("oc-g3", {tp: OffsetAndMetadata(25)})
+    client.admin.alter_consumer_group_offsets("oc-g3", {tp: OffsetAndMetadata(25)})
     consumer = client.consumer(group_id="oc-g3", auto_offset_reset="earliest")
     consumer.assign([tp])
     assert [r.offset for r in poll_records(consumer, 5)] == list(range(25, 30))
@@ -104,7 +104,7 @@ def test_auto_commit_runs_inside_poll_and_on_close(client: Client) -> None:
     wait_for(committed_12, 30, "the auto-commit of offset 12")
     consumer.seek(tp, 7)
     consumer.close()  # commits the position on the way out
-    assert client.list_consumer_group_offsets("oc-g4")[tp].offset == 7
+    assert client.admin.list_consumer_group_offsets("oc-g4")[tp].offset == 7
 
 
 def test_commit_async_reports_through_future_and_callback(client: Client) -> None:
@@ -122,22 +122,24 @@ def test_commit_async_reports_through_future_and_callback(client: Client) -> Non
 def test_admin_calls_list_alter_and_delete_groups(client: Client) -> None:
     client.create_topic("oc-admin", partitions=3)
     tps = [TopicPartition("oc-admin", p) for p in range(3)]
-    client.alter_consumer_group_offsets("oc-admin-a", {tps[0]: OffsetAndMetadata(1, "m")})
-    client.alter_consumer_group_offsets("oc-admin-b", {tp: OffsetAndMetadata(2) for tp in tps})
-    groups = {g.group_id: g for g in client.list_consumer_groups()}
+    client.admin.alter_consumer_group_offsets("oc-admin-a", {tps[0]: OffsetAndMetadata(1, "m")})
+    client.admin.alter_consumer_group_offsets("oc-admin-b",
+                                              {tp: OffsetAndMetadata(2) for tp in tps})
+    groups = {g.group_id: g for g in client.admin.list_consumer_groups()}
     assert {"oc-admin-a", "oc-admin-b"} <= set(groups)
-    assert groups["oc-admin-a"].coordinator_id == client.find_coordinator("oc-admin-a")
-    assert client.list_consumer_group_offsets("oc-admin-a") == {
+    assert groups["oc-admin-a"].coordinator_id == client.admin.find_coordinator("oc-admin-a")
+    assert client.admin.list_consumer_group_offsets("oc-admin-a") == {
         tps[0]: OffsetAndMetadata(1, "m", None)
     }
-    assert client.list_consumer_group_offsets("oc-admin-b", tps[1:]) == {
+    assert client.admin.list_consumer_group_offsets("oc-admin-b", tps[1:]) == {
         tp: OffsetAndMetadata(2, "", None) for tp in tps[1:]
     }
-    client.delete_consumer_groups(["oc-admin-a", "oc-admin-b"])
-    assert not {"oc-admin-a", "oc-admin-b"} & {g.group_id for g in client.list_consumer_groups()}
-    assert client.list_consumer_group_offsets("oc-admin-b") == {}
+    client.admin.delete_consumer_groups(["oc-admin-a", "oc-admin-b"])
+    listed = {g.group_id for g in client.admin.list_consumer_groups()}
+    assert not {"oc-admin-a", "oc-admin-b"} & listed
+    assert client.admin.list_consumer_group_offsets("oc-admin-b") == {}
     with pytest.raises(errors.GroupIdNotFoundError, match="oc-admin-a"):
-        client.delete_consumer_groups(["oc-admin-a"])
+        client.admin.delete_consumer_groups(["oc-admin-a"])
 
 
 def tidelog(*args: str) -> tuple[int, str, str]:
@@ -151,7 +153,7 @@ def test_groups_command(cluster: LocalCluster, client: Client) -> None:
     start = int(time.time() * 1000) - 100_000
     _produce(client, "oc-cli", 2, 20, timestamp_ms=start)  # record i stamped start + i
     tp0, tp1 = TopicPartition("oc-cli", 0), TopicPartition("oc-cli", 1)
-    client.alter_consumer_group_offsets("oc-cli-g", {tp0: OffsetAndMetadata(5),
+    client.admin.alter_consumer_group_offsets("oc-cli-g", {tp0: OffsetAndMetadata(5),
                                                      tp1: OffsetAndMetadata(20)})
     code, out, err = tidelog("groups", "list", *b)
     assert code == 0, err
@@ -170,21 +172,21 @@ def test_groups_command(cluster: LocalCluster, client: Client) -> None:
     assert code == 0, err
     assert "dry run" in out and ["oc-cli-g", "oc-cli", "0", "5", "0"] in [
         line.split() for line in out.splitlines()]
-    assert client.list_consumer_group_offsets("oc-cli-g")[tp0].offset == 5  # unchanged
+    assert client.admin.list_consumer_group_offsets("oc-cli-g")[tp0].offset == 5  # unchanged
 
     moment = datetime.fromtimestamp((start + 12) / 1000, UTC).isoformat(timespec="milliseconds")
     code, out, err = tidelog("groups", "reset-offsets", "oc-cli-g", "--topic", "oc-cli:0",
                              "--to-datetime", moment, "--execute", *b)
     assert code == 0, err
-    assert client.list_consumer_group_offsets("oc-cli-g")[tp0].offset == 12
-    assert client.list_consumer_group_offsets("oc-cli-g")[tp1].offset == 20  # not named
+    assert client.admin.list_consumer_group_offsets("oc-cli-g")[tp0].offset == 12
+    assert client.admin.list_consumer_group_offsets("oc-cli-g")[tp1].offset == 20  # not named
 
     for target, expected in [(("--shift-by", "-3"), 9), (("--shift-by", "100"), 20),
                              (("--to-offset", "2"), 2), (("--to-latest",), 20)]:
         code, out, err = tidelog("groups", "reset-offsets", "oc-cli-g", "--topic", "oc-cli:0",
                                  *target, "--execute", *b)
         assert code == 0, err
-        assert client.list_consumer_group_offsets("oc-cli-g")[tp0].offset == expected, target
+        assert client.admin.list_consumer_group_offsets("oc-cli-g")[tp0].offset == expected, target
 
     code, out, err = tidelog("groups", "reset-offsets", "oc-cli-g", "--topic", "no-such-topic",
                              "--to-earliest", *b)
@@ -223,7 +225,7 @@ def test_committed_offsets_survive_a_coordinator_kill(fresh_cluster: LocalCluste
         assert committed.result() == offsets
         assert patient.coordinators.cached("oc-kill-g") not in (None, coordinator)
         consumer.commit({tps[0]: OffsetAndMetadata(50)})
-        assert client.list_consumer_group_offsets("oc-kill-g")[tps[0]].offset == 50
+        assert client.admin.list_consumer_group_offsets("oc-kill-g")[tps[0]].offset == 50
 
 
 def test_committing_after_every_message_from_threads(client: Client) -> None:
@@ -242,6 +244,6 @@ def test_committing_after_every_message_from_threads(client: Client) -> None:
         thread.start()
     for thread in threads:
         thread.join(120)
-    assert client.list_consumer_group_offsets("oc-threads-g") == {
+    assert client.admin.list_consumer_group_offsets("oc-threads-g") == {
         tp: OffsetAndMetadata(20, "", None) for tp in tps
     }

@@ -119,7 +119,7 @@ def test_the_offsets_topic_is_internal_in_metadata_and_not_listed(coordinators: 
     assert not coordinators.metadata(1, TOPIC).is_internal
     client = Client(coordinators.cluster.bootstrap)
     try:
-        listed = client.list_topics()
+        listed = client.admin.list_topics()
     finally:
         client.close()
     assert TOPIC in listed and OFFSETS not in listed

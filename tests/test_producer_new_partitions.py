@@ -35,7 +35,7 @@ def test_a_partition_another_client_added_is_waited_for_and_delivered(
         producer = first.producer(max_block_ms=30_000)
         try:
             assert producer.send(TOPIC, b"before").result(30).partition == 0
-            second.create_partitions({TOPIC: 2})
+            second.admin.create_partitions({TOPIC: 2})
             assert first.metadata.partition_count(TOPIC) == 1  # not refreshed yet
             metadata = producer.send(TOPIC, b"after", partition=1).result(30)
             assert (metadata.partition, metadata.offset) == (1, 0)

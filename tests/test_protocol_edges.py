@@ -506,6 +506,6 @@ def test_sending_to_a_missing_topic_says_it_is_not_in_the_metadata(raw: Raw) -> 
         with Client("127.0.0.1:1", request_timeout_ms=10_000) as lost:
             started = Deadline(1000)
             with pytest.raises(errors.TidelogError) as nobody:
-                lost.partitions_for("anything", started)
+                lost.connections.metadata.partitions_for("anything", started)
             assert "no node answered Metadata" in str(nobody.value)
             assert "not present" not in str(nobody.value)

@@ -34,7 +34,7 @@ def test_readme_client_example_runs_against_a_cluster(cluster: LocalCluster) -> 
     # lookup creates __consumer_offsets, which on a loaded machine can take longer than that,
     # so the coordinator is found first (a wait on a condition, with its own deadline).
     with Client(cluster.bootstrap) as client:
-        client.find_coordinator("readers", timeout_ms=60_000)
+        client.admin.find_coordinator("readers", timeout_ms=60_000)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code.replace(README_BOOTSTRAP, cluster.bootstrap), str(README), "exec"), {})

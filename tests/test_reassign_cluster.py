@@ -112,7 +112,7 @@ def replica_dir(cluster: LocalCluster, node: int, tp: TopicPartition) -> Path:
 
 
 def done(client: Client, tp: TopicPartition, target: list[int]) -> bool:
-    return not client.list_partition_reassignments([tp]) and \
+    return not client.admin.list_partition_reassignments([tp]) and \
         list(replicas_of(client, tp)) == target
 
 
@@ -166,7 +166,7 @@ def test_a_replica_moves_under_load_and_the_old_one_is_deleted(
     # Cancelling what is done, and moving to an unknown node, are refused with Kafka's codes.
     assert reassign(cluster, "--cancel", "--reassignment-json-file", str(plan)) == 1
     assert "NO_REASSIGNMENT_IN_PROGRESS" in capsys.readouterr().err
-    assert client.alter_partition_reassignments({tp: [new, 9]})[tp].code == 39
+    assert client.admin.alter_partition_reassignments({tp: [new, 9]})[tp].code == 39
 
 
 def read_reassignment_text(tmp_path: Path, text: str) -> dict[TopicPartition, list[int]]:
@@ -216,14 +216,14 @@ def test_a_move_whose_leader_is_killed_mid_change_completes_losing_nothing(
     producer.close()
     with Load(client, tp) as load:
         wait_for(lambda: len(load.acked) > 50, 30, "the load to run")
-        assert client.alter_partition_reassignments({tp: target}) == {}
+        assert client.admin.alter_partition_reassignments({tp: target}) == {}
         wait_for(lambda: replica_dir(cluster, new, tp).exists(), 30,
                  f"node {new} to open its replica as a learner")
         # Frozen, the new replica cannot catch up: the change is certainly under way when the
         # leader dies (a learner added, or further along if it caught up first).
         cluster.pause(new)
         try:
-            assert client.list_partition_reassignments([tp]), "the move ended before the kill"
+            assert client.admin.list_partition_reassignments([tp]), "the move ended before the kill"
             leader = cluster.leader_of((tp.topic, 0))
             assert leader is not None
             cluster.kill(leader)
@@ -246,20 +246,20 @@ def test_the_offsets_topic_moves_and_its_coordinator_keeps_the_commits(
     leadership to the new replica set and keeps every commit."""
     data = TopicPartition("offsets-data", 0)
     client.create_topic(data.topic, partitions=1, replication_factor=1)
-    client.alter_consumer_group_offsets("movers", {data: OffsetAndMetadata(5, "before")})
+    client.admin.alter_consumer_group_offsets("movers", {data: OffsetAndMetadata(5, "before")})
     tp = TopicPartition("__consumer_offsets", 0)
     # The earlier tests' partitions stay where they were put (operators' plans hold), so the
     # balancer may be evening the nodes out by moving this one: start from where it settled.
-    wait_for(lambda: not client.list_partition_reassignments([tp]), 60,
+    wait_for(lambda: not client.admin.list_partition_reassignments([tp]), 60,
              f"{tp} to have no move under way")
     before = replicas_of(client, tp)
     (new,) = set(cluster.node_ids) - set(before)
     target = [new, before[1]]  # the new replica leads it once the move is done
-    assert client.alter_partition_reassignments({tp: target}) == {}
+    assert client.admin.alter_partition_reassignments({tp: target}) == {}
     wait_for(lambda: done(client, tp, target), 60, f"{tp} to move to {target}")
-    assert client.list_consumer_group_offsets("movers")[data].offset == 5
-    client.alter_consumer_group_offsets("movers", {data: OffsetAndMetadata(7, "after")})
-    committed = client.list_consumer_group_offsets("movers")[data]
+    assert client.admin.list_consumer_group_offsets("movers")[data].offset == 5
+    client.admin.alter_consumer_group_offsets("movers", {data: OffsetAndMetadata(7, "after")})
+    committed = client.admin.list_consumer_group_offsets("movers")[data]
     assert (committed.offset, committed.metadata) == (7, "after")
     wait_for(lambda: not replica_dir(cluster, before[0], tp).exists(), 30,
              f"node {before[0]} to delete its replica")

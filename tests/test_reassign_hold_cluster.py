@@ -87,7 +87,7 @@ def test_partitions_an_operator_placed_stay_until_released(
     wait_for(lambda: balancer_passes(cluster) >= start + _PASSES, 60,
              f"{_PASSES} balancer passes")
     assert replicas(client, topic) == plan, "the balancer moved partitions an operator placed"
-    assert not client.list_partition_reassignments([*plan])
+    assert not client.admin.list_partition_reassignments([*plan])
     capsys.readouterr()
     assert reassign(cluster, "--verify", "--reassignment-json-file", path) == 0
     assert "is completed" in capsys.readouterr().out
@@ -95,7 +95,7 @@ def test_partitions_an_operator_placed_stay_until_released(
     # Released, they are the balancer's again: it spreads them over the nodes.
     assert reassign(cluster, "--release", "--reassignment-json-file", path) == 0
     wait_for(lambda: any(r != [1] for r in replicas(client, topic).values())
-             and not client.list_partition_reassignments([*plan]), 60,
+             and not client.admin.list_partition_reassignments([*plan]), 60,
              "the balancer to move a released partition")
     capsys.readouterr()
     assert reassign(cluster, "--verify", "--reassignment-json-file", path) == 1

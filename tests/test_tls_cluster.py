@@ -43,7 +43,7 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
 def _refusal(**options: Any) -> str:
     """The error message of a client built with `options` asking a TLS cluster anything."""
     with pytest.raises(SslAuthenticationError) as refused, Client(**options) as stranger:
-        stranger.list_topics()
+        stranger.admin.list_topics()
     return str(refused.value)
 
 
@@ -101,15 +101,15 @@ def test_a_principal_without_acls_may_not_delete_a_topic_another_owns(
     through DELETE on the cluster (which no ACL mentions) nor on the topic. Were a resource no
     ACL mentions open to all, bob would hold DELETE on the cluster and the topic would go."""
     client.create_topic("alice-owns", partitions=1, replication_factor=3)
-    client.create_acls([AclBinding(
+    client.admin.create_acls([AclBinding(
         ResourcePattern(ResourceType.TOPIC, "alice-owns"),
         AccessControlEntry("User:CN=alice", Operation.ALL, Permission.ALLOW),
     )])
     with Client(cluster.bootstrap, **cluster.client_options_as("bob")) as bob, \
             pytest.raises(TopicAuthorizationFailedError,
                           match="User:CN=bob is not authorized to DELETE topic 'alice-owns'"):
-        bob.delete_topic("alice-owns", timeout_ms=30_000)
-    assert "alice-owns" in client.list_topics()
+        bob.admin.delete_topic("alice-owns", timeout_ms=30_000)
+    assert "alice-owns" in client.admin.list_topics()
 
 
 def test_the_main_scenario_runs_with_tls(client: Client, cluster: LocalCluster) -> None:

@@ -108,7 +108,7 @@ def add_side_by_side(client: Client, producer: Producer,
     sent at once; their answers (a retriable refusal is raised, not retried)."""
     async def both() -> list[object]:
         return list(await asyncio.gather(*(
-            client.coordinators.call(
+            client.connections.coordinators.call(
                 "pay-1", "AddPartitionsToTxn",
                 wire.add_partitions_to_txn_request("pay-1", *producer.producer_id, tps),
                 wire.parse_add_partitions_to_txn, Deadline(30_000), retry=False,
@@ -116,7 +116,7 @@ def add_side_by_side(client: Client, producer: Producer,
             ) for tps in partitions
         )))
 
-    answers: list[object] = client.run(both())
+    answers: list[object] = client.connections.run(both())
     return answers
 
 

@@ -58,7 +58,7 @@ def test_peers_stop_dialing_an_unregistered_node() -> None:
     with LocalCluster(3) as cluster, Client(cluster.bootstrap) as client:
         leaving = cluster.join()
         address = cluster.internal_address_of(leaving)
-        client.decommission_node(leaving)
+        client.admin.decommission_node(leaving)
         cluster.stop(leaving)
         with dials_to(address) as dials:
             # Stopped but registered, it is still dialed (the listener sees the dials).
@@ -66,7 +66,7 @@ def test_peers_stop_dialing_an_unregistered_node() -> None:
 
             def unregistered() -> bool:
                 try:
-                    client.unregister_node(leaving)
+                    client.admin.unregister_node(leaving)
                 except InvalidRequestError:  # not fenced yet
                     return False
                 return True

@@ -25,7 +25,9 @@ from tidelog.types import (
 )
 
 if TYPE_CHECKING:
-    from tidelog.client import Client, ClientConfig, ClusterDescription
+    from tidelog.admin import AdminClient, ClusterDescription
+    from tidelog.client import Client
+    from tidelog.connections import ClientConfig
     from tidelog.consumer import Consumer, ConsumerConfig
     from tidelog.membership import ConsumerGroupDescription, ConsumerRebalanceListener
     from tidelog.metadata import PartitionInfo, TopicInfo
@@ -35,9 +37,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "AdminClient": "tidelog.admin",
     "Client": "tidelog.client",
-    "ClientConfig": "tidelog.client",
-    "ClusterDescription": "tidelog.client",
+    "ClientConfig": "tidelog.connections",
+    "ClusterDescription": "tidelog.admin",
     "Consumer": "tidelog.consumer",
     "ConsumerConfig": "tidelog.consumer",
     "ConsumerGroupDescription": "tidelog.membership",
@@ -51,6 +54,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "AdminClient",
     "CallObserver",
     "Client",
     "ClientConfig",

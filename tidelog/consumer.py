@@ -52,6 +52,7 @@ from tidelog.errors import (
     UnknownMemberIdError,
     UnsupportedCompressionTypeError,
 )
+from tidelog.lookups import list_offsets, topic_names
 from tidelog.membership import ConsumerRebalanceListener, Membership
 from tidelog.partitioned import Attempt, PartitionedRequest
 from tidelog.records import (
@@ -77,7 +78,7 @@ from tidelog.types import (
 )
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.connections import Connections
 
 log = logging.getLogger("tidelog.consumer")
 
@@ -234,8 +235,8 @@ class Consumer:
     """Reads assigned partitions from their positions. Calls are serialised by a lock, so
     sharing one consumer between threads is safe (if rarely useful)."""
 
-    def __init__(self, client: Client, config: ConsumerConfig) -> None:
-        self.client = client
+    def __init__(self, connections: Connections, config: ConsumerConfig) -> None:
+        self.connections = connections
         self.config = config
         self.isolation_level = IsolationLevel.parse(config.isolation_level)
         self._lock = threading.RLock()
@@ -322,12 +323,15 @@ class Consumer:
                 self._leave_group()
             self._listener = listener or ConsumerRebalanceListener()
             self._membership = Membership(
-                self.client, group_id, names, pattern,
+                self.connections, group_id, names, pattern,
                 instance_id=self.config.group_instance_id,
                 rebalance_timeout_ms=self.config.max_poll_interval_ms,
                 server_assignor=self.config.group_remote_assignor,
             )
-            self._membership.refresh_pattern(self.client.list_topics)
+            self._membership.refresh_pattern(self._topic_names)
+
+    def _topic_names(self) -> list[str]:
+        return topic_names(self.connections, self.connections.deadline())
 
     def subscription(self) -> set[str]:
         with self._lock:
@@ -353,14 +357,14 @@ class Consumer:
         finally:
             self._set_assignment(())
             self._membership = None
-            membership.leave(self.client.deadline().remaining())
+            membership.leave(self.connections.deadline().remaining())
 
     def _reconcile(self) -> None:
         """Do what the membership asks of the application (`membership.Membership`)."""
         membership = self._membership
         if membership is None:
             return
-        membership.refresh_pattern(self.client.list_topics)
+        membership.refresh_pattern(self._topic_names)
         work = membership.take_work()
         if work is None:
             return
@@ -390,8 +394,8 @@ class Consumer:
         assert self.config.group_id is not None
         for attempt in range(2):  # STALE_MEMBER_EPOCH: again with the newer epoch, once
             try:
-                self.client.run(self.client.coordinators.commit(
-                    self.config.group_id, offsets, self.client.deadline(),
+                self.connections.run(self.connections.coordinators.commit(
+                    self.config.group_id, offsets, self.connections.deadline(),
                     member=membership.member(),
                 ))
                 return
@@ -468,7 +472,7 @@ class Consumer:
         """The offset of the next record poll() returns for the partition."""
         with self._lock:
             tp = self._assigned(partition)
-            self._resolve_positions(self.client.deadline(timeout_ms))
+            self._resolve_positions(self.connections.deadline(timeout_ms))
             position = self._position(tp)
             assert position is not None
             return position
@@ -504,7 +508,7 @@ class Consumer:
         group_id = self.config.group_id
         unreset = [tp for tp in missing if tp not in self._resets]
         if group_id is not None and unreset:
-            committed = self.client.run(self.client.coordinators.fetch(
+            committed = self.connections.run(self.connections.coordinators.fetch(
                 group_id, unreset, deadline, require_stable=self._require_stable,
                 member=self._joined_member(),
             ))
@@ -524,9 +528,7 @@ class Consumer:
                     f"{tp}: no position and auto_offset_reset is 'none'; seek() first"
                 )
             specs[tp] = spec
-        found = self.client.list_offsets(
-            specs, self.isolation_level, timeout_ms=max(int(deadline.remaining() * 1000), 1)
-        )
+        found = list_offsets(self.connections, specs, self.isolation_level, deadline)
         for tp, result in found.items():
             self._positions[tp] = result.offset
             self._resets.pop(tp, None)
@@ -540,7 +542,8 @@ class Consumer:
         for tp, ts in timestamps.items():
             if ts < 0:
                 raise ConfigurationError(f"{tp}: a timestamp must be >= 0, got {ts}")
-        found = self.client.list_offsets(timestamps, self.isolation_level, timeout_ms=timeout_ms)
+        found = list_offsets(self.connections, timestamps, self.isolation_level,
+                             self.connections.deadline(timeout_ms))
         return {
             tp: None if r.offset < 0 else OffsetAndTimestamp(
                 r.offset, r.timestamp, None if r.leader_epoch < 0 else r.leader_epoch
@@ -562,9 +565,8 @@ class Consumer:
     def _offsets(
         self, partitions: Iterable[TopicPartition], spec: int, timeout_ms: int | None
     ) -> dict[TopicPartition, int]:
-        found = self.client.list_offsets(
-            dict.fromkeys(partitions, spec), self.isolation_level, timeout_ms=timeout_ms
-        )
+        found = list_offsets(self.connections, dict.fromkeys(partitions, spec),
+                             self.isolation_level, self.connections.deadline(timeout_ms))
         return {tp: r.offset for tp, r in found.items()}
 
     # ---- committed offsets -------------------------------------------------------------------
@@ -584,8 +586,8 @@ class Consumer:
             group_id = self._group_id()
             self._run_callbacks()
             chosen = self._consumed() if offsets is None else checked_offsets(offsets)
-            deadline = self.client.deadline(timeout_ms)
-            self.client.run(self.client.coordinators.commit(
+            deadline = self.connections.deadline(timeout_ms)
+            self.connections.run(self.connections.coordinators.commit(
                 group_id, chosen, deadline, member=self._member()
             ))
 
@@ -611,15 +613,15 @@ class Consumer:
         offsets: dict[TopicPartition, OffsetAndMetadata],
         callback: CommitCallback | None,
     ) -> concurrent.futures.Future[dict[TopicPartition, OffsetAndMetadata]]:
-        coordinators = self.client.coordinators
-        deadline = self.client.deadline()
+        coordinators = self.connections.coordinators
+        deadline = self.connections.deadline()
         member = self._member()
 
         async def commit() -> dict[TopicPartition, OffsetAndMetadata]:
             await coordinators.commit(group_id, offsets, deadline, retry=False, member=member)
             return offsets
 
-        future = self.client.transport.submit(commit())
+        future = self.connections.transport.submit(commit())
         self._in_flight = [f for f in self._in_flight if not f.done()] + [future]
         if callback is not None:
             future.add_done_callback(
@@ -640,8 +642,8 @@ class Consumer:
         with self._lock:
             group_id = self._group_id()
             self._run_callbacks()
-            deadline = self.client.deadline(timeout_ms)
-            found = self.client.run(self.client.coordinators.fetch(
+            deadline = self.connections.deadline(timeout_ms)
+            found = self.connections.run(self.connections.coordinators.fetch(
                 group_id, wanted, deadline, require_stable=self._require_stable,
                 member=self._joined_member(),
             ))
@@ -696,7 +698,7 @@ class Consumer:
         with self._lock:
             if self._closed:
                 return
-            deadline = self.client.deadline(timeout_ms)
+            deadline = self.connections.deadline(timeout_ms)
             try:
                 if self._membership is not None:  # commits what it owns, then leaves
                     if not autocommit:
@@ -704,7 +706,7 @@ class Consumer:
                     self._leave_group()
                 if self._auto_commit and autocommit:
                     try:
-                        self.client.run(self.client.coordinators.commit(
+                        self.connections.run(self.connections.coordinators.commit(
                             self.config.group_id or "", self._consumed(), deadline
                         ))
                     except TidelogError as exc:
@@ -792,7 +794,7 @@ class Consumer:
                         return []
                     continue
                 try:
-                    self._resolve_positions(self.client.deadline())
+                    self._resolve_positions(self.connections.deadline())
                 except (RetriableError, StaleMemberEpochError, UnknownMemberIdError):
                     # The last two: the member's epoch moved (or it was fenced) while its
                     # OffsetFetch was under way; the heartbeat brings the news, the next
@@ -819,13 +821,13 @@ class Consumer:
         self, failed_leaders: dict[TopicPartition, tuple[int, int]], deadline: Deadline
     ) -> None:
         """The backoff after a round that needs new metadata, spent watching for the new
-        leaders (`Client.await_new_leaders`)."""
-        self.client.await_new_leaders(
-            failed_leaders, self.client.backoff.delay_s(self._failed_rounds), deadline,
+        leaders (`MetadataSource.await_new_leaders`)."""
+        self.connections.metadata.await_new_leaders(
+            failed_leaders, self.connections.backoff.delay_s(self._failed_rounds), deadline,
         )
         with contextlib.suppress(RetriableError):
-            self.client.check_described(
-                (tp.topic for tp in self._positions), self.client.deadline()
+            self.connections.metadata.check_described(
+                (tp.topic for tp in self._positions), self.connections.deadline()
             )
 
     def _fetchable(self) -> dict[TopicPartition, int]:
@@ -900,13 +902,15 @@ class Consumer:
         each node apart: a long poll on a leader with nothing new holds back no other's
         records."""
         work = {
-            tp: wire.FetchPosition(position, self.client.metadata.leader_epoch(tp))
+            tp: wire.FetchPosition(position, self.connections.metadata.cluster.leader_epoch(tp))
             for tp, position in self._fetchable().items()
         }
         if not work:
             return False
         request: PartitionedRequest[wire.FetchPosition, wire.FetchAnswer] = PartitionedRequest(
-            self.client,
+            self.connections.transport,
+            self.connections.metadata,
+            self.connections.backoff,
             "Fetch",
             "Fetch",
             lambda positions: wire.fetch_request(
@@ -923,7 +927,7 @@ class Consumer:
         for tps in [*groups.values(), list(leaderless)]:
             if tps:  # the leaderless ones fail at once, asking for new metadata
                 part = {tp: work[tp] for tp in tps}
-                future = self.client.transport.submit(
+                future = self.connections.transport.submit(
                     request.attempt(part, max_wait_ms / 1000 + _RPC_SLACK_S)
                 )
                 self._rounds.append(_Round(future, part, set(part)))

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog import wire
@@ -39,11 +39,12 @@ from tidelog.errors import (
     TidelogError,
     UnknownServerError,
 )
-from tidelog.retry import Deadline, RetryAtOnce, call_with_retry_async, leader_poll_s
+from tidelog.retry import Backoff, Deadline, RetryAtOnce, call_with_retry_async, leader_poll_s
 from tidelog.types import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.metadata import MetadataSource
+    from tidelog.transport import Transport
 
 T = TypeVar("T")
 
@@ -55,8 +56,14 @@ TRANSACTION = 1
 class Coordinators:
     """The coordinator of each key this client has talked to, and the calls that use it."""
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(
+        self, transport: Transport, metadata: MetadataSource, bootstrap: Sequence[str],
+        backoff: Backoff,
+    ) -> None:
+        self._transport = transport
+        self._metadata = metadata
+        self._bootstrap = tuple(bootstrap)
+        self._backoff = backoff
         self._known: dict[tuple[int, str], wire.CoordinatorAnswer] = {}
 
     # ---- finding ------------------------------------------------------------------------------
@@ -71,7 +78,7 @@ class Coordinators:
         answer = await call_with_retry_async(
             lambda: self._lookup(key, key_type, deadline),
             what=f"FindCoordinator for {key!r}", deadline=deadline,
-            backoff=self._client.backoff,
+            backoff=self._backoff,
         )
         return answer.node_id
 
@@ -81,11 +88,11 @@ class Coordinators:
         """One lookup: any node can answer, so the known nodes are asked in random order, then
         the bootstrap addresses, until one answers; its error (COORDINATOR_NOT_AVAILABLE while
         the group's partition has no leader) is raised as is."""
-        known = list(self._client.metadata.nodes().items())
+        known = list(self._metadata.cluster.nodes().items())
         random.shuffle(known)
         candidates: list[tuple[int | None, str]] = list(known)
         addresses = {address for _, address in known}
-        candidates += [(None, a) for a in self._client.config.bootstrap if a not in addresses]
+        candidates += [(None, a) for a in self._bootstrap if a not in addresses]
         request = wire.find_coordinator_request(key, key_type)
         failures: list[str] = []
         for node_id, address in candidates:
@@ -93,7 +100,7 @@ class Coordinators:
             if timeout <= 0:
                 break
             try:
-                response = await self._client.transport.call(
+                response = await self._transport.call(
                     node_id, "FindCoordinator", request, timeout, address
                 )
             except NodeUnavailableError as exc:
@@ -117,7 +124,7 @@ class Coordinators:
         (RetryAtOnce): a commit follows the election within a poll, not a backoff later."""
         if not retry or not isinstance(error, RetriableError):
             return error
-        window = self._client.backoff.delay_s(failures)
+        window = self._backoff.delay_s(failures)
         until = min(time.monotonic() + window, deadline.at)
         while True:
             with contextlib.suppress(RetriableError):
@@ -161,7 +168,7 @@ class Coordinators:
             if answer is None:
                 answer = await self._lookup(key, key_type, deadline)
             try:
-                response = await self._client.transport.call(
+                response = await self._transport.call(
                     answer.node_id, method, request, deadline.attempt_s(), answer.address or None
                 )
             except TidelogError as exc:
@@ -181,7 +188,7 @@ class Coordinators:
             return await attempt()
         return await call_with_retry_async(
             attempt, what=f"{method} for {key!r}", deadline=deadline,
-            backoff=self._client.backoff,
+            backoff=self._backoff,
         )
 
     # ---- consumer offsets ---------------------------------------------------------------------

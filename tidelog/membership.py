@@ -50,7 +50,7 @@ from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.connections import Connections
 
 log = logging.getLogger("tidelog.consumer")
 
@@ -136,7 +136,7 @@ class Membership:
 
     def __init__(
         self,
-        client: Client,
+        connections: Connections,
         group_id: str,
         topics: Iterable[str] | None,
         pattern: str | None,
@@ -146,7 +146,7 @@ class Membership:
         server_assignor: str | None,
         client_id: str = "",
     ) -> None:
-        self.client = client
+        self.connections = connections
         self.group_id = group_id
         self.pattern = re.compile(pattern) if pattern is not None else None
         self.instance_id = instance_id
@@ -171,7 +171,7 @@ class Membership:
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task = client.transport.submit(self._run())
+        self._task = connections.transport.submit(self._run())
 
     # ---- the heartbeat task (client loop) -------------------------------------------------------
 
@@ -204,7 +204,7 @@ class Membership:
                 self.changed.set()
             except RetriableError as exc:
                 log.debug("group %s: heartbeat failed, retried: %s", self.group_id, exc)
-                await asyncio.sleep(self.client.backoff.delay_s(1))
+                await asyncio.sleep(self.connections.backoff.delay_s(1))
                 self._wake.set()
             except TidelogError as exc:
                 log.error("group %s: membership ends: %s", self.group_id, exc)
@@ -221,7 +221,7 @@ class Membership:
                 raise for_code(response.error_code)(response.error_message)
             return response
 
-        return await self.client.coordinators.call(
+        return await self.connections.coordinators.call(
             self.group_id, "ConsumerGroupHeartbeat", request, parse, deadline
         )
 
@@ -327,7 +327,7 @@ class Membership:
         if self.instance_id is not None:
             request.instance_id = self.instance_id
         try:
-            self.client.run(self._send(request, Deadline(timeout_s * 1000)))
+            self.connections.run(self._send(request, Deadline(timeout_s * 1000)))
         except TidelogError as exc:
             log.warning("group %s: leaving failed (the session timeout removes the member): "
                         "%s", self.group_id, exc)

@@ -1,19 +1,28 @@
 """The client's picture of the cluster: nodes, topics, and each partition's leader and epoch.
 
-This object does no I/O, so that everything that learns about the cluster (a Metadata answer,
-a leader hint carried by an error, a node that stopped answering) updates one place and every
-reader sees the same picture. Epochs only move forward: an answer from a node that missed an
-election (an older epoch) never replaces a newer leader, as Kafka's ``Metadata`` does.
+``ClusterMetadata`` does no I/O, so that everything that learns about the cluster (a Metadata
+answer, a leader hint carried by an error, a node that stopped answering) updates one place and
+every reader sees the same picture. Epochs only move forward: an answer from a node that missed
+an election (an older epoch) never replaces a newer leader, as Kafka's ``Metadata`` does.
+
+``MetadataSource`` is what the client's engines (partitioned requests, the producer's sender,
+the consumer, the coordinators) and the admin client may ask of the metadata manager that keeps
+the picture fresh (``tidelog.metadata_manager``): the picture, a refresh, the wait for new
+leaders after a failure, the check that a missing topic is not an authorization failure.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
 
 from tidelog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from tidelog.retry import Deadline
 
 NO_LEADER = -1
 
@@ -222,3 +231,49 @@ class ClusterMetadata:
                         for p in info.partitions
                     )
                     self._topics[name] = replace(info, partitions=parts)
+
+
+class MetadataSource(Protocol):
+    """The metadata manager as the engines see it (``tidelog.metadata_manager`` implements it);
+    every call bounds its time by the `deadline` it is given."""
+
+    @property
+    def cluster(self) -> ClusterMetadata:
+        """The picture of the cluster, as last learned."""
+        ...
+
+    @property
+    def refreshes(self) -> int:
+        """How many refreshes were made (concurrent callers share one)."""
+        ...
+
+    @property
+    def answers(self) -> Sequence[MetadataSnapshot]:
+        """Each node's answer of the last refresh, before they were merged."""
+        ...
+
+    def refresh(self, deadline: Deadline, seen_version: int | None = None) -> None:
+        """Ask the nodes for metadata, unless a refresh since `seen_version` already did."""
+        ...
+
+    def ensure(self, deadline: Deadline) -> None:
+        """Have metadata at all (the first refresh, retried)."""
+        ...
+
+    def await_new_leaders(
+        self, failed: Mapping[TopicPartition, tuple[int, int]], window_s: float,
+        deadline: Deadline,
+    ) -> None:
+        """Spend a retry's backoff watching for leaders other than the (leader, epoch) that
+        failed each partition."""
+        ...
+
+    def check_described(self, topics: Iterable[str], deadline: Deadline) -> None:
+        """Raise the authorization error of a topic missing because it may not be described."""
+        ...
+
+    def partitions_for(
+        self, topic: str, deadline: Deadline, *, partition: int | None = None
+    ) -> int:
+        """The topic's partition count (with `partition`: once it has that partition)."""
+        ...

@@ -10,7 +10,7 @@ What an error does, by class (``tidelog.errors``), never by code:
 * an ``InvalidMetadataError``: metadata is refreshed first, unless the error carried a newer
   leader hint (KIP-951), which is adopted and lets the retry go at once. Without a hint (the
   leader died, or does not know its successor yet) the backoff is spent polling the metadata
-  of every node (``Client.await_new_leaders``), and the retry goes as soon as a node names a
+  of every node (``MetadataSource.await_new_leaders``), and the retry goes as soon as a node names a
   leader other than the one that failed: an election is followed within a poll, not a
   backoff, while the nodes still naming the dead leader cost no retry against it.
 
@@ -43,11 +43,12 @@ from tidelog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tidelog.metadata import NO_LEADER
-from tidelog.retry import Deadline, PartitionsFailed, call_with_retry
+from tidelog.retry import Backoff, Deadline, PartitionsFailed, call_with_retry
 from tidelog.types import TopicPartition
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.metadata import MetadataSource
+    from tidelog.transport import Transport
 
 Q = TypeVar("Q")
 A = TypeVar("A")
@@ -82,17 +83,22 @@ class Attempt(Generic[A]):
 
 class PartitionedRequest(Generic[Q, A]):
     """One kind of partitioned request: `build` makes a leader's request from its partitions'
-    work, `parse` reads a response as each partition's answer or `wire.Failure`."""
+    work, `parse` reads a response as each partition's answer or `wire.Failure`; sent over
+    `transport` to the leaders `metadata` names, retried after `backoff`."""
 
     def __init__(
         self,
-        client: Client,
+        transport: Transport,
+        metadata: MetadataSource,
+        backoff: Backoff,
         what: str,
         method: str,
         build: Callable[[Mapping[TopicPartition, Q]], Any],
         parse: Callable[[Any], Mapping[TopicPartition, A | wire.Failure]],
     ) -> None:
-        self.client = client
+        self.transport = transport
+        self.metadata = metadata
+        self.backoff = backoff
         self.what = what
         self.method = method
         self.build = build
@@ -103,7 +109,7 @@ class PartitionedRequest(Generic[Q, A]):
     ) -> tuple[dict[int, list[TopicPartition]], dict[TopicPartition, wire.Failure]]:
         """The partitions grouped by their leader in the metadata, and the failures of those
         without a known leader (retriable: they ask for a refresh)."""
-        metadata = self.client.metadata
+        metadata = self.metadata.cluster
         groups: dict[int, list[TopicPartition]] = {}
         leaderless: dict[TopicPartition, wire.Failure] = {}
         for tp in partitions:
@@ -125,7 +131,7 @@ class PartitionedRequest(Generic[Q, A]):
         """One request to one leader: each partition's answer or failure (a failed call is
         every partition's failure)."""
         try:
-            response = await self.client.transport.call(
+            response = await self.transport.call(
                 node, self.method, self.build(work), timeout_s
             )
             answers = self.parse(response)
@@ -147,7 +153,7 @@ class PartitionedRequest(Generic[Q, A]):
             return None
         if not isinstance(error, InvalidMetadataError):
             return Reaction(refresh=False, immediate=False)
-        if failure.hint is not None and self.client.metadata.apply_hint(tp, failure.hint):
+        if failure.hint is not None and self.metadata.cluster.apply_hint(tp, failure.hint):
             return Reaction(refresh=False, immediate=True)
         return Reaction(refresh=True, immediate=False)
 
@@ -155,7 +161,7 @@ class PartitionedRequest(Generic[Q, A]):
         """One round: a request to each leader, all in flight together, each bounded by
         `timeout_s`."""
         groups, failures = self.by_leader(work)
-        metadata = self.client.metadata
+        metadata = self.metadata.cluster
         sent_to = {tp: (node, metadata.leader_epoch(tp))
                    for node, tps in groups.items() for tp in tps}
         sent = await asyncio.gather(*(
@@ -186,25 +192,25 @@ class PartitionedRequest(Generic[Q, A]):
         """Rounds until every partition is answered (returns the answers), one fails for good
         (raises its error, naming it), or the deadline passes (RequestTimedOutError naming
         the partitions still failing and why). Blocking: for the synchronous API."""
-        client = self.client
+        metadata, cluster = self.metadata, self.metadata.cluster
         results: dict[TopicPartition, A] = {}
-        seen_version = client.metadata.version
+        seen_version = cluster.version
         failed_rounds = 0
 
         def attempt() -> dict[TopicPartition, A]:
             nonlocal seen_version, failed_rounds
             pending = {tp: q for tp, q in work.items() if tp not in results}
-            if any(client.metadata.leader_for(tp) is None for tp in pending):
+            if any(cluster.leader_for(tp) is None for tp in pending):
                 try:
-                    client.refresh_metadata(deadline, seen_version)
-                    client.check_described((tp.topic for tp in pending), deadline)
+                    metadata.refresh(deadline, seen_version)
+                    metadata.check_described((tp.topic for tp in pending), deadline)
                 except RetriableError as exc:
                     # Keep naming the partitions: they are what the caller waits for.
                     raise PartitionsFailed(
                         dict.fromkeys(pending, exc), refresh=True, immediate=False
                     ) from exc
-            seen_version = client.metadata.version
-            outcome = client.transport.run(self.attempt(pending, deadline.attempt_s()))
+            seen_version = cluster.version
+            outcome = self.transport.run(self.attempt(pending, deadline.attempt_s()))
             results.update(outcome.answers)
             if outcome.final:
                 raise outcome.final[min(outcome.final)]
@@ -213,11 +219,11 @@ class PartitionedRequest(Generic[Q, A]):
             failed_rounds += 1
             if outcome.refresh:
                 # The backoff, spent watching for the next leaders: the retry goes at once.
-                client.await_new_leaders(
-                    outcome.failed_leaders, client.backoff.delay_s(failed_rounds), deadline
+                metadata.await_new_leaders(
+                    outcome.failed_leaders, self.backoff.delay_s(failed_rounds), deadline
                 )
-                seen_version = client.metadata.version
+                seen_version = cluster.version
             raise PartitionsFailed(outcome.retry, refresh=False,
                                    immediate=outcome.immediate or outcome.refresh)
 
-        return call_with_retry(attempt, what=self.what, deadline=deadline, backoff=client.backoff)
+        return call_with_retry(attempt, what=self.what, deadline=deadline, backoff=self.backoff)

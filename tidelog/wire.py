@@ -56,9 +56,12 @@ class Failure:
 def error_for(code: int, message: str, subject: object) -> TidelogError:
     """The error object for a Kafka code, its message naming the partition (or topic). A
     node's message that starts with the code's own name (a node error's `str`) loses that
-    prefix, which the error's `str` adds again."""
+    prefix, which the error's `str` adds again; one that names the subject already is not
+    given it twice."""
     cls = for_code(code)
     message = message.removeprefix(f"[{cls.name} ({cls.code})] ")
+    if message and str(subject) in message:
+        return cls(message)
     return cls(f"{subject}: {message or cls.description}")
 
 

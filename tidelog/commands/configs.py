@@ -56,11 +56,12 @@ def run(args: argparse.Namespace) -> int:
     client = client_for(args)
     try:
         if args.alter:
-            client.incremental_alter_configs({resource: ops}, validate_only=args.validate_only)
+            client.admin.incremental_alter_configs({resource: ops},
+                                                   validate_only=args.validate_only)
             done = "validated" if args.validate_only else "completed"
             print(f"{done} updating config for {_describe(resource)}.")
             return 0
-        entries = client.describe_configs([resource])[resource]
+        entries = client.admin.describe_configs([resource])[resource]
         shown = [e for e in entries.values() if args.all or e.source.name in _DYNAMIC]
         kind = "All" if args.all else "Dynamic"
         print(f"{kind} configs for {_describe(resource)} are:")

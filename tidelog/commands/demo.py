@@ -174,14 +174,14 @@ def run(args: argparse.Namespace) -> int:
             committed = reader.committed(tps)
             reader.close()
             cells = "  ".join(f"p{tp.partition}={_offset(committed[tp])}" for tp in tps)
-            coordinator = client.find_coordinator(group)
+            coordinator = client.admin.find_coordinator(group)
             print(f"  read {got} records and committed the positions: {cells}")
             print(f"  the group's coordinator is node {coordinator} (the leader of its "
                   "__consumer_offsets partition); killing it (SIGKILL)...")
             cluster.kill(coordinator)
             asked = time.monotonic()
-            again = client.list_consumer_group_offsets(group, tps)
-            now_at = client.coordinators.cached(group)
+            again = client.admin.list_consumer_group_offsets(group, tps)
+            now_at = client.connections.coordinators.cached(group)
             same = all(again.get(tp) == committed[tp] for tp in tps)
             print(f"  read back in {time.monotonic() - asked:.2f}s from the new coordinator, "
                   f"node {now_at}: " + "  ".join(f"p{tp.partition}={_offset(again.get(tp))}"

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     client = client_for(args)
     try:
         if args.action == "list":
-            for group in client.list_consumer_groups():
+            for group in client.admin.list_consumer_groups():
                 print(group.group_id)
         elif args.action == "describe":
             _describe(client, args.group)
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             _reset(client, args)
         else:
             for group in args.groups:
-                client.delete_consumer_groups([group])
+                client.admin.delete_consumer_groups([group])
                 print(f"deleted group {group}")
     finally:
         client.close()
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _describe(client: Client, group: str) -> None:
     try:
-        members: ConsumerGroupDescription | None = client.describe_consumer_group(group)
+        members: ConsumerGroupDescription | None = client.admin.describe_consumer_group(group)
     except GroupIdNotFoundError:
         members = None  # a group that only commits offsets
     owners: dict[TopicPartition, str] = {}
@@ -104,10 +104,10 @@ def _describe(client: Client, group: str) -> None:
         else:
             print("no members")
         print()
-    committed = client.list_consumer_group_offsets(group)
+    committed = client.admin.list_consumer_group_offsets(group)
     if not committed:
         if members is None and \
-                group not in {g.group_id for g in client.list_consumer_groups()}:
+                group not in {g.group_id for g in client.admin.list_consumer_groups()}:
             raise GroupIdNotFoundError(f"consumer group {group!r} does not exist")
         print(f"consumer group {group!r} has no committed offsets")
         return
@@ -159,7 +159,7 @@ def _partitions(client: Client, specs: list[str]) -> list[TopicPartition]:
 def _reset(client: Client, args: argparse.Namespace) -> None:
     when = _checked_target(args)
     tps = _partitions(client, args.topic)
-    current = client.list_consumer_group_offsets(args.group, tps)
+    current = client.admin.list_consumer_group_offsets(args.group, tps)
     earliest = {tp: r.offset for tp, r in
                 client.list_offsets(dict.fromkeys(tps, EARLIEST_TIMESTAMP)).items()}
     latest = {tp: r.offset for tp, r in
@@ -191,7 +191,7 @@ def _reset(client: Client, args: argparse.Namespace) -> None:
     if not args.execute:
         print("dry run: nothing was committed; add --execute to commit these offsets")
         return
-    client.alter_consumer_group_offsets(
+    client.admin.alter_consumer_group_offsets(
         args.group, {tp: OffsetAndMetadata(offset) for tp, offset in plan.items()}
     )
     print(f"committed the new offsets of {len(plan)} partition(s) for group {args.group}")

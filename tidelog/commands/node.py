@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if args.node_action == "unregister":
         client = client_for(args)
         try:
-            client.unregister_node(args.node)
+            client.admin.unregister_node(args.node)
         finally:
             client.close()
         print(f"node {args.node} unregistered")
@@ -143,7 +143,7 @@ def _decommission(args: argparse.Namespace) -> int:
 
     client = client_for(args)
     try:
-        status = client.decommission_node(args.node, cancel=args.cancel)
+        status = client.admin.decommission_node(args.node, cancel=args.cancel)
         if args.cancel:
             print(f"node {args.node} re-commissioned: it takes replicas again (balancing, when "
                   "enabled, moves its share back)")
@@ -157,7 +157,7 @@ def _decommission(args: argparse.Namespace) -> int:
             if status.replicas_left == 0 or args.no_wait:
                 break
             time.sleep(_PROGRESS_EVERY_S)
-            status = client.describe_decommission(args.node)
+            status = client.admin.describe_decommission(args.node)
             if not status.decommissioning:
                 print(f"node {args.node}'s decommission was cancelled")
                 return 1

@@ -231,7 +231,7 @@ def _execute(client: Client, targets: dict[TopicPartition, list[int]]) -> None:
     print(assignment_json(dict(current)))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
-    failed = client.alter_partition_reassignments(dict(targets))
+    failed = client.admin.alter_partition_reassignments(dict(targets))
     for tp, error in sorted(failed.items()):
         print(f"Error reassigning partition {tp.topic}-{tp.partition}: {error}", file=sys.stderr)
     started = sorted(tp for tp in targets if tp not in failed)
@@ -245,7 +245,7 @@ def _verify(client: Client, targets: dict[TopicPartition, list[int]], wait: bool
     print("Status of partition reassignment:")
     reported: set[TopicPartition] = set()
     while True:
-        moving = client.list_partition_reassignments(list(targets))
+        moving = client.admin.list_partition_reassignments(list(targets))
         current = _current(client, _topics(targets))
         pending = []
         elsewhere = []
@@ -285,7 +285,7 @@ def _progress(tp: TopicPartition, moving: Any) -> str:
 
 
 def _cancel(client: Client, partitions: list[TopicPartition]) -> int:
-    failed = client.alter_partition_reassignments(dict.fromkeys(partitions))
+    failed = client.admin.alter_partition_reassignments(dict.fromkeys(partitions))
     for tp, error in sorted(failed.items()):
         print(f"Error cancelling the reassignment of {tp.topic}-{tp.partition}: {error}",
               file=sys.stderr)
@@ -296,7 +296,7 @@ def _cancel(client: Client, partitions: list[TopicPartition]) -> int:
 
 
 def _release(client: Client, partitions: list[TopicPartition]) -> int:
-    failed = client.alter_partition_reassignments(dict.fromkeys(partitions), release=True)
+    failed = client.admin.alter_partition_reassignments(dict.fromkeys(partitions), release=True)
     for tp, error in sorted(failed.items()):
         print(f"Error releasing partition {tp.topic}-{tp.partition}: {error}", file=sys.stderr)
     released = sorted(tp for tp in partitions if tp not in failed)
@@ -306,7 +306,7 @@ def _release(client: Client, partitions: list[TopicPartition]) -> int:
 
 
 def _list(client: Client) -> int:
-    moving = client.list_partition_reassignments()
+    moving = client.admin.list_partition_reassignments()
     if not moving:
         print("No partition reassignments found.")
         return 0

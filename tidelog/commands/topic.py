@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             count = client.metadata.partition_count(args.name)
             print(f"created topic {args.name} with {count} partition(s)")
         elif args.action == "list":
-            for name in client.list_topics():
+            for name in client.admin.list_topics():
                 print(name)
         elif args.action == "describe":
             topics = client.describe_topics(args.names or None)
@@ -73,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "alter":
             from tidelog.configs import NewPartitions
 
-            client.create_partitions(
+            client.admin.create_partitions(
                 {args.name: NewPartitions(args.partitions,
                                           _assignment(args.replica_assignment))})
             print(f"topic {args.name} now has {args.partitions} partition(s)")
         else:
-            client.delete_topic(args.name)
+            client.admin.delete_topic(args.name)
             print(f"deleted topic {args.name}")
     finally:
         client.close()

@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
 
     with client_for(args) as client:
         if args.action == "list":
-            listings = client.list_transactions(states=args.state)
+            listings = client.admin.list_transactions(states=args.state)
             print_table(["TransactionalId", "ProducerId", "State"],
                         [[t.transactional_id, str(t.producer_id), t.state] for t in listings])
         elif args.action == "describe":
-            d = client.describe_transactions([args.transactional_id])[args.transactional_id]
+            d = client.admin.describe_transactions([args.transactional_id])[args.transactional_id]
             print_table(
                 ["TransactionalId", "ProducerId", "ProducerEpoch", "State", "StartTime",
                  "TimeoutMs", "Partitions"],
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             tp = TopicPartition(args.topic, args.partition)
             epoch, coordinator_epoch = args.producer_epoch, args.coordinator_epoch
             if epoch is None or coordinator_epoch is None:
-                known = {p.producer_id: p for p in client.describe_producers([tp])[tp]}
+                known = {p.producer_id: p for p in client.admin.describe_producers([tp])[tp]}
                 if args.producer_id not in known:
                     raise ConfigurationError(
                         f"{tp} knows no producer {args.producer_id}: give --producer-epoch "
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 epoch = found.producer_epoch if epoch is None else epoch
                 if coordinator_epoch is None:
                     coordinator_epoch = max(found.coordinator_epoch, 0)
-            client.abort_transaction(tp, args.producer_id, epoch, coordinator_epoch)
+            client.admin.abort_transaction(tp, args.producer_id, epoch, coordinator_epoch)
             print(f"aborted the transaction of producer {args.producer_id} epoch {epoch} on "
                   f"{tp.topic}-{tp.partition}")
     return 0
@@ -98,7 +98,7 @@ def _hanging(client: Client, args: argparse.Namespace) -> list[list[str]]:
     end."""
     from tidelog.types import TopicPartition
 
-    client.refresh_metadata()
+    client.connections.metadata.refresh(client.connections.deadline())
     if args.topic is not None:
         info = client.metadata.topic(args.topic)
         if info is None:
@@ -106,14 +106,14 @@ def _hanging(client: Client, args: argparse.Namespace) -> list[list[str]]:
         tps = [TopicPartition(args.topic, p) for p in range(len(info.partitions))]
     else:
         tps = []
-        for name in client.list_topics():
+        for name in client.admin.list_topics():
             info = client.metadata.topic(name)
             parts = info.partitions if info is not None else ()
             tps += [TopicPartition(name, p) for p, part in enumerate(parts)
                     if part.leader == args.node]
     now_ms = int(time.time() * 1000)
     rows = []
-    for tp, producers in sorted(client.describe_producers(tps).items()):
+    for tp, producers in sorted(client.admin.describe_producers(tps).items()):
         for p in producers:
             if p.txn_start_offset < 0:
                 continue
@@ -132,11 +132,11 @@ def _hanging(client: Client, args: argparse.Namespace) -> list[list[str]]:
 
 def _coordinator_knows(client: Client, tp: TopicPartition, producer_id: int) -> bool:
     """Whether a transactional id of the producer has an ongoing transaction with `tp`."""
-    ids = [t.transactional_id for t in client.list_transactions(producer_ids=[producer_id])]
+    ids = [t.transactional_id for t in client.admin.list_transactions(producer_ids=[producer_id])]
     if not ids:
         return False
     return any(d.state == "Ongoing" and tp in d.partitions
-               for d in client.describe_transactions(ids).values())
+               for d in client.admin.describe_transactions(ids).values())
 
 
 def _time(ms: int) -> str:

@@ -31,7 +31,7 @@ from tidelog.retry import Deadline
 from tidelog.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.connections import Connections
 
 __all__ = ["Producer", "ProducerConfig", "RecordFuture"]
 
@@ -41,18 +41,18 @@ class Producer(RecordAccumulator):
     the producer's own side (send() is its method, the hot path); the sender runs on the
     client's event loop from construction to close()."""
 
-    def __init__(self, client: Client, config: ProducerConfig) -> None:
+    def __init__(self, connections: Connections, config: ProducerConfig) -> None:
         idempotence = IdempotenceState(config.idempotence)
         transactions = None
         if config.transactional_id is not None:
             transactions = TransactionManager(
-                client, config.transactional_id, config.transaction_timeout_ms
+                connections, config.transactional_id, config.transaction_timeout_ms
             )
             idempotence.needs_producer_id = False  # init_transactions() gets it
-        super().__init__(client, config, idempotence, transactions)
-        self._sender = Sender(client, self, idempotence)
+        super().__init__(connections, config, idempotence, transactions)
+        self._sender = Sender(connections, self, idempotence)
         self._wake_sender = self._sender.wake
-        self._sending = client.transport.submit(self._sender.run())
+        self._sending = connections.transport.submit(self._sender.run())
 
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send everything queued now, lingering or not, and wait until it is acknowledged or
@@ -118,7 +118,7 @@ class Producer(RecordAccumulator):
         txn.state = TxnState.INITIALIZING
         deadline = Deadline(self.config.max_block_ms if timeout_ms is None else timeout_ms)
         try:
-            producer_id, epoch = self.client.run(txn.init_producer_id(-1, -1, deadline))
+            producer_id, epoch = self.connections.run(txn.init_producer_id(-1, -1, deadline))
         except TidelogError as exc:
             with self._lock:
                 if isinstance(exc, RetriableError | RequestTimedOutError):
@@ -154,7 +154,7 @@ class Producer(RecordAccumulator):
         checked = checked_offsets(offsets)
         deadline = Deadline(self.config.max_block_ms if timeout_ms is None else timeout_ms)
         try:
-            self.client.run(txn.send_offsets(self.producer_id, checked, group, deadline))
+            self.connections.run(txn.send_offsets(self.producer_id, checked, group, deadline))
         except TidelogError as exc:
             with self._lock:
                 txn.failed(exc)
@@ -187,7 +187,7 @@ class Producer(RecordAccumulator):
         if self.idempotence.needs_producer_id:
             # A failed batch left a gap in its partition's sequences: a new epoch restarts
             # them (the coordinator bumps it; KIP-360).
-            producer_id, epoch = self.client.run(
+            producer_id, epoch = self.connections.run(
                 txn.init_producer_id(*self.producer_id, deadline)
             )
             with self._lock:
@@ -196,7 +196,7 @@ class Producer(RecordAccumulator):
     def _end(self, txn: TransactionManager, commit: bool, deadline: Deadline) -> None:
         state = txn.state
         try:
-            self.client.run(txn.end(self.producer_id, commit, deadline))
+            self.connections.run(txn.end(self.producer_id, commit, deadline))
         except TidelogError as exc:
             with self._lock:
                 if isinstance(exc, RetriableError | RequestTimedOutError):

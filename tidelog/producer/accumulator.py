@@ -46,7 +46,7 @@ from tidelog.retry import Deadline, leader_poll_s
 from tidelog.types import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.connections import Connections
     from tidelog.producer.transactions import TransactionManager
 
 log = logging.getLogger("tidelog.producer")
@@ -244,10 +244,10 @@ class RecordAccumulator:
     #: under the lock.
     _wake_sender: Callable[[], None]
 
-    def __init__(self, client: Client, config: ProducerConfig,
+    def __init__(self, connections: Connections, config: ProducerConfig,
                  idempotence: IdempotenceState,
                  transactions: TransactionManager | None = None) -> None:
-        self.client = client
+        self.connections = connections
         self.config = config
         self.idempotence = idempotence
         #: A transactional producer's transactions; None for any other.
@@ -351,13 +351,13 @@ class RecordAccumulator:
         """The batch for any record, and the record's size: checks the input, finds the
         partition (opening the topic's state on its first record), opens a new batch when the
         current one has no room. Returns holding the lock, which the caller releases."""
-        metadata = self.client.metadata
+        metadata = self.connections.metadata.cluster
         version = metadata.version
         known = self._topics.get(topic)
         if known is not None and known.version == version:
             count = len(known.partitions)  # a count changes only with a metadata update
         else:
-            count = metadata.partition_count(topic) or self.client.partitions_for(
+            count = metadata.partition_count(topic) or self.connections.metadata.partitions_for(
                 topic, Deadline(self.config.max_block_ms)
             )
         if partition is None:
@@ -367,7 +367,7 @@ class RecordAccumulator:
             # Perhaps just added by another client: wait for metadata that has it, as Kafka's
             # producer does. `version` stays the one `count` was read at, so the next send()
             # reads the grown count from the metadata.
-            count = self.client.partitions_for(
+            count = self.connections.metadata.partitions_for(
                 topic, Deadline(self.config.max_block_ms), partition=partition
             )
         size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
@@ -459,7 +459,8 @@ class RecordAccumulator:
         partition's batch; when it has no room, they move to another partition that has a
         leader rather than open a second, small batch on the same one."""
         current = state.sticky
-        choices = [p for p in self.client.metadata.available_partitions(topic) if p < count]
+        available = self.connections.metadata.cluster.available_partitions(topic)
+        choices = [p for p in available if p < count]
         if len(choices) > 1 and current in choices:
             choices.remove(current)
         state.sticky = random.choice(choices) if choices else random.randrange(count)
@@ -474,7 +475,7 @@ class RecordAccumulator:
         wake_at = now + IDLE_S
         linger = self.config.linger_ms / 1000
         draining = self._flushing > 0 or self.closing
-        metadata = self.client.metadata
+        metadata = self.connections.metadata.cluster
         refresh_s: float | None = None
         ready: list[Batch] = []
         txn = self.transactions
@@ -500,7 +501,7 @@ class RecordAccumulator:
                 wake_at = min(wake_at, due)
                 continue
             if metadata.leader_for(tp) is None:
-                refresh_s = _sooner(refresh_s, self.client.backoff.delay_s(1))
+                refresh_s = _sooner(refresh_s, self.connections.backoff.delay_s(1))
                 continue
             state.failed_leader = None
             state.queue.popleft()

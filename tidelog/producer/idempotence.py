@@ -18,14 +18,18 @@ import enum
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from tidelog import wire
+from tidelog.connections import Attempts, Connections
 from tidelog.errors import (
     DuplicateSequenceNumberError,
     OutOfOrderSequenceNumberError,
+    RetriableError,
     TidelogError,
     UnknownProducerIdError,
     UnsupportedVersionError,
 )
 from tidelog.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from tidelog.retry import Deadline, call_with_retry
 
 if TYPE_CHECKING:
     from tidelog.producer.accumulator import Batch, PartitionQueue
@@ -118,3 +122,30 @@ def explain_init_failure(exc: TidelogError) -> TidelogError:
 def seq_after(a: int, b: int) -> bool:
     """Whether sequence a is after b, allowing for the wrap at 2**31."""
     return a != b and (a - b) % SEQUENCE_WRAP < SEQUENCE_WRAP // 2
+
+
+def init_producer_id(
+    connections: Connections, producer_id: int = -1, producer_epoch: int = -1,
+    deadline: Deadline | None = None,
+) -> tuple[int, int]:
+    """A producer id and epoch for idempotent producing (any node forwards the request to the
+    controller); pass the current ones to get a new epoch (KIP-360)."""
+    deadline = deadline or connections.deadline()
+    state = Attempts(connections.metadata.cluster.version)
+
+    def attempt() -> tuple[int, int]:
+        response = connections.controller_call(
+            "InitProducerId",
+            lambda: wire.init_producer_id_request(producer_id, producer_epoch),
+            deadline,
+            state,
+        )
+        try:
+            return wire.parse_init_producer_id(response)
+        except RetriableError:
+            state.refresh = True
+            raise
+
+    return call_with_retry(
+        attempt, what="InitProducerId", deadline=deadline, backoff=connections.backoff
+    )

@@ -25,14 +25,19 @@ from tidelog.errors import RequestTimedOutError, RetriableError, TidelogError
 from tidelog.metadata import NO_LEADER
 from tidelog.partitioned import PartitionedRequest
 from tidelog.producer.accumulator import IDLE_S, Batch, RecordAccumulator
-from tidelog.producer.idempotence import IdempotenceState, Verdict, explain_init_failure
+from tidelog.producer.idempotence import (
+    IdempotenceState,
+    Verdict,
+    explain_init_failure,
+    init_producer_id,
+)
 from tidelog.producer.transactions import TransactionManager, TxnState
 from tidelog.records import ATTR_TRANSACTIONAL, batch_header
 from tidelog.retry import Deadline
 from tidelog.types import TopicPartition
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.connections import Connections
 
 log = logging.getLogger("tidelog.producer")
 #: A Produce RPC may take the leader's commit wait (timeout_ms) plus this much.
@@ -44,9 +49,10 @@ class Sender:
     accumulator's lock."""
 
     def __init__(
-        self, client: Client, accumulator: RecordAccumulator, idempotence: IdempotenceState
+        self, connections: Connections, accumulator: RecordAccumulator,
+        idempotence: IdempotenceState,
     ) -> None:
-        self.client = client
+        self.connections = connections
         self.accumulator = accumulator
         self.idempotence = idempotence
         self.transactions = accumulator.transactions
@@ -54,10 +60,11 @@ class Sender:
         self._acks = accumulator.config.acks_value
         self._codec = accumulator.config.codec
         self._request: PartitionedRequest[Batch, wire.ProduceAnswer] = PartitionedRequest(
-            client, "Produce", "ProduceSerialized", self._request_of, wire.parse_produce
+            connections.transport, connections.metadata, connections.backoff, "Produce",
+            "ProduceSerialized", self._request_of, wire.parse_produce,
         )
         #: The client's event loop, where the sender runs; send() wakes it from any thread.
-        self._loop = client.transport.loop
+        self._loop = connections.transport.loop
         self._wakeup = asyncio.Event()
         self._wake_pending = False
         self.force_close = False
@@ -91,7 +98,7 @@ class Sender:
                 except Exception:
                     failures += 1
                     log.exception("the producer's sender failed a round; it goes on")
-                    await asyncio.sleep(self.client.backoff.delay_s(failures))
+                    await asyncio.sleep(self.connections.backoff.delay_s(failures))
         except asyncio.CancelledError:
             with self._lock:
                 accumulator.fail_all(RequestTimedOutError("the client was closed before delivery"))
@@ -141,7 +148,7 @@ class Sender:
                 if now >= self._refresh_at:
                     refresh, self._refresh_wanted = True, False
                     self._refresh_at = now + (
-                        self.client.backoff.delay_s(1) if refresh_s is None
+                        self.connections.backoff.delay_s(1) if refresh_s is None
                         else refresh_s
                     )
                 else:
@@ -198,7 +205,7 @@ class Sender:
         groups, leaderless = self._request.by_leader(work)
         if leaderless:
             self._handle(work, leaderless, NO_LEADER)
-        timeout_s = self.client.config.request_timeout_ms / 1000 + _RPC_SLACK_S
+        timeout_s = self.connections.config.request_timeout_ms / 1000 + _RPC_SLACK_S
         for node, tps in groups.items():
             group = {tp: work[tp] for tp in tps}
             task = self._loop.create_task(self._produce(node, group, timeout_s))
@@ -208,7 +215,7 @@ class Sender:
     def _request_of(self, batches: Mapping[TopicPartition, Batch]) -> bytes:
         return wire.serialized_produce_request(
             {tp: (b.header, b.body) for tp, b in batches.items()}, self._acks,
-            self.client.config.request_timeout_ms,
+            self.connections.config.request_timeout_ms,
             None if self.transactions is None else self.transactions.transactional_id,
         )
 
@@ -249,7 +256,7 @@ class Sender:
         """`node`: where the batches went (NO_LEADER: nowhere, none was known)."""
         with self._lock:
             now = time.monotonic()
-            metadata = self.client.metadata
+            metadata = self.connections.metadata.cluster
             for tp, answer in answers.items():
                 if isinstance(answer, wire.Failure):
                     self._on_failure(batches[tp], answer, now, (node, metadata.leader_epoch(tp)))
@@ -312,27 +319,27 @@ class Sender:
         immediate = reaction is not None and reaction.immediate
         refresh = reaction is not None and reaction.refresh
         self._refresh_wanted |= refresh
-        retry_at = now if immediate else now + self.client.backoff.delay_s(batch.attempts + 1)
+        retry_at = now if immediate else now + self.connections.backoff.delay_s(batch.attempts + 1)
         batch.last_error = error
         accumulator.requeue(batch, now, retry_at, sent_to if refresh else None)
 
     def _refresh(self) -> None:
         # On failure the batches stay queued and the next round asks again.
         with contextlib.suppress(TidelogError):
-            self.client.refresh_metadata(Deadline(self.client.config.request_timeout_ms))
+            self.connections.metadata.refresh(self.connections.deadline())
 
     def _init_producer_id(self) -> None:
         """Get a producer id (or a new epoch of ours) and restart every sequence at 0; runs
         only when nothing is in flight. A non-retriable answer fails what is queued."""
         idempotence = self.idempotence
         try:
-            producer_id, epoch = self.client.init_producer_id(
-                idempotence.producer_id, idempotence.producer_epoch
+            producer_id, epoch = init_producer_id(
+                self.connections, idempotence.producer_id, idempotence.producer_epoch
             )
         except TidelogError as exc:
             with self._lock:
                 if isinstance(exc, RetriableError):
-                    idempotence.init_at = time.monotonic() + self.client.backoff.delay_s(1)
+                    idempotence.init_at = time.monotonic() + self.connections.backoff.delay_s(1)
                 else:
                     self.accumulator.fail_all(explain_init_failure(exc))
             return

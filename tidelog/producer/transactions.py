@@ -46,7 +46,7 @@ from tidelog.retry import Deadline
 from tidelog.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from tidelog.client import Client
+    from tidelog.connections import Connections
 
 log = logging.getLogger("tidelog.producer")
 
@@ -80,8 +80,8 @@ def is_fatal(error: TidelogError, *, from_produce: bool = False) -> bool:
 
 
 class TransactionManager:
-    def __init__(self, client: Client, transactional_id: str, timeout_ms: int) -> None:
-        self.client = client
+    def __init__(self, connections: Connections, transactional_id: str, timeout_ms: int) -> None:
+        self.connections = connections
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
         self.state = TxnState.UNINITIALIZED
@@ -140,14 +140,14 @@ class TransactionManager:
         attempts = 0
         while True:
             try:
-                return await self.client.coordinators.call(
+                return await self.connections.coordinators.call(
                     key or self.transactional_id, method, request, parse, deadline,
                     retry=False, key_type=key_type,
                 )
             except RetriableError as exc:
                 attempts += 1
                 delay = (CONCURRENT_RETRY_S if isinstance(exc, ConcurrentTransactionsError)
-                         else self.client.backoff.delay_s(attempts))
+                         else self.connections.backoff.delay_s(attempts))
                 if deadline.remaining() <= delay:
                     raise
                 await asyncio.sleep(delay)
@@ -183,7 +183,7 @@ class TransactionManager:
         """AddOffsetsToTxn at the transaction's coordinator, then TxnOffsetCommit at the
         group's, which checks the member's id and epoch in `group` (kafka-mapping §8.5)."""
         group_id = group.group_id
-        await self.client.coordinators.find(group_id, deadline)  # creates __consumer_offsets
+        await self.connections.coordinators.find(group_id, deadline)  # creates __consumer_offsets
         request = wire.add_offsets_to_txn_request(self.transactional_id, *producer, group_id)
         await self._call(
             "AddOffsetsToTxn", request,

@@ -81,7 +81,7 @@ def read_range(
     schema = arrow_schema(options.include_headers)
     tp, end = offset_range.tp, offset_range.end
     with Client.from_config(options.client) as client:
-        consumer = Consumer(client, options.consumer)
+        consumer = Consumer(client.connections, options.consumer)
         consumer.assign([tp])
         position = offset_range.start
         consumer.seek(tp, position)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from tidelog.client import ClientConfig
+from tidelog.connections import ClientConfig
 from tidelog.consumer import ConsumerConfig
 from tidelog.errors import ConfigurationError
 from tidelog.producer import ProducerConfig
