@@ -408,4 +408,4 @@ def test_compacted_topic_keeps_the_newest_value_per_key_at_its_offset(raw: Raw) 
     offsets = [o for o, _ in records]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
     keyless = build_batch([RecordInput(b"no key", None, now)])
-    assert raw.produce(leader, "compacted", 0, keyless).error_code == 2
+    assert raw.produce(leader, "compacted", 0, keyless).error_code == 87  # INVALID_RECORD
