@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import grpc.aio
 import pytest
 from conftest_tiers import TierViolation, forbid_processes_and_sockets
@@ -106,14 +107,36 @@ def test_the_guard_refuses_sockets_processes_and_grpc_and_restores_them() -> Non
             subprocess.run([sys.executable, "-c", "pass"], check=True)
         with pytest.raises(TierViolation, match="create a gRPC server"):
             grpc.aio.server()
+        with grpc.insecure_channel("127.0.0.1:1") as channel:  # a channel alone connects nothing
+            call = channel.unary_unary("/tidelog.v1.Tidelog/Metadata")
+            with pytest.raises(TierViolation, match="make a gRPC call"):
+                call(b"", timeout=1)
         nodes = LocalCluster(nodes=1)
         try:
             with pytest.raises(TierViolation, match=r"start a process|bind a socket"):
                 nodes.start()
         finally:
             nodes.close()
-    assert len(violations) == 4
+    assert len(violations) == 5
     assert socket.socket.bind is bind
+
+
+@pytest.mark.cluster  # the unit test below binds a socket for real
+def test_a_whole_run_lets_a_unit_test_in_the_wrong_tier_pass_with_a_warning(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_sample="""
+import pytest
+from tidelog.testing import _free_ports
+
+@pytest.mark.unit
+def test_binds():
+    assert _free_ports(1)
+""")
+    whole = pytester.runpytest_inprocess("-p", "conftest_tiers", "-p", "no:cacheprovider")
+    whole.assert_outcomes(passed=1, warnings=1)
+    whole.stdout.fnmatch_lines(["*TierWarning*test_binds is in a tier without processes or "
+                                "sockets, but it tried to bind a socket*"])
 
 
 def test_every_test_of_the_suite_is_in_exactly_one_tier() -> None:
