@@ -480,7 +480,7 @@ def test_the_produce_test_hook_draws_from_a_seeded_generator(tmp_path: Path) -> 
         servicer = TidelogServicer(
             config, None, None, controller, None, None, None, None, lambda rpc, code: None  # type: ignore[arg-type]
         )
-        return [servicer._test_rng.random() for _ in range(5)]
+        return [servicer.data_plane._test_rng.random() for _ in range(5)]
 
     random.seed(3)
     state = random.getstate()

@@ -11,7 +11,7 @@ answered by any node from the ACLs it has applied.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from enum import IntEnum
 from typing import Any, TypeVar
 
@@ -32,24 +32,52 @@ from tidelog.acl import (
     ResourceType,
 )
 from tidelog.node.api.authorization import Authorization
-from tidelog.node.api.forwarding import FORWARD_TIMEOUT_S, Forward, at_controller
+from tidelog.node.api.controller_api import ControllerApi, ControllerForward
+from tidelog.node.api.forwarding import FORWARD_TIMEOUT_S, at_controller
+from tidelog.node.api.rules import error_answer
 from tidelog.node.cluster.controller_driver import ControllerDriver
+from tidelog.node.config import NodeConfig
 from tidelog.v1 import tidelog_pb2 as pb
 
 E = TypeVar("E", bound=IntEnum)
 
 
-class AclApi:
+class AclApi(ControllerApi):
     def __init__(
-        self, controller: ControllerDriver, authorization: Authorization, forward: Forward
+        self, config: NodeConfig, controller: ControllerDriver, authorization: Authorization,
+        forward: ControllerForward,
     ) -> None:
-        self.controller = controller
-        self.authorization = authorization
-        self.forward_to_controller = forward
+        super().__init__(config, controller, authorization, forward)
         self._changing = asyncio.Lock()
 
-    @at_controller("CreateAcls")
+    def failed(self, method: str, request: Any, exc: errors.TidelogError) -> Any:
+        return all_failed(method, request, exc)
+
     async def create_acls(
+        self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateAclsResponse:
+        return await self._unless_disabled(  # type: ignore[no-any-return]
+            "CreateAcls", request, context, self._create_acls
+        )
+
+    async def delete_acls(
+        self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteAclsResponse:
+        return await self._unless_disabled(  # type: ignore[no-any-return]
+            "DeleteAcls", request, context, self._delete_acls
+        )
+
+    async def _unless_disabled(
+        self, method: str, request: Any, context: grpc.aio.ServicerContext,
+        handler: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
+    ) -> Any:
+        """A change refused whole where authorization is off, before it is forwarded."""
+        if (disabled := self.authorization.disabled()) is not None:
+            return all_failed(method, request, disabled)
+        return await handler(request, context)
+
+    @at_controller("CreateAcls")
+    async def _create_acls(
         self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateAclsResponse:
         def answer(outcomes: list[errors.TidelogError | None]) -> pb.CreateAclsResponse:
@@ -67,7 +95,7 @@ class AclApi:
         )
 
     @at_controller("DeleteAcls")
-    async def delete_acls(
+    async def _delete_acls(
         self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteAclsResponse:
         def answer(
@@ -112,9 +140,7 @@ class AclApi:
         the cluster checked, each item parsed (a bad one fails alone), the valid ones planned
         on the image as the records are proposed, and ``answer`` given every item's outcome
         in the request's order once the records committed."""
-        refused = self.authorization.cluster_refused(
-            self.authorization.principal(context), Operation.ALTER
-        )
+        refused = self.authorization.caller_cluster_refused(context, Operation.ALTER)
         if refused is not None:
             return all_failed(method, request, refused)
         parsed = [_parsed(parse, item) for item in items]
@@ -136,16 +162,14 @@ class AclApi:
     def describe_acls(
         self, request: pb.DescribeAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DescribeAclsResponse:
-        refused = self.authorization.cluster_refused(
-            self.authorization.principal(context), Operation.DESCRIBE
-        )
+        if (disabled := self.authorization.disabled()) is not None:
+            return error_answer(pb.DescribeAclsResponse, disabled)
+        refused = self.authorization.caller_cluster_refused(context, Operation.DESCRIBE)
         if refused is not None:
-            return pb.DescribeAclsResponse(error_code=refused.code, error_message=str(refused))
+            return error_answer(pb.DescribeAclsResponse, refused)
         acl_filter = _parsed(_filter_of, request.filter)
         if isinstance(acl_filter, errors.TidelogError):
-            return pb.DescribeAclsResponse(
-                error_code=acl_filter.code, error_message=str(acl_filter)
-            )
+            return error_answer(pb.DescribeAclsResponse, acl_filter)
         response = pb.DescribeAclsResponse()
         resources: dict[ResourcePattern, Any] = {}
         for _, binding in self.controller.image.acls.matching(acl_filter):
@@ -174,26 +198,11 @@ class AclApi:
 
 def all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
     """The answer of a CreateAcls or DeleteAcls that failed as a whole: `exc` for each item."""
-    if method == "CreateAcls":
-        return _creations_failed(request, exc)
-    return _deletions_failed(request, exc)
-
-
-def _creations_failed(
-    request: pb.CreateAclsRequest, exc: errors.TidelogError
-) -> pb.CreateAclsResponse:
-    response = pb.CreateAclsResponse()
-    for _ in request.creations:
-        response.results.add(error_code=exc.code, error_message=str(exc))
-    return response
-
-
-def _deletions_failed(
-    request: pb.DeleteAclsRequest, exc: errors.TidelogError
-) -> pb.DeleteAclsResponse:
-    response = pb.DeleteAclsResponse()
-    for _ in request.filters:
-        response.filter_results.add(error_code=exc.code, error_message=str(exc))
+    creating = method == "CreateAcls"
+    response: Any = pb.CreateAclsResponse() if creating else pb.DeleteAclsResponse()
+    results = response.results if creating else response.filter_results
+    for _ in request.creations if creating else request.filters:
+        results.add(error_code=exc.code, error_message=str(exc))
     return response
 
 

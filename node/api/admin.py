@@ -27,7 +27,8 @@ from tidelog import errors
 from tidelog.acl import Operation, ResourceType
 from tidelog.configs import ConfigResourceType, ConfigSource
 from tidelog.node.api.authorization import Authorization
-from tidelog.node.api.forwarding import Forward, at_controller, change_timeout_s
+from tidelog.node.api.controller_api import ControllerApi, ControllerForward, check_topic
+from tidelog.node.api.forwarding import at_controller, change_timeout_s
 from tidelog.node.api.rules import each_once
 from tidelog.node.cluster.controller_driver import ControllerDriver
 from tidelog.node.config import DYNAMIC_KEYS, KEYS, NodeConfig
@@ -46,20 +47,20 @@ _FIELD_DEFAULTS = {
 }
 
 
-class AdminApi:
+class AdminApi(ControllerApi):
     def __init__(
         self,
         config: NodeConfig,
         controller: ControllerDriver,
         replicas: ReplicaSet,
         authorization: Authorization,
-        forward: Forward,
+        forward: ControllerForward,
     ) -> None:
-        self.config = config
-        self.controller = controller
+        super().__init__(config, controller, authorization, forward)
         self.replicas = replicas
-        self.authorization = authorization
-        self.forward_to_controller = forward
+
+    def failed(self, method: str, request: Any, exc: errors.TidelogError) -> Any:
+        return all_failed(method, request, exc)
 
     # ---- CreatePartitions ------------------------------------------------------------------
 
@@ -79,15 +80,12 @@ class AdminApi:
 
             def plan(name: str = name, count: int = topic.count,
                      assignment: list[list[int]] | None = assignment) -> Any:
-                if name in twice:
-                    raise errors.InvalidRequestError(f"topic {name!r} appears more than once")
-                if name in refused:
-                    raise refused[name]
+                check_topic(name, twice, refused)
                 return self.controller.image.plan_create_partitions(
                     name, count, assignment, self.controller.placement_node_ids()
                 )
 
-            await self._change(result, plan, request.validate_only, timeout_s)
+            await self.change(result, plan, request.validate_only, timeout_s)
         return response
 
     # ---- IncrementalAlterConfigs -----------------------------------------------------------
@@ -123,7 +121,7 @@ class AdminApi:
                     _validator(resource_type, self.config),
                 )
 
-            await self._change(result, plan, request.validate_only, timeout_s)
+            await self.change(result, plan, request.validate_only, timeout_s)
         return response
 
     # ---- DescribeConfigs -------------------------------------------------------------------
@@ -233,18 +231,6 @@ class AdminApi:
         raise errors.InvalidRequestError(
             f"resource type {resource_type} has no configs here (2: topic, 4: node)"
         )
-
-    async def _change(
-        self, result: Any, plan: Callable[[], Any], validate_only: bool, timeout_s: float
-    ) -> None:
-        try:
-            if validate_only:
-                plan()
-            else:
-                await self.controller.propose_metadata_records(plan, timeout_s)
-        except errors.TidelogError as exc:
-            result.error_code = exc.code
-            result.error_message = str(exc)
 
 
 def _layered(

@@ -87,6 +87,12 @@ class Authorization:
     ) -> errors.AuthorizationError | None:
         return self.refused(principal, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
+    def caller_cluster_refused(
+        self, context: grpc.aio.ServicerContext, operation: Operation
+    ) -> errors.AuthorizationError | None:
+        """`cluster_refused` for the caller of `context`."""
+        return self.cluster_refused(self.principal(context), operation)
+
     def allowed_any(
         self, principal: str, operation: Operation, resource_type: ResourceType
     ) -> bool:

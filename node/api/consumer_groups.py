@@ -19,6 +19,7 @@ from tidelog.acl import Operation
 from tidelog.coordinator.consumer_group_records import Assignment
 from tidelog.coordinator.consumer_groups import HeartbeatRequest
 from tidelog.node.api.groups import GroupApi
+from tidelog.node.api.rules import error_answer
 from tidelog.node.coordinators.consumer_group_driver import ConsumerGroupDriver
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -32,8 +33,8 @@ class ConsumerGroupApi:
         self, request: pb.ConsumerGroupHeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumerGroupHeartbeatResponse:
         def failed(exc: errors.TidelogError) -> pb.ConsumerGroupHeartbeatResponse:
-            return pb.ConsumerGroupHeartbeatResponse(
-                error_code=exc.code, error_message=str(exc), member_id=request.member_id,
+            return error_answer(
+                pb.ConsumerGroupHeartbeatResponse, exc, member_id=request.member_id,
                 member_epoch=request.member_epoch,
             )
 

@@ -7,7 +7,6 @@ once it is drained and stopped (`MetadataImage.plan_unregister`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -17,10 +16,10 @@ from tidelog.acl import Operation
 from tidelog.clock import wall_clock_ms
 from tidelog.coordinator.balance import drain_progress
 from tidelog.coordinator.controller import METADATA_TP
-from tidelog.node.api.authorization import Authorization
+from tidelog.node.api.controller_api import ControllerApi
+from tidelog.node.api.forwarding import at_controller
+from tidelog.node.api.rules import error_answer
 from tidelog.node.cluster.balancer import image_assignments, plan
-from tidelog.node.cluster.controller_driver import ControllerDriver
-from tidelog.node.config import NodeConfig
 from tidelog.v1 import tidelog_pb2 as pb
 
 log = logging.getLogger("tidelog.node")
@@ -30,36 +29,25 @@ _DEFAULT_TIMEOUT_MS = 30_000
 
 DESCRIBE, DECOMMISSION, CANCEL, UNREGISTER = 0, 1, 2, 3
 
-Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
 
-
-class DecommissionApi:
+class DecommissionApi(ControllerApi):
     """DecommissionNode: on the controller leader (others forward it there)."""
 
-    def __init__(
-        self, config: NodeConfig, controller: ControllerDriver, authorization: Authorization,
-        forward: Forward,
-    ) -> None:
-        self.config = config
-        self.controller = controller
-        self.authorization = authorization
-        self._forward = forward
+    def failed(self, method: str, request: Any, exc: errors.TidelogError) -> Any:
+        return all_failed(method, request, exc)
 
+    @at_controller("DecommissionNode")
     async def decommission_node(
         self, request: pb.DecommissionNodeRequest, context: grpc.aio.ServicerContext
     ) -> pb.DecommissionNodeResponse:
-        forwarded = await self._forward("DecommissionNode", request, context)
-        if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
         try:
             if request.action not in (DESCRIBE, DECOMMISSION, CANCEL, UNREGISTER):
                 raise errors.InvalidRequestError(
                     f"unknown action {request.action} (0: describe, 1: decommission, 2: cancel, "
                     "3: unregister)"
                 )
-            refused = self.authorization.cluster_refused(
-                self.authorization.principal(context),
-                Operation.DESCRIBE if request.action == DESCRIBE else Operation.ALTER,
+            refused = self.authorization.caller_cluster_refused(
+                context, Operation.DESCRIBE if request.action == DESCRIBE else Operation.ALTER
             )
             if refused is not None:
                 raise refused
@@ -114,4 +102,4 @@ def all_failed(
     method: str, request: Any, exc: errors.TidelogError
 ) -> pb.DecommissionNodeResponse:
     """The answer of a DecommissionNode refused as a whole."""
-    return pb.DecommissionNodeResponse(error_code=exc.code, error_message=str(exc))
+    return error_answer(pb.DecommissionNodeResponse, exc)

@@ -44,7 +44,7 @@ _TIDELOG = tidelog_pb2.DESCRIPTOR.services_by_name["Tidelog"]
 
 #: `method`, `request`, `context` -> the controller's answer when this node is not the
 #: controller, None when it handles the request itself
-#: (`api.TidelogServicer.forward_to_controller`).
+#: (`controller_api.ControllerApi.forward_to_controller`).
 Forward = Callable[[str, Any, grpc.aio.ServicerContext], Awaitable[Any | None]]
 
 

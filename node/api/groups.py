@@ -31,7 +31,7 @@ from tidelog.node.api.forwarding import (
     coordinator_answer,
     was_forwarded,
 )
-from tidelog.node.api.rules import Answers, each_once, or_unset, partitions_of
+from tidelog.node.api.rules import Answers, each_once, error_answer, or_unset, partitions_of
 from tidelog.node.cluster.controller_driver import ControllerDriver
 from tidelog.node.config import NodeConfig
 from tidelog.node.coordinators.consumer_group_driver import ConsumerGroupDriver
@@ -269,9 +269,7 @@ class GroupApi:
             context, Operation.DESCRIBE, request.group_id
         )
         if group_refused is not None:
-            return pb.OffsetFetchResponse(
-                error_code=group_refused.code, error_message=str(group_refused)
-            )
+            return error_answer(pb.OffsetFetchResponse, group_refused)
         named, twice = each_once(
             (TopicPartition(t.name, p), None) for t in request.topics for p in t.partitions
         )
@@ -292,7 +290,7 @@ class GroupApi:
                 if request.require_stable else set()
             )
         except errors.TidelogError as exc:
-            return pb.OffsetFetchResponse(error_code=exc.code, error_message=str(exc))
+            return error_answer(pb.OffsetFetchResponse, exc)
         if not request.topics:  # "all": the topics the caller may not describe are left out
             refused = self._topics_refused(principal, Operation.DESCRIBE, found)
             found = {tp: v for tp, v in found.items() if tp.topic not in refused}
@@ -323,9 +321,7 @@ class GroupApi:
     ) -> pb.OffsetDeleteResponse:
         principal, group_refused = self._group_refused(context, Operation.DELETE, request.group_id)
         if group_refused is not None:
-            return pb.OffsetDeleteResponse(
-                error_code=group_refused.code, error_message=str(group_refused)
-            )
+            return error_answer(pb.OffsetDeleteResponse, group_refused)
         named, twice = each_once(
             (TopicPartition(t.name, p), None) for t in request.topics for p in t.partitions
         )
@@ -343,7 +339,7 @@ class GroupApi:
                 request.group_id, [tp for tp in named if tp not in refused]
             )
         except errors.TidelogError as exc:
-            return pb.OffsetDeleteResponse(error_code=exc.code, error_message=str(exc))
+            return error_answer(pb.OffsetDeleteResponse, exc)
         response = pb.OffsetDeleteResponse()
         answers = Answers(response)
         for tp in named:
@@ -454,9 +450,9 @@ def _failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
             answer.error_message = str(exc)
         return response
     if method == "OffsetFetch":
-        return pb.OffsetFetchResponse(error_code=exc.code, error_message=str(exc))
+        return error_answer(pb.OffsetFetchResponse, exc)
     if method == "OffsetDelete":
-        return pb.OffsetDeleteResponse(error_code=exc.code, error_message=str(exc))
+        return error_answer(pb.OffsetDeleteResponse, exc)
     response_d = pb.DeleteGroupsResponse()
     for name in dict.fromkeys(request.group_ids):
         response_d.results.add(group_id=name, error_code=exc.code, error_message=str(exc))

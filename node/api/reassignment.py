@@ -21,33 +21,22 @@ import grpc
 
 from tidelog import errors
 from tidelog.acl import Operation
-from tidelog.node.api.authorization import Authorization
-from tidelog.node.api.forwarding import Forward, at_controller, change_timeout_s
-from tidelog.node.api.rules import each_once
-from tidelog.node.cluster.controller_driver import ControllerDriver
+from tidelog.node.api.controller_api import ControllerApi, cluster_allowed
+from tidelog.node.api.forwarding import at_controller, change_timeout_s
+from tidelog.node.api.rules import each_once, error_answer
 from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
 
-class ReassignmentApi:
-    def __init__(
-        self, controller: ControllerDriver, authorization: Authorization, forward: Forward
-    ) -> None:
-        self.controller = controller
-        self.authorization = authorization
-        self.forward_to_controller = forward
+class ReassignmentApi(ControllerApi):
+    def failed(self, method: str, request: Any, exc: errors.TidelogError) -> Any:
+        return all_failed(method, request, exc)
 
     @at_controller("AlterPartitionReassignments")
+    @cluster_allowed("AlterPartitionReassignments", Operation.ALTER)
     async def alter(
         self, request: pb.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AlterPartitionReassignmentsResponse:
-        refused = self.authorization.cluster_refused(
-            self.authorization.principal(context), Operation.ALTER
-        )
-        if refused is not None:
-            return pb.AlterPartitionReassignmentsResponse(
-                error_code=refused.code, error_message=str(refused)
-            )
         timeout_s = change_timeout_s(request)
         partitions, twice = each_once(
             (TopicPartition(t.name, p.partition_index), p)
@@ -83,16 +72,10 @@ class ReassignmentApi:
         return response
 
     @at_controller("ListPartitionReassignments")
+    @cluster_allowed("ListPartitionReassignments", Operation.DESCRIBE)
     async def list(
         self, request: pb.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPartitionReassignmentsResponse:
-        refused = self.authorization.cluster_refused(
-            self.authorization.principal(context), Operation.DESCRIBE
-        )
-        if refused is not None:
-            return pb.ListPartitionReassignmentsResponse(
-                error_code=refused.code, error_message=str(refused)
-            )
         asked = [
             TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes
         ] if request.topics else None
@@ -114,7 +97,5 @@ def all_failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
     """The answer of a request refused as a whole (not the controller, not allowed): the
     error at the top, as Kafka answers these two apis."""
     if method == "AlterPartitionReassignments":
-        return pb.AlterPartitionReassignmentsResponse(
-            error_code=exc.code, error_message=str(exc)
-        )
-    return pb.ListPartitionReassignmentsResponse(error_code=exc.code, error_message=str(exc))
+        return error_answer(pb.AlterPartitionReassignmentsResponse, exc)
+    return error_answer(pb.ListPartitionReassignmentsResponse, exc)

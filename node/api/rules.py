@@ -1,19 +1,22 @@
 """The rules every client request is held to, shared by the handlers of the client API
 (`api`, `group_api`): unset optional fields read as their documented meaning (`or_unset`), a
 partition named twice answered once with INVALID_REQUEST (`each_once`), one topic entry per
-topic in an answer (`Answers`), and the gRPC statuses of a request refused as a whole."""
+topic in an answer (`Answers`), the error answer of a request refused as a whole (`error_answer`),
+and the gRPC statuses of a request refused as a whole."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from tidelog import errors
 from tidelog.types import TopicPartition
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+M = TypeVar("M")
 
 
 def or_unset(message: Any, field: str, unset: int) -> int:
@@ -34,6 +37,27 @@ def each_once(items: Iterable[tuple[K, V]]) -> tuple[dict[K, V], set[K]]:
         else:
             firsts[key] = item
     return firsts, twice
+
+
+def error_answer(response_type: Callable[..., M], exc: errors.TidelogError, **fields: Any) -> M:
+    """The answer of a request refused or failed as a whole: `exc`'s code and message at the
+    top of a `response_type`, beside `fields` (the -1s of what it cannot vouch for)."""
+    return response_type(error_code=exc.code, error_message=str(exc), **fields)
+
+
+async def answer_of(
+    response_type: Callable[[], M], refused: errors.TidelogError | None,
+    action: Callable[[], Awaitable[object]],
+) -> M:
+    """The answer of a request with nothing to say but whether it was done: `refused`'s error
+    when it is refused, else `action`'s error, else an empty `response_type`."""
+    try:
+        if refused is not None:
+            raise refused
+        await action()
+    except errors.TidelogError as exc:
+        return error_answer(response_type, exc)
+    return response_type()
 
 
 def partitions_of(topics: Iterable[Any]) -> Iterator[tuple[TopicPartition, Any]]:

@@ -1,6 +1,6 @@
-"""The transaction requests of the client API (InitProducerId with a transactional id,
-AddPartitionsToTxn, AddOffsetsToTxn, EndTxn), translated to the transaction coordinator's calls
-(`txn_coordinator_driver`).
+"""The producer-id and transaction requests of the client API (InitProducerId, of an
+idempotent or a transactional producer, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn),
+translated to the transaction coordinator's calls (`coordinators.txn_driver`).
 
 Any node accepts them: a request for a transactional id that another node coordinates is
 forwarded to that node's client port, once (`forwarding.coordinator_answer`), and answered
@@ -13,7 +13,7 @@ some partition is refused or unknown, the others are answered OPERATION_NOT_ATTE
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -22,9 +22,17 @@ import grpc
 from tidelog import errors
 from tidelog.acl import Operation, ResourceType
 from tidelog.node.api.authorization import Authorization
-from tidelog.node.api.forwarding import Forwarder, at_coordinator, coordinator_answer
-from tidelog.node.api.rules import or_unset
+from tidelog.node.api.controller_api import ControllerForward
+from tidelog.node.api.forwarding import (
+    FORWARD_TIMEOUT_S,
+    Forwarder,
+    at_coordinator,
+    coordinator_answer,
+)
+from tidelog.node.api.rules import answer_of, error_answer, or_unset
 from tidelog.node.cluster.controller_driver import ControllerDriver
+from tidelog.node.cluster.routing import Routing
+from tidelog.node.config import NodeConfig
 from tidelog.node.coordinators.topic import CoordinatorTopic
 from tidelog.node.coordinators.txn_driver import TxnCoordinatorDriver
 from tidelog.types import TopicPartition
@@ -37,12 +45,18 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 class TxnApi:
     def __init__(
         self,
+        config: NodeConfig,
+        routing: Routing,
         controller: ControllerDriver,
         txn_topic: CoordinatorTopic,
         txns: TxnCoordinatorDriver,
         forwarder: Forwarder,
         authorization: Authorization,
+        forward: ControllerForward,
     ) -> None:
+        self.config = config
+        self.routing = routing
+        self._forward = forward
         self.controller = controller
         self.txn_topic = txn_topic
         self.txns = txns
@@ -66,11 +80,71 @@ class TxnApi:
         )
 
     async def init_producer_id(
-        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext,
-        new_producer_id: Callable[[float, str], Awaitable[int]],
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InitProducerIdResponse:
+        """Idempotent producers get a fresh id at epoch 0 from the controller's blocks. Kafka's
+        check: IDEMPOTENT_WRITE on the cluster or WRITE on some topic (31 otherwise); with a
+        transactional id, WRITE on it (53)."""
+        principal = self.authorization.principal(context)
+        if request.HasField("transactional_id"):
+            refused = self.authorization.refused(
+                principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                request.transactional_id,
+            )
+            if refused is not None:
+                return error_answer(
+                    pb.InitProducerIdResponse, refused, producer_id=-1, producer_epoch=-1
+                )
+            return await self._init_transactional(request, context)
+        refused = self.authorization.cluster_refused(principal, Operation.IDEMPOTENT_WRITE)
+        if refused is not None and not self.authorization.allowed_any(
+            principal, Operation.WRITE, ResourceType.TOPIC
+        ):
+            return pb.InitProducerIdResponse(
+                error_code=refused.code, producer_id=-1, producer_epoch=-1
+            )
+        forwarded = await self._forward(
+            "InitProducerId", request, context,
+            lambda exc: pb.InitProducerIdResponse(
+                error_code=exc.code, producer_id=-1, producer_epoch=-1
+            ),
+        )
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
+        try:
+            producer_id = await self.controller.allocate_producer_id(FORWARD_TIMEOUT_S)
+        except errors.TidelogError as exc:
+            return pb.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
+        return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
+
+    async def _new_producer_id(self, timeout_s: float, principal: str) -> int:
+        """A producer id from the controller's blocks, for a transaction coordinator: asked
+        of the controller leader, for the client whose InitProducerId needs it."""
+        controller = self.routing.controller_id
+        if controller == self.config.node_id:
+            return await self.controller.allocate_producer_id(timeout_s)
+        if controller < 0 or not self.routing.internal_address_of(controller):
+            raise errors.CoordinatorNotAvailableError("no controller known to allocate an id")
+        try:
+            response = await self.forwarder.call(
+                controller, "InitProducerId", pb.InitProducerIdRequest(), timeout_s, principal
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise errors.CoordinatorNotAvailableError(
+                f"controller unreachable for a producer id: {exc.code()}"
+            ) from None
+        if response.error_code:
+            error = errors.for_code(response.error_code)(response.error_message)
+            if isinstance(error, errors.NotControllerError | errors.RequestTimedOutError):
+                raise errors.CoordinatorNotAvailableError(f"no producer id yet: {error}")
+            raise error
+        return int(response.producer_id)
+
+    async def _init_transactional(
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> pb.InitProducerIdResponse:
         """InitProducerId of a transactional producer (the caller checked WRITE on the id);
-        `new_producer_id(timeout_s, principal)` allocates an id at the controller."""
+        a new id comes from the controller (`_new_producer_id`)."""
         txn_id = request.transactional_id
         producer_id = or_unset(request, "producer_id", -1)
         producer_epoch = or_unset(request, "producer_epoch", -1)
@@ -90,7 +164,7 @@ class TxnApi:
             principal = self.authorization.principal(context)
             pid, epoch = await self.txns.init_producer_id(
                 txn_id, timeout_ms, producer_id, producer_epoch,
-                lambda timeout_s: new_producer_id(timeout_s, principal),
+                lambda timeout_s: self._new_producer_id(timeout_s, principal),
             )
         except errors.TidelogError as exc:
             return _init_failed(exc)
@@ -134,32 +208,20 @@ class TxnApi:
             refused = self.authorization.refused(
                 principal, Operation.READ, ResourceType.GROUP, request.group_id
             )
-        if refused is not None:
-            return pb.AddOffsetsToTxnResponse(error_code=refused.code, error_message=str(refused))
-        try:
-            await self.txns.add_offsets(
-                request.transactional_id, request.producer_id, request.producer_epoch,
-                request.group_id,
-            )
-        except errors.TidelogError as exc:
-            return pb.AddOffsetsToTxnResponse(error_code=exc.code, error_message=str(exc))
-        return pb.AddOffsetsToTxnResponse()
+        return await answer_of(pb.AddOffsetsToTxnResponse, refused, lambda: self.txns.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.group_id,
+        ))
 
     @at_coordinator("EndTxn", "transactional_id")
     async def end_txn(
         self, request: pb.EndTxnRequest, context: grpc.aio.ServicerContext
     ) -> pb.EndTxnResponse:
         _, refused = self._id_refused(context, request.transactional_id)
-        if refused is not None:
-            return pb.EndTxnResponse(error_code=refused.code, error_message=str(refused))
-        try:
-            await self.txns.end_txn(
-                request.transactional_id, request.producer_id, request.producer_epoch,
-                request.committed,
-            )
-        except errors.TidelogError as exc:
-            return pb.EndTxnResponse(error_code=exc.code, error_message=str(exc))
-        return pb.EndTxnResponse()
+        return await answer_of(pb.EndTxnResponse, refused, lambda: self.txns.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.committed,
+        ))
 
 
 def tps_of(request: pb.AddPartitionsToTxnRequest) -> list[TopicPartition]:
@@ -187,9 +249,7 @@ def _partition_answers(
 
 
 def _init_failed(exc: errors.TidelogError) -> pb.InitProducerIdResponse:
-    return pb.InitProducerIdResponse(
-        error_code=exc.code, error_message=str(exc), producer_id=-1, producer_epoch=-1
-    )
+    return error_answer(pb.InitProducerIdResponse, exc, producer_id=-1, producer_epoch=-1)
 
 
 def failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
@@ -201,5 +261,5 @@ def failed(method: str, request: Any, exc: errors.TidelogError) -> Any:
         tps = tps_of(request)
         return _partition_answers(tps, dict.fromkeys(tps, exc))
     if method == "AddOffsetsToTxn":
-        return pb.AddOffsetsToTxnResponse(error_code=exc.code, error_message=str(exc))
-    return pb.EndTxnResponse(error_code=exc.code, error_message=str(exc))
+        return error_answer(pb.AddOffsetsToTxnResponse, exc)
+    return error_answer(pb.EndTxnResponse, exc)

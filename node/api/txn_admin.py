@@ -22,6 +22,7 @@ from tidelog import errors
 from tidelog.acl import Operation, ResourceType
 from tidelog.coordinator.txn_records import TxnMetadata, TxnState
 from tidelog.node.api.authorization import Authorization
+from tidelog.node.api.rules import error_answer
 from tidelog.node.coordinators.txn_driver import TxnCoordinatorDriver
 from tidelog.node.replicas.partition import PartitionReplica
 from tidelog.records import MAX_PRODUCER_EPOCH
@@ -143,7 +144,7 @@ class TxnAdminApi:
                     f"the ABORT marker on {tp} did not commit in {ABORT_WAIT_S:.0f}s"
                 ) from None
         except errors.TidelogError as exc:
-            return pb.AbortTransactionResponse(error_code=exc.code, error_message=str(exc))
+            return error_answer(pb.AbortTransactionResponse, exc)
         return pb.AbortTransactionResponse()
 
     def _leader(self, tp: TopicPartition) -> PartitionReplica:
