@@ -701,6 +701,8 @@ class NodeConfig:
                 value = ""  # to be assigned when the node joins
             elif value is None:
                 value = ""  # unset: the default applies on the other side too
+            elif isinstance(value, bool):
+                value = "true" if value else "false"  # as Kafka writes and shows booleans
             if value != "":
                 props[key] = str(value)
         props.update(self.extra)

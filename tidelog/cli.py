@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consume": ("consume", "print records from a position"),
     "offsets": ("offsets", "earliest, latest, max-timestamp or by-time offsets per partition"),
     "groups": ("groups", "list, describe, reset the offsets of, or delete consumer groups"),
+    "delete-records": ("delete_records", "delete the records of partitions below an offset "
+                       "(kafka-delete-records' flags and file)"),
     "acls": ("acls", "add, list or remove ACLs (kafka-acls' flags)"),
     "reassign": ("reassign", "move partition replicas between nodes "
                  "(kafka-reassign-partitions' flags and files)"),
@@ -41,7 +44,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tidelog", description="Tidelog: a replicated log.")
+    from tidelog.commands._common import Parser
+
+    parser = Parser(prog="tidelog", description="Tidelog: a replicated log.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module_name, help_text) in COMMANDS.items():
@@ -52,12 +57,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit code of a writer whose reader went away (128 + SIGPIPE), what a shell shows for
+#: kcat or cat in ``... | head -1``.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module = importlib.import_module(f"tidelog.commands.{args._module}")
     try:
-        return int(module.run(args))
+        code = int(module.run(args))
+        sys.stdout.flush()  # a reader gone by now is found here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # `tidelog consume t | head -1`: the reader has what it wanted. Python's advice: point
+        # stdout at /dev/null so that the flush at exit does not fail again, and end quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except TidelogError as exc:
+        print(f"tidelog {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file named on the command line that cannot be read or written
         print(f"tidelog {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("need --nodes >= 3, --partitions >= 1, --rate > 0, --duration > 0")
     if args.commit_rate < 0 or args.offsets_partitions < 1:
         raise ConfigurationError("need --commit-rate >= 0 and --offsets-partitions >= 1")
-    if args.txn_rate < 0:
-        raise ConfigurationError("need --txn-rate >= 0")
+    if args.txn_rate < 0 or args.delivery_timeout_ms <= 0:
+        raise ConfigurationError("need --txn-rate >= 0 and --delivery-timeout-ms > 0")
     if args.members < 0 or args.member_kill_interval < 0 or args.member_join_interval < 0:
         raise ConfigurationError("need --members >= 0, --member-kill-interval >= 0 and "
                                  "--member-join-interval >= 0")

@@ -17,8 +17,6 @@ from tidelog.errors import ConfigurationError
 if TYPE_CHECKING:
     from tidelog.testing import LocalCluster
 
-_DEFAULT_BOOTSTRAP = "127.0.0.1:7420"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -51,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     status = sub.add_parser(
         "status", help="nodes, partitions, leaders, epochs and every replica's offsets and lag"
     )
-    cluster_status.configure(status, _DEFAULT_BOOTSTRAP)
+    cluster_status.configure(status)
     add_security(status)
 
 
@@ -62,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     from tidelog.testing import LocalCluster
 
+    if not args.timeout > 0:  # checked before any node starts
+        raise ConfigurationError(f"--timeout must be > 0 seconds, got {args.timeout}")
     cluster = LocalCluster(
         args.nodes,
         args.data_dir.resolve(),

@@ -100,9 +100,10 @@ class ClusterState:
     topic_errors: dict[str, int] = field(default_factory=dict)
 
 
-def configure(parser: argparse.ArgumentParser, default_bootstrap: str) -> None:
-    parser.add_argument("--bootstrap", default=default_bootstrap,
-                        help=f"any node(s), HOST:PORT[,...] (default {default_bootstrap})")
+def configure(parser: argparse.ArgumentParser) -> None:
+    from tidelog.commands._common import add_bootstrap_servers
+
+    add_bootstrap_servers(parser)
     parser.add_argument("--watch", action="store_true",
                         help="redraw the tables every --interval seconds until Ctrl-C")
     parser.add_argument("--interval", type=float, default=2.0,
@@ -112,13 +113,20 @@ def configure(parser: argparse.ArgumentParser, default_bootstrap: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from tidelog.commands._common import security_for
+    from tidelog.commands._common import security_for, status, status_done
     from tidelog.errors import ConfigurationError, NodeUnavailableError
 
     console = Console(width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+    # A reader gone away (`| head -1`) ends the command as it ends every other one (the CLI's
+    # exit code 141), not with rich's own exit code 1.
+    console.on_broken_pipe = _reader_gone  # type: ignore[method-assign]
     security = security_for(args)
     if not args.watch:
-        state = gather(args.bootstrap, security)
+        status(f"asking {args.bootstrap} for metadata...")
+        try:
+            state = gather(args.bootstrap, security)
+        finally:
+            status_done()
         if state is None:
             raise NodeUnavailableError(f"no node reachable at {args.bootstrap}")
         console.print(render(state))
@@ -126,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise ConfigurationError(f"--interval must be > 0, got {args.interval}")
     return _watch(console, args.bootstrap, security, args.interval)
+
+
+def _reader_gone() -> None:
+    raise BrokenPipeError
 
 
 def _watch(console: Console, bootstrap: str, security: Security, interval: float) -> int:

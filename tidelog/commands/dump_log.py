@@ -11,7 +11,6 @@ exiting 1, instead of stopping at the first one with a traceback. Usage errors e
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,10 +49,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         problems = _dump(path, args.deep, args.index_sanity_check, sys.stdout)
     except BrokenPipeError:
-        # The reader (``| head``) has gone: stop quietly, as cat does, and let no later flush
-        # of stdout raise again at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        raise  # the reader (``| head``) has gone: the CLI ends quietly
     except OSError as exc:
         print(f"tidelog dump-log: cannot read {exc.filename or path}: {exc.strerror}",
               file=sys.stderr)

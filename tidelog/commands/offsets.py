@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from tidelog.commands._common import add_bootstrap, client_for, parse_time
+from tidelog.commands._common import add_bootstrap, add_topic, client_for, parse_time
 from tidelog.types import OffsetSpec, TopicPartition
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("topic")
+    add_topic(parser)
     parser.add_argument("--time", default="latest",
                         help="earliest, latest, max, epoch milliseconds or an ISO-8601 time")
     parser.add_argument("--isolation", choices=["read_uncommitted", "read_committed"],

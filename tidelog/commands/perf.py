@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidelog.commands._common import add_bootstrap, client_for
+from tidelog.commands._common import add_bootstrap, checked_bootstrap, client_for
 from tidelog.errors import ConfigurationError, RequestTimedOutError
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                               "compression.type, ...; bootstrap.servers)")
     produce.add_argument("--producer.config", dest="producer_config", type=Path, default=None,
                          help="properties file of producer settings")
-    _add_bootstrap_server(produce)
+    add_bootstrap(produce)
     produce.set_defaults(_run=run_produce)
 
     consume = sub.add_parser("consume", help="kafka-consumer-perf-test",
@@ -85,13 +85,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     consume.add_argument("--hide-header", action="store_true")
     consume.add_argument("--date-format", default="%Y-%m-%d %H:%M:%S:%f",
                          help="strftime format of the times (Kafka: yyyy-MM-dd HH:mm:ss:SSS)")
-    _add_bootstrap_server(consume)
+    add_bootstrap(consume)
     consume.set_defaults(_run=run_consume)
-
-
-def _add_bootstrap_server(parser: argparse.ArgumentParser) -> None:
-    add_bootstrap(parser)
-    parser.add_argument("--bootstrap-server", dest="bootstrap", help="the same as --bootstrap")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,7 +138,7 @@ def _props(args: argparse.Namespace) -> dict[str, str]:
         props[name.strip()] = value
     bootstrap = props.pop("bootstrap.servers", None)
     if bootstrap is not None:
-        args.bootstrap = bootstrap
+        args.bootstrap = checked_bootstrap(bootstrap, "bootstrap.servers")
     return props
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from tidelog.commands._common import positive_int
 from tidelog.errors import TidelogError
 
 if TYPE_CHECKING:
@@ -38,9 +39,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--swarm", action="store_true",
                         help="let each seed switch fault kinds on/off and pick their rates")
     parser.add_argument("--nodes", type=int, help="replicas (default: derived from the seed)")
-    parser.add_argument("--ticks", type=int, default=200,
+    parser.add_argument("--ticks", type=positive_int, default=200,
                         help="length of the fault phase in ticks (default 200)")
-    parser.add_argument("--jobs", type=int, default=1, help="processes for --seeds (default 1)")
+    parser.add_argument("--jobs", type=positive_int, default=1,
+                        help="processes for --seeds (default 1)")
 
 
 def replay_command(seed: int, args: argparse.Namespace) -> str:
