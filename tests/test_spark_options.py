@@ -64,6 +64,16 @@ def test_isolation_level_and_its_kafka_alias() -> None:
                   "kafka.isolation.level": "read_committed"})
 
 
+def test_bootstrap_servers_by_its_kafka_name() -> None:
+    """`kafka.bootstrap.servers`, what a job written for Spark's Kafka source sets, reaches
+    the client; with both names set, the job is ambiguous."""
+    kafka_named = {"kafka.bootstrap.servers": "h:1,h:2", "subscribe": "events"}
+    assert parse_source_options(kafka_named).client.bootstrap == ("h:1", "h:2")
+    assert parse_sink_options(kafka_named).client.bootstrap == ("h:1", "h:2")
+    with pytest.raises(ConfigurationError, match="only one"):
+        source(**{"kafka.bootstrap.servers": "h:1"})
+
+
 def test_passthrough_settings_map_onto_the_client_configs() -> None:
     opts = source(**{"tidelog.request.timeout.ms": "5000", "tidelog.fetch.max.wait.ms": "50"})
     assert opts.client.request_timeout_ms == 5000

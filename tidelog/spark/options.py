@@ -5,8 +5,9 @@ Spark hands a data source its options as strings under lower-cased keys; everyth
 names up lower-cased. Options Spark's Kafka source passes through to the Kafka client with the
 ``kafka.`` prefix are ``tidelog.``-prefixed here and mapped onto the client's own config
 dataclasses by name (``tidelog.request.timeout.ms`` -> ``ClientConfig.request_timeout_ms``), so a
-typo is an error instead of a silently ignored setting. ``kafka.isolation.level`` is accepted as
-an alias of ``tidelog.isolation.level``, the one pass-through a Kafka job is likely to carry.
+typo is an error instead of a silently ignored setting. ``kafka.bootstrap.servers`` and
+``kafka.isolation.level`` are accepted as aliases of ``tidelog.bootstrap.servers`` and
+``tidelog.isolation.level``, the pass-throughs every Kafka job carries.
 
 TLS is set the same way, under the names of a client's properties file:
 ``tidelog.security.protocol`` (PLAINTEXT or SSL), ``tidelog.ssl.cafile``, ``tidelog.ssl.certfile``
@@ -33,6 +34,7 @@ PREFIX = "tidelog."
 BOOTSTRAP = "tidelog.bootstrap.servers"
 ISOLATION = "tidelog.isolation.level"
 _ISOLATION_ALIAS = "kafka.isolation.level"
+_BOOTSTRAP_ALIAS = "kafka.bootstrap.servers"
 
 #: Kafka-client settings that make no sense under Spark's control, as Spark's Kafka source
 #: rejects them, with the reason given to the user.
@@ -361,9 +363,12 @@ def _client_config(
     """The client's config from ``tidelog.*`` options (its TLS settings among them), plus the
     integer settings of `role` (ConsumerConfig or ProducerConfig) given the same way; anything
     else under the prefix is an error naming what is accepted."""
-    bootstrap = opts.get(BOOTSTRAP, "").strip()
+    if BOOTSTRAP in opts and _BOOTSTRAP_ALIAS in opts:
+        raise ConfigurationError(f"set only one of {BOOTSTRAP} and {_BOOTSTRAP_ALIAS}")
+    bootstrap = opts.get(BOOTSTRAP, opts.get(_BOOTSTRAP_ALIAS, "")).strip()
     if not bootstrap:
-        raise ConfigurationError(f"Option '{BOOTSTRAP}' must be specified (HOST:PORT,...)")
+        raise ConfigurationError(f"Option '{BOOTSTRAP}' (or '{_BOOTSTRAP_ALIAS}') must be "
+                                 "specified (HOST:PORT,...)")
     client_names = _int_settings(ClientConfig)
     role_names = _int_settings(role)
     client_kwargs: dict[str, Any] = {}
