@@ -62,9 +62,9 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     this process's parent (immediate). Returns the process exit code."""
     # The runtime is heavy; config errors come first.
     from tidelog.node import logs
+    from tidelog.node.api.data_plane import PARTITION_ERROR_RPCS
     from tidelog.node.api.forwarding import answer_forwarded
     from tidelog.node.api.groups import COUNTED_RPCS
-    from tidelog.node.api.data_plane import PARTITION_ERROR_RPCS
     from tidelog.node.api.servicer import TidelogServicer
     from tidelog.node.cluster.registration import join_cluster, load_identity
     from tidelog.node.coordinators.txn_verification import add_verification_service
