@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import pty
+import re
+import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -162,3 +165,38 @@ def test_a_terminal_is_told_what_the_command_waits_for() -> None:
     assert b"waiting for metadata from 127.0.0.1:1..." in seen, seen
     _, _, err = tidelog(*argv[3:])
     assert "waiting for" not in err and "127.0.0.1:1" in err
+
+
+_ROOT = Path(__file__).resolve().parent.parent
+#: Commands with no Kafka tool to map to: tours, simulators and fault injection.
+_NO_KAFKA_TOOL = {"storage-demo", "sim", "demo", "chaos"}
+
+
+def test_the_readme_quick_start_uses_kafkas_names_and_parses() -> None:
+    """The quick start is what a Kafka user copies first: it says --topic and
+    --bootstrap-server, and every command in it is one the CLI accepts."""
+    from tidelog.cli import build_parser
+
+    readme = (_ROOT / "README.md").read_text()
+    found = re.search(r"## A cluster and a client\n\n```sh\n(.*?)```", readme, flags=re.S)
+    assert found is not None
+    block = found.group(1)
+    assert "--topic" in block and "--bootstrap-server" in block
+    for line in block.splitlines():
+        command = line.split("#")[0].split("| ")[-1]
+        if command.startswith("tidelog "):
+            build_parser().parse_args(shlex.split(command)[1:])
+
+
+def test_the_kafka_tools_page_maps_every_command() -> None:
+    """docs/operations/kafka-tools.md names every command that has a Kafka counterpart in its
+    Tidelog column."""
+    from tidelog.cli import COMMANDS
+
+    rows = [line.split(" | ") for line in
+            (_ROOT / "docs/operations/kafka-tools.md").read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| Kafka tool")]
+    tidelog_column = " ".join(row[-1] for row in rows)
+    missing = [name for name in COMMANDS if name not in _NO_KAFKA_TOOL
+               and f"`{name}" not in tidelog_column]
+    assert not missing, missing
