@@ -1,7 +1,7 @@
 """The offset requests of the client API (OffsetCommit, OffsetFetch, OffsetDelete, ListGroups,
 DeleteGroups), translated to the group coordinator's calls (`group_coordinator_driver`).
 
-Any node accepts them (seed 004): a request for a group that another node coordinates is
+Any node accepts them: a request for a group that another node coordinates is
 forwarded to that node's client port, once (`forwarding`): a forwarded request is answered
 where it lands, NOT_COORDINATOR (16) if that node does not coordinate the group after all. The
 coordinator checks each partition as Kafka's API layer does (kafka-mapping §7.5): a topic or
