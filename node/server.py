@@ -98,8 +98,9 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
                 request_metrics, RejectMalformedRequests(),
             ],
         )
-        # On an SSL node-to-node listener only node principals are answered, checked before
-        # anything is parsed (a PLAINTEXT one has no identities to check).
+        # On an SSL node-to-node listener only node principals are answered, checked first of
+        # all, before a request takes any of the listener's budget or is read (a PLAINTEXT one
+        # has no identities to check).
         nodes_only = (
             [NodesOnly(config.node_principal_set)]
             if config.security_inter_broker_protocol == "SSL" else []
@@ -107,8 +108,9 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         internal_server = grpc.aio.server(
             options=SERVER_OPTIONS,
             interceptors=[
+                *nodes_only,
                 RequestLimits(InFlight(config.queued_max_request_bytes), INTERNAL_LIMITS),
-                RequestMetrics(metrics), *nodes_only, RejectMalformedRequests(),
+                RequestMetrics(metrics), RejectMalformedRequests(),
             ],
         )
         port = _add_port(
