@@ -154,7 +154,8 @@ def test_configurations_pickle() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"acks": 2}, {"acks": 1, "idempotent": True}, {"max_in_flight": 6}, {"batch_size": 0}],
+    [{"acks": 2}, {"acks": 1, "idempotent": True}, {"max_in_flight": 6, "idempotent": True},
+     {"batch_size": 0}],
 )
 def test_bad_producer_settings_are_refused(kwargs: dict[str, object]) -> None:
     with pytest.raises(errors.ConfigurationError):

@@ -40,12 +40,14 @@ class Client:
     safe to share between threads."""
 
     def __init__(
-        self, bootstrap: str | Sequence[str], request_timeout_ms: int = 30_000, **options: Any
+        self, bootstrap: str | Sequence[str] | None = None, request_timeout_ms: int = 30_000,
+        **options: Any,
     ) -> None:
-        """`bootstrap` as "HOST:PORT,HOST:PORT" or a list; `options` are the rest of
-        ``ClientConfig.of``: retry_backoff_ms, retry_backoff_max_ms, observers (each a
-        ``CallObserver``), security_protocol and the ssl_cafile, ssl_certfile and ssl_keyfile
-        paths (kafka-python's names)."""
+        """`bootstrap` (or kafka-python's `bootstrap_servers=`) as "HOST:PORT,HOST:PORT" or a
+        list; `options` are the rest of ``ClientConfig.of``: client_id, retry_backoff_ms,
+        retry_backoff_max_ms, observers (each a ``CallObserver``), security_protocol and the
+        ssl_cafile, ssl_certfile and ssl_keyfile paths (kafka-python's names). Any other
+        name is a ConfigurationError naming it."""
         self._init(ClientConfig.of(bootstrap, request_timeout_ms, **options))
 
     def _init(self, config: ClientConfig) -> None:
@@ -124,8 +126,9 @@ class Client:
     # ---- producers and consumers -------------------------------------------------------------
 
     def producer(self, **config: Any) -> Producer:
-        """A producer sharing this client's connections; see `tidelog.producer.ProducerConfig`."""
-        return Producer(self.connections, ProducerConfig(**config))
+        """A producer sharing this client's connections; the settings by Tidelog's or
+        kafka-python's names (`tidelog.producer.ProducerConfig.from_settings`)."""
+        return Producer.sharing(self.connections, ProducerConfig.from_settings(**config))
 
     def consumer(self, group_id: str | None = None, **config: Any) -> Consumer:
         """A consumer of manually assigned partitions; see `tidelog.consumer.ConsumerConfig`.

@@ -22,9 +22,12 @@ from tidelog.errors import ConfigurationError, NodeUnavailableError
 from tidelog.metadata import ClusterMetadata, MetadataSource
 from tidelog.metadata_manager import MetadataManager
 from tidelog.retry import Backoff, Deadline
+from tidelog.settings import CLIENT_SETTINGS, check_types
 from tidelog.transport import CallObserver, Security, Transport
 
 T = TypeVar("T")
+#: The client_id of a client not given one (kafka-python's is "kafka-python-<version>").
+DEFAULT_CLIENT_ID = "tidelog-python"
 
 
 @dataclass(frozen=True)
@@ -40,14 +43,21 @@ class ClientConfig:
     observers: tuple[CallObserver, ...] = ()
     #: TLS to the nodes' client listeners (kafka-python's names; see ``transport.Security``).
     security: Security = field(default_factory=Security)
+    #: Names the client to the nodes (kafka-python's client_id): sent as the gRPC user agent
+    #: of its connections.
+    client_id: str = DEFAULT_CLIENT_ID
 
     def __post_init__(self) -> None:
+        check_types(self)
         if not self.bootstrap:
-            raise ConfigurationError("bootstrap needs at least one HOST:PORT")
+            raise ConfigurationError("bootstrap_servers needs at least one HOST:PORT")
         for address in self.bootstrap:
-            host, sep, port = address.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ConfigurationError(f"bootstrap: expected HOST:PORT, got {address!r}")
+            host, sep, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+            if (not sep or not host or "," in host or not port.isdigit()
+                    or not 0 < int(port) < 65536):
+                raise ConfigurationError(
+                    f"bootstrap_servers: expected HOST:PORT (a port 1-65535), got {address!r}"
+                )
         if self.request_timeout_ms <= 0:
             raise ConfigurationError("request_timeout_ms must be > 0")
         if not 0 < self.retry_backoff_ms <= self.retry_backoff_max_ms:
@@ -56,32 +66,56 @@ class ClientConfig:
     @classmethod
     def of(
         cls,
-        bootstrap: str | Sequence[str],
+        bootstrap: str | Sequence[str] | None = None,
         request_timeout_ms: int = 30_000,
-        *,
-        retry_backoff_ms: int = 100,
-        retry_backoff_max_ms: int = 1_000,
-        observers: Sequence[CallObserver] = (),
-        security_protocol: str = "PLAINTEXT",
-        ssl_cafile: str | os.PathLike[str] | None = None,
-        ssl_certfile: str | os.PathLike[str] | None = None,
-        ssl_keyfile: str | os.PathLike[str] | None = None,
+        **settings: Any,
     ) -> ClientConfig:
-        """The config of the arguments `Client` and `AdminClient` take: `bootstrap` as
-        "HOST:PORT,HOST:PORT" or a list, the TLS settings by kafka-python's names."""
-        addresses = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-        security = Security(
-            security_protocol,
-            *(None if path is None else os.fspath(path)
-              for path in (ssl_cafile, ssl_certfile, ssl_keyfile)),
-        )
+        """The config of the arguments `Client` and `AdminClient` take: `bootstrap` (or
+        kafka-python's `bootstrap_servers`) as "HOST:PORT,HOST:PORT" or a list, and the
+        settings by name: client_id, retry_backoff_ms, retry_backoff_max_ms, observers (each a
+        ``CallObserver``), security_protocol and the ssl_cafile, ssl_certfile and ssl_keyfile
+        paths (kafka-python's names). Any other name fails as a ConfigurationError."""
+        unknown = sorted(settings.keys() - CLIENT_SETTINGS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown client setting {unknown[0]!r}; the connection settings are "
+                f"{', '.join(sorted(CLIENT_SETTINGS))} (a producer's or a consumer's go to "
+                "client.producer(...) or client.consumer(...))"
+            )
+        servers = settings.pop("bootstrap_servers", None)
+        if bootstrap is None:
+            bootstrap = servers
+        elif servers is not None:
+            raise ConfigurationError(
+                "bootstrap and bootstrap_servers are the same setting: give one of them"
+            )
+        if bootstrap is None:
+            raise ConfigurationError("bootstrap_servers is required: HOST:PORT of any node")
+        if isinstance(bootstrap, str):
+            addresses = bootstrap.split(",")
+        elif isinstance(bootstrap, list | tuple) and all(isinstance(a, str) for a in bootstrap):
+            addresses = list(bootstrap)
+        else:
+            raise ConfigurationError(
+                "bootstrap_servers must be 'HOST:PORT,...' or a list of them, got "
+                f"{bootstrap!r:.80}"
+            )
+        paths = []
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = settings.pop(name, None)
+            if path is not None and not isinstance(path, str | os.PathLike):
+                raise ConfigurationError(f"{name} must be a path, got {type(path).__name__}")
+            paths.append(None if path is None else os.fspath(path))
+        security = Security(settings.pop("security_protocol", "PLAINTEXT"), *paths)
+        observers = settings.pop("observers", ())
+        if not isinstance(observers, list | tuple):
+            raise ConfigurationError(f"observers must be a list, got {type(observers).__name__}")
         return cls(
             bootstrap=tuple(a.strip() for a in addresses if a.strip()),
             request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            retry_backoff_max_ms=retry_backoff_max_ms,
             observers=tuple(observers),
             security=security,
+            **settings,
         )
 
 
@@ -101,7 +135,7 @@ class Connections:
         self.config = config
         cluster = ClusterMetadata()
         self.backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
-        self.transport = Transport(cluster, config.observers, config.security)
+        self.transport = Transport(cluster, config.observers, config.security, config.client_id)
         self.metadata: MetadataSource = MetadataManager(
             cluster, self.transport, config.bootstrap, self.backoff
         )
@@ -112,6 +146,18 @@ class Connections:
         """Close the connections and stop the loop; producers built on them fail what they
         still hold."""
         self.transport.close()
+
+    def metrics(self) -> dict[str, float | int | str]:
+        """The connections' own figures, under Kafka's metric names where it has them: taken
+        now, a snapshot."""
+        cluster = self.metadata.cluster
+        return {
+            "client-id": self.config.client_id,
+            "metadata-refresh-total": self.metadata.refreshes,
+            "known-nodes": len(cluster.nodes()),
+            "known-topics": len(cluster.topics()),
+            "connection-count": self.transport.connection_count,
+        }
 
     def deadline(self, timeout_ms: float | None = None) -> Deadline:
         """A call's overall deadline: `timeout_ms`, else the configured request timeout."""

@@ -111,6 +111,10 @@ class Security:
     ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.security_protocol, str):
+            raise ConfigurationError(
+                f"security_protocol must be 'PLAINTEXT' or 'SSL', got {self.security_protocol!r}"
+            )
         protocol = self.security_protocol.upper()
         object.__setattr__(self, "security_protocol", protocol)
         if protocol not in ("PLAINTEXT", "SSL"):
@@ -262,9 +266,12 @@ class Transport:
 
     def __init__(
         self, metadata: ClusterMetadata, observers: Sequence[CallObserver] = (),
-        security: Security | None = None,
+        security: Security | None = None, client_id: str = "",
     ) -> None:
         self._metadata = metadata
+        #: The channels' options: the client_id, if any, goes to the nodes as the user agent.
+        self._options = [*CHANNEL_OPTIONS, *([("grpc.primary_user_agent", client_id)]
+                                             if client_id else [])]
         self._observers = tuple(observers)
         self._security = security or Security()
         #: Addresses that answered once: a later failure there is the node, not the setup, so
@@ -297,6 +304,11 @@ class Transport:
                 self._thread.start()
                 self._loop = loop
             return self._loop
+
+    @property
+    def connection_count(self) -> int:
+        """How many node addresses this transport has a channel to."""
+        return len(self._stubs)
 
     def suspect(self, node_id: int) -> bool:
         """Whether the node's last call failed in transport (it has not answered since)."""
@@ -339,7 +351,7 @@ class Transport:
         if stub is None:
             if self._closed:
                 raise ConfigurationError("the client is closed")
-            channel = self._security.aio_channel(address, CHANNEL_OPTIONS)
+            channel = self._security.aio_channel(address, self._options)
             self._channels.append(channel)
             stub = self._stubs[address] = _NodeStub(channel)
         for observer in self._observers:

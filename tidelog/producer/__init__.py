@@ -10,9 +10,10 @@ state that numbers each partition's records so that retries never write a batch 
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from tidelog.connections import ClientConfig, Connections
 from tidelog.coordinated import check_group_id, checked_offsets
 from tidelog.errors import (
     ConfigurationError,
@@ -28,10 +29,8 @@ from tidelog.producer.idempotence import IdempotenceState
 from tidelog.producer.sender import Sender
 from tidelog.producer.transactions import TransactionManager, TxnState
 from tidelog.retry import Deadline
+from tidelog.settings import CLIENT_SETTINGS
 from tidelog.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
-
-if TYPE_CHECKING:
-    from tidelog.connections import Connections
 
 __all__ = ["Producer", "ProducerConfig", "RecordFuture"]
 
@@ -41,7 +40,29 @@ class Producer(RecordAccumulator):
     the producer's own side (send() is its method, the hot path); the sender runs on the
     client's event loop from construction to close()."""
 
-    def __init__(self, connections: Connections, config: ProducerConfig) -> None:
+    def __init__(
+        self, bootstrap_servers: str | Sequence[str] | None = None, **settings: Any
+    ) -> None:
+        """A producer with connections of its own, as kafka-python's
+        ``KafkaProducer(bootstrap_servers=..., **configs)``: the connection settings
+        (``ClientConfig.of``) and the producer's (``ProducerConfig.from_settings``) by name,
+        and close() closes the connections too. ``client.producer()`` makes one that shares
+        a Client's connections instead."""
+        client = {name: settings.pop(name) for name in list(settings) if name in CLIENT_SETTINGS}
+        if bootstrap_servers is not None:
+            client["bootstrap_servers"] = bootstrap_servers
+        config = ProducerConfig.from_settings(**settings)  # checked before anything opens
+        self._start(Connections(ClientConfig.of(**client)), config, owned=True)
+
+    @classmethod
+    def sharing(cls, connections: Connections, config: ProducerConfig) -> Producer:
+        """A producer on a client's connections, which its close() leaves open."""
+        producer = cls.__new__(cls)
+        producer._start(connections, config, owned=False)
+        return producer
+
+    def _start(self, connections: Connections, config: ProducerConfig, owned: bool) -> None:
+        self._owns_connections = owned
         idempotence = IdempotenceState(config.idempotence)
         transactions = None
         if config.transactional_id is not None:
@@ -54,10 +75,12 @@ class Producer(RecordAccumulator):
         self._wake_sender = self._sender.wake
         self._sending = connections.transport.submit(self._sender.run())
 
-    def flush(self, timeout_ms: int | None = None) -> None:
+    def flush(self, timeout_ms: int | None = None, *, timeout: float | None = None) -> None:
         """Send everything queued now, lingering or not, and wait until it is acknowledged or
-        failed (the futures say which)."""
-        deadline = None if timeout_ms is None else Deadline(timeout_ms)
+        failed (the futures say which), for at most `timeout_ms` or, by kafka-python's name,
+        `timeout` seconds (None: for as long as it takes); RequestTimedOutError past it."""
+        limit_ms = wait_ms("flush", timeout_ms, timeout)
+        deadline = None if limit_ms is None else Deadline(limit_ms)
         with self._cond:
             pending = self.pending()
             self._flushing += 1
@@ -67,15 +90,24 @@ class Producer(RecordAccumulator):
                 if not batch.done.wait(None if deadline is None else deadline.remaining()):
                     why = "" if batch.last_error is None else f"; last error: {batch.last_error}"
                     raise RequestTimedOutError(
-                        f"flush did not complete within {timeout_ms} ms{why}"
+                        f"flush did not complete within {limit_ms:g} ms{why}"
                     )
         finally:
             with self._cond:
                 self._flushing -= 1
 
-    def close(self, timeout_ms: int | None = None) -> None:
-        """Deliver what is queued (bounded by `timeout_ms`), then stop the sender; records
-        still queued at the timeout fail."""
+    def close(self, timeout_ms: int | None = None, *, timeout: float | None = None) -> None:
+        """Deliver what is queued (bounded by `timeout_ms`, or `timeout` seconds as
+        kafka-python's close() takes it), then stop the sender; records still queued at the
+        timeout fail. A producer with connections of its own closes them too."""
+        limit_ms = wait_ms("close", timeout_ms, timeout)
+        try:
+            self._stop(limit_ms)
+        finally:
+            if self._owns_connections:
+                self.connections.close()
+
+    def _stop(self, timeout_ms: float | None) -> None:
         with self._cond:
             self.closing = True
             self._wake_sender()
@@ -94,6 +126,32 @@ class Producer(RecordAccumulator):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partition ids (kafka-python's ``partitions_for``), waiting up to
+        max_block_ms for metadata that has the topic."""
+        if type(topic) is not str or not topic:
+            raise ConfigurationError(f"topic must be a non-empty str, got {topic!r:.80}")
+        count = self.connections.metadata.partitions_for(topic, Deadline(self.config.max_block_ms))
+        return set(range(count))
+
+    def metrics(self) -> dict[str, dict[str, float | int | str]]:
+        """The producer's figures now, grouped as kafka-python's ``metrics()`` gives them
+        ({group: {name: value}}), under Kafka's metric names: records acknowledged
+        (record-send-total), failed (record-error-total) and sent again after a retriable
+        error (record-retry-total), the buffer, the batches in flight; and the connections'
+        own (``client-metrics``)."""
+        with self._lock:
+            producer: dict[str, float | int | str] = {
+                "record-send-total": self.records_acknowledged,
+                "record-error-total": self.records_failed,
+                "record-retry-total": self.records_retried,
+                "batch-retry-total": self.retries,
+                "buffer-total-bytes": self.config.buffer_memory,
+                "buffer-available-bytes": self.config.buffer_memory - self._buffered,
+                "batches-in-flight": sum(len(s.in_flight) for s in self._partitions.values()),
+            }
+        return {"producer-metrics": producer, "client-metrics": self.connections.metrics()}
 
     @property
     def producer_id(self) -> tuple[int, int]:
@@ -206,6 +264,22 @@ class Producer(RecordAccumulator):
                 else:
                     txn.failed(exc)
             raise
+
+
+def wait_ms(call: str, timeout_ms: object, timeout: object) -> float | None:
+    """A blocking call's limit in ms: Tidelog's `timeout_ms`, or kafka-python's `timeout` in
+    seconds (not both); None: no limit. Anything but a number >= 0 is a ConfigurationError."""
+    if timeout_ms is not None and timeout is not None:
+        raise ConfigurationError(f"{call}(): give timeout_ms or timeout (seconds), not both")
+    for name, value in (("timeout_ms", timeout_ms), ("timeout", timeout)):
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
+                                  or not value >= 0):
+            raise ConfigurationError(
+                f"{call}(): {name} must be a number >= 0 or None, got {value!r:.80}"
+            )
+    if timeout is not None:
+        return float(timeout) * 1000  # type: ignore[arg-type]  # checked above
+    return None if timeout_ms is None else float(timeout_ms)  # type: ignore[arg-type]
 
 
 def checked_group_metadata(group: ConsumerGroupMetadata | str) -> ConsumerGroupMetadata:

@@ -29,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import ConfigurationError, RequestTimedOutError, TidelogError
 from tidelog.hashing import partition_for_key
@@ -146,17 +146,23 @@ class Batch:
             if self.callbacks is not None:
                 self.callbacks.append(callback)
                 return
-        callback()
+        _run_callback(callback)
 
     def resolve(self) -> None:
         """Publish the outcome (under the producer's lock) and run the records' callbacks."""
         self.done.set()
         callbacks, self.callbacks = self.callbacks or [], None
         for callback in callbacks:
-            try:
-                callback()
-            except Exception:  # as concurrent.futures does: a callback's failure is logged
-                log.exception("a send() callback failed")
+            _run_callback(callback)
+
+
+def _run_callback(callback: Callable[[], object]) -> None:
+    """As concurrent.futures and kafka-python do: a callback's failure is logged, and neither
+    stops the others nor reaches the caller that added it to a future already done."""
+    try:
+        callback()
+    except Exception:
+        log.exception("a send() callback failed")
 
 
 class RecordFuture:
@@ -164,8 +170,9 @@ class RecordFuture:
     the error that failed it (Kafka's FutureRecordMetadata). The records of a batch share one
     outcome, so a future is a pair of slots, not a `concurrent.futures.Future` with its own
     lock and condition: at tens of thousands of records per second those cost more than
-    encoding the record. It offers the `Future` methods a caller uses; it cannot be
-    cancelled."""
+    encoding the record. It offers the `Future` methods a caller uses (`result`,
+    `add_done_callback`) and kafka-python's (`get`, `add_callback`, `add_errback`,
+    `succeeded`, `failed`, `is_done`); it cannot be cancelled."""
 
     __slots__ = ("_batch", "_index", "_timestamp")
 
@@ -204,6 +211,46 @@ class RecordFuture:
         """`fn(future)` once the outcome is known: at once if it is, else on the client's
         event loop thread (keep it short; the client's blocking calls refuse to run there)."""
         self._batch.add_callback(lambda: fn(self))
+
+    # ---- kafka-python's FutureRecordMetadata ------------------------------------------------
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """kafka-python's name of `result`: the RecordMetadata, waiting up to `timeout`
+        seconds (None: for ever); raises the error that failed the record, or TimeoutError."""
+        return self.result(timeout)
+
+    @property
+    def is_done(self) -> bool:
+        return self._batch.done.is_set()
+
+    def succeeded(self) -> bool:
+        batch = self._batch
+        return batch.done.is_set() and batch.error is None
+
+    def failed(self) -> bool:
+        batch = self._batch
+        return batch.done.is_set() and batch.error is not None
+
+    def add_callback(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> RecordFuture:
+        """`fn(*args, metadata, **kwargs)` once the record is acknowledged, as kafka-python
+        calls it (never if it fails); when and where as `add_done_callback`. Returns the
+        future, so calls chain."""
+        def on_done() -> None:
+            if self._batch.error is None:
+                fn(*args, self.result(0), **kwargs)
+
+        self._batch.add_callback(on_done)
+        return self
+
+    def add_errback(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> RecordFuture:
+        """`fn(*args, error, **kwargs)` if the record fails, as kafka-python calls it."""
+        def on_done() -> None:
+            error = self._batch.error
+            if error is not None:
+                fn(*args, error, **kwargs)
+
+        self._batch.add_callback(on_done)
+        return self
 
 
 @dataclass(eq=False)
@@ -258,6 +305,9 @@ class RecordAccumulator:
         self.estimator = CompressionRatioEstimator() if config.codec else None
         self._buffer_memory = config.buffer_memory
         self._linger_ms = config.linger_ms
+        #: Whether send() calls a serializer or a partitioner of the application's.
+        self._hooks = bool(config.key_serializer or config.value_serializer
+                           or config.partitioner)
         #: send() takes the lock itself, not through the Condition's Python-level wrapper.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -267,8 +317,10 @@ class RecordAccumulator:
         self._flushing = 0
         self.closing = False
         self._serial = itertools.count()
-        #: Batches sent again after a retriable error (Kafka's record-retry metric, by batch).
+        #: Batches, and their records, sent again after a retriable error (Kafka's
+        #: record-retry-total counts records).
         self.retries = 0
+        self.records_retried = 0
         #: Records acknowledged and records failed so far (Kafka's record-send-total and
         #: record-error-total), for callers that check a stream without keeping its futures.
         self.records_acknowledged = 0
@@ -277,8 +329,8 @@ class RecordAccumulator:
     def send(
         self,
         topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
+        value: Any = None,
+        key: Any = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
@@ -291,11 +343,16 @@ class RecordAccumulator:
         encoded into its batch's body at once (no object per record survives the call but
         the future) and everything per batch waits for the sender. A keyless record
         with no partition or headers, the common one, goes straight into the batch the
-        sticky partitioner has open for its topic, when that has room: one dict lookup."""
+        sticky partitioner has open for its topic, when that has room: one dict lookup.
+
+        With the producer's key_serializer or value_serializer, `key` and `value` are what
+        they take; with a partitioner, it picks the partition of a record sent without one."""
         if self.closing:
             raise ConfigurationError("send() on a closed producer")
         if self.transactions is not None:
             self.transactions.check_send()
+        if self._hooks:
+            value, key, partition = self._apply_hooks(topic, value, key, partition)
         timestamp = (_time_ns() // 1_000_000 if timestamp_ms is None
                      else _checked_timestamp(timestamp_ms))
         plain = (type(topic) is str and topic != "" and key is None and headers is None
@@ -306,7 +363,7 @@ class RecordAccumulator:
             partition = _checked_partition(partition)
         lock = self._lock
         if plain and partition is None:
-            size = RECORD_OVERHEAD + len(value)  # type: ignore[arg-type]  # plain: bytes
+            size = RECORD_OVERHEAD + len(value)
             lock.acquire()  # (not `with`: its method lookups cost as much as the lock)
             known = self._topics.get(topic)
             batch = None if known is None else known.open
@@ -323,7 +380,7 @@ class RecordAccumulator:
                     pack_plain_record_prefix(size - 4, 0, index, timestamp - batch.first_timestamp,
                                              -1, size - RECORD_OVERHEAD),
                     value, NO_HEADERS,
-                )  # type: ignore[arg-type]  # plain: value is bytes
+                )
             else:
                 encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value,
                               headers or ())
@@ -338,6 +395,38 @@ class RecordAccumulator:
             return RecordFuture(batch, index, timestamp)
         finally:
             lock.release()
+
+    def _apply_hooks(
+        self, topic: object, value: Any, key: Any, partition: int | None
+    ) -> tuple[Any, Any, int | None]:
+        """The application's serializers, then its partitioner (for a record sent without a
+        partition), as kafka-python's send() calls them: the partitioner gets the serialized
+        key, every partition of the topic and those with a leader. What a serializer raises
+        reaches the caller as it is; what it or the partitioner returns is checked."""
+        config = self.config
+        if config.key_serializer is not None:
+            key = _serialized("key_serializer", config.key_serializer, key)
+        if config.value_serializer is not None:
+            value = _serialized("value_serializer", config.value_serializer, value)
+        if partition is None and config.partitioner is not None:
+            topic, value, key, _ = _checked_record(topic, value, key, None)
+            metadata = self.connections.metadata
+            count = metadata.cluster.partition_count(topic) or metadata.partitions_for(
+                topic, Deadline(config.max_block_ms)
+            )
+            available = [p for p in metadata.cluster.available_partitions(topic) if p < count]
+            chosen = config.partitioner(key, list(range(count)), available)
+            number = -1
+            if not isinstance(chosen, bool):
+                with contextlib.suppress(TypeError):
+                    number = operator.index(chosen)
+            if not 0 <= number < count:
+                raise ConfigurationError(
+                    f"the partitioner must return a partition of topic {topic!r} (0-"
+                    f"{count - 1}), returned {chosen!r:.80}"
+                )
+            partition = number
+        return value, key, partition
 
     def _choose_batch(
         self,
@@ -553,6 +642,7 @@ class RecordAccumulator:
         state = self.queue_of(batch)
         batch.attempts += 1
         self.retries += 1
+        self.records_retried += batch.count
         state.in_flight.remove(batch)
         serials = [b.serial for b in state.queue]
         state.queue.insert(bisect.bisect_right(serials, batch.serial), batch)
@@ -616,6 +706,15 @@ def _checked_bytes(name: str, data: object) -> bytes | None:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ConfigurationError(f"{name} must be bytes or None, got {type(data).__name__}")
     return bytes(data)
+
+
+def _serialized(name: str, serializer: Callable[[Any], object], data: object) -> bytes | None:
+    out = serializer(data)
+    if out is None or type(out) is bytes:
+        return out
+    if isinstance(out, bytearray | memoryview):
+        return bytes(out)
+    raise ConfigurationError(f"{name} must return bytes or None, returned {type(out).__name__}")
 
 
 def _checked_int(name: str, number: object) -> int:

@@ -5,7 +5,8 @@ client's partitioned-request engine; the answers are handled on the loop as they
 
 A failed batch goes by its error's class, through the engine (``PartitionedRequest.classify``)
 and the idempotence state's verdict: final errors fail it, retriable ones requeue it (metadata
-refreshed, or a newer leader hint adopted) until its delivery timeout. Its retries are bounded
+refreshed, or a newer leader hint adopted) until its delivery timeout (or its ``retries``, when
+the application set fewer than Kafka's unbounded default). Its retries are bounded
 by each batch's ``delivery_timeout_ms``, not by one call's deadline, which is why the sender
 does not use the engine's ``run``.
 """
@@ -305,8 +306,10 @@ class Sender:
             accumulator.complete(batch, -1, -1)
             return
         retriable = verdict is Verdict.SEQUENCE or isinstance(error, RetriableError)
-        if not retriable or now >= batch.deadline:
-            if retriable:
+        # Sent 1 + retries times: it fails with this error, as Kafka's producer fails it.
+        exhausted = retriable and batch.attempts >= accumulator.config.retries
+        if not retriable or exhausted or now >= batch.deadline:
+            if retriable and not exhausted:
                 error = RequestTimedOutError(
                     f"{batch.tp}: not delivered within "
                     f"{accumulator.config.delivery_timeout_ms} ms; last error: {error}"
