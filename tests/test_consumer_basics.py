@@ -13,7 +13,7 @@ import pytest
 from waiting_helpers import poll_records
 
 from tidelog import Client, TopicPartition, errors
-from tidelog.consumer import _Round
+from tidelog.consumer.fetcher import _Round
 from tidelog.partitioned import Attempt
 from tidelog.records import RecordInput, assign_offsets, build_batch
 from tidelog.testing import LocalCluster, wait_for
@@ -145,14 +145,14 @@ def test_a_fetch_sent_ahead_is_dropped_for_a_partition_seeked_paused_or_unassign
         producer.send(topic, value, partition=0).result(timeout=30)
 
     def answered() -> None:  # the Fetch sent ahead has come back, holding the new record
-        wait_for(lambda: all(r.future.done() for r in consumer._rounds), what="the answer")
+        wait_for(lambda: all(r.future.done() for r in consumer._fetcher.rounds), what="the answer")
 
     for i in range(3):
         send(b"v%d" % i)
     consumer = client.consumer(auto_offset_reset="earliest", fetch_max_wait_ms=20_000)
     consumer.assign([tp])
     assert [r.value for r in poll_records(consumer, 3)] == [b"v0", b"v1", b"v2"]
-    assert [set(r.live) for r in consumer._rounds] == [{tp}]  # the next Fetch, in flight
+    assert [set(r.live) for r in consumer._fetcher.rounds] == [{tp}]  # the next Fetch, in flight
 
     send(b"v3")
     answered()
@@ -192,15 +192,15 @@ def test_partitions_answered_together_are_fetched_again_together() -> None:
         future: concurrent.futures.Future[Attempt[FetchAnswer]] = concurrent.futures.Future()
         future.set_result(Attempt(answers={TP0: answer, TP1: answer}))
         work = {TP0: FetchPosition(0, -1), TP1: FetchPosition(0, -1)}
-        consumer._rounds.append(_Round(future, work, {TP0, TP1}))
-        consumer._collect()
-        first = consumer._drain(4)
+        consumer._fetcher.rounds.append(_Round(future, work, {TP0, TP1}))
+        consumer._fetcher.collect()
+        first = consumer._fetcher.drain(4)
         assert len(first) == 4 and len({r.partition for r in first}) == 1
-        assert consumer._fetchable() == {}
+        assert consumer._fetcher.fetchable() == {}
         other = TP1 if first[0].partition == 0 else TP0
         consumer.pause(other)
-        assert list(consumer._fetchable()) == [TP0 if other == TP1 else TP1]
+        assert list(consumer._fetcher.fetchable()) == [TP0 if other == TP1 else TP1]
         consumer.resume(other)
-        assert len(consumer._drain(4)) == 4
-        assert consumer._fetchable() == {TP0: 4, TP1: 4}
+        assert len(consumer._fetcher.drain(4)) == 4
+        assert consumer._fetcher.fetchable() == {TP0: 4, TP1: 4}
         consumer.close()

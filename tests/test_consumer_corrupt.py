@@ -152,15 +152,15 @@ def test_batches_are_decoded_as_poll_needs_them_and_a_lying_one_stops_there() ->
         consumer = client.consumer(max_poll_records=3)
         consumer.assign([tp])
         consumer.seek(tp, 0)
-        consumer._take(tp, 0, FetchAnswer(data, 9, 9, 0, ()))
-        buffered = consumer._buffer[tp]
+        consumer._fetcher.take(tp, 0, FetchAnswer(data, 9, 9, 0, ()))
+        buffered = consumer._fetcher.buffer[tp]
         assert buffered.records == [] and len(buffered.batches) == 3
-        assert consumer._position(tp) == 0
-        assert [r.value for r in consumer._drain(3)] == [b"a0", b"a1", b"a2"]
-        assert len(buffered.batches) == 2 and consumer._position(tp) == 3
-        assert [r.value for r in consumer._drain(3)] == [b"a3"]
-        assert consumer._position(tp) == 4 and tp not in consumer._buffer
+        assert consumer._fetcher.position(tp) == 0
+        assert [r.value for r in consumer._fetcher.drain(3)] == [b"a0", b"a1", b"a2"]
+        assert len(buffered.batches) == 2 and consumer._fetcher.position(tp) == 3
+        assert [r.value for r in consumer._fetcher.drain(3)] == [b"a3"]
+        assert consumer._fetcher.position(tp) == 4 and tp not in consumer._fetcher.buffer
         with pytest.raises(CorruptRecordError) as err:
-            consumer._raise_corrupt()
+            consumer._fetcher.raise_corrupt()
         assert err.value.offset == 4 and "seek to 5 to skip" in str(err.value)
         consumer.close()
