@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from tidelog.commands._common import add_bootstrap, client_for, parse_configs
 from tidelog.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tidelog.client import Client
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +28,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(listing)
     describe = sub.add_parser("describe", help="partitions, leaders, replicas and configs")
     describe.add_argument("names", nargs="*", help="topics to describe (default: all)")
+    only = describe.add_mutually_exclusive_group()
+    only.add_argument("--under-replicated-partitions", action="store_true",
+                      help="only the partitions whose in-sync replicas are fewer than their "
+                           "replicas (kafka-topics' flag)")
+    only.add_argument("--unavailable-partitions", action="store_true",
+                      help="only the partitions without a leader, or whose leader is not a "
+                           "live node (kafka-topics' flag)")
     add_bootstrap(describe)
     alter = sub.add_parser("alter", help="add partitions to a topic")
     alter.add_argument("name")
@@ -60,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "list":
             for name in client.admin.list_topics():
                 print(name)
+        elif args.action == "describe" and (args.under_replicated_partitions
+                                            or args.unavailable_partitions):
+            _describe_troubled(client, args)
         elif args.action == "describe":
             topics = client.describe_topics(args.names or None)
             for name, info in topics.items():
@@ -83,6 +97,40 @@ def run(args: argparse.Namespace) -> int:
     finally:
         client.close()
     return 0
+
+
+def _describe_troubled(client: Client, args: argparse.Namespace) -> None:
+    """kafka-topics' --describe --under-replicated-partitions / --unavailable-partitions: only
+    the partitions in trouble, one line each naming its topic; nothing when none is."""
+    topics = client.describe_topics(args.names or None)
+    live = _live_nodes(client) if args.unavailable_partitions else set()
+    for name, info in topics.items():
+        for index, p in enumerate(info.partitions):
+            troubled = (len(p.isr) < len(p.replicas) if args.under_replicated_partitions
+                        else p.leader < 0 or p.leader not in live)
+            if troubled:
+                print(f"{name} partition {index}: leader {p.leader} epoch {p.leader_epoch}"
+                      f"  replicas {_ids(p.replicas)}  isr {_ids(p.isr)}")
+
+
+def _live_nodes(client: Client) -> set[int]:
+    """The nodes the controller has not fenced (Kafka's live brokers). Metadata lists a fenced
+    node while Raft still names it a leader, so that clients can reach it; only a request for
+    fenced nodes too says which those are."""
+    from tidelog.errors import NodeUnavailableError, TidelogError
+    from tidelog.v1 import tidelog_pb2 as pb
+
+    request = pb.MetadataRequest(include_fenced_nodes=True)
+    failures: list[str] = []
+    for node_id in sorted(client.admin.describe_cluster().nodes):
+        try:
+            answer = client.connections.call(node_id, "Metadata", request,
+                                             client.connections.config.request_timeout_ms / 1000)
+        except TidelogError as exc:
+            failures.append(str(exc))
+            continue
+        return {n.node_id for n in answer.nodes if not n.is_fenced and n.registered}
+    raise NodeUnavailableError("no node answered Metadata: " + "; ".join(failures))
 
 
 def _assignment(text: str | None) -> list[list[int]] | None:

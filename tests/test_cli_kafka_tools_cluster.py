@@ -1,0 +1,225 @@
+"""Kafka's operator tools and flags on a real cluster: kafka-consumer-groups' --all-groups,
+--all-topics, --to-current, --by-duration, --from-file, --export, --delete-offsets,
+--members and --state; and kafka-topics' --under-replicated-partitions and
+--unavailable-partitions (the node stopped for them is the module's last test)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from waiting_helpers import poll_records
+
+from tidelog import Client, OffsetAndMetadata, TopicPartition
+from tidelog.cli import main
+from tidelog.testing import LocalCluster, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, Any]:
+    return {"offsets_topic_num_partitions": 3}
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap) as shared:
+        yield shared
+
+
+def run(capsys: pytest.CaptureFixture[str], cluster: LocalCluster, *args: str,
+        code: int = 0) -> str:
+    """`tidelog ARGS --bootstrap ...`: its stdout, once it exited with `code`."""
+    capsys.readouterr()
+    exit_code = main([*args, "--bootstrap", cluster.bootstrap])
+    out, err = capsys.readouterr()
+    assert exit_code == code, err
+    assert "Traceback" not in err
+    return out
+
+
+def rows(out: str) -> list[list[str]]:
+    return [line.split() for line in out.splitlines() if line.strip()]
+
+
+def _produce(client: Client, topic: str, partitions: int, per_partition: int,
+             timestamp_ms: int | None = None) -> None:
+    client.create_topic(topic, partitions=partitions)
+    producer = client.producer(acks="all")
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.send(topic, f"{p}-{i}".encode(), partition=p,
+                          timestamp_ms=None if timestamp_ms is None else timestamp_ms + i)
+    producer.flush()
+    producer.close()
+
+
+def _committed(client: Client, group: str) -> dict[TopicPartition, int]:
+    return {tp: v.offset for tp, v in client.admin.list_consumer_group_offsets(group).items()}
+
+
+def test_reset_offsets_all_topics_to_current_by_duration_export_and_from_file(
+    cluster: LocalCluster, client: Client, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    now = int(time.time() * 1000)
+    # Records an hour old (record i stamped an hour ago + i ms) in kt-a, fresh ones in kt-b.
+    _produce(client, "kt-a", 2, 10, timestamp_ms=now - 3_600_000)
+    _produce(client, "kt-b", 1, 10)
+    a0, a1, b0 = (TopicPartition("kt-a", 0), TopicPartition("kt-a", 1),
+                  TopicPartition("kt-b", 0))
+    for group in ("kt-g1", "kt-g2"):
+        client.admin.alter_consumer_group_offsets(
+            group, {a0: OffsetAndMetadata(3), a1: OffsetAndMetadata(4)})
+
+    # --all-topics: every partition the group committed, and nothing else (not kt-b).
+    out = run(capsys, cluster, "groups", "reset-offsets", "--group", "kt-g1", "--all-topics",
+              "--to-latest")
+    assert ["kt-g1", "kt-a", "0", "3", "10"] in rows(out)
+    assert ["kt-g1", "kt-a", "1", "4", "10"] in rows(out)
+    assert "kt-b" not in out and "dry run" in out
+    assert _committed(client, "kt-g1") == {a0: 3, a1: 4}
+
+    # --to-current: the committed offset, and the log end where there is none (kt-b).
+    out = run(capsys, cluster, "groups", "reset-offsets", "kt-g1", "--topic", "kt-a",
+              "--topic", "kt-b", "--to-current", "--execute")
+    assert _committed(client, "kt-g1") == {a0: 3, a1: 4, b0: 10}
+
+    # --by-duration: from 30 min ago, the hour-old records are all before it: the log end;
+    # from 2 h ago, the first record.
+    run(capsys, cluster, "groups", "reset-offsets", "kt-g1", "--topic", "kt-a:0",
+        "--by-duration", "PT30M", "--execute")
+    assert _committed(client, "kt-g1")[a0] == 10
+    run(capsys, cluster, "groups", "reset-offsets", "kt-g1", "--topic", "kt-a:0",
+        "--by-duration", "PT2H", "--execute")
+    assert _committed(client, "kt-g1")[a0] == 0
+
+    # --export for two groups writes GROUP,TOPIC,PARTITION,OFFSET lines, nothing else, and
+    # --from-file reads them back (out-of-range offsets clamped as any other target).
+    out = run(capsys, cluster, "groups", "reset-offsets", "kt-g1", "kt-g2", "--topic", "kt-a",
+              "--shift-by", "2", "--export")
+    assert sorted(out.split()) == sorted(["kt-g1,kt-a,0,2", "kt-g1,kt-a,1,6",
+                                          "kt-g2,kt-a,0,5", "kt-g2,kt-a,1,6"])
+    plan = tmp_path / "plan.csv"
+    plan.write_text(out + "kt-g2,kt-a,1,99\n")
+    run(capsys, cluster, "groups", "reset-offsets", "--group", "kt-g1", "--group", "kt-g2",
+        "--from-file", str(plan), "--execute")
+    assert _committed(client, "kt-g1") == {a0: 2, a1: 6, b0: 10}
+    assert _committed(client, "kt-g2") == {a0: 5, a1: 10}
+    # One group: TOPIC,PARTITION,OFFSET lines.
+    out = run(capsys, cluster, "groups", "reset-offsets", "kt-g2", "--topic", "kt-a:1",
+              "--to-offset", "7", "--export", "--execute")
+    assert out.split() == ["kt-a,1,7"]
+    single = tmp_path / "single.csv"
+    single.write_text("kt-a,0,1\n")
+    run(capsys, cluster, "groups", "reset-offsets", "kt-g2", "--from-file", str(single),
+        "--execute")
+    assert _committed(client, "kt-g2") == {a0: 1, a1: 7}
+
+    # --all-groups: every group of the cluster.
+    out = run(capsys, cluster, "groups", "reset-offsets", "--all-groups", "--topic", "kt-a:0",
+              "--to-earliest")
+    assert {"kt-g1", "kt-g2"} <= {row[0] for row in rows(out)[1:-1]}
+
+    # Mistakes are one-line messages, and nothing is committed.
+    bad = tmp_path / "bad.csv"
+    bad.write_text("kt-a,zero,1\n")
+    for args, message in [
+        (["kt-g1", "--from-file", str(bad)], "line 1: expected"),
+        (["kt-g1", "--topic", "kt-a", "--all-topics", "--to-latest"], "one of them"),
+        (["kt-g1", "--to-latest"], "--all-topics"),
+        (["kt-g1", "--all-groups", "--topic", "kt-a", "--to-latest"], "not both"),
+        (["kt-g1", "--topic", "kt-a", "--by-duration", "1h"], "ISO-8601 duration"),
+    ]:
+        capsys.readouterr()
+        assert main(["groups", "reset-offsets", *args, "--bootstrap", cluster.bootstrap]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (args, err)
+
+
+def test_describe_members_state_all_groups_and_delete_offsets(
+    cluster: LocalCluster, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _produce(client, "kt-m", 2, 5)
+    consumer = client.consumer(group_id="kt-members", auto_offset_reset="earliest",
+                               enable_auto_commit=False)
+    try:
+        consumer.subscribe(["kt-m"])
+        assert len(poll_records(consumer, 10)) == 10
+        consumer.commit()
+        wait_for(lambda: "Stable" in run(capsys, cluster, "groups", "describe", "kt-members",
+                                         "--state"), timeout=60, what="a stable group")
+        out = run(capsys, cluster, "groups", "describe", "kt-members", "--state")
+        [header, line] = rows(out)
+        assert header[:3] == ["GROUP", "COORDINATOR", "(ID)"]
+        assert line[0] == "kt-members" and line[-2:] == ["Stable", "1"]
+        coordinator = client.admin.find_coordinator("kt-members")
+        assert line[2] == f"({coordinator})"
+
+        out = run(capsys, cluster, "groups", "describe", "kt-members", "--members",
+                  "--verbose")
+        [header, line] = rows(out)
+        assert header[:5] == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST",
+                              "#PARTITIONS"]
+        assert line[0] == "kt-members" and line[4] == "2" and line[-2] == "kt-m:0,1"
+
+        out = run(capsys, cluster, "groups", "describe", "kt-members", "--offsets")
+        assert rows(out)[0][0] == "GROUP" and len(rows(out)) == 3  # no members' summary
+
+        out = run(capsys, cluster, "groups", "list", "--state")
+        assert ["kt-members", "Stable"] in rows(out)
+        out = run(capsys, cluster, "groups", "list", "--state", "empty")
+        assert "kt-members" not in out
+    finally:
+        consumer.close()
+
+    client.admin.alter_consumer_group_offsets("kt-simple", {
+        TopicPartition("kt-m", 0): OffsetAndMetadata(1),
+        TopicPartition("kt-m", 1): OffsetAndMetadata(2)})
+    out = run(capsys, cluster, "groups", "describe", "--all-groups", "--state")
+    assert {"kt-members", "kt-simple"} <= {row[0] for row in rows(out)}
+    out = run(capsys, cluster, "groups", "describe", "kt-simple", "--members")
+    assert "no active members" in out
+
+    out = run(capsys, cluster, "groups", "delete-offsets", "kt-simple", "--topic", "kt-m:1")
+    assert rows(out) == [["TOPIC", "PARTITION", "STATUS"], ["kt-m", "1", "Successful"]]
+    assert _committed(client, "kt-simple") == {TopicPartition("kt-m", 0): 1}
+    # A partition the coordinator refuses comes back with its error; the others go.
+    client.create_topic("kt-gone")
+    client.admin.delete_topic("kt-gone")
+    failed = client.admin.delete_consumer_group_offsets(
+        "kt-simple", [TopicPartition("kt-gone", 0), TopicPartition("kt-m", 0)])
+    assert list(failed) == [TopicPartition("kt-gone", 0)]
+    assert failed[TopicPartition("kt-gone", 0)].code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    assert _committed(client, "kt-simple") == {}
+    capsys.readouterr()
+    assert main(["groups", "describe", "kt-nosuch", "--members",
+                 "--bootstrap", cluster.bootstrap]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_topic_describe_under_replicated_and_unavailable_partitions(
+    cluster: LocalCluster, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Last in the module: it stops a node for good."""
+    client.create_topic("kt-spread", partitions=3, replication_factor=3)
+    client.create_topic("kt-single", partitions=3, replication_factor=1)
+    assert run(capsys, cluster, "topic", "describe", "--under-replicated-partitions") == ""
+    assert run(capsys, cluster, "topic", "describe", "--unavailable-partitions") == ""
+    single = client.describe_topics(["kt-single"])["kt-single"]
+    victim = single.partitions[0].leader
+    alone = {i for i, p in enumerate(single.partitions) if p.replicas == (victim,)}
+    cluster.stop(victim)
+
+    def troubled(flag: str, topic: str) -> set[int]:
+        out = run(capsys, cluster, "topic", "describe", topic, flag)
+        return {int(row[2].rstrip(":")) for row in rows(out)}
+
+    wait_for(lambda: troubled("--under-replicated-partitions", "kt-spread") == {0, 1, 2},
+             timeout=90, what="every kt-spread partition under-replicated")
+    wait_for(lambda: troubled("--unavailable-partitions", "kt-single") == alone,
+             timeout=90, what="the partitions of the stopped node unavailable")
+    assert troubled("--unavailable-partitions", "kt-spread") == set()
