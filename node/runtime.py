@@ -99,10 +99,12 @@ class NodeRuntime:
             self.replicas.delete_strays(self.controller.assigned_here())
 
     def on_envelope(self, env: rpb.RaftEnvelope, payload: memoryview) -> None:
-        """One envelope from a peer: leadership announcements, then Raft messages."""
+        """One envelope from a peer: leadership announcements (leaders and where their logs
+        start), then Raft messages."""
         if env.dst != self.node_id:
             return
         self.routing.learn(env.src, env.leaders)
+        self.housekeeping.follow_log_starts(env.src, env.leaders)
         self.replicas.step(env, payload)
 
     async def start(self) -> None:

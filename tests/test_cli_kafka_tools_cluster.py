@@ -1,21 +1,25 @@
 """Kafka's operator tools and flags on a real cluster: kafka-consumer-groups' --all-groups,
 --all-topics, --to-current, --by-duration, --from-file, --export, --delete-offsets,
---members and --state; and kafka-topics' --under-replicated-partitions and
+--members and --state; kafka-delete-records (and the admin client's delete_records), each
+replica's log start offset moved; and kafka-topics' --under-replicated-partitions and
 --unavailable-partitions (the node stopped for them is the module's last test)."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from waiting_helpers import poll_records
 
-from tidelog import Client, OffsetAndMetadata, TopicPartition
+from tidelog import Client, OffsetAndMetadata, TopicPartition, errors
 from tidelog.cli import main
-from tidelog.testing import LocalCluster, wait_for
+from tidelog.testing import LocalCluster, Raw, wait_for
+from tidelog.types import DEBUGGING_REPLICA_ID, EARLIEST_TIMESTAMP
+from tidelog.v1 import tidelog_pb2 as pb
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -199,6 +203,75 @@ def test_describe_members_state_all_groups_and_delete_offsets(
     assert main(["groups", "describe", "kt-nosuch", "--members",
                  "--bootstrap", cluster.bootstrap]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _log_starts(raw: Raw, tp: TopicPartition, nodes: Iterable[int]) -> dict[int, int]:
+    """Each replica's log start offset, asked of that node (a debug lookup, which a follower
+    answers from its own log)."""
+    starts = {}
+    for node in nodes:
+        answer = raw.stub(node).ListOffsets(pb.ListOffsetsRequest(
+            replica_id=DEBUGGING_REPLICA_ID, topics=[pb.ListOffsetsTopic(
+                name=tp.topic, partitions=[pb.ListOffsetsPartition(
+                    partition=tp.partition, timestamp=EARLIEST_TIMESTAMP)])]), timeout=10)
+        result = answer.topics[0].partitions[0]
+        assert result.error_code == 0, result
+        starts[node] = result.offset
+    return starts
+
+
+def test_delete_records_moves_the_log_start_of_every_replica(
+    cluster: LocalCluster, client: Client, raw: Raw, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    _produce(client, "kt-del", 2, 20)
+    tp0, tp1 = TopicPartition("kt-del", 0), TopicPartition("kt-del", 1)
+    replicas = client.describe_topics(["kt-del"])["kt-del"].partitions[0].replicas
+    assert len(replicas) == 3
+
+    out = run(capsys, cluster, "delete-records", "--topic", "kt-del", "--partition", "0",
+              "--offset", "5")
+    assert rows(out) == [["TOPIC", "PARTITION", "LOW-WATERMARK"], ["kt-del", "0", "5"]]
+    # The followers take the leader's new log start from its announcements.
+    wait_for(lambda: set(_log_starts(raw, tp0, replicas).values()) == {5}, timeout=30,
+             what="every replica of kt-del-0 starting at 5")
+    consumer = client.consumer(auto_offset_reset="earliest")
+    consumer.assign([tp0])
+    records = poll_records(consumer, 15)
+    consumer.close()
+    assert [r.offset for r in records] == list(range(5, 20))
+
+    # Kafka's file; -1 deletes everything a consumer could read.
+    plan = tmp_path / "offsets.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "kt-del", "partition": 0, "offset": 7},
+        {"topic": "kt-del", "partition": 1, "offset": -1}]}))
+    out = run(capsys, cluster, "delete-records", "--offset-json-file", str(plan))
+    assert ["kt-del", "0", "7"] in rows(out) and ["kt-del", "1", "20"] in rows(out)
+    assert client.admin.delete_records({tp0: 3}) == {tp0: 7}  # never back
+    wait_for(lambda: set(_log_starts(raw, tp1, replicas).values()) == {20}, timeout=30,
+             what="every replica of kt-del-1 starting at its end")
+
+    # What cannot be deleted: above the high watermark, a compacted topic, an unknown one.
+    with pytest.raises(errors.OffsetOutOfRangeError, match="kt-del-0"):
+        client.admin.delete_records({tp0: 21})
+    client.create_topic("kt-compacted", config={"cleanup.policy": "compact"})
+    with pytest.raises(errors.PolicyViolationError):
+        client.admin.delete_records({TopicPartition("kt-compacted", 0): 0})
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        client.admin.delete_records({TopicPartition("kt-nosuch", 0): 0})
+    with pytest.raises(errors.InvalidTopicError):
+        client.admin.delete_records({TopicPartition("__consumer_offsets", 0): 0})
+    for args, message in [
+        (["--topic", "kt-del", "--offset", "21"], "OFFSET_OUT_OF_RANGE"),
+        (["--topic", "kt-del", "--offset", "-2"], "--offset -2"),
+        (["--topic", "kt-del"], "--offset"),
+        (["--offset-json-file", str(tmp_path / "missing.json")], "missing.json"),
+    ]:
+        capsys.readouterr()
+        assert main(["delete-records", *args, "--bootstrap", cluster.bootstrap]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (args, err)
 
 
 def test_topic_describe_under_replicated_and_unavailable_partitions(

@@ -144,7 +144,7 @@ def test_frames_stay_within_the_coalescing_size(kind: str, message: Message | No
     outgoing = Outgoing(-1, -2)
     for _ in range(3 * COALESCE_BYTES // 200):
         if message is None:
-            outgoing.announce(LONGEST, NEG, [-1, -2, -3])
+            outgoing.announce(LONGEST, NEG, [-1, -2, -3], NEG)
         else:
             outgoing.add(LONGEST, message)
     sealed = outgoing.frames()

@@ -35,6 +35,7 @@ from tidelog.errors import (
     LeaderNotAvailableError,
     NodeUnavailableError,
     NotCoordinatorError,
+    NotLeaderOrFollowerError,
     RequestTimedOutError,
     RetriableError,
     TidelogError,
@@ -587,6 +588,72 @@ class AdminClient:
         return call_with_retry(attempt, what="DeleteAcls", deadline=deadline,
                                backoff=self._conn.backoff)
 
+    # ---- records ---------------------------------------------------------------------------
+
+    def delete_records(
+        self, records_to_delete: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """Delete each partition's records below its offset (-1: below the high watermark,
+        every record a consumer can read), at the partition's leader (Kafka's DeleteRecords;
+        needs DELETE on the topic). Returns each partition's low watermark, its new log start
+        offset. Raises the first partition's error that a retry cannot cure:
+        OFFSET_OUT_OF_RANGE (an offset above the high watermark), POLICY_VIOLATION (a
+        compacted topic), UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, ...; the
+        partitions done before it stay done (deleting again is harmless)."""
+        wanted: dict[TopicPartition, int] = {}
+        for tp, offset in records_to_delete.items():
+            if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str)
+                    and isinstance(tp[1], int) and tp[1] >= 0):
+                raise ConfigurationError(f"expected a TopicPartition(topic, partition), got "
+                                         f"{tp!r}")
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
+                raise ConfigurationError(f"{tp}: the offset must be an int >= 0, or -1 for the "
+                                         f"high watermark, got {offset!r}")
+            wanted[TopicPartition(*tp)] = offset
+        deadline = self._conn.deadline(timeout_ms)
+        remaining = dict(wanted)
+        done: dict[TopicPartition, int] = {}
+
+        def attempt() -> TidelogError | None:
+            self._metadata.refresh(deadline)
+            try:
+                by_leader = self._leaders(remaining)
+            except UnknownTopicOrPartitionError as exc:
+                return exc  # in fresh metadata: the answer, as Kafka's admin client says
+            if -1 in by_leader:
+                raise LeaderNotAvailableError(f"no leader of {by_leader[-1][0]}")
+            leaders = list(by_leader)
+            answers = self._conn.run(_gather(
+                self._conn.transport.call(leader, "DeleteRecords", _delete_records_request(
+                    {tp: remaining[tp] for tp in by_leader[leader]}), deadline.attempt_s())
+                for leader in leaders))
+            retry: TidelogError | None = None
+            for answer in answers:
+                if isinstance(answer, TidelogError):
+                    retry = retry or answer
+                    continue
+                for t in answer.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition)
+                        if not p.error_code:
+                            done[tp] = p.low_watermark
+                            remaining.pop(tp, None)
+                            continue
+                        final = _first_final([wire.error_for(p.error_code, p.error_message, tp)])
+                        if final is not None:
+                            return final
+            if remaining:
+                raise retry or NotLeaderOrFollowerError(
+                    f"{next(iter(remaining))}: its leader did not answer for it")
+            return None
+
+        if remaining:
+            error = call_with_retry(attempt, what="DeleteRecords", deadline=deadline,
+                                    backoff=self._conn.backoff)
+            if error is not None:
+                raise error
+        return {tp: done[tp] for tp in wanted}
+
     # ---- offsets ---------------------------------------------------------------------------
 
     def legacy_offsets_before(
@@ -893,6 +960,49 @@ class AdminClient:
 
         call_with_retry(attempt, what="AbortTransaction", deadline=deadline,
                         backoff=self._conn.backoff)
+
+
+def _delete_records_request(offsets: Mapping[TopicPartition, int]) -> pb.DeleteRecordsRequest:
+    request = pb.DeleteRecordsRequest()
+    for topic in dict.fromkeys(tp.topic for tp in offsets):
+        request.topics.add(name=topic, partitions=[
+            pb.DeleteRecordsPartition(partition=tp.partition, offset=offset)
+            for tp, offset in offsets.items() if tp.topic == topic])
+    return request
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_topic(name: object) -> str:
+    if type(name) is not str or not name:
+        raise ConfigurationError(f"a topic name is a non-empty str, got {name!r:.80}")
+    return name
+
+
+def _checked_configs(topic: str, config: object) -> dict[str, str]:
+    """A topic's configs as the wire carries them, strings; a bool is written as Kafka
+    spells it ("true")."""
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise ConfigurationError(
+            f"topic {topic!r}: configs are a mapping of name to value, got {config!r:.80}"
+        )
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        if type(key) is not str or not key:
+            raise ConfigurationError(f"topic {topic!r}: a config name is a str, got {key!r:.80}")
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            out[key] = str(value)
+        else:
+            raise ConfigurationError(
+                f"topic {topic!r}: config {key} must be a str or a number, got {value!r:.80}"
+            )
+    return out
 
 
 def _error(code: int, message: str) -> TidelogError:

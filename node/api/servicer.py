@@ -28,6 +28,7 @@ from tidelog.node.api.find_coordinator import FindCoordinatorApi
 from tidelog.node.api.forwarding import Forwarder
 from tidelog.node.api.groups import GroupApi
 from tidelog.node.api.reassignment import ReassignmentApi
+from tidelog.node.api.records import RecordsApi
 from tidelog.node.api.topics import TopicsApi
 from tidelog.node.api.transactions import TxnApi
 from tidelog.node.api.txn_admin import TxnAdminApi
@@ -89,6 +90,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             config, routing, controller, txn_topic, txns, forwarder, authorization, forward
         )
         self.txn_admin = TxnAdminApi(txns, authorization, self.data_plane.resolve_leader)
+        self.records = RecordsApi(replicas, authorization, self.data_plane.resolve_leader)
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
@@ -251,3 +253,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.DecommissionNodeRequest, context: grpc.aio.ServicerContext
     ) -> pb.DecommissionNodeResponse:
         return await self.decommission.decommission_node(request, context)
+
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteRecordsResponse:
+        return await self.records.delete_records(request, context)

@@ -25,6 +25,7 @@ from tidelog.node.replicas.transport import Outgoing
 from tidelog.replication import NotLeaderError
 from tidelog.storage.cleaner import LogCleaner
 from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
 
 _ANNOUNCE_EVERY_S = 0.2
 #: Every announcement names every partition led here this often; in between, only those whose
@@ -61,9 +62,12 @@ class Housekeeping:
         #: Per compacted partition, where its closed segments ended at its last cleaner pass,
         #: and when that was (ms): see `_retention_pass`.
         self._cleaned: dict[TopicPartition, tuple[int, int]] = {}
-        #: What each peer was last told of the partitions led here: tp -> (epoch, isr).
-        self._announced: dict[int, dict[TopicPartition, tuple[int, list[int]]]] = {}
+        #: What each peer was last told of the partitions led here: tp -> (epoch, isr, log
+        #: start offset).
+        self._announced: dict[int, dict[TopicPartition, tuple[int, list[int], int]]] = {}
         self._announced_all_at = 0.0
+        #: The moves of followers' log start offsets under way (`follow_log_starts`).
+        self._following: set[asyncio.Task[None]] = set()
         #: What each log held at its last checkpoint (`_state`), in the order of those
         #: checkpoints, the oldest first.
         self._checkpointed: dict[PartitionReplica, tuple[int, int, int]] = {}
@@ -93,16 +97,18 @@ class Housekeeping:
                 self.replicas.storage_failed(replica, exc)
 
     def _announce_leadership(self) -> None:
-        """Tell every peer which partitions this node leads, so any node answers Metadata:
-        what changed since the last announcement (only replicas whose cores are awake can
-        change, apart from the liveness of their followers), and everything now and then."""
+        """Tell every peer which partitions this node leads, so any node answers Metadata, and
+        where their logs start, so the followers' do too (`follow_log_starts`): what changed
+        since the last announcement (only replicas whose cores are awake can change, apart
+        from the liveness of their followers and a DeleteRecords on a quiet partition, which
+        the next full announcement carries), and everything now and then."""
         now = time.monotonic()
         full = now - self._announced_all_at >= _ANNOUNCE_ALL_EVERY_S
         if full:
             self._announced_all_at = now
         candidates = self.replicas.partitions.values() if full else self.replicas.awake()
         lag_max_ms = self.config.replica_lag_max_ms
-        led = [(r.tp, (r.leader_epoch, r.in_sync_replicas(lag_max_ms)))
+        led = [(r.tp, (r.leader_epoch, r.in_sync_replicas(lag_max_ms), r.log.log_start_offset))
                for r in candidates if r.is_leader]
         for peer_id, link in self.replicas.links.items():
             told = self._announced.setdefault(peer_id, {})
@@ -111,10 +117,44 @@ class Housekeeping:
             for tp, state in led:
                 if full or told.get(tp) != state:
                     told[tp] = state
-                    outgoing.announce(tp, state[0], state[1])
+                    outgoing.announce(tp, *state)
                     sent = True
             if sent:
                 link.send(outgoing)
+
+    def follow_log_starts(
+        self, src: int, announcements: Iterable[rpb.LeaderAnnouncement]
+    ) -> None:
+        """The log start offsets node `src` announced for partitions it leads (DeleteRecords
+        moves them): each follower here of that leader at that epoch moves its own log start
+        up to it, as far as its high watermark, as Kafka's follower takes its leader's from
+        every fetch answer. The move writes the log's checkpoint, on the disk thread."""
+        starts: dict[PartitionReplica, int] = {}
+        for announcement in announcements:
+            start = announcement.log_start_offset
+            replica = self.replicas.partitions.get(
+                TopicPartition(announcement.group.topic, announcement.group.partition))
+            if (replica is not None and not replica.is_leader
+                    and replica.tp != self._controller_tp  # its start is the controller's
+                    and replica.core.leader_id == src
+                    and replica.leader_epoch == announcement.epoch
+                    and start > replica.log.log_start_offset):
+                starts[replica] = start
+        if starts:
+            task = asyncio.create_task(self._follow(starts))
+            self._following.add(task)
+            task.add_done_callback(self._following.discard)
+
+    async def _follow(self, starts: dict[PartitionReplica, int]) -> None:
+        def follow(replica: PartitionReplica) -> None:
+            log_ = replica.log
+            if log_.maybe_increment_log_start_offset(min(starts[replica], log_.high_watermark)):
+                log_.checkpoint()
+
+        failed = await asyncio.get_running_loop().run_in_executor(
+            self.replicas.disk, lambda: self._each_log(follow, list(starts), side_by_side=False))
+        for replica, exc in failed:
+            self.replicas.storage_failed(replica, exc)
 
     def _prefer_preferred_leaders(self) -> None:
         """Hand leadership back to a partition's preferred (first) replica once it is in sync,

@@ -147,10 +147,12 @@ class Outgoing:
         self._make_room(size)
         add_message(self.env, self.payload, tp, m)
 
-    def announce(self, tp: TopicPartition, epoch: int, isr: list[int]) -> None:
-        """That this node leads `tp` at `epoch` with these in-sync replicas."""
+    def announce(self, tp: TopicPartition, epoch: int, isr: list[int], log_start: int) -> None:
+        """That this node leads `tp` at `epoch` with these in-sync replicas, and its log
+        starts at `log_start` (which the followers follow)."""
         self._make_room(len(tp.topic) + _ITEM_ROOM + _ISR_ROOM * len(isr))
-        self.env.leaders.add(group=_group(tp), epoch=epoch, isr=isr)
+        self.env.leaders.add(group=_group(tp), epoch=epoch, isr=isr,
+                             log_start_offset=log_start)
 
     def offline(self, tp: TopicPartition) -> None:
         """That this node's replica of `tp` is out of service (node liveness)."""

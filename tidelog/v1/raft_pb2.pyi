@@ -143,14 +143,16 @@ class PartitionHeartbeat(_message.Message):
     def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., term: _Optional[int] = ..., response: _Optional[bool] = ..., leader_hw: _Optional[int] = ..., read_ctx: _Optional[int] = ..., quiesce: _Optional[bool] = ...) -> None: ...
 
 class LeaderAnnouncement(_message.Message):
-    __slots__ = ("group", "epoch", "isr")
+    __slots__ = ("group", "epoch", "isr", "log_start_offset")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     group: GroupId
     epoch: int
     isr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
+    log_start_offset: int
+    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
 
 class StreamSummary(_message.Message):
     __slots__ = ("envelopes",)

@@ -196,6 +196,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DeleteRecords',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -452,6 +457,16 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """Deletes the records of partitions below an offset (Kafka's api 21), at each partition's
+        leader; needs DELETE on each topic. The leader moves its log start offset there (the
+        segments below it go with the next retention pass); its followers take the new log
+        start offset from its leadership announcements.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -614,6 +629,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.DecommissionNode,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1482,6 +1502,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/DecommissionNode',
             tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.DecommissionNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DeleteRecords',
+            tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,
