@@ -215,7 +215,7 @@ def test_committed_offsets_survive_a_coordinator_kill(fresh_cluster: LocalCluste
         client.consumer(group_id="oc-kill-g", enable_auto_commit=False).commit(offsets)
         consumer = patient.consumer(group_id="oc-kill-g", enable_auto_commit=False)
         assert consumer.committed(tps) == offsets
-        coordinator = patient.coordinators.cached("oc-kill-g")
+        coordinator = patient.connections.coordinators.cached("oc-kill-g")
         assert coordinator is not None
         fresh_cluster.kill(coordinator)
         with ThreadPoolExecutor(1) as pool:
@@ -223,7 +223,7 @@ def test_committed_offsets_survive_a_coordinator_kill(fresh_cluster: LocalCluste
             wait_for(committed.done, timeout=12,
                      what="the committed offsets, long before a 16 s backoff ends")
         assert committed.result() == offsets
-        assert patient.coordinators.cached("oc-kill-g") not in (None, coordinator)
+        assert patient.connections.coordinators.cached("oc-kill-g") not in (None, coordinator)
         consumer.commit({tps[0]: OffsetAndMetadata(50)})
         assert client.admin.list_consumer_group_offsets("oc-kill-g")[tps[0]].offset == 50
 
