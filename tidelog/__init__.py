@@ -27,6 +27,7 @@ from tidelog.types import (
 if TYPE_CHECKING:
     from tidelog.admin import AdminClient, ClusterDescription
     from tidelog.client import Client
+    from tidelog.configs import NewTopic
     from tidelog.connections import ClientConfig
     from tidelog.consumer import Consumer, ConsumerConfig
     from tidelog.membership import ConsumerGroupDescription, ConsumerRebalanceListener
@@ -45,6 +46,7 @@ _LAZY = {
     "ConsumerConfig": "tidelog.consumer",
     "ConsumerGroupDescription": "tidelog.membership",
     "ConsumerRebalanceListener": "tidelog.membership",
+    "NewTopic": "tidelog.configs",
     "PartitionInfo": "tidelog.metadata",
     "TopicInfo": "tidelog.metadata",
     "Producer": "tidelog.producer",
@@ -69,6 +71,7 @@ __all__ = [
     "GroupListing",
     "IsolationLevel",
     "ListOffsetsResult",
+    "NewTopic",
     "NodeUnavailableError",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",

@@ -12,6 +12,7 @@ partition's lookup to its leader. Every call has an overall deadline (the client
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from tidelog.configs import (
     ConfigResource,
     ConfigResourceType,
     NewPartitions,
+    NewTopic,
 )
 from tidelog.connections import Attempts, ClientConfig, Connections
 from tidelog.coordinated import check_group_id, checked_offsets
@@ -57,6 +59,7 @@ from tidelog.types import (
     OffsetAndMetadata,
     OffsetSpec,
     TopicPartition,
+    checked_topics,
 )
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -104,7 +107,8 @@ class AdminClient:
     """Admin operations on a cluster; safe to share between threads."""
 
     def __init__(
-        self, bootstrap: str | Sequence[str], request_timeout_ms: int = 30_000, **options: Any
+        self, bootstrap: str | Sequence[str] | None = None, request_timeout_ms: int = 30_000,
+        **options: Any,
     ) -> None:
         """`bootstrap` and `options` as `Client` takes them (``ClientConfig.of``)."""
         self._bind(Connections(ClientConfig.of(bootstrap, request_timeout_ms, **options)), True)
@@ -180,11 +184,27 @@ class AdminClient:
         """Create a topic and return once every partition has a leader and in-sync replicas
         known to every node, so the next produce or lookup needs no election-wait of its own
         and a describe shows the ISR. `partitions` -1 means the nodes' num.partitions (as
-        Kafka's CreateTopics); `replication_factor` None means min(3, number of nodes)."""
+        Kafka's CreateTopics); `replication_factor` None (or -1) means min(3, number of
+        nodes). Every argument is checked here: a wrong one is a ConfigurationError."""
+        name = _checked_topic(name)
+        if not _is_int(partitions) or not (partitions >= 1 or partitions == -1):
+            raise ConfigurationError(
+                f"topic {name!r}: partitions must be an int >= 1 (or -1: the nodes' default), "
+                f"got {partitions!r:.80}"
+            )
+        if replication_factor == -1:
+            replication_factor = None
+        if replication_factor is not None and (
+            not _is_int(replication_factor) or replication_factor < 1
+        ):
+            raise ConfigurationError(
+                f"topic {name!r}: replication_factor must be an int >= 1 (or None / -1: the "
+                f"default), got {replication_factor!r:.80}"
+            )
+        configs = _checked_configs(name, config)
         deadline = self._conn.deadline(timeout_ms)
         self._metadata.ensure(deadline)
         factor = replication_factor or min(3, len(self._metadata.cluster.nodes()))
-        configs = {k: str(v) for k, v in (config or {}).items()}
         self._topic_change(
             "CreateTopics",
             name,
@@ -241,10 +261,55 @@ class AdminClient:
         topics = fresh_topics(self._conn, deadline)
         if names is None:
             return topics
-        names = list(names)
         self._metadata.check_described(names, deadline)
         out: dict[str, TopicInfo] = {}
+    def create_topics(
+        self, new_topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+    ) -> None:
+        """kafka-python's ``create_topics([NewTopic(name, num_partitions, replication_factor,
+        topic_configs=...)])``: each topic as `create_topic` creates it, every one tried (one
+        that exists does not keep the others from being created); then the first error is
+        raised, naming its topic. `timeout_ms` bounds each topic's creation."""
+        if isinstance(new_topics, NewTopic) or not isinstance(new_topics, list | tuple):
+            raise ConfigurationError(
+                f"create_topics() takes a list of NewTopic, got {new_topics!r:.80}"
+            )
+        for topic in new_topics:
+            if not isinstance(topic, NewTopic):
+                raise ConfigurationError(f"create_topics(): expected a NewTopic, got {topic!r:.80}")
+            if topic.replica_assignments is not None:
+                raise ConfigurationError(
+                    f"topic {topic.name!r}: replica_assignments are not taken; Tidelog places "
+                    "the replicas (alter_partition_reassignments moves them afterwards)"
+                )
+        self._each([
+            functools.partial(self.create_topic, t.name, t.num_partitions, t.replication_factor,
+                              t.topic_configs, timeout_ms=timeout_ms)
+            for t in new_topics
+        ])
+
+    def delete_topics(self, topics: Sequence[str], *, timeout_ms: int | None = None) -> None:
+        """kafka-python's ``delete_topics([name, ...])``: each as `delete_topic` deletes it,
+        every one tried; then the first error is raised, naming its topic."""
+        names = checked_topics(topics, "delete_topics")
+        self._each([functools.partial(self.delete_topic, name, timeout_ms=timeout_ms)
+                    for name in names])
+
+    @staticmethod
+    def _each(calls: Sequence[Callable[[], None]]) -> None:
+        """Make every call, then raise the first error (a Tidelog error: the others would
+        have been raised before any call)."""
+        first: TidelogError | None = None
+        for call in calls:
+            try:
+                call()
+            except TidelogError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
         for name in names:
+        name = _checked_topic(name)
             info = topics.get(name)
             if info is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -261,6 +326,8 @@ class AdminClient:
         return ClusterDescription(cluster.nodes(), cluster.controller_id)
 
     # ---- partitions and configs ------------------------------------------------------------
+        if names is not None:
+            names = checked_topics(names, "describe_topics")
 
     def create_partitions(
         self,
@@ -279,6 +346,23 @@ class AdminClient:
             for name, new in topic_partitions.items()
         }
         counts = {name: new.total_count for name, new in remaining.items()}
+    def topics(self, *, timeout_ms: int | None = None) -> set[str]:
+        """The names of the topics, but the internal ones, as a set (kafka-python's
+        ``topics()``)."""
+        return set(self.list_topics(timeout_ms=timeout_ms))
+
+    def partitions_for_topic(self, topic: str, *, timeout_ms: int | None = None) -> set[int] | None:
+        """The topic's partition ids, from metadata fetched now; None for a topic that does
+        not exist (kafka-python's ``partitions_for_topic``)."""
+        topic = _checked_topic(topic)
+        info = fresh_topics(self._conn, self._conn.deadline(timeout_ms)).get(topic)
+        return None if info is None else set(range(len(info.partitions)))
+
+    def metrics(self) -> dict[str, dict[str, float | int | str]]:
+        """The client-side figures of the connections this admin client uses, grouped as
+        kafka-python's ``metrics()`` gives them ({group: {name: value}})."""
+        return {"client-metrics": self._conn.metrics()}
+
         deadline = self._conn.deadline(timeout_ms)
         state = Attempts(self._metadata.cluster.version)
         attempts = 0

@@ -90,6 +90,12 @@ class Client:
         """How many Metadata refreshes this client made (concurrent requests share one)."""
         return self.connections.metadata.refreshes
 
+    def metrics(self) -> dict[str, dict[str, float | int | str]]:
+        """The client-side figures of the connections, grouped as kafka-python's
+        ``metrics()`` gives them ({group: {name: value}}); a producer's and a consumer's
+        ``metrics()`` add their own."""
+        return {"client-metrics": self.connections.metrics()}
+
     # ---- the admin calls of the first steps (the others: client.admin) ---------------------
 
     def create_topic(

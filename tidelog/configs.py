@@ -42,6 +42,19 @@ class NewPartitions(NamedTuple):
     new_assignments: list[list[int]] | None = None
 
 
+class NewTopic(NamedTuple):
+    """A topic to create (kafka-python's ``NewTopic``, in its order): -1 partitions is the
+    nodes' num.partitions, -1 replicas min(3, the number of nodes); `topic_configs` are the
+    topic's configs by Kafka's names ("retention.ms": "3600000"). Tidelog places the
+    replicas itself: `replica_assignments` must stay None."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    replica_assignments: dict[int, list[int]] | None = None
+    topic_configs: dict[str, str] | None = None
+
+
 class ConfigSource(IntEnum):
     """Where a described value comes from, Kafka's DescribeConfigs codes, most specific first."""
 

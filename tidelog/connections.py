@@ -160,7 +160,14 @@ class Connections:
         }
 
     def deadline(self, timeout_ms: float | None = None) -> Deadline:
-        """A call's overall deadline: `timeout_ms`, else the configured request timeout."""
+        """A call's overall deadline: `timeout_ms`, else the configured request timeout. A
+        `timeout_ms` that is no number >= 0 is a ConfigurationError, raised before the call."""
+        if timeout_ms is not None and (
+            not isinstance(timeout_ms, int | float) or isinstance(timeout_ms, bool)
+            or not timeout_ms >= 0
+        ):
+            raise ConfigurationError(f"timeout_ms must be a number >= 0 or None, got "
+                                     f"{timeout_ms!r:.80}")
         return Deadline(self.config.request_timeout_ms if timeout_ms is None else timeout_ms)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

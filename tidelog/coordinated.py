@@ -40,7 +40,7 @@ from tidelog.errors import (
     UnknownServerError,
 )
 from tidelog.retry import Backoff, Deadline, RetryAtOnce, call_with_retry_async, leader_poll_s
-from tidelog.types import OffsetAndMetadata, TopicPartition
+from tidelog.types import OffsetAndMetadata, TopicPartition, checked_partition
 
 if TYPE_CHECKING:
     from tidelog.metadata import MetadataSource
@@ -292,10 +292,7 @@ def checked_offsets(
         )
     out: dict[TopicPartition, OffsetAndMetadata] = {}
     for tp, value in offsets.items():
-        if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str)
-                and isinstance(tp[1], int) and tp[1] >= 0):
-            raise ConfigurationError(f"expected a TopicPartition(topic, partition), got {tp!r}")
-        tp = TopicPartition(*tp)
+        tp = checked_partition(tp)
         if not isinstance(value, OffsetAndMetadata):
             raise ConfigurationError(
                 f"{tp}: expected OffsetAndMetadata(offset, metadata), got {value!r}"

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidelog import wire
+from tidelog.errors import ConfigurationError
 from tidelog.metadata import TopicInfo
 from tidelog.partitioned import PartitionedRequest
 from tidelog.retry import Deadline, call_with_retry
@@ -17,6 +18,7 @@ from tidelog.types import (
     ListOffsetsResult,
     OffsetSpec,
     TopicPartition,
+    checked_partition,
 )
 
 if TYPE_CHECKING:
@@ -32,10 +34,22 @@ def list_offsets(
 ) -> dict[TopicPartition, ListOffsetsResult]:
     """ListOffsets per contract §6, a spec or a timestamp per partition; "nothing found" is
     ListOffsetsResult(-1, -1, -1)."""
-    timestamps = {
-        TopicPartition(*tp): s.timestamp if isinstance(s, OffsetSpec) else int(s)
-        for tp, s in specs.items()
-    }
+    if not isinstance(specs, Mapping):
+        raise ConfigurationError(
+            f"list_offsets() takes a mapping of TopicPartition to OffsetSpec or timestamp, got "
+            f"{specs!r:.80}"
+        )
+    timestamps: dict[TopicPartition, int] = {}
+    for tp, spec in specs.items():
+        tp = checked_partition(tp)
+        if isinstance(spec, OffsetSpec):
+            timestamps[tp] = spec.timestamp
+        elif isinstance(spec, int) and not isinstance(spec, bool):
+            timestamps[tp] = spec
+        else:
+            raise ConfigurationError(
+                f"{tp}: expected an OffsetSpec or a timestamp (int ms), got {spec!r:.80}"
+            )
     return lookup_offsets(connections, "ListOffsets", timestamps, 0,
                           IsolationLevel.parse(isolation_level), replica_id, deadline)
 

@@ -28,6 +28,52 @@ class TopicPartition(NamedTuple):
         return f"{self.topic}-{self.partition}"
 
 
+def checked_partition(tp: object) -> TopicPartition:
+    """`tp` as a TopicPartition: a (topic, partition) pair of a non-empty str and an int >= 0,
+    checked where an application hands it in, or a ConfigurationError naming it."""
+    if isinstance(tp, tuple) and len(tp) == 2:
+        topic, partition = tp
+        if (type(topic) is str and topic and isinstance(partition, int)
+                and not isinstance(partition, bool) and partition >= 0):
+            return tp if type(tp) is TopicPartition else TopicPartition(topic, partition)
+        if isinstance(partition, int) and not isinstance(partition, bool) and partition < 0:
+            raise ConfigurationError(
+                f"invalid TopicPartition({topic!r}, {partition}): partitions are numbered from 0"
+            )
+    raise ConfigurationError(
+        f"expected a TopicPartition(topic: str, partition: int), got {tp!r:.80}"
+    )
+
+
+def checked_partitions(partitions: object, call: str) -> list[TopicPartition]:
+    """A collection of TopicPartitions, each checked (`checked_partition`); `call` names the
+    method in the error. A lone TopicPartition or a str is refused: iterating either would
+    read its parts as partitions."""
+    if isinstance(partitions, str | bytes | TopicPartition) or not isinstance(
+        partitions, list | tuple | set | frozenset | dict | type({}.keys())
+    ):
+        raise ConfigurationError(
+            f"{call}() takes a list of TopicPartition, got {partitions!r:.80}"
+        )
+    return [checked_partition(tp) for tp in partitions]
+
+
+def checked_topics(topics: object, call: str) -> list[str]:
+    """A collection of topic names (non-empty str each); a lone str is refused, as iterating
+    it would read its letters as topics."""
+    if isinstance(topics, str | bytes) or not isinstance(
+        topics, list | tuple | set | frozenset | dict | type({}.keys())
+    ):
+        raise ConfigurationError(f"{call}() takes a list of topic names, got {topics!r:.80}")
+    out = list(topics)
+    for topic in out:
+        if type(topic) is not str or not topic:
+            raise ConfigurationError(
+                f"{call}(): a topic name is a non-empty str, got {topic!r:.80}"
+            )
+    return out
+
+
 class IsolationLevel(IntEnum):
     READ_UNCOMMITTED = 0
     READ_COMMITTED = 1
