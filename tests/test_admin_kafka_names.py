@@ -21,11 +21,11 @@ EXISTING = "admin-names"
 
 @pytest.fixture(scope="module")
 def admin() -> Iterator[AdminClient]:
-    with LocalCluster(1) as cluster:
-        with AdminClient(bootstrap_servers=cluster.bootstrap.split(","),
-                         client_id="admin-names") as client:
-            client.create_topic(EXISTING)
-            yield client
+    with (LocalCluster(1) as cluster,
+          AdminClient(bootstrap_servers=cluster.bootstrap.split(","),
+                      client_id="admin-names") as client):
+        client.create_topic(EXISTING)
+        yield client
 
 
 def test_create_topics_delete_topics_and_the_lookups(admin: AdminClient) -> None:

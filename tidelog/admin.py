@@ -240,29 +240,6 @@ class AdminClient:
         call_with_retry(served, what=f"leaders of {', '.join(map(repr, counts))}",
                         deadline=deadline, backoff=self._conn.backoff)
 
-    def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
-        deadline = self._conn.deadline(timeout_ms)
-        self._topic_change(
-            "DeleteTopics",
-            name,
-            lambda: wire.delete_topics_request([name], int(deadline.attempt_s() * 1000)),
-            UnknownTopicOrPartitionError,
-            deadline,
-        )
-        self._metadata.refresh(deadline)
-
-    def describe_topics(
-        self, names: Iterable[str] | None = None, *, timeout_ms: int | None = None
-    ) -> dict[str, TopicInfo]:
-        """Fresh metadata of the named topics (all when None); an unknown name raises
-        UNKNOWN_TOPIC_OR_PARTITION, and one this client may not DESCRIBE the authorization
-        error (TOPIC_AUTHORIZATION_FAILED), as Kafka's admin client says."""
-        deadline = self._conn.deadline(timeout_ms)
-        topics = fresh_topics(self._conn, deadline)
-        if names is None:
-            return topics
-        self._metadata.check_described(names, deadline)
-        out: dict[str, TopicInfo] = {}
     def create_topics(
         self, new_topics: Sequence[NewTopic], *, timeout_ms: int | None = None
     ) -> None:
@@ -308,8 +285,33 @@ class AdminClient:
         if first is not None:
             raise first
 
-        for name in names:
+    def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
         name = _checked_topic(name)
+        deadline = self._conn.deadline(timeout_ms)
+        self._topic_change(
+            "DeleteTopics",
+            name,
+            lambda: wire.delete_topics_request([name], int(deadline.attempt_s() * 1000)),
+            UnknownTopicOrPartitionError,
+            deadline,
+        )
+        self._metadata.refresh(deadline)
+
+    def describe_topics(
+        self, names: Iterable[str] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[str, TopicInfo]:
+        """Fresh metadata of the named topics (all when None); an unknown name raises
+        UNKNOWN_TOPIC_OR_PARTITION, and one this client may not DESCRIBE the authorization
+        error (TOPIC_AUTHORIZATION_FAILED), as Kafka's admin client says."""
+        if names is not None:
+            names = checked_topics(names, "describe_topics")
+        deadline = self._conn.deadline(timeout_ms)
+        topics = fresh_topics(self._conn, deadline)
+        if names is None:
+            return topics
+        self._metadata.check_described(names, deadline)
+        out: dict[str, TopicInfo] = {}
+        for name in names:
             info = topics.get(name)
             if info is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -320,14 +322,29 @@ class AdminClient:
         """The names of the topics, but the internal ones."""
         return topic_names(self._conn, self._conn.deadline(timeout_ms))
 
+    def topics(self, *, timeout_ms: int | None = None) -> set[str]:
+        """The names of the topics, but the internal ones, as a set (kafka-python's
+        ``topics()``)."""
+        return set(self.list_topics(timeout_ms=timeout_ms))
+
+    def partitions_for_topic(self, topic: str, *, timeout_ms: int | None = None) -> set[int] | None:
+        """The topic's partition ids, from metadata fetched now; None for a topic that does
+        not exist (kafka-python's ``partitions_for_topic``)."""
+        topic = _checked_topic(topic)
+        info = fresh_topics(self._conn, self._conn.deadline(timeout_ms)).get(topic)
+        return None if info is None else set(range(len(info.partitions)))
+
+    def metrics(self) -> dict[str, dict[str, float | int | str]]:
+        """The client-side figures of the connections this admin client uses, grouped as
+        kafka-python's ``metrics()`` gives them ({group: {name: value}})."""
+        return {"client-metrics": self._conn.metrics()}
+
     def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
         fresh_topics(self._conn, self._conn.deadline(timeout_ms))
         cluster = self._metadata.cluster
         return ClusterDescription(cluster.nodes(), cluster.controller_id)
 
     # ---- partitions and configs ------------------------------------------------------------
-        if names is not None:
-            names = checked_topics(names, "describe_topics")
 
     def create_partitions(
         self,
@@ -346,23 +363,6 @@ class AdminClient:
             for name, new in topic_partitions.items()
         }
         counts = {name: new.total_count for name, new in remaining.items()}
-    def topics(self, *, timeout_ms: int | None = None) -> set[str]:
-        """The names of the topics, but the internal ones, as a set (kafka-python's
-        ``topics()``)."""
-        return set(self.list_topics(timeout_ms=timeout_ms))
-
-    def partitions_for_topic(self, topic: str, *, timeout_ms: int | None = None) -> set[int] | None:
-        """The topic's partition ids, from metadata fetched now; None for a topic that does
-        not exist (kafka-python's ``partitions_for_topic``)."""
-        topic = _checked_topic(topic)
-        info = fresh_topics(self._conn, self._conn.deadline(timeout_ms)).get(topic)
-        return None if info is None else set(range(len(info.partitions)))
-
-    def metrics(self) -> dict[str, dict[str, float | int | str]]:
-        """The client-side figures of the connections this admin client uses, grouped as
-        kafka-python's ``metrics()`` gives them ({group: {name: value}})."""
-        return {"client-metrics": self._conn.metrics()}
-
         deadline = self._conn.deadline(timeout_ms)
         state = Attempts(self._metadata.cluster.version)
         attempts = 0
