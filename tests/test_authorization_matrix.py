@@ -255,6 +255,8 @@ def _requests() -> dict[str, Callable[[], Message]]:
             topic=GRANTED, partition=0, producer_id=987_654, producer_epoch=0),
         "DeleteRecords": lambda: pb.DeleteRecordsRequest(topics=[pb.DeleteRecordsTopic(
             name=GRANTED, partitions=[pb.DeleteRecordsPartition(partition=0, offset=0)])]),
+        "DescribeLogDirs": lambda: pb.DescribeLogDirsRequest(
+            topics=[pb.TopicPartitions(topic=GRANTED)]),
         # The node-to-node service: what each call asks is refused or harmless.
         "RegisterNode": lambda: raft_pb2.RegisterNodeRequest(
             node_id=99, incarnation="not-an-incarnation"),

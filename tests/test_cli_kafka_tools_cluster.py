@@ -1,7 +1,8 @@
 """Kafka's operator tools and flags on a real cluster: kafka-consumer-groups' --all-groups,
 --all-topics, --to-current, --by-duration, --from-file, --export, --delete-offsets,
 --members and --state; kafka-delete-records (and the admin client's delete_records), each
-replica's log start offset moved; and kafka-topics' --under-replicated-partitions and
+replica's log start offset moved; kafka-log-dirs --describe (and describe_log_dirs); and
+kafka-topics' --under-replicated-partitions and
 --unavailable-partitions (the node stopped for them is the module's last test)."""
 
 from __future__ import annotations
@@ -272,6 +273,49 @@ def test_delete_records_moves_the_log_start_of_every_replica(
         assert main(["delete-records", *args, "--bootstrap", cluster.bootstrap]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, (args, err)
+
+
+def test_log_dirs_describe_sizes_per_partition_and_node(
+    cluster: LocalCluster, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _produce(client, "kt-dirs", 2, 30)
+    nodes = sorted(client.admin.describe_cluster().nodes)
+
+    # Kafka's JSON: every node, its one directory, the topic's replicas with their sizes
+    # (every replica holds the 30 records of each partition once the followers caught up).
+    def described() -> dict[int, dict[str, int]]:
+        out = run(capsys, cluster, "log-dirs", "--describe", "--topic-list", "kt-dirs")
+        document = json.loads(out)
+        assert document["version"] == 1
+        return {broker["broker"]: {p["partition"]: p["size"]
+                                   for d in broker["logDirs"] for p in d["partitions"]}
+                for broker in document["brokers"]}
+
+    def alike() -> dict[int, dict[str, int]] | None:
+        got = described()
+        return got if len({tuple(sorted(v.items())) for v in got.values()}) == 1 else None
+
+    sizes = wait_for(alike, timeout=30, what="every replica of kt-dirs the same size")
+    assert sorted(sizes) == nodes
+    assert set(sizes[nodes[0]]) == {"kt-dirs-0", "kt-dirs-1"}
+    assert all(size > 30 for size in sizes[nodes[0]].values())
+
+    dirs = client.admin.describe_log_dirs([nodes[0]], ["kt-dirs"])
+    [(path, description)] = dirs[nodes[0]].items()
+    assert Path(path).is_absolute(), path
+    assert description.error is None and description.total_bytes >= description.usable_bytes > 0
+    assert {tp: info.size for tp, info in description.replica_infos.items()} == {
+        TopicPartition("kt-dirs", p): sizes[nodes[0]][f"kt-dirs-{p}"] for p in (0, 1)}
+
+    out = run(capsys, cluster, "log-dirs", "--describe", "--broker-list", str(nodes[1]),
+              "--topic-list", "kt-dirs", "--table")
+    assert rows(out)[0] == ["NODE", "LOG-DIR", "TOPIC", "PARTITION", "SIZE", "OFFSET-LAG"]
+    assert {(row[0], row[2], row[3]) for row in rows(out)[1:]} == {
+        (str(nodes[1]), "kt-dirs", "0"), (str(nodes[1]), "kt-dirs", "1")}
+    capsys.readouterr()
+    assert main(["log-dirs", "--describe", "--broker-list", "1,x",
+                 "--bootstrap", cluster.bootstrap]) == 2
+    assert "--broker-list '1,x'" in capsys.readouterr().err
 
 
 def test_topic_describe_under_replicated_and_unavailable_partitions(

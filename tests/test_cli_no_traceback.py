@@ -172,6 +172,7 @@ def piped(cluster: LocalCluster) -> dict[tuple[str, ...], list[str]]:
                                        *b],
         ("delete-records",): ["delete-records", "--topic", "events", "--partition", "1",
                               "--offset", "0", *b],
+        ("log-dirs",): ["log-dirs", "--describe", *b],
         ("acls", "add"): ["acls", "add", "--topic", "events", "--allow-principal", "User:a",
                           "--operation", "Read", *b],
         ("acls", "list"): ["acls", "list", *b],

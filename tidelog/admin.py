@@ -92,6 +92,30 @@ class TransactionDescription:
 
 
 @dataclass(frozen=True)
+class ReplicaInfo:
+    """One replica in a log directory (Kafka's ReplicaInfo)."""
+
+    #: The bytes of its segment files.
+    size: int
+    #: How far its log end is below its high watermark (0: it holds every committed record).
+    offset_lag: int
+
+
+@dataclass(frozen=True)
+class LogDirDescription:
+    """One log directory of a node (Kafka's LogDirDescription)."""
+
+    #: None, or why the directory cannot be described (KAFKA_STORAGE_ERROR).
+    error: TidelogError | None
+    #: The replicas in it.
+    replica_infos: dict[TopicPartition, ReplicaInfo]
+    #: The size of the file system that holds it, in bytes; -1 when unknown.
+    total_bytes: int
+    #: The bytes of that file system the node may still use; -1 when unknown.
+    usable_bytes: int
+
+
+@dataclass(frozen=True)
 class ProducerInfo:
     producer_id: int
     producer_epoch: int
@@ -737,6 +761,51 @@ class AdminClient:
             if error is not None:
                 raise error
         return {tp: done[tp] for tp in wanted}
+
+    def describe_log_dirs(
+        self, node_ids: Iterable[int] | None = None, topics: Iterable[str] | None = None, *,
+        timeout_ms: int | None = None,
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        """Each node's log directories by path, with the size of each replica there (Kafka's
+        DescribeLogDirs, asked of every node given, all those in metadata by default; needs
+        DESCRIBE on the cluster); `topics` keeps only those topics' replicas. A node that does
+        not answer is waited for until the deadline, as Kafka's admin client does."""
+        if isinstance(topics, str):
+            raise ConfigurationError("describe_log_dirs takes a list of topics")
+        deadline = self._conn.deadline(timeout_ms)
+        request = pb.DescribeLogDirsRequest(
+            topics=[pb.TopicPartitions(topic=t) for t in dict.fromkeys(topics or ())])
+        self._metadata.ensure(deadline)
+        wanted = sorted(self._metadata.cluster.nodes() if node_ids is None
+                        else dict.fromkeys(node_ids))
+        found: dict[int, dict[str, LogDirDescription]] = {}
+
+        def attempt() -> None:
+            asked = [n for n in wanted if n not in found]
+            for node_id in asked:
+                if self._metadata.cluster.address_of(node_id) is None:
+                    raise InvalidRequestError(f"no node {node_id} in the cluster's metadata")
+            answers = self._conn.run(_gather(
+                self._conn.transport.call(node_id, "DescribeLogDirs", request,
+                                          deadline.attempt_s()) for node_id in asked))
+            for node_id, answer in zip(asked, answers, strict=True):
+                if isinstance(answer, TidelogError):
+                    raise answer
+                if answer.error_code:
+                    raise wire.error_for(answer.error_code, answer.error_message,
+                                         f"DescribeLogDirs on node {node_id}")
+                found[node_id] = {
+                    d.log_dir: LogDirDescription(
+                        for_code(d.error_code)(f"log directory {d.log_dir} of node {node_id}")
+                        if d.error_code else None,
+                        {TopicPartition(t.name, p.partition): ReplicaInfo(p.size, p.offset_lag)
+                         for t in d.topics for p in t.partitions},
+                        d.total_bytes, d.usable_bytes)
+                    for d in answer.results}
+
+        call_with_retry(attempt, what="DescribeLogDirs", deadline=deadline,
+                        backoff=self._conn.backoff)
+        return {node_id: found[node_id] for node_id in wanted}
 
     # ---- offsets ---------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "groups": ("groups", "list, describe, reset the offsets of, or delete consumer groups"),
     "delete-records": ("delete_records", "delete the records of partitions below an offset "
                        "(kafka-delete-records' flags and file)"),
+    "log-dirs": ("log_dirs", "each node's log directory and replica sizes (kafka-log-dirs' "
+                 "flags and JSON)"),
     "acls": ("acls", "add, list or remove ACLs (kafka-acls' flags)"),
     "reassign": ("reassign", "move partition replicas between nodes "
                  "(kafka-reassign-partitions' flags and files)"),

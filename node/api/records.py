@@ -1,4 +1,5 @@
-"""The logs' own admin requests: DeleteRecords, answered by each partition's leader here.
+"""The logs' own admin requests: DeleteRecords, answered by each partition's leader here, and
+DescribeLogDirs, answered by every node for the replicas it holds.
 
 DeleteRecords (Kafka's api 21, kafka-mapping §5.9) moves the leader's log start offset up to
 the offset asked (-1: the high watermark), never above the high watermark and never back.
@@ -13,11 +14,16 @@ for the lowest log start offset of its replicas, its low watermark, which needs 
 report theirs): if the leader fails after its answer and before its next announcement reaches
 the follower elected next, that new leader still serves the deleted records, until retention
 removes them. The answer's low watermark is the leader's log start offset.
+
+DescribeLogDirs (Kafka's api 35) names the node's one log directory, its data.dir, with the
+size of the file system under it and the bytes of each replica's segment files, read on the
+disk thread, which is the only writer of every log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable
 
 import grpc
@@ -26,7 +32,8 @@ from tidelog import errors
 from tidelog.acl import Operation, ResourceType
 from tidelog.coordinator.controller import INTERNAL_TOPICS
 from tidelog.node.api.authorization import Authorization
-from tidelog.node.api.rules import Answers, each_once, partitions_of
+from tidelog.node.api.rules import Answers, each_once, error_answer, partitions_of
+from tidelog.node.config import NodeConfig
 from tidelog.node.replicas.partition import PartitionReplica
 from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.types import TopicPartition
@@ -39,12 +46,14 @@ _TO_HIGH_WATERMARK = -1
 class RecordsApi:
     def __init__(
         self,
+        config: NodeConfig,
         replicas: ReplicaSet,
         authorization: Authorization,
         resolve_leader: Callable[[TopicPartition], PartitionReplica | errors.TidelogError],
     ) -> None:
         """`resolve_leader` is the data plane's: the replica here that leads a partition, or
         the error that says why none here may answer (NOT_LEADER_OR_FOLLOWER, ...)."""
+        self.config = config
         self.replicas = replicas
         self.authorization = authorization
         self._resolve_leader = resolve_leader
@@ -108,3 +117,40 @@ class RecordsApi:
             raise errors.KafkaStorageError(f"{tp}: the disk refused the new log start "
                                            f"offset ({exc})") from None
 
+    async def describe_log_dirs(
+        self, request: pb.DescribeLogDirsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeLogDirsResponse:
+        """This node's log directory and the replicas it holds there, those the request names
+        (all when it names none), each with its size; DESCRIBE on the cluster, else
+        CLUSTER_AUTHORIZATION_FAILED for the whole request."""
+        refused = self.authorization.caller_cluster_refused(context, Operation.DESCRIBE)
+        if refused is not None:
+            return error_answer(pb.DescribeLogDirsResponse, refused)
+        named = {t.topic: set(t.partitions) for t in request.topics}
+        # The registry is the loop's: the disk thread gets a snapshot of the replicas.
+        hosted = sorted(
+            (tp, replica) for tp, replica in self.replicas.partitions.items()
+            if not named or (tp.topic in named
+                             and (not named[tp.topic] or tp.partition in named[tp.topic])))
+        directory = self.config.data_dir.resolve()
+
+        def describe() -> pb.LogDirResult:
+            result = pb.LogDirResult(log_dir=str(directory), total_bytes=-1, usable_bytes=-1)
+            try:
+                usage = shutil.disk_usage(directory)
+            except OSError:
+                result.error_code = errors.KafkaStorageError.code
+                return result
+            result.total_bytes, result.usable_bytes = usage.total, usage.free
+            answers = Answers(result)
+            for tp, replica in hosted:
+                if replica.closed:
+                    continue
+                log = replica.log
+                answer = answers.add(tp)
+                answer.size = log.size
+                answer.offset_lag = max(log.high_watermark - log.log_end_offset, 0)
+            return result
+
+        result = await asyncio.get_running_loop().run_in_executor(self.replicas.disk, describe)
+        return pb.DescribeLogDirsResponse(results=[result])

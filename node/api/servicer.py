@@ -90,7 +90,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
             config, routing, controller, txn_topic, txns, forwarder, authorization, forward
         )
         self.txn_admin = TxnAdminApi(txns, authorization, self.data_plane.resolve_leader)
-        self.records = RecordsApi(replicas, authorization, self.data_plane.resolve_leader)
+        self.records = RecordsApi(
+            config, replicas, authorization, self.data_plane.resolve_leader)
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
@@ -258,3 +259,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteRecordsResponse:
         return await self.records.delete_records(request, context)
+
+    async def DescribeLogDirs(
+        self, request: pb.DescribeLogDirsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeLogDirsResponse:
+        return await self.records.describe_log_dirs(request, context)

@@ -1407,3 +1407,51 @@ class DeleteRecordsPartitionResult(_message.Message):
     error_code: int
     error_message: str
     def __init__(self, partition: _Optional[int] = ..., low_watermark: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class DescribeLogDirsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class DescribeLogDirsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "results")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    results: _containers.RepeatedCompositeFieldContainer[LogDirResult]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[LogDirResult, _Mapping]]] = ...) -> None: ...
+
+class LogDirResult(_message.Message):
+    __slots__ = ("error_code", "log_dir", "topics", "total_bytes", "usable_bytes")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    LOG_DIR_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    log_dir: str
+    topics: _containers.RepeatedCompositeFieldContainer[LogDirTopic]
+    total_bytes: int
+    usable_bytes: int
+    def __init__(self, error_code: _Optional[int] = ..., log_dir: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[LogDirTopic, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., usable_bytes: _Optional[int] = ...) -> None: ...
+
+class LogDirTopic(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[LogDirPartition]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[LogDirPartition, _Mapping]]] = ...) -> None: ...
+
+class LogDirPartition(_message.Message):
+    __slots__ = ("partition", "size", "offset_lag")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    size: int
+    offset_lag: int
+    def __init__(self, partition: _Optional[int] = ..., size: _Optional[int] = ..., offset_lag: _Optional[int] = ...) -> None: ...

@@ -201,6 +201,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
+        self.DescribeLogDirs = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DescribeLogDirs',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -467,6 +472,14 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeLogDirs(self, request, context):
+        """The log directory of the node asked, and the size of each replica it holds there (Kafka's
+        api 35); needs DESCRIBE on the cluster. A client asks each node for its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -634,6 +647,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.DeleteRecords,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsResponse.SerializeToString,
+            ),
+            'DescribeLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLogDirs,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1529,6 +1547,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/DeleteRecords',
             tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DescribeLogDirs',
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsResponse.FromString,
             options,
             channel_credentials,
             insecure,
