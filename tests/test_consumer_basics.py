@@ -116,8 +116,8 @@ def test_iteration_stops_after_consumer_timeout_and_close_ends_the_consumer(
 
 
 def test_settings_of_features_not_built_name_the_feature(client: Client) -> None:
-    with pytest.raises(errors.ConfigurationError, match="deserializers"):
-        client.consumer(value_deserializer=bytes.decode)
+    with pytest.raises(errors.ConfigurationError, match="KIP-392"):
+        client.consumer(client_rack="rack-1")
     with pytest.raises(errors.ConfigurationError, match="KIP-848"):
         client.consumer(group_id="g", partition_assignment_strategy=["range"])
     with pytest.raises(errors.ConfigurationError, match=r"Client\(\.\.\.\)"):

@@ -53,7 +53,7 @@ def checked_partitions(partitions: object, call: str) -> list[TopicPartition]:
         partitions, list | tuple | set | frozenset | dict | type({}.keys())
     ):
         raise ConfigurationError(
-            f"{call}() takes a list of TopicPartition, got {partitions!r:.80}"
+            f"{call}() takes a list of TopicPartition ({call}([tp])), got {partitions!r:.80}"
         )
     return [checked_partition(tp) for tp in partitions]
 

@@ -3,10 +3,12 @@ that turn a setting Tidelog does not have into an error that says why."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tidelog.errors import ConfigurationError
+from tidelog.settings import CLIENT_SETTINGS, check_types, config_from
 from tidelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, IsolationLevel
 
 #: What each auto_offset_reset asks ListOffsets for; "none": no reset (raise).
@@ -16,8 +18,6 @@ RESETS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "none": No
 #: Kafka consumer settings (kafka-python's names) of features Tidelog does not have, with
 #: what the feature is: such a setting fails with that name rather than a TypeError.
 _NOT_BUILT = {
-    "key_deserializer": "deserializers (records carry bytes: decode them in the application)",
-    "value_deserializer": "deserializers (records carry bytes: decode them in the application)",
     "partition_assignment_strategy": "client-side assignors (the group coordinator assigns "
     "partitions, KIP-848: group_remote_assignor='uniform' or 'range')",
     "session_timeout_ms": "client-set session timeouts (the group coordinator sets it, KIP-848)",
@@ -26,17 +26,15 @@ _NOT_BUILT = {
     "client_rack": "rack-aware fetching from followers (KIP-392)",
     "check_crcs": "turning CRC checks off (every fetched batch is checked)",
     "interceptor_classes": "consumer interceptors",
-    "metric_reporters": "metrics reporters",
+    "metric_reporters": "metrics reporters (consumer.metrics() gives the figures)",
     "enable_incremental_fetch_sessions": "incremental fetch sessions (KIP-227)",
     "sasl_mechanism": "SASL authentication",
     "sasl_plain_username": "SASL authentication",
     "sasl_plain_password": "SASL authentication",
 }
-#: Connection settings a kafka-python consumer takes and Tidelog's Client does.
-_CLIENT_SETTINGS = frozenset({
-    "bootstrap_servers", "security_protocol", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
-    "request_timeout_ms", "retry_backoff_ms", "retry_backoff_max_ms",
-})
+#: A deserializer: kafka-python's, the key's or value's bytes (or None) -> what the
+#: application gets in the record.
+Deserializer = Callable[[bytes | None], Any]
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ class ConsumerConfig:
 
     #: The consumer group whose committed offsets the consumer uses; None: no commits.
     group_id: str | None = None
-    isolation_level: IsolationLevel | str = "read_uncommitted"
+    isolation_level: IsolationLevel | str | int = "read_uncommitted"
     #: Where a partition without a position (and no committed offset) starts: "latest",
     #: "earliest" or "none" (raise).
     auto_offset_reset: str = "latest"
@@ -70,30 +68,27 @@ class ConsumerConfig:
     #: How long iterating over the consumer waits for the next record before it stops
     #: (kafka-python's consumer_timeout_ms); None: for ever.
     consumer_timeout_ms: int | None = None
+    #: Turn each record's key / value into what the application reads (kafka-python's
+    #: deserializers; called with None too, as Kafka's are); None: the bytes as stored.
+    key_deserializer: Deserializer | None = None
+    value_deserializer: Deserializer | None = None
 
     @classmethod
     def from_settings(cls, **settings: Any) -> ConsumerConfig:
         """The config of `client.consumer(**settings)`: a setting Tidelog does not know fails
         with a ConfigurationError that says why (a feature not built, a setting of the Client,
         or a name that is no setting at all) instead of the dataclass's TypeError."""
-        known = set(cls.__dataclass_fields__)
-        for name in settings.keys() - known:
-            if name in _NOT_BUILT:
-                raise ConfigurationError(
-                    f"{name}: Tidelog's consumer has no {_NOT_BUILT[name]}"
-                )
-            if name in _CLIENT_SETTINGS:
-                raise ConfigurationError(
-                    f"{name} is a connection setting: give it to Client(...), whose consumers "
-                    "share its connections"
-                )
-            raise ConfigurationError(
-                f"unknown consumer setting {name!r}; the settings are {', '.join(sorted(known))}"
-            )
-        return cls(**settings)
+        return config_from(
+            cls, "consumer", settings, not_built=_NOT_BUILT,
+            elsewhere=dict.fromkeys(
+                CLIENT_SETTINGS, "a connection setting: give it to Client(...), whose "
+                "consumers share its connections"
+            ),
+        )
 
     def __post_init__(self) -> None:
-        if self.group_id is not None and (not isinstance(self.group_id, str) or not self.group_id):
+        check_types(self)
+        if self.group_id is not None and not self.group_id:
             raise ConfigurationError(
                 f"group_id must be a non-empty string or None, got {self.group_id!r}"
             )

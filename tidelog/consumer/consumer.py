@@ -19,8 +19,8 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import ItemsView, Iterable, KeysView, Mapping, ValuesView
+from typing import TYPE_CHECKING, SupportsIndex, overload
 
 from tidelog.consumer.commits import CommitCallback, Commits
 from tidelog.consumer.config import ConsumerConfig
@@ -37,7 +37,7 @@ from tidelog.errors import (
     TidelogError,
     UnknownMemberIdError,
 )
-from tidelog.lookups import list_offsets
+from tidelog.lookups import fresh_topics, list_offsets, topic_names
 from tidelog.membership import ConsumerRebalanceListener
 from tidelog.retry import Deadline
 from tidelog.types import (
@@ -49,6 +49,8 @@ from tidelog.types import (
     OffsetAndMetadata,
     OffsetAndTimestamp,
     TopicPartition,
+    checked_partition,
+    checked_partitions,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +60,51 @@ log = logging.getLogger("tidelog.consumer")
 
 #: Iteration without consumer_timeout_ms polls in waits this long, for ever.
 _ITER_WAIT_MS = 1000
+
+
+class PolledRecords(list[ConsumerRecord]):
+    """What `Consumer.poll` returns: the records in the order read, a list as Tidelog's poll()
+    always returned, that also answers as kafka-python's ``{TopicPartition: [records]}``, so
+    that code written for either reads it: ``for tp, records in consumer.poll().items()``,
+    ``keys()``, ``values()``, ``get(tp)`` and ``polled[tp]`` group the records by partition,
+    each partition's in offset order. Iterating it gives the records themselves (a dict would
+    give its keys): ``keys()`` gives the partitions."""
+
+    def by_partition(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+        grouped: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for record in self:
+            grouped.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+        return grouped
+
+    def items(self) -> ItemsView[TopicPartition, list[ConsumerRecord]]:
+        return self.by_partition().items()
+
+    def keys(self) -> KeysView[TopicPartition]:
+        return self.by_partition().keys()
+
+    def values(self) -> ValuesView[list[ConsumerRecord]]:
+        return self.by_partition().values()
+
+    def get(
+        self, tp: TopicPartition, default: list[ConsumerRecord] | None = None
+    ) -> list[ConsumerRecord] | None:
+        return self.by_partition().get(tp, default)
+
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> ConsumerRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ConsumerRecord]: ...
+    @overload
+    def __getitem__(self, index: TopicPartition) -> list[ConsumerRecord]: ...
+
+    def __getitem__(
+        self, index: SupportsIndex | slice | TopicPartition
+    ) -> ConsumerRecord | list[ConsumerRecord]:
+        """A record by its index, or (a TopicPartition) the partition's records, as a dict
+        of kafka-python's gives them (KeyError when it has none)."""
+        if isinstance(index, tuple):
+            return self.by_partition()[index]
+        return super().__getitem__(index)
 
 
 class Consumer:
@@ -74,12 +121,15 @@ class Consumer:
         self._commits = Commits(connections, config, self._fetcher)
         self._group = Group(connections, config, self._fetcher, self._commits)
         self._closed = False
+        #: Records handed out so far (records-consumed-total).
+        self._consumed = 0
 
     # ---- assignment and positions ------------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Replace the assignment; partitions kept keep their positions."""
-        wanted = [TopicPartition(*tp) for tp in partitions]
+        """Replace the assignment; partitions kept keep their positions. Each partition is
+        checked here (a str topic, a str or negative partition: ConfigurationError)."""
+        wanted = checked_partitions(partitions, "assign")
         with self._lock:
             self._check_open()
             if self._group.membership is not None:
@@ -148,8 +198,8 @@ class Consumer:
         return self._positions.assigned(tp)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
-        if offset < 0:
-            raise ConfigurationError(f"an offset must be >= 0, got {offset}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigurationError(f"seek(): an offset is an int >= 0, got {offset!r:.80}")
         with self._lock:
             tp = self._assigned(partition)
             self._positions.seek(tp, offset)
@@ -198,15 +248,56 @@ class Consumer:
         with self._lock:
             return set(self._positions.paused)
 
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's high watermark as the last Fetch answer for it said (kafka-python's
+        ``highwater``): None before one, or for a partition not assigned. No request is made;
+        ``end_offsets`` asks the leader."""
+        tp = checked_partition(partition)
+        with self._lock:
+            return self._fetcher.highwaters.get(tp) if tp in self._positions.offsets else None
+
+    # ---- metadata ----------------------------------------------------------------------------
+
+    def topics(self, *, timeout_ms: int | None = None) -> set[str]:
+        """The names of the topics this client may see, but the internal ones, from metadata
+        fetched now (kafka-python's ``topics()``)."""
+        return set(topic_names(self.connections, self.connections.deadline(timeout_ms)))
+
+    def partitions_for_topic(self, topic: str, *, timeout_ms: int | None = None) -> set[int] | None:
+        """The topic's partition ids, from metadata fetched now; None for a topic that does
+        not exist (kafka-python's ``partitions_for_topic``)."""
+        if type(topic) is not str or not topic:
+            raise ConfigurationError(f"a topic name is a non-empty str, got {topic!r:.80}")
+        info = fresh_topics(self.connections, self.connections.deadline(timeout_ms)).get(topic)
+        return None if info is None else set(range(len(info.partitions)))
+
+    def metrics(self) -> dict[str, dict[str, float | int | str]]:
+        """The consumer's figures now, grouped as kafka-python's ``metrics()`` gives them
+        ({group: {name: value}}): records handed out (records-consumed-total), partitions
+        assigned, paused and with fetched records waiting; and the connections' own."""
+        with self._lock:
+            consumer: dict[str, float | int | str] = {
+                "records-consumed-total": self._consumed,
+                "assigned-partitions": len(self._positions.offsets),
+                "paused-partitions": len(self._positions.paused),
+                "buffered-partitions": len(self._fetcher.buffer),
+            }
+        return {"consumer-metrics": consumer, "client-metrics": self.connections.metrics()}
+
     # ---- offset lookups ----------------------------------------------------------------------
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """The first offset at or after each timestamp; None when no record matches."""
+        if not isinstance(timestamps, Mapping):
+            raise ConfigurationError(
+                f"offsets_for_times() takes a mapping of TopicPartition to timestamp, got "
+                f"{timestamps!r:.80}"
+            )
         for tp, ts in timestamps.items():
-            if ts < 0:
-                raise ConfigurationError(f"{tp}: a timestamp must be >= 0, got {ts}")
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise ConfigurationError(f"{tp}: a timestamp is an int >= 0 (ms), got {ts!r:.80}")
         found = list_offsets(self.connections, timestamps, self.isolation_level,
                              self.connections.deadline(timeout_ms))
         return {
@@ -230,7 +321,9 @@ class Consumer:
     def _offsets(
         self, partitions: Iterable[TopicPartition], spec: int, timeout_ms: int | None
     ) -> dict[TopicPartition, int]:
-        found = list_offsets(self.connections, dict.fromkeys(partitions, spec),
+        wanted = checked_partitions(partitions, "beginning_offsets" if spec == EARLIEST_TIMESTAMP
+                                    else "end_offsets")
+        found = list_offsets(self.connections, dict.fromkeys(wanted, spec),
                              self.isolation_level, self.connections.deadline(timeout_ms))
         return {tp: r.offset for tp, r in found.items()}
 
@@ -277,9 +370,7 @@ class Consumer:
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offset of each partition (assigned or not), read from the
         coordinator; None for a partition the group has not committed."""
-        if isinstance(partitions, TopicPartition):
-            raise ConfigurationError("committed() takes a list of partitions: committed([tp])")
-        wanted = [TopicPartition(*tp) for tp in partitions]
+        wanted = checked_partitions(partitions, "committed")
         with self._lock:
             group_id = self._group_id()
             self._commits.run_callbacks()
@@ -356,16 +447,40 @@ class Consumer:
             if deadline is not None and deadline.expired:
                 raise StopIteration
 
-    def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
-        """Records from the assigned partitions' positions, at most max_poll_records; an empty
-        list when none arrived within `timeout_ms` (paused partitions give none). With nothing
-        assigned or subscribed it raises IllegalStateError. Only non-retriable errors raise
-        (naming the partition), among them CorruptRecordError for a batch that cannot be read:
-        records before it come first, and the position stays on it until the application seeks
-        past it."""
-        return self._poll(timeout_ms, self.config.max_poll_records)
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> PolledRecords:
+        """Records from the assigned partitions' positions, at most `max_records` (default
+        max_poll_records); none when none arrived within `timeout_ms` (paused partitions give
+        none). The answer is a list of records in the order read, which also answers as
+        kafka-python's ``{TopicPartition: [records]}`` does (``items()``, ``keys()``,
+        ``values()``, ``answer[tp]``; `PolledRecords`). With nothing assigned or subscribed it
+        raises IllegalStateError. Only non-retriable errors raise (naming the partition), among
+        them CorruptRecordError for a batch that cannot be read: records before it come first,
+        and the position stays on it until the application seeks past it."""
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float) or not (
+            timeout_ms >= 0
+        ):
+            raise ConfigurationError(f"poll(): timeout_ms is a number >= 0, got {timeout_ms!r:.80}")
+        if max_records is None:
+            max_records = self.config.max_poll_records
+        elif isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
+            raise ConfigurationError(
+                f"poll(): max_records is an int >= 1 or None, got {max_records!r:.80}"
+            )
+        return PolledRecords(self._poll(timeout_ms, max_records))
 
     def _poll(self, timeout_ms: float, max_records: int) -> list[ConsumerRecord]:
+        records = self._fetch(timeout_ms, max_records)
+        self._consumed += len(records)
+        key, value = self.config.key_deserializer, self.config.value_deserializer
+        if records and (key is not None or value is not None):
+            records = [
+                r._replace(key=r.key if key is None else key(r.key),
+                           value=r.value if value is None else value(r.value))
+                for r in records
+            ]
+        return records
+
+    def _fetch(self, timeout_ms: float, max_records: int) -> list[ConsumerRecord]:
         deadline = Deadline(timeout_ms)
         fetcher = self._fetcher
         with self._lock:

@@ -116,6 +116,8 @@ class Fetcher:
         self.buffer: dict[TopicPartition, _Fetched] = {}
         #: Fetch rounds in flight; a partition is in at most one round's `live` set.
         self.rounds: list[_Round] = []
+        #: Each partition's high watermark as its last Fetch answer taken said.
+        self.highwaters: dict[TopicPartition, int] = {}
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment (`Positions.assign`); what was fetched for a partition
@@ -307,6 +309,7 @@ class Fetcher:
         stops the walk: the records before it are returned, the position stays on it, and the
         CorruptRecordError waits in `corrupt` for the next round of poll() (Kafka's
         behaviour: nothing is skipped silently, and nothing already decoded is lost)."""
+        self.highwaters[tp] = answer.high_watermark
         data = answer.records
         committed_only = self.isolation_level is IsolationLevel.READ_COMMITTED
         aborted = [(first, pid) for pid, first in answer.aborted] if committed_only else []

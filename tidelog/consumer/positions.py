@@ -15,7 +15,7 @@ from tidelog.consumer.config import RESETS, ConsumerConfig
 from tidelog.errors import ConfigurationError, OffsetOutOfRangeError
 from tidelog.lookups import list_offsets
 from tidelog.retry import Deadline
-from tidelog.types import IsolationLevel, TopicPartition
+from tidelog.types import IsolationLevel, TopicPartition, checked_partition
 
 if TYPE_CHECKING:
     from tidelog.connections import Connections
@@ -57,7 +57,7 @@ class Positions:
 
     def assigned(self, tp: TopicPartition) -> TopicPartition:
         """`tp` as a TopicPartition, which must be assigned."""
-        tp = TopicPartition(*tp)
+        tp = checked_partition(tp)
         if tp not in self.offsets:
             raise ConfigurationError(f"{tp} is not assigned to this consumer")
         return tp
