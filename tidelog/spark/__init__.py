@@ -9,8 +9,9 @@ place of the ``kafka.`` prefix, so a job moves between the two by changing the f
           .option("tidelog.bootstrap.servers", "127.0.0.1:7420")
           .option("subscribe", "events").load())
 
-Only ``tidelog.spark.source`` imports pyspark, and only when ``TidelogDataSource`` is first
-asked for: ``import tidelog`` and the option/planning modules work without Spark installed.
+Only ``tidelog.spark.source`` and ``tidelog.spark.shipped`` import pyspark, and only when
+``TidelogDataSource`` is first asked for: ``import tidelog`` and the option/planning modules
+work without Spark installed.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tidelog.spark.session import local_session
-    from tidelog.spark.source import TidelogDataSource
+    from tidelog.spark.shipped import TidelogDataSource
 
 __all__ = ["TidelogDataSource", "local_session"]
 
-_LAZY = {"TidelogDataSource": "tidelog.spark.source", "local_session": "tidelog.spark.session"}
+_LAZY = {"TidelogDataSource": "tidelog.spark.shipped", "local_session": "tidelog.spark.session"}
 
 
 def __getattr__(name: str) -> Any:

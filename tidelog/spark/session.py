@@ -25,7 +25,7 @@ def local_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from tidelog.spark.source import TidelogDataSource
+    from tidelog.spark.shipped import TidelogDataSource
 
     settings = {
         "spark.ui.enabled": "false",

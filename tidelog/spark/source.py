@@ -1,5 +1,6 @@
-"""The PySpark data source classes: ``TidelogDataSource`` (format ``tidelog``) and its batch and
-streaming readers and writers. Everything with real logic lives in modules without pyspark
+"""The PySpark data source classes: ``TidelogSource`` (format ``tidelog``, registered as
+``tidelog.spark.TidelogDataSource``) and its batch and streaming readers and writers.
+Everything with real logic lives in modules without pyspark
 (options, planning, lookup, io); this one binds them to Spark's Python Data Source API.
 
 Where each call runs decides what an object may hold: Spark pickles the data source, readers,
@@ -88,9 +89,10 @@ def source_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-class TidelogDataSource(DataSource):
+class TidelogSource(DataSource):
     """Read topics (batch or streaming) and write rows to topics, with Spark's Kafka-source
-    options; see ``tidelog.spark``."""
+    options; see ``tidelog.spark``. Jobs register ``tidelog.spark.TidelogDataSource``
+    (``tidelog.spark.shipped``), which Spark ships by value and which hands its calls here."""
 
     @classmethod
     def name(cls) -> str:
