@@ -90,8 +90,12 @@ def _is_sim_module(name: str | None) -> bool:
 
 
 def _defined_in(obj: object, directories: list[Path]) -> bool:
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    source = getattr(module, "__file__", None)
+    return _module_in(getattr(obj, "__module__", None) or "", tuple(directories))
+
+
+@functools.cache
+def _module_in(module_name: str, directories: tuple[Path, ...]) -> bool:
+    source = getattr(sys.modules.get(module_name), "__file__", None)
     if source is None:
         return False
     path = Path(source).resolve()
@@ -116,7 +120,7 @@ class _Reach:
     """Walks what a test can reach and remembers the highest tier found ("cluster" stops it)."""
 
     def __init__(self, test_dirs: list[Path]) -> None:
-        #: Where the walk follows names: the ini file's test paths (tests/), else the rootdir.
+        #: Where the walk follows names (`_test_dirs`).
         self.test_dirs = test_dirs
         self.tier = "unit"
         self.why = ""
@@ -178,6 +182,32 @@ class _Reach:
                 return
 
 
+_WALKS_KEY = pytest.StashKey[dict[tuple[int, int], tuple[str, str]]]()
+_TEST_DIRS_KEY = pytest.StashKey[list[Path]]()
+
+
+def _test_dirs(config: pytest.Config) -> list[Path]:
+    """Where the walk follows names: the ini file's test paths (tests/), else the rootdir."""
+    if _TEST_DIRS_KEY not in config.stash:
+        paths = [config.rootpath / path for path in config.getini("testpaths")]
+        config.stash[_TEST_DIRS_KEY] = [path.resolve() for path in paths or [config.rootpath]]
+    return config.stash[_TEST_DIRS_KEY]
+
+
+def _walked(
+    item: pytest.Item, obj: object, cls: type | None, test_dirs: list[Path]
+) -> tuple[str, str]:
+    """The tier one function or fixture reaches, walked once per run (parametrized tests and
+    shared fixtures come back many times)."""
+    walks = item.config.stash.setdefault(_WALKS_KEY, {})
+    key = (id(obj), id(cls))
+    if key not in walks:
+        reach = _Reach(test_dirs)
+        reach.walk(obj, dict(vars(cls)) if cls is not None else None)
+        walks[key] = (reach.tier, reach.why)
+    return walks[key]
+
+
 def classify(item: pytest.Item) -> tuple[str, str]:
     """The tier of one collected test and why: explicit marker, else what it reaches."""
     explicit = [tier for tier in TIERS if item.get_closest_marker(tier) is not None]
@@ -185,20 +215,17 @@ def classify(item: pytest.Item) -> tuple[str, str]:
         raise pytest.UsageError(f"{item.nodeid} is marked {' and '.join(explicit)}: pick one tier")
     if explicit:
         return explicit[0], "marked"
-    config = item.config
-    paths = [config.rootpath / path for path in config.getini("testpaths")]
-    reach = _Reach([path.resolve() for path in paths or [config.rootpath]])
     function = getattr(item, "function", None)
     if function is None:
         return "cluster", "not a Python test function"
-    cls = getattr(item, "cls", None)
-    reach.walk(function, dict(vars(cls)) if cls is not None else None)
+    test_dirs = _test_dirs(item.config)
+    found = [_walked(item, function, getattr(item, "cls", None), test_dirs)]
     fixture_info = getattr(item, "_fixtureinfo", None)
     for name in getattr(item, "fixturenames", ()):
         for fixturedef in (fixture_info.name2fixturedefs.get(name, ()) if fixture_info else ()):
-            if _defined_in(fixturedef.func, reach.test_dirs):
-                reach.walk(fixturedef.func)
-    return reach.tier, reach.why
+            if _defined_in(fixturedef.func, test_dirs):
+                found.append(_walked(item, fixturedef.func, None, test_dirs))
+    return max(found, key=lambda tier_why: TIERS.index(tier_why[0]))
 
 
 def pytest_configure(config: pytest.Config) -> None:
