@@ -26,6 +26,7 @@ from tidelog.types import (
 
 if TYPE_CHECKING:
     from tidelog.admin import AdminClient, ClusterDescription
+    from tidelog.aio import AIOConsumer, AIOProducer
     from tidelog.client import Client
     from tidelog.configs import NewTopic
     from tidelog.connections import ClientConfig
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "AIOConsumer": "tidelog.aio",
+    "AIOProducer": "tidelog.aio",
     "AdminClient": "tidelog.admin",
     "Client": "tidelog.client",
     "ClientConfig": "tidelog.connections",
@@ -56,6 +59,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "AIOConsumer",
+    "AIOProducer",
     "AdminClient",
     "CallObserver",
     "Client",

@@ -396,6 +396,12 @@ class RecordAccumulator:
         finally:
             lock.release()
 
+    @property
+    def buffer_available(self) -> int:
+        """The bytes the buffer has room for now (a snapshot): a send() of more waits for
+        room, up to max_block_ms."""
+        return self._buffer_memory - self._buffered
+
     def _apply_hooks(
         self, topic: object, value: Any, key: Any, partition: int | None
     ) -> tuple[Any, Any, int | None]:
