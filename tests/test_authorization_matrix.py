@@ -257,6 +257,9 @@ def _requests() -> dict[str, Callable[[], Message]]:
             name=GRANTED, partitions=[pb.DeleteRecordsPartition(partition=0, offset=0)])]),
         "DescribeLogDirs": lambda: pb.DescribeLogDirsRequest(
             topics=[pb.TopicPartitions(topic=GRANTED)]),
+        "ElectLeaders": lambda: pb.ElectLeadersRequest(
+            election_type=0, timeout_ms=1000,
+            topic_partitions=[pb.TopicPartitions(topic=GRANTED, partitions=[0])]),
         # The node-to-node service: what each call asks is refused or harmless.
         "RegisterNode": lambda: raft_pb2.RegisterNodeRequest(
             node_id=99, incarnation="not-an-incarnation"),

@@ -1,8 +1,8 @@
 """Kafka's operator tools and flags on a real cluster: kafka-consumer-groups' --all-groups,
 --all-topics, --to-current, --by-duration, --from-file, --export, --delete-offsets,
 --members and --state; kafka-delete-records (and the admin client's delete_records), each
-replica's log start offset moved; kafka-log-dirs --describe (and describe_log_dirs); and
-kafka-topics' --under-replicated-partitions and
+replica's log start offset moved; kafka-log-dirs --describe (and describe_log_dirs);
+kafka-leader-election (and elect_leaders); and kafka-topics' --under-replicated-partitions and
 --unavailable-partitions (the node stopped for them is the module's last test)."""
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, Any]:
-    return {"offsets_topic_num_partitions": 3}
+    # Leaders stay where they are unless asked to move (the election test moves them).
+    return {"offsets_topic_num_partitions": 3, "auto_leader_rebalance_enable": False}
 
 
 @pytest.fixture(scope="module")
@@ -316,6 +317,55 @@ def test_log_dirs_describe_sizes_per_partition_and_node(
     assert main(["log-dirs", "--describe", "--broker-list", "1,x",
                  "--bootstrap", cluster.bootstrap]) == 2
     assert "--broker-list '1,x'" in capsys.readouterr().err
+
+
+def test_leader_election_preferred_and_unclean(
+    cluster: LocalCluster, client: Client, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    client.create_topic("kt-elect", partitions=2, replication_factor=3)
+    tp0, tp1 = TopicPartition("kt-elect", 0), TopicPartition("kt-elect", 1)
+    preferred = client.describe_topics(["kt-elect"])["kt-elect"].partitions[0].replicas[0]
+
+    def partition(tp: TopicPartition) -> Any:
+        return client.describe_topics(["kt-elect"])["kt-elect"].partitions[tp.partition]
+
+    # Move kt-elect-0's leadership away from its preferred replica: stop that node until
+    # another leads, then bring it back in sync.
+    cluster.stop(preferred)
+    wait_for(lambda: partition(tp0).leader not in (-1, preferred), timeout=60,
+             what="another leader of kt-elect-0")
+    cluster.restart(preferred)
+    wait_for(lambda: preferred in partition(tp0).isr, timeout=60,
+             what="the preferred replica of kt-elect-0 back in sync")
+    assert partition(tp0).leader != preferred
+
+    out = run(capsys, cluster, "leader-election", "--preferred", "--topic", "kt-elect",
+              "--partition", "0")
+    assert out == "Successfully completed leader election (PREFERRED) for partitions " \
+                  "kt-elect-0\n"
+    wait_for(lambda: partition(tp0).leader == preferred, timeout=30,
+             what="the preferred replica leading kt-elect-0 in metadata")
+    plan = tmp_path / "elect.json"
+    plan.write_text(json.dumps({"partitions": [{"topic": "kt-elect", "partition": 0}]}))
+    out = run(capsys, cluster, "leader-election", "--election-type", "preferred",
+              "--path-to-json-file", str(plan))
+    assert out == "Valid replica already elected for partitions kt-elect-0\n"
+    # Raft never elects outside a majority: a partition with a leader needs no election.
+    out = run(capsys, cluster, "leader-election", "--unclean", "--topic", "kt-elect")
+    assert out == "Valid replica already elected for partitions kt-elect-0, kt-elect-1\n"
+
+    outcomes = client.admin.elect_leaders("PREFERRED", [tp1, TopicPartition("kt-nosuch", 0)])
+    assert isinstance(outcomes[TopicPartition("kt-nosuch", 0)],
+                      errors.UnknownTopicOrPartitionError)
+    assert outcomes[tp1] is None or isinstance(outcomes[tp1], errors.ElectionNotNeededError)
+    for args, message in [(["--preferred", "--partition", "0", "--all-topic-partitions"],
+                           "--partition goes with --topic"),
+                          (["--preferred", "--topic", "kt-elect", "--partition", "-1"],
+                           "--partition -1")]:
+        capsys.readouterr()
+        assert main(["leader-election", *args, "--bootstrap", cluster.bootstrap]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (args, err)
 
 
 def test_topic_describe_under_replicated_and_unavailable_partitions(

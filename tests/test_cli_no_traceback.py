@@ -173,6 +173,8 @@ def piped(cluster: LocalCluster) -> dict[tuple[str, ...], list[str]]:
         ("delete-records",): ["delete-records", "--topic", "events", "--partition", "1",
                               "--offset", "0", *b],
         ("log-dirs",): ["log-dirs", "--describe", *b],
+        ("leader-election",): ["leader-election", "--preferred", "--all-topic-partitions",
+                               *b],
         ("acls", "add"): ["acls", "add", "--topic", "events", "--allow-principal", "User:a",
                           "--operation", "Read", *b],
         ("acls", "list"): ["acls", "list", *b],

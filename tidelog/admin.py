@@ -16,6 +16,7 @@ import functools
 import random
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, TypeVar
 
 from tidelog import wire
@@ -89,6 +90,20 @@ class TransactionDescription:
     #: When the open transaction began (ms since the epoch), -1 without one.
     start_time_ms: int
     partitions: tuple[TopicPartition, ...]
+
+
+class ElectionType(IntEnum):
+    """Kafka's ElectionType: which replica `AdminClient.elect_leaders` makes leader."""
+
+    #: The first of the partition's replicas, if it is in sync.
+    PREFERRED = 0
+    #: Kafka's election of a replica outside the in-sync set; Raft elects none (see
+    #: `AdminClient.elect_leaders`).
+    UNCLEAN = 1
+
+
+#: The ElectLeaders answers that mean "ask the partition's leader again, with fresh metadata".
+_ELECTION_RETRIED = (NotLeaderOrFollowerError, LeaderNotAvailableError)
 
 
 @dataclass(frozen=True)
@@ -761,6 +776,98 @@ class AdminClient:
             if error is not None:
                 raise error
         return {tp: done[tp] for tp in wanted}
+
+    def elect_leaders(
+        self, election_type: ElectionType | int | str = ElectionType.PREFERRED,
+        partitions: Iterable[TopicPartition] | None = None, *, timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, TidelogError | None]:
+        """Make the preferred replica (the first of its replicas) leader of each partition
+        (Kafka's ElectLeaders; needs ALTER on the cluster), every partition of the cluster when
+        `partitions` is None; returns once each preferred replica leads, with each
+        partition's outcome: None when it was elected, else its error, as Kafka's admin client
+        gives them: ELECTION_NOT_NEEDED (it led already), PREFERRED_LEADER_NOT_AVAILABLE (it
+        is not in sync), UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT. Raft elects leaders
+        here, so the request goes to each partition's leader.
+
+        ``UNCLEAN`` is Kafka's election of a replica outside the in-sync set. Raft never elects
+        one (a leader is a replica a majority voted for): a partition that has a leader gets
+        ELECTION_NOT_NEEDED, as in Kafka, and one without ELIGIBLE_LEADERS_NOT_AVAILABLE."""
+        if isinstance(election_type, str):
+            try:
+                election_type = ElectionType[election_type.strip().upper()]
+            except KeyError:
+                raise ConfigurationError(f"election type {election_type!r}: PREFERRED or "
+                                         "UNCLEAN") from None
+        try:
+            kind = ElectionType(election_type)
+        except ValueError:
+            raise ConfigurationError(f"election type {election_type!r}: PREFERRED (0) or "
+                                     "UNCLEAN (1)") from None
+        deadline = self._conn.deadline(timeout_ms)
+        self._metadata.refresh(deadline)
+        if partitions is None:
+            wanted = [TopicPartition(name, p) for name, info in
+                      sorted(self._metadata.cluster.topics().items())
+                      for p in range(len(info.partitions))]
+        else:
+            wanted = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
+        remaining = set(wanted)
+        outcomes: dict[TopicPartition, TidelogError | None] = {}
+        again = False
+
+        def attempt() -> None:
+            nonlocal again
+            if again:  # a leader moved or a node did not answer: where are they now?
+                self._metadata.refresh(deadline)
+            again = True
+            by_node: dict[int, list[TopicPartition]] = {}
+            nodes = sorted(self._metadata.cluster.nodes())
+            for tp in sorted(remaining):
+                topic = self._metadata.cluster.topic(tp.topic)
+                if topic is None or not 0 <= tp.partition < len(topic.partitions):
+                    outcomes[tp] = UnknownTopicOrPartitionError(f"{tp} does not exist")
+                    remaining.discard(tp)
+                    continue
+                # A partition without a leader goes to any node, which answers for it.
+                leader = topic.partitions[tp.partition].leader
+                by_node.setdefault(leader if leader >= 0 else nodes[0], []).append(tp)
+            asked = list(by_node)
+            # The node waits up to the request's timeout; the call leaves it room to answer.
+            wait_ms = max(1, int(deadline.attempt_s() * 800))
+            answers = self._conn.run(_gather(
+                self._conn.transport.call(node, "ElectLeaders", pb.ElectLeadersRequest(
+                    election_type=kind, timeout_ms=wait_ms, topic_partitions=[
+                        pb.TopicPartitions(topic=t, partitions=[
+                            tp.partition for tp in by_node[node] if tp.topic == t])
+                        for t in dict.fromkeys(tp.topic for tp in by_node[node])]),
+                    deadline.attempt_s())
+                for node in asked))
+            retry: TidelogError | None = None
+            for answer in answers:
+                if isinstance(answer, TidelogError):
+                    retry = retry or answer
+                    continue
+                if answer.error_code:
+                    raise wire.error_for(answer.error_code, answer.error_message,
+                                         "ElectLeaders")
+                for t in answer.replica_election_results:
+                    for p in t.partition_result:
+                        tp = TopicPartition(t.topic, p.partition_id)
+                        error = (wire.error_for(p.error_code, p.error_message, tp)
+                                 if p.error_code else None)
+                        if isinstance(error, _ELECTION_RETRIED):
+                            retry = retry or error
+                            continue
+                        outcomes[tp] = error
+                        remaining.discard(tp)
+            if remaining:
+                raise retry or NotLeaderOrFollowerError(
+                    f"{min(remaining)}: no node answered for it")
+
+        if remaining:
+            call_with_retry(attempt, what="ElectLeaders", deadline=deadline,
+                            backoff=self._conn.backoff)
+        return {tp: outcomes[tp] for tp in wanted}
 
     def describe_log_dirs(
         self, node_ids: Iterable[int] | None = None, topics: Iterable[str] | None = None, *,

@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "(kafka-delete-records' flags and file)"),
     "log-dirs": ("log_dirs", "each node's log directory and replica sizes (kafka-log-dirs' "
                  "flags and JSON)"),
+    "leader-election": ("leader_election", "make partitions' preferred replicas their leaders "
+                        "(kafka-leader-election's flags)"),
     "acls": ("acls", "add, list or remove ACLs (kafka-acls' flags)"),
     "reassign": ("reassign", "move partition replicas between nodes "
                  "(kafka-reassign-partitions' flags and files)"),

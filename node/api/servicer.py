@@ -24,6 +24,7 @@ from tidelog.node.api.consumer_groups import ConsumerGroupApi
 from tidelog.node.api.controller_api import ControllerForward
 from tidelog.node.api.data_plane import DataPlaneApi
 from tidelog.node.api.decommission import DecommissionApi
+from tidelog.node.api.elections import ElectionApi
 from tidelog.node.api.find_coordinator import FindCoordinatorApi
 from tidelog.node.api.forwarding import Forwarder
 from tidelog.node.api.groups import GroupApi
@@ -92,6 +93,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.txn_admin = TxnAdminApi(txns, authorization, self.data_plane.resolve_leader)
         self.records = RecordsApi(
             config, replicas, authorization, self.data_plane.resolve_leader)
+        self.elections = ElectionApi(config, controller, replicas, routing, authorization)
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
@@ -264,3 +266,8 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.DescribeLogDirsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DescribeLogDirsResponse:
         return await self.records.describe_log_dirs(request, context)
+
+    async def ElectLeaders(
+        self, request: pb.ElectLeadersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ElectLeadersResponse:
+        return await self.elections.elect_leaders(request, context)

@@ -1455,3 +1455,41 @@ class LogDirPartition(_message.Message):
     size: int
     offset_lag: int
     def __init__(self, partition: _Optional[int] = ..., size: _Optional[int] = ..., offset_lag: _Optional[int] = ...) -> None: ...
+
+class ElectLeadersRequest(_message.Message):
+    __slots__ = ("election_type", "topic_partitions", "timeout_ms")
+    ELECTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    election_type: int
+    topic_partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    timeout_ms: int
+    def __init__(self, election_type: _Optional[int] = ..., topic_partitions: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ElectLeadersResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "replica_election_results")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ELECTION_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    replica_election_results: _containers.RepeatedCompositeFieldContainer[ElectLeadersTopicResult]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., replica_election_results: _Optional[_Iterable[_Union[ElectLeadersTopicResult, _Mapping]]] = ...) -> None: ...
+
+class ElectLeadersTopicResult(_message.Message):
+    __slots__ = ("topic", "partition_result")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_RESULT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition_result: _containers.RepeatedCompositeFieldContainer[ElectLeadersPartitionResult]
+    def __init__(self, topic: _Optional[str] = ..., partition_result: _Optional[_Iterable[_Union[ElectLeadersPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class ElectLeadersPartitionResult(_message.Message):
+    __slots__ = ("partition_id", "error_code", "error_message")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    error_code: int
+    error_message: str
+    def __init__(self, partition_id: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...

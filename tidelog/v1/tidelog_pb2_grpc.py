@@ -206,6 +206,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsResponse.FromString,
                 _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ElectLeaders',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -480,6 +485,16 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ElectLeaders(self, request, context):
+        """Elects the preferred replica (the first of the partition's replicas) leader of each
+        partition named (Kafka's api 43), or answers the unclean election; needs ALTER on the
+        cluster. Raft, not the controller, elects leaders: the request goes to each partition's
+        leader, which hands leadership to the preferred replica once it holds the whole log.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -652,6 +667,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.DescribeLogDirs,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1574,6 +1594,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/DescribeLogDirs',
             tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.DescribeLogDirsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ElectLeaders',
+            tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersResponse.FromString,
             options,
             channel_credentials,
             insecure,
