@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from tidelog.commands._common import add_bootstrap, client_for, parse_configs
+from tidelog.commands._common import add_bootstrap, add_topic, client_for, parse_configs
 from tidelog.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
     create = sub.add_parser("create", help="create a topic")
-    create.add_argument("name")
+    add_topic(create, "name")
     create.add_argument("--partitions", type=int, default=None,
                         help="at least 1 (default: the nodes' num.partitions)")
     create.add_argument("--replication-factor", type=int, default=None,
@@ -27,7 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     listing = sub.add_parser("list", help="list topics")
     add_bootstrap(listing)
     describe = sub.add_parser("describe", help="partitions, leaders, replicas and configs")
-    describe.add_argument("names", nargs="*", help="topics to describe (default: all)")
+    add_topic(describe, "names", many=True, help="topics to describe (default: all)")
     only = describe.add_mutually_exclusive_group()
     only.add_argument("--under-replicated-partitions", action="store_true",
                       help="only the partitions whose in-sync replicas are fewer than their "
@@ -37,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            "live node (kafka-topics' flag)")
     add_bootstrap(describe)
     alter = sub.add_parser("alter", help="add partitions to a topic")
-    alter.add_argument("name")
+    add_topic(alter, "name")
     alter.add_argument("--partitions", type=int, required=True,
                        help="the new total number of partitions (more than now)")
     alter.add_argument("--replica-assignment", metavar="1:2,2:3",
@@ -45,26 +45,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             "(kafka-topics' form; default: placed as a new topic's)")
     add_bootstrap(alter)
     delete = sub.add_parser("delete", help="delete a topic and its data")
-    delete.add_argument("name")
+    add_topic(delete, "name")
     add_bootstrap(delete)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "create":  # checked before the client connects
+        # As kafka-topics: a count given must be positive; -1 (the node's default) is what
+        # leaving it out sends.
+        for flag, value in (("--partitions", args.partitions),
+                            ("--replication-factor", args.replication_factor)):
+            if value is not None and value < 1:
+                raise ConfigurationError(f"{flag} must be at least 1, got {value} (leave "
+                                         "it out for the cluster's default)")
+        new_configs = parse_configs(args.config)
     client = client_for(args)
     try:
         if args.action == "create":
-            # As kafka-topics: a count given must be positive; -1 (the node's default) is
-            # what leaving it out sends.
-            for flag, value in (("--partitions", args.partitions),
-                                ("--replication-factor", args.replication_factor)):
-                if value is not None and value < 1:
-                    raise ConfigurationError(f"{flag} must be at least 1, got {value} (leave "
-                                             "it out for the cluster's default)")
             client.create_topic(
                 args.name,
                 partitions=-1 if args.partitions is None else args.partitions,
                 replication_factor=args.replication_factor,
-                config=parse_configs(args.config),
+                config=new_configs,
             )
             count = client.metadata.partition_count(args.name)
             print(f"created topic {args.name} with {count} partition(s)")
