@@ -89,13 +89,17 @@ def run(args: argparse.Namespace) -> int:
     ]
     if args.cluster and pattern_type == PatternType.PREFIXED:
         raise ConfigurationError("--cluster takes no --resource-pattern-type prefixed")
+    # What the action asks for is checked before the client connects.
+    if args.action == "add":
+        bindings = _bindings(args, named, pattern_type)
+    elif args.action == "remove":
+        filters = _removal_filters(args, named, pattern_type)
     client = client_for(args)
     try:
         if args.action == "add":
-            bindings = _bindings(args, named, pattern_type)
             if not args.force:
                 _refuse_lockout(client, _caller(args), added=bindings)
-            client.create_acls(bindings)
+            client.admin.create_acls(bindings)
             for binding in bindings:
                 print(f"added {binding}")
         elif args.action == "list":
@@ -107,13 +111,12 @@ def run(args: argparse.Namespace) -> int:
             ]
             found: dict[AclBinding, None] = {}
             for acl_filter in filters:
-                found.update(dict.fromkeys(client.describe_acls(acl_filter)))
+                found.update(dict.fromkeys(client.admin.describe_acls(acl_filter)))
             _print(list(found))
         else:
-            filters = _removal_filters(args, named, pattern_type)
             if not args.force:
                 _refuse_lockout(client, _caller(args), removed=filters)
-            removed = client.delete_acls(filters)
+            removed = client.admin.delete_acls(filters)
             for binding in removed:
                 print(f"removed {binding}")
             if not removed:
@@ -164,7 +167,7 @@ def _refuse_lockout(
     adding = [b for b in added if b.pattern == _CLUSTER]
     if not adding and not any(f.pattern.matches(_CLUSTER) for f in removed):
         return
-    existing = client.describe_acls(AclBindingFilter(
+    existing = client.admin.describe_acls(AclBindingFilter(
         ResourcePatternFilter(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL)
     ))
     going = [b for b in existing if any(f.matches(b) for f in removed)]
