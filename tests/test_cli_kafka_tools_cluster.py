@@ -374,7 +374,10 @@ def test_topic_describe_under_replicated_and_unavailable_partitions(
     """Last in the module: it stops a node for good."""
     client.create_topic("kt-spread", partitions=3, replication_factor=3)
     client.create_topic("kt-single", partitions=3, replication_factor=1)
-    assert run(capsys, cluster, "topic", "describe", "--under-replicated-partitions") == ""
+    # A new topic's followers join its in-sync replicas once they caught up.
+    wait_for(lambda: run(capsys, cluster, "topic", "describe",
+                         "--under-replicated-partitions") == "",
+             timeout=60, what="no partition under-replicated")
     assert run(capsys, cluster, "topic", "describe", "--unavailable-partitions") == ""
     single = client.describe_topics(["kt-single"])["kt-single"]
     victim = single.partitions[0].leader
