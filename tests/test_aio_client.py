@@ -6,6 +6,7 @@ for metadata, and a bad argument raises at once. Against one real node."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -187,5 +188,36 @@ def test_a_bad_argument_raises_at_once(client: Client) -> None:
             consumer.assign([TopicPartition(TOPIC, 0)])
             with pytest.raises(ConfigurationError, match="max_records"):
                 await consumer.getmany(max_records=0)
+
+    run(main())
+
+
+def test_a_cancelled_getmany_loses_no_record(client: Client) -> None:
+    """A poll cannot be stopped halfway: the records of one whose caller was cancelled are
+    handed out by the next calls, so every offset comes exactly once."""
+    topic = "aio-cancel"
+    client.create_topic(topic, partitions=1)
+    tp = TopicPartition(topic, 0)
+    count = 20
+
+    async def main() -> None:
+        await produce(client, topic, count)
+        async with AIOConsumer(bootstrap_servers=bootstrap(client)) as consumer:
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            offsets: list[int] = []
+            loop = asyncio.get_running_loop()
+            until = loop.time() + WAIT_S
+            while len(offsets) < count:
+                assert loop.time() < until, f"only {len(offsets)} of {count} records"
+                # Cancelled while its poll runs (or before it starts): nothing may be lost.
+                task = asyncio.create_task(consumer.getmany(timeout_ms=2000, max_records=3))
+                await asyncio.sleep(0)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    offsets += [r.offset for rs in (await task).values() for r in rs]
+                batch = await consumer.getmany(timeout_ms=500, max_records=2)
+                offsets += [r.offset for records in batch.values() for r in records]
+            assert offsets == list(range(count))
 
     run(main())
