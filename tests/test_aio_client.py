@@ -221,3 +221,39 @@ def test_a_cancelled_getmany_loses_no_record(client: Client) -> None:
             assert offsets == list(range(count))
 
     run(main())
+
+
+def test_transactions_commit_and_abort(client: Client) -> None:
+    """start() inits the transactional id; ``async with producer.transaction()`` commits the
+    block's records, or aborts them when it raises: read_committed sees only the former."""
+    topic = "aio-txn"
+    client.create_topic(topic, partitions=1)
+    tp = TopicPartition(topic, 0)
+
+    async def main() -> None:
+        async with AIOProducer(bootstrap_servers=bootstrap(client),
+                               transactional_id="aio-txn-1") as producer:
+            async with producer.transaction():
+                await producer.send(topic, b"kept-1")
+                await producer.send(topic, b"kept-2")
+            with pytest.raises(RuntimeError, match="undo"):
+                async with producer.transaction():
+                    await producer.send(topic, b"aborted")
+                    await producer.flush()
+                    raise RuntimeError("undo")
+            async with producer.transaction():
+                await producer.send(topic, b"kept-3")
+        async with AIOConsumer(bootstrap_servers=bootstrap(client),
+                               isolation_level="read_committed") as consumer:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning()
+            values: list[bytes] = []
+            loop = asyncio.get_running_loop()
+            until = loop.time() + WAIT_S
+            while len(values) < 3:
+                assert loop.time() < until, f"only {values}"
+                batch = await consumer.getmany(timeout_ms=500)
+                values += [r.value for r in batch.get(tp, [])]
+            assert values == [b"kept-1", b"kept-2", b"kept-3"]
+
+    run(main())

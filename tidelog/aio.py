@@ -23,7 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from tidelog.client import Client
@@ -32,6 +32,7 @@ from tidelog.membership import ConsumerRebalanceListener
 from tidelog.producer import Producer, RecordFuture
 from tidelog.settings import CLIENT_SETTINGS
 from tidelog.types import (
+    ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
     RecordMetadata,
@@ -107,11 +108,14 @@ class AIOProducer:
         return self._producer
 
     async def start(self) -> None:
-        """Fetch the cluster's metadata (within request_timeout_ms, or the bootstrap's error);
+        """Fetch the cluster's metadata (within request_timeout_ms, or the bootstrap's error)
+        and, for a transactional producer, init_transactions(), as aiokafka's start() does;
         the producer is stopped again if that fails."""
         connections = self._producer.connections
         try:
             await self._worker.run(connections.metadata.ensure, connections.deadline())
+            if self._producer.transactions is not None:
+                await self._worker.run(self._producer.init_transactions)
         except BaseException:
             await self.stop()
             raise
@@ -195,6 +199,39 @@ class AIOProducer:
     async def partitions_for(self, topic: str) -> set[int]:
         """The topic's partition ids, waiting up to max_block_ms for metadata that has it."""
         return await self._worker.run(self._producer.partitions_for, topic)
+
+    # ---- transactions (a producer made with transactional_id) ------------------------------
+
+    async def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        """Send what is queued, then commit (as `Producer.commit_transaction`)."""
+        await self._worker.run(self._producer.commit_transaction)
+
+    async def abort_transaction(self) -> None:
+        await self._worker.run(self._producer.abort_transaction)
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Commit a consumer group's offsets in the transaction (as
+        `Producer.send_offsets_to_transaction`)."""
+        await self._worker.run(self._producer.send_offsets_to_transaction, offsets,
+                               group_metadata)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends and aborts it when the block raises, as aiokafka's."""
+        await self.begin_transaction()
+        try:
+            yield
+        except BaseException:
+            await self.abort_transaction()
+            raise
+        await self.commit_transaction()
 
 
 class AIOConsumer:
