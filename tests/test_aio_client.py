@@ -18,6 +18,7 @@ from tidelog import (
     Client,
     ConfigurationError,
     RecordMetadata,
+    TidelogError,
     TopicPartition,
 )
 from tidelog.testing import LocalCluster
@@ -255,5 +256,29 @@ def test_transactions_commit_and_abort(client: Client) -> None:
                 batch = await consumer.getmany(timeout_ms=500)
                 values += [r.value for r in batch.get(tp, [])]
             assert values == [b"kept-1", b"kept-2", b"kept-3"]
+
+    run(main())
+
+
+def test_start_fails_on_an_unreachable_bootstrap_and_stops() -> None:
+    """start() bootstraps as aiokafka's does: nothing listening is an error within
+    request_timeout_ms (the caller's loop running meanwhile), and the client is stopped."""
+    async def main() -> None:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        for aio in (AIOProducer(bootstrap_servers="127.0.0.1:1", request_timeout_ms=2000),
+                    AIOConsumer(bootstrap_servers="127.0.0.1:1", request_timeout_ms=2000)):
+            with pytest.raises(TidelogError, match=r"127\.0\.0\.1:1\b"):
+                await aio.start()
+            assert aio._stopped
+        task.cancel()
+        assert ticks > 1
 
     run(main())
