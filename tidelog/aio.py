@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -61,27 +62,52 @@ class _Worker:
         self._executor.shutdown(wait=False)
 
 
-def _future_of(record: RecordFuture, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-    """An asyncio future on `loop` completed with `record`'s outcome, without a thread
-    waiting: the engine's completion (on its loop thread, or at once if already known)
-    schedules it on `loop`."""
-    future: asyncio.Future[RecordMetadata] = loop.create_future()
+class _Outcomes:
+    """Hands records' outcomes from the engine's loop thread to the caller's loop, where each
+    completes its record's asyncio future. The records of a batch complete together, so the
+    caller's loop is woken once for all the outcomes that arrived since it last ran them, not
+    once per record (a wake-up is a write to its self-pipe)."""
 
-    def settle() -> None:
-        if future.done():  # cancelled by its awaiter: the record is sent regardless
-            return
-        error = record.exception(0)
-        if error is None:
-            future.set_result(record.result(0))
-        else:
-            future.set_exception(error)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Per caller's loop (a producer may serve several), the outcomes it has to run.
+        self._arrived: dict[
+            asyncio.AbstractEventLoop, list[tuple[RecordFuture, asyncio.Future[RecordMetadata]]]
+        ] = {}
 
-    def on_done(_: RecordFuture) -> None:
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            loop.call_soon_threadsafe(settle)
+    def future_of(
+        self, record: RecordFuture, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[RecordMetadata]:
+        """An asyncio future on `loop` completed with `record`'s outcome, without a thread
+        waiting for it."""
+        future: asyncio.Future[RecordMetadata] = loop.create_future()
 
-    record.add_done_callback(on_done)
-    return future
+        def on_done(_: RecordFuture) -> None:
+            with self._lock:
+                arrived = self._arrived.setdefault(loop, [])
+                arrived.append((record, future))
+                if len(arrived) > 1:
+                    return  # a wake-up is on its way
+            try:
+                loop.call_soon_threadsafe(self._settle, loop)
+            except RuntimeError:  # the caller's loop is closed: nobody waits
+                with self._lock:
+                    self._arrived.pop(loop, None)
+
+        record.add_done_callback(on_done)
+        return future
+
+    def _settle(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            arrived = self._arrived.pop(loop, [])
+        for record, future in arrived:
+            if future.done():  # cancelled by its awaiter: the record is sent regardless
+                continue
+            error = record.exception(0)
+            if error is None:
+                future.set_result(record.result(0))
+            else:
+                future.set_exception(error)
 
 
 class AIOProducer:
@@ -97,6 +123,7 @@ class AIOProducer:
         The producer's sender starts now; `start()` fetches the cluster's metadata."""
         self._producer = Producer(bootstrap_servers, **settings)
         self._worker = _Worker("tidelog-aio-producer")
+        self._outcomes = _Outcomes()
         #: Sends handed to the worker and not queued yet: later sends follow them there, so
         #: records queue in the order send() was called.
         self._in_worker = 0
@@ -163,7 +190,7 @@ class AIOProducer:
                 self._in_worker -= 1
         else:
             record = producer.send(topic, value, key, partition, timestamp_ms, headers)
-        return _future_of(record, loop)
+        return self._outcomes.future_of(record, loop)
 
     def _queues_at_once(self, topic: object, partition: object, *data: object) -> bool:
         """Whether `Producer.send` would queue the record without waiting: its topic's
