@@ -12,8 +12,8 @@ the completion recorded. MB/s of the move against MB/s of the fetch; goal >= 0.5
 
 Run: ``.venv/bin/python bench/reassign.py [--size 1024] [--quick]``. ``--quick`` moves 4 MiB;
 its ratio means little. The figures are printed, never asserted: exit 1 only when something went
-wrong. tests/test_reassign_cluster.py runs `measure` on 1 MiB on its own cluster, so the script
-keeps working without a cluster start of its own in CI.
+wrong. tests/coordinator/test_reassign_cluster.py runs `measure` on 1 MiB on its own
+cluster, so the script keeps working without a cluster start of its own in CI.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def run(size_mib: int) -> float:
 def measure(cluster: LocalCluster, raw: Raw, client: Client, size_mib: float,
             topic: str = TOPIC) -> float:
     """The run on a cluster of three nodes (`raw` with CHANNEL_OPTIONS); prints the figures
-    and returns the ratio. tests/test_reassign_cluster.py runs it on its own cluster."""
+    and returns the ratio. tests/coordinator/test_reassign_cluster.py runs it on its own cluster."""
     raw.create_topic(topic, 1, 2)
     leader = raw.wait_leaders(topic, 1)[0]
     replicas = list(raw.metadata(leader, topic).partitions[0].replicas)

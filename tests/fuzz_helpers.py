@@ -1,4 +1,4 @@
-"""How long the fuzz tests (tests/test_fuzz_*.py) run.
+"""How long the fuzz tests (tests/*/test_fuzz_*.py) run.
 
 CI runs them with the ``ci`` profile, bounded so that all of them together stay within about a
 minute; ``scripts/fuzz.sh`` selects ``long`` through ``TIDELOG_FUZZ_PROFILE`` to run the same

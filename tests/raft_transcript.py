@@ -1,7 +1,7 @@
-"""Replays a Raft scenario transcript (tests/raft_scenarios/*.txt) against cores under the one
-driver, in the style of etcd's datadriven tests: a transcript is a list of commands, each
-followed by ``----`` and the output it must produce, so a reader sees every message, Ready and
-state a scenario goes through, and a regression shows as a diff of them.
+"""Replays a Raft scenario transcript (tests/replication/raft_scenarios/*.txt) against cores
+under the one driver, in the style of etcd's datadriven tests: a transcript is a list of
+commands, each followed by ``----`` and the output it must produce, so a reader sees every
+message, Ready and state a scenario goes through, and a regression shows as a diff of them.
 
 A block is a command line, optional input lines, ``----``, then the expected output up to a
 blank line. Lines starting with ``#`` (and blank lines) between blocks are prose. Commands:

@@ -1,4 +1,4 @@
-"""The driver program of tests/test_spark_e2e.py::test_standalone_cluster, run in a process
+"""The driver program of tests/client/test_spark_e2e.py::test_standalone_cluster, run in a process
 of its own (a Python process has one SparkContext, and the test run's local[2] session may be
 up already): a session against the standalone master, the reads and writes that a cluster's
 executors serve with clients built from the pickled options, and what they returned, as one

@@ -143,7 +143,7 @@ _MAX_HINTED_RATIO = 256
 _GROWTH = 4
 #: What cramjam says when the output buffer is full (Rust's io::ErrorKind::WriteZero, and
 #: zstd's one-shot path for a frame that states its size): the only errors after which a
-#: larger buffer may succeed. Any other is a broken stream. (tests/test_compression.py
+#: larger buffer may succeed. Any other is a broken stream. (tests/records/test_compression.py
 #: checks that data of every codec larger than the first buffer still decompresses.)
 _BUFFER_FULL = ("failed to write whole buffer", "Destination buffer is too small")
 

@@ -44,7 +44,7 @@ MiB = 1024 * KiB
 #: The size of a request no client method but those below needs more of. The largest are
 #: administrative: an AlterPartitionReassignments (or a CreatePartitions) of one topic with the
 #: most partitions a topic may have (10,000), each placed on five nodes, takes ~0.17 MiB
-#: (tests/test_request_limits.py measures it), so this leaves room for dozens of such topics in
+#: (tests/node/test_request_limits.py measures it), so this leaves room for dozens of such topics in
 #: one request; gRPC's own default receive limit is 4 MiB.
 DEFAULT_REQUEST_LIMIT = 8 * MiB
 #: Client methods whose requests may be larger: Produce carries a batch of up to

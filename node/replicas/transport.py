@@ -99,7 +99,7 @@ CHANNEL_OPTIONS = [*_MESSAGE_LIMITS, ("grpc.keepalive_time_ms", 10_000)]
 
 # Upper bounds of the protobuf bytes an item adds to an envelope beside its topic name (ASCII,
 # so one byte a character) and its batches: a tag and a 10-byte varint per integer field, a tag
-# and a 5-byte length per nested message. tests/test_transport_frames.py checks them.
+# and a 5-byte length per nested message. tests/replication/test_transport_frames.py checks them.
 _ENVELOPE_ROOM = 32
 _ITEM_ROOM = 128
 _ENTRY_ROOM = 64

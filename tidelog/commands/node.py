@@ -103,7 +103,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def node_config(args: argparse.Namespace) -> NodeConfig:
     """The config the parsed command line describes: the file, then the flags, then --set
-    (what deploy/'s unit and compose file are checked against, tests/test_deploy.py)."""
+    (what deploy/'s unit and compose file are checked against, tests/cli/test_deploy.py)."""
     from tidelog.errors import InvalidConfigError
     from tidelog.node.config import NodeConfig
 
