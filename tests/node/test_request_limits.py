@@ -176,3 +176,31 @@ def test_the_budget_makes_callers_wait_and_lets_them_in_as_bytes_are_released() 
 async def _hold(budget: InFlight, peer: str, size: int) -> None:
     async with budget.reserve(peer, size):
         pass
+
+
+def test_request_streams_cancelled_midway_leave_the_node_serving() -> None:
+    """A request stream (reflection) cancelled after its first answer, again and again: the
+    counted stream is finished inside its call. Left to an async generator's finalizer, it was
+    read after the call had ended and the node died of SIGSEGV within ten such calls."""
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    from tidelog.transport import Security
+    from tidelog.v1 import tidelog_pb2_grpc
+
+    with LocalCluster(1, tls=True) as cluster:
+        options = cluster.client_options_as("client")
+        for _ in range(20):
+            channel = Security(**options).channel(cluster.address_of(1))
+            try:
+                answers = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                    iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+                next(answers)
+                answers.cancel()
+                other = Security(**options).channel(cluster.address_of(1))
+                try:  # the node answers between the streams too
+                    assert tidelog_pb2_grpc.TidelogStub(other).Metadata(
+                        pb.MetadataRequest(), timeout=10).nodes
+                finally:
+                    other.close()
+            finally:
+                channel.close()
