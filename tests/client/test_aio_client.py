@@ -260,6 +260,7 @@ def test_transactions_commit_and_abort(client: Client) -> None:
     run(main())
 
 
+@pytest.mark.cluster  # dials 127.0.0.1:1: the network, which the unit tier does not use
 def test_start_fails_on_an_unreachable_bootstrap_and_stops() -> None:
     """start() bootstraps as aiokafka's does: nothing listening is an error within
     request_timeout_ms (the caller's loop running meanwhile), and the client is stopped."""
