@@ -19,11 +19,10 @@ full: a client that sends more than the node takes at once is slowed down, not f
 call's own deadline bounds the wait. An answer of RESOURCE_EXHAUSTED would fail requests for a
 condition that clears by itself within milliseconds, and every client would need a retry loop.
 
-Streaming requests (the node-to-node Raft stream, which only nodes reach, and reflection) are
-left to the listener's receive limit: a reservation held while they wait for their next message
-would take a maximal message out of the budget per stream for good, and wrapping gRPC's request
-stream in an iterator of ours to count each message brought the node down (SIGSEGV in gRPC) when
-such calls were cancelled midway, a crash any client could cause.
+Streaming requests (the node-to-node Raft stream, reflection) spend most of their life waiting
+for their next message; a reservation held while they wait would take a maximal message out of
+the budget per stream for good. Their messages are checked against their method's limit and
+counted from their arrival until the next one is asked for, without waiting.
 """
 
 from __future__ import annotations
@@ -188,7 +187,8 @@ class RequestLimits(HandlerRewriter):
         kind = f"{'stream' if handler.request_streaming else 'unary'}_{response}"
         behavior = getattr(handler, kind)
         if handler.request_streaming:
-            return handler  # left to the listener's receive limit (see the module's docstring)
+            counted = _counted_stream(behavior, self._budget, method, limit, parse)
+            return handler._replace(request_deserializer=None, **{kind: counted})
         budget, receive_limit = self._budget, self._receive_limit
 
         async def receive(
@@ -228,3 +228,60 @@ class RequestLimits(HandlerRewriter):
             request_streaming=True, request_deserializer=None,
             unary_unary=None, unary_stream=None, **{f"stream_{response}": wrapped},
         )
+
+
+def _counted_stream(
+    behavior: Callable[..., Any], budget: InFlight, method: str, limit: int,
+    parse: Callable[[bytes], Any],
+) -> Callable[..., Any]:
+    """`behavior` (a streaming-request one) with each message checked against `limit` and
+    counted from its arrival until the handler asks for the next one, or ends."""
+
+    def counted(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, held: list[int]
+    ) -> AsyncIterator[Any]:
+        peer = context.peer()
+
+        async def each() -> AsyncIterator[Any]:
+            async for raw in requests:
+                budget.release(peer, held.pop() if held else 0)
+                if len(raw) > limit:
+                    size = len(raw)
+                    del raw
+                    await refuse_oversized(context, method, size, limit)
+                budget.add(peer, len(raw))
+                held.append(len(raw))
+                yield parse(raw)
+
+        return each()
+
+    # The peer is read while the call is live: read in a `finally` after the client cancelled
+    # the call, it touched gRPC's freed call and the node died of SIGSEGV.
+    def done(peer: str, held: list[int]) -> None:
+        if held:
+            budget.release(peer, held.pop())
+
+    if inspect.isasyncgenfunction(behavior):
+
+        async def wrapped_stream(
+            requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        ) -> Any:
+            held: list[int] = []
+            peer = context.peer()
+            try:
+                async for response in behavior(counted(requests, context, held), context):
+                    yield response
+            finally:
+                done(peer, held)
+
+        return wrapped_stream
+
+    async def wrapped(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
+        held: list[int] = []
+        peer = context.peer()
+        try:
+            return await behavior(counted(requests, context, held), context)
+        finally:
+            done(peer, held)
+
+    return wrapped
