@@ -56,7 +56,7 @@ from tidelog.types import IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
 
 if TYPE_CHECKING:
-    from tidelog.certificates import CertFiles
+    from tidelog.certificates import CertFiles, CertificateAuthority
 
 __all__ = [
     "ClusterError",
@@ -157,6 +157,11 @@ class LocalCluster:
     must present a certificate too (``client_options`` are a Client's arguments for that, with
     the principal ``User:CN=client``), and the authorizer on (``authorizer=acl``, deny by
     default) with the nodes and that client as super users.
+    ``client_ca`` True (with ``tls``) signs client certificates with a second CA of their own
+    (in ``<tls_dir>/clients``), as a deployment whose nodes and clients come from different
+    CAs: each node verifies clients with it (``ssl.cafile``) and its peers with the nodes' CA
+    (``internal.ssl.cafile``), so no client certificate is even a candidate node; a client
+    still trusts the nodes' CA for the servers it dials (``client_options``' ``ssl_cafile``).
     ``hosts`` (node id -> address) puts each node's two listeners on its own host, on the same
     ports as on loopback, and ``command_prefix(node_id)`` comes before each node's command (the
     network-namespace test: ``hosts`` 10.77.0.N, prefix ``ip netns exec NS``); the launcher
@@ -178,6 +183,7 @@ class LocalCluster:
         ready_timeout: float = 30.0,
         exit_with_parent: bool = True,
         tls: bool = False,
+        client_ca: bool = False,
         hosts: Mapping[int, str] | None = None,
         command_prefix: Callable[[int], Sequence[str]] | None = None,
         **node_config: object,
@@ -189,6 +195,8 @@ class LocalCluster:
                 f"hosts must name nodes 1..{nodes} and come with a base port, got "
                 f"{sorted(hosts)} and {base_port}"
             )
+        if client_ca and not tls:
+            raise ConfigurationError("client_ca needs tls: a plaintext cluster has no CA")
         if not 0 <= base_port <= 65535 - 2 * nodes:
             raise ConfigurationError(f"base port {base_port} leaves no room for {nodes} nodes")
         self._owns_dir = data_dir is None
@@ -200,6 +208,7 @@ class LocalCluster:
         self._ready_timeout = ready_timeout
         self._exit_with_parent = exit_with_parent
         self.tls = tls
+        self._client_ca = client_ca
         self._hosts = dict(hosts or {})
         self._command_prefix = command_prefix
         #: Node id -> client address, and -> node-to-node address.
@@ -592,6 +601,9 @@ class LocalCluster:
             # client's) and super users. So is the harness's own client certificate
             # (client_options, User:CN=client): the administrator that creates the ACLs every
             # other principal needs.
+            if self._client_ca:
+                props["internal.ssl.cafile"] = props["ssl.cafile"]
+                props["ssl.cafile"] = str(self._client_authority().cafile)
             props.setdefault("authorizer", "acl")
             nodes = [f"User:CN=node-{n}" for n in self._addresses]
             props.setdefault("node.principals", ";".join(nodes))
@@ -640,18 +652,26 @@ class LocalCluster:
     def _certificates(self, name: str, *, node: bool = False) -> CertFiles:
         """The certificate ``name`` (its common name too) of the cluster's CA, made on first
         use and kept with the cluster's data: a client's, or with ``node`` a node's
-        (`CertificateAuthority.issue`)."""
+        (`CertificateAuthority.issue`). With ``client_ca`` a client's comes from the clients'
+        CA, and its ``cafile`` is still the nodes' CA, the one that verifies the servers."""
         from tidelog.certificates import CertFiles, CertificateAuthority
 
-        ca = CertificateAuthority(self.tls_dir)
+        nodes_ca = CertificateAuthority(self.tls_dir)
+        ca = self._client_authority() if self._client_ca and not node else nodes_ca
         files = CertFiles(
-            certfile=self.tls_dir / f"{name}.pem",
-            keyfile=self.tls_dir / f"{name}-key.pem",
-            cafile=ca.cafile,
+            certfile=ca.directory / f"{name}.pem",
+            keyfile=ca.directory / f"{name}-key.pem",
+            cafile=nodes_ca.cafile,
         )
-        if files.certfile.exists() and files.keyfile.exists():
-            return files
-        return ca.issue(name, name, node=node)
+        if not (files.certfile.exists() and files.keyfile.exists()):
+            ca.issue(name, name, node=node)
+        return files
+
+    def _client_authority(self) -> CertificateAuthority:
+        """The CA of client certificates with ``client_ca`` (made on first use)."""
+        from tidelog.certificates import CertificateAuthority
+
+        return CertificateAuthority(self.tls_dir / "clients")
 
     def _record_layout(self) -> None:
         """The static nodes' addresses and pids (joined nodes are not resumed)."""

@@ -10,12 +10,14 @@ without a line here.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 from offsets_helpers import RETRIABLE, codes, commit_request, found, other_than
+from waiting_helpers import poll_records
 
-from tidelog import Client, errors
+from tidelog import Client, TopicPartition, errors
 from tidelog.acl import (
     AccessControlEntry,
     AclBinding,
@@ -232,3 +234,57 @@ def test_forwarded_requests_are_authorized_as_their_client() -> None:
 
             assert wait_for(settled, 60, "a settled commit") == {
                 ("alice-a", 0): 0, ("other", 0): TOPIC_DENIED}
+
+
+def test_nodes_and_clients_from_different_cas() -> None:
+    """Node certificates come from one CA, client certificates from another (``client_ca``):
+    each node verifies its peers with the nodes' CA (internal.ssl.cafile) and its clients with
+    the clients' (ssl.cafile), and a client trusts the nodes' CA for the servers it dials. The
+    cluster forms and serves a client of the clients' CA holding only its ACLs. On the
+    node-to-node listener a certificate of the clients' CA is refused at the handshake, even
+    one naming a node, and one of the nodes' CA that names no node principal is refused every
+    call."""
+    with LocalCluster(3, tls=True, client_ca=True) as cluster, \
+            Client(cluster.bootstrap, **cluster.client_options) as admin:
+        admin.create_topic("split-cas", partitions=1, replication_factor=3)
+        admin.admin.create_acls([
+            grant("User:CN=alice", operation, ResourceType.TOPIC, "split-cas")
+            for operation in (Operation.WRITE, Operation.READ)])
+        alice = cluster.client_options_as("alice")
+        assert alice["ssl_cafile"] == str(cluster.tls_dir / "ca.pem")
+        assert Path(alice["ssl_certfile"]).parent == cluster.tls_dir / "clients"
+        tp = TopicPartition("split-cas", 0)
+        with Client(cluster.bootstrap, **alice) as client:
+            producer = client.producer(linger_ms=0)
+            sent = wait_for(lambda: producer.send(tp.topic, b"across CAs", partition=0)
+                            .result(timeout=30), 60, "alice's ACL to apply")
+            producer.close()
+            consumer = client.consumer()
+            consumer.assign([tp])
+            consumer.seek(tp, sent.offset)
+            got = poll_records(consumer, 1, timeout=60)
+            consumer.close()
+            assert [r.value for r in got] == [b"across CAs"]
+
+        nodes_ca = str(cluster.tls_dir / "ca.pem")
+        clients_ca = CertificateAuthority(cluster.tls_dir / "clients")
+        strangers = {
+            "a client of the clients' CA": clients_ca.issue("alice-internal", "alice"),
+            "a node's name from the clients' CA": clients_ca.issue("node-2-forged", "node-2",
+                                                                   node=True),
+        }
+        pull = f"/{NODE_SERVICE.full_name}/FetchMetadata"
+        request = raft_pb2.FetchMetadataRequest(from_offset=0, node_id=2).SerializeToString()
+        for who, files in strangers.items():
+            security = Security("SSL", nodes_ca, str(files.certfile), str(files.keyfile))
+            with security.channel(cluster.internal_address_of(1)) as channel, \
+                    pytest.raises(grpc.RpcError) as refused:
+                channel.unary_unary(pull)(request, timeout=_CALL_S)
+            assert refused.value.code() is grpc.StatusCode.UNAVAILABLE, who
+        intruder = CertificateAuthority(cluster.tls_dir).issue("intruder", "intruder")
+        security = Security("SSL", nodes_ca, str(intruder.certfile), str(intruder.keyfile))
+        with security.channel(cluster.internal_address_of(1)) as channel, \
+                pytest.raises(grpc.RpcError) as refused:
+            channel.unary_unary(pull)(request, timeout=_CALL_S)
+        assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert "User:CN=intruder is not a node principal" in refused.value.details()
