@@ -126,7 +126,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         if config.join:
             config, identity, epoch = await join_cluster(config, identity)
             logs.configure(config.node_id, config.log_format)
-        health_servicer = health.aio.HealthServicer()
+        health_servicer = HealthServicer()
         for service in (health.OVERALL_HEALTH, TIDELOG_SERVICE):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -277,6 +277,25 @@ class RejectMalformedRequests(HandlerRewriter):
                 return await behavior(await request_of(arg, context), context)
 
         return handler._replace(request_deserializer=None, **{kind: wrapped})
+
+
+class HealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
+    """The library's health servicer (Check, Watch, the statuses the node sets), plus List.
+
+    grpcio-health-checking's asyncio servicer lacks List, which then fell to the generated base
+    class: NotImplementedError, and a traceback in the node's log for every call anyone made
+    (a way to flood it). List answers as the health protocol says instead."""
+
+    async def List(
+        self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext
+    ) -> health_pb2.HealthListResponse:
+        """Every service the servicer knows, with its status as Check would answer it. The
+        statuses are set on this same event loop, so the answer is a consistent snapshot; the
+        node knows two services, far below any limit the protocol lets a server set."""
+        return health_pb2.HealthListResponse(statuses={
+            service: health_pb2.HealthCheckResponse(status=status)
+            for service, status in self._server_status.items()
+        })
 
 
 def _enable_reflection(services: list[str], server: grpc.aio.Server) -> None:

@@ -307,13 +307,18 @@ def call(channel: grpc.Channel, rpc: Rpc) -> Message:
 
 
 def error_codes(message: Message) -> set[int]:
-    """Every ``error_code`` anywhere in `message`."""
+    """Every ``error_code`` anywhere in `message` (map fields included: their values)."""
     codes: set[int] = set()
     for field, value in message.ListFields():
         if field.name == "error_code":
             codes.add(value)
         elif field.message_type is not None:
-            for item in value if field.is_repeated else [value]:
+            if field.message_type.GetOptions().map_entry:
+                entry = field.message_type.fields_by_name["value"]
+                items = list(value.values()) if entry.message_type is not None else []
+            else:
+                items = value if field.is_repeated else [value]
+            for item in items:
                 codes |= error_codes(item)
     return codes
 

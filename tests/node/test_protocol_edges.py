@@ -18,6 +18,7 @@ import pytest
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 from record_helpers import values_of
 
@@ -444,6 +445,32 @@ def test_a_body_that_does_not_parse_is_invalid_argument_logged_once(raw: Raw) ->
     log = cluster.logs(node)
     assert len(re.findall(r"malformed", log)) == 1, log[-3000:]
     assert "Traceback" not in log
+
+
+# ---- health ------------------------------------------------------------------------------------
+
+
+def test_health_list_answers_every_service_without_a_traceback(raw: Raw) -> None:
+    """Health/List, which anyone may call, answers the status of every service the node's
+    health service knows: the whole node ("") and the client API, both SERVING on a ready
+    node. The library's servicer lacks List, and each call once logged a traceback."""
+    cluster = raw.cluster
+    node = cluster.node_ids[0]
+    channel = grpc.insecure_channel(cluster.address_of(node))
+    try:
+        listing = health_pb2_grpc.HealthStub(channel).List
+        for _ in range(3):
+            answer = listing(health_pb2.HealthListRequest(), timeout=10)
+            assert {name: status.status for name, status in answer.statuses.items()} == {
+                "": health_pb2.HealthCheckResponse.SERVING,
+                "tidelog.v1.Tidelog": health_pb2.HealthCheckResponse.SERVING,
+            }
+        # The node is fine (it answers a call after those), and its log holds no traceback.
+        assert raw.stub(node).Metadata(pb.MetadataRequest(), timeout=10).nodes
+    finally:
+        channel.close()
+    log = cluster.logs(node)
+    assert "Traceback" not in log and "NotImplementedError" not in log, log[-3000:]
 
 
 # ---- reflection --------------------------------------------------------------------------------
