@@ -294,7 +294,8 @@ def test_exactly_once_sink_across_restart(
 def test_write_and_read_back_over_mutual_tls(spark: SparkSession, tmp_path: Path) -> None:
     """A cluster with TLS on every listener and client certificates required: the sink's and
     the source's clients, built on the executors, connect with the tidelog.security.protocol
-    and tidelog.ssl.* options (a plaintext client's refusal is tests/client/test_tls_cluster.py's)."""
+    and tidelog.ssl.* options (a plaintext client's refusal is
+    tests/client/test_tls_cluster.py's)."""
     with LocalCluster(1, tmp_path / "tls-cluster", tls=True) as cluster, \
             Client(cluster.bootstrap, **cluster.client_options) as client:
         client.create_topic("sealed", partitions=2, replication_factor=1)
