@@ -241,6 +241,7 @@ _QUIET_HANDLERS = (
     lambda _: asyncio.sleep(0, rpb.ReassignmentDoneResponse()),
     lambda _, wait: asyncio.sleep(0, rpb.RegisterNodeResponse()),
     lambda _, wait: asyncio.sleep(0, rpb.NodeHeartbeatResponse()),
+    lambda _, context: asyncio.sleep(0, rpb.ForwardResponse()),
 )
 
 
