@@ -249,6 +249,9 @@ def test_read_committed_source(spark: SparkSession, cluster: LocalCluster, clien
         assert {b"a0", b"o0", b"n1"} <= everything
 
         txn.commit_transaction()
+    # EndTxn is answered before the markers land: the read waits for the LSO to reach the HW.
+    wait_for(lambda: client.list_offsets({tp: -1}, "read_committed")[tp].offset
+             == client.list_offsets({tp: -1})[tp].offset, 30, "the commit marker")
     after = read(spark, cluster, subscribe="txn", **{"kafka.isolation.level": "read_committed"})
     assert sorted(r.value for r in after.select("value").collect()) == sorted(
         [b"c%d" % i for i in range(5)] + [b"n0", b"o0", b"n1"]

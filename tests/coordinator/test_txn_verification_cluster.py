@@ -127,7 +127,12 @@ def test_a_real_transaction_is_verified_and_its_late_batch_refused(
         consumer.assign(TPS)
         for tp in TPS:
             consumer.seek(tp, starts[tp])
-        ends = {tp: client.list_offsets({tp: -1}, "read_committed")[tp].offset for tp in TPS}
+        # EndTxn is answered once the decision is durable, as in Kafka; the markers follow, so
+        # the last stable offset passes the records (and their marker) a little later.
+        ends = {tp: starts[tp] + len(sent[tp]) + 1 for tp in TPS}
+        wait_for(lambda: all(
+            client.list_offsets({tp: -1}, "read_committed")[tp].offset >= ends[tp] for tp in TPS
+        ), 60, f"the last stable offsets to pass {ends}")
         got = poll_to(consumer, ends)
         for tp in TPS:
             assert [r.value for r in got if r.partition == tp.partition] == sent[tp]
