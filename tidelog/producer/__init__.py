@@ -10,6 +10,7 @@ state that numbers each partition's records so that retries never write a batch 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -116,8 +117,9 @@ class Producer(RecordAccumulator):
         except concurrent.futures.TimeoutError:
             with self._cond:
                 self._sender.force_close = True
-                self._wake_sender()
-            self._sending.result()
+            self.connections.transport.submit(self._sender.stop_now()).result()
+            with contextlib.suppress(concurrent.futures.CancelledError):
+                self._sending.result()
         except concurrent.futures.CancelledError:
             pass  # the client was closed first, which failed what was left
 

@@ -73,6 +73,8 @@ class Sender:
         self._refresh_at = 0.0
         #: The Produce calls in flight (the loop keeps only weak references to its tasks).
         self._calls: set[asyncio.Task[None]] = set()
+        #: The task running `run`, which a forced close cancels.
+        self._task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
         """(Under the lock.) Make the sender look again, from any thread; one wakeup is
@@ -90,6 +92,7 @@ class Sender:
         and close() ends cleanly."""
         accumulator = self.accumulator
         failures = 0
+        self._task = asyncio.current_task()
         try:
             while True:
                 try:
@@ -101,12 +104,26 @@ class Sender:
                     log.exception("the producer's sender failed a round; it goes on")
                     await asyncio.sleep(self.connections.backoff.delay_s(failures))
         except asyncio.CancelledError:
+            closed = "producer" if self.force_close else "client"
+            why = RequestTimedOutError(f"the {closed} was closed before delivery")
             with self._lock:
-                accumulator.fail_all(RequestTimedOutError("the client was closed before delivery"))
+                accumulator.fail_all(why)
             raise
         finally:
             for task in self._calls:
                 task.cancel()
+
+    async def stop_now(self) -> None:
+        """A forced close: end the sender at once, failing everything undelivered, wherever
+        its round waits. A round may wait on the cluster for a whole request timeout (for a
+        producer id, or a metadata refresh in a worker thread), and a close that does not wait
+        must not wait for that either; what the worker thread brings back later is dropped."""
+        self.force_close = True
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _round(self) -> bool:
         """One round: expire, then get a producer id, refresh metadata (both off the loop, in
