@@ -40,8 +40,10 @@ pytestmark = pytest.mark.timeout(240)
 _PARTITIONS = 6
 #: How long a send may wait for its partition to take it: the longest election timeout is
 #: 2 x 300 ms; a leader's loss is noticed within one, the election takes one or two more, and
-#: the client then learns the new leader. Five seconds leaves room for a loaded machine.
-_OUTAGE_BOUND_MS = 5_000
+#: the client then learns the new leader. Fifteen seconds leaves room for a machine loaded by
+#: a whole suite (five were missed once, in a leadership transfer at load 8), and is still far
+#: below what a partition without a leader until a node came back would take.
+_OUTAGE_BOUND_MS = 15_000
 
 
 @pytest.fixture(scope="module")
