@@ -20,6 +20,8 @@ from typing import Any, Literal
 from tidelog.coordinator.controller import MAX_PARTITIONS
 from tidelog.coordinator.metadata_records import split_address
 from tidelog.errors import InvalidConfigError
+from tidelog.event_loops import KINDS as EVENT_LOOP_KINDS
+from tidelog.event_loops import EventLoopKind
 from tidelog.properties import read_properties
 from tidelog.records import MAX_MESSAGE_BYTES
 
@@ -90,6 +92,7 @@ KEYS: dict[str, str] = {
     "metrics.topic.labels": "metrics_topic_labels",
     "queued.max.request.bytes": "queued_max_request_bytes",
     "log.format": "log_format",
+    "event.loop": "event_loop",
     "test.drop.produce.response.rate": "test_drop_produce_response_rate",
     "test.ack.before.commit": "test_ack_before_commit",
     "test.offsets.ack.before.commit": "test_offsets_ack_before_commit",
@@ -277,6 +280,9 @@ class NodeConfig:
     queued_max_request_bytes: int = 512 * 1024 * 1024
     #: "text" lines for people, or "json": one JSON object per line for log pipelines.
     log_format: LogFormat = "text"
+    #: The event loop the node runs on (tidelog/event_loops.py): "auto" is uvloop where it is
+    #: installed (less CPU per request), else asyncio's; "asyncio" or "uvloop" to choose.
+    event_loop: EventLoopKind = "auto"
     #: Tests only: the share of Produce answers dropped (UNAVAILABLE) after the write
     #: committed, to prove that idempotent retries write nothing twice.
     test_drop_produce_response_rate: float = 0.0
@@ -431,6 +437,10 @@ class NodeConfig:
         _require(
             self.log_format in ("text", "json"),
             f"log.format must be 'text' or 'json', got {self.log_format!r}",
+        )
+        _require(
+            self.event_loop in EVENT_LOOP_KINDS,
+            f"event.loop must be one of {', '.join(EVENT_LOOP_KINDS)}, got {self.event_loop!r}",
         )
         _require(self.replica_lag_max_ms >= 1, "replica.lag.max.ms must be >= 1")
         _require(
@@ -775,6 +785,7 @@ def _convert(key: str, name: str, value: str) -> Any:
         return parse_peers(value)
     if name in ("listen", "advertised", "join", "log_flush_policy", "internal_listen",
                 "ssl_certfile", "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format",
+                "event_loop",
                 "internal_ssl_cafile", "authorizer", "metrics_host", "metrics_auth_token_file"):
         return value
     if name in ("security_protocol", "security_inter_broker_protocol"):

@@ -31,6 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from tidelog.errors import InvalidConfigError
+from tidelog.event_loops import loop_name
 from tidelog.node.config import NodeConfig, format_peers
 from tidelog.node.edge.interceptors import HandlerRewriter, behavior_kind
 from tidelog.node.edge.malformed import reject_malformed
@@ -201,7 +202,8 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             await runtime.start()
             for service in (health.OVERALL_HEALTH, TIDELOG_SERVICE):
                 await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-            log.info("node %d serving", config.node_id, extra={"event": "node_serving"})
+            log.info("node %d serving on the %s event loop", config.node_id, loop_name(loop),
+                     extra={"event": "node_serving", "event_loop": loop_name(loop)})
             await stopping.wait()
             log.info("node %d stopping (%s)", config.node_id, "graceful" if graceful else "now",
                      extra={"event": "node_stopping", "graceful": graceful})

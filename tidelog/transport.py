@@ -37,6 +37,7 @@ from tidelog.errors import (
     UnknownServerError,
     UnsupportedVersionError,
 )
+from tidelog.event_loops import client_loop_factory
 from tidelog.metadata import ClusterMetadata
 from tidelog.records import MAX_MESSAGE_BYTES
 from tidelog.v1 import tidelog_pb2, tidelog_pb2_grpc
@@ -297,7 +298,7 @@ class Transport:
             if self._closed:
                 raise ConfigurationError("the client is closed")
             if self._loop is None:
-                loop = asyncio.new_event_loop()
+                loop = client_loop_factory()()
                 self._thread = threading.Thread(
                     target=loop.run_forever, name="tidelog-client", daemon=True
                 )

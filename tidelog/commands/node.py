@@ -128,14 +128,14 @@ def run(args: argparse.Namespace) -> int:
             client.close()
         print(f"node {args.node} unregistered")
         return 0
-    import asyncio
-
+    from tidelog import event_loops
     from tidelog.node import logs
     from tidelog.node.server import serve
 
     config = node_config(args)
     logs.configure(config.node_id, config.log_format)
-    return asyncio.run(serve(config, exit_with_parent=args.exit_with_parent))
+    return event_loops.run(serve(config, exit_with_parent=args.exit_with_parent),
+                           config.event_loop)
 
 
 def _decommission(args: argparse.Namespace) -> int:
