@@ -146,6 +146,8 @@ class NodeImage:
     #: Fenced: its heartbeats stopped for the session timeout (or it registered and has not
     #: heartbeated yet). A fenced node takes no new replicas and Metadata leaves it out.
     fenced: bool
+    #: Where Kafka clients reach it (its Kafka listener); "" when it has none.
+    kafka_address: str = ""
 
     @property
     def alive(self) -> bool:
@@ -602,6 +604,7 @@ class MetadataImage:
         *,
         fenced: bool,
         reserved_ids: Collection[int] = (),
+        kafka_address: str = "",
     ) -> RegisterNodeRecord | None:
         """A node's registration (Kafka's BrokerRegistration): the record to propose, or None
         when the node is registered exactly so already (a restart that changed nothing writes
@@ -610,7 +613,7 @@ class MetadataImage:
         replica list. An id registered by
         another incarnation that is not fenced is DUPLICATE_BROKER_REGISTRATION (101): a wiped
         node that comes back under the same id waits until the old one is fenced. Bad fields
-        are INVALID_REQUEST."""
+        are INVALID_REQUEST. `kafka_address` is its Kafka listener's ("" for none)."""
         if node_id < -1:
             raise InvalidRequestError(
                 f"node id {node_id} is negative: give an id >= 0, or none to be assigned one"
@@ -619,7 +622,8 @@ class MetadataImage:
             raise InvalidRequestError(
                 f"incarnation id {incarnation!r} is not 32 hex digits (16 random bytes)"
             )
-        for what, address in (("node-to-node", internal_address), ("client", client_address)):
+        for what, address in (("node-to-node", internal_address), ("client", client_address),
+                              ("Kafka", kafka_address or client_address)):
             problem = address_problem(address)
             if problem is not None:
                 raise InvalidRequestError(f"{what} address {problem}")
@@ -644,9 +648,12 @@ class MetadataImage:
                 )
         if (existing is not None and existing.incarnation == incarnation
                 and existing.internal_address == internal_address
-                and existing.client_address == client_address and existing.fenced == fenced):
+                and existing.client_address == client_address and existing.fenced == fenced
+                and existing.kafka_address == kafka_address):
             return None
-        return RegisterNodeRecord(node_id, incarnation, internal_address, client_address, fenced)
+        return RegisterNodeRecord(
+            node_id, incarnation, internal_address, client_address, fenced, kafka_address
+        )
 
     def check_heartbeat(self, node_id: int, epoch: int) -> NodeImage:
         """The registration a heartbeat of `node_id` at `epoch` belongs to;
@@ -833,7 +840,7 @@ class MetadataImage:
             self.unregistered.discard(record.node_id)
             self.nodes[record.node_id] = NodeImage(
                 record.node_id, record.incarnation, offset, record.internal_address,
-                record.client_address, record.fenced,
+                record.client_address, record.fenced, record.kafka_address,
             )
         elif isinstance(record, FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord):
             node = self.nodes.get(record.node_id)

@@ -193,13 +193,16 @@ class RegisterNodeRecord:
     incarnation), where the other nodes reach it (node-to-node listener) and where clients do,
     and whether it starts fenced. The record's offset becomes the registration's epoch (Kafka's
     broker epoch), which fence and unfence records name, so that one meant for an earlier
-    registration misses the current one."""
+    registration misses the current one. ``kafka_address`` is where Kafka clients reach it
+    (its Kafka listener; "" for none): written after the other fields only when set, so the
+    records of nodes without one, and of logs written before it existed, read the same."""
 
     node_id: int
     incarnation: str
     internal_address: str
     client_address: str
     fenced: bool
+    kafka_address: str = ""
 
     @property
     def subject(self) -> str:
@@ -394,6 +397,8 @@ def encode_record(record: MetadataRecord) -> bytes:
         _put_str(out, record.internal_address)
         _put_str(out, record.client_address)
         out += _U8.pack(record.fenced)
+        if record.kafka_address:
+            _put_str(out, record.kafka_address)
     elif isinstance(record, FenceNodeRecord | UnfenceNodeRecord | UnregisterNodeRecord):
         out.append(_NODE_KINDS[type(record)])
         out += _I32.pack(record.node_id)
@@ -538,8 +543,10 @@ class _Reader:
             incarnation = self._str()
             internal_address = self._str()
             client_address = self._str()
+            fenced = self._flag()
             record = RegisterNodeRecord(
-                node_id, incarnation, internal_address, client_address, self._flag()
+                node_id, incarnation, internal_address, client_address, fenced,
+                self._str() if self._pos < len(self._data) else "",
             )
         elif kind in _NODE_RECORDS:
             record = _NODE_RECORDS[kind](self._int(_I32), self._int(_I64))
@@ -746,7 +753,8 @@ def _check(record: MetadataRecord) -> None:
                 f"{record.incarnation!r}"
             )
         for what, address in (("node-to-node", record.internal_address),
-                               ("client", record.client_address)):
+                               ("client", record.client_address),
+                               ("Kafka", record.kafka_address or record.client_address)):
             problem = address_problem(address)
             if problem is not None:
                 raise MetadataRecordError(

@@ -110,6 +110,9 @@ KEYS: dict[str, str] = {
     "ssl.client.auth": "ssl_client_auth",
     "internal.ssl.cafile": "internal_ssl_cafile",
     "node.principals": "node_principals",
+    # The Kafka listener (issue 30)
+    "kafka.listen": "kafka_listen",
+    "kafka.advertised.address": "kafka_advertised",
     # ACLs (acls)
     "authorizer": "authorizer",
     "super.users": "super_users",
@@ -337,6 +340,14 @@ class NodeConfig:
     #: may forward a request on behalf of a client (node/api/forwarding.py). Empty: super.users.
     #: A PLAINTEXT node-to-node listener knows no identity and checks nothing.
     node_principals: tuple[str, ...] = ()
+    #: "host:port" of the Kafka listener (Kafka's wire protocol, node/kafka/), beside the gRPC
+    #: ones: port 0 for any free port, empty for none. It has the client listener's TLS
+    #: (security.protocol, the same certificate, key, CA and ssl.client.auth), principals,
+    #: ACLs and queued.max.request.bytes.
+    kafka_listen: str = ""
+    #: The Kafka address published for this node (Metadata's brokers); empty means "the bound
+    #: kafka.listen address".
+    kafka_advertised: str = ""
     # ---- ACLs (acls) ----
     #: "none": no authorizer, every request of every principal is allowed (Kafka without
     #: ``authorizer.class.name``); ACL records already in the metadata log stay stored but
@@ -585,11 +596,56 @@ class NodeConfig:
             "principals of the nodes' certificates (User:CN=node-1;User:CN=node-2;...), the "
             "only callers the node-to-node listener answers",
         )
+        self._check_kafka_listener(client, internal)
         _require(
             self.ssl_client_auth == "none"
             or (self.security_protocol == "SSL" and bool(self.ssl_cafile)),
             "ssl.client.auth=required needs security.protocol=SSL and ssl.cafile (the CA that "
             "signs client certificates)",
+        )
+
+    def _check_kafka_listener(self, client: tuple[str, int], internal: tuple[str, int]) -> None:
+        """kafka.listen and kafka.advertised.address as listen and advertised.address are
+        checked: an address, a wildcard only with an address to publish, a port of its own."""
+        if not self.kafka_listen:
+            _require(
+                not self.kafka_advertised,
+                "kafka.advertised.address is set but kafka.listen is not: there is no Kafka "
+                "listener to advertise",
+            )
+            return
+        kafka = _parse_address("kafka.listen", self.kafka_listen)
+        if self.kafka_advertised:
+            advertised = _parse_address("kafka.advertised.address", self.kafka_advertised)
+            _require(
+                not _is_wildcard(advertised[0]) and advertised[1] != 0,
+                f"kafka.advertised.address {self.kafka_advertised} is a wildcard or has port "
+                "0: Kafka clients need an address to dial",
+            )
+        else:
+            _require(
+                not _is_wildcard(kafka[0]),
+                f"kafka.listen {self.kafka_listen} is a wildcard address: set "
+                "kafka.advertised.address to the address Kafka clients dial",
+            )
+        _require(
+            kafka[1] == 0 or kafka not in (client, internal),
+            f"kafka.listen {self.kafka_listen} is the address of another listener (listen, "
+            "internal.listen): the Kafka listener needs its own port",
+        )
+
+    @property
+    def kafka_advertised_address(self) -> str:
+        """The Kafka address to publish: the explicit one, else what the Kafka listener is on
+        ("" without a Kafka listener)."""
+        return self.kafka_advertised or self.kafka_listen
+
+    def kafka_bound(self, port: int) -> NodeConfig:
+        """This config once the Kafka listener bound ``port`` (kafka.listen may ask for port 0):
+        the node registers the real address."""
+        listen = format_address(_parse_address("kafka.listen", self.kafka_listen)[0], port)
+        return dataclasses.replace(
+            self, kafka_listen=listen, kafka_advertised=self.kafka_advertised or listen
         )
 
     @property
@@ -636,8 +692,11 @@ class NodeConfig:
                  "can read and write every topic"),
                 ("internal.listen", self.internal_listen, "security.inter.broker.protocol",
                  self.security_inter_broker_protocol, "can speak Raft with this node"),
+                ("kafka.listen", self.kafka_listen, "security.protocol", self.security_protocol,
+                 "can read and write every topic"),
             )
-            if protocol == "PLAINTEXT" and not _is_loopback(_parse_address(key, address)[0])
+            if address and protocol == "PLAINTEXT"
+            and not _is_loopback(_parse_address(key, address)[0])
         ]
 
     @property
@@ -784,6 +843,7 @@ def _convert(key: str, name: str, value: str) -> Any:
     if name in ("peers", "client_addresses"):
         return parse_peers(value)
     if name in ("listen", "advertised", "join", "log_flush_policy", "internal_listen",
+                "kafka_listen", "kafka_advertised",
                 "ssl_certfile", "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "log_format",
                 "event_loop",
                 "internal_ssl_cafile", "authorizer", "metrics_host", "metrics_auth_token_file"):

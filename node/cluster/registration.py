@@ -183,6 +183,7 @@ class NodeRegistry:
             record = image.plan_register(
                 request.node_id, request.incarnation, request.internal_address,
                 request.client_address, fenced=request.fenced, reserved_ids=reserved,
+                kafka_address=request.kafka_address,
             )
             return [] if record is None else [record]
 
@@ -363,6 +364,7 @@ class Registrant:
             internal_address=self.config.peers.get(self.config.node_id,
                                                    self.config.internal_listen),
             client_address=self.config.advertised_address,
+            kafka_address=self.config.kafka_advertised_address,
         )
 
     async def settle(self, timeout_s: float) -> None:
@@ -470,7 +472,7 @@ async def join_cluster(
     request = rpb.RegisterNodeRequest(
         node_id=identity.node_id, incarnation=identity.incarnation,
         internal_address=config.internal_listen, client_address=config.advertised_address,
-        fenced=True,
+        kafka_address=config.kafka_advertised_address, fenced=True,
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

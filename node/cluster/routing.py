@@ -75,6 +75,14 @@ class Routing:
             address = node.client_address
         return address
 
+    def kafka_address_of(self, node_id: int) -> str:
+        """Where a Kafka client reaches `node_id` (its Kafka listener, as it registered it;
+        this node's own from its config): "" when it has none or is not known."""
+        if node_id == self.config.node_id:
+            return self.config.kafka_advertised_address
+        node = self.registered(node_id)
+        return node.kafka_address if node is not None else ""
+
     def internal_address_of(self, node_id: int) -> str:
         """Where this node dials `node_id`'s node-to-node listener ("" when unknown)."""
         address = self.config.peers.get(node_id, "")

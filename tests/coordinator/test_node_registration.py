@@ -40,6 +40,7 @@ NEW = "fedcba9876543210fedcba9876543210"
 RECORDS: list[MetadataRecord] = [
     RegisterNodeRecord(4, OLD, "127.0.0.1:7500", "127.0.0.1:7501", True),
     RegisterNodeRecord(0, NEW, "[::1]:1", "node-0.example:65535", False),
+    RegisterNodeRecord(5, NEW, "127.0.0.1:7500", "127.0.0.1:7501", False, "127.0.0.1:9092"),
     FenceNodeRecord(4, 17),
     UnfenceNodeRecord(4, 17),
     UnregisterNodeRecord(4, 2**40),
@@ -60,6 +61,8 @@ def test_node_records_round_trip(record: MetadataRecord) -> None:
     RegisterNodeRecord(1, OLD, "127.0.0.1:1", "0.0.0.0:2", False),
     RegisterNodeRecord(1, OLD, "127.0.0.1:0", "127.0.0.1:2", False),
     RegisterNodeRecord(1, OLD, "127.0.0.1:1", "host :2", False),
+    RegisterNodeRecord(1, OLD, "127.0.0.1:1", "127.0.0.1:2", False, "0.0.0.0:9092"),
+    RegisterNodeRecord(1, OLD, "127.0.0.1:1", "127.0.0.1:2", False, "127.0.0.1:0"),
     FenceNodeRecord(-1, 3),
     UnfenceNodeRecord(1, -1),
 ])
@@ -76,6 +79,28 @@ def test_damaged_node_records_do_not_decode() -> None:
         decode_record(encoded[:-2])
     with pytest.raises(MetadataRecordError, match="left over"):
         decode_record(encode_record(RECORDS[2]) + b"\x00")
+
+
+def test_a_node_record_carries_the_kafka_address_only_when_set() -> None:
+    """A node without a Kafka listener writes the bytes a record had before the field existed,
+    so logs written before it still read; a change of Kafka address is a new registration."""
+    without = RegisterNodeRecord(4, OLD, "127.0.0.1:7500", "127.0.0.1:7501", True)
+    with_kafka = RegisterNodeRecord(4, OLD, "127.0.0.1:7500", "127.0.0.1:7501", True,
+                                    "127.0.0.1:9092")
+    assert encode_record(with_kafka).startswith(encode_record(without))
+    assert len(encode_record(with_kafka)) > len(encode_record(without))
+    image = MetadataImage()
+    node = _register(image, 0, 1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False,
+                     kafka_address="127.0.0.1:9092")
+    assert node.kafka_address == "127.0.0.1:9092"
+    assert image.plan_register(1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False,
+                               kafka_address="127.0.0.1:9092") is None
+    moved = image.plan_register(1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False,
+                                kafka_address="127.0.0.1:9093")
+    assert moved is not None and moved.kafka_address == "127.0.0.1:9093"
+    with pytest.raises(InvalidRequestError, match="Kafka address"):
+        image.plan_register(1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False,
+                            kafka_address="0.0.0.0:9092")
 
 
 def _register(image: MetadataImage, offset: int, *args: object, **kwargs: object) -> NodeImage:

@@ -283,20 +283,22 @@ class ReassignmentDoneResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class RegisterNodeRequest(_message.Message):
-    __slots__ = ("node_id", "incarnation", "internal_address", "client_address", "fenced", "forwarded")
+    __slots__ = ("node_id", "incarnation", "internal_address", "client_address", "fenced", "forwarded", "kafka_address")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     INTERNAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
     FORWARDED_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     incarnation: str
     internal_address: str
     client_address: str
     fenced: bool
     forwarded: bool
-    def __init__(self, node_id: _Optional[int] = ..., incarnation: _Optional[str] = ..., internal_address: _Optional[str] = ..., client_address: _Optional[str] = ..., fenced: _Optional[bool] = ..., forwarded: _Optional[bool] = ...) -> None: ...
+    kafka_address: str
+    def __init__(self, node_id: _Optional[int] = ..., incarnation: _Optional[str] = ..., internal_address: _Optional[str] = ..., client_address: _Optional[str] = ..., fenced: _Optional[bool] = ..., forwarded: _Optional[bool] = ..., kafka_address: _Optional[str] = ...) -> None: ...
 
 class NodeEntry(_message.Message):
     __slots__ = ("node_id", "internal_address", "client_address", "fenced")
