@@ -312,7 +312,14 @@ class TxnCoordinatorDriver(CoordinatorDriver[TransactionCoordinatorState]):
 
     def describe(self, txn_id: str) -> TxnMetadata:
         """The id's state (DescribeTransactions); raises NOT_COORDINATOR and the like when
-        this node does not serve it, TRANSACTIONAL_ID_NOT_FOUND when it has no state."""
+        this node does not serve it, TRANSACTIONAL_ID_NOT_FOUND when it has no state. Before
+        the transaction state topic exists no id has any, so that is answered at once (as
+        Kafka's coordinator answers once its FindCoordinator created the topic), not
+        COORDINATOR_NOT_AVAILABLE until the caller's deadline."""
+        if self.topic.partition_of(txn_id) is None:
+            raise errors.TransactionalIdNotFoundError(
+                f"no transactional id {txn_id!r}: no transaction has begun in this cluster"
+            )
         meta = self._coordinating(txn_id).state.txns.get(txn_id)
         if meta is None:
             raise errors.TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")

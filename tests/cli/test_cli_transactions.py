@@ -48,6 +48,19 @@ def stable(client: Client) -> tuple[int, int]:
             client.list_offsets({TP: -1}, "read_uncommitted")[TP].offset)
 
 
+def test_describe_before_any_transaction_answers_not_found(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """First in the module: no transaction has begun, so the transaction state topic does not
+    exist. Before: COORDINATOR_NOT_AVAILABLE was retried until the 30 s request timeout."""
+    capsys.readouterr()
+    code = main(["transactions", "--bootstrap", cluster.bootstrap, "describe",
+                 "--transactional-id", "nobody"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "TRANSACTIONAL_ID_NOT_FOUND" in err and "REQUEST_TIMED_OUT" not in err, err
+
+
 def test_a_hanging_transaction_is_found_and_aborted(
     cluster: LocalCluster, raw: Raw, client: Client, capsys: pytest.CaptureFixture[str]
 ) -> None:
