@@ -7,6 +7,11 @@
   Goal: ratio >= 0.25. Printed beside it, the relay floor: the same requests through three
   bench-local processes that only relay each batch to the two others over gRPC streams and
   acknowledge (no storage, no Raft, no protobuf), the most three Python gRPC hops carry here.
+  And the replication floor, the goal's baseline: the same three processes, each of which also
+  appends every batch it receives or relays to a file and fdatasyncs it before acknowledging
+  (batches that arrive during a sync share the next one), the same batches, no Raft, no
+  validation: the least a replicated acks=all write to disk costs in Python gRPC here. Goals:
+  Tidelog >= 0.85 of its MiB/s, and the nodes' CPU per MiB <= 1.3x its processes'.
 * list-offsets: p50/p99 latency of ListOffsets by timestamp on a partition with data spread
   over many segments, beside the baseline: the gRPC health check of the same node (same process,
   event loop and channel, no work). An empty echo on the bench-local server and ListOffsets
@@ -19,7 +24,9 @@
   catches up, and its preferred leadership returns, before the next kill. Goal: p50 <= 1 s,
   p99 <= 2 s.
 
-Run: ``.venv/bin/python bench/cluster.py [--quick]``. ``--quick`` uses tiny sizes (seconds) so
+Run: ``.venv/bin/python bench/cluster.py [--quick] [--event-loop auto|asyncio|uvloop]``; the
+event loop is the nodes', the floors' processes' and this client's (tidelog/event_loops.py).
+``--quick`` uses tiny sizes (seconds) so
 that a smoke test keeps this script working; its figures mean little. The figures are printed,
 never asserted: exit 1 only when something went wrong (errors, wrong answers).
 """
@@ -34,13 +41,14 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 # Run as a script, this file's directory comes first on sys.path, where bench/storage.py would
 # shadow the storage package the nodes' code imports.
@@ -49,7 +57,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
-from tidelog import Client, ClientConfig  # noqa: E402
+from tidelog import Client, ClientConfig, event_loops  # noqa: E402
 from tidelog.clock import wall_clock_ms  # noqa: E402
 from tidelog.compression import Codec  # noqa: E402
 from tidelog.producer.accumulator import (  # noqa: E402
@@ -69,6 +77,7 @@ from tidelog.transport import CONNECT_TIMEOUT_MS, Security  # noqa: E402
 from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
 from tidelog.v1 import tidelog_pb2_grpc  # noqa: E402
 
+T = TypeVar("T")
 MIB = 1024 * 1024
 RECORD_BYTES = 1024
 SINK_METHOD = "/bench.Baseline/Sink"
@@ -85,6 +94,16 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 * MIB),
     ("grpc.max_receive_message_length", 64 * MIB),
 ]
+
+
+#: The event loop of every process of a run (``--event-loop``): the nodes, the floors' processes
+#: and this client.
+EVENT_LOOP = "auto"
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on the run's event loop."""
+    return event_loops.run(coro, EVENT_LOOP)
 
 
 class Nodes(Protocol):
@@ -134,14 +153,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compression", choices=("gzip", "snappy", "lz4", "zstd"),
                         help="produce throughput of compressed JSON-like records against the "
                              "same records uncompressed")
+    parser.add_argument("--event-loop", choices=event_loops.KINDS, default="auto",
+                        help="the event loop of the nodes, the floors' processes and this "
+                             "client (auto: uvloop where installed)")
     parser.add_argument("--baseline-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--relay-node", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--disk", type=Path, help=argparse.SUPPRESS)  # a relay node's file
     args = parser.parse_args(argv)
+    global EVENT_LOOP
+    EVENT_LOOP = args.event_loop
     if args.baseline_server:
-        asyncio.run(serve_baseline())
+        run_loop(serve_baseline())
         return 0
     if args.relay_node:
-        asyncio.run(serve_relay_node())
+        run_loop(serve_relay_node(args.disk))
         return 0
     sizes = QUICK if args.quick else FULL
     overrides = {k: v for k, v in (("inflight", args.inflight), ("kills", args.kills),
@@ -152,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
           f"grpcio {grpc.__version__}; 3 nodes and this client share the cores")
     print("# load average before the run (other work on this machine skews every figure): "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"# event loop: {args.event_loop} "
+          f"({event_loops.loop_name(event_loops.loop_factory(args.event_loop)())})")
     if args.tls:
         return 0 if bench_tls(sizes, 1 if args.quick else args.rounds) else 1
     if args.compression:
@@ -162,9 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "produce"):
             baseline_mib_s = bench_baseline_stream(baseline.address, sizes)
             floor = bench_relay_floor(sizes, baseline_mib_s)
-        with LocalCluster(3) as cluster:
+            disk_floor = bench_relay_floor(sizes, baseline_mib_s, disk=True)
+        with LocalCluster(3, event_loop=EVENT_LOOP) as cluster:
             if args.only in (None, "produce"):
-                ok &= bench_produce(cluster, sizes, baseline_mib_s, floor)
+                ok &= bench_produce(cluster, sizes, baseline_mib_s, floor, disk_floor)
             if args.only in (None, "list-offsets"):
                 ok &= bench_list_offsets(cluster, baseline.address, sizes)
             if args.only in (None, "failover"):
@@ -199,7 +227,7 @@ class BaselineServer:
 
     def __enter__(self) -> BaselineServer:
         self._proc = subprocess.Popen(
-            [sys.executable, __file__, "--baseline-server"],
+            [sys.executable, __file__, "--baseline-server", "--event-loop", EVENT_LOOP],
             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         )
         assert self._proc.stdout is not None
@@ -293,7 +321,7 @@ def bench_baseline_stream(address: str, sizes: Sizes) -> float:
             await writer
             return window
 
-    window = asyncio.run(run())
+    window = run_loop(run())
     mib_s = window.per_second(len(batch) / MIB)
     print(f"\n## produce: {sizes.records_per_batch} x {RECORD_BYTES} B records per batch "
           f"({len(batch)} B), {window_size} batches in flight, {sizes.produce_s:g} s after "
@@ -304,18 +332,62 @@ def bench_baseline_stream(address: str, sizes: Sizes) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# The relay floor: the produce path's gRPC hops alone
+# The floors: the produce path's gRPC hops alone, and with the disk
 
 
-async def serve_relay_node() -> None:
-    """A stand-in for a node with everything but gRPC taken out. ``Relay`` (unary, as
-    Produce) forwards the request's bytes to both peers over one bidi stream each (as the
-    nodes' Raft streams) and answers once both acknowledged; ``Sink`` acknowledges every
-    message. No storage, no Raft, no protobuf. Prints its port; reads its two peers' ports
-    from stdin."""
+class DiskLog:
+    """One file that batches are appended to, each acknowledged once it is fdatasync'd: what a
+    replica's log does at least for an acks=all write with fsync before acknowledging. The
+    write and the sync run in a thread (they release the GIL, as a node's storage calls do);
+    batches that arrive while one is under way go in the next write together (group commit),
+    so a sync is never waited for by more than one write's latency."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._writer = asyncio.create_task(self._run())
+
+    def append(self, data: bytes) -> asyncio.Future[None]:
+        done = asyncio.get_running_loop().create_future()
+        self._pending.append((data, done))
+        self._wake.set()
+        return done
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batches, self._pending = self._pending, []
+            await loop.run_in_executor(None, self._write, [data for data, _ in batches])
+            for _, done in batches:
+                done.set_result(None)
+
+    def _write(self, batches: list[bytes]) -> None:
+        if os.writev(self._fd, batches) != sum(map(len, batches)):
+            raise OSError("a short write (disk full?)")
+        os.fdatasync(self._fd)
+
+
+async def serve_relay_node(disk: Path | None) -> None:
+    """A stand-in for a node with everything but gRPC (and with ``disk``, a file of its own
+    there, the disk) taken out. ``Relay`` (unary, as Produce) forwards the request's bytes to
+    both peers over one bidi stream each (as the nodes' Raft streams), appends them to its
+    file meanwhile, and answers once both peers acknowledged and its write is synced; ``Sink``
+    acknowledges every message once written and synced, in order. No Raft, no validation, no
+    protobuf. Prints its port; reads its two peers' ports from stdin."""
     peers: list[grpc.aio.StreamStreamCall] = []
     pending: list[asyncio.Queue[asyncio.Future[None]]] = []
     order = asyncio.Lock()
+    log = None if disk is None else DiskLog(disk)
+
+    def stored(request: bytes) -> asyncio.Future[None]:
+        if log is not None:
+            return log.append(request)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     async def acknowledgements(call: grpc.aio.StreamStreamCall,
                                queue: asyncio.Queue[asyncio.Future[None]]) -> None:
@@ -324,7 +396,7 @@ async def serve_relay_node() -> None:
 
     async def relay(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         loop = asyncio.get_running_loop()
-        acks = []
+        acks = [stored(request)]
         async with order:  # the acknowledgements come back in the order of the writes
             for call, queue in zip(peers, pending, strict=True):
                 ack = loop.create_future()
@@ -335,8 +407,23 @@ async def serve_relay_node() -> None:
         return b""
 
     async def sink(requests: object, context: grpc.aio.ServicerContext) -> object:
-        async for _ in requests:  # type: ignore[attr-defined]
+        if log is None:
+            async for _ in requests:  # type: ignore[attr-defined]
+                yield b""
+            return
+        # Read on while earlier messages sync: each is acknowledged, in order, once synced.
+        synced: asyncio.Queue[asyncio.Future[None] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            async for request in requests:  # type: ignore[attr-defined]
+                synced.put_nowait(log.append(request))
+            synced.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        while (done := await synced.get()) is not None:
+            await done
             yield b""
+        await reader
 
     server = await start_local_server("bench.Relay", {
         "Relay": grpc.unary_unary_rpc_method_handler(relay),
@@ -356,12 +443,18 @@ async def serve_relay_node() -> None:
 
 class RelayFloor:
     """Three relay nodes (`serve_relay_node`) in processes of their own, each relaying to the
-    two others; ``ports`` are theirs."""
+    two others; ``ports`` are theirs. With ``disk``, each appends and syncs to a file of its
+    own in a temporary directory (on the disk LocalCluster's nodes write to), removed after."""
+
+    def __init__(self, disk: bool = False) -> None:
+        self._disk = disk
 
     def __enter__(self) -> RelayFloor:
-        self._procs = [subprocess.Popen([sys.executable, __file__, "--relay-node"],
-                                        stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
-                       for _ in range(3)]
+        self._dir = tempfile.TemporaryDirectory(prefix="tidelog-floor-")
+        command = [sys.executable, __file__, "--relay-node", "--event-loop", EVENT_LOOP]
+        self._procs = [subprocess.Popen(
+            [*command, *(["--disk", f"{self._dir.name}/{n}.log"] if self._disk else [])],
+            stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True) for n in range(3)]
         try:
             ports = []
             for proc in self._procs:
@@ -382,6 +475,7 @@ class RelayFloor:
         for proc in self._procs:
             proc.kill()
             proc.wait()
+        self._dir.cleanup()
 
 
 def relay_round_trips(
@@ -414,7 +508,7 @@ def relay_round_trips(
                 await channel.close()
         return times
 
-    return asyncio.run(run())
+    return run_loop(run())
 
 
 @dataclass
@@ -426,12 +520,13 @@ class Floor:
     cpu_ms_per_mib: float
 
 
-def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> Floor:
+def bench_relay_floor(sizes: Sizes, baseline_mib_s: float, disk: bool = False) -> Floor:
     """MiB/s through three relay nodes (`serve_relay_node`), the produce benchmark's
     partitions and requests in flight spread over them: the most any three-replica
     acks=all produce can carry over Python gRPC on this machine (three hops per batch, all
-    processes on the same cores), before storage, Raft and protobuf cost anything."""
-    with RelayFloor() as floor:
+    processes on the same cores), before storage, Raft and protobuf cost anything. With
+    ``disk``, the replication floor: every process also appends and syncs each batch."""
+    with RelayFloor(disk) as floor:
         ports = floor.ports
         batch = make_batch(sizes.records_per_batch, wall_clock_ms(), random.randbytes(RECORD_BYTES))
 
@@ -457,11 +552,13 @@ def bench_relay_floor(sizes: Sizes, baseline_mib_s: float) -> Floor:
                     await channel.close()
             return window, cpu
 
-        window, ((before, _), (after, _)) = asyncio.run(run())
+        window, ((before, _), (after, _)) = run_loop(run())
     mib_s = window.per_second(len(batch) / MIB)
     cpu_ms_per_mib = (after - before) * 1000 / max(window.completed * len(batch) / MIB, 1e-9)
-    print(f"relay floor: 3 relay processes, each batch relayed to 2 others, no storage: "
-          f"{mib_s:8.1f} MiB/s, {mib_s / baseline_mib_s:.2f} of the baseline, "
+    what = ("replication floor: 3 relay processes, each batch relayed to 2 others, appended "
+            "and fdatasync'd by all 3" if disk else
+            "relay floor: 3 relay processes, each batch relayed to 2 others, no storage")
+    print(f"{what}: {mib_s:8.1f} MiB/s, {mib_s / baseline_mib_s:.2f} of the baseline, "
           f"{cpu_ms_per_mib:.1f} CPU ms per MiB")
     return Floor(mib_s, cpu_ms_per_mib)
 
@@ -562,7 +659,7 @@ def raw_produce(
                 await channel.close()
         return window, cpu
 
-    window, cpu = asyncio.run(run())
+    window, cpu = run_loop(run())
     (nodes_before, client_before), (nodes_after, client_after) = cpu
     return RawProduce(window.per_second(len(batch) / MIB),
                       window.per_second(sizes.records_per_batch), window.completed, leaders,
@@ -571,7 +668,7 @@ def raw_produce(
 
 
 def bench_produce(
-    cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float, floor: Floor
+    cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float, floor: Floor, disk_floor: Floor
 ) -> bool:
     pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
     raw = raw_produce(cluster, "bench-produce", sizes, pids)
@@ -587,6 +684,12 @@ def bench_produce(
     cpu_ratio = nodes_cpu_ms_per_mib / max(floor.cpu_ms_per_mib, 1e-9)
     print(f"ratio CPU per MiB nodes/relay processes: {cpu_ratio:.2f} (goal <= 1.5) "
           f"{verdict(cpu_ratio <= 1.5)}")
+    disk_ratio = raw.mib_s / disk_floor.mib_s
+    print(f"ratio produce MiB/s tidelog/replication floor: {disk_ratio:.2f} (goal >= 0.85) "
+          f"{verdict(disk_ratio >= 0.85)}")
+    disk_cpu_ratio = nodes_cpu_ms_per_mib / max(disk_floor.cpu_ms_per_mib, 1e-9)
+    print(f"ratio CPU per MiB nodes/replication floor processes: {disk_cpu_ratio:.2f} "
+          f"(goal <= 1.3) {verdict(disk_cpu_ratio <= 1.3)}")
     baseline_ratio = raw.mib_s / baseline_mib_s
     print(f"ratio produce MiB/s tidelog/baseline: {baseline_ratio:.2f} (goal >= 0.25) "
           f"{verdict(baseline_ratio >= 0.25)}")
@@ -689,7 +792,7 @@ def bench_compression(sizes: Sizes, codec: Codec, rounds: int) -> bool:
     print(f"{'round':<16} {'payload MiB/s':>13} {'records/s':>10} {'wire MiB/s':>10} "
           f"{'nodes CPU ms/MiB':>17}")
     results: dict[Codec, list[float]] = {Codec.NONE: [], codec: []}
-    with LocalCluster(3) as cluster:
+    with LocalCluster(3, event_loop=EVENT_LOOP) as cluster:
         pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
         for round_ in range(rounds):
             for kind, batch in batches.items():
@@ -722,7 +825,8 @@ def bench_tls(sizes: Sizes, rounds: int) -> bool:
     machine moves with the load, CPU per MiB much less, and the nodes and the client share
     the cores, so their CPU per MiB is what decides the ratio once the cores are busy."""
     results: dict[bool, list[RawProduce]] = {False: [], True: []}
-    with LocalCluster(3) as plain, LocalCluster(3, tls=True) as tls:
+    with LocalCluster(3, event_loop=EVENT_LOOP) as plain, \
+            LocalCluster(3, tls=True, event_loop=EVENT_LOOP) as tls:
         print(f"\n## produce, TLS against plaintext: {sizes.records_per_batch} x {RECORD_BYTES} B "
               f"records per batch, acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x "
               f"{sizes.inflight} in flight, {sizes.produce_s:g} s after {sizes.warmup_s:g} s "

@@ -1,25 +1,33 @@
-"""Issue 16's two benchmarks, each a ratio measured in one run.
+"""The transaction benchmarks, each a ratio measured in one run.
 
-Produce (goal >= 0.7): transactional produce against idempotent produce of the same records on a
-3-node cluster (a topic of 3 partitions, replication factor 3, one leader per node). A round
-sends ``--produce-txns`` transactions of ``--records`` records of 1 KiB spread over the 3
-partitions (begin, sends, commit_transaction() returning once PrepareCommit is durable); the
-idempotent round sends the same number of records with the same producer settings and one flush
-at the end. Rounds alternate, ``--rounds`` each; the figure is the median records/s and the
-ratio transactional/idempotent. Beside it, the median of each round's own ratio (its
-transactional rate over the idempotent round that ran right after it), which the other sessions'
-load on a shared machine moves less than the ratio of medians: it swings by 2-4x over seconds,
-and adjacent rounds see about the same. This is measured at 1 producer and again at
-``--producers`` producers side by side (each transactional one with its own transactional id,
-against as many idempotent producers), the way Kafka's transaction throughput is usually
-reported; all on the same cluster, one count after the other (``--producers``, default
-1,4,16,32). The goal is judged at the largest count (32 by default): Kafka users run
-transactional producers many at a time, and then the ratio is bound by the nodes' CPU a
-transactional record rather than by one producer's round trips; 1 and 4 are reported beside it,
-never dropped. Per round the requests the nodes answered (their metrics) per ``--records``
-records are printed too: a transaction's AddPartitionsToTxn, EndTxn and WriteTxnMarkers beside
-its Produce requests.
-``--produce-only`` skips the consume part, ``--consume-only`` the produce part.
+Produce as Kafka measures it (goal >= 0.95): one transactional producer sending 1 KiB records
+to the 3 partitions as fast as it can and committing every 100 ms (begin, sends until 100 ms
+have passed, commit_transaction(), begin again: a stream processor's exactly-once commit
+interval), against the idempotent producer sending the same number of records
+(``--timed-records``) with one flush at the end, in alternating rounds (``--rounds`` each) on
+the same cluster; the figure is the ratio of the median records/s, beside the median of each
+round's own ratio.
+
+Produce in transactions of 100 records (reported; its goal was >= 0.7): transactional produce
+against idempotent produce of the same records on a 3-node cluster (a topic of 3 partitions,
+replication factor 3, one leader per node). A round sends ``--produce-txns`` transactions of
+``--records`` records of 1 KiB spread over the 3 partitions (begin, sends, commit_transaction()
+returning once PrepareCommit is durable); the idempotent round sends the same number of records
+with the same producer settings and one flush at the end. Rounds alternate, ``--rounds`` each;
+the figure is the median records/s and the ratio transactional/idempotent. Beside it, the median
+of each round's own ratio (its transactional rate over the idempotent round that ran right after
+it), which the other sessions' load on a shared machine moves less than the ratio of medians: it
+swings by 2-4x over seconds, and adjacent rounds see about the same. This is measured at 1
+producer and again at ``--producers`` producers side by side (each transactional one with its
+own transactional id, against as many idempotent producers), the way Kafka's transaction
+throughput is usually reported; all on the same cluster, one count after the other
+(``--producers``, default 1,4,16,32). The goal is judged at the largest count (32 by default):
+Kafka users run transactional producers many at a time, and then the ratio is bound by the
+nodes' CPU a transactional record rather than by one producer's round trips; 1 and 4 are
+reported beside it, never dropped. Per round the requests the nodes answered (their metrics) per
+``--records`` records are printed too: a transaction's AddPartitionsToTxn, EndTxn and
+WriteTxnMarkers beside its Produce requests. ``--produce-only`` skips the consume part,
+``--consume-only`` the produce parts, ``--timed-only`` runs the commit-every-100-ms part alone.
 
 Each round also reads the node processes' CPU (user + system, /proc) around it and prints it
 per record: on 2 cores shared with other sessions the nodes' CPU is what the rates follow, and
@@ -57,7 +65,7 @@ ratio and the CPU a log record (this process, i.e. the consumer, plus the leader
 load moves least.
 
 Run: ``.venv/bin/python bench/transactions.py [--quick] [--txns N] [--records N] [--rounds N]
-[--consume-rounds N] [--produce-only | --consume-only]``.
+[--consume-rounds N] [--timed-records N] [--produce-only | --consume-only | --timed-only]``.
 ``--quick`` is a smoke test (seconds) whose figures mean little. Figures are printed, never
 asserted: exit 1 only when something went wrong (an error answer, records missing or aborted
 records read).
@@ -177,6 +185,9 @@ def consume(cluster: LocalCluster, leader: int, isolation: str, end: int, expect
 
 
 KINDS = ("transactional", "idempotent", "flushed")
+#: How often the "timed" transactional producer commits (Kafka Streams' exactly-once default
+#: commit.interval.ms).
+COMMIT_INTERVAL_S = 0.1
 
 
 class Round(NamedTuple):
@@ -185,6 +196,8 @@ class Round(NamedTuple):
     nodes_us: float
     #: Requests the nodes answered per `--records` records, by RPC (their metrics).
     requests: dict[str, float]
+    #: Transactions committed in the round.
+    commits: int = 0
 
 
 def requests_answered(cluster: LocalCluster) -> dict[str, float]:
@@ -209,9 +222,11 @@ def produce_round(client: Client, cluster: LocalCluster, txns: int, records: int
     """One round: `producers` producers side by side (threads of one client), each sending
     `txns` transactions of `records` records (transactional, each its own transactional id,
     named after the round's `name`), the same records flushed once (idempotent) or flushed
-    every `records` (flushed). The nodes' CPU and answered requests are read around it."""
+    every `records` (flushed), or the same records in transactions committed every
+    COMMIT_INTERVAL_S whatever they hold ("timed"). The nodes' CPU and answered requests are
+    read around it."""
     pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
-    transactional = kind == "transactional"
+    transactional = kind in ("transactional", "timed")
     value = b"x" * VALUE_BYTES
     configs = [{"transactional_id": f"bench-{name}-{p}"} if transactional else {}
                for p in range(producers)]
@@ -221,7 +236,20 @@ def produce_round(client: Client, cluster: LocalCluster, txns: int, records: int
             with ThreadPoolExecutor(producers) as pool:
                 list(pool.map(lambda producer: producer.init_transactions(), opened))
 
-        def run(producer: Producer) -> None:
+        def run(producer: Producer) -> int:
+            """Sends the round's records; returns the transactions committed."""
+            if kind == "timed":
+                clock, commits = time.monotonic, 1
+                producer.begin_transaction()
+                due = clock() + COMMIT_INTERVAL_S
+                for i in range(txns * records):
+                    producer.send(PRODUCE_TOPIC, value, partition=i % 3)
+                    if clock() >= due:
+                        producer.commit_transaction()
+                        producer.begin_transaction()
+                        due, commits = clock() + COMMIT_INTERVAL_S, commits + 1
+                producer.commit_transaction()
+                return commits
             for _ in range(txns):
                 if transactional:
                     producer.begin_transaction()
@@ -232,12 +260,13 @@ def produce_round(client: Client, cluster: LocalCluster, txns: int, records: int
                 elif kind == "flushed":
                     producer.flush()
             producer.flush()
+            return txns if transactional else 0
 
         answered = requests_answered(cluster)
         nodes_s = sum(cluster_bench.cpu_seconds(pid) for pid in pids)
         started = time.perf_counter()
         with ThreadPoolExecutor(producers) as pool:
-            list(pool.map(run, opened))
+            commits = sum(pool.map(run, opened))
         seconds = time.perf_counter() - started
         nodes_s = sum(cluster_bench.cpu_seconds(pid) for pid in pids) - nodes_s
         answered = {rpc: n - answered.get(rpc, 0.0)
@@ -250,15 +279,47 @@ def produce_round(client: Client, cluster: LocalCluster, txns: int, records: int
             producer.close()
     sent = producers * txns * records
     return Round(sent / seconds, nodes_s / sent * 1e6,
-                 {rpc: n * records / sent for rpc, n in answered.items()})
+                 {rpc: n * records / sent for rpc, n in answered.items()}, commits)
 
 
-def produce(args: argparse.Namespace, cluster: LocalCluster, raw: Raw,
+def timed_part(args: argparse.Namespace, cluster: LocalCluster) -> None:
+    """One producer committing every COMMIT_INTERVAL_S against the idempotent producer, the
+    same records, in alternating rounds (each kind first in every other round)."""
+    txns = max(1, args.timed_records // args.records)
+    rounds: dict[str, list[Round]] = {"timed": [], "idempotent": []}
+    with Client(cluster.bootstrap) as client:
+        produce_round(client, cluster, 2, args.records, "timed", "timed-warm-up")
+        for n in range(args.rounds):
+            for kind in sorted(rounds, reverse=n % 2 == 1):
+                rounds[kind].append(produce_round(client, cluster, txns, args.records, kind,
+                                                  f"timed-{n}"))
+    rates = {kind: statistics.median(r.records_s for r in rs) for kind, rs in rounds.items()}
+    cpu = {kind: statistics.median(r.nodes_us for r in rs) for kind, rs in rounds.items()}
+    print(f"\n## produce at full speed, 1 producer, {txns * args.records} records of "
+          f"{VALUE_BYTES} B a round over 3 partitions (RF 3), {args.rounds} alternating round(s) "
+          f"of each kind; load {os.getloadavg()[0]:.1f}")
+    commits = statistics.median(r.commits for r in rounds["timed"])
+    for kind, label in (("timed", "transactional, commit every "
+                                  f"{COMMIT_INTERVAL_S * 1000:.0f} ms"),
+                        ("idempotent", "idempotent, one flush")):
+        print(f"{label}: median {rates[kind]:,.0f} records/s "
+              f"({rates[kind] * VALUE_BYTES / 1024 / 1024:.1f} MiB/s); nodes {cpu[kind]:,.0f} us "
+              f"CPU/record; rounds "
+              + " ".join(f"{r.records_s:,.0f}" for r in rounds[kind]))
+    print(f"  transactions a round: median {commits:.0f} ({txns * args.records / commits:,.0f} "
+          "records each)")
+    ratio = rates["timed"] / rates["idempotent"]
+    paired = [t.records_s / i.records_s for t, i in zip(rounds["timed"], rounds["idempotent"],
+                                                       strict=True)]
+    print(f"ratio transactional (commit every {COMMIT_INTERVAL_S * 1000:.0f} ms)/idempotent "
+          f"produce: {ratio:.3f} (goal >= 0.95) {'met' if ratio >= 0.95 else 'missed'}; per "
+          f"round median {statistics.median(paired):.3f} ({' '.join(f'{r:.2f}' for r in paired)})")
+
+
+def produce(args: argparse.Namespace, cluster: LocalCluster,
             counts: list[int]) -> dict[int, dict[str, list[Round]]]:
     """Per producer count, the rounds of each kind in order."""
     rates: dict[int, dict[str, list[Round]]] = {n: {kind: [] for kind in KINDS} for n in counts}
-    raw.create_topic(PRODUCE_TOPIC, 3, 3)
-    raw.wait_leaders(PRODUCE_TOPIC, 3)
     with Client(cluster.bootstrap) as client:
         # Warm-up: topics, coordinators.
         produce_round(client, cluster, 2, args.records, "transactional", "warm-up")
@@ -360,6 +421,8 @@ def main() -> int:
     parser.add_argument("--consume-rounds", type=int, default=15,
                         help="reads of the log under each isolation level (a read takes "
                              "~0.3 s on a quiet machine: many short alternating rounds)")
+    parser.add_argument("--timed-records", type=int, default=50_000,
+                        help="records a round of the commit-every-100-ms comparison")
     parser.add_argument("--produce-txns", type=int, default=20,
                         help="transactions per produce round")
     parser.add_argument("--producers", type=_counts, default=[1, 4, 16, 32],
@@ -368,11 +431,14 @@ def main() -> int:
                              "transactional id); default 1,4,16,32")
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--produce-only", action="store_true", help="skip the consume part")
-    only.add_argument("--consume-only", action="store_true", help="skip the produce part")
+    only.add_argument("--consume-only", action="store_true", help="skip the produce parts")
+    only.add_argument("--timed-only", action="store_true",
+                      help="only the transactional producer committing every 100 ms against "
+                           "the idempotent one")
     args = parser.parse_args()
     if args.quick:
         args.txns, args.records, args.rounds, args.produce_txns = 20, 10, 1, 3
-        args.consume_rounds = 1
+        args.consume_rounds, args.timed_records = 1, 500
         args.producers = [1, 4]
     print(f"# bench/transactions.py {datetime.now(UTC).isoformat(timespec='seconds')} "
           f"python {platform.python_version()} cpus {os.cpu_count()} "
@@ -386,9 +452,13 @@ def main() -> int:
                           transaction_partition_verification_enable=False) as cluster, \
                 Raw(cluster) as raw:
             if not args.consume_only:
-                measured = produce(args, cluster, raw, args.producers)
+                raw.create_topic(PRODUCE_TOPIC, 3, 3)
+                raw.wait_leaders(PRODUCE_TOPIC, 3)
+                timed_part(args, cluster)
+            if not (args.consume_only or args.timed_only):
+                measured = produce(args, cluster, args.producers)
                 report_produce(args, measured)
-            if not args.produce_only:
+            if not (args.produce_only or args.timed_only):
                 consume_part(args, cluster, raw)
     except BenchError as exc:
         print(f"FAILED: {exc}")

@@ -1,6 +1,6 @@
-"""The cluster benchmark is not a test, but it must keep running: ``--quick`` exercises every
-part of it (baseline server, relay floor, produce, ListOffsets, failover with kills and
-restarts) on tiny sizes and prints the same summary lines as a full run; so must the client
+"""The cluster benchmark is not a test, but it must keep running: ``--quick`` exercises every part
+of it (baseline server, relay and replication floors, produce, ListOffsets, failover with kills
+and restarts) on tiny sizes and prints the same summary lines as a full run; so must the client
 benchmark, which measures against the cluster benchmark's raw produce. Their figures are never
 checked here."""
 
@@ -30,6 +30,13 @@ def test_quick_cluster_benchmark_runs_and_prints_its_ratios() -> None:
     assert re.search(rf"^baseline gRPC bidi stream.* {number} MiB/s", out, re.M)
     assert re.search(rf"^relay floor: .* {number} MiB/s, {number} of the baseline, "
                      rf"{number} CPU ms per MiB", out, re.M)
+    assert re.search(rf"^replication floor: .*fdatasync'd by all 3: +{number} MiB/s, {number} "
+                     rf"of the baseline, {number} CPU ms per MiB", out, re.M)
+    assert re.search(rf"^ratio produce MiB/s tidelog/replication floor: {number} "
+                     rf"\(goal >= 0\.85\)", out, re.M)
+    assert re.search(rf"^ratio CPU per MiB nodes/replication floor processes: {number} "
+                     rf"\(goal <= 1\.3\)", out, re.M)
+    assert re.search(r"^# event loop: auto \((uvloop|asyncio)\)$", out, re.M)
     assert re.search(rf"^tidelog acks=all.* {number} MiB/s +\d+ records/s, {number} nodes' CPU",
                      out, re.M)
     assert re.search(rf"^ratio produce MiB/s tidelog/relay floor: {number} \(goal >= 0\.7\)",

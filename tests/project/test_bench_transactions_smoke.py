@@ -1,8 +1,9 @@
-"""The transactions benchmark is not a test, but it must keep running: ``--quick`` exercises
-both halves of it on one 3-node cluster (transactional, idempotent and flushed produce rounds at
-1 and at 4 producers, with the nodes' CPU; then a log with aborted transactions written through
-WriteTxnMarkers and read under both isolation levels, every committed record checked) on tiny
-sizes and prints the same summary lines as a full run. Its figures are never checked here."""
+"""The transactions benchmark is not a test, but it must keep running: ``--quick`` exercises every
+part of it on one 3-node cluster (a producer committing every 100 ms against the idempotent one;
+transactional, idempotent and flushed produce rounds at 1 and at 4 producers, with the nodes'
+CPU; then a log with aborted transactions written through WriteTxnMarkers and read under both
+isolation levels, every committed record checked) on tiny sizes and prints the same summary
+lines as a full run. Its figures are never checked here."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ def test_quick_transactions_benchmark_runs_and_prints_its_ratios() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     number = r"\d+\.\d+"
+    assert re.search(rf"^transactional, commit every 100 ms: median [\d,]+ records/s "
+                     rf"\({number} MiB/s\); nodes [\d,]+ us CPU/record; rounds", out, re.M), out
+    assert re.search(rf"^ratio transactional \(commit every 100 ms\)/idempotent produce: "
+                     rf"{number} \(goal >= 0\.95\) (met|missed); per round median {number}",
+                     out, re.M), out
     for producers in (1, 4):
         for kind in ("transactional", "idempotent", "flushed"):
             assert re.search(rf"^{producers} {kind} producer\(s\): median [\d,]+ records/s .*; "
