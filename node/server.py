@@ -42,7 +42,8 @@ from tidelog.v1 import tidelog_pb2
 #: launcher can tell a running node from a stale pid.
 LOCK_FILE = "node.lock"
 #: The "host:port" the node actually bound, written once it listens (for launchers using port
-#: 0): the client listener's on the first line, the node-to-node listener's on the second.
+#: 0): the client listener's on the first line, the node-to-node listener's on the second, the
+#: Kafka listener's on the third (empty without one).
 ADDR_FILE = "node.addr"
 #: "host:port" of the node's metrics endpoint, written once it serves (metrics.port >= 0).
 METRICS_ADDR_FILE = "metrics.addr"
@@ -71,6 +72,8 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     from tidelog.node.coordinators.txn_verification import add_verification_service
     from tidelog.node.edge.limits import CLIENT_LIMITS, INTERNAL_LIMITS, InFlight, RequestLimits
     from tidelog.node.edge.security import NodesOnly, server_credentials
+    from tidelog.node.kafka.apis import KafkaParts, kafka_registry
+    from tidelog.node.kafka.listener import KafkaListener
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
     from tidelog.node.replicas.transport import SERVER_OPTIONS, add_raft_transport
     from tidelog.node.runtime import NodeRuntime
@@ -122,6 +125,10 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             server_credentials(config, internal=True),
         )
         config = config.bound(port, internal_port)
+        # The Kafka listener binds now, so that the node registers its real address.
+        kafka = KafkaListener(config) if config.kafka_listen else None
+        if kafka is not None:
+            config = config.kafka_bound(await kafka.bind())
         identity = load_identity(config.data_dir, config.node_id)
         epoch = -1
         if config.join:
@@ -181,17 +188,24 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             write_atomically(metrics_path, metrics_address + "\n")
         await internal_server.start()
         await server.start()
+        if kafka is not None:
+            await kafka.serve(kafka_registry(
+                KafkaParts(config, servicer, runtime.controller, runtime.routing)
+            ))
         addr_path = config.data_dir / ADDR_FILE
-        write_atomically(addr_path, f"{config.listen}\n{config.internal_listen}\n")
+        write_atomically(
+            addr_path, f"{config.listen}\n{config.internal_listen}\n{config.kafka_listen}\n"
+        )
         log.info(
-            "node %d listening on %s (clients, %s) and %s (nodes, %s)%s; peers %s",
+            "node %d listening on %s (clients, %s) and %s (nodes, %s)%s%s; peers %s",
             config.node_id, config.listen, config.security_protocol, config.internal_listen,
             config.security_inter_broker_protocol,
+            f"; Kafka protocol on {config.kafka_listen}" if kafka is not None else "",
             f"; metrics on {'https' if config.metrics_auth_token_file else 'http'}://"
             f"{metrics_address}/metrics" if metrics_address else "",
             format_peers(config.peers),
             extra={"event": "node_started", "listen": config.listen,
-                   "internal_listen": config.internal_listen,
+                   "internal_listen": config.internal_listen, "kafka_listen": config.kafka_listen,
                    "advertised": config.advertised_address, "metrics": metrics_address,
                    "peers": {str(n): a for n, a in config.peers.items()}},
         )
@@ -211,6 +225,8 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
             await runtime.stop(graceful=graceful)
         finally:
             close_inbound()
+            if kafka is not None:
+                await kafka.stop()
             await server.stop(_SERVER_GRACE_S if graceful else 0)
             await internal_server.stop(_SERVER_GRACE_S if graceful else 0)
             addr_path.unlink(missing_ok=True)

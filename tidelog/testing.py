@@ -330,6 +330,27 @@ class LocalCluster:
         """The node's node-to-node listener (Raft streams, metadata pulls)."""
         return self._internal[self._known(node_id)]
 
+    def kafka_address_of(self, node_id: int) -> str:
+        """The node's Kafka listener (on a free port chosen at each start), as the running
+        node published it; ClusterError while the node has not published one."""
+        from tidelog.node.server import ADDR_FILE
+
+        with contextlib.suppress(FileNotFoundError):
+            lines = (self.node_dir(self._known(node_id)) / ADDR_FILE).read_text().splitlines()
+            if len(lines) > 2 and lines[2]:
+                return lines[2]
+        raise ClusterError(f"node {node_id} has published no Kafka listener (is it running?)")
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka listeners of the running nodes, comma-separated: a Kafka client's
+        bootstrap.servers."""
+        addresses = []
+        for node_id in self.node_ids:
+            with contextlib.suppress(ClusterError):
+                addresses.append(self.kafka_address_of(node_id))
+        return ",".join(addresses)
+
     def pid_of(self, node_id: int) -> int | None:
         """The node's pid (also its process group), or None when it is not running."""
         proc = self._procs.get(self._known(node_id))
@@ -515,6 +536,7 @@ class LocalCluster:
         node_dir = self._dir / name
         client, internal = _addresses(_free_ports(2))
         props = self._common_props()
+        props.setdefault("kafka.listen", "127.0.0.1:0")
         props.update({
             "listen": client,
             "internal.listen": internal,
@@ -585,6 +607,8 @@ class LocalCluster:
             "peers": format_peers(self._static(self._internal)),
             "client.addresses": format_peers(self._static(self._addresses)),
         })
+        # Every node has a Kafka listener, on a free port of its host (kafka_address_of).
+        props.setdefault("kafka.listen", f"{self._hosts.get(node_id, '127.0.0.1')}:0")
         if self.tls:
             files = self._certificates(f"node-{node_id}", node=True)
             props.update({

@@ -109,6 +109,14 @@ class Forwarded:
         return ()
 
 
+class ListenerCall:
+    """The base of a call context of a listener other than gRPC's (the Kafka listener,
+    node/kafka/call.py): that listener authenticated the connection and names its principal
+    in `principal`; nothing was forwarded (`was_forwarded` is False for it)."""
+
+    principal: str
+
+
 async def answer_forwarded(
     servicer: Any, envelope: raft_pb2.ForwardRequest, context: grpc.aio.ServicerContext
 ) -> raft_pb2.ForwardResponse:
@@ -179,9 +187,10 @@ def was_forwarded(context: grpc.aio.ServicerContext) -> bool:
 
 
 def principal_of_call(context: grpc.aio.ServicerContext) -> str:
-    """Who a request is answered as: for a forwarded one, the client the envelope names;
-    otherwise the connection's principal (its certificate's subject, or ANONYMOUS)."""
-    if isinstance(context, Forwarded):
+    """Who a request is answered as: for a forwarded one, the client the envelope names; for
+    one of another listener (Kafka's), the principal that listener gave its call; otherwise
+    the connection's principal (its certificate's subject, or ANONYMOUS)."""
+    if isinstance(context, Forwarded | ListenerCall):
         return context.principal
     return principal_of(context)
 

@@ -88,9 +88,10 @@ class InFlight:
             and self._by_peer.get(peer, 0) + size <= self.connection_cap
         )
 
-    @contextlib.asynccontextmanager
-    async def reserve(self, peer: str, size: int) -> AsyncIterator[Reservation]:
-        """Holds `size` bytes for `peer` (once both caps leave room) until the block ends."""
+    async def acquire(self, peer: str, size: int) -> None:
+        """Counts `size` bytes for `peer` once both caps leave room (waiting until then);
+        `release` gives them back. For holders whose bytes outlive a block (the Kafka
+        listener's requests, answered by another task); others use `reserve`."""
         while not self._fits(peer, size):
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
@@ -100,6 +101,11 @@ class InFlight:
                 if not waiter.done():  # cancelled: the caller's deadline passed
                     self._waiters.remove(waiter)
         self.add(peer, size)
+
+    @contextlib.asynccontextmanager
+    async def reserve(self, peer: str, size: int) -> AsyncIterator[Reservation]:
+        """Holds `size` bytes for `peer` (once both caps leave room) until the block ends."""
+        await self.acquire(peer, size)
         reservation = Reservation(self, peer, size)
         try:
             yield reservation

@@ -1,7 +1,8 @@
-"""Input that does not parse: refused with INVALID_ARGUMENT, and logged at most once per
-MALFORMED_LOG_INTERVAL_S for the whole node, whatever the method (client API, reflection,
-health, node-to-node streams). A client or a scanner sending garbage must not fill the log,
-nor spend the node's time writing a line (or a traceback) per request.
+"""Input that does not parse: refused with INVALID_ARGUMENT (a Kafka frame: its connection
+closed), and logged at most once per MALFORMED_LOG_INTERVAL_S for the whole node, whatever the
+method (client API, reflection, health, node-to-node streams, Kafka frames). A client or a
+scanner sending garbage must not fill the log, nor spend the node's time writing a line (or a
+traceback) per request.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ class _Reports:
     unlogged = 0
 
 
-async def reject_malformed(
-    context: grpc.aio.ServicerContext, method: str, exc: BaseException
-) -> NoReturn:
-    """Aborts the call with INVALID_ARGUMENT; logs it unless a line was written recently."""
+def note_malformed(what: str, peer: str, exc: BaseException) -> None:
+    """Logs malformed input to `what` from `peer`, unless a line was written recently (then
+    counts it for the next line). Shared by the gRPC listeners and the Kafka listener."""
     now = time.monotonic()
     if now >= _Reports.next_at:
         _Reports.next_at = now + MALFORMED_LOG_INTERVAL_S
@@ -35,9 +35,16 @@ async def reject_malformed(
         log.warning(
             "malformed request to %s from %s: %s (%d more since the last such line; at most "
             "one line every %g s)",
-            method, context.peer(), exc, earlier, MALFORMED_LOG_INTERVAL_S,
+            what, peer, exc, earlier, MALFORMED_LOG_INTERVAL_S,
         )
     else:
         _Reports.unlogged += 1
+
+
+async def reject_malformed(
+    context: grpc.aio.ServicerContext, method: str, exc: BaseException
+) -> NoReturn:
+    """Aborts the call with INVALID_ARGUMENT; logs it unless a line was written recently."""
+    note_malformed(method, context.peer(), exc)
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request body: {exc}")
     raise AssertionError("unreachable")

@@ -1,0 +1,33 @@
+"""The Kafka APIs a node serves: `kafka_registry` adds each family's handlers to one registry
+(node/kafka/__init__.py says how to add one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.node.cluster.controller_driver import ControllerDriver
+from tidelog.node.cluster.routing import Routing
+from tidelog.node.config import NodeConfig
+from tidelog.node.kafka.api_versions import add_api_versions
+from tidelog.node.kafka.metadata import add_metadata
+from tidelog.node.kafka.registry import ApiRegistry
+
+
+@dataclass(frozen=True)
+class KafkaParts:
+    """What the Kafka adapters are given: the Tidelog service's servicer (its methods take a
+    pb request and a call context: node/api/servicer.py), and the node's parts they read."""
+
+    config: NodeConfig
+    servicer: Any
+    controller: ControllerDriver
+    routing: Routing
+
+
+def kafka_registry(parts: KafkaParts) -> ApiRegistry:
+    """Every served Kafka API, ready for the listener."""
+    registry = ApiRegistry()
+    add_api_versions(registry)
+    add_metadata(registry, parts.servicer, parts.controller, parts.routing)
+    return registry

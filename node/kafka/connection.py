@@ -1,0 +1,186 @@
+"""One Kafka connection: frames in, answers out, in request order.
+
+Each frame is an ``int32`` size and that many bytes. The size is checked before the frame is
+read (over the served APIs' largest request, the connection is closed), and the frame's bytes
+are reserved in the listener's budget (`limits.InFlight`, Kafka's queued.max.request.bytes:
+the reading waits while the connection or the node holds too much) until it is answered.
+Requests are handled concurrently, each in a task of its own, at most `MAX_PENDING` at once
+per connection; the answers are written in the order the requests came, as Kafka clients
+require (they match answers to requests by order as much as by correlation id). A request
+that expects no answer (Produce with acks=0) gets none.
+
+Anything a client sends that the node cannot answer closes that connection and only that
+one: a frame that does not parse, an API or version the node does not serve (except an
+unknown ApiVersions version, which ApiVersions itself answers), a handler that fails. The
+node logs it (rate-limited, node/edge/malformed.py) and serves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections import deque
+from typing import Any
+
+from tidelog.node.edge.limits import InFlight
+from tidelog.node.edge.malformed import note_malformed
+from tidelog.node.kafka.call import KafkaCall, KafkaCallAborted
+from tidelog.node.kafka.codec import (
+    API_VERSIONS_KEY,
+    MalformedFrame,
+    encode_response,
+    peek_api,
+    read_body,
+    read_header,
+    request_type,
+)
+from tidelog.node.kafka.registry import ApiRegistry
+
+log = logging.getLogger("tidelog.node")
+
+#: Requests one connection may have in the node at once (read and not yet answered); the
+#: reading waits beyond it. Kafka clients keep at most a handful in flight (5 by default).
+MAX_PENDING = 64
+#: Bytes of a frame's size prefix.
+_SIZE_BYTES = 4
+
+
+class Connection:
+    """Serves one accepted connection until the client closes it, a frame closes it, or the
+    listener stops."""
+
+    def __init__(
+        self, registry: ApiRegistry, budget: InFlight, principal: str,
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    ) -> None:
+        self._registry = registry
+        self._budget = budget
+        self.principal = principal
+        self._reader = reader
+        self._writer = writer
+        address = writer.get_extra_info("peername") or ("?", 0)
+        host, port = address[0], address[1]
+        self.peer = f"ipv6:[{host}]:{port}" if ":" in str(host) else f"ipv4:{host}:{port}"
+        #: The answers to write, in request order: each a task giving the frame (or None).
+        self._answers: deque[asyncio.Task[bytes | None]] = deque()
+        self._answer_ready = asyncio.Event()
+        self._slots = asyncio.Semaphore(MAX_PENDING)
+
+    async def serve(self) -> None:
+        writing = asyncio.create_task(self._write_answers())
+        try:
+            await self._read_requests()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away
+        except MalformedFrame as exc:
+            note_malformed("the Kafka listener", self.peer, exc)
+        finally:
+            if not writing.done():
+                # Answer what was read before the end (a client that half-closes after its
+                # last request still gets the answers), unless writing fails or a frame was bad.
+                self._answers.append(_DONE)
+                self._answer_ready.set()
+                with contextlib.suppress(Exception):
+                    await writing
+            for task in self._answers:
+                if task is not _DONE:
+                    task.cancel()
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+
+    async def _read_requests(self) -> None:
+        reader = self._reader
+        limit = self._registry.max_frame_bytes
+        while True:
+            prefix = await reader.readexactly(_SIZE_BYTES)
+            size = int.from_bytes(prefix, "big", signed=True)
+            if not 0 < size <= limit:
+                raise MalformedFrame(f"a frame of {size} bytes (the limit is {limit})")
+            await self._slots.acquire()
+            try:
+                await self._budget.acquire(self.peer, size)
+            except BaseException:
+                self._slots.release()
+                raise
+            try:
+                frame = await reader.readexactly(size)
+            except BaseException:
+                self._release(size)
+                raise
+            task = asyncio.create_task(self._answer(frame))
+            task.add_done_callback(functools.partial(self._release, size))
+            self._answers.append(task)
+            self._answer_ready.set()
+
+    def _release(self, size: int, _: object = None) -> None:
+        """Gives a request's budget and slot back once its answer is ready (written or not:
+        what answers hold waiting for the writer is bounded by `MAX_PENDING`)."""
+        self._slots.release()
+        self._budget.release(self.peer, size)
+
+    async def _answer(self, frame: bytes) -> bytes | None:
+        """The answer frame to `frame` (None: no answer); raises MalformedFrame to close the
+        connection."""
+        api_key, version = peek_api(frame)
+        api = self._registry.get(api_key)
+        if api is None:
+            raise MalformedFrame(f"Kafka API {api_key} is not served here")
+        if len(frame) > api.max_request_bytes:
+            raise MalformedFrame(
+                f"a Kafka API {api_key} request of {len(frame)} bytes is over the "
+                f"{api.max_request_bytes} bytes it takes"
+            )
+        if not api.serves(version):
+            if api_key != API_VERSIONS_KEY:
+                raise MalformedFrame(f"Kafka API {api_key} v{version} is not served here")
+            header = read_header(frame, None)
+            body: Any = None  # an unknown version's body is not read (Kafka's rule)
+        else:
+            body_type = request_type(api_key, version)
+            header = read_header(frame, body_type)
+            body = read_body(frame, header, body_type)
+        call = KafkaCall(self.principal, self.peer, api_key, version, header.client_id)
+        try:
+            response = await api.handler(body, call)
+        except KafkaCallAborted as exc:
+            raise MalformedFrame(f"Kafka API {api_key} v{version} refused: {exc}") from None
+        return None if response is None else encode_response(header.correlation_id, response)
+
+    async def _write_answers(self) -> None:
+        writer = self._writer
+        while True:
+            while not self._answers:
+                self._answer_ready.clear()
+                await self._answer_ready.wait()
+            task = self._answers[0]
+            if task is _DONE:
+                return
+            try:
+                frame = await task
+            except MalformedFrame as exc:
+                self._fail(exc)
+                return
+            except Exception:
+                log.exception("Kafka request from %s failed; closing its connection", self.peer)
+                self._fail(None)
+                return
+            self._answers.popleft()
+            if frame is not None:
+                writer.write(frame)
+                await writer.drain()
+
+    def _fail(self, exc: MalformedFrame | None) -> None:
+        """Closes the connection now: later requests get no answer (the client sees the close
+        and fails them, as with Kafka)."""
+        if exc is not None:
+            note_malformed("the Kafka listener", self.peer, exc)
+        self._reader.feed_eof()
+        self._writer.transport.abort()
+
+
+#: Marks the end of the answers: the reading ended.
+_DONE: Any = object()
+

@@ -1,0 +1,115 @@
+"""The Kafka listener: an asyncio server on kafka.listen, run by the node beside its gRPC
+listeners, with the client listener's TLS (security.protocol, the same certificate, key and
+CA, ssl.client.auth) and its own queued.max.request.bytes budget.
+
+The principal of a connection is decided at its handshake exactly as the gRPC client listener
+decides it (node/edge/security.py): with ssl.client.auth=required the verified certificate's
+subject (``User:CN=...``), else ``User:ANONYMOUS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+
+from tidelog.coordinator.metadata_records import split_address
+from tidelog.errors import InvalidConfigError
+from tidelog.node.config import NodeConfig
+from tidelog.node.edge.limits import InFlight
+from tidelog.node.edge.security import ANONYMOUS, principal_of_certificate
+from tidelog.node.kafka.connection import Connection
+from tidelog.node.kafka.registry import ApiRegistry
+
+log = logging.getLogger("tidelog.node")
+
+
+class KafkaListener:
+    """Binds first (`bind`: the node registers the bound address before it serves), accepts
+    once the registry of APIs exists (`serve`)."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.registry = ApiRegistry()
+        self._budget = InFlight(config.queued_max_request_bytes)
+        self._tls = _server_context(config)
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def bind(self) -> int:
+        """Binds kafka.listen without accepting yet; returns the bound port."""
+        parts = split_address(self.config.kafka_listen)
+        assert parts is not None  # NodeConfig checked it
+        host, port = parts
+        try:
+            self._server = await asyncio.start_server(
+                self._accept, host, port, ssl=self._tls, reuse_address=True,
+                start_serving=False,
+            )
+        except OSError as exc:
+            raise InvalidConfigError(
+                f"kafka.listen: cannot listen on {self.config.kafka_listen}: {exc.strerror}"
+            ) from None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def serve(self, registry: ApiRegistry) -> None:
+        """Accepts connections, answering the APIs of `registry`."""
+        assert self._server is not None, "bind first"
+        self.registry = registry
+        await self._server.start_serving()
+
+    async def stop(self) -> None:
+        """Stops accepting, and closes every connection (their requests are cancelled)."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            connection = Connection(
+                self.registry, self._budget, _principal(writer), reader, writer
+            )
+            await connection.serve()
+        except Exception:  # never the node: this connection only
+            log.exception("Kafka connection failed")
+            writer.transport.abort()
+        finally:
+            self._connections.discard(task)
+
+
+def _principal(writer: asyncio.StreamWriter) -> str:
+    """The verified client certificate's principal, else ANONYMOUS. The TLS context asks for a
+    certificate only with ssl.client.auth=required, so a certificate present was verified."""
+    tls = writer.get_extra_info("ssl_object")
+    der = tls.getpeercert(binary_form=True) if tls is not None else None
+    if not der:
+        return ANONYMOUS
+    return principal_of_certificate(ssl.DER_cert_to_PEM_cert(der).encode())
+
+
+def _server_context(config: NodeConfig) -> ssl.SSLContext | None:
+    """The client listener's TLS for the Kafka listener (None: PLAINTEXT)."""
+    if config.security_protocol == "PLAINTEXT":
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+        if config.ssl_client_auth == "required":
+            context.load_verify_locations(cafile=config.ssl_cafile)
+            context.verify_mode = ssl.CERT_REQUIRED
+        else:
+            context.verify_mode = ssl.CERT_NONE
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidConfigError(f"kafka.listen: the TLS files do not load: {exc}") from None
+    return context
