@@ -50,7 +50,7 @@ from tidelog.coordinator.record_codec import (
     truncated,
     versioned,
 )
-from tidelog.records import RECORD_OVERHEAD, encode_record
+from tidelog.records import encode_record, varint
 
 #: The key version Kafka's writers use for an offset commit.
 KEY_VERSION: Final = 1
@@ -123,45 +123,50 @@ def encode_commit_records(
     timestamp_delta: int,
 ) -> None:
     """Append to `out` the records of one commit set of `group` as a batch holds them
-    (`tidelog.records.encode_record`'s layout), from (topic, partition, offset, leader epoch,
+    (`tidelog.records.encode_record`'s encoding), from (topic, partition, offset, leader epoch,
     metadata) each: the key of `encode_key` and the value of `encode_value`, the records' offset
     deltas counted from `first_delta` and each at `timestamp_delta` from the batch's first
     timestamp. The commit path encodes every committed offset, so this is per-record cost: a
-    record with empty metadata (the common one) is ONE struct call (the record's fixed fields,
-    the group's and topic's part of the key, the partition and the whole bare value), whose
-    format is made once per key length; one with metadata is encoded field by field.
-    `OffsetRecordError` if a name is too long for its int16 length."""
+    record with empty metadata (the common one) is its varint length and offset delta, the
+    set's attributes and timestamp delta, and ONE struct call for the rest (the key's length,
+    the group's and topic's part of the key, the partition, the whole bare value and a header
+    count of 0), whose format is made once per key length; one with metadata is encoded field
+    by field. `OffsetRecordError` if a name is too long for its int16 length."""
     prefix = _I16.pack(KEY_VERSION) + encode_string(group, "group")
-    topics: dict[str, tuple[bytes, Callable[..., bytes], int, int]] = {}
+    topics: dict[str, tuple[bytes, bytes, Callable[..., bytes], int]] = {}
     size = len(parts)
+    head = b"\x00" + varint(timestamp_delta)  # attributes 0, the set's timestamp delta
     for delta, (topic, partition, offset, leader_epoch, metadata) in enumerate(parts, first_delta):
         known = topics.get(topic)
         if known is None:
             topic_key = prefix + encode_string(topic, "topic")
-            key_length = len(topic_key) + _I32.size
-            known = topics[topic] = (
-                topic_key, _bare_record(len(topic_key)).pack, key_length,
-                RECORD_OVERHEAD - 4 + key_length + _VALUE_BARE.size,
-            )
-        topic_key, pack_bare_record, key_length, bare_length = known
+            keyed = varint(len(topic_key) + _I32.size) + topic_key
+            bare = _bare_record(len(keyed))
+            known = topics[topic] = (topic_key, keyed, bare.pack, len(head) + bare.size)
+        topic_key, keyed, pack_bare_record, bare_length = known
         if metadata:
             value = encode_value(OffsetValue(offset, leader_epoch, metadata, commit_timestamp_ms,
                                              commit_id, size))
             encode_record(out, delta, timestamp_delta, topic_key + _I32.pack(partition), value)
         else:
-            out.append(pack_bare_record(
-                bare_length, 0, delta, timestamp_delta, key_length, topic_key, partition,
-                _VALUE_BARE.size, VALUE_VERSION, offset, leader_epoch, 0, commit_timestamp_ms,
-                commit_id, size, 0,
-            ))
+            offset_delta = varint(delta)
+            out += (
+                varint(bare_length + len(offset_delta)), head, offset_delta,
+                pack_bare_record(keyed, partition, _BARE_VALUE_LENGTH, VALUE_VERSION, offset,
+                                 leader_epoch, 0, commit_timestamp_ms, commit_id, size, 0),
+            )
+
+
+#: The varint of a bare value's length (it fits one byte).
+_BARE_VALUE_LENGTH = varint(_VALUE_BARE.size)[0]
 
 
 @functools.lru_cache(maxsize=64)
-def _bare_record(key_prefix_length: int) -> struct.Struct:
-    """A whole record with a bare value (empty metadata) whose key's group and topic part is
-    `key_prefix_length` bytes: length, attributes, offset delta, timestamp delta, key length,
-    that part of the key, the partition, value length, the value's fields, header count 0."""
-    return struct.Struct(f">iBiqi{key_prefix_length}sii{_VALUE_BARE.format[1:]}i")
+def _bare_record(keyed_length: int) -> struct.Struct:
+    """The tail of a record with a bare value (empty metadata), after its offset delta: the
+    key's varint length with the key's group and topic part (`keyed_length` bytes), the
+    partition, the value's one-byte varint length, the value's fields, header count 0."""
+    return struct.Struct(f">{keyed_length}siB{_VALUE_BARE.format[1:]}B")
 
 
 # ---- decoding ------------------------------------------------------------------------------

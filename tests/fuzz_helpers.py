@@ -15,6 +15,7 @@ import struct
 import crc32c
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from record_helpers import kafka_varint, read_varint
 
 from tidelog.records import HEADER_SIZE, ControlType, RecordInput, build_batch, build_control_batch
 
@@ -71,7 +72,10 @@ def mutated_batch(draw: st.DrawFn) -> bytes:
         at = draw(st.integers(0, len(data)))
         kind = draw(st.sampled_from(["set", "set", "insert", "delete", "int32", "length"]))
         if kind == "length":  # a record's length, key, value or header length, or count, lies
-            kind, at = "int32", draw(st.sampled_from(lengths))
+            start, end = draw(st.sampled_from(lengths))
+            value = draw(st.sampled_from([-2, -1, 0, 1, 3, 2**31 - 1, -(2**31), 1 << 20]))
+            data[start:end] = kafka_varint(value)
+            continue
         if kind == "set" and at < len(data):
             data[at] = draw(st.integers(0, 255))
         elif kind == "insert":
@@ -88,22 +92,27 @@ def mutated_batch(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
-def _length_fields(batch: bytes) -> list[int]:
-    """Where the int32 length and count fields of a valid batch's records are."""
-    at, out = HEADER_SIZE, [57]  # records_count
+def _length_fields(batch: bytes) -> list[tuple[int, int]]:
+    """Where (start, end) the varint length and count fields of a valid batch's records
+    are."""
+    at, out = HEADER_SIZE, []
     while at < len(batch):
-        (length,) = struct.unpack_from(">i", batch, at)
-        end = at + 4 + length
-        out += [at, at + 17]  # length, key_length
-        cursor = at + 21 + max(struct.unpack_from(">i", batch, at + 17)[0], 0)
-        out.append(cursor)  # value_length
-        cursor += 4 + max(struct.unpack_from(">i", batch, cursor)[0], 0)
-        out.append(cursor)  # header_count
-        cursor += 4
-        while cursor < end:  # each header's key and value lengths
-            out.append(cursor)
-            cursor += 4 + struct.unpack_from(">i", batch, cursor)[0]
-            out.append(cursor)
-            cursor += 4 + max(struct.unpack_from(">i", batch, cursor)[0], 0)
+        length, cursor = read_varint(batch, at)
+        end = cursor + length
+        out.append((at, cursor))  # length
+        _, cursor = read_varint(batch, cursor + 1)  # timestamp delta
+        _, cursor = read_varint(batch, cursor)  # offset delta
+        for _field in ("key", "value"):
+            size, after = read_varint(batch, cursor)
+            out.append((cursor, after))
+            cursor = after + max(size, 0)
+        count, after = read_varint(batch, cursor)
+        out.append((cursor, after))  # header_count
+        cursor = after
+        for _ in range(count):  # each header's key and value lengths
+            for _field in ("key", "value"):
+                size, after = read_varint(batch, cursor)
+                out.append((cursor, after))
+                cursor = after + max(size, 0)
         at = end
     return out

@@ -3,8 +3,6 @@ buggy or hostile producer can send. Shared by the codec, cluster and fuzz tests.
 
 from __future__ import annotations
 
-import struct
-
 from tidelog.records import assemble_batch, decode_records, iter_batches
 
 T = 10_000
@@ -14,7 +12,7 @@ def forge_record(
     *,
     key: bytes | None = None,
     value: bytes | None = b"v",
-    headers: bytes = bytes(4),
+    headers: bytes = b"\x00",
     key_len: int | None = None,
     value_len: int | None = None,
     offset_delta: int = 0,
@@ -22,17 +20,17 @@ def forge_record(
     attributes: int = 0,
     extra: int = 0,
 ) -> bytes:
-    """One record laid out by hand, so that any field can lie: `key_len`/`value_len` override
-    the true lengths, `headers` is the raw count-and-headers tail, `extra` adjusts `length` (and
-    when positive adds that many bytes after the fields)."""
+    """One record of Kafka's v2 encoding laid out by hand, so that any field can lie:
+    `key_len`/`value_len` override the true lengths, `headers` is the raw count-and-headers
+    tail, `extra` adjusts `length` (and when positive adds that many bytes after the fields)."""
     if key_len is None:
         key_len = -1 if key is None else len(key)
     if value_len is None:
         value_len = -1 if value is None else len(value)
-    body = struct.pack(">i", key_len) + (key or b"")
-    body += struct.pack(">i", value_len) + (value or b"") + headers
-    rest = struct.pack(">Biq", attributes, offset_delta, ts_delta) + body
-    return struct.pack(">i", len(rest) + extra) + rest + bytes(max(extra, 0))
+    body = kafka_varint(key_len) + (key or b"")
+    body += kafka_varint(value_len) + (value or b"") + headers
+    rest = bytes([attributes]) + kafka_varint(ts_delta) + kafka_varint(offset_delta) + body
+    return kafka_varint(len(rest) + extra) + rest + bytes(max(extra, 0))
 
 
 def forge_batch(
@@ -51,8 +49,8 @@ def forge_batch(
 
 def forge_header(key: bytes, value: bytes | None, key_len: int | None = None) -> bytes:
     """One header (key and value) laid out by hand; `key_len` overrides the true length."""
-    k = struct.pack(">i", len(key) if key_len is None else key_len) + key
-    v = struct.pack(">i", -1) if value is None else struct.pack(">i", len(value)) + value
+    k = kafka_varint(len(key) if key_len is None else key_len) + key
+    v = kafka_varint(-1) if value is None else kafka_varint(len(value)) + value
     return k + v
 
 
@@ -67,14 +65,16 @@ def kafka_varint(n: int) -> bytes:
             return bytes(out)
 
 
-def kafka_v2_record(offset_delta: int, value: bytes) -> bytes:
-    """One record of Kafka's v2 encoding: attributes, timestamp delta, offset delta, a null key,
-    the value and no headers, prefixed by its varint length."""
-    body = b"".join((
-        b"\x00", kafka_varint(0), kafka_varint(offset_delta), kafka_varint(-1),
-        kafka_varint(len(value)), value, kafka_varint(0),
-    ))
-    return kafka_varint(len(body)) + body
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The zigzag varint at `pos` and the position after it (test only)."""
+    u = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        u |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return (u >> 1) ^ -(u & 1), pos
 
 
 def values_of(records: bytes) -> list[tuple[int, bytes | None]]:

@@ -7,9 +7,10 @@ write the same bytes; Fetch returns them; only the consumer decodes records. Thi
 (no I/O) so that both the client and the storage engine import it, as Kafka's broker uses the
 record classes of its clients module.
 
-Layout (all integers big-endian), in the spirit of Kafka's v2 batch;
-docs/reference/record-batch.md is the full specification, with test vectors, for clients in
-other languages::
+The format is Kafka's v2 record batch, header and records both, so that a batch travels
+unchanged from a Kafka producer to the disk to a Kafka consumer. Header (all integers
+big-endian); docs/reference/record-batch.md is the full specification, with test vectors, for
+clients in other languages::
 
     offset  size  field
     0       8     base_offset              first offset of the batch
@@ -38,31 +39,33 @@ compressed bytes. Every reader of records here (`validate_records`, `decode_reco
 within MAX_BATCH_BYTES, and then checks and reads the records exactly as those of an
 uncompressed batch.
 
-A record is fixed-width rather than varint-encoded: Python decodes one ``struct`` call much faster
-than a chain of varints, and the few extra bytes per record do not matter at 1 KiB values::
+A record is Kafka's v2 record: its integers are zigzag varints ("varint" for 32-bit fields, at
+most 5 bytes; "varlong" for 64-bit ones, at most 10), -1 meaning null for a length::
 
-    4  length          bytes that follow this field
-    1  attributes      unused, 0
-    4  offset_delta    offset - base offset (dense 0, 1, 2, ... when produced; the cleaner
-                       leaves gaps where it removed records, see `retain_records`)
-    8  timestamp_delta timestamp - first_timestamp (signed: CreateTime may go backwards)
-    4  key_length      -1 for a null key
-    .  key
-    4  value_length    -1 for a null value (a tombstone)
-    .  value
-    4  header_count
-       per header: 4 key_length, key (UTF-8), 4 value_length (-1 = null), value
+    varint   length          bytes that follow this field
+    int8     attributes      unused, 0
+    varlong  timestamp_delta timestamp - first_timestamp (CreateTime may go backwards)
+    varint   offset_delta    offset - base offset (dense 0, 1, 2, ... when produced; the
+                             cleaner leaves gaps where it removed records, `retain_records`)
+    varint   key_length      -1 for a null key
+    .        key
+    varint   value_length    -1 for a null value (a tombstone)
+    .        value
+    varint   header_count
+             per header: varint key_length, key (UTF-8), varint value_length (-1 = null), value
+
+Plain Python reads a varint a byte at a time, so the walks below read the one- and two-byte
+varints (every length and delta below 8192) inline through precomputed tables
+(`_Z1`, `_Z2`) and call `_varint_at` only for longer ones; the writers take the bytes of a small
+varint from a table too (`varint`).
 """
 
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from itertools import islice, repeat
-from operator import add, lt
 from typing import NamedTuple, Protocol
 
 import crc32c as _crc32c
@@ -108,23 +111,88 @@ _CRC_START = 21
 _CRC_FIELD = struct.Struct(">I")
 _ATTRS_FIELD = struct.Struct(">h")
 _MAX_TS_FIELD = struct.Struct(">q")
-_TS_DELTA_FIELD = struct.Struct(">q")  # in a record, after length, attributes, offset_delta
 _BASE_OFFSET_FIELD = struct.Struct(">q")
 _EPOCH_FIELD = struct.Struct(">i")
-_RECORD_PREFIX = struct.Struct(">iBiqi")  # length, attributes, offset_delta, ts_delta, key_length
-#: A keyless record with a value and no headers, the common one, is 3 pieces: this prefix
-#: packed with (length, attributes 0, offset_delta, timestamp_delta, key_length -1,
-#: value_length), the value, and NO_HEADERS. Public for the producer's send(), which encodes
-#: such records inline (a call per record is a measurable part of its cost).
-_PLAIN_RECORD_PREFIX = struct.Struct(">iBiqii")
-pack_plain_record_prefix = _PLAIN_RECORD_PREFIX.pack
-NO_HEADERS = bytes(4)  # a header count of 0
 _I32 = struct.Struct(">i")
-#: Bytes of every record beyond its key, value and headers (all its fixed fields): what a
-#: producer counts per record against its batch size.
-RECORD_OVERHEAD = 4 + 1 + 4 + 8 + 4 + 4 + 4
-_MIN_RECORD_LENGTH = RECORD_OVERHEAD - 4  # a record's `length` with no key, value or header
-_KEY_AT = 21  # where a record's key starts, relative to the record
+#: The most bytes a record takes beyond its key, value and headers: the length (5),
+#: attributes (1), timestamp delta (10), offset delta (5), key and value lengths (5 each) and
+#: header count (5) at their widest. What a producer reserves for a record before it knows
+#: the record's place in a batch (`record_size` is the exact figure).
+RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
+#: The shortest record body (after its length): attributes and five one-byte varints.
+_MIN_RECORD_LENGTH = 6
+#: A record's header count of 0 (its last byte when it has no header).
+NO_HEADERS = b"\x00"
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _unzigzag(u: int) -> int:
+    return (u >> 1) ^ -(u & 1)
+
+
+def _varint_bytes(n: int) -> bytes:
+    """The zigzag varint of `n` (an int64), byte by byte."""
+    u = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+#: The one- and two-byte varints: -8192..8191, at index n + 8192.
+_SMALL_VARINTS = tuple(_varint_bytes(n) for n in range(-8192, 8192))
+#: The value of a one-byte varint, by its byte.
+_Z1 = tuple(_unzigzag(u) for u in range(128))
+#: The value of a two-byte varint whose bytes are b (>= 128) and c (< 128), at b + (c << 7).
+_Z2 = tuple(
+    _unzigzag((i & 0x7F) | ((i >> 7) - 1) << 7) if i >= 128 else 0 for i in range(128 + 128 * 128)
+)
+
+
+def varint(n: int) -> bytes:
+    """The zigzag varint of `n` (varint and varlong share the encoding); ValueError when `n`
+    does not fit 64 bits."""
+    if -8192 <= n < 8192:
+        return _SMALL_VARINTS[n + 8192]
+    if not _INT64_MIN <= n <= _INT64_MAX:
+        raise ValueError(f"{n} does not fit a varlong")
+    return _varint_bytes(n)
+
+
+def varint_size(n: int) -> int:
+    """How many bytes `varint(n)` takes."""
+    u = (n << 1) ^ (n >> 63)
+    return 1 if u < 0x80 else 2 if u < 0x4000 else (u.bit_length() + 6) // 7
+
+
+class _BadVarint(ValueError):
+    """A varint longer than its field allows (`_varint_at`)."""
+
+
+def _varint_at(data: bytes, pos: int, max_bytes: int = 5) -> tuple[int, int]:
+    """The varint at `pos` and the position after it, for those the walks do not read inline
+    (three bytes or more). `_BadVarint` when it runs over `max_bytes` (5 for a varint, 10 for
+    a varlong) or its value does not fit the field; IndexError when the data ends inside it."""
+    u = shift = 0
+    limit = 7 * max_bytes
+    while True:
+        b = data[pos]
+        pos += 1
+        u |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift >= limit:
+            raise _BadVarint(f"a varint longer than {max_bytes} bytes")
+    n = (u >> 1) ^ -(u & 1)
+    if max_bytes == 5 and not _INT32_MIN <= n <= _INT32_MAX:
+        raise _BadVarint(f"varint {n} does not fit 32 bits")
+    if not _INT64_MIN <= n <= _INT64_MAX:
+        raise _BadVarint(f"varlong {n} does not fit 64 bits")
+    return n, pos
 
 
 class TimestampType(IntEnum):
@@ -206,6 +274,20 @@ class Record:
 # Building batches (producer side)
 
 
+def plain_record_head(offset_delta: int, timestamp_delta: int, value_length: int) -> bytes:
+    """The bytes before the value of a record with no key and no header, the common one:
+    its pieces are this, the value and NO_HEADERS. Public for the producer's send(), which
+    encodes such records inline (a call per record is a measurable part of its cost)."""
+    small = _SMALL_VARINTS
+    ts = small[timestamp_delta + 8192] if -8192 <= timestamp_delta < 8192 else varint(
+        timestamp_delta)
+    delta = small[offset_delta + 8192] if offset_delta < 8192 else varint(offset_delta)
+    size = small[value_length + 8192] if value_length < 8192 else varint(value_length)
+    body = b"".join((b"\x00", ts, delta, b"\x01", size))  # attributes 0, key length -1
+    length = len(body) + value_length + 1
+    return (small[length + 8192] if length < 8192 else varint(length)) + body
+
+
 def encode_record(
     out: list[bytes],
     offset_delta: int,
@@ -218,31 +300,47 @@ def encode_record(
     size. Public so that the producer can encode each record once, when it is sent, and only
     frame the joined body when the batch leaves (`assemble_batch`)."""
     if key is None and value is not None and not headers:  # the common record: 3 pieces
-        size = RECORD_OVERHEAD - 4 + len(value)
-        out += (pack_plain_record_prefix(size, 0, offset_delta, timestamp_delta, -1, len(value)),
-                value, NO_HEADERS)
-        return size + 4
-    key_len = -1 if key is None else len(key)
-    value_len = -1 if value is None else len(value)
-    size = RECORD_OVERHEAD - 4 + max(key_len, 0) + max(value_len, 0)
-    body: list[bytes] = []
+        head = plain_record_head(offset_delta, timestamp_delta, len(value))
+        out += (head, value, NO_HEADERS)
+        return len(head) + len(value) + 1
+    parts = [b"\x00", varint(timestamp_delta), varint(offset_delta)]
+    for field in (key, value):
+        if field is None:
+            parts.append(b"\x01")  # -1
+        else:
+            parts += (varint(len(field)), field)
+    parts.append(varint(len(headers)))
     for h_key, h_value in headers:
         encoded = h_key.encode()
-        body.append(_I32.pack(len(encoded)))
-        body.append(encoded)
-        body.append(_I32.pack(-1 if h_value is None else len(h_value)))
-        if h_value is not None:
-            body.append(h_value)
-        size += 8 + len(encoded) + (0 if h_value is None else len(h_value))
-    out.append(_RECORD_PREFIX.pack(size, 0, offset_delta, timestamp_delta, key_len))
-    if key is not None:
-        out.append(key)
-    out.append(_I32.pack(value_len))
-    if value is not None:
-        out.append(value)
-    out.append(_I32.pack(len(headers)))
-    out.extend(body)
-    return size + 4
+        parts += (varint(len(encoded)), encoded)
+        if h_value is None:
+            parts.append(b"\x01")
+        else:
+            parts += (varint(len(h_value)), h_value)
+    body = sum(map(len, parts))
+    length = varint(body)
+    out.append(length)
+    out += parts
+    return len(length) + body
+
+
+def record_size(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> int:
+    """The bytes `encode_record` takes for this record, without encoding it."""
+    body = 1 + varint_size(timestamp_delta) + varint_size(offset_delta)
+    for field in (key, value):
+        body += 1 if field is None else varint_size(len(field)) + len(field)
+    body += varint_size(len(headers))
+    for h_key, h_value in headers:
+        k = len(h_key.encode())
+        body += varint_size(k) + k + (1 if h_value is None else
+                                      varint_size(len(h_value)) + len(h_value))
+    return varint_size(body) + body
 
 
 class RecordInput(NamedTuple):
@@ -627,7 +725,7 @@ def validate_batch(
         )
     # Offset deltas strictly increasing within 0..last_offset_delta, one record per offset:
     # exactly 0, 1, ..., n-1.
-    min_delta, max_delta = _checked_walk(
+    min_delta, max_delta = _walk_records(
         records, start, end, plain_header, require_keys and not header.is_control, None
     )
     if header.first_timestamp + max_delta != header.max_timestamp:
@@ -693,37 +791,11 @@ def validate_records(
     raises CorruptMessageError naming the record and the field.
 
     No value is copied and no object is built per record (header keys are decoded to check
-    their UTF-8): `struct.unpack_from` at computed offsets, as this runs on every produce.
+    their UTF-8): varints read inline by table (`_walk_records`), as this runs on every
+    produce.
     """
     records, start, end, plain = _plain_records(buf, pos, header)
-    return _checked_walk(records, start, end, plain, require_keys, None)
-
-
-def _checked_walk(
-    buf: bytes | bytearray | memoryview,
-    start: int,
-    end: int,
-    header: BatchHeader,
-    require_keys: bool,
-    sink: _Sink | None,
-) -> tuple[int, int]:
-    """`_walk_records` over the plain records from `start` to `end`, saying so when a batch
-    it refuses has Kafka's varint record encoding. A decoding walk over records of one shape
-    (`_decode_uniform`) takes one struct call for the whole batch instead."""
-    if sink is not None:
-        walked = _decode_uniform(buf, start, end, header, require_keys, sink)
-        if walked is not None:
-            return walked
-    try:
-        return _walk_records(buf, start, end, header, require_keys, sink)
-    except CorruptMessageError:
-        if _is_kafka_varint_body(buf, start, end, header.records_count):
-            raise CorruptMessageError(
-                "the batch has Kafka's v2 record encoding (varint lengths); Tidelog batches "
-                "use magic 2 with fixed-width big-endian record fields instead "
-                "(docs/reference/record-batch.md)"
-            ) from None
-        raise
+    return _walk_records(records, start, end, plain, require_keys, None)
 
 
 #: A `_Sink`'s min_offset that keeps every record, whatever a batch's base offset says.
@@ -744,101 +816,41 @@ class _Sink(NamedTuple):
     min_offset: int
 
 
-#: The struct of each shape of batch `_decode_uniform` met lately, by (key length, value
-#: length, records count); emptied when full (producers send few shapes). A struct holds 32
-#: bytes per field: 74 KB for 256 records, at most 0.6 MB, so at most ~10 MB are kept.
-_UNIFORM_LAYOUTS: dict[tuple[int, int, int], struct.Struct] = {}
-_UNIFORM_LAYOUTS_KEPT = 16
-#: Batches of more records take the record-at-a-time walk (the struct grows with the count).
-_UNIFORM_MAX_RECORDS = 2048
+def _bytes_of(
+    buf: bytes | bytearray | memoryview, start: int, end: int
+) -> tuple[bytes, int, int]:
+    """`buf` from `start` to `end` as bytes (indexing bytes is the fastest read of one byte,
+    and slices of bytes are the keys and values handed out), with the positions in it: `buf`
+    itself when it is bytes, else a copy of that range only."""
+    if type(buf) is bytes:
+        return buf, start, end
+    return bytes(memoryview(buf)[start:end]), 0, end - start
 
 
-def _decode_uniform(
+def _walk_records(
     buf: bytes | bytearray | memoryview,
     start: int,
     end: int,
     header: BatchHeader,
     require_keys: bool,
-    sink: _Sink,
-) -> tuple[int, int] | None:
-    """The decoding walk of `_walk_records` for a batch whose records all have one length,
-    keys of one length (or none), no null value and no header, what a producer of fixed-size
-    records sends: one `struct` call reads every field of every record (a struct per shape,
-    kept), the fields are checked a column at a time (`tuple.count`, `min`, `all(map(...))`,
-    in C), and the ConsumerRecords are built by `map` over `zip`, with no Python code per
-    record: about 0.3 us a record at 1 KiB values against 0.8 for the record-at-a-time walk.
-    It checks everything that walk checks; None when the batch is not of that shape or any
-    check fails, and the record-at-a-time walk then reads it (and names what is wrong)."""
-    count = header.records_count
-    if not 0 < count <= _UNIFORM_MAX_RECORDS or end - start < _PLAIN_RECORD_PREFIX.size:
-        return None
-    length, _, _, _, key_len, _ = _PLAIN_RECORD_PREFIX.unpack_from(buf, start)
-    if count * (4 + length) != end - start or length < _MIN_RECORD_LENGTH:
-        return None
-    if key_len == -1 and not require_keys:
-        value_len, width, record = length - _MIN_RECORD_LENGTH, 8, "iBiqii{1}si"
-    elif key_len >= 0:
-        value_len, width, record = length - _MIN_RECORD_LENGTH - key_len, 9, "iBiqi{0}si{1}si"
-    else:
-        return None
-    if value_len < 0:
-        return None
-    shape = (key_len, value_len, count)
-    layout = _UNIFORM_LAYOUTS.get(shape)
-    if layout is None:
-        if len(_UNIFORM_LAYOUTS) >= _UNIFORM_LAYOUTS_KEPT:
-            _UNIFORM_LAYOUTS.clear()
-        layout = struct.Struct(">" + record.format(key_len, value_len) * count)
-        _UNIFORM_LAYOUTS[shape] = layout
-    fields = layout.unpack_from(buf, start)  # exactly start..end: the lengths tile the batch
-    deltas, ts_deltas = fields[2::width], fields[3::width]
-    if (
-        fields[0::width].count(length) != count or fields[1::width].count(0) != count
-        or fields[4::width].count(key_len) != count
-        or fields[width - 3::width].count(value_len) != count
-        or fields[width - 1::width].count(0) != count
-        or ts_deltas[0] or deltas[0] < 0 or deltas[-1] > header.last_offset_delta
-        or not all(map(lt, deltas, islice(deltas, 1, None)))
-    ):
-        return None
-    base = header.base_offset
-    timestamps = (
-        repeat(header.max_timestamp) if header.attributes & ATTR_TIMESTAMP_TYPE
-        else map(add, repeat(header.first_timestamp), ts_deltas)
-    )
-    records = map(tuple.__new__, repeat(ConsumerRecord), zip(
-        repeat(sink.topic), repeat(sink.partition), map(add, repeat(base), deltas), timestamps,
-        repeat(None) if width == 8 else fields[5::9], fields[width - 2::width], repeat(()),
-        repeat(sink.leader_epoch),
-    ))
-    skip = bisect_left(deltas, sink.min_offset - base)
-    sink.out.extend(islice(records, skip, None) if skip else records)
-    return min(ts_deltas), max(ts_deltas)
-
-
-def _walk_records(
-    buf: bytes | bytearray | memoryview,
-    rec_pos: int,
-    end: int,
-    header: BatchHeader,
-    require_keys: bool,
     sink: _Sink | None,
 ) -> tuple[int, int]:
-    """The one walk over a batch's records: checks each (see `validate_records`) and, with
-    a `sink`, decodes it in the same pass (`consumer_records`: the sink's list is the
-    caller's only when the walk returns, so no record of a batch that fails is returned)."""
+    """The one walk over a batch's records from `start` to `end`: checks each (see
+    `validate_records`) and, with a `sink`, decodes it in the same pass (`consumer_records`:
+    the sink's list is the caller's only when the walk returns, so no record of a batch that
+    fails is returned). Returns the smallest and largest timestamp delta.
+
+    The hot loop of every produce and every consumer: each varint is read inline, one byte
+    (`_Z1`) or two (`_Z2`) by table, `_varint_at` only beyond; each field's bound is one
+    comparison, and which check failed is worked out only when one does."""
+    data, rec_pos, end = _bytes_of(buf, start, end)
     count = header.records_count
-    if count * RECORD_OVERHEAD > end - rec_pos:
+    if count * (_MIN_RECORD_LENGTH + 1) > end - rec_pos:
         raise CorruptMessageError(
             f"the batch claims {count} records, but its {end - rec_pos} bytes of records hold "
-            f"at most {(end - rec_pos) // RECORD_OVERHEAD}"
+            f"at most {(end - rec_pos) // (_MIN_RECORD_LENGTH + 1)}"
         )
-    if count and _TS_DELTA_FIELD.unpack_from(buf, rec_pos + 9)[0]:
-        raise _malformed(0, "its timestamp delta is not 0 (first_timestamp is its time)")
-    # The prefix read with the value length that follows it when the key is null (the common
-    # record); a record with a key has its value length read again after the key.
-    unpack_prefix = _PLAIN_RECORD_PREFIX.unpack_from
-    unpack_i32 = _I32.unpack_from
+    z1, z2, varint_at = _Z1, _Z2, _varint_at
     last_offset_delta = header.last_offset_delta
     base = header.base_offset
     previous = -1
@@ -849,48 +861,101 @@ def _walk_records(
         new, append, min_delta = tuple.__new__, sink.out.append, sink.min_offset - base
         topic, partition, epoch = sink.topic, sink.partition, sink.leader_epoch
         fixed_ts = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
-        first_ts, data = header.first_timestamp, buf if isinstance(buf, bytes) else bytes(buf)
+        first_ts = header.first_timestamp
+    p = rec_pos
     try:
-        # One combined test per group of fields; which one failed is worked out only then.
         for index in range(count):
-            length, attributes, offset_delta, ts_delta, key_len, value_len = unpack_prefix(
-                buf, rec_pos
-            )
-            rec_end = rec_pos + 4 + length
-            if (
-                length < _MIN_RECORD_LENGTH or rec_end > end or attributes
-                or not previous < offset_delta <= last_offset_delta
-            ):
-                raise _bad_prefix(index, length, end - rec_pos - 4, attributes, offset_delta,
-                                  previous, last_offset_delta)
+            # length
+            b = data[p]
+            if b < 128:
+                length = z1[b]
+                p += 1
+            elif (c := data[p + 1]) < 128:
+                length = z2[b + (c << 7)]
+                p += 2
+            else:
+                length, p = varint_at(data, p)
+            rec_end = p + length
+            if length < _MIN_RECORD_LENGTH or rec_end > end or data[p]:
+                raise _bad_start(index, length, end - p, data[p] if p < end else 0)
+            # timestamp delta (a varlong)
+            b = data[p + 1]
+            if b < 128:
+                ts_delta = z1[b]
+                p += 2
+            elif (c := data[p + 2]) < 128:
+                ts_delta = z2[b + (c << 7)]
+                p += 3
+            else:
+                ts_delta, p = varint_at(data, p + 1, 10)
+            # offset delta
+            b = data[p]
+            if b < 128:
+                offset_delta = z1[b]
+                p += 1
+            elif (c := data[p + 1]) < 128:
+                offset_delta = z2[b + (c << 7)]
+                p += 2
+            else:
+                offset_delta, p = varint_at(data, p)
+            if not previous < offset_delta <= last_offset_delta:
+                raise _malformed(
+                    index,
+                    f"offset delta {offset_delta} is not above {previous} and at most "
+                    f"last_offset_delta {last_offset_delta}",
+                )
             previous = offset_delta
             if ts_delta > max_ts:
                 max_ts = ts_delta
             elif ts_delta < min_ts:
                 min_ts = ts_delta
-            if key_len == -1 and not require_keys:
-                cursor = rec_pos + _KEY_AT + 4
-            elif key_len >= 0:
-                cursor = rec_pos + _KEY_AT + key_len
-                if cursor + 8 > rec_end:
-                    raise _malformed(index, f"key length {key_len} runs past the record's end")
-                (value_len,) = unpack_i32(buf, cursor)
-                cursor += 4
+            # key
+            b = data[p]
+            if b == 1 and not require_keys:  # -1: null
+                key_len = -1
+                key_at = p = p + 1
             else:
-                raise _bad_key(index, key_len)
+                if b < 128:
+                    key_len = z1[b]
+                    p += 1
+                elif (c := data[p + 1]) < 128:
+                    key_len = z2[b + (c << 7)]
+                    p += 2
+                else:
+                    key_len, p = varint_at(data, p)
+                if key_len < 0:
+                    raise _bad_key(index, key_len)
+                key_at = p
+                p += key_len
+                if p + 2 > rec_end:
+                    raise _malformed(index, f"key length {key_len} runs past the record's end")
+            # value
+            b = data[p]
+            if b < 128:
+                value_len = z1[b]
+                p += 1
+            elif (c := data[p + 1]) < 128:
+                value_len = z2[b + (c << 7)]
+                p += 2
+            else:
+                value_len, p = varint_at(data, p)
+            value_at = p
             if value_len > 0:
-                cursor += value_len
+                p += value_len
             elif value_len < -1:
                 raise _malformed(index, f"value length {value_len}")
-            if cursor + 4 > rec_end:
+            if p >= rec_end:
                 raise _malformed(index, f"value length {value_len} runs past the record's end")
-            (header_count,) = unpack_i32(buf, cursor)
-            fields_end = cursor + 4
-            if header_count:
-                fields_end = _walk_headers(buf, fields_end, rec_end, header_count, index)
-            if fields_end != rec_end:
+            # headers
+            if data[p]:
+                headers, p = _read_headers(data, p, rec_end, index, sink is not None)
+            else:
+                headers = ()
+                p += 1
+            if p != rec_end:
                 raise _malformed(
-                    index, f"its fields end {rec_end - fields_end} bytes before its length says"
+                    index, f"its fields end {rec_end - p} bytes before its length says"
+                    if p < rec_end else "its fields run past its length"
                 )
             if sink is not None and offset_delta >= min_delta:
                 append(new(ConsumerRecord, (
@@ -898,35 +963,35 @@ def _walk_records(
                     partition,
                     base + offset_delta,
                     first_ts + ts_delta if fixed_ts is None else fixed_ts,
-                    None if key_len < 0 else data[rec_pos + _KEY_AT : rec_pos + _KEY_AT + key_len],
-                    None if value_len < 0 else data[cursor - value_len : cursor],
-                    _decode_headers(data, cursor) if header_count else (),
+                    None if key_len < 0 else data[key_at : key_at + key_len],
+                    None if value_len < 0 else data[value_at : value_at + value_len],
+                    headers,
                     epoch,
                 )))
-            rec_pos = rec_end
-    except struct.error:  # a prefix read past the end of `buf` itself
-        raise _malformed(index, "it starts too close to the end of the data") from None
-    if rec_pos != end:
+    except IndexError:  # a varint read past the end of the data
+        raise _malformed(index, "it runs past the end of the data") from None
+    except _BadVarint as exc:
+        raise _malformed(index, str(exc)) from None
+    if p != end:
         raise CorruptMessageError(
-            f"{end - rec_pos} bytes follow the last of the batch's {count} records"
+            f"{end - p} bytes follow the last of the batch's {count} records"
         )
+    if count and _first_ts_delta(data, rec_pos):
+        raise _malformed(0, "its timestamp delta is not 0 (first_timestamp is its time)")
     return min_ts, max_ts
 
 
-def _bad_prefix(
-    index: int, length: int, room: int, attributes: int, offset_delta: int, previous: int,
-    last_offset_delta: int,
-) -> TidelogError:
-    """Say which of a record's fixed fields `_walk_records` found wrong."""
+def _first_ts_delta(data: bytes, pos: int) -> int:
+    """The timestamp delta of the (checked) record at `pos`."""
+    _, pos = _varint_at(data, pos)
+    return _varint_at(data, pos + 1, 10)[0]
+
+
+def _bad_start(index: int, length: int, room: int, attributes: int) -> TidelogError:
+    """Say which of a record's first fields `_walk_records` found wrong."""
     if not _MIN_RECORD_LENGTH <= length <= room:
         return _malformed(index, f"length {length} does not fit the batch ({room} bytes left)")
-    if attributes:
-        return _malformed(index, f"attributes {attributes} (records have none; must be 0)")
-    return _malformed(
-        index,
-        f"offset delta {offset_delta} is not above {previous} and at most last_offset_delta "
-        f"{last_offset_delta}",
-    )
+    return _malformed(index, f"attributes {attributes} (records have none; must be 0)")
 
 
 def _bad_key(index: int, key_len: int) -> TidelogError:
@@ -941,62 +1006,38 @@ def _bad_key(index: int, key_len: int) -> TidelogError:
     return _malformed(index, f"key length {key_len}")
 
 
-def _walk_headers(
-    buf: bytes | bytearray | memoryview, cursor: int, rec_end: int, count: int, index: int
-) -> int:
-    """Check a record's headers from `cursor` (past the count); return where they end."""
-    if not 0 <= count <= (rec_end - cursor) // 8:
+def _read_headers(
+    data: bytes, p: int, rec_end: int, index: int, decode: bool
+) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    """Check a record's headers at `p` (the count first) and return them (decoded when
+    `decode`, else ()) with where they end."""
+    count, p = _varint_at(data, p)
+    if not 0 <= count <= (rec_end - p) // 2:
         raise _malformed(index, f"header count {count} does not fit the record")
-    unpack_i32 = _I32.unpack_from
+    headers: list[tuple[str, bytes | None]] = []
     for n in range(count):
-        if cursor + 8 > rec_end:
+        if p + 2 > rec_end:
             raise _malformed(index, f"header {n} runs past the record's end")
-        (key_len,) = unpack_i32(buf, cursor)
-        cursor += 4
-        if not 0 <= key_len <= rec_end - cursor - 4:
+        key_len, p = _varint_at(data, p)
+        if not 0 <= key_len <= rec_end - p - 1:
             raise _malformed(index, f"header {n} key length {key_len}")
         try:
-            str(buf[cursor : cursor + key_len], "utf-8")
+            h_key = str(data[p : p + key_len], "utf-8")
         except UnicodeDecodeError as exc:
             raise _malformed(index, f"header {n} key is not UTF-8 ({exc.reason})") from None
-        cursor += key_len
-        (value_len,) = unpack_i32(buf, cursor)
-        cursor += 4
-        if not -1 <= value_len <= rec_end - cursor:
+        p += key_len
+        value_len, p = _varint_at(data, p)
+        if not -1 <= value_len <= rec_end - p:
             raise _malformed(index, f"header {n} value length {value_len}")
+        if decode:
+            headers.append((h_key, None if value_len < 0 else data[p : p + value_len]))
         if value_len > 0:
-            cursor += value_len
-    return cursor
+            p += value_len
+    return tuple(headers), p
 
 
 def _malformed(index: int, what: str) -> TidelogError:
     return CorruptMessageError(f"malformed record {index} of the batch: {what}")
-
-
-def _is_kafka_varint_body(
-    buf: bytes | bytearray | memoryview, pos: int, end: int, count: int
-) -> bool:
-    """Whether the records from `pos` to `end` read as `count` records of Kafka's v2 encoding
-    (zigzag varint length, attributes byte 0, ...): only to say so when refusing them."""
-    if count < 1:
-        return False
-    for _ in range(count):
-        length = 0
-        for shift in range(0, 35, 7):
-            if pos >= end:
-                return False
-            byte = buf[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                break
-        else:
-            return False
-        length = (length >> 1) ^ -(length & 1)
-        if length < 1 or pos + length > end or buf[pos] != 0:
-            return False
-        pos += length
-    return pos == end
 
 
 def assign_offsets(
@@ -1031,29 +1072,40 @@ def assign_offsets(
     return bytes(out)
 
 
+def _prefix_at(data: bytes, pos: int, end: int, index: int) -> tuple[int, int, int, int, int]:
+    """The record at `pos` read up to its offset delta: (its end, timestamp delta, where the
+    offset delta starts, offset delta, where the key length starts). Only its length is
+    checked (it must fit the batch, as must the fields read), which is all the timestamp
+    walks rely on; readers of keys, values or headers call `validate_records` first."""
+    try:
+        length, p = _varint_at(data, pos)
+        rec_end = p + length
+        if length < _MIN_RECORD_LENGTH or rec_end > end:
+            raise _malformed(index, f"length {length} does not fit the batch")
+        ts_delta, delta_at = _varint_at(data, p + 1, 10)
+        offset_delta, p = _varint_at(data, delta_at)
+    except IndexError:
+        raise _malformed(index, "it runs past the end of the data") from None
+    except _BadVarint as exc:
+        raise _malformed(index, str(exc)) from None
+    if p > rec_end:
+        raise _malformed(index, "its fields run past its length")
+    return rec_end, ts_delta, delta_at, offset_delta, p
+
+
 def _iter_record_prefixes(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
-) -> Iterator[tuple[int, int, int]]:
-    """Yield (record position, offset, timestamp) of each record without decoding payloads.
-
-    Only each record's length is checked (it must fit the batch), which is all this walk
-    relies on; readers of keys, values or headers call `validate_records` first. A compressed
-    batch is decompressed first, so positions are then into its plain copy: callers that use
-    them pass a plain batch (`plain_batch`)."""
-    buf, pos, header = plain_batch(buf, pos, header)
-    unpack = _RECORD_PREFIX.unpack_from
-    rec_pos = pos + HEADER_SIZE
-    end = pos + header.size
-    log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
-    for index in range(header.records_count):
-        if rec_pos + RECORD_OVERHEAD > end:
-            raise _malformed(index, "it starts too close to the end of the batch to hold one")
-        length, _attrs, offset_delta, ts_delta, _ = unpack(buf, rec_pos)
-        if length < _MIN_RECORD_LENGTH or rec_pos + 4 + length > end:
-            raise _malformed(index, f"length {length} does not fit the batch")
-        ts = header.max_timestamp if log_append else header.first_timestamp + ts_delta
-        yield rec_pos, header.base_offset + offset_delta, ts
-        rec_pos += 4 + length
+) -> Iterator[tuple[int, int]]:
+    """Yield (offset, timestamp) of each record without decoding payloads, checking what
+    it relies on as `_prefix_at` does. A compressed batch is decompressed first."""
+    records, start, end, plain = _plain_records(buf, pos, header)
+    data, rec_pos, end = _bytes_of(records, start, end)
+    log_append = plain.timestamp_type is TimestampType.LOG_APPEND_TIME
+    for index in range(plain.records_count):
+        rec_end, ts_delta, _, offset_delta, _ = _prefix_at(data, rec_pos, end, index)
+        ts = plain.max_timestamp if log_append else plain.first_timestamp + ts_delta
+        yield plain.base_offset + offset_delta, ts
+        rec_pos = rec_end
 
 
 def first_record_reaching(
@@ -1063,23 +1115,17 @@ def first_record_reaching(
     """(offset, timestamp) of the batch's first record at or after `min_offset` whose
     timestamp is >= `target_ms`, or None. A plain loop rather than `record_timestamps`: it is
     the inner loop of every lookup by timestamp, where generators cost as much as the rest.
-    It checks what it relies on as `_iter_record_prefixes` does."""
-    buf, pos, header = plain_batch(buf, pos, header)
-    unpack = _RECORD_PREFIX.unpack_from
-    base, first_ts = header.base_offset, header.first_timestamp
-    log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
-    rec_pos = pos + HEADER_SIZE
-    end = pos + header.size
-    for index in range(header.records_count):
-        if rec_pos + RECORD_OVERHEAD > end:
-            raise _malformed(index, "it starts too close to the end of the batch to hold one")
-        length, _attrs, offset_delta, ts_delta, _ = unpack(buf, rec_pos)
-        if length < _MIN_RECORD_LENGTH or rec_pos + 4 + length > end:
-            raise _malformed(index, f"length {length} does not fit the batch")
-        ts = header.max_timestamp if log_append else first_ts + ts_delta
+    It checks what it relies on as `_prefix_at` does."""
+    records, start, end, plain = _plain_records(buf, pos, header)
+    data, rec_pos, end = _bytes_of(records, start, end)
+    base, first_ts = plain.base_offset, plain.first_timestamp
+    log_append = plain.timestamp_type is TimestampType.LOG_APPEND_TIME
+    for index in range(plain.records_count):
+        rec_end, ts_delta, _, offset_delta, _ = _prefix_at(data, rec_pos, end, index)
+        ts = plain.max_timestamp if log_append else first_ts + ts_delta
         if ts >= target_ms and base + offset_delta >= min_offset:
             return base + offset_delta, ts
-        rec_pos += 4 + length
+        rec_pos = rec_end
     return None
 
 
@@ -1087,8 +1133,7 @@ def record_timestamps(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> Iterator[tuple[int, int]]:
     """Yield (offset, timestamp) of each record of the batch at `pos`."""
-    for _, offset, ts in _iter_record_prefixes(buf, pos, header):
-        yield offset, ts
+    return _iter_record_prefixes(buf, pos, header)
 
 
 def decode_records(
@@ -1113,32 +1158,14 @@ def consumer_records(
     """The consumer's records of the batch at `pos` from `min_offset` on, each carrying the
     batch's leader epoch: checked (`validate_records`) and decoded in one walk, and none
     returned unless the whole batch passes (the CRC is the caller's to check before). The
-    consumer's hot loop: one struct call for a whole batch of records of one shape
-    (`_decode_uniform`), else one unpack, two slices and one tuple per common record."""
+    consumer's hot loop (`_walk_records`): the varints read inline, two slices and one tuple
+    per common record."""
     out: list[ConsumerRecord] = []
     records, start, end, plain = _plain_records(buf, pos, header)
-    _checked_walk(records, start, end, plain, False, _Sink(
+    _walk_records(records, start, end, plain, False, _Sink(
         out, tp.topic, tp.partition, header.partition_leader_epoch, min_offset
     ))
     return out
-
-
-def _decode_headers(data: bytes, cursor: int) -> tuple[tuple[str, bytes | None], ...]:
-    """The headers at `cursor` (the count first) of a validated record."""
-    unpack_i32 = _I32.unpack_from
-    (count,) = unpack_i32(data, cursor)
-    cursor += 4
-    headers: list[tuple[str, bytes | None]] = []
-    for _ in range(count):
-        (hk_len,) = unpack_i32(data, cursor)
-        h_key = data[cursor + 4 : cursor + 4 + hk_len].decode()
-        cursor += 4 + hk_len
-        (hv_len,) = unpack_i32(data, cursor)
-        cursor += 4
-        h_value = None if hv_len < 0 else data[cursor : cursor + hv_len]
-        cursor += max(hv_len, 0)
-        headers.append((h_key, h_value))
-    return tuple(headers)
 
 
 class RecordKeys(NamedTuple):
@@ -1156,32 +1183,28 @@ def record_keys(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> RecordKeys:
     """Offset, key and tombstone flag of every record of the batch at `pos`, without copying
-    values: one `struct` call a record (two with a key), after `validate_records`."""
-    buf, pos, header = plain_batch(buf, pos, header)
-    validate_records(buf, pos, header)
-    data = buf if isinstance(buf, bytes) else bytes(buf)  # slices of bytes are bytes
-    unpack_prefix = _PLAIN_RECORD_PREFIX.unpack_from
-    unpack_i32 = _I32.unpack_from
-    base = header.base_offset
+    values, after `validate_records`."""
+    records, start, end, plain = _plain_records(buf, pos, header)
+    data, rec_pos, end = _bytes_of(records, start, end)
+    _walk_records(data, rec_pos, end, plain, False, None)
+    base = plain.base_offset
     offsets: list[int] = []
     keys: list[bytes | None] = []
     tombstones: set[int] = set()
     add_offset, add_key = offsets.append, keys.append
-    rec_pos = pos + HEADER_SIZE
-    for _ in range(header.records_count):
-        # The value length is the prefix's last field when the key is null, else after it.
-        length, _attrs, offset_delta, _ts, key_len, value_len = unpack_prefix(data, rec_pos)
+    for index in range(plain.records_count):
+        rec_end, _, _, offset_delta, p = _prefix_at(data, rec_pos, end, index)
         offset = base + offset_delta
         add_offset(offset)
+        key_len, p = _varint_at(data, p)
         if key_len >= 0:
-            key_at = rec_pos + _KEY_AT
-            add_key(data[key_at : key_at + key_len])
-            (value_len,) = unpack_i32(data, key_at + key_len)
+            add_key(data[p : p + key_len])
+            p += key_len
         else:
             add_key(None)
-        if value_len < 0:
+        if data[p] == 1:  # a value length of -1
             tombstones.add(offset)
-        rec_pos += 4 + length
+        rec_pos = rec_end
     return RecordKeys(offsets, keys, tombstones)
 
 
@@ -1193,40 +1216,41 @@ def retain_records(
     As Kafka's v2 compaction, the base offset and last offset delta stay, so every kept record
     keeps its offset and the batch still spans the same offsets; a batch left with no record
     still says where its offsets went. Epoch, producer fields and attributes stay. The first
-    and max timestamps are recomputed because lookups trust them; under LogAppendTime the
-    records read the batch's time, which stays while a record does.
+    and max timestamps are recomputed because lookups trust them, and a kept record's timestamp
+    delta is re-encoded against the new first timestamp (its length with it: both are
+    varints); under LogAppendTime the records read the batch's time, which stays while a
+    record does.
 
     A compressed batch keeps its codec, as Kafka's cleaner keeps a batch's compression type:
     its kept records are compressed again. A batch left with no record is written
     uncompressed (nothing to compress; Kafka writes empty batches so too).
     """
-    original = header
-    buf, pos, header = plain_batch(buf, pos, header)
-    validate_records(buf, pos, header)
-    unpack = _RECORD_PREFIX.unpack_from
-    view = memoryview(buf)
-    rec_pos = pos + HEADER_SIZE
-    kept: list[tuple[bytearray, int]] = []
-    for _ in range(header.records_count):
-        length, _attrs, offset_delta, ts_delta, _ = unpack(buf, rec_pos)
-        if header.base_offset + offset_delta in keep:
-            kept.append((bytearray(view[rec_pos : rec_pos + 4 + length]), ts_delta))
-        rec_pos += 4 + length
+    records, start, end, plain = _plain_records(buf, pos, header)
+    data, rec_pos, end = _bytes_of(records, start, end)
+    _walk_records(data, rec_pos, end, plain, False, None)
+    kept: list[tuple[int, int, int]] = []  # (timestamp delta, offset delta's position, end)
+    for index in range(plain.records_count):
+        rec_end, ts_delta, delta_at, offset_delta, _ = _prefix_at(data, rec_pos, end, index)
+        if plain.base_offset + offset_delta in keep:
+            kept.append((ts_delta, delta_at, rec_end))
+        rec_pos = rec_end
+    pieces: list[bytes] = []
     if not kept:
         first_timestamp = max_timestamp = NO_TIMESTAMP
     else:
-        first_delta = kept[0][1]
-        first_timestamp = header.first_timestamp + first_delta
-        for record, ts_delta in kept:
-            _TS_DELTA_FIELD.pack_into(record, 9, ts_delta - first_delta)
-        if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-            max_timestamp = header.max_timestamp
+        first_delta = kept[0][0]
+        first_timestamp = plain.first_timestamp + first_delta
+        for ts_delta, delta_at, rec_end in kept:
+            head = b"\x00" + varint(ts_delta - first_delta)  # attributes, timestamp delta
+            pieces += (varint(len(head) + rec_end - delta_at), head, data[delta_at:rec_end])
+        if plain.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            max_timestamp = plain.max_timestamp
         else:
-            max_timestamp = header.first_timestamp + max(ts_delta for _, ts_delta in kept)
-    records = b"".join(record for record, _ in kept)
-    codec = codec_of(original) if kept else Codec.NONE
+            max_timestamp = plain.first_timestamp + max(ts for ts, _, _ in kept)
+    body = b"".join(pieces)
+    codec = codec_of(header) if kept else Codec.NONE
     return _framed(
-        header, compress(codec, records) if codec else records, codec,
+        header, compress(codec, body) if codec else body, codec,
         first_timestamp=first_timestamp, max_timestamp=max_timestamp, records_count=len(kept),
     )
 

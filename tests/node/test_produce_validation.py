@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from record_helpers import forge_batch, forge_record, kafka_v2_record
+from record_helpers import forge_batch, forge_record
 from waiting_helpers import poll_records
 
 from tidelog import Client, TopicPartition, errors
@@ -91,12 +91,8 @@ def test_records_lying_about_their_lengths_are_refused_and_readers_go_on(
         (lambda: forge_batch(forge_record(), attributes=2, first_timestamp=_now(),
                              max_timestamp=_now()),
          errors.CorruptMessageError, "snappy records do not decompress"),
-        (lambda: forge_batch(kafka_v2_record(0, b"a"), kafka_v2_record(1, b"b"),
-                             first_timestamp=_now(), max_timestamp=_now()),
-         errors.CorruptMessageError, "Kafka's v2 record encoding"),
     ],
-    ids=["txn-marker", "control", "transactional", "undefined-codec", "not-snappy",
-         "kafka-v2-varint"],
+    ids=["txn-marker", "control", "transactional", "undefined-codec", "not-snappy"],
 )
 def test_what_only_the_leader_may_write_or_tidelog_cannot_read_is_refused(
     cluster: LocalCluster, raw: Raw, batch: object, error: type[errors.TidelogError], says: str

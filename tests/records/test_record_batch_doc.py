@@ -14,6 +14,7 @@ from tidelog.records import (
     RecordInput,
     assign_offsets,
     build_batch,
+    build_txn_marker,
     validate_batch,
 )
 
@@ -30,7 +31,7 @@ def _vectors() -> list[bytes]:
 
 
 def test_the_documented_vectors_are_what_the_encoder_writes() -> None:
-    one, two, stamped = _vectors()
+    one, two, stamped, marker = _vectors()
     assert one == build_batch(
         [RecordInput(value=b"hello", key=b"k", timestamp=1_700_000_000_000,
                      headers=[("h", b"v")])]
@@ -41,6 +42,7 @@ def test_the_documented_vectors_are_what_the_encoder_writes() -> None:
     )
     assert two == expected_two
     assert stamped == assign_offsets(expected_two, 42, 3)[:17]
+    assert marker == build_txn_marker(True, producer_id=7, producer_epoch=0, coordinator_epoch=11)
     for vector in (one, two):
         validate_batch(vector, now_ms=1_700_000_000_000, timestamp_before_max_ms=0,
                        timestamp_after_max_ms=5, from_client=True)

@@ -8,7 +8,7 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from record_helpers import T, forge_batch, forge_header, forge_record, kafka_v2_record
+from record_helpers import T, forge_batch, forge_header, forge_record, kafka_varint, read_varint
 
 from tidelog.errors import (
     CorruptMessageError,
@@ -21,9 +21,6 @@ from tidelog.records import (
     ControlType,
     RecordInput,
     TimestampType,
-    _decode_uniform,
-    _Sink,
-    _walk_records,
     assign_offsets,
     build_batch,
     build_control_batch,
@@ -165,7 +162,8 @@ def test_a_lying_header_with_a_valid_crc_is_still_refused() -> None:
     with pytest.raises(CorruptMessageError):
         _validate(_rebuild_with_body(buf, body, last_offset_delta=2, count=3))
     # Records whose offset deltas are not 0, 1, ...: swap the two records.
-    first_len = struct.unpack_from(">i", body, 0)[0] + 4
+    length, at = read_varint(body, 0)
+    first_len = at + length
     swapped = body[first_len:] + body[:first_len]
     with pytest.raises(CorruptMessageError, match="malformed record"):
         _validate(_rebuild_with_body(buf, swapped))
@@ -193,32 +191,34 @@ def test_iter_batches_walks_concatenated_batches() -> None:
 # Record framing: a batch whose CRC is right but whose records lie is refused before it is
 # written, and never decodes to garbage or a raw exception.
 
-LYING_RECORDS = {
-    "key length past the record": (forge_record(key=b"k", key_len=1000), "key length 1000"),
-    "key length below -1": (forge_record(key=b"", key_len=-7), "key length -7"),
-    "value length past the record": (forge_record(value_len=4096), "value length 4096"),
-    "value length below -1": (forge_record(value=b"", value_len=-3), "value length -3"),
-    "absurd header count": (forge_record(headers=struct.pack(">i", 2**31 - 1)), "header count"),
-    "negative header count": (forge_record(headers=struct.pack(">i", -1)), "header count -1"),
+LYING_RECORDS: dict[str, tuple[dict[str, object], str]] = {
+    "key length past the record": ({"key": b"k", "key_len": 1000}, "key length 1000"),
+    "key length below -1": ({"key": b"", "key_len": -7}, "key length -7"),
+    "value length past the record": ({"value_len": 4096}, "value length 4096"),
+    "value length below -1": ({"value": b"", "value_len": -3}, "value length -3"),
+    "absurd header count": ({"headers": kafka_varint(2**31 - 1)}, "header count"),
+    "negative header count": ({"headers": kafka_varint(-1)}, "header count -1"),
     "header key length past the record": (
-        forge_record(headers=struct.pack(">i", 1) + forge_header(b"h", b"x", key_len=77)),
+        {"headers": kafka_varint(1) + forge_header(b"h", b"x", key_len=77)},
         "header 0 key length 77",
     ),
     "null header key": (
-        forge_record(headers=struct.pack(">i", 1) + forge_header(b"", b"x", key_len=-1)),
+        {"headers": kafka_varint(1) + forge_header(b"", b"x", key_len=-1)},
         "header 0 key length -1",
     ),
     "header key not UTF-8": (
-        forge_record(headers=struct.pack(">i", 1) + forge_header(b"\xff\xfe", b"x")),
+        {"headers": kafka_varint(1) + forge_header(b"\xff\xfe", b"x")},
         "header 0 key is not UTF-8",
     ),
     "header value length past the record": (
-        forge_record(headers=struct.pack(">iib", 1, 1, ord("h")) + struct.pack(">i", 9)),
+        {"headers": kafka_varint(1) + kafka_varint(1) + b"h" + kafka_varint(9)},
         "header 0 value length 9",
     ),
-    "length longer than the fields": (forge_record(extra=3), "end 3 bytes before"),
-    "length shorter than the fields": (forge_record(extra=-2), "length"),
-    "record attributes set": (forge_record(attributes=1), "attributes 1"),
+    "length longer than the fields": ({"extra": 3}, "end 3 bytes before"),
+    "length shorter than the fields": ({"extra": -2}, "length"),
+    "record attributes set": ({"attributes": 1}, "attributes 1"),
+    "varint longer than 5 bytes": ({"headers": b"\x80" * 5 + b"\x00"}, "longer than 5 bytes"),
+    "varint past 32 bits": ({"headers": b"\xfe\xff\xff\xff\x7f"}, "does not fit 32 bits"),
 }
 
 
@@ -226,8 +226,8 @@ LYING_RECORDS = {
 def test_a_record_lying_about_its_framing_is_refused_and_never_decodes(case: str) -> None:
     """The good record before the liar makes the point of the bug: today's leader acknowledges
     the batch, then every consumer of the partition fails on it."""
-    liar, what = LYING_RECORDS[case]
-    liar = liar[:5] + struct.pack(">i", 1) + liar[9:]  # the second record: offset delta 1
+    fields, what = LYING_RECORDS[case]
+    liar = forge_record(offset_delta=1, **fields)  # type: ignore[arg-type]
     buf = forge_batch(forge_record(value=b"good"), liar)
     header = read_header(buf)
     check_crc(buf, 0, header)
@@ -334,70 +334,32 @@ def test_a_producer_id_needs_a_base_sequence() -> None:
         _validate(buf, from_client=True)
 
 
-def test_a_kafka_v2_batch_with_varint_records_is_refused_as_such() -> None:
-    """Same header, same magic 2: only the records differ, and the error must say so."""
-    buf = forge_batch(kafka_v2_record(0, b"hello"), kafka_v2_record(1, b"kafka"))
-    check_crc(buf, 0, read_header(buf))
-    with pytest.raises(CorruptMessageError, match="Kafka's v2 record encoding"):
-        _validate(buf, from_client=True)
-    with pytest.raises(CorruptMessageError, match="Kafka's v2 record encoding"):
-        decode_records(buf, 0, read_header(buf))
-
-
-def _walked(buf: bytes, min_offset: int = -(1 << 63)) -> list[tuple[object, ...]]:
-    """The batch's ConsumerRecords from the record-at-a-time walk alone, as tuples."""
-    header = read_header(buf)
-    sink = _Sink([], "t", 0, header.partition_leader_epoch, min_offset)
-    _walk_records(buf, HEADER_SIZE, header.size, header, False, sink)
-    return [tuple(r) for r in sink.out]
-
-
-@pytest.mark.parametrize("key", [None, b"", b"key-1"])
-@pytest.mark.parametrize("value", [b"", b"v" * 1024])
 @pytest.mark.parametrize("log_append", [False, True])
-def test_a_batch_of_one_record_shape_decodes_as_the_record_walk_does(
-    key: bytes | None, value: bytes, log_append: bool
+def test_consumer_records_from_any_position_are_the_decoded_records_from_there(
+    log_append: bool
 ) -> None:
-    """Records of one shape take one struct call for the whole batch (`_decode_uniform`);
-    what comes out must be what the record-at-a-time walk gives, from any position in the
-    batch, with timestamps that go back and forth and offset gaps the cleaner leaves."""
-    records = [RecordInput(value, key, T + (7 * i) % 5 - (i == 3)) for i in range(6)]
+    """What the consumer's walk returns from `min_offset` on is what `decode_records` reads,
+    with timestamps that go back and forth, offset gaps the cleaner leaves, deltas and lengths
+    of one, two and three varint bytes, and the batch's leader epoch on every record."""
+    records = [
+        RecordInput(b"v" * (i * 97 % 9000), None if i % 3 else b"k%d" % i,
+                    T + (7 * i) % 5 - (i == 3) + (i == 80) * 70_000,
+                    [("h", b"x")] if i % 7 == 0 else ())
+        for i in range(100)
+    ]
     built = build_batch(records, base_offset=100, partition_leader_epoch=4)
-    batches = [built, retain_records(built, 0, read_header(built), {100, 102, 103, 105})]
+    kept = {100 + i for i in range(100) if i % 4 != 1}
+    batches = [built, retain_records(built, 0, read_header(built), kept)]
     if log_append:
         batches = [assign_offsets(b, 100, 4, log_append_time_ms=T + 99) for b in batches]
     tp = TopicPartition("t", 0)
     for buf in batches:
         header = read_header(buf)
-        assert _decode_uniform(
-            buf, HEADER_SIZE, header.size, header, False, _Sink([], "t", 0, 4, 0)
-        ) is not None, "the shape this test is about"
-        for start in (0, 101, 103, 104, 106):
+        expected = decode_records(buf, 0, header)
+        for start in (0, 101, 103, 164, 199, 200):
             decoded = consumer_records(buf, 0, header, tp, start)
-            assert [tuple(r) for r in decoded] == _walked(buf, start)
-            assert all(type(r) is ConsumerRecord for r in decoded)
-
-
-@pytest.mark.parametrize("lie", [
-    {"attributes": 1}, {"offset_delta": 0}, {"ts_delta": 5}, {"headers": struct.pack(">i", 1)},
-    {"key_len": 3}, {"value_len": 3},
-])
-def test_a_batch_of_one_record_shape_with_a_lying_record_is_refused_as_the_walk_refuses_it(
-    lie: dict[str, object]
-) -> None:
-    """One record of four lies (its length still tiles the batch, so the shape looks uniform):
-    no record is returned, and the error is the record-at-a-time walk's, naming the record."""
-    good = [forge_record(key=b"kk", value=b"vvvv", offset_delta=n) for n in range(4)]
-    at = 0 if "ts_delta" in lie else 2
-    fields = {"key": b"kk", "value": b"vvvv", "offset_delta": at, **lie}
-    bad = forge_record(**fields)  # type: ignore[arg-type]
-    if len(bad) != len(good[0]):  # a header adds bytes: take them from the value
-        bad = forge_record(**{**fields, "value": b"v", "value_len": 1, "extra": 3})  # type: ignore[arg-type]
-    good[at] = bad
-    buf = forge_batch(*good)
-    header = read_header(buf)
-    with pytest.raises(CorruptMessageError) as walked:
-        _walked(buf)
-    with pytest.raises(CorruptMessageError) as decoded:
-        consumer_records(buf, 0, header, TopicPartition("t", 0), 0)
-    assert str(decoded.value) == str(walked.value)
+            assert all(type(r) is ConsumerRecord and r.leader_epoch == 4 for r in decoded)
+            assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decoded] == [
+                (r.offset, r.timestamp, r.key, r.value, r.headers) for r in expected
+                if r.offset >= start
+            ]

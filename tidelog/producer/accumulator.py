@@ -40,7 +40,7 @@ from tidelog.records import (
     NO_HEADERS,
     RECORD_OVERHEAD,
     encode_record,
-    pack_plain_record_prefix,
+    plain_record_head,
 )
 from tidelog.retry import Deadline, leader_poll_s
 from tidelog.types import RecordMetadata, TopicPartition
@@ -362,28 +362,37 @@ class RecordAccumulator:
         if partition is not None:
             partition = _checked_partition(partition)
         lock = self._lock
+        head = None
         if plain and partition is None:
-            size = RECORD_OVERHEAD + len(value)
             lock.acquire()  # (not `with`: its method lookups cost as much as the lock)
             known = self._topics.get(topic)
-            batch = None if known is None else known.open
-            if (batch is None or batch.sealed or batch.size + size > batch.limit
-                    or self._buffered + size > self._buffer_memory):
+            opened = None if known is None else known.open
+            if opened is not None and not opened.sealed:
+                # The record's exact bytes: its varints depend on its place in the batch.
+                head = plain_record_head(opened.count, timestamp - opened.first_timestamp,
+                                         len(value))
+                size = len(head) + len(value) + 1
+                if (opened.size + size > opened.limit
+                        or self._buffered + size > self._buffer_memory):
+                    head = None
+            if opened is not None and head is not None:
+                batch = opened
+            else:
                 lock.release()
                 batch, size = self._choose_batch(topic, value, key, partition, timestamp, headers)
         else:
             batch, size = self._choose_batch(topic, value, key, partition, timestamp, headers)
         try:  # the lock is held
             index = batch.count
+            # From here `size` is the record's exact size, not the bound `_choose_batch` took.
             if plain:
-                batch.parts += (
-                    pack_plain_record_prefix(size - 4, 0, index, timestamp - batch.first_timestamp,
-                                             -1, size - RECORD_OVERHEAD),
-                    value, NO_HEADERS,
-                )
+                if head is None:
+                    head = plain_record_head(index, timestamp - batch.first_timestamp, len(value))
+                    size = len(head) + len(value) + 1
+                batch.parts += (head, value, NO_HEADERS)
             else:
-                encode_record(batch.parts, index, timestamp - batch.first_timestamp, key, value,
-                              headers or ())
+                size = encode_record(batch.parts, index, timestamp - batch.first_timestamp, key,
+                                     value, headers or ())
             batch.count = index + 1
             batch.size += size
             if timestamp > batch.max_timestamp:
@@ -465,11 +474,13 @@ class RecordAccumulator:
             count = self.connections.metadata.partitions_for(
                 topic, Deadline(self.config.max_block_ms), partition=partition
             )
+        # At most the record's size (RECORD_OVERHEAD: its varints at their widest), before
+        # its place in a batch fixes its offset and timestamp deltas.
         size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
             0 if key is None else len(key)
         )
         if headers:
-            size += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
+            size += sum(10 + len(k.encode()) + len(v or b"") for k, v in headers)
         self._lock.acquire()
         try:
             if self._buffered + size > self._buffer_memory and self._buffered > 0:
