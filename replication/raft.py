@@ -752,7 +752,7 @@ class RaftCore:
         if rd.hard_state is not None:
             self._durable_term = rd.hard_state.term
         self._log.stable_to_handed()
-        if self._role is Role.LEADER and self._maybe_commit():
+        if self._role is Role.LEADER and self._maybe_commit() and not self._quiesce_if_idle():
             self._send_commit()
 
     # ---- membership ------------------------------------------------------------------------
@@ -850,6 +850,8 @@ class RaftCore:
             for p in members:
                 if p not in self._progress:
                     self._progress[p] = _Progress(end)
+            if self._reads:
+                self._release_confirmed_reads()
 
     def _step_down_if_removed(self) -> bool:
         """After its removal committed, a leader hands over to a voter that holds its whole
@@ -1001,16 +1003,24 @@ class RaftCore:
         if self._heartbeat_elapsed >= self._config.heartbeat_ticks:
             acted = True
             self._heartbeat_elapsed = 0
-            if self._idle():
-                self._quiesced = True
-                hw = self._hw
-                for peer in self._progress:
-                    self._send(Heartbeat(self._term, self.id, peer, hw, quiesce=True))
-            else:
+            if not self._quiesce_if_idle():
                 for pr in self._progress.values():
                     pr.due, pr.beat_end = pr.beat_end, pr.next
                 self._bcast_heartbeat()
         return acted
+
+    def _quiesce_if_idle(self) -> bool:
+        """Go quiet if idle (`_idle`), with a last heartbeat marked ``quiesce`` to every
+        follower, carrying the final HW: at a heartbeat tick, and as soon as the last write
+        commits (in the step or advance that commits it), so a group that took one write
+        does not stay awake, heartbeating, for the ticks until the next heartbeat tick."""
+        if self._role is not Role.LEADER or not self._idle():
+            return False
+        self._quiesced = True
+        hw = self._hw
+        for peer in self._progress:
+            self._send(Heartbeat(self._term, self.id, peer, hw, quiesce=True))
+        return True
 
     def _idle(self) -> bool:
         """Whether this leader may quiesce: nothing to replicate, commit, read or transfer."""
@@ -1052,6 +1062,13 @@ class RaftCore:
         if ctx <= acks.get(peer, 0):
             return
         acks[peer] = ctx
+        self._release_confirmed_reads()
+
+    def _release_confirmed_reads(self) -> None:
+        """Release the reads a quorum of the voters in effect has confirmed: after an
+        acknowledgement, and after a configuration change (a leader left the only voter
+        confirms its pending reads itself, which no answer would ever do)."""
+        acks = self._read_acks
         newest = self._reads[-1].ctx
         me = self.id
         confirmed = self._voters.committed_end(lambda v: newest if v == me else acks.get(v, 0))
@@ -1149,10 +1166,13 @@ class RaftCore:
         else:
             pr.replicating = True
             pr.next = pr.match
-        if self._maybe_commit():
-            self._send_commit()
+        committed = self._maybe_commit()
         if self._role is not Role.LEADER:
             return  # removed, and stepped down
+        if pr.match == self._log.end and self._quiesce_if_idle():
+            return  # the last answer of the last write: quiet now
+        if committed:
+            self._send_commit()
         while self._send_append(m.src, pr, allow_empty=False):
             pass
         if self._transferee == m.src and pr.match == self._log.end:
