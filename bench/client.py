@@ -41,7 +41,7 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
 from tidelog import Client  # noqa: E402
-from tidelog.records import HEADER_SIZE, RECORD_OVERHEAD  # noqa: E402
+from tidelog.records import HEADER_SIZE, record_size  # noqa: E402
 from tidelog.testing import LocalCluster, load_script  # noqa: E402
 from tidelog.transport import Security  # noqa: E402
 
@@ -72,7 +72,7 @@ def client_throughput(client: Client, topic: str, sizes: Any, rate_hint: float) 
     """Records/s through ``send()``; about ``rate_hint * produce_s`` records measured."""
     value = os.urandom(cluster_bench.RECORD_BYTES)
     per_batch = sizes.records_per_batch
-    batch_size = HEADER_SIZE + per_batch * (len(value) + RECORD_OVERHEAD)
+    batch_size = HEADER_SIZE + per_batch * record_size(per_batch, per_batch, None, value)
     client.create_topic(topic, partitions=sizes.partitions, replication_factor=3)
     with client.producer(batch_size=batch_size, max_in_flight=sizes.inflight) as producer:
         send = producer.send

@@ -66,10 +66,10 @@ from tidelog.producer.accumulator import (  # noqa: E402
 )
 from tidelog.records import (  # noqa: E402
     HEADER_SIZE,
-    RECORD_OVERHEAD,
     RecordInput,
     build_batch,
     read_header,
+    record_size,
     with_codec,
 )
 from tidelog.testing import LocalCluster  # noqa: E402
@@ -750,10 +750,10 @@ def producer_batch(values: list[bytes], codec: Codec, batch_size: int, ts: int) 
         limit, size = batch_limit(batch_size, estimator.estimate("bench")), HEADER_SIZE
         records = []
         for n, value in enumerate(values):
-            if records and size + RECORD_OVERHEAD + len(value) > limit:
+            if records and size + record_size(n, n, None, value) > limit:
                 break
             records.append(RecordInput(value, None, ts + n))
-            size += RECORD_OVERHEAD + len(value)
+            size += record_size(n, n, None, value)
         plain = size - HEADER_SIZE
         compressed = len(build_batch(records, compression=codec)) - HEADER_SIZE
         before = estimator.estimate("bench")

@@ -18,7 +18,7 @@ from waiting_helpers import poll_records
 
 from tidelog import Client, IsolationLevel, OffsetSpec, TopicPartition, errors
 from tidelog.hashing import partition_for_key
-from tidelog.records import ATTR_COMPRESSION, HEADER_SIZE, RECORD_OVERHEAD, iter_batches
+from tidelog.records import ATTR_COMPRESSION, HEADER_SIZE, iter_batches, record_size
 from tidelog.testing import LocalCluster, Raw, wait_for
 from tidelog.types import DEBUGGING_REPLICA_ID, ConsumerRecord
 
@@ -325,7 +325,8 @@ def test_sticky_partitioner_fills_a_batch_then_moves(client: Client) -> None:
     there moves to another partition instead (KIP-480), so no stray one-record batches."""
     client.create_topic("sticky", partitions=4, replication_factor=3)
     per_batch = 10
-    batch_size = HEADER_SIZE + per_batch * (RECORD_OVERHEAD + 100)
+    # Room for 10 records even when their timestamp deltas take two varint bytes, not 11.
+    batch_size = HEADER_SIZE + per_batch * (record_size(0, 0, None, bytes(100)) + 1)
     with client.producer(linger_ms=60_000, batch_size=batch_size) as producer:
         futures = [producer.send("sticky", bytes(100)) for _ in range(95)]
         producer.flush()
@@ -345,7 +346,7 @@ def test_a_full_batch_leaves_without_waiting_for_linger(client: Client) -> None:
     client.create_topic("full-leaves", partitions=2, replication_factor=3)
     per_batch = 10
     # Room for 10 records and a half: the batch is never filled to the byte.
-    batch_size = HEADER_SIZE + per_batch * (RECORD_OVERHEAD + 100) + 60
+    batch_size = HEADER_SIZE + per_batch * (record_size(0, 0, None, bytes(100)) + 1) + 50
     with client.producer(linger_ms=120_000, batch_size=batch_size) as producer:
         futures = [producer.send("full-leaves", bytes(100)) for _ in range(per_batch + 1)]
         assert futures[0].result(timeout=60).offset == 0

@@ -6,12 +6,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import crc32c
 import pytest
+from record_helpers import forge_batch, forge_record
 from storage_helpers import (
     T0,
     FakeClock,
@@ -23,7 +22,6 @@ from storage_helpers import (
 
 from tidelog.errors import CorruptMessageError, InvalidRecordError
 from tidelog.records import (
-    HEADER_SIZE,
     ControlType,
     Record,
     RecordInput,
@@ -263,10 +261,9 @@ class TestNullKeys:
         """The compacted produce path read keys before their lengths were checked: a key
         length past the record raised struct.error (gRPC UNKNOWN at the node)."""
         log = compacted_log(tmp_path, clock, segment_bytes=10**6)
-        data = bytearray(build_batch([RecordInput(b"x", b"k", T0), RecordInput(b"y", b"k", T0)]))
-        second = HEADER_SIZE + 4 + struct.unpack_from(">i", data, HEADER_SIZE)[0]
-        struct.pack_into(">i", data, second + 17, 1 << 20)  # the second record's key length
-        struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+        data = forge_batch(forge_record(key=b"k", value=b"x", ts_delta=0),
+                           forge_record(key=b"k", key_len=1 << 20, offset_delta=1),
+                           first_timestamp=T0, max_timestamp=T0)
         with pytest.raises(CorruptMessageError, match=r"malformed record 1 .*key length 1048576"):
             log.validate_produced_batch(bytes(data), from_client=True)
         assert log.log_end_offset == 0
