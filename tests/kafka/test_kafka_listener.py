@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kafka_wire import ask, closed_within, connect, frame_of, read_answer
@@ -20,6 +21,11 @@ from tidelog.testing import LocalCluster
 pytestmark = pytest.mark.timeout(120)
 
 TABLE = {3: (0, 12), 18: (0, 4)}
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, Any]:
+    return {"nodes": 1}
 
 
 @pytest.fixture(scope="module")

@@ -156,9 +156,12 @@ def test_cluster_up_detach_status_and_down(tmp_path: Path) -> None:
         bootstrap = up.stdout.strip()
         addresses = bootstrap.split(",")
         assert len(addresses) == 3
-        for node_id in (1, 2, 3):  # each node's metrics endpoint, told on stderr
+        for node_id in (1, 2, 3):  # each node's endpoints, told on stderr
             metrics = (data_dir / f"node-{node_id}" / "metrics.addr").read_text().strip()
             assert f"node {node_id}: metrics on http://{metrics}/metrics" in up.stderr
+            kafka = (data_dir / f"node-{node_id}" / "node.addr").read_text().splitlines()[2]
+            assert (f"node {node_id}: gRPC {addresses[node_id - 1]}, Kafka protocol {kafka}"
+                    in up.stderr)
         assert all(probe(a, with_metadata=False).serving for a in addresses)
         pids = json.loads((data_dir / "cluster.json").read_text())["pids"].values()
         assert all(alive(pid) for pid in pids)

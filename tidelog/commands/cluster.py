@@ -77,6 +77,8 @@ def _up(args: argparse.Namespace) -> int:
         _progress_done()
         print(cluster.bootstrap, flush=True)
         for node_id in cluster.node_ids:
+            print(f"node {node_id}: gRPC {cluster.address_of(node_id)}, Kafka protocol "
+                  f"{cluster.kafka_address_of(node_id)}", file=sys.stderr)
             print(f"node {node_id}: metrics on http://{cluster.metrics_address(node_id)}/metrics",
                   file=sys.stderr)
         if args.tls:

@@ -1,0 +1,96 @@
+"""The Kafka listener of a TLS cluster (LocalCluster(tls=True): client certificates required,
+the authorizer on): confluent-kafka connects with the cluster's CA and a client certificate
+and lists topics, and a principal sees only the topics its ACLs let it describe, as through
+the gRPC listener; a connection without a certificate is refused at the handshake."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient
+from kafka_wire import frame_of
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
+from tidelog import Client
+from tidelog.acl import (
+    AccessControlEntry,
+    AclBinding,
+    Operation,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
+from tidelog.testing import LocalCluster, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+CLIENT_TIMEOUT_S = 20.0
+SECRET = "secret"
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, Any]:
+    return {"nodes": 1, "tls": True}
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap, **cluster.client_options) as admin:
+        admin.create_topic(SECRET, partitions=2, replication_factor=1)
+        yield admin
+
+
+def _kafka_admin(cluster: LocalCluster, name: str) -> AdminClient:
+    """A confluent-kafka admin client presenting `name`'s certificate of the cluster's CA."""
+    options = cluster.client_options_as(name)
+    return AdminClient({
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": options["ssl_cafile"],
+        "ssl.certificate.location": options["ssl_certfile"],
+        "ssl.key.location": options["ssl_keyfile"],
+        "log_level": 0,
+    })
+
+
+def test_confluent_kafka_lists_topics_over_tls(cluster: LocalCluster, client: Client) -> None:
+    listed = _kafka_admin(cluster, "client").list_topics(timeout=CLIENT_TIMEOUT_S)
+    assert {n: f"{b.host}:{b.port}" for n, b in listed.brokers.items()} == {
+        1: cluster.kafka_address_of(1)}
+    assert sorted(listed.topics[SECRET].partitions) == [0, 1]
+
+
+def test_a_principal_sees_only_what_its_acls_let_it_describe(
+    cluster: LocalCluster, client: Client
+) -> None:
+    reader = _kafka_admin(cluster, "reader")
+    assert SECRET not in reader.list_topics(timeout=CLIENT_TIMEOUT_S).topics
+    named = reader.list_topics(topic=SECRET, timeout=CLIENT_TIMEOUT_S).topics[SECRET]
+    assert named.error is not None
+    assert named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    client.admin.create_acls([AclBinding(
+        ResourcePattern(ResourceType.TOPIC, SECRET),
+        AccessControlEntry("User:CN=reader", Operation.DESCRIBE, Permission.ALLOW),
+    )])
+    wait_for(lambda: SECRET in reader.list_topics(timeout=CLIENT_TIMEOUT_S).topics,
+             CLIENT_TIMEOUT_S, "the reader's ACL to apply")
+
+
+def test_a_connection_without_a_client_certificate_is_refused(cluster: LocalCluster) -> None:
+    """TLS 1.3 finishes the client's side of the handshake before the server checks the
+    client's certificate, so the refusal shows on the first read: an alert or a close."""
+    host, _, port = cluster.kafka_address_of(1).rpartition(":")
+    context = ssl.create_default_context(cafile=cluster.client_options["ssl_cafile"])
+    context.check_hostname = False
+    with socket.create_connection((host, int(port)), timeout=CLIENT_TIMEOUT_S) as raw:
+        try:
+            with context.wrap_socket(raw) as tls:
+                tls.sendall(frame_of(ApiVersionsRequest(), 1))
+                assert tls.recv(4) == b""
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+            pass
