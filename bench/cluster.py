@@ -132,6 +132,8 @@ class Sizes:
     lookup_bytes: int  # data in the ListOffsets partition
     latency_samples: int
     kills: int
+    #: The produce benchmarks' offered load in MiB/s, 0: as fast as the requests in flight go.
+    rate_mib_s: float = 0.0
 
 
 FULL = Sizes(6, 256, 4, 3.0, 15.0, 64 * MIB, 2000, 24)
@@ -149,10 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls", action="store_true",
                         help="produce throughput with TLS on both listeners against plaintext")
     parser.add_argument("--rounds", type=int, default=5,
-                        help="alternating rounds of --tls or --compression")
+                        help="alternating rounds of --tls, --compare-loops or --compression")
     parser.add_argument("--compression", choices=("gzip", "snappy", "lz4", "zstd"),
                         help="produce throughput of compressed JSON-like records against the "
                              "same records uncompressed")
+    parser.add_argument("--rate", type=float, metavar="MIB_S",
+                        help="offer this many MiB/s in the produce benchmarks instead of all "
+                             "they carry (CPU per MiB at a load that leaves cores idle)")
+    parser.add_argument("--compare-loops", action="store_true",
+                        help="produce throughput and nodes' CPU of nodes on uvloop against "
+                             "nodes on asyncio, in alternating rounds")
+    parser.add_argument("--floor-rounds", type=int, default=1, metavar="N",
+                        help="alternate N rounds of the replication floor and Tidelog's produce "
+                             "(medians; the floor measured while the cluster idles)")
     parser.add_argument("--event-loop", choices=event_loops.KINDS, default="auto",
                         help="the event loop of the nodes, the floors' processes and this "
                              "client (auto: uvloop where installed)")
@@ -160,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--relay-node", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--disk", type=Path, help=argparse.SUPPRESS)  # a relay node's file
     args = parser.parse_args(argv)
+    if args.floor_rounds < 1:
+        parser.error(f"--floor-rounds must be at least 1, got {args.floor_rounds}")
+    if args.rate is not None and args.rate <= 0:
+        parser.error(f"--rate must be positive, got {args.rate}")
     global EVENT_LOOP
     EVENT_LOOP = args.event_loop
     if args.baseline_server:
@@ -170,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = QUICK if args.quick else FULL
     overrides = {k: v for k, v in (("inflight", args.inflight), ("kills", args.kills),
-                                   ("produce_s", args.seconds)) if v}
+                                   ("produce_s", args.seconds), ("rate_mib_s", args.rate)) if v}
     sizes = Sizes(**{**sizes.__dict__, **overrides})
     print(f"# tidelog cluster benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(f"# {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
@@ -181,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({event_loops.loop_name(event_loops.loop_factory(args.event_loop)())})")
     if args.tls:
         return 0 if bench_tls(sizes, 1 if args.quick else args.rounds) else 1
+    if args.compare_loops:
+        return 0 if bench_event_loops(sizes, 1 if args.quick else args.rounds) else 1
     if args.compression:
         rounds = 1 if args.quick else args.rounds
         return 0 if bench_compression(sizes, Codec[args.compression.upper()], rounds) else 1
@@ -189,10 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "produce"):
             baseline_mib_s = bench_baseline_stream(baseline.address, sizes)
             floor = bench_relay_floor(sizes, baseline_mib_s)
-            disk_floor = bench_relay_floor(sizes, baseline_mib_s, disk=True)
+            disk_floor = (bench_relay_floor(sizes, baseline_mib_s, disk=True)
+                          if args.floor_rounds == 1 else None)
         with LocalCluster(3, event_loop=EVENT_LOOP) as cluster:
             if args.only in (None, "produce"):
-                ok &= bench_produce(cluster, sizes, baseline_mib_s, floor, disk_floor)
+                ok &= bench_produce(cluster, sizes, baseline_mib_s, floor, disk_floor,
+                                    args.floor_rounds)
             if args.only in (None, "list-offsets"):
                 ok &= bench_list_offsets(cluster, baseline.address, sizes)
             if args.only in (None, "failover"):
@@ -625,13 +644,20 @@ def raw_produce(
         }
         stubs = {p: tidelog_pb2_grpc.TidelogStub(channels[n]) for p, n in enumerate(leaders)}
         window = Window(sizes.warmup_s, sizes.produce_s)
+        senders = sizes.partitions * sizes.inflight
+        #: With a rate, each sender sends at most one batch per interval (open loop).
+        interval = senders * len(batch) / MIB / sizes.rate_mib_s if sizes.rate_mib_s else 0.0
 
-        async def produce(partition: int) -> None:
+        async def produce(partition: int, sender: int) -> None:
             request = pb.ProduceRequest(acks=-1, timeout_ms=30_000, topics=[pb.TopicProduceData(
                 name=topic, partitions=[pb.PartitionProduceData(partition=partition,
                                                                 records=batch)],
             )])
+            due = time.perf_counter() + interval * sender / senders
             while window.open():
+                if interval:
+                    await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                    due += interval
                 try:
                     response = await stubs[partition].Produce(request, timeout=35)
                 except grpc.aio.AioRpcError as exc:
@@ -651,7 +677,8 @@ def raw_produce(
         try:
             metering = asyncio.create_task(meter_cpu(window, meter_pids))
             await asyncio.gather(*(
-                produce(p) for p in range(sizes.partitions) for _ in range(sizes.inflight)
+                produce(p, p * sizes.inflight + i)
+                for p in range(sizes.partitions) for i in range(sizes.inflight)
             ))
             cpu = await metering
         finally:
@@ -668,16 +695,40 @@ def raw_produce(
 
 
 def bench_produce(
-    cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float, floor: Floor, disk_floor: Floor
+    cluster: LocalCluster, sizes: Sizes, baseline_mib_s: float, floor: Floor,
+    disk_floor: Floor | None, rounds: int = 1,
 ) -> bool:
+    """Tidelog's produce against the floors. With ``disk_floor`` None, ``rounds`` rounds
+    alternate the replication floor (while the cluster idles) with Tidelog (each round a
+    topic of its own), so that the other work on a shared machine falls on both alike; the
+    figures are the medians, and each round's own ratio is printed."""
     pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
-    raw = raw_produce(cluster, "bench-produce", sizes, pids)
-    nodes_cpu_ms_per_mib = raw.nodes_cpu_s * 1000 / max(raw.mib, 1e-9)
+    floors: list[Floor] = [] if disk_floor is None else [disk_floor]
+    raws: list[RawProduce] = []
+    for round_ in range(rounds):
+        if disk_floor is None:
+            floors.append(bench_relay_floor(sizes, baseline_mib_s, disk=True))
+        raws.append(raw_produce(cluster, f"bench-produce-{round_}" if round_ else "bench-produce",
+                                sizes, pids))
+        raw = raws[-1]
+        if rounds > 1:
+            cpu = raw.nodes_cpu_s * 1000 / max(raw.mib, 1e-9)
+            print(f"round {round_}: tidelog {raw.mib_s:.1f} MiB/s ({cpu:.1f} nodes' CPU ms per "
+                  f"MiB); of the replication floor: {raw.mib_s / floors[-1].mib_s:.2f}, CPU "
+                  f"{cpu / max(floors[-1].cpu_ms_per_mib, 1e-9):.2f}; load "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
+    raw = sorted(raws, key=lambda r: r.mib_s)[len(raws) // 2]
+    nodes_cpu_ms_per_mib = statistics.median(r.nodes_cpu_s * 1000 / max(r.mib, 1e-9)
+                                             for r in raws)
+    disk_floor = Floor(statistics.median(f.mib_s for f in floors),
+                       statistics.median(f.cpu_ms_per_mib for f in floors))
     print(f"tidelog acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x {sizes.inflight} "
           f"in flight (leaders on nodes {sorted(set(raw.leaders))}): {raw.mib_s:8.1f} MiB/s "
-          f"{raw.records_s:10.0f} records/s, {nodes_cpu_ms_per_mib:.1f} nodes' CPU ms per MiB")
-    if raw.errors:
-        print(f"produce errors (retried): {dict(raw.errors)}")
+          f"{raw.records_s:10.0f} records/s, {nodes_cpu_ms_per_mib:.1f} nodes' CPU ms per MiB"
+          + (f" (medians of {rounds} rounds; the replication floor's: {disk_floor.mib_s:.1f} "
+             f"MiB/s, {disk_floor.cpu_ms_per_mib:.1f} CPU ms per MiB)" if rounds > 1 else ""))
+    for errors in (r.errors for r in raws if r.errors):
+        print(f"produce errors (retried): {dict(errors)}")
     ratio = raw.mib_s / floor.mib_s
     print(f"ratio produce MiB/s tidelog/relay floor: {ratio:.2f} (goal >= 0.7) "
           f"{verdict(ratio >= 0.7)}")
@@ -693,7 +744,7 @@ def bench_produce(
     baseline_ratio = raw.mib_s / baseline_mib_s
     print(f"ratio produce MiB/s tidelog/baseline: {baseline_ratio:.2f} (goal >= 0.25) "
           f"{verdict(baseline_ratio >= 0.25)}")
-    return raw.completed > 0
+    return all(r.completed > 0 for r in raws)
 
 
 #: Words of free text in the records (a customer's note): English text compresses about 3x.
@@ -817,50 +868,88 @@ def bench_compression(sizes: Sizes, codec: Codec, rounds: int) -> bool:
     return True
 
 
+def offered(sizes: Sizes) -> str:
+    """The offered load, for titles."""
+    return f"offered {sizes.rate_mib_s:g} MiB/s" if sizes.rate_mib_s else "as fast as it goes"
+
+
+def alternate_clusters(
+    sizes: Sizes, rounds: int, clusters: dict[str, LocalCluster], title: str
+) -> dict[str, list[RawProduce]] | None:
+    """Produce throughput of clusters that run side by side the whole time, measured in
+    alternating rounds (each round a topic of its own), so that load from elsewhere on the
+    machine falls on all alike. Beside each round, the CPU time the three nodes and the client
+    spent per MiB acknowledged (from /proc): throughput on a shared machine moves with the
+    load, CPU per MiB much less, and the nodes and the client share the cores, so their CPU
+    per MiB is what decides the ratio once the cores are busy. None if a round completed
+    nothing."""
+    results: dict[str, list[RawProduce]] = {label: [] for label in clusters}
+    print(f"\n## produce, {title}: {sizes.records_per_batch} x {RECORD_BYTES} B "
+          f"records per batch, acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x "
+          f"{sizes.inflight} in flight, {sizes.produce_s:g} s after {sizes.warmup_s:g} s "
+          f"warm-up per round, {offered(sizes)}")
+    print(f"{'round':<16} {'MiB/s':>8} {'records/s':>10} {'nodes CPU ms/MiB':>17} "
+          f"{'client CPU ms/MiB':>18} {'cores busy':>10}")
+    for round_ in range(rounds):
+        for label, cluster in clusters.items():
+            pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
+            raw = raw_produce(cluster, f"bench-{round_}", sizes, pids)
+            if raw.completed == 0:
+                print(f"round {round_}: nothing completed ({dict(raw.errors)})")
+                return None
+            results[label].append(raw)
+            print(f"{round_:<5} {label:>10} "
+                  f"{raw.mib_s:8.1f} {raw.records_s:10.0f} "
+                  f"{raw.nodes_cpu_s * 1000 / raw.mib:17.1f} "
+                  f"{raw.client_cpu_s * 1000 / raw.mib:18.1f} "
+                  f"{(raw.nodes_cpu_s + raw.client_cpu_s) / sizes.produce_s:10.2f}"
+                  + (f" (retried errors {dict(raw.errors)})" if raw.errors else ""),
+                  flush=True)
+    return results
+
+
+def medians(runs: list[RawProduce]) -> tuple[float, float, float]:
+    """Median MiB/s, nodes' CPU ms per MiB and client CPU ms per MiB of rounds."""
+    return (statistics.median(r.mib_s for r in runs),
+            statistics.median(r.nodes_cpu_s * 1000 / r.mib for r in runs),
+            statistics.median(r.client_cpu_s * 1000 / r.mib for r in runs))
+
+
 def bench_tls(sizes: Sizes, rounds: int) -> bool:
-    """Produce throughput of a TLS cluster against a plaintext one, both running the whole
-    time, measured in alternating rounds (each round a topic of its own), so that load from
-    elsewhere on the machine falls on both alike. Beside each round, the CPU time the three
-    nodes and the client spent per MiB acknowledged (from /proc): throughput on a shared
-    machine moves with the load, CPU per MiB much less, and the nodes and the client share
-    the cores, so their CPU per MiB is what decides the ratio once the cores are busy."""
-    results: dict[bool, list[RawProduce]] = {False: [], True: []}
+    """A TLS cluster against a plaintext one (`alternate_clusters`)."""
     with LocalCluster(3, event_loop=EVENT_LOOP) as plain, \
             LocalCluster(3, tls=True, event_loop=EVENT_LOOP) as tls:
-        print(f"\n## produce, TLS against plaintext: {sizes.records_per_batch} x {RECORD_BYTES} B "
-              f"records per batch, acks=all, 3 nodes, RF 3, {sizes.partitions} partitions x "
-              f"{sizes.inflight} in flight, {sizes.produce_s:g} s after {sizes.warmup_s:g} s "
-              "warm-up per round")
-        print(f"{'round':<16} {'MiB/s':>8} {'records/s':>10} {'nodes CPU ms/MiB':>17} "
-              f"{'client CPU ms/MiB':>18} {'cores busy':>10}")
-        for round_ in range(rounds):
-            for cluster in (plain, tls):
-                pids = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
-                raw = raw_produce(cluster, f"bench-tls-{round_}", sizes, pids)
-                if raw.completed == 0:
-                    print(f"round {round_}: nothing completed ({dict(raw.errors)})")
-                    return False
-                results[cluster.tls].append(raw)
-                print(f"{round_:<5} {'TLS' if cluster.tls else 'plaintext':>10} "
-                      f"{raw.mib_s:8.1f} {raw.records_s:10.0f} "
-                      f"{raw.nodes_cpu_s * 1000 / raw.mib:17.1f} "
-                      f"{raw.client_cpu_s * 1000 / raw.mib:18.1f} "
-                      f"{(raw.nodes_cpu_s + raw.client_cpu_s) / sizes.produce_s:10.2f}"
-                      + (f" (retried errors {dict(raw.errors)})" if raw.errors else ""),
-                      flush=True)
-
-    def median(tls_on: bool, figure: Callable[[RawProduce], float]) -> float:
-        return statistics.median(figure(raw) for raw in results[tls_on])
-
-    plain_mib_s, tls_mib_s = (median(k, lambda r: r.mib_s) for k in (False, True))
-    cpu = {k: (median(k, lambda r: r.nodes_cpu_s * 1000 / r.mib),
-               median(k, lambda r: r.client_cpu_s * 1000 / r.mib)) for k in (False, True)}
-    print(f"median CPU ms per MiB, nodes + client: plaintext {cpu[False][0]:.1f} + "
-          f"{cpu[False][1]:.1f}, TLS {cpu[True][0]:.1f} + {cpu[True][1]:.1f}; ratio of the sums "
-          f"plaintext/TLS {sum(cpu[False]) / sum(cpu[True]):.2f}")
+        results = alternate_clusters(sizes, rounds, {"plaintext": plain, "TLS": tls},
+                                     "TLS against plaintext")
+    if results is None:
+        return False
+    (plain_mib_s, *plain_cpu), (tls_mib_s, *tls_cpu) = (medians(results[k])
+                                                        for k in ("plaintext", "TLS"))
+    print(f"median CPU ms per MiB, nodes + client: plaintext {plain_cpu[0]:.1f} + "
+          f"{plain_cpu[1]:.1f}, TLS {tls_cpu[0]:.1f} + {tls_cpu[1]:.1f}; ratio of the sums "
+          f"plaintext/TLS {sum(plain_cpu) / sum(tls_cpu):.2f}")
     print(f"median produce MiB/s: plaintext {plain_mib_s:.1f}, TLS {tls_mib_s:.1f}")
     ratio = tls_mib_s / plain_mib_s
     print(f"ratio produce MiB/s TLS/plaintext: {ratio:.2f} (goal >= 0.8) {verdict(ratio >= 0.8)}")
+    return True
+
+
+def bench_event_loops(sizes: Sizes, rounds: int) -> bool:
+    """Nodes on uvloop against nodes on asyncio's loop (`alternate_clusters`); this client's
+    loop is ``--event-loop``'s for both."""
+    with LocalCluster(3, event_loop="asyncio") as on_asyncio, \
+            LocalCluster(3, event_loop="uvloop") as on_uvloop:
+        results = alternate_clusters(sizes, rounds,
+                                     {"asyncio": on_asyncio, "uvloop": on_uvloop},
+                                     "nodes on uvloop against nodes on asyncio")
+    if results is None:
+        return False
+    (base_mib_s, base_nodes, _), (uv_mib_s, uv_nodes, _) = (medians(results[k])
+                                                            for k in ("asyncio", "uvloop"))
+    print(f"median produce MiB/s: asyncio {base_mib_s:.1f}, uvloop {uv_mib_s:.1f}; nodes' CPU "
+          f"ms per MiB: asyncio {base_nodes:.1f}, uvloop {uv_nodes:.1f}")
+    print(f"ratio uvloop/asyncio: produce MiB/s {uv_mib_s / base_mib_s:.2f}, nodes' CPU per MiB "
+          f"{uv_nodes / base_nodes:.2f} (reported)")
     return True
 
 
