@@ -13,6 +13,7 @@ The node's `ControllerDriver` feeds committed bytes in and proposes the records 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -154,6 +155,12 @@ class NodeImage:
         return not self.fenced
 
 
+def kafka_uuid_string(hex_digits: str) -> str:
+    """16 bytes given as 32 hex digits, written as Kafka writes a Uuid (URL-safe base64, no
+    padding)."""
+    return base64.urlsafe_b64encode(bytes.fromhex(hex_digits)).rstrip(b"=").decode()
+
+
 def validate_topic_name(name: str) -> None:
     """Kafka's rules (`Topic.validate`): legal characters, length, and not "." or ".."."""
     if not name:
@@ -204,6 +211,11 @@ class MetadataImage:
     #: with the records; None while the group has committed none (its voters are then the
     #: bootstrap ones, the static peers' first).
     quorum: Membership | None = None
+    #: The cluster's id as Kafka writes one (its Uuid in 22 characters of URL-safe base64):
+    #: the incarnation of the first node that registered. The metadata log keeps that record
+    #: for the cluster's life (it has no retention), so every node derives the same id, and
+    #: it never changes; "" until a node registered.
+    cluster_id: str = ""
     applied_offset: int = -1
 
     # -- nodes (read by every node) ------------------------------------------------------------
@@ -837,6 +849,8 @@ class MetadataImage:
         elif isinstance(record, ControllerVotersRecord):
             self.controller_target = record.voters
         elif isinstance(record, RegisterNodeRecord):
+            if not self.cluster_id:
+                self.cluster_id = kafka_uuid_string(record.incarnation)
             self.unregistered.discard(record.node_id)
             self.nodes[record.node_id] = NodeImage(
                 record.node_id, record.incarnation, offset, record.internal_address,

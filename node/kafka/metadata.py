@@ -1,7 +1,7 @@
 """Metadata (key 3), v0-12: Tidelog's own Metadata handler answers (node/api/topics.py, with its
 authorization: a topic the caller may not describe is TOPIC_AUTHORIZATION_FAILED when asked for
 by name and left out of "every topic"), and this adapter adds what only Kafka clients need:
-each node's Kafka address as the brokers, topic ids, offline replicas.
+each node's Kafka address as the brokers, the cluster id, topic ids, offline replicas.
 
 Topics are never created by Metadata here (Tidelog has no auto.create.topics.enable): a topic
 that does not exist is UNKNOWN_TOPIC_OR_PARTITION whatever allow_auto_topic_creation says.
@@ -116,7 +116,8 @@ class MetadataAdapter:
             ))
         return build(
             response,
-            throttle_time=datetime.timedelta(0), brokers=tuple(brokers), cluster_id=None,
+            throttle_time=datetime.timedelta(0), brokers=tuple(brokers),
+            cluster_id=image.cluster_id or None,
             controller_id=answer.controller_id, topics=tuple(topics),
         )
 

@@ -114,8 +114,11 @@ def _register(image: MetadataImage, offset: int, *args: object, **kwargs: object
 
 def test_registration_fencing_and_the_read_api() -> None:
     image = MetadataImage()
+    assert image.cluster_id == ""
     one = _register(image, 0, 1, OLD, "127.0.0.1:9001", "127.0.0.1:8001", fenced=False)
     assert one == NodeImage(1, OLD, 0, "127.0.0.1:9001", "127.0.0.1:8001", False)
+    # The cluster id is the first registration's incarnation, as Kafka writes a Uuid.
+    assert image.cluster_id == "ASNFZ4mrze8BI0VniavN7w"
     two = _register(image, 1, 2, NEW, "127.0.0.1:9002", "127.0.0.1:8002", fenced=True)
     assert two.epoch == 1 and two.fenced
     assert image.live_node_ids() == [1] and image.registered_node_ids() == [1, 2]
@@ -130,6 +133,7 @@ def test_registration_fencing_and_the_read_api() -> None:
     assert image.node(1) == again and not again.fenced and again.epoch == 4
     image.apply(6, UnregisterNodeRecord(2, two.epoch))
     assert image.node(2) is None and image.live_node_ids() == [1]
+    assert image.cluster_id == "ASNFZ4mrze8BI0VniavN7w"  # whoever registers or leaves
     assert image.node(99) is None
 
 

@@ -66,6 +66,7 @@ def test_confluent_kafka_lists_the_nodes_and_the_topic(
     listed = admin.list_topics(timeout=CLIENT_TIMEOUT_S)
     assert {n: f"{b.host}:{b.port}" for n, b in listed.brokers.items()} == _brokers(cluster)
     assert listed.controller_id in cluster.node_ids
+    assert listed.cluster_id is not None and len(listed.cluster_id) == 22
     partitions = listed.topics[TOPIC].partitions
     assert sorted(partitions) == list(range(PARTITIONS))
     for index, (leader, replicas) in topic.items():
@@ -91,6 +92,7 @@ def test_kafka_python_sees_the_nodes_and_the_topic(
         described = admin.describe_cluster()
         assert {b["broker_id"]: f"{b['host']}:{b['port']}" for b in described["brokers"]} == (
             _brokers(cluster))
+        assert described["cluster_id"] is not None and len(described["cluster_id"]) == 22
         [info] = admin.describe_topics([TOPIC])
         assert info["error_code"] == 0
         leaders = {p["partition_index"]: p["leader_id"] for p in info["partitions"]}
@@ -104,10 +106,11 @@ def test_every_node_answers_metadata_with_every_nodes_kafka_address(
 ) -> None:
     request = MetadataV12(topics=None, allow_auto_topic_creation=True,
                           include_topic_authorized_operations=False)
-    ids = set()
+    ids, cluster_ids = set(), set()
     for node_id in cluster.node_ids:
         answer = ask(cluster.kafka_address_of(node_id), request)
         assert {b.node_id: f"{b.host}:{b.port}" for b in answer.brokers} == _brokers(cluster)
+        cluster_ids.add(answer.cluster_id)
         [entry] = [t for t in answer.topics if t.name == TOPIC]
         assert entry.error_code == ErrorCode.none and not entry.is_internal
         ids.add(entry.topic_id)
@@ -115,6 +118,7 @@ def test_every_node_answers_metadata_with_every_nodes_kafka_address(
             assert partition.leader_epoch >= 0 and partition.offline_replicas == ()
             assert partition.replica_nodes == topic[partition.partition_index][1]
     assert len(ids) == 1 and ids.pop() != uuid.UUID(int=0)
+    assert len(cluster_ids) == 1 and len(cluster_ids.pop() or "") == 22
 
 
 def test_metadata_versions_name_topics_as_kafka_does(
