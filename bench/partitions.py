@@ -32,6 +32,7 @@ import os
 import platform
 import sys
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -135,6 +136,21 @@ def idle_cpu(cluster: LocalCluster, seconds: float) -> dict[int, float]:
     time.sleep(seconds)
     elapsed = time.monotonic() - started
     return {n: (cpu_seconds(pids[n] or 0) - cpu) / elapsed for n, cpu in before.items()}
+
+
+def raft_counts(cluster: LocalCluster) -> tuple[float, float]:
+    """(Raft heartbeat items sent, batches proposed), summed over the nodes' metrics."""
+    totals = {"tidelog_raft_heartbeat_items_total": 0.0, "tidelog_raft_proposals_total": 0.0}
+    for node in cluster.node_ids:
+        address = cluster.metrics_address(node)
+        if address is None:
+            continue
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as answer:
+            for line in answer.read().decode().splitlines():
+                name, _, value = line.partition(" ")
+                if name in totals:
+                    totals[name] += float(value)
+    return totals["tidelog_raft_heartbeat_items_total"], totals["tidelog_raft_proposals_total"]
 
 
 def leaders(cluster: LocalCluster, topic: str, count: int) -> list[tuple[int, int] | None]:
@@ -319,12 +335,19 @@ def bench_count(count: int, sizes: Sizes, with_produce: bool, with_idle: bool = 
             time.sleep(sizes.settle_s)
         # Where the leaders are now (an election on a loaded machine may have moved some).
         now_led = leaders(cluster, "many", count)
+        items_before, proposals_before = raft_counts(cluster)
         many, many_errors = produce_mib_s(cluster, "many", now_led, sizes.produce_bytes)
+        items_after, proposals_after = raft_counts(cluster)
+        items, proposals = items_after - items_before, proposals_after - proposals_before
         print(f"produce {sizes.produce_bytes / MIB:.0f} MiB acks=all"
               f"{' (after a warm-up batch to every partition)' if warm else ''}: {BASE_PARTITIONS} "
               f"partitions {base:.1f} MiB/s, {count} partitions {many:.1f} MiB/s; "
               f"ratio {many / base:.2f}" + (" (goal >= 0.7)" if count >= 1000 else "")
               + f"; load average after: {load()}")
+        print(f"heartbeat items per proposal over the {count}-partition produce: "
+              f"{items / max(proposals, 1):.2f} ({items:.0f} heartbeats and answers, "
+              f"{proposals:.0f} batches proposed)"
+              + (" (goal <= 3)" if count >= 1000 else ""))
         if base_errors or many_errors:
             print(f"produce errors: {dict(base_errors)} / {dict(many_errors)}")
         return True

@@ -404,6 +404,10 @@ class _Snapshot:
     #: Open transactions on the partitions this node leads that began longer than
     #: transaction.max.timeout.ms ago (`_late_transactions`).
     hanging_transactions: int
+    #: Raft heartbeats and their answers this node sent (`ReplicaSet.heartbeat_items`), and
+    #: batches proposed on the replicas it hosts now (`PartitionReplica.proposals`).
+    heartbeat_items: int = 0
+    proposals: int = 0
 
 
 def _lag_per_group(
@@ -500,6 +504,13 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "tidelog_partitions", "Replicas hosted on this node (Kafka: PartitionCount)",
             value=len(parts))
+        yield CounterMetricFamily(
+            "tidelog_raft_heartbeat_items", "Raft heartbeats and heartbeat answers this node "
+            "sent since it started (node liveness's envelopes not counted)",
+            value=snapshot.heartbeat_items)
+        yield CounterMetricFamily(
+            "tidelog_raft_proposals", "Batches proposed on the replicas this node hosts, "
+            "since each was opened", value=snapshot.proposals)
         yield GaugeMetricFamily(
             "tidelog_offline_replicas", "Hosted replicas whose log is offline (the disk "
             "refused a write)", value=sum(p.offline for p in parts))
@@ -596,7 +607,9 @@ class _StateCollector(Collector):
         hanging = _late_transactions(
             list(hosted.values()), self.replicas.config.transaction_max_timeout_ms
         )
-        return _Snapshot(partitions, active, offline, group_offsets, hanging)
+        return _Snapshot(partitions, active, offline, group_offsets, hanging,
+                         self.replicas.heartbeat_items,
+                         sum(replica.proposals for replica in hosted.values()))
 
 
 def _late_transactions(replicas: Iterable[PartitionReplica], max_timeout_ms: int) -> int:

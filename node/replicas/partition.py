@@ -154,6 +154,8 @@ class PartitionReplica:
         #: Leaderships gained and lost since the node started (the node's metrics).
         self.leaderships_won = 0
         self.leaderships_lost = 0
+        #: Batches proposed to the core here, since the node started (the node's metrics).
+        self.proposals = 0
         #: The leader this replica last knew of (its log line when another is elected).
         self._leader_seen: int | None = None
 
@@ -413,6 +415,7 @@ class PartitionReplica:
             entry = self.core.propose(batch, header.records_count)
         except NotLeaderError as exc:
             raise errors.NotLeaderOrFollowerError(str(exc)) from None
+        self.proposals += 1
         if self._touched is not None:
             self._touched(self)
         stamped = read_header(entry.data)
@@ -490,6 +493,7 @@ class PartitionReplica:
             entry = self.core.propose(batch, 1)
         except NotLeaderError as exc:
             raise errors.NotLeaderOrFollowerError(str(exc)) from None
+        self.proposals += 1
         if self._touched is not None:
             self._touched(self)
         stamped = read_header(entry.data)

@@ -49,6 +49,7 @@ from tidelog.node.replicas.strays import delete_directory, delete_strays
 from tidelog.node.replicas.transport import CHANNEL_OPTIONS, Outgoing, PeerLink, messages_of
 from tidelog.replication import (
     AppendResponse,
+    Heartbeat,
     HeartbeatResponse,
     Message,
     PreVoteRequest,
@@ -169,6 +170,10 @@ class ReplicaSet:
         #: the envelopes still queued for it for silence.
         self._ticks = 0
         self._heard: dict[int, int] = {}
+        #: Heartbeats and heartbeat answers of Raft groups this node sent (node liveness's
+        #: envelopes not counted): per proposal (`PartitionReplica.proposals`), what the
+        #: groups' heartbeats cost a write (bench/partitions.py reads both from the metrics).
+        self.heartbeat_items = 0
         self._down: set[int] = set()
         #: The peers' tick counts, as their liveness threads report them: the timers that wait
         #: on a peer run at its pace (`tidelog.replication.pacing`).
@@ -820,6 +825,8 @@ class ReplicaSet:
         replica.on_leadership(change)
 
     def _queue_message(self, tp: TopicPartition, message: Any) -> None:
+        if isinstance(message, Heartbeat | HeartbeatResponse):
+            self.heartbeat_items += 1
         outgoing = self._outbox.get(message.dst)
         if outgoing is None:
             outgoing = self._outbox[message.dst] = Outgoing(self.node_id, message.dst)
