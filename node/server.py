@@ -77,10 +77,13 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
     from tidelog.node.replicas.transport import SERVER_OPTIONS, add_raft_transport
     from tidelog.node.runtime import NodeRuntime
+    from tidelog.storage.record_format import prepare_record_format
     from tidelog.v1 import tidelog_pb2_grpc
 
     prepare_data_dir(config.data_dir)
     with _hold_data_dir(config.data_dir):
+        # Data of an earlier record format is converted before anything reads it.
+        prepare_record_format(config.data_dir)
         metrics = NodeMetrics()
         # Outermost first: a request refused as malformed is counted (and timed) too.
         request_metrics = RequestMetrics(

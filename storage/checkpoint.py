@@ -49,6 +49,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def replace_durably(path: Path, data: bytes) -> None:
+    """Make `path` hold `data`, whole or not at all after a crash: written and synced beside
+    it (``.tmp``), renamed over it, the rename synced."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DATA_FILE_MODE)
+    try:
+        pwrite_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 class CheckpointFile:
     """One checkpoint file whose entries have `width` fields: integers, except the first one
     when the entries are `named` (``name value`` lines)."""
@@ -67,15 +81,7 @@ class CheckpointFile:
         that keeps thousands of entries and changes a few between writes keeps their lines,
         instead of formatting every one each time."""
         text = "\n".join([str(self.version), str(len(rows)), *rows]) + "\n"
-        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DATA_FILE_MODE)
-        try:
-            pwrite_all(fd, text.encode(), 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        replace_durably(self.path, text.encode())
 
     def read(self) -> list[list[str]] | None:
         """The entries, or None when the file is missing or malformed (logged).
