@@ -2,7 +2,7 @@
 asyncio's own loop otherwise, or either one by choice.
 
 uvloop runs the same grpc.aio servers and channels unchanged and spends less CPU per request
-(a node served about 9% less CPU per MiB produced at a fixed rate on the benchmark machine,
+(nodes spent about a tenth less CPU per MiB produced at a fixed rate on the benchmark machine,
 docs/performance.md). It is a dependency on every platform it builds for (not Windows), so
 "auto" finds it there and falls back to asyncio elsewhere. A node chooses with its
 ``event.loop`` setting; the client library reads ``TIDELOG_EVENT_LOOP`` from the environment
