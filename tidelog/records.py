@@ -850,7 +850,7 @@ def _walk_records(
             f"the batch claims {count} records, but its {end - rec_pos} bytes of records hold "
             f"at most {(end - rec_pos) // (_MIN_RECORD_LENGTH + 1)}"
         )
-    z1, z2, varint_at = _Z1, _Z2, _varint_at
+    z1, z2, varint_at, min_length = _Z1, _Z2, _varint_at, _MIN_RECORD_LENGTH
     last_offset_delta = header.last_offset_delta
     base = header.base_offset
     previous = -1
@@ -876,7 +876,7 @@ def _walk_records(
             else:
                 length, p = varint_at(data, p)
             rec_end = p + length
-            if length < _MIN_RECORD_LENGTH or rec_end > end or data[p]:
+            if length < min_length or rec_end > end or data[p]:
                 raise _bad_start(index, length, end - p, data[p] if p < end else 0)
             # timestamp delta (a varlong)
             b = data[p + 1]
@@ -1010,15 +1010,22 @@ def _read_headers(
     data: bytes, p: int, rec_end: int, index: int, decode: bool
 ) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
     """Check a record's headers at `p` (the count first) and return them (decoded when
-    `decode`, else ()) with where they end."""
-    count, p = _varint_at(data, p)
+    `decode`, else ()) with where they end. One-byte varints (every header key and value under
+    64 bytes) are read inline, as in `_walk_records`."""
+    z1, varint_at = _Z1, _varint_at
+    count, p = varint_at(data, p)
     if not 0 <= count <= (rec_end - p) // 2:
         raise _malformed(index, f"header count {count} does not fit the record")
     headers: list[tuple[str, bytes | None]] = []
     for n in range(count):
         if p + 2 > rec_end:
             raise _malformed(index, f"header {n} runs past the record's end")
-        key_len, p = _varint_at(data, p)
+        b = data[p]
+        if b < 128:
+            key_len = z1[b]
+            p += 1
+        else:
+            key_len, p = varint_at(data, p)
         if not 0 <= key_len <= rec_end - p - 1:
             raise _malformed(index, f"header {n} key length {key_len}")
         try:
@@ -1026,7 +1033,12 @@ def _read_headers(
         except UnicodeDecodeError as exc:
             raise _malformed(index, f"header {n} key is not UTF-8 ({exc.reason})") from None
         p += key_len
-        value_len, p = _varint_at(data, p)
+        b = data[p]
+        if b < 128:
+            value_len = z1[b]
+            p += 1
+        else:
+            value_len, p = varint_at(data, p)
         if not -1 <= value_len <= rec_end - p:
             raise _malformed(index, f"header {n} value length {value_len}")
         if decode:
