@@ -13,7 +13,9 @@ type  key (after the type)                        value (after the version)
 4     group                                       subscription metadata: [topic, partitions]
 5     group, member id                            instance id?, rack id?, client id, client
                                                   host, subscribed topics [string], rebalance
-                                                  timeout ms (int32), server assignor?
+                                                  timeout ms (int32), server assignor?;
+                                                  value version 1 (a classic member's): then
+                                                  its session timeout ms (int32)
 6     group                                       target assignment epoch (int32)
 7     group, member id                            the member's target: [topic, [partition]]
 8     group, member id                            member epoch, previous member epoch (int32),
@@ -48,6 +50,9 @@ CURRENT_ASSIGNMENT: Final = 8
 RECORD_TYPES: Final = frozenset(range(GROUP_METADATA, CURRENT_ASSIGNMENT + 1))
 _MEMBER_TYPES: Final = frozenset((MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT))
 VALUE_VERSION: Final = 0
+#: The member metadata of a classic-protocol member (JoinGroup/SyncGroup/Heartbeat inside a
+#: consumer group) is value version 1: version 0's fields, then its own session timeout.
+CLASSIC_MEMBER_VERSION: Final = 1
 
 #: Server-side member states (Kafka's MemberState).
 STABLE: Final = 0
@@ -86,6 +91,9 @@ class MemberMetadata(NamedTuple):
     subscribed_topics: tuple[str, ...]
     rebalance_timeout_ms: int
     server_assignor: str | None
+    #: A classic-protocol member's session timeout (its JoinGroup's); None for a member
+    #: speaking ConsumerGroupHeartbeat, whose session is the coordinator's setting.
+    classic_session_timeout_ms: int | None = None
 
 
 class CurrentAssignment(NamedTuple):
@@ -120,7 +128,8 @@ def encode_key(key: GroupKey) -> bytes:
 
 
 def encode_value(record_type: int, value: GroupValue) -> bytes:
-    out = [_I16.pack(VALUE_VERSION)]
+    classic = isinstance(value, MemberMetadata) and value.classic_session_timeout_ms is not None
+    out = [_I16.pack(CLASSIC_MEMBER_VERSION if classic else VALUE_VERSION)]
     if record_type in (GROUP_METADATA, TARGET_METADATA):
         assert isinstance(value, int)
         out.append(_I32.pack(value))
@@ -142,6 +151,8 @@ def encode_value(record_type: int, value: GroupValue) -> bytes:
             _I32.pack(value.rebalance_timeout_ms),
             _nullable(value.server_assignor),
         )
+        if value.classic_session_timeout_ms is not None:
+            out.append(_I32.pack(value.classic_session_timeout_ms))
     elif record_type == TARGET_MEMBER:
         assert isinstance(value, dict)
         out.append(_assignment(value))  # type: ignore[arg-type]
@@ -264,7 +275,9 @@ def decode_key(data: bytes | memoryview) -> GroupKey:
 def decode_value(record_type: int, data: bytes | memoryview) -> GroupValue:
     reader = _Reader(bytes(data), "value")
     version = reader.i16()
-    if version != VALUE_VERSION:
+    if version != VALUE_VERSION and not (
+        version == CLASSIC_MEMBER_VERSION and record_type == MEMBER_METADATA
+    ):
         raise GroupRecordError(f"unknown value version {version}")
     value: GroupValue
     if record_type in (GROUP_METADATA, TARGET_METADATA):
@@ -285,10 +298,13 @@ def decode_value(record_type: int, data: bytes | memoryview) -> GroupValue:
         subscribed = tuple(reader.string() for _ in range(reader.count()))
         rebalance_timeout_ms = reader.i32()
         assignor = reader.nullable()
-        if rebalance_timeout_ms < 0:
-            raise GroupRecordError(f"negative rebalance timeout {rebalance_timeout_ms}")
+        session_ms = reader.i32() if version == CLASSIC_MEMBER_VERSION else None
+        if rebalance_timeout_ms < 0 or (session_ms is not None and session_ms <= 0):
+            raise GroupRecordError(
+                f"rebalance timeout {rebalance_timeout_ms}, session timeout {session_ms}"
+            )
         value = MemberMetadata(instance_id, rack_id, client_id, client_host, subscribed,
-                               rebalance_timeout_ms, assignor)
+                               rebalance_timeout_ms, assignor, session_ms)
     elif record_type == TARGET_MEMBER:
         value = reader.assignment()
     elif record_type == CURRENT_ASSIGNMENT:

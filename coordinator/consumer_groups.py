@@ -29,6 +29,18 @@ Design (kafka-mapping §10; issue 15):
 * Static members (`group.instance.id`): epoch -2 leaves for a while, keeping the member's
   assignment; a new member id with the same instance id takes it over (same partitions, same
   epochs, no group epoch bump) if the holder is away, else UNRELEASED_INSTANCE_ID (111).
+* Classic members (JoinGroup/SyncGroup/Heartbeat/LeaveGroup, as Kafka 4 hosts them in consumer
+  groups) are members of the same groups, assigned by the same assignor and reconciled by the
+  same `reconcile`; only how they report and learn differs. A classic member reports what it
+  owns only when it joins (its subscription's owned partitions; an eager client revoked
+  everything before joining, so none), so its assignment moves only at its JoinGroup; between
+  joins it counts as owning everything assigned to it. The generation is its member epoch,
+  SyncGroup answers its current assignment, and Heartbeat writes nothing: it answers
+  REBALANCE_IN_PROGRESS when the member must join again (the group epoch moved past it, it
+  holds partitions to revoke, or partitions it waits for were released), and starts the
+  rebalance timer by which it must. Revocation before handover holds for them as for the
+  others, and a group may mix both kinds of member. A classic member's session timeout is its
+  own (its JoinGroup's), kept in its member metadata record.
 
 No I/O, no clock, no threads: the node's driver
 (`node/coordinators/consumer_group_driver.py`) holds those.
@@ -60,6 +72,7 @@ from tidelog.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
+    IllegalGenerationError,
     InvalidRequestError,
     NonEmptyGroupError,
     StaleMemberEpochError,
@@ -116,6 +129,8 @@ class HeartbeatRequest(NamedTuple):
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    #: A classic member's JoinGroup: its session timeout; None for ConsumerGroupHeartbeat.
+    classic_session_timeout_ms: int | None = None
 
 
 class HeartbeatResponse(NamedTuple):
@@ -136,6 +151,11 @@ class Member:
     member_id: str
     metadata: MemberMetadata = _NO_METADATA
     current: CurrentAssignment = _JOINED
+
+    @property
+    def classic(self) -> bool:
+        """A member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat)."""
+        return self.metadata.classic_session_timeout_ms is not None
 
     @property
     def held(self) -> Iterable[tuple[str, int]]:
@@ -293,8 +313,8 @@ class ConsumerGroups:
     def start_timers(self, now_ms: int) -> None:
         """Loading ended: every member gets a full session from now (Kafka does the same)."""
         self._sessions = {
-            (g.group_id, m): now_ms + self.config.session_timeout_ms
-            for g in self.groups.values() for m in g.members
+            (g.group_id, m.member_id): now_ms + self._session_ms(m)
+            for g in self.groups.values() for m in g.members.values()
         }
         self._rebalances.clear()
 
@@ -353,9 +373,13 @@ class ConsumerGroups:
                 # its own client does; Kafka's KAFKA-19233): it holds nothing now.
                 work.emit(rec.CURRENT_ASSIGNMENT, _JOINED, request.member_id)
         else:
-            if member is None:
+            if member is None or member.classic != (
+                request.classic_session_timeout_ms is not None
+            ):
                 raise UnknownMemberIdError(
                     f"member {request.member_id!r} is not in group {request.group_id!r}"
+                    if member is None else
+                    f"member {request.member_id!r} speaks the other group protocol"
                 )
             self._check_epoch(member, request)
         group = work.group
@@ -547,6 +571,110 @@ class ConsumerGroups:
             work.emit(rec.PARTITION_METADATA, metadata)
         work.bump_epoch()
 
+    # ---- classic members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) --------------------------
+
+    def plan_classic_join(
+        self, request: HeartbeatRequest, topics: Mapping[str, int], now_ms: int
+    ) -> HeartbeatPlan:
+        """A classic member's JoinGroup (Kafka's classicGroupJoinToConsumerGroup), planned as
+        the heartbeat of a member that reports its subscription and what it owns: a new member
+        joins (epoch 0); a known one is reconciled with `request.owned` (its subscription's
+        owned partitions; {} when it lists none, as an eager client that revoked everything
+        before joining). `request.member_epoch` is not read; the answer's member epoch is the
+        generation. Raises the request's error; nothing is written then."""
+        if request.classic_session_timeout_ms is None or request.classic_session_timeout_ms <= 0:
+            raise InvalidRequestError(
+                f"JoinGroup: session timeout {request.classic_session_timeout_ms}"
+            )
+        group = self.groups.get(request.group_id)
+        member = group.members.get(request.member_id) if group is not None else None
+        if member is None:
+            request = request._replace(member_epoch=JOIN_EPOCH, owned=None)
+        else:
+            request = request._replace(member_epoch=member.current.member_epoch,
+                                       owned=request.owned or {})
+        return self.plan_heartbeat(request, topics, now_ms)
+
+    def _classic_member(self, group_id: str, member_id: str, generation: int) -> Member:
+        """The classic member a SyncGroup or Heartbeat names, at `generation`; raises
+        UNKNOWN_MEMBER_ID (no such classic member) or ILLEGAL_GENERATION."""
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if member is None or not member.classic:
+            raise UnknownMemberIdError(
+                f"group {group_id!r} has no classic member {member_id!r}"
+            )
+        if generation != member.current.member_epoch:
+            raise IllegalGenerationError(
+                f"member {member_id!r} sent generation {generation}; its epoch is "
+                f"{member.current.member_epoch}"
+            )
+        return member
+
+    def classic_assignment(
+        self, group_id: str, member_id: str, generation: int, now_ms: int
+    ) -> Assignment:
+        """A classic member's SyncGroup: what it is assigned now (its current assignment,
+        which moved at its JoinGroup); its session starts again."""
+        member = self._classic_member(group_id, member_id, generation)
+        self.heartbeat_answered(group_id, member_id, now_ms)
+        return dict(member.current.assigned)
+
+    def classic_heartbeat(
+        self, group_id: str, member_id: str, generation: int, now_ms: int
+    ) -> bool:
+        """A classic member's Heartbeat (writes nothing); True when it must join again
+        (REBALANCE_IN_PROGRESS): the group epoch moved past its epoch, it holds partitions to
+        revoke, or partitions it waits for are free now. Its session starts again; when it
+        must join, its rebalance timer starts too, and a member that does not join before it
+        runs out is fenced (Kafka's join timeout)."""
+        member = self._classic_member(group_id, member_id, generation)
+        group = self.groups[group_id]
+        current = member.current
+        rejoin = current.member_epoch < group.epoch or current.state == UNREVOKED_PARTITIONS
+        if not rejoin and current.state == UNRELEASED_PARTITIONS:
+            holder = _holders(group, member_id)
+            rejoin = any(
+                p not in current.assigned.get(topic, ()) and holder(topic, p) is None
+                for topic, partitions in group.targets.get(member_id, {}).items()
+                for p in partitions
+            )
+        self.heartbeat_answered(group_id, member_id, now_ms)
+        if rejoin:
+            self._rebalances.setdefault(
+                (group_id, member_id), now_ms + member.metadata.rebalance_timeout_ms
+            )
+        return rejoin
+
+    def plan_classic_leave(
+        self, group_id: str, member_id: str, instance_id: str | None, now_ms: int
+    ) -> list[RecordInput]:
+        """A classic member's LeaveGroup (named by member id, or by instance id alone when
+        the member id is empty): its records removed and the group epoch bumped, so its
+        partitions go to the others. UNKNOWN_MEMBER_ID for no such classic member,
+        FENCED_INSTANCE_ID when the instance id belongs to another member."""
+        group = self.groups.get(group_id)
+        if group is None:
+            raise UnknownMemberIdError(f"group {group_id!r} has no members")
+        if instance_id is not None:
+            holder = group.static_member(instance_id)
+            if holder is None:
+                raise UnknownMemberIdError(f"no member has instance id {instance_id!r}")
+            if member_id and holder.member_id != member_id:
+                raise FencedInstanceIdError(
+                    f"instance {instance_id!r} belongs to member {holder.member_id!r}"
+                )
+            member_id = holder.member_id
+        member = group.members.get(member_id)
+        if member is None or not member.classic:
+            raise UnknownMemberIdError(f"group {group_id!r} has no classic member {member_id!r}")
+        return self.plan_fence(group_id, member_id, now_ms)
+
+    def _session_ms(self, member: Member) -> int:
+        """A classic member's own session timeout, else the coordinator's."""
+        own = member.metadata.classic_session_timeout_ms
+        return self.config.session_timeout_ms if own is None else own
+
     def heartbeat_answered(self, group_id: str, member_id: str, now_ms: int) -> None:
         """A heartbeat's records are committed and it was answered: the member's session
         starts again, and its rebalance timer runs while it holds partitions to revoke."""
@@ -557,7 +685,7 @@ class ConsumerGroups:
             self._sessions.pop(key, None)
             self._rebalances.pop(key, None)
             return
-        self._sessions[key] = now_ms + self.config.session_timeout_ms
+        self._sessions[key] = now_ms + self._session_ms(member)
         if member.current.state == UNREVOKED_PARTITIONS:
             self._rebalances.setdefault(key, now_ms + member.metadata.rebalance_timeout_ms)
         else:
@@ -567,9 +695,9 @@ class ConsumerGroups:
         """(group, member, why) of every member whose session or rebalance timeout ran out."""
         out: list[tuple[str, str, str]] = []
         for group in self.groups.values():
-            for member_id in group.members:
+            for member_id, member in group.members.items():
                 key = (group.group_id, member_id)
-                deadline = self._sessions.setdefault(key, now_ms + self.config.session_timeout_ms)
+                deadline = self._sessions.setdefault(key, now_ms + self._session_ms(member))
                 if now_ms >= deadline:
                     out.append((group.group_id, member_id, "session timeout"))
                 elif now_ms >= self._rebalances.get(key, now_ms + 1):
@@ -649,11 +777,17 @@ class ConsumerGroups:
 def _check_member_epoch(group: Group, member_id: str, member_epoch: int,
                         what: str) -> None:
     """UNKNOWN_MEMBER_ID for a member the group does not have, STALE_MEMBER_EPOCH for an
-    epoch that is not the member's current one (older or newer)."""
+    epoch that is not the member's current one (older or newer); ILLEGAL_GENERATION instead
+    for a classic member, whose clients know that code (their generation is the epoch)."""
     member = group.members.get(member_id)
     if member is None:
         raise UnknownMemberIdError(f"member {member_id!r} is not in group {group.group_id!r}")
     if member_epoch != member.current.member_epoch:
+        if member.classic:
+            raise IllegalGenerationError(
+                f"classic member {member_id!r} {what} with generation {member_epoch}; its "
+                f"epoch is {member.current.member_epoch}"
+            )
         raise StaleMemberEpochError(
             f"member {member_id!r} {what} with epoch {member_epoch}; its epoch is "
             f"{member.current.member_epoch}"
@@ -741,5 +875,7 @@ def _merged_metadata(old: MemberMetadata | None, request: HeartbeatRequest) -> M
         else base.rebalance_timeout_ms,
         request.server_assignor if request.server_assignor is not None
         else base.server_assignor,
+        request.classic_session_timeout_ms if request.classic_session_timeout_ms is not None
+        else base.classic_session_timeout_ms,
     )
 

@@ -512,3 +512,197 @@ def test_a_consumer_group_with_members_keeps_its_offsets_past_the_retention() ->
     assert cluster.state.plan_expiration(later) == []
     a.leave()
     assert len(cluster.state.plan_expiration(later)) == 1
+
+
+# ---- classic members (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) ---------------------------------
+
+
+class ClassicClient:
+    """An eager classic member, as kafka-python's: before every JoinGroup it revokes all it
+    owns; it owns what SyncGroup answers; it rejoins when Heartbeat says REBALANCE_IN_PROGRESS
+    (its owned partitions are what its rebalance listener would say it owns)."""
+
+    def __init__(self, cluster: Cluster, member_id: str, topics: tuple[str, ...] = ("t",),
+                 session_ms: int = 3000) -> None:
+        self.cluster = cluster
+        self.member_id = member_id
+        self.topics = topics
+        self.session_ms = session_ms
+        self.generation = -1
+        self.owned: rec.Assignment = {}
+
+    def join(self) -> None:
+        self.owned = {}  # eager: everything revoked before joining
+        groups = self.cluster.groups
+        plan = groups.plan_classic_join(HeartbeatRequest(
+            "g", self.member_id, 0, rebalance_timeout_ms=5000, subscribed_topics=self.topics,
+            owned={}, classic_session_timeout_ms=self.session_ms,
+        ), self.cluster.topics, self.cluster.now)
+        self.cluster.commit(plan.records)
+        groups.heartbeat_answered("g", self.member_id, self.cluster.now)
+        self.generation = plan.response.member_epoch
+        self.owned = groups.classic_assignment("g", self.member_id, self.generation,
+                                               self.cluster.now)
+
+    def beat(self) -> None:
+        """A heartbeat, and the rejoin it asks for."""
+        if self.cluster.groups.classic_heartbeat("g", self.member_id, self.generation,
+                                                 self.cluster.now):
+            self.join()
+
+    def leave(self) -> None:
+        self.cluster.commit(self.cluster.groups.plan_classic_leave(
+            "g", self.member_id, None, self.cluster.now))
+        self.owned = {}
+
+    @property
+    def count(self) -> int:
+        return sum(len(ps) for ps in self.owned.values())
+
+
+def test_a_classic_member_hands_partitions_over_only_after_rejoining_without_them() -> None:
+    """Revocation before handover with classic members: a newcomer waits (no partition of the
+    first member) until the first member, told REBALANCE_IN_PROGRESS, rejoined having revoked
+    them; then the newcomer's heartbeat says rejoin, and it gets them."""
+    cluster = Cluster()
+    a, b = ClassicClient(cluster, "a"), ClassicClient(cluster, "b")
+    a.join()
+    assert a.count == 6 and a.generation == 1
+    a.beat()
+    assert a.generation == 1  # nothing moved: no rejoin
+    b.join()
+    assert b.owned == {} and a.count == 6  # b waits for a to release its share
+    check_disjoint([a, b])  # type: ignore[list-item]
+    assert not cluster.groups.classic_heartbeat("g", "b", b.generation, cluster.now)
+    assert cluster.groups.classic_heartbeat("g", "a", a.generation, cluster.now)
+    a.join()
+    assert a.count == 3 and b.owned == {}
+    b.beat()  # its partitions are free now: rejoin and take them
+    assert a.count == b.count == 3
+    check_disjoint([a, b])  # type: ignore[list-item]
+    held_disjoint(cluster)
+    a.beat()
+    b.beat()
+    assert a.count == b.count == 3 and a.generation == b.generation == 2
+
+
+def test_classic_member_errors_and_generation() -> None:
+    cluster = Cluster()
+    a = ClassicClient(cluster, "a")
+    a.join()
+    groups = cluster.groups
+    with pytest.raises(errors.IllegalGenerationError):
+        groups.classic_heartbeat("g", "a", a.generation + 1, cluster.now)
+    with pytest.raises(errors.IllegalGenerationError):
+        groups.classic_assignment("g", "a", 0, cluster.now)
+    with pytest.raises(errors.UnknownMemberIdError):
+        groups.classic_heartbeat("g", "nobody", 1, cluster.now)
+    with pytest.raises(errors.UnknownMemberIdError):
+        groups.classic_heartbeat("other", "a", 1, cluster.now)
+    # an offset commit of a classic member with another generation is ILLEGAL_GENERATION
+    with pytest.raises(errors.IllegalGenerationError):
+        groups.validate_offset_commit("g", "a", a.generation + 5)
+    assert groups.validate_offset_commit("g", "a", a.generation)
+    # a KIP-848 member and a classic member cannot speak each other's protocol
+    k = Client(cluster, "k")
+    k.beat()
+    with pytest.raises(errors.UnknownMemberIdError):
+        groups.classic_heartbeat("g", "k", k.epoch, cluster.now)
+    with pytest.raises(errors.UnknownMemberIdError):
+        k.cluster.heartbeat(HeartbeatRequest("g", "a", a.generation))
+    with pytest.raises(errors.UnknownMemberIdError):
+        groups.plan_classic_leave("g", "k", None, cluster.now)
+    with pytest.raises(errors.InvalidRequestError):
+        groups.plan_classic_join(HeartbeatRequest(
+            "g", "z", 0, rebalance_timeout_ms=5000, subscribed_topics=("t",),
+            classic_session_timeout_ms=0), cluster.topics, cluster.now)
+
+
+def test_a_classic_member_has_its_own_session_timeout_and_survives_a_reload() -> None:
+    cluster = Cluster()
+    a = ClassicClient(cluster, "a", session_ms=SESSION_MS * 5)
+    k = Client(cluster, "k")
+    a.join()
+    k.beat()
+    cluster.now += SESSION_MS + 1
+    assert [m for _, m, _ in cluster.groups.expired(cluster.now)] == ["k"]
+    reloaded = cluster.reloaded().consumer_groups
+    member = reloaded.groups["g"].members["a"]
+    assert member.classic and member.metadata.classic_session_timeout_ms == SESSION_MS * 5
+    assert reloaded.classic_assignment("g", "a", a.generation, cluster.now) == a.owned
+    cluster.now += SESSION_MS * 5
+    assert "a" in [m for _, m, _ in cluster.groups.expired(cluster.now)]
+
+
+def test_a_classic_member_told_to_rejoin_that_does_not_is_fenced() -> None:
+    cluster = Cluster()
+    a, b = ClassicClient(cluster, "a", session_ms=60_000), ClassicClient(cluster, "b")
+    a.join()
+    b.join()
+    assert cluster.groups.classic_heartbeat("g", "a", a.generation, cluster.now)
+    cluster.now += 5001  # its rebalance timeout, well within its session
+    assert ("g", "a", "rebalance timeout") in cluster.groups.expired(cluster.now)
+
+
+def test_a_classic_member_leaves_by_member_id_or_by_instance_id() -> None:
+    cluster = Cluster()
+    a, b = ClassicClient(cluster, "a"), ClassicClient(cluster, "b")
+    a.join()
+    b.join()
+    a.beat()
+    b.beat()
+    a.leave()
+    b.beat()
+    assert b.count == 6
+    with pytest.raises(errors.UnknownMemberIdError):
+        cluster.groups.plan_classic_leave("g", "", "no-such-instance", cluster.now)
+    assert "a" not in cluster.groups.groups["g"].members
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_mixed_group_never_gives_a_partition_to_two_members(seed: int) -> None:
+    """Classic and KIP-848 members in one group join, beat, leave and die in random order;
+    no partition is ever owned by two of them, and once calm every partition is owned."""
+    rng = random.Random(seed)
+    cluster = Cluster(topics={"t": 7})
+    live: dict[str, Client | ClassicClient] = {}
+    names = iter(f"m{i}" for i in range(1000))
+    for _ in range(250):
+        action = rng.random()
+        if action < 0.12 and len(live) < 5:
+            name = next(names)
+            member: Client | ClassicClient
+            if rng.random() < 0.5:
+                member = ClassicClient(cluster, name)
+                member.join()
+            else:
+                member = Client(cluster, name)
+                member.beat()
+            live[name] = member
+        elif action < 0.18 and live:
+            live.pop(rng.choice(sorted(live))).leave()
+        elif action < 0.23 and live:
+            victim = live.pop(rng.choice(sorted(live)))
+            cluster.commit(cluster.groups.plan_fence("g", victim.member_id, cluster.now))
+        elif live:
+            live[rng.choice(sorted(live))].beat()
+        check_disjoint(list(live.values()))  # type: ignore[arg-type]
+        if live:
+            held_disjoint(cluster)
+    for _ in range(8):
+        for member in live.values():
+            member.beat()
+        check_disjoint(list(live.values()))  # type: ignore[arg-type]
+    if live:
+        assert sum(m.count for m in live.values()) == 7
+
+
+def test_classic_member_metadata_records_round_trip_and_refuse_bad_timeouts() -> None:
+    value = rec.MemberMetadata(None, None, "c", "h", ("t",), 5000, None, 10_000)
+    data = rec.encode_value(rec.MEMBER_METADATA, value)
+    assert rec.decode_value(rec.MEMBER_METADATA, data) == value
+    assert data[:2] == b"\x00\x01"
+    with pytest.raises(rec.GroupRecordError):
+        rec.decode_value(rec.MEMBER_METADATA, data[:-4] + struct.pack(">i", 0))
+    with pytest.raises(rec.GroupRecordError):  # version 1 is for member metadata only
+        rec.decode_value(rec.GROUP_METADATA, b"\x00\x01" + struct.pack(">i", 3))
