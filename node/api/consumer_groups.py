@@ -66,7 +66,7 @@ class ConsumerGroupApi:
                 server_assignor=request.server_assignor
                 if request.HasField("server_assignor") else None,
                 owned=owned,
-                client_host=_host(context.peer() or ""),
+                client_host=client_host(context.peer() or ""),
             ))
         except errors.TidelogError as exc:
             return failed(exc)
@@ -77,6 +77,15 @@ class ConsumerGroupApi:
         if answer.assignment is not None:
             response.assignment.CopyFrom(to_pb(answer.assignment))
         return response
+
+    def read_refused(
+        self, context: grpc.aio.ServicerContext, group: str
+    ) -> errors.AuthorizationError | None:
+        """The refusal of READ on `group`, which every member's request needs (the classic
+        members' JoinGroup, SyncGroup, Heartbeat and LeaveGroup of the Kafka listener, which
+        go to `driver` at the coordinator itself: a Kafka client finds the coordinator and
+        is told NOT_COORDINATOR elsewhere); None when allowed."""
+        return self.group_api._group_refused(context, Operation.READ, group)[1]
 
     async def describe(
         self, request: pb.ConsumerGroupDescribeRequest, context: grpc.aio.ServicerContext
@@ -146,7 +155,7 @@ def _assignment(message: pb.ConsumerGroupAssignment) -> Assignment:
     return out
 
 
-def _host(peer: str) -> str:
+def client_host(peer: str) -> str:
     """The host part of a gRPC peer ("ipv4:127.0.0.1:5555" -> "/127.0.0.1", Kafka's form)."""
     _, _, address = peer.partition(":")
     host, _, _ = address.rpartition(":")

@@ -9,6 +9,10 @@ under the group's lock, so each plans against what the one before it committed: 
 joining at once make two epochs, not one epoch twice. Heartbeats that change nothing write
 nothing and wait for no round.
 
+Classic members (the Kafka listener's JoinGroup, SyncGroup, Heartbeat and LeaveGroup) take
+the same turns: a JoinGroup or LeaveGroup plans and appends as a heartbeat does; a SyncGroup or
+Heartbeat reads the committed state and writes nothing.
+
 Session and rebalance timeouts run on the coordinator's clock: every tick the loop asks each
 partition's state which members expired and fences them (their records removed, the group
 epoch bumped), so their partitions go to the others at their next heartbeats.
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 
 from tidelog import errors
 from tidelog.clock import wall_clock_ms
+from tidelog.coordinator.consumer_group_records import Assignment
 from tidelog.coordinator.consumer_groups import (
     ConsumerGroups,
     GroupDescription,
@@ -58,15 +63,46 @@ class ConsumerGroupDriver:
 
     async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         """Plan, append, wait until committed, answer; raises the heartbeat's error."""
+        return await self._planned(request, classic=False)
+
+    async def classic_join(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        """A classic member's JoinGroup (`ConsumerGroups.plan_classic_join`), as a heartbeat:
+        the answer's member epoch is the generation."""
+        return await self._planned(request, classic=True)
+
+    async def _planned(self, request: HeartbeatRequest, *, classic: bool) -> HeartbeatResponse:
         async with self._lock(request.group_id):
             led = self.groups._coordinating(request.group_id)
             state = led.state.consumer_groups
             now_ms = wall_clock_ms()
-            plan = state.plan_heartbeat(request, self._topics(), now_ms)
+            plan = (state.plan_classic_join if classic else state.plan_heartbeat)(
+                request, self._topics(), now_ms
+            )
             if plan.records:
                 await self.groups._append_group(led, plan.records, None)
             state.heartbeat_answered(request.group_id, request.member_id, now_ms)
             return plan.response
+
+    async def classic_sync(self, group: str, member_id: str, generation: int) -> Assignment:
+        """A classic member's SyncGroup: its current assignment."""
+        async with self._lock(group):
+            state = self.groups._coordinating(group).state.consumer_groups
+            return state.classic_assignment(group, member_id, generation, wall_clock_ms())
+
+    async def classic_heartbeat(self, group: str, member_id: str, generation: int) -> bool:
+        """A classic member's Heartbeat: True when it must join again."""
+        async with self._lock(group):
+            state = self.groups._coordinating(group).state.consumer_groups
+            return state.classic_heartbeat(group, member_id, generation, wall_clock_ms())
+
+    async def classic_leave(self, group: str, member_id: str, instance_id: str | None) -> None:
+        """A classic member's LeaveGroup: removed once its records are committed."""
+        async with self._lock(group):
+            led = self.groups._coordinating(group)
+            records = led.state.consumer_groups.plan_classic_leave(
+                group, member_id, instance_id, wall_clock_ms()
+            )
+            await self.groups._append_group(led, records, None)
 
     def describe(self, group: str) -> GroupDescription:
         led = self.groups._coordinating(group)
