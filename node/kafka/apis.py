@@ -10,7 +10,9 @@ from tidelog.node.cluster.controller_driver import ControllerDriver
 from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
 from tidelog.node.kafka.api_versions import add_api_versions
+from tidelog.node.kafka.fetch import add_fetch
 from tidelog.node.kafka.metadata import add_metadata
+from tidelog.node.kafka.produce import add_produce
 from tidelog.node.kafka.registry import ApiRegistry
 
 
@@ -30,4 +32,6 @@ def kafka_registry(parts: KafkaParts) -> ApiRegistry:
     registry = ApiRegistry()
     add_api_versions(registry)
     add_metadata(registry, parts.servicer, parts.controller, parts.routing)
+    add_produce(registry, parts.servicer, parts.routing)
+    add_fetch(registry, parts.servicer)
     return registry

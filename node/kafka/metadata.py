@@ -22,7 +22,7 @@ from tidelog.node.cluster.controller_driver import ControllerDriver
 from tidelog.node.cluster.routing import Routing
 from tidelog.node.kafka.call import KafkaCall
 from tidelog.node.kafka.codec import response_type
-from tidelog.node.kafka.fields import build, entity_of
+from tidelog.node.kafka.fields import build, entity_of, error_code
 from tidelog.node.kafka.registry import ApiRegistry
 from tidelog.v1 import tidelog_pb2 as pb
 
@@ -42,13 +42,6 @@ def tidelog_topic_id(topic: uuid.UUID | None) -> int:
     if topic is None or topic.int >> 64 != TOPIC_ID_HIGH:
         return 0
     return topic.int & ((1 << 64) - 1)
-
-
-def _error(code: int) -> ErrorCode:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return ErrorCode.unknown_server_error
 
 
 class MetadataAdapter:
@@ -95,13 +88,13 @@ class MetadataAdapter:
                 known = image.topics.get(entry.name)
                 topics.append(build(
                     topic_type,
-                    error_code=_error(entry.error_code), name=entry.name,
+                    error_code=error_code(entry.error_code), name=entry.name,
                     topic_id=topic_uuid(known.topic_id) if known else uuid.UUID(int=0),
                     is_internal=entry.is_internal,
                     partitions=tuple(
                         build(
                             partition_type,
-                            error_code=_error(p.error_code), partition_index=p.partition,
+                            error_code=error_code(p.error_code), partition_index=p.partition,
                             leader_id=p.leader_id, leader_epoch=p.leader_epoch,
                             replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr),
                             offline_replicas=tuple(r for r in p.replicas if r not in alive),

@@ -1,0 +1,157 @@
+"""Fetch (key 1), v4-12, and ListOffsets (key 2), v1-7: Tidelog's own handlers answer
+(node/api/data_plane.py's fetch and list_offsets, with their authorization, long poll, bounds
+and error codes); this adapter only translates.
+
+Fetch returns the stored batches as they are: whole batches, the first one from its start even
+when the fetch offset is inside it (a Kafka consumer skips the records below its position, as
+with any Kafka broker), control batches included; read_committed reads up to the last stable
+offset and gets the aborted transactions of what it read.
+
+Fetch sessions (KIP-227) are not kept, as a Kafka broker whose session cache has no slots: a
+full fetch (session epoch 0 or -1) is served and answered with session id 0, which tells the
+client that no session was made, so that it sends full fetches again; an incremental fetch
+(any other epoch) names a session the node cannot have and gets FETCH_SESSION_ID_NOT_FOUND.
+
+ListOffsets serves every lookup Tidelog's handler has (earliest -2, latest -1, max timestamp
+-3, by timestamp), under either isolation level (the latest offset is the high watermark or
+the last stable offset).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from tidelog.node.kafka.call import KafkaCall
+from tidelog.node.kafka.codec import response_type
+from tidelog.node.kafka.fields import build, entity_of, error_code, millis
+from tidelog.node.kafka.produce import leader_of
+from tidelog.node.kafka.registry import ApiRegistry
+from tidelog.types import IsolationLevel
+from tidelog.v1 import tidelog_pb2 as pb
+
+FETCH_KEY = 1
+FETCH_VERSIONS = (4, 12)
+LIST_OFFSETS_KEY = 2
+LIST_OFFSETS_VERSIONS = (1, 7)
+#: The session epochs of a full fetch: 0 asks for a new session, -1 for none (KIP-227).
+_FULL_FETCH_EPOCHS = (0, -1)
+#: The session id that says "no session" (Kafka's INVALID_SESSION_ID).
+_NO_SESSION = 0
+
+
+async def fetch(servicer: Any, request: Any, call: KafkaCall) -> Any:
+    response = response_type(FETCH_KEY, call.api_version)
+    if getattr(request, "session_epoch", -1) not in _FULL_FETCH_EPOCHS:
+        return build(
+            response, throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.fetch_session_id_not_found, session_id=_NO_SESSION,
+            responses=(),
+        )
+    max_wait_ms = max(millis(request.max_wait), 0)
+    asked = pb.FetchRequest(
+        replica_id=request.replica_id,
+        max_wait_ms=max_wait_ms,
+        min_bytes=max(request.min_bytes, 0),
+        max_bytes=max(request.max_bytes, 0),
+        isolation_level=request.isolation_level,
+        topics=[
+            pb.FetchTopic(name=topic.topic, partitions=[
+                pb.FetchPartition(
+                    partition=part.partition,
+                    current_leader_epoch=getattr(part, "current_leader_epoch", -1),
+                    fetch_offset=part.fetch_offset,
+                    partition_max_bytes=max(part.partition_max_bytes, 0),
+                )
+                for part in topic.partitions
+            ])
+            for topic in request.topics
+        ],
+    )
+    # The long poll may take max_wait; the answer must still get out within the deadline.
+    call.set_timeout(max(call.time_remaining(), max_wait_ms / 1000 + 5))
+    answer: pb.FetchResponse = await servicer.Fetch(asked, call)
+    committed = request.isolation_level == IsolationLevel.READ_COMMITTED
+    topic_type = entity_of(response, "FetchableTopicResponse")
+    part_type = entity_of(response, "PartitionData")
+    aborted_type = entity_of(response, "AbortedTransaction")
+    return build(
+        response,
+        throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, session_id=_NO_SESSION,
+        responses=tuple(
+            build(topic_type, topic=topic.name, partitions=tuple(
+                build(
+                    part_type,
+                    partition_index=part.partition, error_code=error_code(part.error_code),
+                    high_watermark=part.high_watermark,
+                    last_stable_offset=part.last_stable_offset,
+                    log_start_offset=part.log_start_offset,
+                    aborted_transactions=tuple(
+                        aborted_type(producer_id=txn.producer_id,
+                                     first_offset=txn.first_offset)
+                        for txn in part.aborted_transactions
+                    ) if committed else None,
+                    preferred_read_replica=-1,
+                    records=part.records,
+                    current_leader=leader_of(
+                        response, "LeaderIdAndEpoch",
+                        part.current_leader if part.HasField("current_leader") else None,
+                    ),
+                )
+                for part in topic.partitions
+            ))
+            for topic in answer.topics
+        ),
+    )
+
+
+async def list_offsets(servicer: Any, request: Any, call: KafkaCall) -> Any:
+    asked = pb.ListOffsetsRequest(
+        replica_id=request.replica_id,
+        # v1 has no isolation level: read_uncommitted, as Kafka reads it.
+        isolation_level=getattr(request, "isolation_level", IsolationLevel.READ_UNCOMMITTED),
+        topics=[
+            pb.ListOffsetsTopic(name=topic.name, partitions=[
+                pb.ListOffsetsPartition(
+                    partition=part.partition_index,
+                    current_leader_epoch=getattr(part, "current_leader_epoch", -1),
+                    timestamp=part.timestamp,
+                )
+                for part in topic.partitions
+            ])
+            for topic in request.topics
+        ],
+    )
+    answer: pb.ListOffsetsResponse = await servicer.ListOffsets(asked, call)
+    response = response_type(LIST_OFFSETS_KEY, call.api_version)
+    topic_type = entity_of(response, "ListOffsetsTopicResponse")
+    part_type = entity_of(response, "ListOffsetsPartitionResponse")
+    return build(
+        response,
+        throttle_time=datetime.timedelta(0),
+        topics=tuple(
+            build(topic_type, name=topic.name, partitions=tuple(
+                build(
+                    part_type,
+                    partition_index=part.partition, error_code=error_code(part.error_code),
+                    timestamp=part.timestamp, offset=part.offset,
+                    leader_epoch=part.leader_epoch,
+                )
+                for part in topic.partitions
+            ))
+            for topic in answer.topics
+        ),
+    )
+
+
+def add_fetch(registry: ApiRegistry, servicer: Any) -> None:
+    async def handle_fetch(request: Any, call: KafkaCall) -> Any:
+        return await fetch(servicer, request, call)
+
+    async def handle_list_offsets(request: Any, call: KafkaCall) -> Any:
+        return await list_offsets(servicer, request, call)
+
+    registry.add(FETCH_KEY, *FETCH_VERSIONS, handle_fetch)
+    registry.add(LIST_OFFSETS_KEY, *LIST_OFFSETS_VERSIONS, handle_list_offsets)

@@ -1,0 +1,243 @@
+"""Produce, Fetch and ListOffsets through the Kafka listener with the real clients: what each of
+kafka-python, confluent-kafka, aiokafka and Tidelog's own client writes (keyed records with
+headers and their timestamps, under every compression codec it has), every one of them reads
+back equal, offsets included; Kafka clients' beginning, end and by-time offsets under both
+isolation levels are Tidelog's; a fetch from inside a batch returns the whole batch and the
+client skips to its offset; fetch sessions are answered as by a Kafka broker that keeps none."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiokafka
+import confluent_kafka
+import kafka
+import pytest
+from kafka_clients import (
+    CLIENT_TIMEOUT_S,
+    CONFLUENT_QUIET,
+    READERS,
+    WRITERS,
+    Rec,
+    codecs,
+    read_tidelog,
+    records_for,
+    write_tidelog,
+)
+from kafka_wire import ask
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+
+from tidelog.client import Client
+from tidelog.producer import Producer
+from tidelog.records import read_header
+from tidelog.testing import LocalCluster
+from tidelog.types import IsolationLevel, OffsetSpec, TopicPartition
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Records each writer writes per codec.
+PER_CODEC = 4
+ALL_READERS = [*READERS, "tidelog"]
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, Any]:
+    return {"nodes": 1}
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap) as opened:
+        yield opened
+
+
+def _now_ms() -> int:
+    # Recent timestamps: far older ones would fall to the topic's time retention at once.
+    return int(time.time() * 1000) - 60_000
+
+
+def _read(cluster: LocalCluster, reader: str, topic: str, start: int, count: int,
+          isolation: str = "read_uncommitted") -> list[Rec]:
+    if reader == "tidelog":
+        return read_tidelog(cluster.bootstrap, topic, start, count, isolation)
+    return READERS[reader](cluster.kafka_bootstrap, topic, start, count, isolation)
+
+
+@pytest.mark.parametrize("writer", [*WRITERS, "tidelog"])
+def test_what_each_client_writes_every_client_reads_equal(
+    cluster: LocalCluster, client: Client, writer: str
+) -> None:
+    topic = f"from-{writer}"
+    client.create_topic(topic, partitions=1, replication_factor=1)
+    base = _now_ms()
+    written: list[Rec] = []
+    for codec in codecs(writer if writer != "tidelog" else "confluent-kafka"):
+        records = records_for(writer, codec, PER_CODEC, base + len(written))
+        if writer == "tidelog":
+            write_tidelog(cluster.bootstrap, topic, codec, records)
+        else:
+            WRITERS[writer](cluster.kafka_bootstrap, topic, codec, records)
+        written += [r._replace(offset=len(written) + i) for i, r in enumerate(records)]
+    for reader in ALL_READERS:
+        assert _read(cluster, reader, topic, 0, len(written)) == written, reader
+
+
+@pytest.fixture(scope="module")
+def open_transaction(cluster: LocalCluster, client: Client) -> Iterator[tuple[int, Producer]]:
+    """A partition of 5 committed records (timestamps base..base+4) followed by 2 records of
+    a transaction left open: its high watermark is 7, its last stable offset 5."""
+    client.create_topic("offsets", partitions=1, replication_factor=1)
+    base = _now_ms()
+    write_tidelog(cluster.bootstrap, "offsets", "none", records_for("t", "none", 5, base))
+    producer = client.producer(transactional_id="offsets-open")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(2):
+        producer.send("offsets", value=b"open", partition=0, timestamp_ms=base + 10 + i)
+    producer.flush(timeout=CLIENT_TIMEOUT_S)
+    try:
+        yield base, producer
+    finally:
+        producer.close(timeout=CLIENT_TIMEOUT_S)
+
+
+def _tidelog_offsets(client: Client, spec: OffsetSpec, isolation: IsolationLevel) -> int:
+    tp = TopicPartition("offsets", 0)
+    return client.list_offsets({tp: spec}, isolation).pop(tp).offset
+
+
+def _kafka_python_offsets(cluster: LocalCluster, isolation: str, ts: int) -> tuple[int, ...]:
+    consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap,
+                                   isolation_level=isolation, enable_auto_commit=False)
+    try:
+        tp = kafka.TopicPartition("offsets", 0)
+        found = consumer.offsets_for_times({tp: ts})[tp]
+        return (consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp],
+                found.offset, found.timestamp)
+    finally:
+        consumer.close()
+
+
+def _confluent_offsets(cluster: LocalCluster, isolation: str, ts: int) -> tuple[int, ...]:
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": cluster.kafka_bootstrap, "group.id": "tidelog-tests",
+        "isolation.level": isolation, **CONFLUENT_QUIET,
+    })
+    try:
+        low, high = consumer.get_watermark_offsets(
+            confluent_kafka.TopicPartition("offsets", 0), timeout=CLIENT_TIMEOUT_S)
+        [found] = consumer.offsets_for_times(
+            [confluent_kafka.TopicPartition("offsets", 0, ts)], timeout=CLIENT_TIMEOUT_S)
+        return low, high, found.offset
+    finally:
+        consumer.close()
+
+
+def _aiokafka_offsets(cluster: LocalCluster, isolation: str, ts: int) -> tuple[int, ...]:
+    async def ask_offsets() -> tuple[int, ...]:
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap,
+                                             isolation_level=isolation,
+                                             enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = aiokafka.TopicPartition("offsets", 0)
+            found = (await consumer.offsets_for_times({tp: ts}))[tp]
+            return ((await consumer.beginning_offsets([tp]))[tp],
+                    (await consumer.end_offsets([tp]))[tp], found.offset, found.timestamp)
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(ask_offsets())
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_kafka_clients_list_the_offsets_tidelog_lists(
+    cluster: LocalCluster, client: Client, open_transaction: tuple[int, Producer],
+    isolation: str,
+) -> None:
+    base, _ = open_transaction
+    level = IsolationLevel.parse(isolation)
+    earliest = _tidelog_offsets(client, OffsetSpec.earliest(), level)
+    latest = _tidelog_offsets(client, OffsetSpec.latest(), level)
+    at = _tidelog_offsets(client, OffsetSpec.for_timestamp(base + 2), level)
+    assert (earliest, latest, at) == (0, 7 if level is IsolationLevel.READ_UNCOMMITTED else 5, 2)
+    assert _kafka_python_offsets(cluster, isolation, base + 2) == (earliest, latest, at, base + 2)
+    assert _aiokafka_offsets(cluster, isolation, base + 2) == (earliest, latest, at, base + 2)
+    assert _confluent_offsets(cluster, isolation, base + 2) == (earliest, latest, at)
+
+
+def test_list_offsets_max_timestamp_as_tidelog(
+    cluster: LocalCluster, client: Client, open_transaction: tuple[int, Producer],
+) -> None:
+    """ListOffsets v7's max timestamp (-3) is Tidelog's (the open transaction's last record);
+    a lookup past every record finds nothing (-1, -1), as Kafka answers it."""
+    base, _ = open_transaction
+    tp = TopicPartition("offsets", 0)
+    expected = client.list_offsets({tp: OffsetSpec.max_timestamp()}).pop(tp)
+    assert (expected.offset, expected.timestamp) == (6, base + 11)
+    for timestamp, want in ((-3, (6, base + 11)), (base + 10**6, (-1, -1))):
+        request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
+            ListOffsetsTopic(name="offsets", partitions=(ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=timestamp),)),
+        ))
+        [answer] = ask(cluster.kafka_address_of(1), request).topics[0].partitions
+        assert answer.error_code == ErrorCode.none
+        assert (answer.offset, answer.timestamp) == want
+
+
+def _fetch(offset: int, session_epoch: int = -1) -> FetchRequest:
+    return FetchRequest(
+        replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0, session_epoch=session_epoch, forgotten_topics_data=(), rack_id="",
+        topics=(FetchTopic(topic="one-batch", partitions=(FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=1 << 20,
+        ),)),),
+    )
+
+
+@pytest.fixture(scope="module")
+def one_batch(cluster: LocalCluster, client: Client) -> list[Rec]:
+    """Ten records in one lz4 batch of confluent-kafka's, at offsets 0-9."""
+    client.create_topic("one-batch", partitions=1, replication_factor=1)
+    records = records_for("confluent-kafka", "lz4", 10, _now_ms())
+    WRITERS["confluent-kafka"](cluster.kafka_bootstrap, "one-batch", "lz4", records)
+    return [r._replace(offset=i) for i, r in enumerate(records)]
+
+
+def test_a_fetch_inside_a_batch_returns_the_whole_batch(
+    cluster: LocalCluster, one_batch: list[Rec]
+) -> None:
+    whole = ask(cluster.kafka_address_of(1), _fetch(0)).responses[0].partitions[0].records
+    answer = ask(cluster.kafka_address_of(1), _fetch(4))
+    assert (answer.error_code, answer.session_id) == (ErrorCode.none, 0)
+    [part] = answer.responses[0].partitions
+    assert part.error_code == ErrorCode.none and part.high_watermark == 10
+    # The batch comes from its base offset (as stored), and the clients skip to their offset.
+    assert part.records == whole and read_header(part.records).base_offset == 0
+    for reader in ALL_READERS:
+        assert _read(cluster, reader, "one-batch", 4, 6) == one_batch[4:], reader
+
+
+def test_fetch_sessions_are_answered_as_by_a_broker_that_keeps_none(
+    cluster: LocalCluster, one_batch: list[Rec]
+) -> None:
+    """Epoch 0 asks for a session: served in full, with session id 0 (none was made); an
+    incremental fetch names a session that cannot exist."""
+    created = ask(cluster.kafka_address_of(1), _fetch(0, session_epoch=0))
+    assert (created.error_code, created.session_id) == (ErrorCode.none, 0)
+    assert created.responses[0].partitions[0].error_code == ErrorCode.none
+    incremental = ask(cluster.kafka_address_of(1), _fetch(0, session_epoch=1))
+    assert incremental.error_code == ErrorCode.fetch_session_id_not_found
+    assert incremental.responses == ()
