@@ -42,16 +42,19 @@ class PeerPacing:
         #: within +-``heartbeat_ticks``.
         self._credit: dict[int, int] = {}
 
-    def report(self, peer: int, ticks: int, now: int) -> None:
-        """`peer` said at this node's tick `now` that its loop has run `ticks` ticks."""
+    def report(self, peer: int, ticks: int, now: int) -> bool:
+        """`peer` said at this node's tick `now` that its loop has run `ticks` ticks. True
+        when it counts fewer than it said before: its node restarted, and support for the
+        leaders it had is over (`RaftCore.peer_down`, "Fortification")."""
         last = self._reported.get(peer)
         self._reported[peer] = ticks
         self._at[peer] = now
         if last is None or ticks < last:  # its first report, or it restarted
             self._credit[peer] = 0
-            return
+            return last is not None
         slack = self._config.heartbeat_ticks
         self._credit[peer] = min(slack, self._credit[peer] + ticks - last)
+        return False
 
     def lagging(self, now: int, silent: Collection[int]) -> set[int]:
         """At this node's tick `now` (called once a tick): the peers that reported lately,
@@ -72,9 +75,9 @@ class PeerPacing:
         return lagging
 
 
-def tick_paced(core: RaftCore, lagging: Collection[int]) -> bool:
+def tick_paced(core: RaftCore, lagging: Collection[int], down: Collection[int] = ()) -> bool:
     """`RaftCore.tick` of a core on a node whose `lagging` peers (`PeerPacing.lagging`) are
-    not empty."""
+    not empty; `down` as `RaftCore.tick` takes it."""
     leader = core.leader_id
     if leader is not None and leader in lagging:
         return False  # its leader's node is slow: its election timer waits for it
@@ -82,4 +85,4 @@ def tick_paced(core: RaftCore, lagging: Collection[int]) -> bool:
         return core.tick()
     voters = core.conf_state.membership.voters
     paced = sum(1 for voter in voters if voter not in lagging)
-    return core.tick(quorum_paced=2 * paced > len(voters))
+    return core.tick(quorum_paced=2 * paced > len(voters), down=down)

@@ -83,6 +83,36 @@ liveness stands in for its heartbeats:
   follower stops refusing no earlier after a confirmed round than an awake follower would
   (an election timeout after it last heard from the leader), and a leader's read lease, built
   only on confirmed rounds (never extended by a quiesced group), never outlives the refusals.
+
+Fortification (``RaftConfig.fortify``; CockroachDB's leader fortification on store liveness).
+Quiescence spares idle groups; a group that takes writes was still awake, heartbeating each
+interval, from its first write until after its last, and every heartbeat round cost each awake
+group CPU on three nodes. Kafka has no per-partition heartbeat at all: a broker's session with
+the controller stands for all its partitions. Fortified, node liveness holds leadership for
+awake groups too:
+
+* A follower that heard its leader in this term supports it: its election timer stands still
+  and it refuses votes for as long as the leader is a voter of the configuration in effect and
+  its node is heard. Heard from for an election timeout, it sends its leader an answer to no
+  heartbeat (a poke) instead of campaigning, which makes an awake leader resend what was lost
+  and wakes a quiet one, which quiets the group again. Support ends (`_lapse`: the timer counts
+  as run out) when liveness reports the leader's node silent for an election timeout
+  (`peer_down`; a restarted node, or a replica out of service there, is reported the same
+  way), or when the leader itself asks for a vote in a newer term (it stepped down, or
+  restarted). A supporting follower that is quiet refuses a vote and stays quiet.
+* A leader's check-quorum counts the voters whose nodes are heard (``tick(down=...)``), as
+  well as those that answered: answers are only asked for when something waits on them.
+* Heartbeats go on demand: to every follower while a read waits for its quorum round
+  (``read_index``), to a follower an append waits on unanswered for a heartbeat interval (a
+  probe, or what is ``due``), and, as the quiesce heartbeat, with the final HW. A group
+  quiesces in the step that learns its last write is held everywhere, not at a later tick.
+* Leases stay sound (the argument in full: docs/architecture/replication.md, "Reads and the
+  lease"): support only makes a follower refuse votes for longer. Its timer is reset when it
+  hears the leader and otherwise only stands still or is reset again, so once support ends it
+  still refuses until an election timeout after it last heard the leader, as an awake follower
+  would; a lapse that ends the refusal at once comes either after an election timeout of the
+  leader's node's silence (after the last round it confirmed) or from the leader itself having
+  stopped leading the term, when no lease of that term is served any more.
 """
 
 from __future__ import annotations
@@ -90,7 +120,7 @@ from __future__ import annotations
 import enum
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -207,6 +237,11 @@ class RaftConfig:
     #: Idle groups stop ticking and heartbeating (see "Quiescence" above); the driver must then
     #: run node liveness and report dead peers (`RaftCore.peer_down`).
     quiesce: bool = False
+    #: Leadership held by node liveness (see "Fortification" above; needs ``quiesce``'s node
+    #: liveness): a follower's election timer stands still while its leader's node is heard,
+    #: check-quorum counts the voters whose nodes are heard, and a leader heartbeats a
+    #: follower only when something waits on it.
+    fortify: bool = False
     #: Send every follower each new HW at once, by an empty append when no entries go to carry
     #: it, rather than with the next append or heartbeat (see "Carrying the HW" above): for a
     #: group whose followers act on what commits as it commits (the metadata log, which every
@@ -398,6 +433,11 @@ class RaftCore:
         self._read_states: list[ReadState] = []
         self._failed_reads: list[int] = []
         self._quiesced = False
+        #: A follower's support of its leader (`fortify`): it heard the leader in this term,
+        #: and has not learnt since that the leader's node lapsed or that the leader left.
+        self._support = False
+        #: A former leader that is no voter (`fortify`): the voter it asks to stand.
+        self._heir: int | None = None
         at = max(self._hw, self._conf.offset + 1, self._log.log_start)
         while entries := self._log.read(at, self._config.max_append_bytes):
             self._scan_confs(entries)
@@ -490,7 +530,7 @@ class RaftCore:
 
     # ---- inputs ----------------------------------------------------------------------------
 
-    def tick(self, quorum_paced: bool = True) -> bool:
+    def tick(self, quorum_paced: bool = True, down: Collection[int] = ()) -> bool:
         """One tick of the clock. False when all it did was count (a timer running), so a
         driver need not look at this core for it: thousands of awake groups (a new topic
         being elected) cost a driver one pass per tick over them, not three.
@@ -500,14 +540,32 @@ class RaftCore:
         check-quorum window then stands still for this tick (its heartbeats still go), so a
         leader whose followers' answers come late because their nodes are busy is not
         deposed by its own clock. Leases lose nothing: they rest on confirmed rounds and on
-        the followers' refusals, not on this window."""
+        the followers' refusals, not on this window.
+
+        ``down``: the nodes the driver's node liveness has found silent for an election
+        timeout (`peer_down`): a `fortify` leader's check-quorum counts the other voters (see
+        "Fortification")."""
         if self._quiesced:
             return False
         if self._role is Role.LEADER:
-            return self._tick_leader(quorum_paced)
+            return self._tick_leader(quorum_paced, down)
         self._election_elapsed += 1
-        if self._election_elapsed < self._randomized_timeout or self.id not in self._voters.voters:
+        if self.id not in self._voters.voters:
+            if self._heir is None or self._election_elapsed < self._config.election_ticks:
+                return False
+            self._election_elapsed = 0
+            self._send(TimeoutNow(self._term, self.id, self._heir))
+            return True
+        if self._election_elapsed < self._randomized_timeout:
             return False
+        if self._supports():
+            # Its leader's node is heard and it leads on: nothing to stand against. Heard
+            # from for an election timeout, it is asked (an answer to no heartbeat) whether
+            # something was lost, which also wakes a quiet leader to quiet the group again.
+            self._election_elapsed = 0
+            assert self._leader is not None
+            self._send(HeartbeatResponse(self._term, self.id, self._leader))
+            return True
         if self._floor is None:
             self._election_elapsed = 0
             self._campaign(pre_vote=self._config.pre_vote, transfer=False)
@@ -614,7 +672,20 @@ class RaftCore:
         if self._role is not Role.FOLLOWER or self._leader != node:
             return
         self._wake()
+        self._lapse()
+
+    def _lapse(self) -> None:
+        """This follower no longer supports its leader: its election timer counts as run out
+        (it grants votes, and campaigns after the random part of its timeout)."""
+        self._support = False
         self._election_elapsed = max(self._election_elapsed, self._config.election_ticks)
+
+    def _supports(self) -> bool:
+        """Whether this follower holds its leader's leadership for it (`fortify`): its timer
+        stands still and it refuses votes, for as long as the leader's node is heard and the
+        leader is a voter of the configuration in effect here."""
+        return (self._support and self._config.fortify and self._leader is not None
+                and self._leader in self._voters.voters)
 
     def _wake(self) -> None:
         if not self._quiesced:
@@ -633,16 +704,24 @@ class RaftCore:
         # configuration that made the sender a member (a new learner, a reset follower).
         if m.dst != self.id or m.src == self.id:
             return
-        if self._quiesced and not (isinstance(m, Heartbeat) and m.quiesce):
+        vote = isinstance(m, PreVoteRequest | VoteRequest) and m.term > self._term
+        if vote and m.src == self._leader and self._support and self._config.fortify:
+            # Our leader stands for a newer term: it no longer leads ours (a leader never
+            # campaigns; it stepped down, or its node restarted), and no lease of it remains.
+            self._lapse()
+        lease_refusal = (vote and self._in_lease()
+                         and not (isinstance(m, VoteRequest) and m.transfer))
+        if (self._quiesced and not (isinstance(m, Heartbeat) and m.quiesce)
+                and not (lease_refusal and self._supports())):
+            # A supporting follower refuses the vote and stays quiet: its timer would stand
+            # still awake as well (see "Fortification").
             self._wake()
         if m.term > self._term:
-            if isinstance(m, PreVoteRequest | VoteRequest):
-                forced = isinstance(m, VoteRequest) and m.transfer
-                if not forced and self._in_lease():
-                    # We heard from a live leader within an election timeout: the sender is the
-                    # one cut off, and letting it raise our term would depose a healthy leader.
-                    self._reject_vote(m)
-                    return
+            if lease_refusal and isinstance(m, PreVoteRequest | VoteRequest):
+                # We heard from a live leader within an election timeout: the sender is the one
+                # cut off, and letting it raise our term would depose a healthy leader.
+                self._reject_vote(m)
+                return
             if not (isinstance(m, PreVoteRequest)
                     or (isinstance(m, PreVoteResponse) and m.granted)):
                 leader = m.src if isinstance(m, AppendRequest | Heartbeat | TimeoutNow) else None
@@ -667,6 +746,7 @@ class RaftCore:
                 self._become_follower(m.term, m.src)
             self._election_elapsed = 0
             self._leader = m.src
+            self._support = True
             if isinstance(m, AppendRequest):
                 self._handle_append(m)
             else:
@@ -860,7 +940,7 @@ class RaftCore:
             return False
         end = self._log.end
         heir = max(self._peers, key=lambda p: self._progress[p].match, default=None)
-        if heir is not None and self._progress[heir].match == end:
+        if heir is not None and (self._config.fortify or self._progress[heir].match == end):
             self._send(TimeoutNow(self._term, self.id, heir))
         self._become_follower(self._term, None)
         return True
@@ -882,6 +962,8 @@ class RaftCore:
         self._progress = {}
         self._transferee = None
         self._quiesced = False
+        self._support = False
+        self._heir = None
         if self._reads or self._queued_reads:
             # Whoever leads next may commit what these reads must see: they can no longer be
             # confirmed here.
@@ -896,16 +978,26 @@ class RaftCore:
         return (
             self._config.check_quorum
             and self._leader is not None
-            and self._election_elapsed < self._config.election_ticks
+            and (self._election_elapsed < self._config.election_ticks or self._supports())
         )
 
     def _become_follower(self, term: int, leader: int | None) -> None:
+        heir = None
+        if (self._role is Role.LEADER and self._config.fortify
+                and self.id not in self._voters.voters):
+            # A leader that stops leading and may not campaign (its own removal is in effect):
+            # followers that have not learnt the removal support this node for as long as it
+            # is heard, and nothing it does would tell them. The voter holding most of its log
+            # is asked to stand (a forced election, which moves them to a newer term even if
+            # it loses), again each election timeout until a newer term is heard of (`tick`).
+            heir = max(self._peers, key=lambda p: self._progress[p].match, default=None)
         if term != self._term:
             self._term = term
             self._vote = None
         self._role = Role.FOLLOWER
         self._leader = leader
         self._reset()
+        self._heir = heir
 
     def _campaign(self, pre_vote: bool, transfer: bool) -> None:
         if pre_vote:
@@ -983,7 +1075,7 @@ class RaftCore:
             self._log.append((Entry(end, end, self._term, self._codec.marker(end, self._term)),))
         self._bcast_append()
 
-    def _tick_leader(self, quorum_paced: bool) -> bool:
+    def _tick_leader(self, quorum_paced: bool, down: Collection[int]) -> bool:
         self._election_elapsed += quorum_paced
         self._heartbeat_elapsed += 1
         acted = False
@@ -992,8 +1084,11 @@ class RaftCore:
             self._election_elapsed = 0
             if self._config.check_quorum:
                 active = {self.id}
+                # Fortified, a follower whose node is heard counts: its answers are only asked
+                # for when something waits on them.
+                heard = self._config.fortify
                 for peer, pr in self._progress.items():
-                    if pr.recent_active:
+                    if pr.recent_active or (heard and peer not in down):
                         active.add(peer)
                     pr.recent_active = False
                 if not self._voters.vote_result({v: True for v in active}):
@@ -1006,7 +1101,7 @@ class RaftCore:
             if not self._quiesce_if_idle():
                 for pr in self._progress.values():
                     pr.due, pr.beat_end = pr.beat_end, pr.next
-                self._bcast_heartbeat()
+                self._bcast_heartbeat(on_demand=self._config.fortify and not self._reads)
         return acted
 
     def _quiesce_if_idle(self) -> bool:
@@ -1034,12 +1129,16 @@ class RaftCore:
             and all(pr.match == end for pr in self._progress.values())
         )
 
-    def _bcast_heartbeat(self) -> None:
+    def _bcast_heartbeat(self, on_demand: bool = False) -> None:
         """Every heartbeat carries the newest pending read context, so a round whose answers
-        were lost is retried by the next one."""
+        were lost is retried by the next one. ``on_demand``: only to the followers an append
+        waits on, unanswered for a heartbeat interval (a probe, or what is ``due``), whose
+        answer makes the leader resend it (`_handle_heartbeat_response`)."""
         ctx = self._reads[-1].ctx if self._reads else 0
         hw = self._hw
         for peer, pr in self._progress.items():
+            if on_demand and not (pr.paused or pr.match < pr.due):
+                continue
             self._send(Heartbeat(self._term, self.id, peer, min(hw, pr.match), ctx))
 
     # ---- reads -----------------------------------------------------------------------------

@@ -32,13 +32,14 @@ import random
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
 from tidelog.errors import TidelogError
 from tidelog.records import RecordInput, build_batch
 from tidelog.replication.driver import DrivenReplica, Driver, Leadership, Round
+from tidelog.replication.lease import ReadLease, lease_seconds
 from tidelog.replication.log_store import LogCodec, LogStore
 from tidelog.replication.membership import (
     ConfChange,
@@ -116,6 +117,13 @@ class SimConfig:
     #: Followers are sent each new HW at once (`RaftConfig.eager_hw`, the metadata log's
     #: setting) rather than with the next append or heartbeat.
     eager_hw: bool
+    #: Weight of the pause fault: a node's process stops (SIGSTOP) for a while and then runs
+    #: on from where it was, its timers unaware of the lost time and what reached it
+    #: meanwhile handled only then.
+    pause_weight: int
+    #: Leadership held by node liveness (`RaftConfig.fortify`, the node's setting): checked
+    #: by `Simulator._check_campaign`, and by reads answered under the lease.
+    fortify: bool
 
     @classmethod
     def derive(
@@ -129,7 +137,7 @@ class SimConfig:
         # A round trip (two delays, two syncs) must fit well inside an election timeout, as in
         # any deployment; otherwise check-quorum rightly deposes every leader.
         latency_cap = max(1, election_ticks * TICK // 6)
-        return cls(
+        config = cls(
             seed=seed,
             swarm=swarm,
             nodes=nodes if nodes is not None else rng.choice((3, 3, 5)) if swarm else 3,
@@ -164,9 +172,14 @@ class SimConfig:
             spares=rng.randint(0, 2) if swarm else 1,
             membership_interval_ticks=(on(rng.randint(2, 3 * election_ticks)) if swarm
                                        else 8),
+            pause_weight=on(rng.randint(1, 5)) if swarm else 1,
             # Picked by the seed, not drawn: every other seed's run stays what it was.
             eager_hw=swarm and seed % 4 == 3,
+            fortify=False,
         )
+        # Most seeds run as the node does; a fifth of the quiescing swarm seeds keep
+        # quiescence alone. Picked by the seed, not drawn.
+        return replace(config, fortify=config.quiesce and not (swarm and seed % 5 == 0))
 
     def describe(self) -> str:
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -195,16 +208,20 @@ class SimResult:
 
 class _Ping(NamedTuple):
     """Node liveness's own heartbeat, one a heartbeat interval per node pair whatever the
-    group does: quiesced groups send nothing, and a node must still learn that a peer died."""
+    group does: quiesced groups send nothing, and a node must still learn that a peer died.
+    ``incarnation`` tells a restart (the node's envelopes say how many ticks its loop ran,
+    which a restart sets back: `PeerPacing.report`)."""
 
     src: int
     dst: int
+    incarnation: int
 
 
 class _Node:
     __slots__ = ("bootstrap", "confs", "core", "disk", "durable", "fresh", "heard", "id",
-                 "incarnation", "pending", "published_hw", "quiesced", "replica", "round",
-                 "store", "tick_interval", "ticks", "up", "wiped")
+                 "incarnation", "incarnations", "lease", "paused_until", "pending",
+                 "published_hw", "quiesced", "replica", "reported", "round", "seen", "store",
+                 "tick_interval", "ticks", "up", "wiped")
 
     def __init__(self, node_id: int, tick_interval: int, directory: Path,
                  bootstrap: Membership) -> None:
@@ -235,10 +252,22 @@ class _Node:
         self.up = False
         self.published_hw = 0
         self.pending: list[tuple[Entry, int, int]] = []  # (entry, client, request id)
-        #: Node liveness: when this node last received anything from each peer.
+        #: Until when its process is stopped (the pause fault): its events wait till then.
+        self.paused_until = 0
+        #: Node liveness: at which of its ticks this node last received anything from each
+        #: peer (counted in ticks, as the node counts them, so a pause of its own is not
+        #: taken for its peers' silence), the
+        #: incarnation of the peer it last heard, and when it last reported a peer down to
+        #: its core (silent, or restarted).
         self.heard: dict[int, int] = {}
+        self.incarnations: dict[int, int] = {}
+        self.reported: dict[int, int] = {}
         self.quiesced = False
         self.ticks = 0
+        #: The read lease of its replica (`tidelog.replication.lease`), forgotten at a crash.
+        self.lease = ReadLease(0)
+        #: (role, term, leader) of its core when last looked at (`Simulator._check_campaign`).
+        self.seen: tuple[Role, int, int | None] = (Role.FOLLOWER, 0, None)
 
 
 class _Client:
@@ -281,11 +310,16 @@ class _Reader:
 
 
 class _Read(NamedTuple):
-    """An outstanding read: who asked, where, and the committed end it must cover."""
+    """An outstanding read: who asked, where, and the committed end it must cover; when it
+    was asked, in which term, and whether its confirmation may renew the lease (no transfer
+    under way or begun in the term)."""
 
     reader: int
     node: int
     bound: int
+    asked_at: int
+    term: int
+    renews: bool
 
 
 class Simulator:
@@ -299,6 +333,7 @@ class Simulator:
             max_inflight_appends=config.max_inflight_appends,
             quiesce=config.quiesce,
             eager_hw=config.eager_hw,
+            fortify=config.fortify,
         )
         self.log_config = LogConfig(segment_bytes=config.segment_bytes,
                                     index_interval_bytes=min(4096, config.segment_bytes // 4))
@@ -315,6 +350,12 @@ class Simulator:
             for i in self.ids
         ]
         self.driver: Driver[_Node] = Driver(self)
+        #: A read lease's length (`tidelog.replication.lease`), as the node derives it
+        #: (`lease_seconds`), in virtual time: the followers'
+        #: refusals are counted in their own ticks, so the shortest tick interval is the
+        #: one that bounds them (the node's clocks differ by ppm, these by up to 30 %).
+        self.lease_duration = lease_seconds(self.raft_config, min(n.tick_interval
+                                                                  for n in self.nodes))
         self.clients = [_Client(i) for i in range(config.clients)]
         self.readers = [_Reader(i) for i in range(config.readers)]
         self.reads: dict[int, _Read] = {}
@@ -333,6 +374,9 @@ class Simulator:
         self.chain: list[Entry] = []
         self.chain_bases: list[int] = []
         self.chain_end = 0
+        #: The committed end each time it grew, and the term that committed it.
+        self.commit_terms: list[int] = []
+        self.commit_ends: list[int] = []
         self.registry: dict[tuple[int, int], tuple[int, bytes, int | None]] = {}
         #: The configurations in the committed chain, oldest first.
         self.chain_confs = [ConfState(-1, initial)]
@@ -362,7 +406,8 @@ class Simulator:
             self._at(self.rng.randrange(cfg.client_interval), _CLIENT, c)
         for r in self.readers:
             self._at(self.rng.randrange(cfg.client_interval), _READ, r)
-        if cfg.crash_weight + cfg.partition_weight + cfg.transfer_weight + cfg.retention_weight:
+        if (cfg.crash_weight + cfg.partition_weight + cfg.transfer_weight + cfg.retention_weight
+                + cfg.pause_weight):
             self._at(cfg.nemesis_interval_ticks * TICK, _NEMESIS)
         if cfg.membership_interval_ticks:
             self._at(cfg.membership_interval_ticks * TICK, _MEMBERSHIP)
@@ -401,6 +446,11 @@ class Simulator:
             t, _, kind, a, b = pop(heap)
             self.now = t
             self.events += 1
+            if kind in (_DELIVER, _TICK, _FSYNC):
+                node: _Node = self.nodes[a.dst] if kind == _DELIVER else a  # type: ignore
+                if node.paused_until > t:  # its process is stopped: later, in this order
+                    self._at(node.paused_until, kind, a, b)
+                    continue
             if kind == _DELIVER:
                 self._deliver(a)  # type: ignore[arg-type]
             elif kind == _TICK:
@@ -454,7 +504,11 @@ class Simulator:
         # as Kafka does): a restarted replica starts from the checkpointed one, never above
         # what it published before, and learns the rest from the leader.
         node.published_hw = node.core.high_watermark
-        node.heard = {v: self.now for v in self.ids if v != node.id}
+        node.heard = {v: node.ticks for v in self.ids if v != node.id}
+        node.incarnations = {}
+        node.reported = {}
+        node.lease = ReadLease(self.lease_duration)
+        node.seen = (Role.FOLLOWER, node.core.term, None)
         node.confs = None
         node.quiesced = False
         self._at(self.now + self.rng.randrange(1, node.tick_interval + 1), _TICK, node,
@@ -493,6 +547,8 @@ class Simulator:
         if node.core.role is Role.LEADER:
             self._leader_lost(fault=True)
         node.up = False
+        node.paused_until = 0
+        node.lease.end()
         node.core = node.replica = node.store = None
         node.round = None  # never synced: lost or torn, and nothing in it was promised
         node.disk.crash(self.rng)
@@ -512,36 +568,43 @@ class Simulator:
         core = node.core
         assert core is not None
         was_leader = core.role is Role.LEADER
-        core.tick()
+        down = self._liveness(node, core) if self.cfg.quiesce else set()
+        core.tick(down=down)
         if was_leader and core.role is not Role.LEADER:
             self._leader_lost(fault=self.faults_on)
-        if self.cfg.quiesce:
-            self._liveness(node, core)
         self._after(node, core)
         self._at(self.now + node.tick_interval, _TICK, node, incarnation)
 
-    def _liveness(self, node: _Node, core: RaftCore) -> None:
+    def _liveness(self, node: _Node, core: RaftCore) -> set[int]:
         """What a node's liveness does on each tick: a ping to every peer each heartbeat
         interval, and `RaftCore.peer_down` for every peer not heard from for an election
-        timeout on this node's clock."""
+        timeout on this node's clock; those peers, for the tick."""
         node.ticks += 1
         if node.ticks % self.cfg.heartbeat_ticks == 0:
             for peer in node.heard:
-                self._send(_Ping(node.id, peer))
-        silent = self.now - self.cfg.election_ticks * node.tick_interval
-        for peer, heard in node.heard.items():
-            if heard <= silent:
-                core.peer_down(peer)
+                self._send(_Ping(node.id, peer, node.incarnation))
+        silent = node.ticks - self.cfg.election_ticks
+        down = {peer for peer, heard in node.heard.items() if heard <= silent}
+        for peer in down:
+            node.reported[peer] = self.now
+            core.peer_down(peer)
+        return down
 
     def _deliver(self, m: Message | _Ping) -> None:
         node = self.nodes[m.dst]
-        if node.core is None or (m.src, m.dst) in self.blocked:
+        core = node.core
+        if core is None or (m.src, m.dst) in self.blocked:
             return
-        node.heard[m.src] = self.now
+        node.heard[m.src] = node.ticks
         if isinstance(m, _Ping):
+            if node.incarnations.setdefault(m.src, m.incarnation) != m.incarnation:
+                node.incarnations[m.src] = m.incarnation
+                node.reported[m.src] = self.now  # it restarted
+                core.peer_down(m.src)
+                self._after(node, core)
             return
-        node.core.step(m)
-        self._after(node, node.core)
+        core.step(m)
+        self._after(node, core)
 
     def _after(self, node: _Node, core: RaftCore) -> None:
         """Invariant checks that concern the core's state, then what may leave at once, then a
@@ -558,6 +621,8 @@ class Simulator:
                     self._leader_lost_at = None
             elif holder != node.id:
                 raise InvariantViolation(f"two leaders in term {term}: {holder} and {node.id}")
+        if self.cfg.fortify:
+            self._check_campaign(node, core)
         if core.quiesced != node.quiesced:
             node.quiesced = core.quiesced
             self.quiesces += node.quiesced
@@ -568,6 +633,27 @@ class Simulator:
         assert node.replica is not None
         self.driver.send_prompt(((node, node.replica),))
         self._drive(node)
+
+    def _check_campaign(self, node: _Node, core: RaftCore) -> None:
+        """Fortification: a follower stands for election (a pre-vote: a transfer's forced
+        election needs none) only once its support of its leader ended. So if its leader
+        still leads the term and is a voter here, its node must have been reported silent or
+        restarted within the last two election timeouts (a lapse counts the timer as run
+        out, and the random part of a timeout is at most one more)."""
+        seen = node.seen
+        node.seen = now = (core.role, core.term, core.leader_id)
+        role, term, leader = seen
+        if (now[0] is not Role.PRE_CANDIDATE or role is not Role.FOLLOWER or leader is None
+                or leader not in core.membership.voters):
+            return
+        holder = self.nodes[leader].core
+        if holder is None or holder.role is not Role.LEADER or holder.term != term:
+            return
+        window = 2 * self.cfg.election_ticks * node.tick_interval
+        if self.now - node.reported.get(leader, -window - 1) > window:
+            raise InvariantViolation(
+                f"fortification: node {node.id} campaigned while its leader {leader} led term "
+                f"{term} and node liveness heard {leader}'s node")
 
     def _drive(self, node: _Node) -> None:
         """Rounds of the driver until the node has no Ready or one waits for the disk: its
@@ -621,6 +707,8 @@ class Simulator:
             if index > self.chain_end:
                 raise InvariantViolation(f"node {node.id} answered read {ctx} at {index}, "
                                          f"above the committed end {self.chain_end}")
+            if read.renews:
+                node.lease.confirmed(read.term, read.asked_at)
         for ctx in rd.failed_reads:
             self._read_over(ctx)
 
@@ -716,10 +804,16 @@ class Simulator:
         start = max(node.published_hw, log.log_start_offset)
         node.published_hw = hw
         if start < hw:
+            end = self.chain_end
             for e in log.read(start, 1 << 62):
                 if e.base_offset >= hw:
                     break
                 self._commit_entry(node, e)
+            if self.chain_end > end:
+                # The first to publish an HW is its leader (it publishes before it sends it),
+                # whose entry below it is of the term that committed it.
+                self.commit_terms.append(log.epoch_at(self.chain_end - 1) or 0)
+                self.commit_ends.append(self.chain_end)
         if hw > log.log_start_offset:
             epoch = log.epoch_at(hw - 1)
             held = set()
@@ -798,7 +892,11 @@ class Simulator:
                                          f"committed {known}")
 
     def _check_leader_completeness(self, node: _Node, core: RaftCore) -> None:
-        last = self.chain_end - 1
+        """A leader of a term holds every entry committed in an earlier term (an entry
+        committed in a later one, by votes counted while a candidate's process was stopped,
+        a leader of a stale term may lack: it is deposed by the first message it sends)."""
+        i = bisect.bisect_left(self.commit_terms, core.term)
+        last = (self.commit_ends[i - 1] if i else 0) - 1
         if last >= max(0, core.log_start_offset) and core.epoch_at(last) != self._chain_epoch(
                 last):
             raise InvariantViolation(f"leader completeness: node {node.id} leads term "
@@ -846,6 +944,9 @@ class Simulator:
         if c.request and (c.sent_at is None or self.now - c.sent_at > timeout):
             node = self.nodes[c.leader_guess]
             core = node.core
+            if node.paused_until > self.now:  # the request waits for the node to run
+                self._at(node.paused_until, _CLIENT, c)
+                return
             if core is None:
                 c.leader_guess = rng.randrange(len(self.nodes))
             else:
@@ -879,8 +980,26 @@ class Simulator:
         if r.ctx == 0 and (r.budget is None or r.budget > 0):
             node = self.nodes[r.leader_guess]
             core = node.core
+            if node.paused_until > self.now:  # the read waits for the node to run
+                self._at(node.paused_until, _READ, r)
+                return
             if core is None:
                 r.leader_guess = rng.randrange(len(self.nodes))
+            elif node.lease.holds(core, self.now) and rng.random() < 0.5:
+                # Answered under the lease, from the HW, with no round (as the node's
+                # `LeaderReads.leased_index`): it must cover every write acknowledged so far,
+                # and what makes it so must hold: no other leader was elected meanwhile.
+                newer = [n.id for n in self.nodes if n.core is not None
+                         and n.core.role is Role.LEADER and n.core.term > core.term]
+                if newer or core.high_watermark < self.chain_end:
+                    raise InvariantViolation(
+                        f"lease: node {node.id} answered a read under its lease of term "
+                        f"{core.term} at {core.high_watermark} (the committed end is "
+                        f"{self.chain_end}) while nodes {newer} led newer terms")
+                r.done += 1
+                self.reads_done += 1
+                if r.budget is not None:
+                    r.budget -= 1
             else:
                 self.read_ctx += 1
                 try:
@@ -890,7 +1009,9 @@ class Simulator:
                     r.leader_guess = rng.randrange(len(self.nodes)) if guess is None else guess
                 else:
                     r.ctx, r.sent_at = self.read_ctx, self.now
-                    self.reads[r.ctx] = _Read(r.id, node.id, self.chain_end)
+                    renews = core.transferring_to is None and not core.transferred_this_term
+                    self.reads[r.ctx] = _Read(r.id, node.id, self.chain_end, self.now,
+                                              core.term, renews)
                     self._after(node, core)
         if r.ctx or r.budget is None or r.budget > 0:
             self._at(self.now + self._client_wait(), _READ, r)
@@ -925,10 +1046,12 @@ class Simulator:
         cfg = self.cfg
         rng = self.rng
         kinds = (cfg.crash_weight, cfg.partition_weight, cfg.transfer_weight,
-                 cfg.retention_weight)
-        kind = rng.choices(range(4), weights=kinds)[0]
+                 cfg.retention_weight, cfg.pause_weight)
+        kind = rng.choices(range(5), weights=kinds)[0]
         duration = rng.randint(1, 4 * cfg.election_ticks) * TICK
         up = [n for n in self.nodes if n.up]
+        # A stopped process takes no request: only a crash reaches it.
+        running = [n for n in up if n.paused_until <= self.now]
         if kind == 0 and up:
             node = rng.choice(up)
             self._crash(node)
@@ -943,7 +1066,7 @@ class Simulator:
             self.blocked = frozenset(pairs)
             self._at(self.now + duration, _HEAL_LINKS, None, self._links_gen)
         elif kind == 2:
-            for n in up:
+            for n in running:
                 if n.core is not None and n.core.role is Role.LEADER:
                     target = rng.choice([v for v in n.core.membership.voters if v != n.id]
                                         or [n.id])
@@ -952,7 +1075,7 @@ class Simulator:
                         self._after(n, n.core)
                     break
         elif kind == 3:
-            candidates = [n for n in up if n.round is None]
+            candidates = [n for n in running if n.round is None]
             if candidates:
                 node = rng.choice(candidates)
                 assert node.store is not None
@@ -967,13 +1090,17 @@ class Simulator:
                     log.delete_old_segments()
                     log.checkpoint()
                     node.durable.advance_log_start(base)
+        elif kind == 4 and running:
+            node = rng.choice(running)
+            node.paused_until = max(node.paused_until, self.now + duration)
         self._at(self.now + cfg.nemesis_interval_ticks * TICK, _NEMESIS)
 
     def _membership(self) -> None:
         if not self.faults_on:
             return
         for n in self.nodes:
-            if n.core is not None and n.core.role is Role.LEADER:
+            if (n.core is not None and n.core.role is Role.LEADER
+                    and n.paused_until <= self.now):
                 self._change_membership(n, n.core)
                 break
         self._at(self.now + self.cfg.membership_interval_ticks * TICK, _MEMBERSHIP)

@@ -14,8 +14,9 @@ What the envelope vouches for is a process that runs and a main loop that turned
 sent only while the tick loop turned within ``LOOP_STALL_LIMIT_S`` (Kafka's
 ``broker.session.timeout.ms``, 9 s, bounds how long a broker may go unheard the same way), so
 a loop wedged for good still lets the quiet groups it leads fail over. A killed or stopped
-process (SIGKILL, SIGSTOP) stops this thread too: failover is what it was. Awake groups keep
-their own election timers, untouched by this.
+process (SIGKILL, SIGSTOP) stops this thread too: failover is what it was. Awake groups are
+held by it as well (`RaftConfig.fortify`): their followers' election timers stand still while
+the leader's node is heard, and a leader's check-quorum counts the voters whose nodes are.
 
 Raft's safety does not rest on liveness, and leases stay sound: a quiet follower refuses votes
 for as long as liveness hears its leader's node (`RaftCore._in_lease`), so an envelope heard

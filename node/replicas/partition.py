@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tidelog import errors
 from tidelog.clock import wall_clock_ms
-from tidelog.node.replicas.reads import LeaderReads, lease_seconds
+from tidelog.node.replicas.reads import LeaderReads
 from tidelog.records import (
     ControlType,
     TimestampType,
@@ -32,6 +32,7 @@ from tidelog.records import (
 )
 from tidelog.replication import NotLeaderError, RaftConfig, RaftCore, Ready, Role
 from tidelog.replication.driver import DrivenReplica, Leadership
+from tidelog.replication.lease import lease_seconds
 from tidelog.replication.log_store import LogCodec, LogStore
 from tidelog.replication.term_votes import TermVotes
 from tidelog.storage import AbortedTxn, Log, LogConfig, TimestampAndOffset

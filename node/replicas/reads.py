@@ -27,6 +27,10 @@ paused VM), during which CLOCK_MONOTONIC stands still while the followers' clock
 process paused with SIGSTOP finds the lease expired when it runs again, goes the slow path,
 and fails there if the others elected a new leader meanwhile.
 
+The lease's bookkeeping is `tidelog.replication.lease.ReadLease`, which the simulator runs
+too, and the argument is written out in docs/architecture/replication.md ("Reads and the
+lease"): fortified followers (`RaftConfig.fortify`) refuse votes for longer, never for less.
+
 No lease is trusted while a leadership transfer is or was under way in the term (the target's
 forced election ignores the followers' refusal), nor when the Raft config has no check-quorum
 (followers then refuse nothing). A follower that restarted forgets whom it heard from: the
@@ -41,11 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidelog import errors
-from tidelog.replication import NotLeaderError, RaftConfig, RaftCore, Ready, Role
-
-#: The share of the followers' minimum vote refusal a lease lasts (see the module docstring).
-LEASE_MARGIN = 0.9
-
+from tidelog.replication import NotLeaderError, RaftCore, Ready
+from tidelog.replication.lease import ReadLease
 
 _BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 
@@ -56,13 +57,6 @@ def lease_clock() -> float:
     if _BOOTTIME is None:  # pragma: no cover - not Linux
         return time.monotonic()
     return time.clock_gettime(_BOOTTIME)
-
-
-def lease_seconds(config: RaftConfig, tick_s: float) -> float:
-    """How long after a confirmed round was sent its lease lasts; 0 when leases are off."""
-    if not config.check_quorum:
-        return 0.0
-    return max(0, config.election_ticks - 2) * tick_s * LEASE_MARGIN
 
 
 @dataclass(slots=True)
@@ -84,8 +78,7 @@ class LeaderReads:
         self._lease_s = lease_s
         self._clock = clock
         self._ctx = 0
-        self._lease_term = -1
-        self._lease_until = 0.0
+        self._lease = ReadLease(lease_s)
         self._round: _Round | None = None
         self._next: list[asyncio.Future[int]] = []
         #: Rounds started (a read answered by the lease starts none).
@@ -95,13 +88,10 @@ class LeaderReads:
         """The HW, when the lease proves that no other leader can exist now; else None. A
         lease half spent is renewed by a round in the background, so steady reads stay on
         the fast path."""
-        if (core.role is not Role.LEADER or core.term != self._lease_term
-                or core.transferred_this_term):
-            return None
         now = self._clock()
-        if now >= self._lease_until:
+        if not self._lease.holds(core, now):
             return None
-        if self._round is None and self._lease_until - now < self._lease_s / 2:
+        if self._round is None and self._lease.remaining(now) < self._lease_s / 2:
             self._start(core)
         return core.high_watermark
 
@@ -136,10 +126,8 @@ class LeaderReads:
         for state in rd.read_states:
             if state.ctx == rnd.ctx:
                 self._round = None
-                if rnd.renews and self._lease_s > 0:
-                    if rnd.term != self._lease_term:
-                        self._lease_term, self._lease_until = rnd.term, 0.0
-                    self._lease_until = max(self._lease_until, rnd.sent_at + self._lease_s)
+                if rnd.renews:
+                    self._lease.confirmed(rnd.term, rnd.sent_at)
                 for future in rnd.waiters:
                     if not future.done():
                         future.set_result(state.index)
@@ -155,7 +143,7 @@ class LeaderReads:
             waiters = self._round.waiters + waiters
         self._round = None
         self._next = []
-        self._lease_term = -1
+        self._lease.end()
         _fail(waiters, exc)
 
 

@@ -20,7 +20,9 @@ in for the heartbeats of quiesced groups: every envelope from a peer counts as h
 each node sends every peer an envelope each heartbeat interval from a thread of its own
 (`tidelog.node.replicas.liveness`: a busy loop does not silence the node), and a peer silent for an
 election timeout of this node's ticks is reported (`RaftCore.peer_down`) to the replicas it
-leads here.
+leads here, as is a peer whose node restarted (its tick count went back). Awake groups are
+held by it too (`RaftConfig.fortify`): their followers' timers stand still while the leader's
+node is heard, and leaders heartbeat only on demand.
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ class ReplicaSet:
             election_ticks=max(2, config.election_timeout_ms // config.raft_tick_ms),
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
             quiesce=True,
+            fortify=True,
         )
         #: Every metadata voter applies what commits (`controller_driver`), so its followers
         #: are sent each new HW at once (`RaftConfig.eager_hw`); metadata commits are rare.
@@ -656,10 +659,12 @@ class ReplicaSet:
         self.loop_turned = time.monotonic()
         # Only the cores whose tick did more than count (`RaftCore.tick`) are looked at.
         lagging = self._pacing.lagging(self._ticks, self._down)
+        down = self._down
         if lagging:
-            acted = [r for r in self._awake if not r.offline and tick_paced(r.core, lagging)]
+            acted = [r for r in self._awake
+                     if not r.offline and tick_paced(r.core, lagging, down)]
         else:
-            acted = [r for r in self._awake if not r.offline and r.core.tick()]
+            acted = [r for r in self._awake if not r.offline and r.core.tick(True, down)]
         for replica in acted:
             if replica.core.quiesced:
                 self._awake.discard(replica)
@@ -708,8 +713,12 @@ class ReplicaSet:
         stepped: dict[TopicPartition, PartitionReplica] = {}
         now = time.monotonic()
         self._heard[env.src] = self._ticks
-        if env.ticks:
-            self._pacing.report(env.src, env.ticks, self._ticks)
+        if env.ticks and self._pacing.report(env.src, env.ticks, self._ticks):
+            # Its node restarted: what its replicas led before, they lead no more.
+            for led in self.partitions.values():
+                if led.core.leader_id == env.src and not led.offline:
+                    led.core.peer_down(env.src)
+                    stepped[led.tp] = led
         for group in env.offline:
             # The sender's replica cannot write: as good as down for a group it leads.
             replica = self.partitions.get(TopicPartition(group.topic, group.partition))

@@ -1,0 +1,92 @@
+"""Leadership held by node liveness (`RaftConfig.fortify`, "Fortification" in
+`tidelog.replication.raft`): an awake follower's election timer stands still while its
+leader's node is heard, check-quorum counts the voters whose nodes are heard, and a leader
+heartbeats a follower only when something waits on it."""
+
+from __future__ import annotations
+
+from raft_helpers import ELECTION, Cluster
+
+from tidelog.replication import Heartbeat, HeartbeatResponse, PreVoteRequest, Role
+from tidelog.replication.messages import Message
+
+
+def _awake_follower(fortify: bool) -> Cluster:
+    """Node 0 leads; node 2 missed the quiesce heartbeat, so it is awake while the others are
+    quiet (as after a stray message woke it)."""
+    c = Cluster(3, quiesce=True, fortify=fortify)
+    c.elect(0, drop=lambda m: isinstance(m, Heartbeat) and m.dst == 2)
+    assert c.cores[0].quiesced and not c.cores[2].quiesced
+    return c
+
+
+def _tick(c: Cluster, i: int, n: int) -> list[Message]:
+    sent: list[Message] = []
+    for _ in range(n):
+        c.cores[i].tick()
+        sent += c.flush(i)
+    return sent
+
+
+def test_an_awake_follower_never_campaigns_while_its_leaders_node_is_heard() -> None:
+    c = _awake_follower(fortify=True)
+    sent = _tick(c, 2, 6 * ELECTION)
+    assert c.cores[2].role is Role.FOLLOWER and c.cores[2].leader_id == 0
+    assert not any(isinstance(m, PreVoteRequest) for m in sent)
+    # Silent for an election timeout, its leader is asked, by an answer to no heartbeat,
+    # whether anything was lost.
+    pokes = [m for m in sent if isinstance(m, HeartbeatResponse)]
+    assert pokes and all(m.dst == 0 for m in pokes)
+    # Its leader's node silent for an election timeout (node liveness): it stands.
+    c.cores[2].peer_down(0)
+    sent = _tick(c, 2, 2 * ELECTION)
+    assert any(isinstance(m, PreVoteRequest) for m in sent)
+
+
+def test_without_fortification_the_awake_follower_campaigns_on_its_own_clock() -> None:
+    c = _awake_follower(fortify=False)
+    sent = _tick(c, 2, 2 * ELECTION)
+    assert any(isinstance(m, PreVoteRequest) for m in sent)
+
+
+def test_a_supporting_follower_grants_a_vote_once_its_leader_campaigns() -> None:
+    """A leader never campaigns: a vote request from it says it no longer leads (it stepped
+    down, or its node restarted), so the follower's support ends and it grants it."""
+    c = _awake_follower(fortify=True)
+    follower = c.cores[2]
+    follower.step(PreVoteRequest(follower.term + 1, 0, 2, follower.log_end_offset,
+                                 follower.last_epoch))
+    answers = c.flush(2)
+    assert [m.granted for m in answers if m.dst == 0] == [True]  # type: ignore[attr-defined]
+    # Any other candidate is refused while the leader's node is heard.
+    c2 = _awake_follower(fortify=True)
+    f2 = c2.cores[2]
+    f2.step(PreVoteRequest(f2.term + 1, 1, 2, f2.log_end_offset, f2.last_epoch))
+    assert [m.granted for m in c2.flush(2) if m.dst == 1] == [False]  # type: ignore[attr-defined]
+
+
+def test_a_leader_heartbeats_only_the_follower_an_append_waits_on() -> None:
+    c = Cluster(3, quiesce=True, fortify=True)
+    c.elect(0)
+    cut = 2
+    c.propose(0, [b"a"], drop=lambda m: m.dst == cut or m.src == cut)
+    leader = c.cores[0]
+    assert not leader.quiesced  # node 2 lacks the entry
+    sent = _tick(c, 0, 4)
+    beats = [m for m in sent if isinstance(m, Heartbeat)]
+    assert beats and {m.dst for m in beats} == {cut}
+
+
+def test_check_quorum_counts_the_voters_whose_nodes_are_heard() -> None:
+    c = Cluster(3, quiesce=True, fortify=True)
+    c.elect(0)
+    c.propose(0, [b"a"], drop=lambda m: m.dst == 2 or m.src == 2)
+    leader = c.cores[0]
+    for _ in range(3 * ELECTION):  # nothing answers, but both followers' nodes are heard
+        leader.tick()
+        c.flush(0)
+    assert leader.role is Role.LEADER
+    for _ in range(2 * ELECTION):  # node liveness hears neither
+        leader.tick(down={1, 2})
+        c.flush(0)
+    assert leader.role is Role.FOLLOWER
