@@ -9,11 +9,15 @@ from typing import Any
 from tidelog.node.cluster.controller_driver import ControllerDriver
 from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
+from tidelog.node.kafka.acls import add_acls
 from tidelog.node.kafka.api_versions import add_api_versions
+from tidelog.node.kafka.cluster import add_cluster
+from tidelog.node.kafka.configs import add_configs
 from tidelog.node.kafka.fetch import add_fetch
 from tidelog.node.kafka.metadata import add_metadata
 from tidelog.node.kafka.produce import add_produce
 from tidelog.node.kafka.registry import ApiRegistry
+from tidelog.node.kafka.topics import add_topics
 
 
 @dataclass(frozen=True)
@@ -34,4 +38,8 @@ def kafka_registry(parts: KafkaParts) -> ApiRegistry:
     add_metadata(registry, parts.servicer, parts.controller, parts.routing)
     add_produce(registry, parts.servicer, parts.routing)
     add_fetch(registry, parts.servicer)
+    add_topics(registry, parts.servicer, parts.controller)
+    add_configs(registry, parts.servicer)
+    add_acls(registry, parts.servicer)
+    add_cluster(registry, parts.servicer, parts.controller, parts.routing)
     return registry
