@@ -12,6 +12,11 @@
   (batches that arrive during a sync share the next one), the same batches, no Raft, no
   validation: the least a replicated acks=all write to disk costs in Python gRPC here. Goals:
   Tidelog >= 0.85 of its MiB/s, and the nodes' CPU per MiB <= 1.3x its processes'.
+  ``--floor-rounds N`` alternates N rounds of the floor and of Tidelog (the cluster idling
+  during the floor's) and judges their medians.
+* produce with ``--compare-loops``: the same against two clusters side by side, one on uvloop
+  and one on asyncio's loop, in alternating rounds (``--rate`` to offer a fixed MiB/s, so that
+  the nodes' CPU per MiB is read with cores to spare); reported.
 * list-offsets: p50/p99 latency of ListOffsets by timestamp on a partition with data spread
   over many segments, beside the baseline: the gRPC health check of the same node (same process,
   event loop and channel, no work). An empty echo on the bench-local server and ListOffsets
