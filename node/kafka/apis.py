@@ -11,8 +11,10 @@ from tidelog.node.cluster.routing import Routing
 from tidelog.node.config import NodeConfig
 from tidelog.node.kafka.acls import add_acls
 from tidelog.node.kafka.api_versions import add_api_versions
+from tidelog.node.kafka.classic_members import add_classic_members
 from tidelog.node.kafka.cluster import add_cluster
 from tidelog.node.kafka.configs import add_configs
+from tidelog.node.kafka.consumer_groups import add_consumer_groups
 from tidelog.node.kafka.fetch import add_fetch
 from tidelog.node.kafka.metadata import add_metadata
 from tidelog.node.kafka.produce import add_produce
@@ -42,4 +44,6 @@ def kafka_registry(parts: KafkaParts) -> ApiRegistry:
     add_configs(registry, parts.servicer)
     add_acls(registry, parts.servicer)
     add_cluster(registry, parts.servicer, parts.controller, parts.routing)
+    add_classic_members(registry, parts.servicer)
+    add_consumer_groups(registry, parts.servicer, parts.controller)
     return registry

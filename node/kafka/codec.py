@@ -125,6 +125,14 @@ def request_header(request: Any, correlation_id: int, client_id: str | None = "t
     )
 
 
+def encode(entity: Any) -> bytes:
+    """`entity`'s bytes alone, no header or size (a struct carried inside a message's bytes
+    field, as the consumer protocol's assignment in SyncGroup)."""
+    out = io.BytesIO()
+    entity_writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
 def decode(entity_type: type[Any], data: bytes, offset: int = 0) -> tuple[Any, int]:
     """`entity_type` read from `data` at `offset`, and how many bytes it took (tests read
     answers)."""

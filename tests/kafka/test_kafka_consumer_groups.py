@@ -1,0 +1,420 @@
+"""Consumer groups through the Kafka listener with real clients: classic members (kafka-python
+and aiokafka, each in its own process) hosted in Tidelog's KIP-848 groups, a group mixing a
+Tidelog-client member with a kafka-python one, and confluent-kafka with
+``group.protocol=consumer`` (ConsumerGroupHeartbeat). No partition is ever owned by two members,
+judged from the members' own rebalance callbacks ordered by the machine's monotonic clock; a
+killed member's partitions move to the others within its session timeout, and its successor
+resumes at its commits; the error codes of the classic APIs and of the KIP-848 ones."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer as ConfluentConsumer
+from kafka_wire import ask
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.leave_group.v5.request import LeaveGroupRequest, MemberIdentity
+from kio.static.primitive import i32
+
+from tidelog import Client, ConsumerRebalanceListener, TopicPartition
+from tidelog.node.kafka.consumer_protocol import (
+    BadSubscription,
+    assignment_bytes,
+    read_subscription,
+)
+from tidelog.node.kafka.metadata import tidelog_topic_id
+from tidelog.testing import LocalCluster, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+PARTITIONS = 6
+#: How long a group may take to settle or to move a killed member's partitions (its session
+#: timeout is 6 s: tests/kafka/group_member.py) on a loaded machine.
+SETTLE_S = 40.0
+MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
+
+
+@pytest.fixture(scope="module")
+def cluster_options() -> dict[str, Any]:
+    return {
+        "nodes": 1,
+        "offsets_topic_num_partitions": 2,
+        "group_consumer_session_timeout_ms": 6000,
+        "group_consumer_heartbeat_interval_ms": 300,
+    }
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster.bootstrap) as made:
+        yield made
+
+
+def _topic(client: Client, name: str, records_per_partition: int) -> str:
+    client.create_topic(name, partitions=PARTITIONS, replication_factor=1)
+    wait_for(lambda: all(p.leader >= 0 for p in client.describe_topics([name])[name].partitions),
+             SETTLE_S, "the topic's leaders")
+    _produce(client, name, records_per_partition)
+    return name
+
+
+def _produce(client: Client, topic: str, per_partition: int) -> None:
+    with client.producer() as producer:
+        for p in range(PARTITIONS):
+            for i in range(per_partition):
+                producer.send(topic, value=f"{p}-{i}".encode(), partition=p)
+        producer.flush()
+
+
+class Ownership:
+    """Every member's rebalance callbacks and records, stamped with the monotonic clock, and
+    who owned what, replayed in time order. Callbacks are deltas: an eager classic member is
+    revoked everything and then assigned its whole share; KIP-848 members get increments."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.events: list[tuple[float, str, str, list[int]]] = []
+
+    def add(self, t: float, member: str, kind: str, partitions: list[int]) -> None:
+        with self._lock:
+            self.events.append((t, member, kind, partitions))
+
+    def replay(self) -> tuple[dict[int, str], list[str]]:
+        """(partition -> owner now, every moment a partition had two owners)."""
+        with self._lock:
+            events = sorted(self.events)
+        owners: dict[int, str] = {}
+        twice: list[str] = []
+        for t, member, kind, partitions in events:
+            if kind == "assigned":
+                for p in partitions:
+                    if owners.get(p, member) != member:
+                        twice.append(f"{t:.3f}: {p} to {member} while {owners[p]} owns it")
+                    owners[p] = member
+            elif kind == "revoked":
+                for p in partitions:
+                    if owners.get(p) == member:
+                        del owners[p]
+            elif kind in ("closing", "gone"):  # it reads nothing more / it is dead
+                owners = {p: m for p, m in owners.items() if m != member}
+        return owners, twice
+
+    def shares(self) -> dict[str, list[int]]:
+        owners, _ = self.replay()
+        out: dict[str, list[int]] = {}
+        for p, member in sorted(owners.items()):
+            out.setdefault(member, []).append(p)
+        return out
+
+    def consumed(self, member: str | None = None, since: float = 0.0) -> list[tuple[int, int]]:
+        """(partition, offset) of every record read (by `member`), after `since`."""
+        with self._lock:
+            return [(p, o) for t, m, kind, parts in self.events
+                    if kind == "records" and t >= since and member in (None, m)
+                    for p, o in [(parts[0], off) for off in parts[1:]]]
+
+    def check(self) -> None:
+        _, twice = self.replay()
+        assert not twice, twice
+
+
+class MemberProcess:
+    """A classic member of a real client in its own process (tests/kafka/group_member.py)."""
+
+    def __init__(self, name: str, kind: str, bootstrap: str, group: str, topic: str,
+                 ownership: Ownership, log_dir: Path) -> None:
+        self.name = name
+        self.ownership = ownership
+        self.log = log_dir / f"{name}.log"
+        with self.log.open("w") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, str(MEMBER_SCRIPT), kind, bootstrap, group, topic],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event = json.loads(line)
+            kind = event["kind"]
+            if kind == "records":
+                parts = [event["partition"], *event["offsets"]]
+            else:
+                parts = event.get("partitions", [])
+            self.ownership.add(event["t"], self.name, kind, parts)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.ownership.add(time.monotonic(), self.name, "gone", [])
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("close\n")
+        self.process.stdin.flush()
+        self.process.wait(timeout=SETTLE_S)
+        self._reader.join(timeout=SETTLE_S)
+        self.ownership.add(time.monotonic(), self.name, "gone", [])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stderr(self) -> str:
+        return self.log.read_text()[-3000:]
+
+
+@pytest.fixture
+def members(cluster: LocalCluster, tmp_path: Path) -> Iterator[Any]:
+    """Starts member processes; every one still running is killed at the end."""
+    started: list[MemberProcess] = []
+
+    def start(name: str, kind: str, group: str, topic: str,
+              ownership: Ownership) -> MemberProcess:
+        member = MemberProcess(name, kind, cluster.kafka_bootstrap, group, topic, ownership,
+                               tmp_path)
+        started.append(member)
+        return member
+
+    yield start
+    for member in started:
+        member.stop()
+
+
+def _settled(ownership: Ownership, names: set[str], records: int) -> bool:
+    """Every partition owned, by `names` exactly, and `records` distinct records read."""
+    shares = ownership.shares()
+    return set(shares) == names and sum(map(len, shares.values())) == PARTITIONS and \
+        len(set(ownership.consumed())) >= records
+
+
+def test_kafka_python_members_share_partitions_and_a_killed_ones_move_at_its_commits(
+    cluster: LocalCluster, client: Client, members: Any
+) -> None:
+    topic = _topic(client, "kp-classic", 10)
+    ownership = Ownership()
+    a, b, c = (members(name, "kafka-python", "kp-group", topic, ownership)
+               for name in ("a", "b", "c"))
+    wait_for(lambda: _settled(ownership, {"a", "b", "c"}, 60), SETTLE_S,
+             lambda: f"three members sharing; {ownership.shares()} {b.stderr()}")
+    ownership.check()
+    assert sorted(map(len, ownership.shares().values())) == [2, 2, 2]
+
+    # b dies without leaving: its partitions move to a and c once its session runs out, and
+    # they start where b's commits say.
+    lost = ownership.shares()["b"]
+    b.kill()
+    killed_at = time.monotonic()
+    committed = client.admin.list_consumer_group_offsets(
+        "kp-group", [TopicPartition(topic, p) for p in lost])
+    assert all(committed[TopicPartition(topic, p)].offset == 10 for p in lost), committed
+    _produce(client, topic, 5)
+    wait_for(lambda: _settled(ownership, {"a", "c"}, 90), SETTLE_S,
+             lambda: f"b's partitions moved; {ownership.shares()} {a.stderr()}")
+    ownership.check()
+    for p in lost:
+        first = min(o for q, o in ownership.consumed(since=killed_at) if q == p)
+        assert first == 10, (p, first)
+
+    # c leaves (LeaveGroup): a owns everything.
+    c.close()
+    wait_for(lambda: ownership.shares() == {"a": list(range(PARTITIONS))}, SETTLE_S,
+             lambda: f"a alone; {ownership.shares()}")
+    a.close()
+    ownership.check()
+    assert client.admin.list_consumer_group_offsets("kp-group")[TopicPartition(topic, 0)] \
+        .offset == 15
+
+
+def test_aiokafka_members_share_partitions(
+    cluster: LocalCluster, client: Client, members: Any
+) -> None:
+    topic = _topic(client, "aio-classic", 4)
+    ownership = Ownership()
+    a, b = (members(name, "aiokafka", "aio-group", topic, ownership) for name in ("a", "b"))
+    wait_for(lambda: _settled(ownership, {"a", "b"}, 24), SETTLE_S,
+             lambda: f"two members sharing; {ownership.shares()} {a.stderr()}")
+    ownership.check()
+    b.close()
+    wait_for(lambda: ownership.shares() == {"a": list(range(PARTITIONS))}, SETTLE_S,
+             lambda: f"a alone; {ownership.shares()}")
+    a.close()
+    ownership.check()
+
+
+def test_a_group_mixes_a_tidelog_member_and_a_kafka_python_member(
+    cluster: LocalCluster, client: Client, members: Any
+) -> None:
+    topic = _topic(client, "mixed", 3)
+    ownership = Ownership()
+
+    class Recording(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            ownership.add(time.monotonic(), "tidelog", "revoked",
+                          sorted(tp.partition for tp in revoked))
+
+        def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            ownership.add(time.monotonic(), "tidelog", "assigned",
+                          sorted(tp.partition for tp in assigned))
+
+    consumer = client.consumer(group_id="mixed-group", auto_offset_reset="earliest")
+    stop = threading.Event()
+
+    def poll() -> None:
+        consumer.subscribe([topic], listener=Recording())
+        while not stop.is_set():
+            for record in consumer.poll(100) or ():
+                ownership.add(time.monotonic(), "tidelog", "records",
+                              [record.partition, record.offset])
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        wait_for(lambda: set(ownership.shares()) == {"tidelog"}, SETTLE_S, "the Tidelog member")
+        kp = members("kp", "kafka-python", "mixed-group", topic, ownership)
+        wait_for(lambda: _settled(ownership, {"tidelog", "kp"}, 18), SETTLE_S,
+                 lambda: f"both sharing; {ownership.shares()} {kp.stderr()}")
+        ownership.check()
+        described = client.admin.describe_consumer_group("mixed-group")
+        assert len(described.members) == 2
+        kp.close()
+        wait_for(lambda: ownership.shares() == {"tidelog": list(range(PARTITIONS))}, SETTLE_S,
+                 lambda: f"the Tidelog member alone; {ownership.shares()}")
+    finally:
+        stop.set()
+        poller.join(timeout=SETTLE_S)
+        consumer.close()
+    ownership.check()
+
+
+def test_confluent_kafka_with_the_consumer_protocol(
+    cluster: LocalCluster, client: Client
+) -> None:
+    topic = _topic(client, "ck-next", 5)
+    ownership = Ownership()
+    consumers: dict[str, ConfluentConsumer] = {}
+
+    def make(name: str) -> ConfluentConsumer:
+        consumer = ConfluentConsumer({
+            "bootstrap.servers": cluster.kafka_bootstrap, "group.id": "ck-group",
+            "group.protocol": "consumer", "auto.offset.reset": "earliest", "log_level": 0,
+        })
+        consumer.subscribe(
+            [topic],
+            on_assign=lambda _, tps: ownership.add(
+                time.monotonic(), name, "assigned", sorted(tp.partition for tp in tps)),
+            on_revoke=lambda _, tps: ownership.add(
+                time.monotonic(), name, "revoked", sorted(tp.partition for tp in tps)),
+        )
+        consumers[name] = consumer
+        return consumer
+
+    def poll_all() -> None:
+        for name, consumer in consumers.items():
+            message = consumer.poll(0.05)
+            if message is not None and message.error() is None:
+                ownership.add(time.monotonic(), name, "records",
+                              [message.partition(), message.offset()])
+
+    try:
+        make("x")
+        wait_for(lambda: (poll_all(), len(set(ownership.consumed())) == 30)[1], SETTLE_S,
+                 lambda: f"x reads everything; {ownership.shares()}")
+        make("y")
+        wait_for(lambda: (poll_all(), set(ownership.shares()) == {"x", "y"})[1], SETTLE_S,
+                 lambda: f"x and y sharing; {ownership.shares()}")
+        ownership.check()
+        # ConsumerGroupDescribe names both, with topic ids in their assignments.
+        [group] = ask(cluster.kafka_bootstrap, ConsumerGroupDescribeRequest(
+            group_ids=("ck-group",), include_authorized_operations=False)).groups
+        assert group.error_code == ErrorCode.none and len(group.members) == 2
+        owned = []
+        for member in group.members:
+            for entry in member.assignment.topic_partitions:
+                assert entry.topic_name == topic and tidelog_topic_id(entry.topic_id) > 0
+                owned += entry.partitions
+        assert sorted(owned) == list(range(PARTITIONS))
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
+    ownership.check()
+
+
+def test_classic_and_kip848_error_codes(cluster: LocalCluster) -> None:
+    address = cluster.kafka_bootstrap
+    subscription = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"
+
+    def join(**changes: Any) -> Any:
+        fields: dict[str, Any] = {
+            "group_id": "codes", "session_timeout": datetime.timedelta(seconds=10),
+            "rebalance_timeout": datetime.timedelta(seconds=10),
+            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": (JoinGroupRequestProtocol(name="range", metadata=subscription),),
+            "reason": None,
+        }
+        fields.update(changes)
+        return ask(address, JoinGroupRequest(**fields))
+
+    assert join(protocol_type="connect").error_code == ErrorCode.inconsistent_group_protocol
+    assert join(protocols=()).error_code == ErrorCode.inconsistent_group_protocol
+    required = join()
+    assert required.error_code == ErrorCode.member_id_required and required.member_id
+    garbled = (JoinGroupRequestProtocol(name="range", metadata=b"\x00"),)
+    assert join(member_id=required.member_id, protocols=garbled).error_code == \
+        ErrorCode.inconsistent_group_protocol
+    unknown = ask(address, HeartbeatRequest(
+        group_id="codes", generation_id=i32(1), member_id="nobody", group_instance_id=None))
+    assert unknown.error_code in (ErrorCode.unknown_member_id, ErrorCode.not_coordinator,
+                                  ErrorCode.coordinator_not_available)
+    left = ask(address, LeaveGroupRequest(group_id="codes", members=(
+        MemberIdentity(member_id="nobody", group_instance_id=None, reason=None),)))
+    if left.error_code == ErrorCode.none:
+        assert [m.error_code for m in left.members] == [ErrorCode.unknown_member_id]
+    regex = ask(address, ConsumerGroupHeartbeatRequest(
+        group_id="codes", member_id="m", member_epoch=i32(0), instance_id=None, rack_id=None,
+        rebalance_timeout=datetime.timedelta(seconds=5),
+        subscribed_topic_names=None, subscribed_topic_regex="t.*", server_assignor=None,
+        topic_partitions=None))
+    assert regex.error_code == ErrorCode.invalid_request
+
+
+def test_the_consumer_protocol_structs_match_kafka_pythons() -> None:
+    from kafka.protocol.consumer.metadata import (
+        ConsumerProtocolAssignment,
+        ConsumerProtocolSubscription,
+    )
+
+    for version in (0, 1, 2, 3):
+        fields: dict[str, Any] = {"topics": ["a", "b"], "user_data": None}
+        if version >= 1:
+            fields["owned_partitions"] = [ConsumerProtocolSubscription.TopicPartition(
+                topic="a", partitions=[2, 0], version=version)]
+        if version >= 3:
+            fields["rack_id"] = "r1"
+        data = ConsumerProtocolSubscription(version=version, **fields).encode(version=version)
+        got = read_subscription(bytes(data))
+        assert got.topics == ("a", "b")
+        assert got.owned == ({"a": (0, 2)} if version >= 1 else {})
+        assert got.rack_id == ("r1" if version >= 3 else None)
+    decoded = ConsumerProtocolAssignment.decode(assignment_bytes({"a": (0, 1), "b": (3,)}))
+    assert sorted((t, list(ps)) for t, ps in decoded.assigned_partitions) == [
+        ("a", [0, 1]), ("b", [3])]
+    for bad in (b"", b"\x00", b"\xff\xff\x00", b"\x00\x01\x00\x00\x00\x05"):
+        with pytest.raises(BadSubscription):
+            read_subscription(bad)
