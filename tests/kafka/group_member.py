@@ -1,11 +1,13 @@
-"""A classic consumer group member of a real Kafka client (kafka-python or aiokafka) in its own
-process, for tests/kafka/test_kafka_consumer_groups.py: it subscribes, prints every rebalance
-callback and every record it reads as a JSON line stamped with the machine's monotonic clock
-(the same clock in every process, so the test orders all members' callbacks by it), commits
+"""A consumer group member of a real Kafka client in its own process (kafka-python, aiokafka,
+confluent-kafka classic, or confluent-kafka with ``group.protocol=consumer``), for
+tests/kafka/test_kafka_consumer_groups.py: it subscribes, prints every rebalance callback and
+every record it reads as a JSON line stamped with the machine's monotonic clock (the same
+clock in every process, so the test orders all members' callbacks by it), commits
 synchronously after every batch, and on a ``close`` line from stdin closes (LeaveGroup) and
 exits. A test kills it to see its partitions move within its session timeout.
 
-Usage: ``python group_member.py kafka-python|aiokafka BOOTSTRAP GROUP TOPIC``
+Usage: ``python group_member.py CLIENT BOOTSTRAP GROUP TOPIC``, CLIENT one of kafka-python,
+aiokafka, confluent-classic, confluent-consumer.
 """
 
 from __future__ import annotations
@@ -102,9 +104,48 @@ async def run_aiokafka(bootstrap: str, group: str, topic: str) -> None:
     emit("closed")
 
 
+def run_confluent(bootstrap: str, group: str, topic: str, protocol: str) -> None:
+    """librdkafka: its classic protocol (eager range assignors) or the consumer protocol
+    (KIP-848, whose session timeout and heartbeat interval are the coordinator's)."""
+    from confluent_kafka import Consumer
+
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "log_level": 0,
+    }
+    if protocol == "consumer":
+        config["group.protocol"] = "consumer"
+    else:
+        config.update({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS})
+    consumer = Consumer(config)
+
+    def revoked(_: Any, tps: Any) -> None:
+        emit("revoked", partitions=_partitions(tps))
+
+    consumer.subscribe(
+        [topic], on_assign=lambda _, tps: emit("assigned", partitions=_partitions(tps)),
+        on_revoke=revoked, on_lost=revoked,
+    )
+    closing = _closing()
+    while not closing.is_set():
+        messages = [m for m in consumer.consume(100, 0.1) if m.error() is None]
+        by_partition: dict[int, list[int]] = {}
+        for message in messages:
+            by_partition.setdefault(message.partition(), []).append(message.offset())
+        for partition, offsets in by_partition.items():
+            emit("records", partition=partition, offsets=offsets)
+        if messages:
+            consumer.commit(asynchronous=False)
+    emit("closing")
+    consumer.close()
+    emit("closed")
+
+
 if __name__ == "__main__":
     client, bootstrap, group, topic = sys.argv[1:5]
     if client == "kafka-python":
         run_kafka_python(bootstrap, group, topic)
-    else:
+    elif client == "aiokafka":
         asyncio.run(run_aiokafka(bootstrap, group, topic))
+    else:
+        run_confluent(bootstrap, group, topic, client.removeprefix("confluent-"))

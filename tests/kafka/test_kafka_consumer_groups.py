@@ -1,10 +1,11 @@
-"""Consumer groups through the Kafka listener with real clients: classic members (kafka-python
-and aiokafka, each in its own process) hosted in Tidelog's KIP-848 groups, a group mixing a
-Tidelog-client member with a kafka-python one, and confluent-kafka with
-``group.protocol=consumer`` (ConsumerGroupHeartbeat). No partition is ever owned by two members,
-judged from the members' own rebalance callbacks ordered by the machine's monotonic clock; a
-killed member's partitions move to the others within its session timeout, and its successor
-resumes at its commits; the error codes of the classic APIs and of the KIP-848 ones."""
+"""Consumer groups through the Kafka listener with real clients, each member in its own
+process: classic members (kafka-python, aiokafka, librdkafka's classic protocol) hosted in
+Tidelog's KIP-848 groups, confluent-kafka with ``group.protocol=consumer``
+(ConsumerGroupHeartbeat), and a group mixing a Tidelog-client member with a kafka-python one.
+No partition is ever owned by two members, judged from the members' own rebalance callbacks
+ordered by the machine's monotonic clock; a killed member's partitions move to the others
+within its session timeout, and its successors resume at its commits; the error codes of the
+classic APIs and of the KIP-848 ones."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer as ConfluentConsumer
 from kafka_wire import ask
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
@@ -204,26 +204,39 @@ def _settled(ownership: Ownership, names: set[str], records: int) -> bool:
         len(set(ownership.consumed())) >= records
 
 
-def test_kafka_python_members_share_partitions_and_a_killed_ones_move_at_its_commits(
-    cluster: LocalCluster, client: Client, members: Any
+@pytest.mark.parametrize("kind", ["kafka-python", "confluent-consumer"])
+def test_members_share_partitions_and_a_killed_ones_move_at_its_commits(
+    cluster: LocalCluster, client: Client, members: Any, kind: str
 ) -> None:
-    topic = _topic(client, "kp-classic", 10)
+    """kafka-python (classic) or confluent-kafka with group.protocol=consumer (KIP-848)."""
+    topic = _topic(client, f"{kind}-kill", 10)
+    group = f"{kind}-group"
     ownership = Ownership()
-    a, b, c = (members(name, "kafka-python", "kp-group", topic, ownership)
-               for name in ("a", "b", "c"))
+    a, b, c = (members(name, kind, group, topic, ownership) for name in ("a", "b", "c"))
     wait_for(lambda: _settled(ownership, {"a", "b", "c"}, 60), SETTLE_S,
              lambda: f"three members sharing; {ownership.shares()} {b.stderr()}")
     ownership.check()
     assert sorted(map(len, ownership.shares().values())) == [2, 2, 2]
+    # ConsumerGroupDescribe names the three, classic or not, with their topic ids.
+    [described] = ask(cluster.kafka_bootstrap, ConsumerGroupDescribeRequest(
+        group_ids=(group,), include_authorized_operations=False)).groups
+    assert described.error_code == ErrorCode.none and len(described.members) == 3
+    owned = []
+    for member in described.members:
+        for entry in member.assignment.topic_partitions:
+            assert entry.topic_name == topic and tidelog_topic_id(entry.topic_id) > 0
+            owned += entry.partitions
+    assert sorted(owned) == list(range(PARTITIONS))
 
     # b dies without leaving: its partitions move to a and c once its session runs out, and
     # they start where b's commits say.
     lost = ownership.shares()["b"]
+    wait_for(lambda: all(
+        o.offset == 10 for o in client.admin.list_consumer_group_offsets(
+            group, [TopicPartition(topic, p) for p in lost]).values()), SETTLE_S,
+        "b's commits")
     b.kill()
     killed_at = time.monotonic()
-    committed = client.admin.list_consumer_group_offsets(
-        "kp-group", [TopicPartition(topic, p) for p in lost])
-    assert all(committed[TopicPartition(topic, p)].offset == 10 for p in lost), committed
     _produce(client, topic, 5)
     wait_for(lambda: _settled(ownership, {"a", "c"}, 90), SETTLE_S,
              lambda: f"b's partitions moved; {ownership.shares()} {a.stderr()}")
@@ -232,22 +245,23 @@ def test_kafka_python_members_share_partitions_and_a_killed_ones_move_at_its_com
         first = min(o for q, o in ownership.consumed(since=killed_at) if q == p)
         assert first == 10, (p, first)
 
-    # c leaves (LeaveGroup): a owns everything.
+    # c leaves: a owns everything.
     c.close()
     wait_for(lambda: ownership.shares() == {"a": list(range(PARTITIONS))}, SETTLE_S,
              lambda: f"a alone; {ownership.shares()}")
+    wait_for(lambda: client.admin.list_consumer_group_offsets(group)[
+        TopicPartition(topic, 0)].offset == 15, SETTLE_S, "a's commits")
     a.close()
     ownership.check()
-    assert client.admin.list_consumer_group_offsets("kp-group")[TopicPartition(topic, 0)] \
-        .offset == 15
 
 
-def test_aiokafka_members_share_partitions(
+def test_aiokafka_and_librdkafka_classic_members_share_partitions(
     cluster: LocalCluster, client: Client, members: Any
 ) -> None:
     topic = _topic(client, "aio-classic", 4)
     ownership = Ownership()
-    a, b = (members(name, "aiokafka", "aio-group", topic, ownership) for name in ("a", "b"))
+    a = members("a", "aiokafka", "aio-group", topic, ownership)
+    b = members("b", "confluent-classic", "aio-group", topic, ownership)
     wait_for(lambda: _settled(ownership, {"a", "b"}, 24), SETTLE_S,
              lambda: f"two members sharing; {ownership.shares()} {a.stderr()}")
     ownership.check()
@@ -300,59 +314,6 @@ def test_a_group_mixes_a_tidelog_member_and_a_kafka_python_member(
         stop.set()
         poller.join(timeout=SETTLE_S)
         consumer.close()
-    ownership.check()
-
-
-def test_confluent_kafka_with_the_consumer_protocol(
-    cluster: LocalCluster, client: Client
-) -> None:
-    topic = _topic(client, "ck-next", 5)
-    ownership = Ownership()
-    consumers: dict[str, ConfluentConsumer] = {}
-
-    def make(name: str) -> ConfluentConsumer:
-        consumer = ConfluentConsumer({
-            "bootstrap.servers": cluster.kafka_bootstrap, "group.id": "ck-group",
-            "group.protocol": "consumer", "auto.offset.reset": "earliest", "log_level": 0,
-        })
-        consumer.subscribe(
-            [topic],
-            on_assign=lambda _, tps: ownership.add(
-                time.monotonic(), name, "assigned", sorted(tp.partition for tp in tps)),
-            on_revoke=lambda _, tps: ownership.add(
-                time.monotonic(), name, "revoked", sorted(tp.partition for tp in tps)),
-        )
-        consumers[name] = consumer
-        return consumer
-
-    def poll_all() -> None:
-        for name, consumer in consumers.items():
-            message = consumer.poll(0.05)
-            if message is not None and message.error() is None:
-                ownership.add(time.monotonic(), name, "records",
-                              [message.partition(), message.offset()])
-
-    try:
-        make("x")
-        wait_for(lambda: (poll_all(), len(set(ownership.consumed())) == 30)[1], SETTLE_S,
-                 lambda: f"x reads everything; {ownership.shares()}")
-        make("y")
-        wait_for(lambda: (poll_all(), set(ownership.shares()) == {"x", "y"})[1], SETTLE_S,
-                 lambda: f"x and y sharing; {ownership.shares()}")
-        ownership.check()
-        # ConsumerGroupDescribe names both, with topic ids in their assignments.
-        [group] = ask(cluster.kafka_bootstrap, ConsumerGroupDescribeRequest(
-            group_ids=("ck-group",), include_authorized_operations=False)).groups
-        assert group.error_code == ErrorCode.none and len(group.members) == 2
-        owned = []
-        for member in group.members:
-            for entry in member.assignment.topic_partitions:
-                assert entry.topic_name == topic and tidelog_topic_id(entry.topic_id) > 0
-                owned += entry.partitions
-        assert sorted(owned) == list(range(PARTITIONS))
-    finally:
-        for consumer in consumers.values():
-            consumer.close()
     ownership.check()
 
 
