@@ -416,3 +416,49 @@ class DataPlaneApi:
         if isinstance(resolved, errors.TidelogError):
             raise resolved
         return resolved.list_offset(part.timestamp, replica_id, isolation, part.max_num_offsets)
+
+    # ---- OffsetForLeaderEpoch --------------------------------------------------------------
+
+    def offsets_for_leader_epoch(
+        self, context: grpc.aio.ServicerContext,
+        partitions: list[tuple[TopicPartition, int, int]],
+    ) -> list[tuple[TopicPartition, int, int, int]]:
+        """Kafka's OffsetForLeaderEpoch (api 23) as a consumer asks it, to check its position
+        after a leader change (KIP-320); Tidelog's own consumers do not need it, so it has no
+        gRPC method. For each (partition, the epoch the caller believes current, epoch), in
+        order and once per partition: (partition, error code, the largest epoch <= epoch that
+        the leader's log has, where it ends). As Kafka's leader answers: the current epoch
+        ends at the log end; an epoch below every one kept ends where the first kept starts;
+        an epoch above the current one, or none (-1), is (-1, -1). Needs DESCRIBE on the
+        topic; the epoch and leadership checks are Fetch's."""
+        parts, twice = each_once((tp, (current, epoch)) for tp, current, epoch in partitions)
+        refused = self.authorization.refusals(
+            self.authorization.principal(context), Operation.DESCRIBE, ResourceType.TOPIC,
+            (tp.topic for tp in parts),
+        )
+        answers: list[tuple[TopicPartition, int, int, int]] = []
+        for tp, (current_epoch, epoch) in parts.items():
+            failure: errors.TidelogError | None = refused.get(tp.topic)
+            if failure is None and tp in twice:
+                failure = errors.InvalidRequestError(f"{tp} appears more than once")
+            resolved = failure or self._resolve(tp, current_epoch, CONSUMER_REPLICA_ID)
+            if isinstance(resolved, errors.TidelogError):
+                answers.append((tp, resolved.code, -1, -1))
+            else:
+                answers.append((tp, 0, *_epoch_end(resolved, epoch)))
+        return answers
+
+
+def _epoch_end(replica: PartitionReplica, epoch: int) -> tuple[int, int]:
+    """(largest epoch <= `epoch` in the leader's log, where it ends): `offsets_for_leader_epoch`."""
+    log_ = replica.log
+    if epoch < 0 or epoch > replica.leader_epoch:
+        return -1, -1
+    if epoch == replica.leader_epoch:
+        return epoch, log_.log_end_offset
+    cache = log_.leader_epoch_cache
+    found, end = cache.end_offset_for(epoch, log_.log_start_offset, log_.log_end_offset)
+    first = cache.earliest_entry()
+    if found < 0:
+        return (epoch, first.start_offset) if first is not None else (-1, -1)
+    return found, end

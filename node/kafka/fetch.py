@@ -1,6 +1,7 @@
-"""Fetch (key 1), v4-12, and ListOffsets (key 2), v1-7: Tidelog's own handlers answer
-(node/api/data_plane.py's fetch and list_offsets, with their authorization, long poll, bounds
-and error codes); this adapter only translates.
+"""Fetch (key 1), v4-12, ListOffsets (key 2), v1-7, and OffsetForLeaderEpoch (key 23), v2-4:
+Tidelog's own handlers answer (node/api/data_plane.py's fetch, list_offsets and
+offsets_for_leader_epoch, with their authorization, long poll, bounds and error codes); this
+adapter only translates.
 
 Fetch returns the stored batches as they are: whole batches, the first one from its start even
 when the fetch offset is inside it (a Kafka consumer skips the records below its position, as
@@ -11,6 +12,10 @@ Fetch sessions (KIP-227) are not kept, as a Kafka broker whose session cache has
 full fetch (session epoch 0 or -1) is served and answered with session id 0, which tells the
 client that no session was made, so that it sends full fetches again; an incremental fetch
 (any other epoch) names a session the node cannot have and gets FETCH_SESSION_ID_NOT_FOUND.
+
+OffsetForLeaderEpoch, v2-4, is what a consumer asks after a leader change to check that its
+position is still in the log (KIP-320): the leader's data-plane handler answers it. It is
+answered as to a consumer whatever the request's replica id (Tidelog's replicas do not use it).
 
 ListOffsets serves every lookup Tidelog's handler has (earliest -2, latest -1, max timestamp
 -3, by timestamp), under either isolation level (the latest offset is the high watermark or
@@ -29,13 +34,15 @@ from tidelog.node.kafka.codec import response_type
 from tidelog.node.kafka.fields import build, entity_of, error_code, millis
 from tidelog.node.kafka.produce import leader_of
 from tidelog.node.kafka.registry import ApiRegistry
-from tidelog.types import IsolationLevel
+from tidelog.types import IsolationLevel, TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
 
 FETCH_KEY = 1
 FETCH_VERSIONS = (4, 12)
 LIST_OFFSETS_KEY = 2
 LIST_OFFSETS_VERSIONS = (1, 7)
+OFFSET_FOR_LEADER_EPOCH_KEY = 23
+OFFSET_FOR_LEADER_EPOCH_VERSIONS = (2, 4)
 #: The session epochs of a full fetch: 0 asks for a new session, -1 for none (KIP-227).
 _FULL_FETCH_EPOCHS = (0, -1)
 #: The session id that says "no session" (Kafka's INVALID_SESSION_ID).
@@ -146,6 +153,28 @@ async def list_offsets(servicer: Any, request: Any, call: KafkaCall) -> Any:
     )
 
 
+async def offset_for_leader_epoch(servicer: Any, request: Any, call: KafkaCall) -> Any:
+    answers = servicer.data_plane.offsets_for_leader_epoch(call, [
+        (TopicPartition(topic.topic, part.partition),
+         getattr(part, "current_leader_epoch", -1), part.leader_epoch)
+        for topic in request.topics for part in topic.partitions
+    ])
+    response = response_type(OFFSET_FOR_LEADER_EPOCH_KEY, call.api_version)
+    topic_type = entity_of(response, "OffsetForLeaderTopicResult")
+    part_type = entity_of(response, "EpochEndOffset")
+    by_topic: dict[str, list[Any]] = {}
+    for tp, code, epoch, end in answers:
+        by_topic.setdefault(tp.topic, []).append(build(
+            part_type, error_code=error_code(code), partition=tp.partition,
+            leader_epoch=epoch, end_offset=end,
+        ))
+    return build(
+        response, throttle_time=datetime.timedelta(0),
+        topics=tuple(build(topic_type, topic=topic, partitions=tuple(parts))
+                     for topic, parts in by_topic.items()),
+    )
+
+
 def add_fetch(registry: ApiRegistry, servicer: Any) -> None:
     async def handle_fetch(request: Any, call: KafkaCall) -> Any:
         return await fetch(servicer, request, call)
@@ -153,5 +182,10 @@ def add_fetch(registry: ApiRegistry, servicer: Any) -> None:
     async def handle_list_offsets(request: Any, call: KafkaCall) -> Any:
         return await list_offsets(servicer, request, call)
 
+    async def handle_offset_for_leader_epoch(request: Any, call: KafkaCall) -> Any:
+        return await offset_for_leader_epoch(servicer, request, call)
+
     registry.add(FETCH_KEY, *FETCH_VERSIONS, handle_fetch)
     registry.add(LIST_OFFSETS_KEY, *LIST_OFFSETS_VERSIONS, handle_list_offsets)
+    registry.add(OFFSET_FOR_LEADER_EPOCH_KEY, *OFFSET_FOR_LEADER_EPOCH_VERSIONS,
+                 handle_offset_for_leader_epoch)

@@ -36,6 +36,12 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 
 from tidelog.client import Client
 from tidelog.producer import Producer
@@ -241,3 +247,33 @@ def test_fetch_sessions_are_answered_as_by_a_broker_that_keeps_none(
     incremental = ask(cluster.kafka_address_of(1), _fetch(0, session_epoch=1))
     assert incremental.error_code == ErrorCode.fetch_session_id_not_found
     assert incremental.responses == ()
+
+
+def test_offset_for_leader_epoch_answers_as_a_kafka_leader(
+    cluster: LocalCluster, one_batch: list[Rec]
+) -> None:
+    """The current epoch ends at the log end; a later epoch, or none, is (-1, -1); the epoch
+    the caller believes current is checked first; an unknown partition is named."""
+    address = cluster.kafka_address_of(1)
+    [topic] = ask(address, MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name="one-batch"),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+    )).topics
+    epoch = topic.partitions[0].leader_epoch
+    asked = [(0, -1, epoch), (0, epoch, epoch + 1), (0, epoch + 1, epoch), (0, -1, -1), (7, -1, 0)]
+    answers = []
+    for partition, current, leader_epoch in asked:
+        [result] = ask(address, OffsetForLeaderEpochRequest(replica_id=-1, topics=(
+            OffsetForLeaderTopic(topic="one-batch", partitions=(OffsetForLeaderPartition(
+                partition=partition, current_leader_epoch=current, leader_epoch=leader_epoch,
+            ),)),
+        ))).topics
+        [part] = result.partitions
+        answers.append((part.error_code, part.leader_epoch, part.end_offset))
+    assert answers == [
+        (ErrorCode.none, epoch, len(one_batch)),
+        (ErrorCode.none, -1, -1),
+        (ErrorCode.unknown_leader_epoch, -1, -1),
+        (ErrorCode.none, -1, -1),
+        (ErrorCode.unknown_topic_or_partition, -1, -1),
+    ]
