@@ -16,10 +16,12 @@ from tidelog.node.kafka.cluster import add_cluster
 from tidelog.node.kafka.configs import add_configs
 from tidelog.node.kafka.consumer_groups import add_consumer_groups
 from tidelog.node.kafka.fetch import add_fetch
+from tidelog.node.kafka.groups import add_groups
 from tidelog.node.kafka.metadata import add_metadata
 from tidelog.node.kafka.produce import add_produce
 from tidelog.node.kafka.registry import ApiRegistry
 from tidelog.node.kafka.topics import add_topics
+from tidelog.node.kafka.transactions import add_transactions
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ def kafka_registry(parts: KafkaParts) -> ApiRegistry:
     add_configs(registry, parts.servicer)
     add_acls(registry, parts.servicer)
     add_cluster(registry, parts.servicer, parts.controller, parts.routing)
+    add_groups(registry, parts.servicer, parts.routing)
+    add_transactions(registry, parts.servicer)
     add_classic_members(registry, parts.servicer)
     add_consumer_groups(registry, parts.servicer, parts.controller)
     return registry

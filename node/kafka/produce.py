@@ -18,6 +18,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from tidelog.coordinator.metadata_records import split_address
 from tidelog.node.cluster.routing import Routing
 from tidelog.node.edge.limits import CLIENT_LIMITS
@@ -32,6 +34,7 @@ from tidelog.node.kafka.fields import (
     timestamp,
 )
 from tidelog.node.kafka.registry import ApiRegistry
+from tidelog.node.kafka.transactions import older_fenced
 from tidelog.v1 import tidelog_pb2 as pb
 
 PRODUCE_KEY = 0
@@ -124,12 +127,18 @@ async def init_producer_id(servicer: Any, request: Any, call: KafkaCall) -> Any:
         producer_id=getattr(request, "producer_id", -1),
         producer_epoch=getattr(request, "producer_epoch", -1),
     )
+    response = response_type(INIT_PRODUCER_ID_KEY, call.api_version)
     if request.transactional_id is not None:
+        if asked.transaction_timeout_ms <= 0:
+            # Kafka's check; Tidelog's request reads 0 as "the default timeout".
+            return build(response, throttle_time=datetime.timedelta(0),
+                         error_code=ErrorCode.invalid_transaction_timeout,
+                         producer_id=-1, producer_epoch=-1)
         asked.transactional_id = request.transactional_id
     answer: pb.InitProducerIdResponse = await servicer.InitProducerId(asked, call)
     return build(
-        response_type(INIT_PRODUCER_ID_KEY, call.api_version),
-        throttle_time=datetime.timedelta(0), error_code=error_code(answer.error_code),
+        response,
+        throttle_time=datetime.timedelta(0), error_code=older_fenced(answer.error_code, call),
         producer_id=answer.producer_id, producer_epoch=answer.producer_epoch,
     )
 
