@@ -6,6 +6,7 @@ reads every record."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from typing import Any
@@ -13,6 +14,9 @@ from typing import Any
 import confluent_kafka
 import pytest
 from kafka_clients import CLIENT_TIMEOUT_S, CONFLUENT_QUIET, read_tidelog
+from kafka_wire import ask
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v10.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from tidelog.client import Client
 from tidelog.testing import LocalCluster, wait_for
@@ -61,12 +65,31 @@ class Follower(threading.Thread):
             self._consumer.close()
 
 
+def _a_follower_names_the_leader(cluster: LocalCluster) -> None:
+    """A Produce sent to a follower is NOT_LEADER_OR_FOLLOWER with the leader, its epoch and
+    its Kafka address (KIP-951), and nothing is written."""
+    leader = cluster.leader_of((TOPIC, 0))
+    assert leader is not None
+    follower = next(n for n in cluster.node_ids if n != leader)
+    answer = ask(cluster.kafka_address_of(follower), ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        topic_data=(TopicProduceData(name=TOPIC, partition_data=(
+            PartitionProduceData(index=0, records=b""),)),),
+    ))
+    [part] = answer.responses[0].partition_responses
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert part.current_leader.leader_id == leader and part.current_leader.leader_epoch >= 0
+    assert [(e.node_id, f"{e.host}:{e.port}") for e in answer.node_endpoints] == [
+        (leader, cluster.kafka_address_of(leader))]
+
+
 def test_idempotent_producer_and_consumer_across_a_leader_kill(cluster: LocalCluster) -> None:
     with Client(cluster.bootstrap) as client:
         client.create_topic(TOPIC, partitions=1, replication_factor=3)
         wait_for(lambda: all(len(p.isr) == 3 and p.leader >= 0 for p in
                              client.describe_topics([TOPIC])[TOPIC].partitions),
                  CLIENT_TIMEOUT_S, "the partition's three replicas in sync")
+    _a_follower_names_the_leader(cluster)
     values = [f"{i}".encode() for i in range(BEFORE + AFTER)]
     follower = Follower(cluster.kafka_bootstrap, len(values))
     follower.start()

@@ -28,7 +28,7 @@ from kafka_clients import (
     records_for,
     write_tidelog,
 )
-from kafka_wire import ask
+from kafka_wire import ask, connect, frame_of, read_answer
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import (
@@ -42,10 +42,11 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderPartition,
     OffsetForLeaderTopic,
 )
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from tidelog.client import Client
 from tidelog.producer import Producer
-from tidelog.records import read_header
+from tidelog.records import RecordInput, build_batch, read_header
 from tidelog.testing import LocalCluster
 from tidelog.types import IsolationLevel, OffsetSpec, TopicPartition
 
@@ -277,3 +278,22 @@ def test_offset_for_leader_epoch_answers_as_a_kafka_leader(
         (ErrorCode.none, -1, -1),
         (ErrorCode.unknown_topic_or_partition, -1, -1),
     ]
+
+
+def test_produce_with_acks_0_gets_no_answer(cluster: LocalCluster, client: Client) -> None:
+    """The batch is written, and the next answer on the connection is the next request's."""
+    client.create_topic("acks-0", partitions=1, replication_factor=1)
+    batch = build_batch([RecordInput(b"fire and forget", b"k", _now_ms())])
+    produce = ProduceRequest(
+        transactional_id=None, acks=0, timeout=datetime.timedelta(seconds=5),
+        topic_data=(TopicProduceData(name="acks-0", partition_data=(
+            PartitionProduceData(index=0, records=batch),)),),
+    )
+    metadata = MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                               include_topic_authorized_operations=False)
+    with connect(cluster.kafka_address_of(1)) as sock:
+        sock.sendall(frame_of(produce, 1) + frame_of(metadata, 2))
+        correlation_id, _ = read_answer(sock, 3, 12)
+    assert correlation_id == 2
+    assert [r.value for r in read_tidelog(cluster.bootstrap, "acks-0", 0, 1)] == [
+        b"fire and forget"]
