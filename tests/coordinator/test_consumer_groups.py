@@ -706,3 +706,43 @@ def test_classic_member_metadata_records_round_trip_and_refuse_bad_timeouts() ->
         rec.decode_value(rec.MEMBER_METADATA, data[:-4] + struct.pack(">i", 0))
     with pytest.raises(rec.GroupRecordError):  # version 1 is for member metadata only
         rec.decode_value(rec.GROUP_METADATA, b"\x00\x01" + struct.pack(">i", 3))
+
+
+def test_a_cooperative_classic_member_keeps_what_it_may_and_revokes_by_joining_again() -> None:
+    """A cooperative classic client (librdkafka's cooperative-sticky) joins again reporting
+    what it owns: the coordinator keeps its partitions pending revocation until a JoinGroup
+    no longer lists them, and only then hands them over."""
+    cluster = Cluster()
+    groups = cluster.groups
+
+    def join(member_id: str, owned: rec.Assignment) -> int:
+        plan = groups.plan_classic_join(HeartbeatRequest(
+            "g", member_id, 0, rebalance_timeout_ms=5000, subscribed_topics=("t",),
+            owned=owned, classic_session_timeout_ms=3000), cluster.topics, cluster.now)
+        cluster.commit(plan.records)
+        groups.heartbeat_answered("g", member_id, cluster.now)
+        return plan.response.member_epoch
+
+    a_epoch = join("a", {})
+    everything = {"t": (0, 1, 2, 3, 4, 5)}
+    assert groups.classic_assignment("g", "a", a_epoch, cluster.now) == everything
+    b_epoch = join("b", {})
+    assert groups.classic_assignment("g", "b", b_epoch, cluster.now) == {}
+    assert groups.classic_heartbeat("g", "a", a_epoch, cluster.now)
+    # a joins again still owning everything: it keeps its share, the rest pending revocation
+    a_epoch = join("a", everything)
+    kept = groups.classic_assignment("g", "a", a_epoch, cluster.now)
+    assert sum(map(len, kept.values())) == 3
+    assert groups.groups["g"].members["a"].current.state == rec.UNREVOKED_PARTITIONS
+    assert groups.classic_heartbeat("g", "a", a_epoch, cluster.now)  # must revoke: rejoin
+    assert not groups.classic_heartbeat("g", "b", b_epoch, cluster.now)  # nothing free yet
+    held_disjoint(cluster)
+    a_epoch = join("a", kept)  # revoked the rest
+    assert groups.classic_heartbeat("g", "b", b_epoch, cluster.now)  # free now
+    b_epoch = join("b", {})
+    given = groups.classic_assignment("g", "b", b_epoch, cluster.now)
+    assert sum(map(len, given.values())) == 3
+    assert not set(given["t"]) & set(kept["t"])
+    held_disjoint(cluster)
+    assert not groups.classic_heartbeat("g", "a", a_epoch, cluster.now)
+    assert not groups.classic_heartbeat("g", "b", b_epoch, cluster.now)

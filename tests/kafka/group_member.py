@@ -7,7 +7,7 @@ synchronously after every batch, and on a ``close`` line from stdin closes (Leav
 exits. A test kills it to see its partitions move within its session timeout.
 
 Usage: ``python group_member.py CLIENT BOOTSTRAP GROUP TOPIC``, CLIENT one of kafka-python,
-aiokafka, confluent-classic, confluent-consumer.
+aiokafka, confluent-classic, confluent-cooperative, confluent-consumer.
 """
 
 from __future__ import annotations
@@ -105,8 +105,9 @@ async def run_aiokafka(bootstrap: str, group: str, topic: str) -> None:
 
 
 def run_confluent(bootstrap: str, group: str, topic: str, protocol: str) -> None:
-    """librdkafka: its classic protocol (eager range assignors) or the consumer protocol
-    (KIP-848, whose session timeout and heartbeat interval are the coordinator's)."""
+    """librdkafka: its classic protocol (eager range assignors, or cooperative-sticky, which
+    revokes only what it loses and joins again) or the consumer protocol (KIP-848, whose
+    session timeout and heartbeat interval are the coordinator's)."""
     from confluent_kafka import Consumer
 
     config: dict[str, Any] = {
@@ -117,6 +118,8 @@ def run_confluent(bootstrap: str, group: str, topic: str, protocol: str) -> None
         config["group.protocol"] = "consumer"
     else:
         config.update({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS})
+    if protocol == "cooperative":
+        config["partition.assignment.strategy"] = "cooperative-sticky"
     consumer = Consumer(config)
 
     def revoked(_: Any, tps: Any) -> None:

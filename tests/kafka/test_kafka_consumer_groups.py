@@ -204,11 +204,12 @@ def _settled(ownership: Ownership, names: set[str], records: int) -> bool:
         len(set(ownership.consumed())) >= records
 
 
-@pytest.mark.parametrize("kind", ["kafka-python", "confluent-consumer"])
+@pytest.mark.parametrize("kind", ["kafka-python", "confluent-cooperative", "confluent-consumer"])
 def test_members_share_partitions_and_a_killed_ones_move_at_its_commits(
     cluster: LocalCluster, client: Client, members: Any, kind: str
 ) -> None:
-    """kafka-python (classic) or confluent-kafka with group.protocol=consumer (KIP-848)."""
+    """kafka-python (classic, eager), librdkafka's classic cooperative-sticky, or
+    confluent-kafka with group.protocol=consumer (KIP-848)."""
     topic = _topic(client, f"{kind}-kill", 10)
     group = f"{kind}-group"
     ownership = Ownership()
