@@ -69,27 +69,27 @@ class Connection:
         self._slots = asyncio.Semaphore(MAX_PENDING)
 
     async def serve(self) -> None:
+        """Reads requests until the client stops sending or a frame closes the connection,
+        writes the answers to what was read (a client that half-closes after its last request
+        still gets them), then closes. Cancelled (the listener stops), it closes at once."""
         writing = asyncio.create_task(self._write_answers())
         try:
-            await self._read_requests()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away
-        except MalformedFrame as exc:
-            note_malformed("the Kafka listener", self.peer, exc)
+            try:
+                await self._read_requests()
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass  # the client went away, or sends nothing more
+            except MalformedFrame as exc:
+                note_malformed("the Kafka listener", self.peer, exc)
+            self._answers.append(_DONE)
+            self._answer_ready.set()
+            with contextlib.suppress(Exception):
+                await writing
         finally:
-            if not writing.done():
-                # Answer what was read before the end (a client that half-closes after its
-                # last request still gets the answers), unless writing fails or a frame was bad.
-                self._answers.append(_DONE)
-                self._answer_ready.set()
-                with contextlib.suppress(Exception):
-                    await writing
+            writing.cancel()
             for task in self._answers:
                 if task is not _DONE:
                     task.cancel()
             self._writer.close()
-            with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
 
     async def _read_requests(self) -> None:
         reader = self._reader

@@ -13,9 +13,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.index import api_key_map, schema_name_map
+from kio.static.constants import EntityType
+
 from tidelog.node.edge.limits import DEFAULT_REQUEST_LIMIT
 from tidelog.node.kafka.call import KafkaCall
-from tidelog.node.kafka.codec import request_type, response_type
 
 #: A handler: the decoded request (kio's entity of the version the client sent) and the call
 #: -> kio's response entity of the same version, or None when the request expects no answer
@@ -63,14 +65,11 @@ class ApiRegistry:
                 f"Kafka API {api_key}: versions {min_version}-{max_version} do not start at "
                 f"Kafka 4's floor {floor}"
             )
-        for version in range(min_version, max_version + 1):
-            try:
-                request_type(api_key, version)
-                response_type(api_key, version)
-            except KeyError:
-                raise ValueError(
-                    f"Kafka API {api_key} v{version}: the codec does not know this version"
-                ) from None
+        unknown = set(range(min_version, max_version + 1)) - set(codec_versions(api_key))
+        if unknown:
+            raise ValueError(
+                f"Kafka API {api_key} v{min(unknown)}: the codec does not know this version"
+            )
         self._apis[api_key] = KafkaApi(
             api_key, min_version, max_version, handler, max_request_bytes
         )
@@ -95,13 +94,22 @@ class ApiRegistry:
                    default=DEFAULT_REQUEST_LIMIT)
 
 
+def codec_versions(api_key: int) -> list[int]:
+    """The versions of `api_key` kio has both a request and a response schema for, read from
+    its index: importing every version's module would cost a node's start seconds (they are
+    imported when a client first sends that version)."""
+    name = api_key_map.get(api_key)
+    versions = schema_name_map.get(name, {}) if name is not None else {}
+    return sorted(
+        version for version, entities in versions.items()
+        if EntityType.request in entities and EntityType.response in entities
+    )
+
+
 def kafka_floor(api_key: int) -> int:
     """The lowest version of `api_key` Kafka 4 accepts: the lowest kio knows (kio carries
     only the versions Kafka 4 still accepts)."""
-    for version in range(0, 32):
-        try:
-            request_type(api_key, version)
-        except KeyError:
-            continue
-        return version
-    raise ValueError(f"the codec knows no version of Kafka API {api_key}")
+    versions = codec_versions(api_key)
+    if not versions:
+        raise ValueError(f"the codec knows no version of Kafka API {api_key}")
+    return versions[0]

@@ -8,10 +8,28 @@ import socket
 import time
 from typing import Any
 
+from tidelog.node.kafka.apis import KafkaParts, kafka_registry
 from tidelog.node.kafka.codec import decode, encode_request, request_header, response_type
 
 #: How long a test waits for an answer, or for a connection to close.
 WIRE_TIMEOUT_S = 20.0
+
+
+class _NotBuilt:
+    """Stands for the node's parts when only the registry's table is wanted: the adapters
+    keep what they are given (and may look things up on it) but no handler ever runs."""
+
+    def __getattr__(self, name: str) -> _NotBuilt:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _NotBuilt:
+        return self
+
+
+def served_table() -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) version of every API the node serves: its ApiVersions table."""
+    parts = KafkaParts(*(_NotBuilt() for _ in range(4)))  # type: ignore[arg-type]
+    return {key: (low, high) for key, low, high in kafka_registry(parts).versions()}
 
 
 def connect(address: str) -> socket.socket:

@@ -1,0 +1,140 @@
+"""A Kafka listener in this process with handlers of the test's own (no node): a request that
+expects no answer (Produce with acks=0) gets none while the requests after it are answered,
+and the bytes of requests read and not answered stay within queued.max.request.bytes: the
+listener stops reading until an answer frees room."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+import pytest
+from kafka_wire import WIRE_TIMEOUT_S, frame_of
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v1.request import MetadataRequest
+from kio.schema.produce.v3.request import ProduceRequest
+
+from tidelog.node.config import NodeConfig
+from tidelog.node.edge.limits import InFlight
+from tidelog.node.kafka.api_versions import add_api_versions
+from tidelog.node.kafka.call import KafkaCall
+from tidelog.node.kafka.codec import decode, encode_request, request_header, response_type
+from tidelog.node.kafka.listener import KafkaListener
+from tidelog.node.kafka.registry import ApiRegistry
+
+pytestmark = pytest.mark.timeout(60)
+
+#: The listener's budget: two of the test's Metadata frames fit, three do not.
+BUDGET = 700
+
+
+def _config() -> NodeConfig:
+    return NodeConfig.from_properties({
+        "node.id": "1", "listen": "127.0.0.1:1", "data.dir": "/tmp/tidelog-unused",
+        "kafka.listen": "127.0.0.1:0",
+    })
+
+
+async def _read_answer(reader: asyncio.StreamReader, api_key: int, version: int) -> Any:
+    size = int.from_bytes(await reader.readexactly(4), "big")
+    frame = await reader.readexactly(size)
+    body_type = response_type(api_key, version)
+    header, offset = decode(body_type.__header_schema__, frame)
+    return int(header.correlation_id), decode(body_type, frame, offset)[0]
+
+
+async def _serving(registry: ApiRegistry) -> tuple[KafkaListener, int]:
+    listener = KafkaListener(_config())
+    port = await listener.bind()
+    await listener.serve(registry)
+    return listener, port
+
+
+def test_a_request_that_expects_no_answer_gets_none() -> None:
+    async def produce(request: Any, call: KafkaCall) -> Any:
+        if request.acks == 0:
+            return None
+        return response_type(0, 3)(responses=(), throttle_time=datetime.timedelta(0))
+
+    async def scenario() -> None:
+        registry = ApiRegistry()
+        add_api_versions(registry)
+        registry.add(0, 3, 3, produce)
+        listener, port = await _serving(registry)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            quiet = ProduceRequest(transactional_id=None, acks=0,
+                                   timeout=datetime.timedelta(seconds=1), topic_data=())
+            acked = ProduceRequest(transactional_id=None, acks=1,
+                                   timeout=datetime.timedelta(seconds=1), topic_data=())
+            writer.write(frame_of(quiet, 1) + frame_of(ApiVersionsRequest(), 2)
+                         + frame_of(quiet, 3) + frame_of(acked, 4))
+            assert (await _read_answer(reader, 18, 0))[0] == 2
+            assert (await _read_answer(reader, 0, 3))[0] == 4
+            writer.close()
+        finally:
+            await listener.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), WIRE_TIMEOUT_S))
+
+
+def test_reading_stops_while_the_unanswered_bytes_fill_the_budget() -> None:
+    """The node refuses a queued.max.request.bytes below one maximal Produce, so the test
+    gives its listener a small budget of the same kind directly."""
+    started: list[int] = []
+
+    async def scenario() -> None:
+        go = asyncio.Event()
+
+        async def metadata(request: Any, call: KafkaCall) -> Any:
+            started.append(len(started))
+            await go.wait()
+            return response_type(3, 1)(brokers=(), controller_id=-1, topics=())
+
+        registry = ApiRegistry()
+        registry.add(3, 0, 1, metadata)
+        listener = KafkaListener(_config())
+        listener._budget = budget = InFlight(BUDGET)
+        port = await listener.bind()
+        await listener.serve(registry)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            request = MetadataRequest(topics=())
+            frames = [encode_request(request_header(request, n, "c" * 280), request)
+                      for n in range(3)]
+            assert 2 * (len(frames[0]) - 4) <= BUDGET < 3 * (len(frames[0]) - 4)
+            writer.write(b"".join(frames))
+            while not budget._waiters:  # the reader waits for room
+                await asyncio.sleep(0.01)
+            assert len(started) == 2 and budget.total <= BUDGET
+            go.set()
+            for n in range(3):
+                assert (await _read_answer(reader, 3, 1))[0] == n
+            assert len(started) == 3
+            writer.close()
+        finally:
+            await listener.stop()
+        assert budget.total == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), WIRE_TIMEOUT_S))
+
+
+def test_the_api_versions_table_is_the_registry() -> None:
+    async def scenario() -> None:
+        registry = ApiRegistry()
+        add_api_versions(registry)
+        listener, port = await _serving(registry)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(frame_of(ApiVersionsRequest(), 7))
+            correlation_id, answer = await _read_answer(reader, 18, 0)
+            assert correlation_id == 7 and answer.error_code == ErrorCode.none
+            assert [(k.api_key, k.min_version, k.max_version) for k in answer.api_keys] == [
+                (18, 0, 4)]
+            writer.close()
+        finally:
+            await listener.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), WIRE_TIMEOUT_S))
