@@ -47,7 +47,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from tidelog.client import Client
 from tidelog.producer import Producer
 from tidelog.records import RecordInput, build_batch, read_header
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, wait_for
 from tidelog.types import IsolationLevel, OffsetSpec, TopicPartition
 
 pytestmark = pytest.mark.timeout(60)
@@ -297,3 +297,42 @@ def test_produce_with_acks_0_gets_no_answer(cluster: LocalCluster, client: Clien
     assert correlation_id == 2
     assert [r.value for r in read_tidelog(cluster.bootstrap, "acks-0", 0, 1)] == [
         b"fire and forget"]
+
+
+@pytest.fixture(scope="module")
+def aborted_then_committed(cluster: LocalCluster, client: Client) -> list[Rec]:
+    """A transaction of two records aborted (offsets 0-1, its marker at 2), then one of two
+    records committed (3-4, its marker at 5), through Tidelog's transactional producer; the
+    committed records once read_committed readers can see them."""
+    client.create_topic("aborted", partitions=1, replication_factor=1)
+    base = _now_ms()
+    records = records_for("txn", "none", 4, base)
+    producer = client.producer(transactional_id="aborted-then-committed")
+    try:
+        producer.init_transactions()
+        for records_in, end in ((records[:2], producer.abort_transaction),
+                                (records[2:], producer.commit_transaction)):
+            producer.begin_transaction()
+            for r in records_in:
+                producer.send("aborted", value=r.value, key=r.key, partition=0,
+                              timestamp_ms=r.timestamp, headers=list(r.headers))
+            producer.flush(timeout=CLIENT_TIMEOUT_S)
+            end()
+    finally:
+        producer.close(timeout=CLIENT_TIMEOUT_S)
+    tp = TopicPartition("aborted", 0)
+    wait_for(lambda: client.list_offsets({tp: OffsetSpec.latest()},
+                                         IsolationLevel.READ_COMMITTED)[tp].offset == 6,
+             CLIENT_TIMEOUT_S, "the committed transaction's marker below the LSO")
+    return [r._replace(offset=offset) for r, offset in zip(records, (0, 1, 3, 4), strict=True)]
+
+
+@pytest.mark.parametrize("reader", ALL_READERS)
+def test_read_committed_skips_aborted_records(
+    cluster: LocalCluster, aborted_then_committed: list[Rec], reader: str
+) -> None:
+    """Fetch gives read_committed readers the aborted transactions of what they read, so
+    they skip those records (and every reader skips the markers)."""
+    assert _read(cluster, reader, "aborted", 0, 2, "read_committed") == (
+        aborted_then_committed[2:])
+    assert _read(cluster, reader, "aborted", 0, 4) == aborted_then_committed
