@@ -14,7 +14,8 @@ The room:
 - ``connection.py``: framing, the in-flight budget, concurrent handling, answers in order;
 - ``listener.py``: the asyncio server, TLS and principals;
 - ``apis.py``: `kafka_registry`, which adds every served API;
-- one module per API family: ``api_versions.py``, ``metadata.py``.
+- one module per API family: ``api_versions.py``, ``metadata.py``, ``produce.py`` (Produce,
+  InitProducerId), ``fetch.py`` (Fetch, ListOffsets, OffsetForLeaderEpoch).
 
 How to add an API (say Produce, key 0):
 
