@@ -2,8 +2,9 @@
 kafka-python's transactional producers commit and abort, and read_committed consumers of both
 see the committed records only; consume-transform-produce with send_offsets_to_transaction,
 from an assigned consumer and from a group member, commits each input's offset exactly once
-with its output; a zombie
-(the same transactional id at an older epoch) is fenced."""
+with its output; a zombie (the same transactional id at an older epoch) is fenced; the
+partition leader verifies a transactional batch with the coordinator; older clients see
+fencing as Kafka shows it them."""
 
 from __future__ import annotations
 
@@ -19,13 +20,22 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata
 from kafka_wire import ask
+from kio.schema.add_partitions_to_txn.v3.request import AddPartitionsToTxnRequest as AddPartitionsV3
+from kio.schema.add_partitions_to_txn.v3.request import (
+    AddPartitionsToTxnTopic as AddPartitionsTopicV3,
+)
 from kio.schema.end_txn.v1.request import EndTxnRequest as EndTxnV1
 from kio.schema.end_txn.v3.request import EndTxnRequest as EndTxnV3
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindCoordinatorV3
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest as InitProducerIdV4
+from kio.schema.produce.v9.request import PartitionProduceData as ProducePartitionV9
+from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
+from kio.schema.produce.v9.request import TopicProduceData as ProduceTopicV9
+from kio.static.primitive import Records
 
 from tidelog.client import Client
+from tidelog.records import RecordInput, build_batch
 from tidelog.testing import LocalCluster, wait_for
 from tidelog.types import TopicPartition
 
@@ -254,10 +264,9 @@ def test_older_clients_get_fencing_and_timeouts_as_kafka_answers_them(
 
     def init() -> Any:
         ask(address, FindCoordinatorV3(key=txn_id, key_type=1))
-        answer = ask(address, InitProducerIdV4(
+        return _ok(ask(address, InitProducerIdV4(
             transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=-1, producer_epoch=-1))
-        return answer if answer.error_code == ErrorCode.none else None
+            producer_id=-1, producer_epoch=-1)))
 
     first = wait_for(init, CLIENT_TIMEOUT_S, "a transactional producer id")
     second = wait_for(init, CLIENT_TIMEOUT_S, "the epoch bumped")
@@ -276,3 +285,45 @@ def test_older_clients_get_fencing_and_timeouts_as_kafka_answers_them(
         transactional_id=txn_id, transaction_timeout=datetime.timedelta(0),
         producer_id=-1, producer_epoch=-1))
     assert no_timeout.error_code == ErrorCode.invalid_transaction_timeout
+
+
+def test_a_transactional_produce_outside_its_transaction_is_refused(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """The leader verifies a transactional batch with the coordinator (KIP-890's first part):
+    a batch for a partition the transaction never added is INVALID_TXN_STATE (Produce v9 and
+    below), and the same batch once the partition is added is appended."""
+    topic, txn_id = _topic(client, "verified-txn"), "verified-producer"
+    address = cluster.kafka_address_of(1)
+    ask(address, FindCoordinatorV3(key=txn_id, key_type=1))
+    producer = wait_for(lambda: _ok(ask(address, InitProducerIdV4(
+        transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=-1, producer_epoch=-1))), CLIENT_TIMEOUT_S, "a transactional producer id")
+    pid, epoch = producer.producer_id, producer.producer_epoch
+    batch = build_batch([RecordInput(b"verified", None, 0)], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=0, transactional=True)
+    produce = ProduceV9(transactional_id=txn_id, acks=-1, timeout=datetime.timedelta(seconds=20),
+                        topic_data=(ProduceTopicV9(name=topic, partition_data=(
+                            ProducePartitionV9(index=0, records=Records(batch)),)),))
+
+    def produced() -> ErrorCode:
+        [answer] = ask(address, produce).responses[0].partition_responses
+        return ErrorCode(answer.error_code)
+
+    assert produced() == ErrorCode.invalid_txn_state
+    added = ask(address, AddPartitionsV3(
+        v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(AddPartitionsTopicV3(name=topic, partitions=(0,)),)))
+    [result] = added.results_by_topic_v3_and_below[0].results_by_partition
+    assert result.partition_error_code == ErrorCode.none
+    assert produced() == ErrorCode.none
+    ended = ask(address, EndTxnV3(transactional_id=txn_id, producer_id=pid,
+                                  producer_epoch=epoch, committed=True))
+    assert ended.error_code == ErrorCode.none
+    assert _confluent_read(cluster, topic, "read_committed", 1) == [b"verified"]
+
+
+def _ok(answer: Any) -> Any:
+    """`answer`, or None (not yet) while it has an error."""
+    return answer if answer.error_code == ErrorCode.none else None
