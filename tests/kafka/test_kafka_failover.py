@@ -2,7 +2,7 @@
 consumer reading it, on a 3-node cluster (replication factor 3): the producer's records land
 once each, in order, with no gap (its retries of batches the old leader had replicated are
 recognised by the new leader's producer state), and the consumer follows the new leader and
-reads every record."""
+reads every record, as kafka-python's and aiokafka's consumers do."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import confluent_kafka
 import pytest
-from kafka_clients import CLIENT_TIMEOUT_S, CONFLUENT_QUIET, read_tidelog
+from kafka_clients import CLIENT_TIMEOUT_S, CONFLUENT_QUIET, READERS, Rec, read_tidelog
 from kafka_wire import ask
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v10.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -93,6 +93,15 @@ def test_idempotent_producer_and_consumer_across_a_leader_kill(cluster: LocalClu
     values = [f"{i}".encode() for i in range(BEFORE + AFTER)]
     follower = Follower(cluster.kafka_bootstrap, len(values))
     follower.start()
+    # kafka-python and aiokafka consumers follow the partition too, each in its own thread.
+    others: dict[str, list[Rec]] = {}
+    threads = [
+        threading.Thread(target=lambda name=name: others.__setitem__(
+            name, READERS[name](cluster.kafka_bootstrap, TOPIC, 0, len(values))), daemon=True)
+        for name in ("kafka-python", "aiokafka")
+    ]
+    for thread in threads:
+        thread.start()
     producer = confluent_kafka.Producer({
         "bootstrap.servers": cluster.kafka_bootstrap, "enable.idempotence": True,
         "linger.ms": 5, "message.timeout.ms": 60_000, **CONFLUENT_QUIET,
@@ -119,12 +128,16 @@ def test_idempotent_producer_and_consumer_across_a_leader_kill(cluster: LocalClu
     finally:
         follower.stop.set()
         follower.join(CLIENT_TIMEOUT_S)
+        for thread in threads:
+            thread.join(CLIENT_TIMEOUT_S * 2)
     survivor = next(n for n in cluster.node_ids if n != leader)
     stored = read_tidelog(cluster.address_of(survivor), TOPIC, 0, len(values))
     # No duplicate, no gap: each record once, at consecutive offsets, in the order sent.
     assert [r.value for r in stored] == values
     assert [r.offset for r in stored] == list(range(len(values)))
     assert follower.values == values
+    assert {name: [r.value for r in got] for name, got in others.items()} == {
+        "kafka-python": values, "aiokafka": values}
     after = [t for t in follower.arrivals if t >= killed_at]
     stall = max((b - a for a, b in zip([killed_at, *after], after, strict=False)), default=0.0)
     print(f"consumer's longest wait for a record after the leader's kill: {stall:.2f} s")
