@@ -6,7 +6,8 @@ authorize, validate (INVALID_CONFIG for an unknown key or a bad value), honour
 DescribeConfigs lists every config of a topic or a node, each with its value and its source
 (the topic's own, the node's dynamic config, every node's dynamic default, the node's
 properties, the built-in default), as Kafka does; with ``include_synonyms`` each config has
-itself as its one synonym. Config types and documentation are not given (UNKNOWN, null).
+itself as its one synonym. Topic configs have Kafka's types for them; a node's other settings
+are of type UNKNOWN, and no config has documentation (null).
 A node's configs are described by that node (Kafka clients send the request there), and the
 node default (the resource named "") by any node.
 
@@ -36,7 +37,17 @@ DESCRIBE_CONFIGS_KEY, ALTER_CONFIGS_KEY, INCREMENTAL_ALTER_CONFIGS_KEY = 32, 33,
 #: defaults) and the node configs that are dynamic.
 _REPLACEABLE = sorted(TOPIC_KEYS | DYNAMIC_KEYS)
 _NO_THROTTLE = datetime.timedelta(0)
-#: Kafka's ConfigType UNKNOWN: Tidelog's configs do not name their types.
+#: Kafka's ConfigType codes of the topic configs (Kafka's own types for the same names), so
+#: that clients show and check them as Kafka's; a node's other settings are UNKNOWN (0).
+_STRING, _INT, _LONG, _LIST = 2, 3, 5, 7
+_TOPIC_CONFIG_TYPES = {
+    "cleanup.policy": _LIST, "compression.type": _STRING, "delete.retention.ms": _LONG,
+    "flush.messages": _LONG, "flush.ms": _LONG, "index.interval.bytes": _INT,
+    "max.message.bytes": _INT, "message.timestamp.after.max.ms": _LONG,
+    "message.timestamp.before.max.ms": _LONG, "message.timestamp.type": _STRING,
+    "min.insync.replicas": _INT, "retention.bytes": _LONG, "retention.ms": _LONG,
+    "segment.bytes": _INT, "segment.index.bytes": _INT, "segment.ms": _LONG,
+}
 _UNKNOWN_TYPE = 0
 
 
@@ -76,7 +87,8 @@ class ConfigsAdapter:
                 entries.append(build(
                     entry_type, name=entry.name, value=value, read_only=entry.read_only,
                     config_source=entry.config_source, is_sensitive=entry.is_sensitive,
-                    synonyms=synonyms, config_type=_UNKNOWN_TYPE, documentation=None,
+                    synonyms=synonyms, documentation=None,
+                    config_type=_TOPIC_CONFIG_TYPES.get(entry.name, _UNKNOWN_TYPE),
                 ))
             results.append(build(
                 result_type, error_code=error_code(result.error_code),

@@ -274,6 +274,10 @@ def test_kafka_python_admin(kp_admin: KafkaAdminClient) -> None:
     assert entries["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
     assert entries["segment.ms"]["config_source"] == "DEFAULT_CONFIG"
     assert len(entries["retention.ms"]["synonyms"]) == 1  # itself
+    # Kafka's types of the topic configs: every topic config has one.
+    assert entries["retention.ms"]["config_type"] == "LONG"
+    assert entries["cleanup.policy"]["config_type"] == "LIST"
+    assert not [name for name, e in entries.items() if e["config_type"] == "UNKNOWN"]
     assert kp_admin.alter_configs([KafkaPythonResource(
         ConfigResourceType.TOPIC, "kt-kp", configs={"segment.ms": "90000"})],
         incremental=False) == {
