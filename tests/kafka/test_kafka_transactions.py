@@ -18,6 +18,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
+from kafka.errors import ProducerFencedError
 from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata
 from kafka_wire import ask
 from kio.schema.add_partitions_to_txn.v3.request import AddPartitionsToTxnRequest as AddPartitionsV3
@@ -251,6 +252,37 @@ def test_a_zombie_producer_is_fenced(cluster: LocalCluster, client: Client) -> N
         zombie.produce(topic, b"zombie-again")
         zombie.commit_transaction(CLIENT_TIMEOUT_S)
     assert fenced.value.args[0].fatal()
+    assert _confluent_read(cluster, topic, "read_committed", 1) == [b"successor"]
+
+
+def test_a_kafka_python_zombie_producer_is_fenced(cluster: LocalCluster, client: Client) -> None:
+    """The same with kafka-python: the zombie's commit fails as fenced, its records are never
+    read."""
+    topic = _topic(client, "kp-zombie-txn")
+
+    def producer() -> KafkaProducer:
+        made = KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap,
+                             transactional_id="kp-zombie-id",
+                             request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+        made.init_transactions()
+        return made
+
+    zombie = producer()
+    try:
+        zombie.begin_transaction()
+        zombie.send(topic, b"zombie")
+        zombie.flush()
+        successor = producer()
+        try:
+            successor.begin_transaction()
+            successor.send(topic, b"successor")
+            successor.commit_transaction()
+        finally:
+            successor.close()
+        with pytest.raises(ProducerFencedError):
+            zombie.commit_transaction()
+    finally:
+        zombie.close(timeout=0)
     assert _confluent_read(cluster, topic, "read_committed", 1) == [b"successor"]
 
 
