@@ -57,10 +57,9 @@ async def fetch(servicer: Any, request: Any, call: KafkaCall) -> Any:
             error_code=ErrorCode.fetch_session_id_not_found, session_id=_NO_SESSION,
             responses=(),
         )
-    max_wait_ms = max(millis(request.max_wait), 0)
     asked = pb.FetchRequest(
         replica_id=request.replica_id,
-        max_wait_ms=max_wait_ms,
+        max_wait_ms=max(millis(request.max_wait), 0),
         min_bytes=max(request.min_bytes, 0),
         max_bytes=max(request.max_bytes, 0),
         isolation_level=request.isolation_level,
@@ -77,8 +76,6 @@ async def fetch(servicer: Any, request: Any, call: KafkaCall) -> Any:
             for topic in request.topics
         ],
     )
-    # The long poll may take max_wait; the answer must still get out within the deadline.
-    call.set_timeout(max(call.time_remaining(), max_wait_ms / 1000 + 5))
     answer: pb.FetchResponse = await servicer.Fetch(asked, call)
     committed = request.isolation_level == IsolationLevel.READ_COMMITTED
     topic_type = entity_of(response, "FetchableTopicResponse")

@@ -336,3 +336,23 @@ def test_read_committed_skips_aborted_records(
     assert _read(cluster, reader, "aborted", 0, 2, "read_committed") == (
         aborted_then_committed[2:])
     assert _read(cluster, reader, "aborted", 0, 4) == aborted_then_committed
+
+
+def test_a_produce_of_no_batch_or_a_bad_one_is_refused_with_its_code(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """No records, two batches, a truncated or foreign one: the leader's validation refuses
+    each with CORRUPT_MESSAGE and writes nothing."""
+    client.create_topic("bad-batches", partitions=1, replication_factor=1)
+    batch = build_batch([RecordInput(b"v", b"k", _now_ms())])
+    for records in (None, b"", batch + batch, batch[:30], b"\0" * len(batch)):
+        answer = ask(cluster.kafka_address_of(1), ProduceRequest(
+            transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+            topic_data=(TopicProduceData(name="bad-batches", partition_data=(
+                PartitionProduceData(index=0, records=records),)),),
+        ))
+        [part] = answer.responses[0].partition_responses
+        assert (part.error_code, part.base_offset) == (ErrorCode.corrupt_message, -1)
+        assert part.error_message
+    tp = TopicPartition("bad-batches", 0)
+    assert client.list_offsets({tp: OffsetSpec.latest()})[tp].offset == 0
