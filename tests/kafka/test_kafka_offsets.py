@@ -1,17 +1,22 @@
-"""Offsets and groups through the Kafka listener with real clients: kafka-python and
-confluent-kafka consumers that are assigned partitions (not subscribed) commit offsets with
-metadata and read them back, and Tidelog's own client and `tidelog groups describe` read the
-same commits; confluent-kafka's AdminClient lists, describes and deletes groups and their
-offsets; FindCoordinator's batched keys and unknown key types; OffsetFetch with
-require_stable during an open transaction answers UNSTABLE_OFFSET_COMMIT as Kafka does."""
+"""Offsets and groups through the Kafka listener with real clients: kafka-python,
+confluent-kafka and aiokafka consumers that are assigned partitions (not subscribed) commit
+offsets with metadata and read them back, and Tidelog's own client and `tidelog groups
+describe` read the same commits; confluent-kafka's AdminClient lists, describes and deletes
+groups, kafka-python's deletes offsets; FindCoordinator's batched keys and unknown key types;
+OffsetFetch with require_stable during an open transaction answers UNSTABLE_OFFSET_COMMIT as
+Kafka does."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as AioTopicPartition
+from aiokafka.structs import OffsetAndMetadata as AioOffsetAndMetadata
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient
@@ -121,6 +126,28 @@ def test_confluent_kafka_assigned_consumer_commits_metadata(
     # as they came, and so does Tidelog.
     assert _tidelog_offsets(cluster, group)[TopicPartition(topic, 0)] == (
         OffsetAndMetadata(9, "ck-meta\x00"))
+
+
+def test_aiokafka_assigned_consumer_commits_metadata(cluster: LocalCluster, topic: str) -> None:
+    """aiokafka speaks the oldest versions Kafka 4 keeps (FindCoordinator v1, OffsetCommit v2
+    or v3)."""
+    group, tp = "aio-assigned", AioTopicPartition(topic, 1)
+
+    async def commit_and_read() -> Any:
+        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap, group_id=group,
+                                    enable_auto_commit=False,
+                                    request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            await consumer.commit({tp: AioOffsetAndMetadata(11, "aio-meta")})
+            return await consumer.committed(tp)
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(commit_and_read()) == 11
+    assert _tidelog_offsets(cluster, group) == {
+        TopicPartition(topic, 1): OffsetAndMetadata(11, "aio-meta")}
 
 
 def test_the_admin_client_lists_describes_and_deletes_groups(

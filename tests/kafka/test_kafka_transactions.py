@@ -1,18 +1,21 @@
-"""Transactions through the Kafka listener with real clients: confluent-kafka's and
-kafka-python's transactional producers commit and abort, and read_committed consumers of both
-see the committed records only; consume-transform-produce with send_offsets_to_transaction,
-from an assigned consumer and from a group member, commits each input's offset exactly once
-with its output; a zombie (the same transactional id at an older epoch) is fenced; the
-partition leader verifies a transactional batch with the coordinator; older clients see
-fencing as Kafka shows it them."""
+"""Transactions through the Kafka listener with real clients: confluent-kafka's,
+kafka-python's and aiokafka's transactional producers commit and abort, and read_committed
+consumers see the committed records only; consume-transform-produce with
+send_offsets_to_transaction, from an assigned consumer and from a group member, commits each
+input's offset exactly once with its output; a zombie (the same transactional id at an older
+epoch) is fenced; the partition leader verifies a transactional batch with the coordinator;
+older clients see fencing as Kafka shows it them."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient
@@ -165,6 +168,37 @@ def test_kafka_python_read_committed_hides_aborted_records(
     finally:
         consumer.close()
     assert len(_confluent_read(cluster, topic, "read_uncommitted", 5)) == 5
+
+
+def test_aiokafka_transactions_at_the_oldest_versions(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """aiokafka speaks version 0 of every transaction API and InitProducerId: an aborted
+    transaction's records stay hidden, a committed one's offsets commit with it."""
+    topic, group = _topic(client, "aio-txn"), "aio-txn-group"
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap,
+                                    transactional_id="aio-txn-producer",
+                                    request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+        await producer.start()
+        try:
+            await producer.begin_transaction()
+            await producer.send_and_wait(topic, b"aborted")
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"committed")
+                await producer.send_offsets_to_transaction(
+                    {AioTopicPartition(topic, 0): 5}, group)
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    assert _confluent_read(cluster, topic, "read_committed", 1) == [b"committed"]
+    committed = wait_for(
+        lambda: client.admin.list_consumer_group_offsets(group).get(TopicPartition(topic, 0)),
+        CLIENT_TIMEOUT_S, "the transaction's offsets")
+    assert committed.offset == 5
 
 
 @pytest.mark.parametrize("membership", ["assigned", "subscribed"])
