@@ -28,7 +28,7 @@ from kafka_clients import (
     records_for,
     write_tidelog,
 )
-from kafka_wire import ask, connect, frame_of, read_answer
+from kafka_wire import ask, connect, frame_of, read_answer, served_table
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import (
@@ -45,6 +45,10 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from tidelog.client import Client
+from tidelog.node.kafka.codec import request_type
+from tidelog.node.kafka.fetch import FETCH_KEY, LIST_OFFSETS_KEY
+from tidelog.node.kafka.fields import build, entity_of
+from tidelog.node.kafka.produce import INIT_PRODUCER_ID_KEY, PRODUCE_KEY
 from tidelog.producer import Producer
 from tidelog.records import RecordInput, build_batch, read_header
 from tidelog.testing import LocalCluster, wait_for
@@ -356,3 +360,80 @@ def test_a_produce_of_no_batch_or_a_bad_one_is_refused_with_its_code(
         assert part.error_message
     tp = TopicPartition("bad-batches", 0)
     assert client.list_offsets({tp: OffsetSpec.latest()})[tp].offset == 0
+
+
+def _versions(key: int) -> list[int]:
+    low, high = served_table()[key]
+    return list(range(low, high + 1))
+
+
+def _request(key: int, version: int, **values: Any) -> Any:
+    """`key`'s request at `version` from `values` (a nested entity: a callable given its
+    version's request class), each version keeping the fields it has."""
+    entity = request_type(key, version)
+    return build(entity, **{
+        name: value(entity) if callable(value) else value for name, value in values.items()
+    })
+
+
+def _nested(entity_name: str, /, **values: Any) -> Any:
+    """A tuple of one nested entity `entity_name` of the request's version, for `_request`."""
+    return lambda entity: (build(entity_of(entity, entity_name), **{
+        field: value(entity) if callable(value) else value for field, value in values.items()
+    }),)
+
+
+@pytest.mark.parametrize("version", _versions(PRODUCE_KEY))
+def test_every_produce_version_writes(cluster: LocalCluster, client: Client,
+                                      version: int) -> None:
+    topic = f"produce-v{version}"
+    client.create_topic(topic, partitions=1, replication_factor=1)
+    batch = build_batch([RecordInput(b"v", b"k", _now_ms()), RecordInput(b"w", b"k", _now_ms())])
+    asked = _request(PRODUCE_KEY, version, transactional_id=None, acks=-1,
+                     timeout=datetime.timedelta(seconds=10), topic_data=_nested(
+                         "TopicProduceData", name=topic, partition_data=_nested(
+                             "PartitionProduceData", index=0, records=batch)))
+    for base_offset in (0, 2):
+        [part] = ask(cluster.kafka_address_of(1), asked).responses[0].partition_responses
+        assert (part.error_code, part.base_offset) == (ErrorCode.none, base_offset)
+
+
+@pytest.mark.parametrize("version", _versions(FETCH_KEY))
+def test_every_fetch_version_reads_the_batch(
+    cluster: LocalCluster, one_batch: list[Rec], version: int
+) -> None:
+    whole = ask(cluster.kafka_address_of(1), _fetch(0)).responses[0].partitions[0].records
+    asked = _request(
+        FETCH_KEY, version, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0,
+        max_bytes=1 << 20, isolation_level=1, session_id=0, session_epoch=-1,
+        forgotten_topics_data=(), rack_id="", topics=_nested(
+            "FetchTopic", topic="one-batch", partitions=_nested(
+                "FetchPartition", partition=0, current_leader_epoch=-1, fetch_offset=5,
+                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)))
+    [part] = ask(cluster.kafka_address_of(1), asked).responses[0].partitions
+    assert (part.error_code, part.high_watermark, part.records) == (ErrorCode.none, 10, whole)
+    assert part.last_stable_offset == 10 and part.aborted_transactions == ()
+
+
+@pytest.mark.parametrize("version", _versions(LIST_OFFSETS_KEY))
+def test_every_list_offsets_version_finds_the_latest(
+    cluster: LocalCluster, one_batch: list[Rec], version: int
+) -> None:
+    asked = _request(LIST_OFFSETS_KEY, version, replica_id=-1, isolation_level=0,
+                     topics=_nested("ListOffsetsTopic", name="one-batch", partitions=_nested(
+                         "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
+                         timestamp=-1)))
+    [part] = ask(cluster.kafka_address_of(1), asked).topics[0].partitions
+    assert (part.error_code, part.offset) == (ErrorCode.none, 10)
+
+
+@pytest.mark.parametrize("version", _versions(INIT_PRODUCER_ID_KEY))
+def test_every_init_producer_id_version_gives_an_idempotent_producer_its_id(
+    cluster: LocalCluster, version: int
+) -> None:
+    asked = _request(INIT_PRODUCER_ID_KEY, version, transactional_id=None,
+                     transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+                     producer_epoch=-1)
+    answer = ask(cluster.kafka_address_of(1), asked)
+    assert (answer.error_code, answer.producer_epoch) == (ErrorCode.none, 0)
+    assert answer.producer_id >= 0
