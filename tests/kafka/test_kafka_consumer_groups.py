@@ -20,13 +20,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
 from kafka_wire import ask
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+from kio.schema.consumer_group_heartbeat.v0.request import (
+    ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequestV0,
+)
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.leave_group.v5.request import LeaveGroupRequest, MemberIdentity
+from kio.schema.sync_group.v5.request import SyncGroupRequest
 from kio.static.primitive import i32
 
 from tidelog import Client, ConsumerRebalanceListener, TopicPartition
@@ -214,10 +223,10 @@ def test_members_share_partitions_and_a_killed_ones_move_at_its_commits(
     group = f"{kind}-group"
     ownership = Ownership()
     a, b, c = (members(name, kind, group, topic, ownership) for name in ("a", "b", "c"))
-    wait_for(lambda: _settled(ownership, {"a", "b", "c"}, 60), SETTLE_S,
-             lambda: f"three members sharing; {ownership.shares()} {b.stderr()}")
+    wait_for(lambda: _settled(ownership, {"a", "b", "c"}, 60) and sorted(
+        map(len, ownership.shares().values())) == [2, 2, 2], SETTLE_S,
+        lambda: f"three members sharing evenly; {ownership.shares()} {b.stderr()}")
     ownership.check()
-    assert sorted(map(len, ownership.shares().values())) == [2, 2, 2]
     # ConsumerGroupDescribe names the three, classic or not, with their topic ids.
     [described] = ask(cluster.kafka_bootstrap, ConsumerGroupDescribeRequest(
         group_ids=(group,), include_authorized_operations=False)).groups
@@ -318,16 +327,20 @@ def test_a_group_mixes_a_tidelog_member_and_a_kafka_python_member(
     ownership.check()
 
 
-def test_classic_and_kip848_error_codes(cluster: LocalCluster) -> None:
+def test_the_classic_and_kip848_apis_on_the_wire(cluster: LocalCluster, client: Client) -> None:
+    """Each classic request and its error codes, and ConsumerGroupHeartbeat v0 (the
+    coordinator names the member) and v1's regular expressions, with raw frames."""
     address = cluster.kafka_bootstrap
-    subscription = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"
+    topic = _topic(client, "wire", 0)
+    subscription = ConsumerProtocolSubscription(
+        version=1, topics=[topic], user_data=None, owned_partitions=[]).encode(version=1)
 
     def join(**changes: Any) -> Any:
         fields: dict[str, Any] = {
-            "group_id": "codes", "session_timeout": datetime.timedelta(seconds=10),
+            "group_id": "wire-group", "session_timeout": datetime.timedelta(seconds=10),
             "rebalance_timeout": datetime.timedelta(seconds=10),
             "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
-            "protocols": (JoinGroupRequestProtocol(name="range", metadata=subscription),),
+            "protocols": (JoinGroupRequestProtocol(name="range", metadata=bytes(subscription)),),
             "reason": None,
         }
         fields.update(changes)
@@ -337,31 +350,68 @@ def test_classic_and_kip848_error_codes(cluster: LocalCluster) -> None:
     assert join(protocols=()).error_code == ErrorCode.inconsistent_group_protocol
     required = join()
     assert required.error_code == ErrorCode.member_id_required and required.member_id
+    member = required.member_id
     garbled = (JoinGroupRequestProtocol(name="range", metadata=b"\x00"),)
-    assert join(member_id=required.member_id, protocols=garbled).error_code == \
+    assert join(member_id=member, protocols=garbled).error_code == \
         ErrorCode.inconsistent_group_protocol
-    unknown = ask(address, HeartbeatRequest(
-        group_id="codes", generation_id=i32(1), member_id="nobody", group_instance_id=None))
-    assert unknown.error_code in (ErrorCode.unknown_member_id, ErrorCode.not_coordinator,
-                                  ErrorCode.coordinator_not_available)
-    left = ask(address, LeaveGroupRequest(group_id="codes", members=(
-        MemberIdentity(member_id="nobody", group_instance_id=None, reason=None),)))
-    if left.error_code == ErrorCode.none:
-        assert [m.error_code for m in left.members] == [ErrorCode.unknown_member_id]
+    # The coordinator (its partition created by FindCoordinator, as a client would ask).
+    ask(address, FindCoordinatorRequest(key="wire-group", key_type=0))
+    joined = wait_for(lambda: (lambda answer: answer if answer.error_code == ErrorCode.none
+                               else None)(join(member_id=member)), SETTLE_S, "the JoinGroup")
+    assert (joined.member_id, joined.protocol_name, joined.leader, joined.members) == \
+        (member, "range", "", ())
+    generation = joined.generation_id
+    assert generation > 0
+
+    def sync(generation_id: int, protocol_type: str = "consumer") -> Any:
+        return ask(address, SyncGroupRequest(
+            group_id="wire-group", generation_id=i32(generation_id), member_id=member,
+            group_instance_id=None, protocol_type=protocol_type, protocol_name="range",
+            assignments=()))
+
+    synced = sync(generation)
+    assert synced.error_code == ErrorCode.none and synced.protocol_name == "range"
+    assignment = ConsumerProtocolAssignment.decode(synced.assignment)
+    assert [(t, sorted(ps)) for t, ps in assignment.assigned_partitions] == [
+        (topic, list(range(PARTITIONS)))]
+    assert sync(generation + 1).error_code == ErrorCode.illegal_generation
+    assert sync(generation, "connect").error_code == ErrorCode.inconsistent_group_protocol
+
+    def beat(member_id: str, generation_id: int) -> ErrorCode:
+        return ask(address, HeartbeatRequest(  # type: ignore[no-any-return]
+            group_id="wire-group", generation_id=i32(generation_id), member_id=member_id,
+            group_instance_id=None)).error_code
+
+    assert beat(member, generation) == ErrorCode.none
+    assert beat(member, generation + 1) == ErrorCode.illegal_generation
+    assert beat("nobody", generation) == ErrorCode.unknown_member_id
+
+    # A KIP-848 member joins the same group (v0: the coordinator names it): the classic
+    # member is told to join again, and keeps its partitions until it does.
+    kip848 = ask(address, ConsumerGroupHeartbeatRequestV0(
+        group_id="wire-group", member_id="", member_epoch=i32(0), instance_id=None,
+        rack_id=None, rebalance_timeout=datetime.timedelta(seconds=5),
+        subscribed_topic_names=(topic,), server_assignor=None, topic_partitions=()))
+    assert kip848.error_code == ErrorCode.none and kip848.member_id
+    assert kip848.assignment is not None and kip848.assignment.topic_partitions == ()
+    assert beat(member, generation) == ErrorCode.rebalance_in_progress
+
+    left = ask(address, LeaveGroupRequest(group_id="wire-group", members=(
+        MemberIdentity(member_id="nobody", group_instance_id=None, reason=None),
+        MemberIdentity(member_id=member, group_instance_id=None, reason=None))))
+    assert left.error_code == ErrorCode.none
+    assert [m.error_code for m in left.members] == [
+        ErrorCode.unknown_member_id, ErrorCode.none]
+    assert beat(member, generation) == ErrorCode.unknown_member_id
     regex = ask(address, ConsumerGroupHeartbeatRequest(
-        group_id="codes", member_id="m", member_epoch=i32(0), instance_id=None, rack_id=None,
-        rebalance_timeout=datetime.timedelta(seconds=5),
+        group_id="wire-group", member_id="m", member_epoch=i32(0), instance_id=None,
+        rack_id=None, rebalance_timeout=datetime.timedelta(seconds=5),
         subscribed_topic_names=None, subscribed_topic_regex="t.*", server_assignor=None,
         topic_partitions=None))
     assert regex.error_code == ErrorCode.invalid_request
 
 
 def test_the_consumer_protocol_structs_match_kafka_pythons() -> None:
-    from kafka.protocol.consumer.metadata import (
-        ConsumerProtocolAssignment,
-        ConsumerProtocolSubscription,
-    )
-
     for version in (0, 1, 2, 3):
         fields: dict[str, Any] = {"topics": ["a", "b"], "user_data": None}
         if version >= 1:
