@@ -44,6 +44,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
 )
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
+from tidelog.cli import main
 from tidelog.client import Client
 from tidelog.node.kafka.codec import request_type
 from tidelog.node.kafka.fetch import FETCH_KEY, LIST_OFFSETS_KEY
@@ -122,9 +123,14 @@ def open_transaction(cluster: LocalCluster, client: Client) -> Iterator[tuple[in
         producer.close(timeout=CLIENT_TIMEOUT_S)
 
 
-def _tidelog_offsets(client: Client, spec: OffsetSpec, isolation: IsolationLevel) -> int:
-    tp = TopicPartition("offsets", 0)
-    return client.list_offsets({tp: spec}, isolation).pop(tp).offset
+def _tidelog_offsets(cluster: LocalCluster, capsys: pytest.CaptureFixture[str], time_spec: str,
+                     isolation: str) -> int:
+    """The offset `tidelog offsets` prints for the partition (``offsets:0:7``, a time lookup
+    followed by its record's timestamp)."""
+    assert main(["offsets", "offsets", "--time", time_spec, "--isolation", isolation,
+                 "--bootstrap", cluster.bootstrap]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    return int(line.split(":")[2].split()[0])
 
 
 def _kafka_python_offsets(cluster: LocalCluster, isolation: str, ts: int) -> tuple[int, ...]:
@@ -173,15 +179,13 @@ def _aiokafka_offsets(cluster: LocalCluster, isolation: str, ts: int) -> tuple[i
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
 def test_kafka_clients_list_the_offsets_tidelog_lists(
-    cluster: LocalCluster, client: Client, open_transaction: tuple[int, Producer],
-    isolation: str,
+    cluster: LocalCluster, open_transaction: tuple[int, Producer], isolation: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     base, _ = open_transaction
-    level = IsolationLevel.parse(isolation)
-    earliest = _tidelog_offsets(client, OffsetSpec.earliest(), level)
-    latest = _tidelog_offsets(client, OffsetSpec.latest(), level)
-    at = _tidelog_offsets(client, OffsetSpec.for_timestamp(base + 2), level)
-    assert (earliest, latest, at) == (0, 7 if level is IsolationLevel.READ_UNCOMMITTED else 5, 2)
+    earliest, latest, at = (_tidelog_offsets(cluster, capsys, time_spec, isolation)
+                            for time_spec in ("earliest", "latest", str(base + 2)))
+    assert (earliest, latest, at) == (0, 7 if isolation == "read_uncommitted" else 5, 2)
     assert _kafka_python_offsets(cluster, isolation, base + 2) == (earliest, latest, at, base + 2)
     assert _aiokafka_offsets(cluster, isolation, base + 2) == (earliest, latest, at, base + 2)
     assert _confluent_offsets(cluster, isolation, base + 2) == (earliest, latest, at)
