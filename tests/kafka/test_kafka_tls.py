@@ -1,7 +1,8 @@
 """The Kafka listener of a TLS cluster (LocalCluster(tls=True): client certificates required,
 the authorizer on): confluent-kafka connects with the cluster's CA and a client certificate
 and lists topics, and a principal sees only the topics its ACLs let it describe, as through
-the gRPC listener; a connection without a certificate is refused at the handshake."""
+the gRPC listener, and groups and transactional ids likewise; a connection without a
+certificate is refused at the handshake."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_wire import frame_of
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
@@ -94,3 +95,36 @@ def test_a_connection_without_a_client_certificate_is_refused(cluster: LocalClus
                 assert tls.recv(4) == b""
         except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
             pass
+
+
+def test_groups_and_transactional_ids_need_their_acls(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """A principal with no ACL on a group or a transactional id is refused them through the
+    Kafka listener as through the gRPC one: GROUP_AUTHORIZATION_FAILED reading a group's
+    offsets, TRANSACTIONAL_ID_AUTHORIZATION_FAILED starting a transactional producer."""
+    options = cluster.client_options_as("stranger")
+    tls = {"bootstrap.servers": cluster.kafka_bootstrap, "security.protocol": "SSL",
+           "ssl.ca.location": options["ssl_cafile"],
+           "ssl.certificate.location": options["ssl_certfile"],
+           "ssl.key.location": options["ssl_keyfile"], "log_level": 0}
+    # The assigned consumer asks for its committed position: librdkafka retries the refused
+    # FindCoordinator and tells the application of the refusal through its poll.
+    consumer = Consumer({**tls, "group.id": "secret-group", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(SECRET, 0)])
+
+        def refused() -> int | None:
+            message = consumer.poll(0.5)
+            error = message.error() if message is not None else None
+            return error.code() if error is not None else None
+
+        group_refused = wait_for(refused, CLIENT_TIMEOUT_S, "the group's refusal")
+    finally:
+        consumer.close()
+    assert group_refused == KafkaError.GROUP_AUTHORIZATION_FAILED
+    producer = Producer({**tls, "transactional.id": "secret-txn"})
+    with pytest.raises(KafkaException) as txn_refused:
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+    assert txn_refused.value.args[0].code() == (
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
