@@ -40,7 +40,9 @@ Design (kafka-mapping §10; issue 15):
   holds partitions to revoke, or partitions it waits for were released), and starts the
   rebalance timer by which it must. Revocation before handover holds for them as for the
   others, and a group may mix both kinds of member. A classic member's session timeout is its
-  own (its JoinGroup's), kept in its member metadata record.
+  own (its JoinGroup's), kept in its member metadata record. A classic static member joining
+  under a new member id (its instance restarted) replaces the holder of its instance id at
+  once, keeping its partitions, as Kafka does.
 
 No I/O, no clock, no threads: the node's driver
 (`node/coordinators/consumer_group_driver.py`) holds those.
@@ -353,7 +355,11 @@ class ConsumerGroups:
                     current.previous_member_epoch, current.previous_member_epoch, STABLE,
                     current.assigned, {}), request.member_id)
             elif holder is not None and holder.member_id != request.member_id:
-                if holder.current.member_epoch != LEFT_STATIC_EPOCH:
+                # A classic static member joining under a new member id is its instance
+                # restarted: it replaces the holder at once, as Kafka does.
+                if holder.current.member_epoch != LEFT_STATIC_EPOCH and not (
+                    holder.classic and request.classic_session_timeout_ms is not None
+                ):
                     raise UnreleasedInstanceIdError(
                         f"instance {request.instance_id!r} is held by member "
                         f"{holder.member_id!r}, which has not left"
@@ -493,19 +499,20 @@ class ConsumerGroups:
         )
 
     def _replace_static(self, work: _Work, holder: Member, member_id: str) -> None:
-        """The new incarnation of a static member takes over the away holder's subscription,
-        target and partitions, at the epoch the holder had before it left; the group epoch
-        stays (nothing moves)."""
+        """The new incarnation of a static member takes over the holder's subscription,
+        target and assigned partitions, at the epoch the holder had (before it left, for one
+        away); the group epoch stays (nothing moves)."""
         group = work.group
         target = group.targets.get(holder.member_id)
         current = holder.current
+        epoch = current.previous_member_epoch if current.member_epoch == LEFT_STATIC_EPOCH \
+            else current.member_epoch
         work.remove_member(holder.member_id)
         work.emit(rec.MEMBER_METADATA, holder.metadata, member_id)
         if target is not None:
             work.emit(rec.TARGET_MEMBER, target, member_id)
         work.emit(rec.CURRENT_ASSIGNMENT, CurrentAssignment(
-            current.previous_member_epoch, current.previous_member_epoch, STABLE,
-            current.assigned, {}), member_id)
+            epoch, epoch, STABLE, current.assigned, {}), member_id)
 
     def _maybe_assign(self, work: _Work) -> None:
         """A new target when the group epoch is past the assignment epoch."""

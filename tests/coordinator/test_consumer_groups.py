@@ -746,3 +746,36 @@ def test_a_cooperative_classic_member_keeps_what_it_may_and_revokes_by_joining_a
     held_disjoint(cluster)
     assert not groups.classic_heartbeat("g", "a", a_epoch, cluster.now)
     assert not groups.classic_heartbeat("g", "b", b_epoch, cluster.now)
+
+
+def test_a_restarted_classic_static_member_replaces_its_holder_at_once() -> None:
+    """A classic member with an instance id joining under a new member id (its process
+    restarted) takes over the holder's partitions and epoch at once, the group epoch unmoved;
+    the old member id is unknown from then on. A KIP-848 static member still waits for its
+    holder to leave (UNRELEASED_INSTANCE_ID)."""
+    cluster = Cluster()
+    groups = cluster.groups
+
+    def join(member_id: str) -> int:
+        plan = groups.plan_classic_join(HeartbeatRequest(
+            "g", member_id, 0, instance_id="i1", rebalance_timeout_ms=5000,
+            subscribed_topics=("t",), owned={}, classic_session_timeout_ms=3000),
+            cluster.topics, cluster.now)
+        cluster.commit(plan.records)
+        groups.heartbeat_answered("g", member_id, cluster.now)
+        return plan.response.member_epoch
+
+    first = join("old")
+    other = ClassicClient(cluster, "other")
+    other.join()
+    first = join("old")  # rejoin: the group's epoch now, its share kept
+    kept = groups.classic_assignment("g", "old", first, cluster.now)
+    epoch = groups.groups["g"].epoch
+    second = join("new")
+    assert second == first and groups.groups["g"].epoch == epoch
+    assert groups.classic_assignment("g", "new", second, cluster.now) == kept
+    with pytest.raises(errors.UnknownMemberIdError):
+        groups.classic_heartbeat("g", "old", first, cluster.now)
+    held_disjoint(cluster)
+    with pytest.raises(errors.UnreleasedInstanceIdError):
+        Client(cluster, "k848", instance_id="i1").beat()
