@@ -1,4 +1,5 @@
-"""Kafka's admin APIs over the Kafka listener of a 1-node cluster, driven by the real admin
+"""Kafka's admin APIs over the Kafka listeners of a 2-node cluster (two, so that a partition can
+be reassigned), driven by the real admin
 clients: confluent-kafka's AdminClient and kafka-python's KafkaAdminClient create topics (with
 configs, validate_only), grow them, describe every config with its source, alter configs
 incrementally and whole, delete records, list and alter reassignments, describe the cluster
@@ -40,6 +41,7 @@ from kio.schema.errors import ErrorCode
 
 from tidelog.client import Client
 from tidelog.storage import LogConfig
+from tidelog.testing import wait_for
 from tidelog.types import OffsetSpec, TopicPartition
 
 pytestmark = pytest.mark.timeout(180)
@@ -50,7 +52,7 @@ TOPIC_KEYS = LogConfig.property_names()
 
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, Any]:
-    return {"nodes": 1}
+    return {"nodes": 2}
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +219,10 @@ def test_confluent_deletes_records_and_describes_the_cluster(
             producer.flush(timeout=CLIENT_TIMEOUT_S)
         finally:
             producer.close(timeout=CLIENT_TIMEOUT_S)
+        # confluent-kafka sends DeleteRecords to the leader its metadata names: let it learn it.
+        wait_for(lambda: admin.list_topics("kt-records", timeout=CLIENT_TIMEOUT_S)
+                 .topics["kt-records"].partitions[0].leader >= 0,
+                 CLIENT_TIMEOUT_S, "confluent-kafka to see the partition's leader")
         deleted = admin.delete_records([ConfluentPartition("kt-records", 0, 4)])
         [(_, future)] = deleted.items()
         assert future.result(timeout=CLIENT_TIMEOUT_S).low_watermark == 4
@@ -226,9 +232,9 @@ def test_confluent_deletes_records_and_describes_the_cluster(
     assert _error(beyond) == KafkaError.OFFSET_OUT_OF_RANGE
 
     described = admin.describe_cluster().result(timeout=CLIENT_TIMEOUT_S)
-    assert [(n.id, f"{n.host}:{n.port}") for n in described.nodes] == [
-        (1, cluster.kafka_address_of(1))]
-    assert described.controller.id == 1
+    assert sorted((n.id, f"{n.host}:{n.port}") for n in described.nodes) == [
+        (n, cluster.kafka_address_of(n)) for n in cluster.node_ids]
+    assert described.controller.id in cluster.node_ids
     assert described.cluster_id is not None and len(described.cluster_id) == 22
     controllers = ask(cluster.kafka_address_of(1), DescribeClusterRequest(
         include_cluster_authorized_operations=False, endpoint_type=2))
@@ -240,6 +246,13 @@ def test_acl_requests_without_an_authorizer_are_security_disabled(admin: AdminCl
                          "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
     [created] = admin.create_acls([binding]).values()
     assert _error(created) == KafkaError.SECURITY_DISABLED
+
+
+def _replicas(admin: KafkaAdminClient, topic: str, partition: int) -> list[tuple[int, list[int]]]:
+    """[(leader, replicas)] of the partition, as kafka-python's admin sees them."""
+    [described] = admin.describe_topics([topic])
+    return [(p["leader_id"], p["replica_nodes"]) for p in described["partitions"]
+            if p["partition_index"] == partition]
 
 
 def test_kafka_python_admin(kp_admin: KafkaAdminClient) -> None:
@@ -289,14 +302,32 @@ def test_kafka_python_admin(kp_admin: KafkaAdminClient) -> None:
     grown = kp_admin.create_partitions({"kt-kp": KafkaPythonPartitions(3)})
     assert [(r.name, r.error_code) for r in grown.results] == [("kt-kp", 0)]
 
-    assert kp_admin.list_partition_reassignments() == {}
     tp = KafkaPythonPartition("kt-kp", 0)
+    # kafka-python sends DeleteRecords to the leader its metadata names, -1 if none yet.
+    wait_for(lambda: _replicas(kp_admin, "kt-kp", 0)[0][0] >= 0, CLIENT_TIMEOUT_S,
+             "the partition's leader")
+    assert kp_admin.delete_records({tp: 0})[tp]["error_code"] == 0
     assert kp_admin.alter_partition_reassignments({tp: [9]}) == {
         tp: kafka_errors.InvalidReplicationAssignmentError}
     assert kp_admin.alter_partition_reassignments({tp: None}) == {
         tp: kafka_errors.NoReassignmentInProgressError}
-    assert kp_admin.delete_records({tp: 0})[tp]["error_code"] == 0
+    [(_, replicas)] = _replicas(kp_admin, "kt-kp", 0)
+    target = [next(n for n in (1, 2) if n not in replicas)]
+    assert kp_admin.alter_partition_reassignments({tp: target}) == {tp: None}
+    wait_for(lambda: kp_admin.list_partition_reassignments() == {}
+             and _replicas(kp_admin, "kt-kp", 0) == [(target[0], target)],
+             CLIENT_TIMEOUT_S, "the partition to move, with its leader, and its reassignment "
+             "to end")
 
-    gone = kp_admin.delete_topics([topic_id, uuid.uuid4()], raise_errors=False)
-    assert [(t["name"], t["error_code"]) for t in gone["topics"]] == [
-        ("kt-kp", 0), (None, ErrorCode.unknown_topic_id)]
+    def deleted_by_id() -> bool:
+        """Whether the topic was deleted by its id; False while the controller still commits
+        the reassignment's last change to it (CONCURRENT_TRANSACTIONS, retriable)."""
+        [gone] = kp_admin.delete_topics([topic_id], raise_errors=False)["topics"]
+        if gone["error_code"] == ErrorCode.concurrent_transactions:
+            return False
+        assert (gone["name"], gone["error_code"]) == ("kt-kp", 0)
+        return True
+
+    wait_for(deleted_by_id, CLIENT_TIMEOUT_S, "the topic's deletion by its id")
+    [unknown] = kp_admin.delete_topics([uuid.uuid4()], raise_errors=False)["topics"]
+    assert (unknown["name"], unknown["error_code"]) == (None, ErrorCode.unknown_topic_id)
