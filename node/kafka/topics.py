@@ -14,8 +14,12 @@ What only the adapter decides, because Tidelog's request cannot say it:
 
 CreateTopics v5 and later answers carry each created topic's id, partition count and
 replication factor, but no configs (an empty list: DescribeConfigs lists them with their
-sources). DeleteRecords goes to each partition's leader, as Kafka clients send it; a node that
-does not lead a partition answers NOT_LEADER_OR_FOLLOWER (6) for it.
+sources). The id is read from the answering node's image: Kafka clients send CreateTopics to
+the controller Metadata names, whose image has the topic once it answers; a node that forwarded
+the request there may not have applied it yet, and answers the null id then.
+
+DeleteRecords goes to each partition's leader, as Kafka clients send it; a node that does not
+lead a partition answers NOT_LEADER_OR_FOLLOWER (6) for it.
 """
 
 from __future__ import annotations
