@@ -103,8 +103,10 @@ awake groups too:
 * A leader's check-quorum counts the voters whose nodes are heard (``tick(down=...)``), as
   well as those that answered: answers are only asked for when something waits on them.
 * Heartbeats go on demand: to every follower while a read waits for its quorum round
-  (``read_index``), to a follower an append waits on unanswered for a heartbeat interval (a
-  probe, or what is ``due``), and, as the quiesce heartbeat, with the final HW. A group
+  (``read_index``), to a follower that acknowledged nothing for a whole heartbeat interval
+  while an append waits on it (once per such stall, and again each election timeout it
+  lasts: a follower whose answers flow, however late, is not asked), and, as the quiesce
+  heartbeat, with the final HW. A group
   quiesces in the step that learns its last write is held everywhere, not at a later tick.
 * Leases stay sound (the argument in full: docs/architecture/replication.md, "Reads and the
   lease"): support only makes a follower refuse votes for longer. Its timer is reset when it
@@ -326,8 +328,8 @@ class _Progress:
     while the window is full is asked, with an empty append at ``next``, to do one of the two
     (see `RaftCore._handle_heartbeat_response`)."""
 
-    __slots__ = ("beat_end", "due", "inflight", "inflight_bytes", "match", "next", "paused",
-                 "recent_active", "replicating")
+    __slots__ = ("asked_at", "asked_match", "beat_end", "due", "inflight", "inflight_bytes",
+                 "match", "next", "paused", "recent_active", "replicating", "stalled_at")
 
     def __init__(self, next_offset: int) -> None:
         #: How much of the leader's log the follower is known to hold; 0 when unknown.
@@ -342,6 +344,11 @@ class _Progress:
         #: heartbeat interval ago is ``due``, acknowledged by now unless it was lost.
         self.beat_end = next_offset
         self.due = next_offset
+        #: On-demand heartbeats (`RaftConfig.fortify`): ``match`` at the last heartbeat tick,
+        #: and the ``match`` and heartbeat tick of the last heartbeat that asked about a stall.
+        self.stalled_at = -1
+        self.asked_match = -1
+        self.asked_at = 0
 
     def become_probe(self) -> None:
         self.replicating = False
@@ -438,6 +445,8 @@ class RaftCore:
         self._support = False
         #: A former leader that is no voter (`fortify`): the voter it asks to stand.
         self._heir: int | None = None
+        #: A leader's heartbeat ticks (on-demand heartbeats count a stall's in them).
+        self._beats = 0
         at = max(self._hw, self._conf.offset + 1, self._log.log_start)
         while entries := self._log.read(at, self._config.max_append_bytes):
             self._scan_confs(entries)
@@ -1099,6 +1108,7 @@ class RaftCore:
             acted = True
             self._heartbeat_elapsed = 0
             if not self._quiesce_if_idle():
+                self._beats += 1
                 for pr in self._progress.values():
                     pr.due, pr.beat_end = pr.beat_end, pr.next
                 self._bcast_heartbeat(on_demand=self._config.fortify and not self._reads)
@@ -1132,13 +1142,22 @@ class RaftCore:
     def _bcast_heartbeat(self, on_demand: bool = False) -> None:
         """Every heartbeat carries the newest pending read context, so a round whose answers
         were lost is retried by the next one. ``on_demand``: only to the followers an append
-        waits on, unanswered for a heartbeat interval (a probe, or what is ``due``), whose
-        answer makes the leader resend it (`_handle_heartbeat_response`)."""
+        waits on that acknowledged nothing for a whole heartbeat interval (a stall: it may
+        have been lost), once per stall and again each election timeout it lasts; the answer
+        makes the leader resend what was lost (`_handle_heartbeat_response`). A follower whose
+        answers flow, however late (a loaded node's fsyncs), is not asked: under load, asking
+        whenever something was a heartbeat interval old cost dozens of heartbeats a write."""
         ctx = self._reads[-1].ctx if self._reads else 0
         hw = self._hw
+        beats = self._beats
+        again = max(1, self._config.election_ticks // self._config.heartbeat_ticks)
         for peer, pr in self._progress.items():
-            if on_demand and not (pr.paused or pr.match < pr.due):
-                continue
+            if on_demand:
+                stalled = (pr.paused or pr.next > pr.match) and pr.match == pr.stalled_at
+                pr.stalled_at = pr.match
+                if not stalled or (pr.asked_match == pr.match and beats - pr.asked_at < again):
+                    continue
+                pr.asked_match, pr.asked_at = pr.match, beats
             self._send(Heartbeat(self._term, self.id, peer, min(hw, pr.match), ctx))
 
     # ---- reads -----------------------------------------------------------------------------
