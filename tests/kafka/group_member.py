@@ -6,8 +6,9 @@ clock in every process, so the test orders all members' callbacks by it), commit
 synchronously after every batch, and on a ``close`` line from stdin closes (LeaveGroup) and
 exits. A test kills it to see its partitions move within its session timeout.
 
-Usage: ``python group_member.py CLIENT BOOTSTRAP GROUP TOPIC``, CLIENT one of kafka-python,
-aiokafka, confluent-classic, confluent-cooperative, confluent-consumer.
+Usage: ``python group_member.py CLIENT BOOTSTRAP GROUP TOPIC [INSTANCE_ID]``, CLIENT one of
+kafka-python, aiokafka, confluent-classic, confluent-cooperative, confluent-consumer; an
+instance id (``group.instance.id``, a static member) for kafka-python only.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _closing() -> threading.Event:
     return closing
 
 
-def run_kafka_python(bootstrap: str, group: str, topic: str) -> None:
+def run_kafka_python(bootstrap: str, group: str, topic: str, instance_id: str | None) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -61,6 +62,7 @@ def run_kafka_python(bootstrap: str, group: str, topic: str) -> None:
         bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
         auto_offset_reset="earliest", session_timeout_ms=SESSION_MS,
         heartbeat_interval_ms=HEARTBEAT_MS, request_timeout_ms=20_000,
+        group_instance_id=instance_id,
     )
     consumer.subscribe([topic], listener=Listener())
     closing = _closing()
@@ -147,7 +149,7 @@ def run_confluent(bootstrap: str, group: str, topic: str, protocol: str) -> None
 if __name__ == "__main__":
     client, bootstrap, group, topic = sys.argv[1:5]
     if client == "kafka-python":
-        run_kafka_python(bootstrap, group, topic)
+        run_kafka_python(bootstrap, group, topic, sys.argv[5] if len(sys.argv) > 5 else None)
     elif client == "aiokafka":
         asyncio.run(run_aiokafka(bootstrap, group, topic))
     else:

@@ -144,13 +144,14 @@ class MemberProcess:
     """A classic member of a real client in its own process (tests/kafka/group_member.py)."""
 
     def __init__(self, name: str, kind: str, bootstrap: str, group: str, topic: str,
-                 ownership: Ownership, log_dir: Path) -> None:
+                 ownership: Ownership, log_dir: Path, instance_id: str | None = None) -> None:
         self.name = name
         self.ownership = ownership
         self.log = log_dir / f"{name}.log"
         with self.log.open("w") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, str(MEMBER_SCRIPT), kind, bootstrap, group, topic],
+                [sys.executable, str(MEMBER_SCRIPT), kind, bootstrap, group, topic,
+                 *([instance_id] if instance_id else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
             )
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -194,10 +195,10 @@ def members(cluster: LocalCluster, tmp_path: Path) -> Iterator[Any]:
     """Starts member processes; every one still running is killed at the end."""
     started: list[MemberProcess] = []
 
-    def start(name: str, kind: str, group: str, topic: str,
-              ownership: Ownership) -> MemberProcess:
+    def start(name: str, kind: str, group: str, topic: str, ownership: Ownership,
+              instance_id: str | None = None) -> MemberProcess:
         member = MemberProcess(name, kind, cluster.kafka_bootstrap, group, topic, ownership,
-                               tmp_path)
+                               tmp_path, instance_id)
         started.append(member)
         return member
 
@@ -279,6 +280,32 @@ def test_aiokafka_and_librdkafka_classic_members_share_partitions(
     wait_for(lambda: ownership.shares() == {"a": list(range(PARTITIONS))}, SETTLE_S,
              lambda: f"a alone; {ownership.shares()}")
     a.close()
+    ownership.check()
+
+
+def test_a_restarted_static_kafka_python_member_takes_its_partitions_back_at_once(
+    cluster: LocalCluster, client: Client, members: Any
+) -> None:
+    """A static member (group.instance.id) killed and started again replaces its old self at
+    once: it gets the same partitions and the other member is never asked to take them."""
+    topic = _topic(client, "static", 2)
+    ownership = Ownership()
+    first = members("a", "kafka-python", "static-group", topic, ownership, "instance-a")
+    other = members("b", "kafka-python", "static-group", topic, ownership)
+    wait_for(lambda: _settled(ownership, {"a", "b"}, 12) and sorted(
+        map(len, ownership.shares().values())) == [3, 3], SETTLE_S,
+        lambda: f"two members sharing; {ownership.shares()} {first.stderr()}")
+    shares = ownership.shares()
+    first.kill()
+    killed_at = time.monotonic()
+    again = members("a2", "kafka-python", "static-group", topic, ownership, "instance-a")
+    wait_for(lambda: ownership.shares().get("a2") == shares["a"], SETTLE_S,
+             lambda: f"the restarted member's partitions; {ownership.shares()} {again.stderr()}")
+    assert ownership.shares()["b"] == shares["b"]
+    assert not [parts for t, member, kind, parts in ownership.events
+                if t > killed_at and member == "b" and set(parts) & set(shares["a"])]
+    other.close()
+    again.close()
     ownership.check()
 
 
