@@ -15,7 +15,10 @@ The room:
 - ``listener.py``: the asyncio server, TLS and principals;
 - ``apis.py``: `kafka_registry`, which adds every served API;
 - one module per API family: ``api_versions.py``, ``metadata.py``, ``produce.py`` (Produce,
-  InitProducerId), ``fetch.py`` (Fetch, ListOffsets, OffsetForLeaderEpoch).
+  InitProducerId), ``fetch.py`` (Fetch, ListOffsets, OffsetForLeaderEpoch),
+  ``classic_members.py`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, with the consumer
+  protocol's structs in ``consumer_protocol.py``), ``consumer_groups.py``
+  (ConsumerGroupHeartbeat, ConsumerGroupDescribe).
 
 How to add an API (say Produce, key 0):
 
