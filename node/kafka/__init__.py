@@ -18,7 +18,9 @@ The room:
   InitProducerId), ``fetch.py`` (Fetch, ListOffsets, OffsetForLeaderEpoch),
   ``classic_members.py`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, with the consumer
   protocol's structs in ``consumer_protocol.py``), ``consumer_groups.py``
-  (ConsumerGroupHeartbeat, ConsumerGroupDescribe).
+  (ConsumerGroupHeartbeat, ConsumerGroupDescribe), ``groups.py`` (FindCoordinator,
+  OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups),
+  ``transactions.py`` (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit).
 
 How to add an API (say Produce, key 0):
 
