@@ -4,7 +4,7 @@ offsets with metadata and read them back, and Tidelog's own client and `tidelog 
 describe` read the same commits; confluent-kafka's AdminClient lists, describes and deletes
 groups, kafka-python's deletes offsets; FindCoordinator's batched keys and unknown key types;
 OffsetFetch with require_stable during an open transaction answers UNSTABLE_OFFSET_COMMIT as
-Kafka does."""
+Kafka does, and v9 checks a consumer group member's epoch."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ from kafka.admin import KafkaAdminClient
 from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata
 from kafka_wire import ask
 from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+from kio.schema.consumer_group_heartbeat.v0.request import (
+    ConsumerGroupHeartbeatRequest as HeartbeatV0,
+)
 from kio.schema.end_txn.v3.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindV3
@@ -253,3 +256,32 @@ def test_require_stable_during_an_open_transaction_is_unstable(
         return None if partition.error_code else int(partition.committed_offset)
 
     assert wait_for(settled, CLIENT_TIMEOUT_S, "the aborted offsets dropped") == 2
+
+
+def test_offset_fetch_v9_checks_a_consumer_group_members_epoch(
+    cluster: LocalCluster, topic: str
+) -> None:
+    """OffsetFetch v9 names the member asking (KIP-848): its current epoch reads, an epoch it
+    has not reached is STALE_MEMBER_EPOCH, a member the group lacks UNKNOWN_MEMBER_ID; no
+    member id (an admin client) is not checked."""
+    address, group = cluster.kafka_address_of(1), "epoch-checked"
+
+    def joined() -> Any:
+        answer = ask(address, HeartbeatV0(
+            group_id=group, member_id="", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout=datetime.timedelta(seconds=30), subscribed_topic_names=(topic,),
+            server_assignor=None, topic_partitions=()))
+        return answer if answer.error_code == ErrorCode.none else None
+
+    member = wait_for(joined, CLIENT_TIMEOUT_S, "a member of the group")
+
+    def fetched(member_id: str | None, epoch: int) -> ErrorCode:
+        answer = ask(address, FetchV9(groups=(FetchGroupV9(
+            group_id=group, member_id=member_id, member_epoch=epoch,
+            topics=(FetchTopicsV9(name=topic, partition_indexes=(0,)),)),), require_stable=True))
+        return ErrorCode(answer.groups[0].error_code)
+
+    assert fetched(member.member_id, member.member_epoch) == ErrorCode.none
+    assert fetched(member.member_id, member.member_epoch + 1) == ErrorCode.stale_member_epoch
+    assert fetched("nobody", 1) == ErrorCode.unknown_member_id
+    assert fetched(None, -1) == ErrorCode.none
