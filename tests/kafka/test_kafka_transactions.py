@@ -32,6 +32,7 @@ from kio.schema.end_txn.v1.request import EndTxnRequest as EndTxnV1
 from kio.schema.end_txn.v3.request import EndTxnRequest as EndTxnV3
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindCoordinatorV3
+from kio.schema.init_producer_id.v3.request import InitProducerIdRequest as InitProducerIdV3
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest as InitProducerIdV4
 from kio.schema.produce.v9.request import PartitionProduceData as ProducePartitionV9
 from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
@@ -324,8 +325,9 @@ def test_older_clients_get_fencing_and_timeouts_as_kafka_answers_them(
     cluster: LocalCluster, client: Client
 ) -> None:
     """An EndTxn of a fenced epoch is PRODUCER_FENCED from v2 on and INVALID_PRODUCER_EPOCH
-    before (clients older than the error); a transactional InitProducerId with a timeout of 0
-    is INVALID_TRANSACTION_TIMEOUT."""
+    before (clients older than the error), and so is InitProducerId's below v4; a producer
+    naming its id and epoch gets the next epoch (KIP-360); a transactional InitProducerId with
+    a timeout of 0 is INVALID_TRANSACTION_TIMEOUT."""
     address, txn_id = cluster.kafka_address_of(1), "raw-fenced"
 
     def init() -> Any:
@@ -347,6 +349,20 @@ def test_older_clients_get_fencing_and_timeouts_as_kafka_answers_them(
          ErrorCode.producer_fenced),
     ):
         assert ask(address, request).error_code == fenced
+    # KIP-360: a producer that names its id and current epoch gets the next epoch of the same
+    # id; one that names an epoch it no longer holds is fenced (INVALID_PRODUCER_EPOCH before
+    # InitProducerId v4).
+    bumped = ask(address, InitProducerIdV4(
+        transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=second.producer_id, producer_epoch=second.producer_epoch))
+    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (
+        ErrorCode.none, second.producer_id, second.producer_epoch + 1)
+    for version, fenced in ((InitProducerIdV3, ErrorCode.invalid_producer_epoch),
+                            (InitProducerIdV4, ErrorCode.producer_fenced)):
+        stale = ask(address, version(
+            transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=first.producer_id, producer_epoch=first.producer_epoch))
+        assert stale.error_code == fenced
     no_timeout = ask(address, InitProducerIdV4(
         transactional_id=txn_id, transaction_timeout=datetime.timedelta(0),
         producer_id=-1, producer_epoch=-1))
