@@ -103,10 +103,9 @@ awake groups too:
 * A leader's check-quorum counts the voters whose nodes are heard (``tick(down=...)``), as
   well as those that answered: answers are only asked for when something waits on them.
 * Heartbeats go on demand: to every follower while a read waits for its quorum round
-  (``read_index``), to a follower that acknowledged nothing for a whole heartbeat interval
-  while an append waits on it (once per such stall, and again each election timeout it
-  lasts: a follower whose answers flow, however late, is not asked), and, as the quiesce
-  heartbeat, with the final HW. A group
+  (``read_index``), to a follower that acknowledged nothing for an election timeout while an
+  append waits on it (and again each election timeout that lasts: a follower whose answers
+  flow, however late, is not asked), and, as the quiesce heartbeat, with the final HW. A group
   quiesces in the step that learns its last write is held everywhere, not at a later tick.
 * Leases stay sound (the argument in full: docs/architecture/replication.md, "Reads and the
   lease"): support only makes a follower refuse votes for longer. Its timer is reset when it
@@ -328,8 +327,8 @@ class _Progress:
     while the window is full is asked, with an empty append at ``next``, to do one of the two
     (see `RaftCore._handle_heartbeat_response`)."""
 
-    __slots__ = ("asked_at", "asked_match", "beat_end", "due", "inflight", "inflight_bytes",
-                 "match", "next", "paused", "recent_active", "replicating", "stalled_at")
+    __slots__ = ("beat_end", "due", "inflight", "inflight_bytes", "match", "next", "paused",
+                 "recent_active", "replicating", "stall_beat", "stalled_at")
 
     def __init__(self, next_offset: int) -> None:
         #: How much of the leader's log the follower is known to hold; 0 when unknown.
@@ -345,10 +344,10 @@ class _Progress:
         self.beat_end = next_offset
         self.due = next_offset
         #: On-demand heartbeats (`RaftConfig.fortify`): ``match`` at the last heartbeat tick,
-        #: and the ``match`` and heartbeat tick of the last heartbeat that asked about a stall.
+        #: and the heartbeat tick since which it stood still with an append waiting on it (or
+        #: at which it was last asked about that).
         self.stalled_at = -1
-        self.asked_match = -1
-        self.asked_at = 0
+        self.stall_beat = 0
 
     def become_probe(self) -> None:
         self.replicating = False
@@ -1142,22 +1141,24 @@ class RaftCore:
     def _bcast_heartbeat(self, on_demand: bool = False) -> None:
         """Every heartbeat carries the newest pending read context, so a round whose answers
         were lost is retried by the next one. ``on_demand``: only to the followers an append
-        waits on that acknowledged nothing for a whole heartbeat interval (a stall: it may
-        have been lost), once per stall and again each election timeout it lasts; the answer
-        makes the leader resend what was lost (`_handle_heartbeat_response`). A follower whose
-        answers flow, however late (a loaded node's fsyncs), is not asked: under load, asking
-        whenever something was a heartbeat interval old cost dozens of heartbeats a write."""
+        waits on that acknowledged nothing for an election timeout (a stall: what was sent may
+        have been lost; the node of a follower is heard, or check-quorum would act), and
+        again each election timeout the stall lasts; the answer makes the leader resend what
+        was lost (`_handle_heartbeat_response`). A follower whose answers flow, however late
+        (a loaded node's fsyncs), is not asked: under load, asking whenever something was a
+        heartbeat interval old cost dozens of heartbeat items a write."""
         ctx = self._reads[-1].ctx if self._reads else 0
         hw = self._hw
         beats = self._beats
         again = max(1, self._config.election_ticks // self._config.heartbeat_ticks)
         for peer, pr in self._progress.items():
             if on_demand:
-                stalled = (pr.paused or pr.next > pr.match) and pr.match == pr.stalled_at
-                pr.stalled_at = pr.match
-                if not stalled or (pr.asked_match == pr.match and beats - pr.asked_at < again):
+                if pr.match != pr.stalled_at or not (pr.paused or pr.next > pr.match):
+                    pr.stalled_at, pr.stall_beat = pr.match, beats  # it moves, or none waits
                     continue
-                pr.asked_match, pr.asked_at = pr.match, beats
+                if beats - pr.stall_beat < again:
+                    continue
+                pr.stall_beat = beats
             self._send(Heartbeat(self._term, self.id, peer, min(hw, pr.match), ctx))
 
     # ---- reads -----------------------------------------------------------------------------
