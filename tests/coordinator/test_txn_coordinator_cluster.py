@@ -179,6 +179,29 @@ def test_commit_and_abort_are_all_or_nothing_and_a_new_producer_fences_the_old(
     newer.close()
 
 
+def test_a_record_aborted_before_it_was_sent_leaves_the_next_transaction_whole(
+    client: Client
+) -> None:
+    """abort_transaction() fails the records still queued; the batch they were in must take
+    no more records. Before: the next transaction's send() went into that failed batch, so
+    its record failed with TransactionAbortedError although commit_transaction() returned."""
+    start = stable(client)
+    with client.producer(transactional_id="pay-4", linger_ms=60_000) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        # No partition named: send() appends to the topic's open batch (its fast path).
+        dropped = producer.send(TOPIC, b"dropped")  # lingers: never sent
+        producer.abort_transaction()
+        with pytest.raises(errors.TransactionAbortedError):
+            dropped.result(timeout=30)
+        producer.begin_transaction()
+        kept = producer.send(TOPIC, b"kept")
+        producer.commit_transaction()
+        kept.result(timeout=30)
+    end = stable(client)
+    assert read(client, "read_committed", start, end) == [b"kept"]
+
+
 def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(client: Client) -> None:
     start = stable(client)
     producer = client.producer(transactional_id="pay-3", transaction_timeout_ms=500)

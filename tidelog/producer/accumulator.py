@@ -634,6 +634,10 @@ class RecordAccumulator:
         self._finish(batch)
 
     def _finish(self, batch: Batch) -> None:
+        # A finished batch takes no more records: send()'s fast path appends to the topic's
+        # open batch while it is not sealed, and a batch failed while queued (an aborted
+        # transaction's) would otherwise fail the next transaction's records with its error.
+        batch.sealed = True
         self._buffered -= batch.size - HEADER_SIZE
         batch.parts, batch.body = [], b""
         batch.resolve()
