@@ -147,8 +147,9 @@ class LocalCluster:
     ``data_dir`` None uses a temporary directory removed on close; a given directory is kept and
     a cluster started on it again resumes with the same node ids, ports and data (the layout is
     recorded in ``cluster.json``). Node N's client listener is on ``base_port + N - 1``, its
-    node-to-node listener on ``base_port + nodes + N - 1``; ``base_port`` 0 picks free ports
-    once; restarts reuse them.
+    node-to-node listener on ``base_port + nodes + N - 1``, its Kafka listener on
+    ``base_port + 2 x nodes + N - 1``; ``base_port`` 0 picks free ports once (the Kafka
+    listener's at every start); restarts reuse them.
     ``node_config`` holds node settings by Python or Kafka name (``segment_bytes=1024`` or
     ``**{"segment.bytes": 1024}``); other names are topic defaults.
     ``require_controller``: readiness also needs every live node to know a metadata leader.
@@ -197,7 +198,7 @@ class LocalCluster:
             )
         if client_ca and not tls:
             raise ConfigurationError("client_ca needs tls: a plaintext cluster has no CA")
-        if not 0 <= base_port <= 65535 - 2 * nodes:
+        if not 0 <= base_port <= 65535 - 3 * nodes:
             raise ConfigurationError(f"base port {base_port} leaves no room for {nodes} nodes")
         self._owns_dir = data_dir is None
         self._dir = Path(data_dir if data_dir is not None else tempfile.mkdtemp(prefix="tidelog-"))
@@ -607,8 +608,11 @@ class LocalCluster:
             "peers": format_peers(self._static(self._internal)),
             "client.addresses": format_peers(self._static(self._addresses)),
         })
-        # Every node has a Kafka listener, on a free port of its host (kafka_address_of).
-        props.setdefault("kafka.listen", f"{self._hosts.get(node_id, '127.0.0.1')}:0")
+        # Every node has a Kafka listener (kafka_address_of): with a base port, on the port
+        # after the node-to-node ones (base_port + 2 x nodes + N - 1), so that it is known
+        # before the cluster starts; else on a free port of its host.
+        kafka_port = self._base_port + 2 * self._nodes + node_id - 1 if self._base_port else 0
+        props.setdefault("kafka.listen", f"{self._hosts.get(node_id, '127.0.0.1')}:{kafka_port}")
         if self.tls:
             files = self._certificates(f"node-{node_id}", node=True)
             props.update({

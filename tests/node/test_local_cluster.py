@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -348,3 +350,27 @@ def test_a_cluster_listens_below_the_ephemeral_ports_its_own_connections_take() 
         ports = [int(a.rpartition(":")[2]) for n in cluster.node_ids
                  for a in (cluster.address_of(n), cluster.internal_address_of(n))]
     assert len(set(ports)) == 2 and all(port < low for port in ports), (ports, low)
+
+
+def _free_block(count: int) -> int:
+    """The first of `count` consecutive loopback ports that are free now."""
+    for base in range(21_000, 30_000, 97):
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + count):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+def test_a_base_port_puts_the_kafka_listener_after_the_node_to_node_one() -> None:
+    """With a base port every listener's port is known before the cluster starts (the Kafka
+    quick start names them): client, node-to-node, then Kafka."""
+    base = _free_block(3)
+    with LocalCluster(nodes=1, base_port=base) as cluster:
+        assert cluster.address_of(1) == f"127.0.0.1:{base}"
+        assert cluster.internal_address_of(1) == f"127.0.0.1:{base + 1}"
+        assert cluster.kafka_address_of(1) == f"127.0.0.1:{base + 2}"

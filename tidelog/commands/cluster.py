@@ -27,8 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--data-dir", type=Path, default=Path("tidelog-data"),
                     help="cluster directory; starting again on it resumes (default ./tidelog-data)")
     up.add_argument("--base-port", type=int, default=7420,
-                    help="node N serves clients on base-port + N - 1 and its peers on base-port + "
-                         "nodes + N - 1; 0 picks free ports (default 7420)")
+                    help="node N serves clients on base-port + N - 1, its peers on base-port + "
+                         "nodes + N - 1 and Kafka clients on base-port + 2 x nodes + N - 1; 0 "
+                         "picks free ports (default 7420)")
     up.add_argument("--detach", action="store_true",
                     help="return once ready and leave the nodes running (stop: cluster down)")
     up.add_argument("--timeout", type=float, default=30.0,
