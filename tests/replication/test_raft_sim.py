@@ -124,10 +124,10 @@ def test_simulator_catches_a_follower_that_acknowledges_before_its_fsync(
     pytest.fail("no CI seed noticed acknowledgements sent before the fsync")
 
 
-def _first_ci_failure() -> str:
-    """The failure of the first of the CI seeds (as `test_seed_range_holds_every_invariant`
-    runs them) that fails; "" when none does."""
-    for seed in range(SEEDS):
+def _first_ci_failure(start: int = 0) -> str:
+    """The failure of the first of the CI seeds from `start` (as
+    `test_seed_range_holds_every_invariant` runs them) that fails; "" when none does."""
+    for seed in range(start, SEEDS):
         result = sim.run_seed(seed, swarm=bool(seed % 2), fault_ticks=FAULT_TICKS)
         if not result.ok:
             return f"seed {seed}: {result.failure}"
@@ -186,15 +186,17 @@ def test_simulator_catches_a_leader_serving_reads_after_its_nodes_liveness_lapse
     the others elected a new leader) answers reads from its stale HW when it runs again.
     Rare: it takes a pause long enough for an election, a read asked meanwhile and answered
     from the lease. Seed 4 of the CI seeds caught it before leaders stopped asking followers
-    whose answers flow; seed 311 does at the time of writing (about 30 s of CPU): a search
-    that needs fewer seeds would be worth finding."""
+    whose answers flow; seed 311 is the first that does at the time of writing. Searching
+    from seed 0 costs about 30 s of CPU (over two minutes of a loaded CI run), so the search
+    starts at seed 300: it still has to find the bug among the CI seeds, in eleven of them. A
+    search that needs fewer seeds would be worth finding."""
 
     def unbounded(self: ReadLease, core: RaftCore, now: float) -> bool:
         return (core.role is Role.LEADER and core.term == self._term
                 and not core.transferred_this_term)
 
     monkeypatch.setattr(ReadLease, "holds", unbounded)
-    failure = _first_ci_failure()
+    failure = _first_ci_failure(start=300)
     assert "lease" in failure, "no CI seed noticed reads served past the lease"
 
 
