@@ -303,10 +303,14 @@ def test_kafka_python_admin(kp_admin: KafkaAdminClient) -> None:
     assert [(r.name, r.error_code) for r in grown.results] == [("kt-kp", 0)]
 
     tp = KafkaPythonPartition("kt-kp", 0)
-    # kafka-python sends DeleteRecords to the leader its metadata names, -1 if none yet.
-    wait_for(lambda: _replicas(kp_admin, "kt-kp", 0)[0][0] >= 0, CLIENT_TIMEOUT_S,
-             "the partition's leader")
-    assert kp_admin.delete_records({tp: 0})[tp]["error_code"] == 0
+    # kafka-python sends DeleteRecords to the leader its cached metadata names, -1 if none
+    # yet, and a describe does not refresh that cache: the leader is named to it.
+    def led_by() -> int | None:
+        leader = _replicas(kp_admin, "kt-kp", 0)[0][0]
+        return leader if leader >= 0 else None
+
+    leader = wait_for(led_by, CLIENT_TIMEOUT_S, "the partition's leader")
+    assert kp_admin.delete_records({tp: 0}, partition_leader_id=leader)[tp]["error_code"] == 0
     assert kp_admin.alter_partition_reassignments({tp: [9]}) == {
         tp: kafka_errors.InvalidReplicationAssignmentError}
     assert kp_admin.alter_partition_reassignments({tp: None}) == {
