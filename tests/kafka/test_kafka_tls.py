@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import ssl
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from tidelog.acl import (
     ResourcePattern,
     ResourceType,
 )
+from tidelog.certificates import CertificateAuthority
 from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -88,6 +90,23 @@ def test_a_connection_without_a_client_certificate_is_refused(cluster: LocalClus
     host, _, port = cluster.kafka_address_of(1).rpartition(":")
     context = ssl.create_default_context(cafile=cluster.client_options["ssl_cafile"])
     context.check_hostname = False
+    with socket.create_connection((host, int(port)), timeout=CLIENT_TIMEOUT_S) as raw:
+        try:
+            with context.wrap_socket(raw) as tls:
+                tls.sendall(frame_of(ApiVersionsRequest(), 1))
+                assert tls.recv(4) == b""
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+            pass
+
+
+def test_a_certificate_of_another_ca_is_refused(cluster: LocalCluster, tmp_path: Path) -> None:
+    """A client certificate that another CA signed names a principal the cluster never vouched
+    for: the handshake or the first read fails, as for no certificate at all."""
+    stranger = CertificateAuthority(tmp_path / "other-ca").issue("stranger", "stranger")
+    host, _, port = cluster.kafka_address_of(1).rpartition(":")
+    context = ssl.create_default_context(cafile=cluster.client_options["ssl_cafile"])
+    context.check_hostname = False
+    context.load_cert_chain(stranger.certfile, stranger.keyfile)
     with socket.create_connection((host, int(port)), timeout=CLIENT_TIMEOUT_S) as raw:
         try:
             with context.wrap_socket(raw) as tls:
