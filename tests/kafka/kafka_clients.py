@@ -17,6 +17,7 @@ import kafka
 import kafka.codec
 
 from tidelog.client import Client
+from tidelog.testing import LocalCluster
 from tidelog.types import TopicPartition
 
 #: How long a client may take for what a test asks of it.
@@ -33,6 +34,20 @@ class Rec(NamedTuple):
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
     timestamp: int
+
+
+def tls_config(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    """librdkafka's settings for the Kafka listener of a TLS cluster, presenting `name`'s
+    certificate of the cluster's CA (its principal is ``User:CN=<name>``)."""
+    options = cluster.client_options_as(name)
+    return {
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": options["ssl_cafile"],
+        "ssl.certificate.location": options["ssl_certfile"],
+        "ssl.key.location": options["ssl_keyfile"],
+        "log_level": 0,
+    }
 
 
 def records_for(writer: str, codec: str, count: int, base_ts: int) -> list[Rec]:

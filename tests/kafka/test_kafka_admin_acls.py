@@ -36,6 +36,7 @@ from kafka.admin import (
 from kafka.admin import ACLOperation as KpOperation
 from kafka.admin import ACLResourcePatternType as KpPatternType
 from kafka.admin import ResourceType as KpResourceType
+from kafka_clients import tls_config
 
 from tidelog.testing import LocalCluster
 
@@ -52,15 +53,7 @@ def cluster_options() -> dict[str, Any]:
 
 def _admin(cluster: LocalCluster, name: str) -> AdminClient:
     """A confluent-kafka admin client presenting `name`'s certificate of the cluster's CA."""
-    options = cluster.client_options_as(name)
-    return AdminClient({
-        "bootstrap.servers": cluster.kafka_bootstrap,
-        "security.protocol": "SSL",
-        "ssl.ca.location": options["ssl_cafile"],
-        "ssl.certificate.location": options["ssl_certfile"],
-        "ssl.key.location": options["ssl_keyfile"],
-        "log_level": 0,
-    })
+    return AdminClient(tls_config(cluster, name))
 
 
 def _error(future: Future[Any]) -> int:

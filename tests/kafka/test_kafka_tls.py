@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka_clients import tls_config
 from kafka_wire import frame_of
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 
@@ -50,15 +51,7 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
 
 def _kafka_admin(cluster: LocalCluster, name: str) -> AdminClient:
     """A confluent-kafka admin client presenting `name`'s certificate of the cluster's CA."""
-    options = cluster.client_options_as(name)
-    return AdminClient({
-        "bootstrap.servers": cluster.kafka_bootstrap,
-        "security.protocol": "SSL",
-        "ssl.ca.location": options["ssl_cafile"],
-        "ssl.certificate.location": options["ssl_certfile"],
-        "ssl.key.location": options["ssl_keyfile"],
-        "log_level": 0,
-    })
+    return AdminClient(tls_config(cluster, name))
 
 
 def test_confluent_kafka_lists_topics_over_tls(cluster: LocalCluster, client: Client) -> None:
@@ -122,11 +115,7 @@ def test_groups_and_transactional_ids_need_their_acls(
     """A principal with no ACL on a group or a transactional id is refused them through the
     Kafka listener as through the gRPC one: GROUP_AUTHORIZATION_FAILED reading a group's
     offsets, TRANSACTIONAL_ID_AUTHORIZATION_FAILED starting a transactional producer."""
-    options = cluster.client_options_as("stranger")
-    tls = {"bootstrap.servers": cluster.kafka_bootstrap, "security.protocol": "SSL",
-           "ssl.ca.location": options["ssl_cafile"],
-           "ssl.certificate.location": options["ssl_certfile"],
-           "ssl.key.location": options["ssl_keyfile"], "log_level": 0}
+    tls = tls_config(cluster, "stranger")
     # The assigned consumer asks for its committed position: librdkafka retries the refused
     # FindCoordinator and tells the application of the refusal through its poll.
     consumer = Consumer({**tls, "group.id": "secret-group", "enable.auto.commit": False})
