@@ -7,9 +7,12 @@ they may abort it.
 from __future__ import annotations
 
 import time
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tidelog.node.api.forwarding import FORWARD_TIMEOUT_S, ListenerCall
+
+if TYPE_CHECKING:
+    from tidelog.node.kafka.sasl import SaslSession
 
 #: How long a request may take when the Kafka request carries no timeout of its own (Kafka
 #: clients' default request.timeout.ms).
@@ -28,14 +31,17 @@ class KafkaCallAborted(Exception):
 
 
 class KafkaCall(ListenerCall):
-    """One Kafka request: its connection's principal (the TLS client certificate's subject,
-    else ``User:ANONYMOUS``), its peer, its header's fields, and its deadline."""
+    """One Kafka request: its connection's principal (the SASL identity on a SASL listener,
+    else the TLS client certificate's subject, else ``User:ANONYMOUS``), its peer, its
+    header's fields, its deadline, and its connection's SASL session (None without SASL)."""
 
     def __init__(
         self, principal: str, peer: str, api_key: int, api_version: int,
         client_id: str | None, timeout_s: float = DEFAULT_TIMEOUT_S,
+        sasl: SaslSession | None = None,
     ) -> None:
         self.principal = principal
+        self.sasl = sasl
         self._peer = peer
         self.api_key = api_key
         self.api_version = api_version
