@@ -113,6 +113,7 @@ KEYS: dict[str, str] = {
     # The Kafka listener (issue 30)
     "kafka.listen": "kafka_listen",
     "kafka.advertised.address": "kafka_advertised",
+    "connections.max.idle.ms": "connections_max_idle_ms",
     # ACLs (acls)
     "authorizer": "authorizer",
     "super.users": "super_users",
@@ -348,6 +349,11 @@ class NodeConfig:
     #: The Kafka address published for this node (Metadata's brokers); empty means "the bound
     #: kafka.listen address".
     kafka_advertised: str = ""
+    #: A Kafka connection with no request in flight that received nothing for this long is
+    #: closed (Kafka's setting of this name), so that a client that connects and stalls, or
+    #: stops sending in the middle of a frame, does not hold a connection for ever; -1 never
+    #: closes one. The gRPC listeners are not concerned.
+    connections_max_idle_ms: int = 600_000
     # ---- ACLs (acls) ----
     #: "none": no authorizer, every request of every principal is allowed (Kafka without
     #: ``authorizer.class.name``); ACL records already in the metadata log stay stored but
@@ -444,6 +450,11 @@ class NodeConfig:
             self.queued_max_request_bytes >= MAX_MESSAGE_BYTES,
             f"queued.max.request.bytes must be at least {MAX_MESSAGE_BYTES} (one maximal "
             f"Produce request), got {self.queued_max_request_bytes}",
+        )
+        _require(
+            self.connections_max_idle_ms >= 1 or self.connections_max_idle_ms == -1,
+            "connections.max.idle.ms must be >= 1, or -1 to never close an idle connection, "
+            f"got {self.connections_max_idle_ms}",
         )
         _require(
             self.log_format in ("text", "json"),

@@ -9,6 +9,11 @@ per connection; the answers are written in the order the requests came, as Kafka
 require (they match answers to requests by order as much as by correlation id). A request
 that expects no answer (Produce with acks=0) gets none.
 
+A connection with no request in flight that received nothing for connections.max.idle.ms is
+closed, as Kafka closes it: a client that connects and stalls, or stops sending in the middle
+of a frame (a size prefix and never the whole body), holds no connection and no budget longer.
+The clock counts bytes as they arrive (`ReceiveClock`), so a frame still coming is not idle.
+
 Anything a client sends that the node cannot answer closes that connection and only that
 one: a frame that does not parse, an API or version the node does not serve (except an
 unknown ApiVersions version, which ApiVersions itself answers), a handler that fails. The
@@ -22,6 +27,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidelog.node.edge.limits import InFlight
@@ -47,19 +53,43 @@ MAX_PENDING = 64
 _SIZE_BYTES = 4
 
 
+class ReceiveClock(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, noting when the connection last received bytes: the idle
+    limit counts from there, so a frame whose bytes stop coming midway is idle as a silent
+    connection is, and one whose bytes still come is not."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader,
+        connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    ) -> None:
+        super().__init__(reader, connected)
+        self._now = asyncio.get_running_loop().time
+        #: The event loop's time of the last bytes received (of the connection's start first).
+        self.received_at = self._now()
+
+    def data_received(self, data: bytes) -> None:
+        self.received_at = self._now()
+        super().data_received(data)
+
+
 class Connection:
-    """Serves one accepted connection until the client closes it, a frame closes it, or the
-    listener stops."""
+    """Serves one accepted connection until the client closes it, a frame closes it, it stays
+    idle for `idle_limit_ms` (-1: no limit), or the listener stops."""
 
     def __init__(
         self, registry: ApiRegistry, budget: InFlight, principal: str,
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, clock: ReceiveClock,
+        idle_limit_ms: int,
     ) -> None:
         self._registry = registry
         self._budget = budget
         self.principal = principal
         self._reader = reader
         self._writer = writer
+        self._clock = clock
+        self._idle_limit_ms = idle_limit_ms
+        #: The event loop's time the last answer was written (of the connection's start first).
+        self._answered_at = clock.received_at
         address = writer.get_extra_info("peername") or ("?", 0)
         host, port = address[0], address[1]
         self.peer = f"ipv6:[{host}]:{port}" if ":" in str(host) else f"ipv4:{host}:{port}"
@@ -73,6 +103,8 @@ class Connection:
         writes the answers to what was read (a client that half-closes after its last request
         still gets them), then closes. Cancelled (the listener stops), it closes at once."""
         writing = asyncio.create_task(self._write_answers())
+        watching = (asyncio.create_task(self._close_when_idle(self._idle_limit_ms / 1000))
+                    if self._idle_limit_ms > 0 else None)
         try:
             try:
                 await self._read_requests()
@@ -86,6 +118,8 @@ class Connection:
                 await writing
         finally:
             writing.cancel()
+            if watching is not None:
+                watching.cancel()
             for task in self._answers:
                 if task is not _DONE:
                     task.cancel()
@@ -167,10 +201,28 @@ class Connection:
                 log.exception("Kafka request from %s failed; closing its connection", self.peer)
                 self._fail(None)
                 return
-            self._answers.popleft()
             if frame is not None:
                 writer.write(frame)
                 await writer.drain()
+            self._answers.popleft()
+            self._answered_at = asyncio.get_running_loop().time()
+
+    async def _close_when_idle(self, limit_s: float) -> None:
+        """Closes the connection once it has had no request in flight (read and not yet
+        answered) and received nothing for `limit_s`: the clock starts again at the last
+        bytes received or the last answer written, whichever is later."""
+        now = asyncio.get_running_loop().time
+        while True:
+            if self._answers:
+                wait = limit_s  # in flight: not idle; its answer restarts the clock
+            else:
+                wait = max(self._clock.received_at, self._answered_at) + limit_s - now()
+                if wait <= 0:
+                    log.debug("closing the Kafka connection of %s: idle for %.0f ms",
+                              self.peer, limit_s * 1000)
+                    self._fail(None)
+                    return
+            await asyncio.sleep(wait)
 
     def _fail(self, exc: MalformedFrame | None) -> None:
         """Closes the connection now: later requests get no answer (the client sees the close

@@ -1,6 +1,7 @@
 """The Kafka listener: an asyncio server on kafka.listen, run by the node beside its gRPC
 listeners, with the client listener's TLS (security.protocol, the same certificate, key and
-CA, ssl.client.auth) and its own queued.max.request.bytes budget.
+CA, ssl.client.auth), its own queued.max.request.bytes budget, and Kafka's
+connections.max.idle.ms.
 
 The principal of a connection is decided at its handshake exactly as the gRPC client listener
 decides it (node/edge/security.py): with ssl.client.auth=required the verified certificate's
@@ -19,7 +20,7 @@ from tidelog.errors import InvalidConfigError
 from tidelog.node.config import NodeConfig
 from tidelog.node.edge.limits import InFlight
 from tidelog.node.edge.security import ANONYMOUS, principal_of_certificate
-from tidelog.node.kafka.connection import Connection
+from tidelog.node.kafka.connection import Connection, ReceiveClock
 from tidelog.node.kafka.registry import ApiRegistry
 
 log = logging.getLogger("tidelog.node")
@@ -43,8 +44,8 @@ class KafkaListener:
         assert parts is not None  # NodeConfig checked it
         host, port = parts
         try:
-            self._server = await asyncio.start_server(
-                self._accept, host, port, ssl=self._tls, reuse_address=True,
+            self._server = await asyncio.get_running_loop().create_server(
+                self._protocol, host, port, ssl=self._tls, reuse_address=True,
                 start_serving=False,
             )
         except OSError as exc:
@@ -72,13 +73,21 @@ class KafkaListener:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
 
+    def _protocol(self) -> ReceiveClock:
+        """What `asyncio.start_server` builds for each connection, with a clock of the bytes
+        received for the idle limit."""
+        return ReceiveClock(asyncio.StreamReader(), self._accept)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         try:
+            clock = writer.transport.get_protocol()
+            assert isinstance(clock, ReceiveClock)
             connection = Connection(
-                self.registry, self._budget, _principal(writer), reader, writer
+                self.registry, self._budget, _principal(writer), reader, writer, clock,
+                self.config.connections_max_idle_ms,
             )
             await connection.serve()
         except Exception:  # never the node: this connection only

@@ -39,6 +39,8 @@ def test_no_kafka_listener_by_default_and_one_bound_to_its_real_port() -> None:
         ({"kafka.listen": "127.0.0.1:7520", "internal.listen": "127.0.0.1:7520"},
          "the Kafka listener needs its own port"),
         ({"kafka.listn": "127.0.0.1:9092"}, "did you mean 'kafka.listen'"),
+        ({"connections.max.idle.ms": "0"}, "connections.max.idle.ms must be >= 1, or -1"),
+        ({"connections.max.idle.ms": "-2"}, "connections.max.idle.ms must be >= 1, or -1"),
     ],
 )
 def test_kafka_listener_refusals_name_the_setting(

@@ -1,7 +1,8 @@
 """A Kafka listener in this process with handlers of the test's own (no node): a request that
 expects no answer (Produce with acks=0) gets none while the requests after it are answered,
-and the bytes of requests read and not answered stay within queued.max.request.bytes: the
-listener stops reading until an answer frees room."""
+the bytes of requests read and not answered stay within queued.max.request.bytes (the
+listener stops reading until an answer frees room), and connections.max.idle.ms closes a
+silent connection or one stalled in the middle of a frame, never a busy one."""
 
 from __future__ import annotations
 
@@ -30,10 +31,14 @@ pytestmark = pytest.mark.timeout(60)
 BUDGET = 700
 
 
-def _config() -> NodeConfig:
+#: A small connections.max.idle.ms for the idle tests.
+IDLE_MS = 1500
+
+
+def _config(**extra: str) -> NodeConfig:
     return NodeConfig.from_properties({
         "node.id": "1", "listen": "127.0.0.1:1", "data.dir": "/tmp/tidelog-unused",
-        "kafka.listen": "127.0.0.1:0",
+        "kafka.listen": "127.0.0.1:0", **extra,
     })
 
 
@@ -45,8 +50,8 @@ async def _read_answer(reader: asyncio.StreamReader, api_key: int, version: int)
     return int(header.correlation_id), decode(body_type, frame, offset)[0]
 
 
-async def _serving(registry: ApiRegistry) -> tuple[KafkaListener, int]:
-    listener = KafkaListener(_config())
+async def _serving(registry: ApiRegistry, **extra: str) -> tuple[KafkaListener, int]:
+    listener = KafkaListener(_config(**extra))
     port = await listener.bind()
     await listener.serve(registry)
     return listener, port
@@ -138,3 +143,81 @@ def test_the_api_versions_table_is_the_registry() -> None:
             await listener.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), WIRE_TIMEOUT_S))
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    """Whether the listener closes the connection within the wire timeout (any answers
+    before the close are dropped)."""
+    try:
+        async with asyncio.timeout(WIRE_TIMEOUT_S):
+            while await reader.read(65536):
+                pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_an_idle_connection_and_a_stalled_frame_are_closed() -> None:
+    """A client that connects and sends nothing, and one that sends a frame's size and part of
+    its body and then stalls (a slowloris), are both closed after connections.max.idle.ms."""
+
+    async def scenario() -> None:
+        registry = ApiRegistry()
+        add_api_versions(registry)
+        listener, port = await _serving(registry, **{"connections.max.idle.ms": str(IDLE_MS)})
+        try:
+            silent_reader, silent = await asyncio.open_connection("127.0.0.1", port)
+            stalled_reader, stalled = await asyncio.open_connection("127.0.0.1", port)
+            frame = frame_of(ApiVersionsRequest(), 1)
+            stalled.write(frame[: len(frame) // 2])  # the size prefix and half the body
+            assert await _closed(silent_reader)
+            assert await _closed(stalled_reader)
+            silent.close()
+            stalled.close()
+        finally:
+            await listener.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 3 * WIRE_TIMEOUT_S))
+
+
+def test_a_connection_that_sends_requests_or_waits_for_an_answer_stays_open() -> None:
+    """A connection sending requests more often than the idle limit, and one whose request is
+    still being answered, both outlive a silent connection opened after them."""
+
+    async def scenario() -> None:
+        answer_slow = asyncio.Event()
+
+        async def metadata(request: Any, call: KafkaCall) -> Any:
+            await answer_slow.wait()
+            return response_type(3, 1)(brokers=(), controller_id=-1, topics=())
+
+        registry = ApiRegistry()
+        add_api_versions(registry)
+        registry.add(3, 0, 1, metadata)
+        listener, port = await _serving(registry, **{"connections.max.idle.ms": str(IDLE_MS)})
+        try:
+            busy_reader, busy = await asyncio.open_connection("127.0.0.1", port)
+            slow_reader, slow = await asyncio.open_connection("127.0.0.1", port)
+            slow.write(frame_of(MetadataRequest(topics=()), 1))
+            silent_reader, silent = await asyncio.open_connection("127.0.0.1", port)
+            silent_closed = asyncio.create_task(_closed(silent_reader))
+            correlation_id = 0
+            while not silent_closed.done():  # a request every fifth of the idle limit
+                correlation_id += 1
+                busy.write(frame_of(ApiVersionsRequest(), correlation_id))
+                assert (await _read_answer(busy_reader, 18, 0))[0] == correlation_id
+                await asyncio.wait({silent_closed}, timeout=IDLE_MS / 5000)
+            assert silent_closed.result()
+            busy.write(frame_of(ApiVersionsRequest(), 0))
+            assert (await _read_answer(busy_reader, 18, 0))[0] == 0
+            answer_slow.set()
+            assert (await _read_answer(slow_reader, 3, 1))[0] == 1
+            for writer in (busy, slow, silent):
+                writer.close()
+        finally:
+            await listener.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 3 * WIRE_TIMEOUT_S))
+
