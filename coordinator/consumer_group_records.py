@@ -51,8 +51,11 @@ RECORD_TYPES: Final = frozenset(range(GROUP_METADATA, CURRENT_ASSIGNMENT + 1))
 _MEMBER_TYPES: Final = frozenset((MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT))
 VALUE_VERSION: Final = 0
 #: The member metadata of a classic-protocol member (JoinGroup/SyncGroup/Heartbeat inside a
-#: consumer group) is value version 1: version 0's fields, then its own session timeout.
-CLASSIC_MEMBER_VERSION: Final = 1
+#: consumer group) is value version 2: version 0's fields, then its own session timeout, then
+#: the names of its protocols (its assignors), which later members' JoinGroups are checked
+#: against. Version 1 (no names) is still read: a member whose names are not known.
+CLASSIC_MEMBER_VERSION: Final = 2
+_CLASSIC_MEMBER_VERSIONS: Final = frozenset((1, CLASSIC_MEMBER_VERSION))
 
 #: Server-side member states (Kafka's MemberState).
 STABLE: Final = 0
@@ -94,6 +97,8 @@ class MemberMetadata(NamedTuple):
     #: A classic-protocol member's session timeout (its JoinGroup's); None for a member
     #: speaking ConsumerGroupHeartbeat, whose session is the coordinator's setting.
     classic_session_timeout_ms: int | None = None
+    #: A classic member's protocol names, in its JoinGroup's order; () when not known.
+    classic_protocols: tuple[str, ...] = ()
 
 
 class CurrentAssignment(NamedTuple):
@@ -152,7 +157,9 @@ def encode_value(record_type: int, value: GroupValue) -> bytes:
             _nullable(value.server_assignor),
         )
         if value.classic_session_timeout_ms is not None:
-            out.append(_I32.pack(value.classic_session_timeout_ms))
+            out += (_I32.pack(value.classic_session_timeout_ms),
+                    _I32.pack(len(value.classic_protocols)),
+                    *(_string(name) for name in value.classic_protocols))
     elif record_type == TARGET_MEMBER:
         assert isinstance(value, dict)
         out.append(_assignment(value))  # type: ignore[arg-type]
@@ -276,7 +283,7 @@ def decode_value(record_type: int, data: bytes | memoryview) -> GroupValue:
     reader = _Reader(bytes(data), "value")
     version = reader.i16()
     if version != VALUE_VERSION and not (
-        version == CLASSIC_MEMBER_VERSION and record_type == MEMBER_METADATA
+        version in _CLASSIC_MEMBER_VERSIONS and record_type == MEMBER_METADATA
     ):
         raise GroupRecordError(f"unknown value version {version}")
     value: GroupValue
@@ -298,13 +305,15 @@ def decode_value(record_type: int, data: bytes | memoryview) -> GroupValue:
         subscribed = tuple(reader.string() for _ in range(reader.count()))
         rebalance_timeout_ms = reader.i32()
         assignor = reader.nullable()
-        session_ms = reader.i32() if version == CLASSIC_MEMBER_VERSION else None
+        session_ms = reader.i32() if version in _CLASSIC_MEMBER_VERSIONS else None
+        protocols = (tuple(reader.string() for _ in range(reader.count()))
+                     if version == CLASSIC_MEMBER_VERSION else ())
         if rebalance_timeout_ms < 0 or (session_ms is not None and session_ms <= 0):
             raise GroupRecordError(
                 f"rebalance timeout {rebalance_timeout_ms}, session timeout {session_ms}"
             )
         value = MemberMetadata(instance_id, rack_id, client_id, client_host, subscribed,
-                               rebalance_timeout_ms, assignor, session_ms)
+                               rebalance_timeout_ms, assignor, session_ms, protocols)
     elif record_type == TARGET_MEMBER:
         value = reader.assignment()
     elif record_type == CURRENT_ASSIGNMENT:

@@ -75,6 +75,7 @@ from tidelog.errors import (
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     IllegalGenerationError,
+    InconsistentGroupProtocolError,
     InvalidRequestError,
     NonEmptyGroupError,
     StaleMemberEpochError,
@@ -133,6 +134,8 @@ class HeartbeatRequest(NamedTuple):
     client_host: str = ""
     #: A classic member's JoinGroup: its session timeout; None for ConsumerGroupHeartbeat.
     classic_session_timeout_ms: int | None = None
+    #: A classic member's JoinGroup: its protocol names; None: not checked, kept as they were.
+    classic_protocols: tuple[str, ...] | None = None
 
 
 class HeartbeatResponse(NamedTuple):
@@ -594,6 +597,8 @@ class ConsumerGroups:
                 f"JoinGroup: session timeout {request.classic_session_timeout_ms}"
             )
         group = self.groups.get(request.group_id)
+        if group is not None and request.classic_protocols is not None:
+            _check_classic_protocols(group, request.member_id, request.classic_protocols)
         member = group.members.get(request.member_id) if group is not None else None
         if member is None:
             request = request._replace(member_epoch=JOIN_EPOCH, owned=None)
@@ -857,6 +862,22 @@ def _nobody(topic: str, partition: int) -> None:
     return None
 
 
+def _check_classic_protocols(group: Group, member_id: str, names: tuple[str, ...]) -> None:
+    """A classic member joins only with a protocol name every other classic member of the
+    group supports (Kafka's check for classic members of a consumer group): a group's
+    classic members can then all run the same assignor's client side. Members speaking
+    ConsumerGroupHeartbeat, and classic ones whose names are not known, do not constrain."""
+    common = set(names)
+    for other in group.members.values():
+        if other.member_id != member_id and other.metadata.classic_protocols:
+            common &= set(other.metadata.classic_protocols)
+    if not common:
+        raise InconsistentGroupProtocolError(
+            f"member {member_id!r} names the protocols {', '.join(names) or 'none'}; the "
+            f"classic members of group {group.group_id!r} share none of them"
+        )
+
+
 def _frozen(parts: Mapping[str, Iterable[int]]) -> Assignment:
     return {t: tuple(sorted(ps)) for t, ps in sorted(parts.items()) if ps}
 
@@ -884,5 +905,7 @@ def _merged_metadata(old: MemberMetadata | None, request: HeartbeatRequest) -> M
         else base.server_assignor,
         request.classic_session_timeout_ms if request.classic_session_timeout_ms is not None
         else base.classic_session_timeout_ms,
+        request.classic_protocols if request.classic_protocols is not None
+        else base.classic_protocols,
     )
 

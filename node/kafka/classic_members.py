@@ -6,7 +6,8 @@ The server assigns: the member's subscription comes from its JoinGroup's protoco
 (the consumer protocol's subscription); the answer's generation is its member epoch; no member
 is the leader, so every client is a follower whose SyncGroup returns its assignment, the
 consumer protocol's assignment bytes; Heartbeat answers REBALANCE_IN_PROGRESS when the member
-must join again. A protocol type other than "consumer" is INCONSISTENT_GROUP_PROTOCOL, as
+must join again. A protocol type other than "consumer", or protocols whose names share none
+with what every other classic member of the group names, is INCONSISTENT_GROUP_PROTOCOL, as
 Kafka answers it for a consumer group.
 
 These requests are answered by the group's coordinator only (NOT_COORDINATOR elsewhere, as in
@@ -109,6 +110,7 @@ class ClassicMembers:
                 subscribed_topics=subscription.topics, owned=subscription.owned,
                 client_id=call.client_id or "", client_host=client_host(call.peer()),
                 classic_session_timeout_ms=session_ms,
+                classic_protocols=tuple(p.name for p in request.protocols),
             ))
         except errors.TidelogError as exc:
             return answer(error_code(exc.code), member_id)

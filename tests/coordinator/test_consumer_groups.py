@@ -381,6 +381,8 @@ def test_records_round_trip_and_every_damaged_byte_is_refused() -> None:
         (rec.GROUP_METADATA, 7),
         (rec.PARTITION_METADATA, {"t": 3, "ü": 1}),
         (rec.MEMBER_METADATA, rec.MemberMetadata("i", None, "c", "h", ("a", "b"), 5, "range")),
+        (rec.MEMBER_METADATA, rec.MemberMetadata("i", None, "c", "h", ("a",), 5, None, 3000,
+                                                 ("range", "roundrobin"))),
         (rec.TARGET_METADATA, 7),
         (rec.TARGET_MEMBER, {"t": (0, 2)}),
         (rec.CURRENT_ASSIGNMENT, rec.CurrentAssignment(3, 2, 1, {"t": (1,)}, {"t": (0,)})),
@@ -618,6 +620,29 @@ def test_classic_member_errors_and_generation() -> None:
             classic_session_timeout_ms=0), cluster.topics, cluster.now)
 
 
+def test_a_classic_join_needs_a_protocol_name_every_other_classic_member_supports() -> None:
+    """INCONSISTENT_GROUP_PROTOCOL when the names share none with another classic member's
+    (nothing written then); a ConsumerGroupHeartbeat member does not constrain them."""
+    cluster = Cluster()
+    groups = cluster.groups
+
+    def join(member: str, *names: str) -> None:
+        cluster.commit(groups.plan_classic_join(HeartbeatRequest(
+            "g", member, 0, rebalance_timeout_ms=5000, subscribed_topics=("t",),
+            classic_session_timeout_ms=3000, classic_protocols=names),
+            cluster.topics, cluster.now).records)
+
+    Client(cluster, "k").beat()
+    join("a", "range", "roundrobin")
+    with pytest.raises(errors.InconsistentGroupProtocolError):
+        join("b", "sticky")
+    join("b", "sticky", "roundrobin")
+    with pytest.raises(errors.InconsistentGroupProtocolError):
+        join("c", "range")
+    assert sorted(groups.groups["g"].members) == ["a", "b", "k"]
+    assert groups.groups["g"].members["b"].metadata.classic_protocols == ("sticky", "roundrobin")
+
+
 def test_a_classic_member_has_its_own_session_timeout_and_survives_a_reload() -> None:
     cluster = Cluster()
     a = ClassicClient(cluster, "a", session_ms=SESSION_MS * 5)
@@ -701,9 +726,11 @@ def test_classic_member_metadata_records_round_trip_and_refuse_bad_timeouts() ->
     value = rec.MemberMetadata(None, None, "c", "h", ("t",), 5000, None, 10_000)
     data = rec.encode_value(rec.MEMBER_METADATA, value)
     assert rec.decode_value(rec.MEMBER_METADATA, data) == value
-    assert data[:2] == b"\x00\x01"
+    assert data[:2] == b"\x00\x02" and data[-4:] == struct.pack(">i", 0)  # no names
     with pytest.raises(rec.GroupRecordError):
-        rec.decode_value(rec.MEMBER_METADATA, data[:-4] + struct.pack(">i", 0))
+        rec.decode_value(rec.MEMBER_METADATA, data[:-8] + struct.pack(">ii", 0, 0))
+    # version 1, written before the protocol names were kept: a member with none known
+    assert rec.decode_value(rec.MEMBER_METADATA, b"\x00\x01" + data[2:-4]) == value
     with pytest.raises(rec.GroupRecordError):  # version 1 is for member metadata only
         rec.decode_value(rec.GROUP_METADATA, b"\x00\x01" + struct.pack(">i", 3))
 

@@ -354,6 +354,19 @@ def test_a_group_mixes_a_tidelog_member_and_a_kafka_python_member(
     ownership.check()
 
 
+def _join_request(group: str, subscription: bytes, **changes: Any) -> JoinGroupRequest:
+    """A consumer's JoinGroup v9 with one "range" protocol, but for `changes`."""
+    fields: dict[str, Any] = {
+        "group_id": group, "session_timeout": datetime.timedelta(seconds=10),
+        "rebalance_timeout": datetime.timedelta(seconds=10),
+        "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+        "protocols": (JoinGroupRequestProtocol(name="range", metadata=bytes(subscription)),),
+        "reason": None,
+    }
+    fields.update(changes)
+    return JoinGroupRequest(**fields)
+
+
 def test_the_classic_and_kip848_apis_on_the_wire(cluster: LocalCluster, client: Client) -> None:
     """Each classic request and its error codes, and ConsumerGroupHeartbeat v0 (the
     coordinator names the member) and v1's regular expressions, with raw frames."""
@@ -363,15 +376,7 @@ def test_the_classic_and_kip848_apis_on_the_wire(cluster: LocalCluster, client: 
         version=1, topics=[topic], user_data=None, owned_partitions=[]).encode(version=1)
 
     def join(**changes: Any) -> Any:
-        fields: dict[str, Any] = {
-            "group_id": "wire-group", "session_timeout": datetime.timedelta(seconds=10),
-            "rebalance_timeout": datetime.timedelta(seconds=10),
-            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
-            "protocols": (JoinGroupRequestProtocol(name="range", metadata=bytes(subscription)),),
-            "reason": None,
-        }
-        fields.update(changes)
-        return ask(address, JoinGroupRequest(**fields))
+        return ask(address, _join_request("wire-group", subscription, **changes))
 
     assert join(protocol_type="connect").error_code == ErrorCode.inconsistent_group_protocol
     assert join(protocols=()).error_code == ErrorCode.inconsistent_group_protocol
@@ -457,3 +462,37 @@ def test_the_consumer_protocol_structs_match_kafka_pythons() -> None:
     for bad in (b"", b"\x00", b"\xff\xff\x00", b"\x00\x01\x00\x00\x00\x05"):
         with pytest.raises(BadSubscription):
             read_subscription(bad)
+
+
+def test_a_join_sharing_no_protocol_name_with_the_classic_members_is_inconsistent(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """As Kafka checks a classic member joining a consumer group: one of its protocol
+    (assignor) names must be one every other classic member supports, else
+    INCONSISTENT_GROUP_PROTOCOL and it does not join."""
+    address = cluster.kafka_bootstrap
+    topic = _topic(client, "names", 0)
+    subscription = ConsumerProtocolSubscription(
+        version=1, topics=[topic], user_data=None, owned_partitions=[]).encode(version=1)
+
+    def join(member_id: str, *names: str) -> Any:
+        protocols = tuple(JoinGroupRequestProtocol(name=name, metadata=bytes(subscription))
+                          for name in names)
+        return ask(address, _join_request("names-group", subscription, member_id=member_id,
+                                          protocols=protocols))
+
+    ask(address, FindCoordinatorRequest(key="names-group", key_type=0))
+    first = wait_for(lambda: (lambda answer: answer if answer.error_code == ErrorCode.none
+                              else None)(join("m1", "range", "roundrobin")),
+                     SETTLE_S, "the first JoinGroup")
+    assert first.protocol_name == "range"
+    assert join("m2", "sticky").error_code == ErrorCode.inconsistent_group_protocol
+    second = join("m2", "cooperative-sticky", "roundrobin")
+    assert second.error_code == ErrorCode.none
+    assert join("m3", "range").error_code == ErrorCode.inconsistent_group_protocol
+    assert join("m1", "range", "roundrobin").error_code == ErrorCode.none  # m1 again
+    left = ask(address, LeaveGroupRequest(group_id="names-group", members=tuple(
+        MemberIdentity(member_id=m, group_instance_id=None, reason=None)
+        for m in ("m1", "m2", "m3"))))
+    assert [m.error_code for m in left.members] == [
+        ErrorCode.none, ErrorCode.none, ErrorCode.unknown_member_id]
