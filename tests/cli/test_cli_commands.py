@@ -3,8 +3,10 @@ output, and a one-line message (never a traceback) for bad input."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,10 +14,10 @@ from tidelog.testing import LocalCluster
 
 pytestmark = pytest.mark.timeout(240)
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def tidelog(*args: str, stdin: str = "", env_bootstrap: str | None = None) -> tuple[int, str, str]:
-    import os
-
     env = dict(os.environ)
     if env_bootstrap is not None:
         env["TIDELOG_BOOTSTRAP"] = env_bootstrap
@@ -138,3 +140,39 @@ def test_perf_produce_and_consume_print_kafkas_lines(cluster: LocalCluster) -> N
     fields = row.split(", ")
     assert len(fields) == 10 and fields[4] == "1000" and fields[2] == "0.0954", row
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}", fields[0]), row
+
+
+def test_perf_kafka_drives_the_kafka_listener_with_the_same_lines(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """``--kafka``: confluent-kafka produces to and consumes from the Kafka listeners (found
+    by --kafka-bootstrap, or bootstrap.servers among the producer properties) and the lines
+    are the gRPC path's; without confluent-kafka installed, one line says how to install it."""
+    import re
+
+    b, k = cluster.bootstrap, cluster.kafka_bootstrap
+    assert tidelog("topic", "create", "cli-perf-kafka", "--partitions", "2", "--bootstrap",
+                   b)[0] == 0
+    code, out, err = tidelog("perf", "produce", "--kafka", "--topic", "cli-perf-kafka",
+                             "--num-records", "500", "--record-size", "100", "--throughput",
+                             "-1", "--producer-props", "acks=all", "linger.ms=5",
+                             "compression.type=lz4", f"bootstrap.servers={k}")
+    assert code == 0, err
+    assert re.fullmatch(r"500 records sent, \d+\.\d{6} records/sec \(\d+\.\d\d MB/sec\), .* "
+                        r"\d+ ms 99\.9th\.", out.strip().splitlines()[-1]), out
+    code, out, err = tidelog("perf", "consume", "--kafka", "--kafka-bootstrap", k, "--topic",
+                             "cli-perf-kafka", "--messages", "500", "--timeout", "20000")
+    assert code == 0, err
+    header, row = out.strip().splitlines()
+    assert header.startswith("start.time, end.time, data.consumed.in.MB"), out
+    fields = row.split(", ")
+    assert len(fields) == 10 and fields[4] == "500" and fields[2] == "0.0477", row
+    (tmp_path / "confluent_kafka.py").write_text("raise ImportError('not installed')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "perf", "consume", "--kafka", "--topic", "t",
+         "--messages", "1"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])},
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "pip install 'confluent-kafka==" in done.stderr, done.stderr

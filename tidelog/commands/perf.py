@@ -20,11 +20,20 @@ Kafka's CSV summary (``start.time, end.time, data.consumed.in.MB, MB.sec,
 data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec,
 fetch.nMsg.sec``); ``--show-detailed-stats`` prints a row per ``--reporting-interval`` as it
 runs, otherwise a progress line goes to standard error. MB is 2**20 bytes, as in Kafka's tools.
+
+With ``--kafka`` either drives the nodes' Kafka listeners instead, with confluent-kafka
+(librdkafka; an optional dependency, in the dev extra) as a Kafka user's client would: the same
+options, Kafka-named producer properties passed to librdkafka as they are, and the same lines.
+Its addresses are ``--kafka-bootstrap`` (default: $TIDELOG_KAFKA_BOOTSTRAP or 127.0.0.1:7426,
+the first Kafka listener `tidelog cluster up` starts) or ``bootstrap.servers`` among the
+producer properties, found as the gRPC path finds its own; the TLS options apply to it too. The
+producer is idempotent unless ``enable.idempotence=false`` is given, as Tidelog's is.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import threading
@@ -34,14 +43,37 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidelog.commands._common import add_bootstrap, checked_bootstrap, client_for
-from tidelog.errors import ConfigurationError, RequestTimedOutError
+from tidelog.commands._common import (
+    add_bootstrap,
+    checked_bootstrap,
+    client_for,
+    security_for,
+)
+from tidelog.errors import (
+    ConfigurationError,
+    NodeUnavailableError,
+    RequestTimedOutError,
+    for_code,
+)
 
 if TYPE_CHECKING:
     from tidelog.producer import RecordFuture
 
 MB = 1024 * 1024
 _WINDOW_S = 5.0  # kafka-producer-perf-test's reporting interval
+#: The Kafka listener of node 1 of `tidelog cluster up` (its fixed Kafka ports start here).
+DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:7426"
+
+
+def _add_kafka(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kafka", action="store_true",
+                        help="drive the nodes' Kafka listeners with confluent-kafka instead of "
+                             "Tidelog's gRPC client")
+    parser.add_argument(
+        "--kafka-bootstrap", metavar="HOST:PORT[,HOST:PORT...]",
+        default=os.environ.get("TIDELOG_KAFKA_BOOTSTRAP", DEFAULT_KAFKA_BOOTSTRAP),
+        help="Kafka listeners of any nodes, with --kafka (default: $TIDELOG_KAFKA_BOOTSTRAP or "
+             f"{DEFAULT_KAFKA_BOOTSTRAP}, node 1's as `tidelog cluster up` prints it)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +96,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     produce.add_argument("--producer.config", dest="producer_config", type=Path, default=None,
                          help="properties file of producer settings")
     add_bootstrap(produce)
+    _add_kafka(produce)
     produce.set_defaults(_run=run_produce)
 
     consume = sub.add_parser("consume", help="kafka-consumer-perf-test",
@@ -86,6 +119,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     consume.add_argument("--date-format", default="%Y-%m-%d %H:%M:%S:%f",
                          help="strftime format of the times (Kafka: yyyy-MM-dd HH:mm:ss:SSS)")
     add_bootstrap(consume)
+    _add_kafka(consume)
     consume.set_defaults(_run=run_consume)
 
 
@@ -137,8 +171,9 @@ def _props(args: argparse.Namespace) -> dict[str, str]:
             raise ConfigurationError(f"--producer-props takes PROP=VALUE, got {item!r}")
         props[name.strip()] = value
     bootstrap = props.pop("bootstrap.servers", None)
-    if bootstrap is not None:
-        args.bootstrap = checked_bootstrap(bootstrap, "bootstrap.servers")
+    if bootstrap is not None:  # the Kafka listeners' addresses with --kafka
+        setattr(args, "kafka_bootstrap" if args.kafka else "bootstrap",
+                checked_bootstrap(bootstrap, "bootstrap.servers"))
     return props
 
 
@@ -220,10 +255,10 @@ def _payloads(args: argparse.Namespace) -> list[bytes]:
 def run_produce(args: argparse.Namespace) -> int:
     if args.num_records < 0:
         raise ConfigurationError("--num-records must be >= 0")
-    settings = producer_settings(_props(args))
+    props = _props(args)
+    settings = producer_settings(props)  # the names and values checked on either path
     payloads = _payloads(args)
-    client = client_for(args)
-    producer = client.producer(**settings)
+    sender = KafkaSender(args, props) if args.kafka else TidelogSender(args, settings)
     stats = Stats(started=time.monotonic())
     stats.window_start = stats.started
     next_report = stats.started + _WINDOW_S
@@ -241,21 +276,121 @@ def run_produce(args: argparse.Namespace) -> int:
                 _print_window(stats, now)
                 next_report = now + _WINDOW_S
             value = payloads[0] if len(payloads) == 1 else random.choice(payloads)
-            future = producer.send(args.topic, value)
-            future.add_done_callback(_on_done(stats, now, len(value)))
-        while True:  # the last acknowledgements, still reporting every window
-            try:
-                producer.flush(timeout_ms=max(1, int((next_report - clock()) * 1000)))
-                break
-            except RequestTimedOutError:
-                now = clock()
-                _print_window(stats, now)
-                next_report = now + _WINDOW_S
+            sender.send(args.topic, value, stats, now)
+        # The last acknowledgements, still reporting every window.
+        while not sender.flush(max(1, int((next_report - clock()) * 1000))):
+            now = clock()
+            _print_window(stats, now)
+            next_report = now + _WINDOW_S
     finally:
-        producer.close()
-        client.close()
+        sender.close()
     print(stats.total_line(clock()), flush=True)
     return 0
+
+
+class TidelogSender:
+    """`run_produce`'s records through Tidelog's producer (gRPC)."""
+
+    def __init__(self, args: argparse.Namespace, settings: dict[str, Any]) -> None:
+        self._client = client_for(args)
+        try:
+            self._producer = self._client.producer(**settings)
+        except BaseException:
+            self._client.close()
+            raise
+
+    def send(self, topic: str, value: bytes, stats: Stats, sent_at: float) -> None:
+        future = self._producer.send(topic, value)
+        future.add_done_callback(_on_done(stats, sent_at, len(value)))
+
+    def flush(self, timeout_ms: int) -> bool:
+        """Whether every record sent is answered (False: the timeout came first)."""
+        try:
+            self._producer.flush(timeout_ms=timeout_ms)
+        except RequestTimedOutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        try:
+            self._producer.close()
+        finally:
+            self._client.close()
+
+
+class KafkaSender:
+    """`run_produce`'s records through confluent-kafka's producer to the Kafka listeners."""
+
+    def __init__(self, args: argparse.Namespace, props: dict[str, str]) -> None:
+        confluent_kafka = _confluent_kafka()
+        config = {"enable.idempotence": "true", **_kafka_config(args),
+                  **{name: value.strip() for name, value in props.items()}}
+        try:
+            self._producer = confluent_kafka.Producer(config)
+        except confluent_kafka.KafkaException as exc:
+            raise ConfigurationError(f"librdkafka refuses the producer properties: "
+                                     f"{exc.args[0].str()}") from None
+        _reach(self._producer, args)
+
+    def send(self, topic: str, value: bytes, stats: Stats, sent_at: float) -> None:
+        done = _on_delivery(stats, sent_at, len(value))
+        while True:
+            try:
+                self._producer.produce(topic, value, on_delivery=done)
+                break
+            except BufferError:  # librdkafka's queue is full: serve acknowledgements, retry
+                self._producer.poll(0.01)
+        self._producer.poll(0)  # the acknowledgements come as the records are sent
+
+    def flush(self, timeout_ms: int) -> bool:
+        return int(self._producer.flush(timeout_ms / 1000)) == 0
+
+    def close(self) -> None:
+        self._producer.flush(0)
+
+
+def _confluent_kafka() -> Any:
+    """confluent-kafka, or a clear error when it is not installed (it is optional)."""
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise ConfigurationError(
+            "--kafka drives the Kafka listener with confluent-kafka, which is not installed: "
+            "pip install 'confluent-kafka==2.16.1' (or Tidelog's dev extra: pip install "
+            "'tidelog[dev]')"
+        ) from None
+    return confluent_kafka
+
+
+def _kafka_config(args: argparse.Namespace) -> dict[str, Any]:
+    """librdkafka's settings for the Kafka listeners: their addresses and the TLS options."""
+    security = security_for(args)
+    config: dict[str, Any] = {
+        "bootstrap.servers": checked_bootstrap(args.kafka_bootstrap, "--kafka-bootstrap"),
+        "security.protocol": security.security_protocol, "log_level": 0,
+        "socket.connection.setup.timeout.ms": args.connect_timeout_ms,
+    }
+    for option, name in (("ssl.ca.location", security.ssl_cafile),
+                         ("ssl.certificate.location", security.ssl_certfile),
+                         ("ssl.key.location", security.ssl_keyfile)):
+        if name is not None:
+            config[option] = name
+    return config
+
+
+def _reach(client: Any, args: argparse.Namespace, topic: str | None = None) -> Any:
+    """The cluster's metadata (of `topic`, or of every topic) through `client`, asked within
+    ``--connect-timeout-ms``: a Kafka client retries an address where nothing answers until
+    each record's own timeout, so an unreachable listener is found here, as the gRPC path finds
+    it when it connects."""
+    confluent_kafka = _confluent_kafka()
+    try:
+        return client.list_topics(topic, timeout=args.connect_timeout_ms / 1000)
+    except confluent_kafka.KafkaException as exc:
+        raise NodeUnavailableError(
+            f"no Kafka listener at {args.kafka_bootstrap} answered within "
+            f"{args.connect_timeout_ms} ms ({exc.args[0].str()})"
+        ) from None
 
 
 def _print_window(stats: Stats, now: float) -> None:
@@ -270,6 +405,17 @@ def _on_done(stats: Stats, sent_at: float, size: int) -> Any:
             stats.record((time.monotonic() - sent_at) * 1000, size)
         else:
             print(f"error: {future.exception()}", file=sys.stderr)
+
+    return done
+
+
+def _on_delivery(stats: Stats, sent_at: float, size: int) -> Any:
+    """`_on_done` for confluent-kafka, which calls back with (error, message)."""
+    def done(error: Any, _message: Any) -> None:
+        if error is None:
+            stats.record((time.monotonic() - sent_at) * 1000, size)
+        else:
+            print(f"error: {error.str()}", file=sys.stderr)
 
     return done
 
@@ -289,28 +435,14 @@ def _stamp(wall: float, fmt: str) -> str:
 
 
 def run_consume(args: argparse.Namespace) -> int:
-    from tidelog.types import TopicPartition
-
     if args.messages < 0:
         raise ConfigurationError("--messages must be >= 0")
-    client = client_for(args)
-    consumer = client.consumer(group_id=args.group,
-                               auto_offset_reset="latest" if args.from_latest else "earliest")
+    reader = KafkaReader(args) if args.kafka else TidelogReader(args)
     header_shown = args.hide_header
     try:
         start_wall, start = time.time(), time.monotonic()
         count = nbytes = 0
-        if args.group is not None:
-            client.describe_topics([args.topic])
-            consumer.subscribe([args.topic])
-        else:
-            partitions = len(client.describe_topics([args.topic])[args.topic].partitions)
-            tps = [TopicPartition(args.topic, p) for p in range(partitions)]
-            consumer.assign(tps)
-            if args.from_latest:
-                consumer.seek_to_end(*tps)
-            else:
-                consumer.seek_to_beginning(*tps)
+        reader.start()
         rebalance_ms = 0.0
         first_poll_done = False
         last_record = time.monotonic()
@@ -319,14 +451,13 @@ def run_consume(args: argparse.Namespace) -> int:
         if args.show_detailed_stats and not header_shown:
             print(_DETAILED_HEADER, flush=True)
         while count < args.messages:
-            records = consumer.poll(timeout_ms=100)
+            records, size = reader.poll()
             now = time.monotonic()
-            if args.group is not None and not first_poll_done and consumer.assignment():
+            if args.group is not None and not first_poll_done and reader.assigned():
                 rebalance_ms = (now - start) * 1000
                 first_poll_done = True
-            for record in records:
-                nbytes += len(record.value or b"") + len(record.key or b"")
-            count += len(records)
+            nbytes += size
+            count += records
             if records:
                 last_record = now
             elif (now - last_record) * 1000 >= args.timeout:
@@ -340,8 +471,7 @@ def run_consume(args: argparse.Namespace) -> int:
                 report_at = now + args.reporting_interval / 1000
         end, end_wall = time.monotonic(), time.time()
     finally:
-        consumer.close()
-        client.close()
+        reader.close()
     elapsed = max(end - start, 1e-9)
     fetch_s = max(elapsed - rebalance_ms / 1000, 1e-9)
     mb = nbytes / MB
@@ -353,6 +483,94 @@ def run_consume(args: argparse.Namespace) -> int:
               f"{rebalance_ms:.0f}, {fetch_s * 1000:.0f}, {mb / fetch_s:.4f}, "
               f"{count / fetch_s:.4f}", flush=True)
     return 0
+
+
+class TidelogReader:
+    """`run_consume`'s records through Tidelog's consumer (gRPC)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._client = client_for(args)
+        self._consumer = self._client.consumer(
+            group_id=args.group, auto_offset_reset="latest" if args.from_latest else "earliest")
+
+    def start(self) -> None:
+        """Joins the group, or assigns every partition at its beginning (or end)."""
+        from tidelog.types import TopicPartition
+
+        args = self._args
+        if args.group is not None:
+            self._client.describe_topics([args.topic])
+            self._consumer.subscribe([args.topic])
+            return
+        partitions = len(self._client.describe_topics([args.topic])[args.topic].partitions)
+        tps = [TopicPartition(args.topic, p) for p in range(partitions)]
+        self._consumer.assign(tps)
+        if args.from_latest:
+            self._consumer.seek_to_end(*tps)
+        else:
+            self._consumer.seek_to_beginning(*tps)
+
+    def poll(self) -> tuple[int, int]:
+        """(records, bytes of their keys and values) of one poll."""
+        records = self._consumer.poll(timeout_ms=100)
+        return len(records), sum(len(r.value or b"") + len(r.key or b"") for r in records)
+
+    def assigned(self) -> bool:
+        return bool(self._consumer.assignment())
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        finally:
+            self._client.close()
+
+
+class KafkaReader:
+    """`run_consume`'s records through confluent-kafka's consumer from the Kafka listeners;
+    without ``--group`` every partition is assigned (librdkafka still needs a group id, which
+    then only names it: nothing is joined or committed)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._kafka = _confluent_kafka()
+        config = {
+            **_kafka_config(args), "group.id": args.group or "tidelog-perf-consume",
+            "enable.auto.commit": args.group is not None,
+            "auto.offset.reset": "latest" if args.from_latest else "earliest",
+        }
+        self._consumer = self._kafka.Consumer(config)
+
+    def start(self) -> None:
+        args = self._args
+        topic = _reach(self._consumer, args, args.topic).topics[args.topic]
+        if topic.error is not None:
+            raise for_code(topic.error.code())(f"topic {args.topic!r}: {topic.error.str()}")
+        if args.group is not None:
+            self._consumer.subscribe([args.topic])
+            return
+        offset = self._kafka.OFFSET_END if args.from_latest else self._kafka.OFFSET_BEGINNING
+        self._consumer.assign([self._kafka.TopicPartition(args.topic, p, offset)
+                               for p in sorted(topic.partitions)])
+
+    def poll(self) -> tuple[int, int]:
+        records = size = 0
+        for message in self._consumer.consume(num_messages=500, timeout=0.1):
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise for_code(error.code())(error.str())
+                print(f"error: {error.str()}", file=sys.stderr)
+                continue
+            records += 1
+            size += len(message.value() or b"") + len(message.key() or b"")
+        return records, size
+
+    def assigned(self) -> bool:
+        return bool(self._consumer.assignment())
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def _report(
