@@ -2,7 +2,9 @@
 consumer reading it, on a 3-node cluster (replication factor 3): the producer's records land
 once each, in order, with no gap (its retries of batches the old leader had replicated are
 recognised by the new leader's producer state), and the consumer follows the new leader and
-reads every record, as kafka-python's and aiokafka's consumers do."""
+reads every record, as kafka-python's and aiokafka's consumers do. A leader moved on purpose
+(a reassignment that puts another replica first, then a preferred-leader election) is
+followed the same way while production goes on; the consumer's longest wait is printed."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from kio.schema.produce.v10.request import PartitionProduceData, ProduceRequest,
 
 from tidelog.client import Client
 from tidelog.testing import LocalCluster, wait_for
+from tidelog.types import TopicPartition
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -37,7 +40,7 @@ class Follower(threading.Thread):
     """A confluent-kafka consumer reading the partition from offset 0 until it has `count`
     records (or is stopped), noting when each came."""
 
-    def __init__(self, bootstrap: str, count: int) -> None:
+    def __init__(self, bootstrap: str, count: int, topic: str = TOPIC) -> None:
         super().__init__(daemon=True)
         self.count = count
         self.values: list[bytes] = []
@@ -48,7 +51,7 @@ class Follower(threading.Thread):
             "bootstrap.servers": bootstrap, "group.id": "tidelog-follower",
             "enable.auto.commit": False, "fetch.wait.max.ms": 100, **CONFLUENT_QUIET,
         })
-        self._consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
+        self._consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
 
     def run(self) -> None:
         try:
@@ -83,12 +86,21 @@ def _a_follower_names_the_leader(cluster: LocalCluster) -> None:
         (leader, cluster.kafka_address_of(leader))]
 
 
-def test_idempotent_producer_and_consumer_across_a_leader_kill(cluster: LocalCluster) -> None:
+def _in_sync_topic(cluster: LocalCluster, topic: str) -> None:
+    """`topic`, one partition on the three nodes, every replica in sync (a node a test of
+    this module killed is started again first)."""
+    for node in cluster.node_ids:
+        if not cluster.is_running(node):
+            cluster.restart(node)
     with Client(cluster.bootstrap) as client:
-        client.create_topic(TOPIC, partitions=1, replication_factor=3)
+        client.create_topic(topic, partitions=1, replication_factor=3)
         wait_for(lambda: all(len(p.isr) == 3 and p.leader >= 0 for p in
-                             client.describe_topics([TOPIC])[TOPIC].partitions),
-                 CLIENT_TIMEOUT_S, "the partition's three replicas in sync")
+                             client.describe_topics([topic])[topic].partitions),
+                 CLIENT_TIMEOUT_S, f"{topic}'s three replicas in sync")
+
+
+def test_idempotent_producer_and_consumer_across_a_leader_kill(cluster: LocalCluster) -> None:
+    _in_sync_topic(cluster, TOPIC)
     _a_follower_names_the_leader(cluster)
     values = [f"{i}".encode() for i in range(BEFORE + AFTER)]
     follower = Follower(cluster.kafka_bootstrap, len(values))
@@ -141,3 +153,86 @@ def test_idempotent_producer_and_consumer_across_a_leader_kill(cluster: LocalClu
     after = [t for t in follower.arrivals if t >= killed_at]
     stall = max((b - a for a, b in zip([killed_at, *after], after, strict=False)), default=0.0)
     print(f"consumer's longest wait for a record after the leader's kill: {stall:.2f} s")
+
+
+class Paced(threading.Thread):
+    """An idempotent confluent-kafka producer writing "0", "1", ... to partition 0 of `topic`,
+    one record every PACE_S, until stopped; `sent` counts what it handed to the client."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.sent = 0
+        #: What flush left undelivered once stopped (-1 before).
+        self.unsent = -1
+        self.failures: list[Any] = []
+        self.stop = threading.Event()
+        self._producer = confluent_kafka.Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0,
+            "message.timeout.ms": 60_000, **CONFLUENT_QUIET,
+        })
+
+    def run(self) -> None:
+        while not self.stop.wait(PACE_S):
+            self._producer.produce(self.topic, value=f"{self.sent}".encode(), partition=0,
+                                   on_delivery=self._delivered)
+            self.sent += 1
+            self._producer.poll(0)
+        self.unsent = self._producer.flush(CLIENT_TIMEOUT_S * 2)
+
+    def _delivered(self, err: Any, _message: Any) -> None:
+        if err is not None:
+            self.failures.append(err)
+
+
+#: The producer's pace while the leader moves: a record every 10 ms.
+PACE_S = 0.01
+
+
+def test_a_leader_move_mid_consume_is_followed(cluster: LocalCluster) -> None:
+    """The leader moves to another in-sync replica while a producer writes and a consumer
+    reads: every record is read once, in order; the consumer's longest wait for a record from
+    the move's start is printed (the figure the compatibility page gives)."""
+    topic = "moved"
+    _in_sync_topic(cluster, topic)
+    tp = TopicPartition(topic, 0)
+    follower = Follower(cluster.kafka_bootstrap, 10**9, topic)
+    producer = Paced(cluster.kafka_bootstrap, topic)
+    follower.start()
+    producer.start()
+    try:
+        wait_for(lambda: len(follower.values) >= 50, CLIENT_TIMEOUT_S, "records before the move")
+        leader = cluster.leader_of((topic, 0))
+        assert leader is not None
+        target = next(n for n in cluster.node_ids if n != leader)
+        moved_at = time.monotonic()
+        with Client(cluster.bootstrap) as client:
+            # The target first among the same replicas (nothing to copy), then elected.
+            others = [n for n in cluster.node_ids if n != target]
+            assert client.admin.alter_partition_reassignments({tp: [target, *others]}) == {}
+            wait_for(lambda: client.describe_topics([topic])[topic].partitions[0].replicas[0]
+                     == target, CLIENT_TIMEOUT_S, "the target named preferred")
+            wait_for(lambda: (client.admin.elect_leaders("preferred", [tp]).get(tp) is None
+                              or cluster.leader_of((topic, 0)) == target),
+                     CLIENT_TIMEOUT_S, f"node {target} elected")
+        assert cluster.leader_of((topic, 0)) == target
+        # Production goes on past the move; the consumer must keep up with it.
+        after = producer.sent + 50
+        wait_for(lambda: len(follower.values) >= after, CLIENT_TIMEOUT_S,
+                 "records written after the move")
+    finally:
+        producer.stop.set()
+        producer.join(CLIENT_TIMEOUT_S * 3)
+    try:
+        assert producer.unsent == 0 and producer.failures == []
+        wait_for(lambda: len(follower.values) >= producer.sent, CLIENT_TIMEOUT_S,
+                 "every record read")
+    finally:
+        follower.stop.set()
+        follower.join(CLIENT_TIMEOUT_S)
+    # No gap, no duplicate, in order.
+    assert follower.values == [f"{i}".encode() for i in range(producer.sent)]
+    after_move = [t for t in follower.arrivals if t >= moved_at]
+    stall = max((b - a for a, b in zip([moved_at, *after_move], after_move, strict=False)),
+                default=0.0)
+    print(f"consumer's longest wait for a record from the leader move's start: {stall:.2f} s")
