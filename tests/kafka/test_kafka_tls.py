@@ -2,7 +2,7 @@
 the authorizer on): confluent-kafka connects with the cluster's CA and a client certificate
 and lists topics, and a principal sees only the topics its ACLs let it describe, as through
 the gRPC listener, and groups and transactional ids likewise; a connection without a
-certificate is refused at the handshake."""
+certificate is refused at the handshake; a node's own certificate is only its principal."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_clients import tls_config
-from kafka_wire import frame_of
+from kafka_wire import closed_within, frame_of
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
+from kio.schema.envelope.v0.request import EnvelopeRequest
 
 from tidelog import Client
 from tidelog.acl import (
@@ -107,6 +108,33 @@ def test_a_certificate_of_another_ca_is_refused(cluster: LocalCluster, tmp_path:
                 assert tls.recv(4) == b""
         except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
             pass
+
+
+def test_a_node_certificate_is_only_its_principal(cluster: LocalCluster, client: Client) -> None:
+    """A node's own certificate presented to the Kafka listener names the principal
+    ``User:CN=node-1`` and gets what super.users and the ACLs give it, as on the gRPC client
+    listener (a Kafka broker's principal is likewise a plain principal on a client listener,
+    privileged only by super.users, where the harness puts the nodes): both listeners show it
+    the same topics. What only a node may do, speak for another principal, stays on the
+    node-to-node listener: the Kafka listener does not serve Envelope (Kafka's request sent on
+    behalf of a client's principal) and closes the connection instead."""
+    by_kafka = _kafka_admin(cluster, "node-1").list_topics(timeout=CLIENT_TIMEOUT_S).topics
+    with Client(cluster.bootstrap, **cluster.client_options_as("node-1")) as as_node:
+        by_grpc = as_node.describe_topics()
+    assert SECRET in by_grpc
+    assert set(by_kafka) == set(by_grpc)
+    node = cluster.client_options_as("node-1")
+    host, _, port = cluster.kafka_address_of(1).rpartition(":")
+    context = ssl.create_default_context(cafile=node["ssl_cafile"])
+    context.check_hostname = False
+    context.load_cert_chain(node["ssl_certfile"], node["ssl_keyfile"])
+    envelope = EnvelopeRequest(request_data=frame_of(ApiVersionsRequest(), 2),
+                               request_principal=b"User:CN=client",
+                               client_host_address=bytes([127, 0, 0, 1]))
+    with socket.create_connection((host, int(port)), timeout=CLIENT_TIMEOUT_S) as raw, \
+            context.wrap_socket(raw) as tls:
+        tls.sendall(frame_of(envelope, 1))
+        assert closed_within(tls, CLIENT_TIMEOUT_S)
 
 
 def test_groups_and_transactional_ids_need_their_acls(
