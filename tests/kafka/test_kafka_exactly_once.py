@@ -11,6 +11,7 @@ are the input's end."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -97,9 +98,10 @@ class Copier(threading.Thread):
                 self.open.set()
                 self.go.wait(CLIENT_TIMEOUT_S * 2)
             positions = self._consumer.position(self._consumer.assignment())
-            self._producer.send_offsets_to_transaction(
-                positions, self._consumer.consumer_group_metadata(), CLIENT_TIMEOUT_S)
-            self._commit()
+            metadata = self._consumer.consumer_group_metadata()
+            _retried(lambda: self._producer.send_offsets_to_transaction(
+                positions, metadata, CLIENT_TIMEOUT_S))
+            _retried(lambda: self._producer.commit_transaction(CLIENT_TIMEOUT_S))
             self.copied += len(messages)
             self.committed_transactions += 1
         except KafkaException as raised:
@@ -107,27 +109,8 @@ class Copier(threading.Thread):
             if not error.txn_requires_abort():
                 raise
             self.aborts.append(str(error))
-            self._abort()
+            _retried(lambda: self._producer.abort_transaction(CLIENT_TIMEOUT_S))
             self._rewind()
-
-    def _commit(self) -> None:
-        """commit_transaction, retried while the error is retriable (Kafka's examples)."""
-        while True:
-            try:
-                self._producer.commit_transaction(CLIENT_TIMEOUT_S)
-                return
-            except KafkaException as raised:
-                if not raised.args[0].retriable():
-                    raise
-
-    def _abort(self) -> None:
-        while True:
-            try:
-                self._producer.abort_transaction(CLIENT_TIMEOUT_S)
-                return
-            except KafkaException as raised:
-                if not raised.args[0].retriable():
-                    raise
 
     def _rewind(self) -> None:
         """Seeks each assigned partition back to the group's committed offset (its start
@@ -136,6 +119,18 @@ class Copier(threading.Thread):
         for committed in self._consumer.committed(assignment, CLIENT_TIMEOUT_S):
             offset = committed.offset if committed.offset >= 0 else 0
             self._consumer.seek(TopicPartition(committed.topic, committed.partition, offset))
+
+
+def _retried(call: Callable[[], None]) -> None:
+    """`call` again while it fails with a retriable error (a timeout), as Kafka's exactly-once
+    examples retry send_offsets_to_transaction, commit and abort."""
+    while True:
+        try:
+            call()
+            return
+        except KafkaException as raised:
+            if not raised.args[0].retriable():
+                raise
 
 
 def _transaction_coordinator(cluster: LocalCluster, alive: list[int]) -> int | None:
