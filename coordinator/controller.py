@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from tidelog.acl import AclBinding, AclBindingFilter
 from tidelog.configs import AlterConfigOpType, ConfigResourceType
+from tidelog.coordinator import scram_credentials
 from tidelog.coordinator.acls import AclIndex, check_binding, check_filter
 from tidelog.coordinator.metadata_records import (
     AccessControlEntryRecord,
@@ -37,9 +38,11 @@ from tidelog.coordinator.metadata_records import (
     RegisterNodeRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceNodeRecord,
     UnregisterNodeRecord,
+    UserScramCredentialRecord,
     address_problem,
     decode_record,
     valid_incarnation,
@@ -62,6 +65,7 @@ from tidelog.errors import (
 )
 from tidelog.records import decode_records, iter_batches
 from tidelog.replication.membership import Membership, membership_of
+from tidelog.scram import ScramCredential
 from tidelog.types import TopicPartition
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -192,6 +196,9 @@ class MetadataImage:
     next_producer_id: int = 0
     acls: AclIndex = field(default_factory=AclIndex)
     next_acl_id: int = 1
+    #: Users' SCRAM credentials (UserScramCredentialRecord): user -> mechanism code ->
+    #: credential, what SASL on the Kafka listener checks.
+    scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
     #: Dynamic node configs (Kafka's broker ConfigRecords): "" -> every node's default,
     #: "<node id>" -> that node's own, which wins over the default.
     node_configs: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -828,6 +835,8 @@ class MetadataImage:
             self.next_acl_id = max(self.next_acl_id, record.acl_id + 1)
         elif isinstance(record, RemoveAccessControlEntryRecord):
             self.acls.remove(record.acl_id)
+        elif isinstance(record, UserScramCredentialRecord | RemoveUserScramCredentialRecord):
+            scram_credentials.apply(self.scram_credentials, record)
         elif isinstance(record, PartitionRecord):
             topic = self.topics.get(record.topic)
             if (topic is not None and topic.topic_id == record.topic_id

@@ -32,6 +32,7 @@ from tidelog.acl import (
 from tidelog.configs import ConfigResourceType
 from tidelog.coordinator.acls import check_binding
 from tidelog.errors import InvalidRequestError
+from tidelog.scram import MAX_ITERATIONS, MECHANISM_NAMES, MIN_ITERATIONS
 
 #: The first byte of a format-0 record (a JSON object).
 _JSON_START: Final = ord("{")
@@ -52,6 +53,8 @@ _PARTITION_CHANGE: Final = 12
 _DECOMMISSION: Final = 13
 _CONTROLLER_VOTERS: Final = 14
 _PARTITION_HOLD: Final = 15
+_USER_SCRAM_CREDENTIAL: Final = 16
+_REMOVE_USER_SCRAM_CREDENTIAL: Final = 17
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -323,6 +326,41 @@ class PartitionHoldRecord:
         return self.topic
 
 
+#: The subject of every SCRAM credential change: one at a time (not a legal topic name).
+SCRAM_SUBJECT: Final = "scram credentials"
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism was set (Kafka's UserScramCredentialRecord):
+    what tidelog/scram.py says a node keeps, never the password. ``mechanism`` is Kafka's code
+    (1 SCRAM-SHA-256, 2 SCRAM-SHA-512)."""
+
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    @property
+    def subject(self) -> str:
+        return SCRAM_SUBJECT
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism was deleted (Kafka's
+    RemoveUserScramCredentialRecord)."""
+
+    name: str
+    mechanism: int
+
+    @property
+    def subject(self) -> str:
+        return SCRAM_SUBJECT
+
+
 MetadataRecord = (
     TopicRecord
     | RemoveTopicRecord
@@ -339,6 +377,8 @@ MetadataRecord = (
     | DecommissionRecord
     | ControllerVotersRecord
     | PartitionHoldRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
 )
 
 
@@ -427,6 +467,17 @@ def encode_record(record: MetadataRecord) -> bytes:
         out += _I64.pack(record.topic_id)
         out += _I32.pack(record.partition)
         out += _I64.pack(record.since_ms)
+    elif isinstance(record, UserScramCredentialRecord):
+        out.append(_USER_SCRAM_CREDENTIAL)
+        _put_str(out, record.name)
+        out += _U8.pack(record.mechanism)
+        for data in (record.salt, record.stored_key, record.server_key):
+            _put_bytes(out, data)
+        out += _I32.pack(record.iterations)
+    elif isinstance(record, RemoveUserScramCredentialRecord):
+        out.append(_REMOVE_USER_SCRAM_CREDENTIAL)
+        _put_str(out, record.name)
+        out += _U8.pack(record.mechanism)
     else:
         out.append(_CONFIG)
         out += _U8.pack(record.resource_type)
@@ -447,7 +498,10 @@ _NODE_RECORDS: Final = {kind: cls for cls, kind in _NODE_KINDS.items()}
 
 
 def _put_str(out: bytearray, text: str) -> None:
-    data = text.encode()
+    _put_bytes(out, text.encode())
+
+
+def _put_bytes(out: bytearray, data: bytes) -> None:
     out += _U32.pack(len(data))
     out += data
 
@@ -558,6 +612,15 @@ class _Reader:
             topic = self._str()
             topic_id = self._int(_I64)
             record = PartitionHoldRecord(topic, topic_id, self._int(_I32), self._int(_I64))
+        elif kind == _USER_SCRAM_CREDENTIAL:
+            name = self._str()
+            mechanism = self._int(_U8)
+            salt, stored_key, server_key = self._bytes(), self._bytes(), self._bytes()
+            record = UserScramCredentialRecord(
+                name, mechanism, salt, stored_key, server_key, self._int(_I32)
+            )
+        elif kind == _REMOVE_USER_SCRAM_CREDENTIAL:
+            record = RemoveUserScramCredentialRecord(self._str(), self._int(_U8))
         else:
             raise MetadataRecordError(f"unknown metadata record kind {kind}")
         if self._pos != len(self._data):
@@ -600,16 +663,19 @@ class _Reader:
         return count
 
     def _str(self) -> str:
+        try:
+            return self._bytes().decode()
+        except UnicodeDecodeError as exc:
+            raise MetadataRecordError(f"string is not UTF-8: {exc}") from None
+
+    def _bytes(self) -> bytes:
         length = self._int(_U32)
         end = self._pos + length
         if end > len(self._data):
             raise MetadataRecordError("metadata record ends inside a string")
-        try:
-            text = self._data[self._pos : end].decode()
-        except UnicodeDecodeError as exc:
-            raise MetadataRecordError(f"string is not UTF-8: {exc}") from None
+        data = self._data[self._pos : end]
         self._pos = end
-        return text
+        return data
 
 
 def _decode_json(data: bytes) -> MetadataRecord:
@@ -780,6 +846,8 @@ def _check(record: MetadataRecord) -> None:
                 f"partition hold record {record.topic!r}-{record.partition} lacks a topic, an "
                 f"id, an index or a time (since {record.since_ms} ms)"
             )
+    elif isinstance(record, UserScramCredentialRecord | RemoveUserScramCredentialRecord):
+        _check_scram(record)
     elif record.acl_id < 1:
         raise MetadataRecordError(f"ACL record id {record.acl_id} is not >= 1")
     elif isinstance(record, AccessControlEntryRecord):
@@ -787,3 +855,18 @@ def _check(record: MetadataRecord) -> None:
             check_binding(record.binding)
         except InvalidRequestError as exc:
             raise MetadataRecordError(f"ACL record {record.acl_id}: {exc.args[0]}") from None
+
+
+def _check_scram(record: UserScramCredentialRecord | RemoveUserScramCredentialRecord) -> None:
+    if not record.name or record.mechanism not in MECHANISM_NAMES:
+        raise MetadataRecordError(
+            f"SCRAM credential record of user {record.name!r}, mechanism {record.mechanism}: "
+            "no user or an unknown mechanism"
+        )
+    if isinstance(record, UserScramCredentialRecord) and (
+            not record.salt or not record.stored_key or not record.server_key
+            or not MIN_ITERATIONS <= record.iterations <= MAX_ITERATIONS):
+        raise MetadataRecordError(
+            f"SCRAM credential record of user {record.name!r} lacks a salt or a key, or has "
+            f"{record.iterations} iterations"
+        )

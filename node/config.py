@@ -27,6 +27,9 @@ from tidelog.records import MAX_MESSAGE_BYTES
 
 FlushPolicy = Literal["always", "never"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL"]
+KafkaSecurityProtocol = Literal["", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+#: The SASL mechanisms the Kafka listener can offer (node/kafka/sasl.py).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 ClientAuth = Literal["none", "required"]
 LogFormat = Literal["text", "json"]
 AuthorizerKind = Literal["none", "acl"]
@@ -113,6 +116,8 @@ KEYS: dict[str, str] = {
     # The Kafka listener (issue 30)
     "kafka.listen": "kafka_listen",
     "kafka.advertised.address": "kafka_advertised",
+    "kafka.security.protocol": "kafka_security_protocol",
+    "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
     "connections.max.idle.ms": "connections_max_idle_ms",
     # ACLs (acls)
     "authorizer": "authorizer",
@@ -349,6 +354,18 @@ class NodeConfig:
     #: The Kafka address published for this node (Metadata's brokers); empty means "the bound
     #: kafka.listen address".
     kafka_advertised: str = ""
+    #: The Kafka listener's security protocol, by Kafka's names (its entry of Kafka's
+    #: listener.security.protocol.map): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; empty
+    #: means security.protocol's. SSL and SASL_SSL use the client listener's certificate and
+    #: key. With SASL a client authenticates with one of sasl.enabled.mechanisms against the
+    #: SCRAM credentials of the metadata log (``tidelog users``, Kafka's
+    #: AlterUserScramCredentials) and its principal is ``User:<name>``; a SASL_SSL listener
+    #: asks for no client certificate (ssl.client.auth concerns the client listener).
+    kafka_security_protocol: KafkaSecurityProtocol = ""
+    #: The SASL mechanisms a SASL Kafka listener offers (Kafka's setting; comma-separated):
+    #: any of PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. PLAIN sends the password itself, so it
+    #: belongs on SASL_SSL; it is checked against the same SCRAM credentials.
+    sasl_enabled_mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512")
     #: A Kafka connection with no request in flight that received nothing for this long is
     #: closed (Kafka's setting of this name), so that a client that connects and stalls, or
     #: stops sending in the middle of a frame, does not hold a connection for ever; -1 never
@@ -591,7 +608,8 @@ class NodeConfig:
             ("ssl.client.auth", self.ssl_client_auth, ("none", "required")),
         ):
             _require(value in allowed, f"{key} must be one of {', '.join(allowed)}, got {value!r}")
-        uses_ssl = "SSL" in (self.security_protocol, self.security_inter_broker_protocol)
+        uses_ssl = "SSL" in (self.security_protocol, self.security_inter_broker_protocol,
+                             self.kafka_protocol.removeprefix("SASL_"))
         _require(
             not uses_ssl or bool(self.ssl_certfile and self.ssl_keyfile),
             "an SSL listener needs ssl.certfile and ssl.keyfile",
@@ -618,11 +636,24 @@ class NodeConfig:
     def _check_kafka_listener(self, client: tuple[str, int], internal: tuple[str, int]) -> None:
         """kafka.listen and kafka.advertised.address as listen and advertised.address are
         checked: an address, a wildcard only with an address to publish, a port of its own."""
+        _require(
+            self.kafka_security_protocol in ("", "PLAINTEXT", "SSL", "SASL_PLAINTEXT",
+                                             "SASL_SSL"),
+            "kafka.security.protocol must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, "
+            f"got {self.kafka_security_protocol!r}",
+        )
+        object.__setattr__(self, "sasl_enabled_mechanisms", tuple(self.sasl_enabled_mechanisms))
+        unknown = sorted(set(self.sasl_enabled_mechanisms) - set(SASL_MECHANISMS))
+        _require(
+            bool(self.sasl_enabled_mechanisms) and not unknown,
+            f"sasl.enabled.mechanisms must name some of {', '.join(SASL_MECHANISMS)}"
+            + (f", not {', '.join(unknown)}" if unknown else ""),
+        )
         if not self.kafka_listen:
             _require(
-                not self.kafka_advertised,
-                "kafka.advertised.address is set but kafka.listen is not: there is no Kafka "
-                "listener to advertise",
+                not self.kafka_advertised and not self.kafka_security_protocol,
+                "kafka.advertised.address or kafka.security.protocol is set but kafka.listen "
+                "is not: there is no Kafka listener",
             )
             return
         kafka = _parse_address("kafka.listen", self.kafka_listen)
@@ -644,6 +675,12 @@ class NodeConfig:
             f"kafka.listen {self.kafka_listen} is the address of another listener (listen, "
             "internal.listen): the Kafka listener needs its own port",
         )
+
+    @property
+    def kafka_protocol(self) -> str:
+        """The Kafka listener's security protocol: kafka.security.protocol, else
+        security.protocol's."""
+        return self.kafka_security_protocol or self.security_protocol
 
     @property
     def kafka_advertised_address(self) -> str:
@@ -697,16 +734,19 @@ class NodeConfig:
         reads the data, or with the node-to-node one takes part in replication)."""
         return [
             f"{key} {address} is not a loopback address and has no TLS ({protocol_key}="
-            f"PLAINTEXT): anyone who reaches it {what}"
+            f"{protocol}): anyone who reaches it {what}"
             for key, address, protocol_key, protocol, what in (
                 ("listen", self.listen, "security.protocol", self.security_protocol,
                  "can read and write every topic"),
                 ("internal.listen", self.internal_listen, "security.inter.broker.protocol",
                  self.security_inter_broker_protocol, "can speak Raft with this node"),
-                ("kafka.listen", self.kafka_listen, "security.protocol", self.security_protocol,
+                ("kafka.listen", self.kafka_listen, "kafka.security.protocol"
+                 if self.kafka_security_protocol else "security.protocol", self.kafka_protocol,
+                 "can read every record sent over it, and with SASL/PLAIN the passwords"
+                 if self.kafka_protocol == "SASL_PLAINTEXT" else
                  "can read and write every topic"),
             )
-            if address and protocol == "PLAINTEXT"
+            if address and protocol in ("PLAINTEXT", "SASL_PLAINTEXT")
             and not _is_loopback(_parse_address(key, address)[0])
         ]
 
@@ -775,7 +815,7 @@ class NodeConfig:
                 value = format_peers(value)
             elif name in ("super_users", "node_principals"):
                 value = ";".join(value)
-            elif name == "group_consumer_assignors":
+            elif name in ("group_consumer_assignors", "sasl_enabled_mechanisms"):
                 value = ",".join(value)
             elif name == "node_id" and value == -1:
                 value = ""  # to be assigned when the node joins
@@ -859,7 +899,8 @@ def _convert(key: str, name: str, value: str) -> Any:
                 "event_loop",
                 "internal_ssl_cafile", "authorizer", "metrics_host", "metrics_auth_token_file"):
         return value
-    if name in ("security_protocol", "security_inter_broker_protocol"):
+    if name in ("security_protocol", "security_inter_broker_protocol",
+                "kafka_security_protocol"):
         return value.upper()
     if name in ("test_ack_before_commit", "test_offsets_ack_before_commit",
                 "test_groups_grant_before_revoke", "test_txn_markers_before_prepare"):
@@ -868,6 +909,8 @@ def _convert(key: str, name: str, value: str) -> Any:
         return value.lower() == "true"
     if name in ("super_users", "node_principals"):
         return tuple(filter(None, (part.strip() for part in value.split(";"))))
+    if name == "sasl_enabled_mechanisms":
+        return tuple(filter(None, (part.strip().upper() for part in value.split(","))))
     if name == "group_consumer_assignors":
         return tuple(filter(None, (part.strip() for part in value.split(","))))
     if name in ("auto_leader_rebalance_enable", "allow_everyone_if_no_acl_found",

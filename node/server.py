@@ -74,6 +74,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
     from tidelog.node.edge.security import NodesOnly, server_credentials
     from tidelog.node.kafka.apis import KafkaParts, kafka_registry
     from tidelog.node.kafka.listener import KafkaListener
+    from tidelog.node.kafka.sasl import scram_lookup
     from tidelog.node.metrics import NodeMetrics, RequestMetrics
     from tidelog.node.replicas.transport import SERVER_OPTIONS, add_raft_transport
     from tidelog.node.runtime import NodeRuntime
@@ -194,7 +195,7 @@ async def serve(config: NodeConfig, *, exit_with_parent: int | None = None) -> i
         if kafka is not None:
             await kafka.serve(kafka_registry(
                 KafkaParts(config, servicer, runtime.controller, runtime.routing)
-            ))
+            ), scram_lookup(runtime.controller))
         addr_path = config.data_dir / ADDR_FILE
         write_atomically(
             addr_path, f"{config.listen}\n{config.internal_listen}\n{config.kafka_listen}\n"

@@ -44,12 +44,24 @@ from tidelog.errors import (
     TidelogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    UnsupportedSaslMechanismError,
     for_code,
 )
 from tidelog.lookups import fresh_topics, list_offsets, lookup_offsets, topic_names
 from tidelog.membership import ConsumerGroupDescription, describe_request, parse_describe
 from tidelog.metadata import TopicInfo
 from tidelog.retry import Deadline, call_with_retry
+from tidelog.scram import (
+    MAX_ITERATIONS,
+    MECHANISM_NAMES,
+    MIN_ITERATIONS,
+    ScramCredentialInfo,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+    mechanism_code,
+    new_salt,
+    salted_password,
+)
 from tidelog.types import (
     CONSUMER_OFFSETS_TOPIC,
     CONSUMER_REPLICA_ID,
@@ -710,6 +722,86 @@ class AdminClient:
             return []
         return call_with_retry(attempt, what="DeleteAcls", deadline=deadline,
                                backoff=self._conn.backoff)
+
+    # ---- SCRAM credentials -------------------------------------------------------------------
+
+    def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Set or delete users' SCRAM credentials through the controller (Kafka's
+        AlterUserScramCredentials; needs ALTER on the cluster): the credentials SASL checks
+        on the Kafka listener. Each password is salted here (a fresh random salt) and only
+        the salt and the salted password are sent. Raises the first refused user's error
+        (UNACCEPTABLE_CREDENTIAL for too few or too many iterations, RESOURCE_NOT_FOUND for
+        a deletion of a credential that does not exist, ...); a user with an error has none
+        of its changes made."""
+        request = pb.AlterUserScramCredentialsRequest()
+        for change in alterations:
+            try:
+                code = mechanism_code(change.mechanism)
+            except ValueError as exc:
+                raise UnsupportedSaslMechanismError(str(exc)) from None
+            if isinstance(change, UserScramCredentialDeletion):
+                request.deletions.add(name=change.user, mechanism=code)
+                continue
+            salt = new_salt()
+            request.upsertions.add(
+                name=change.user, mechanism=code, iterations=change.iterations, salt=salt,
+                salted_password=salted_password(code, change.password, salt, change.iterations)
+                if MIN_ITERATIONS <= change.iterations <= MAX_ITERATIONS else b"",
+            )
+        deadline = self._conn.deadline(timeout_ms)
+        state = Attempts(self._metadata.cluster.version)
+
+        def attempt() -> None:
+            response = self._conn.controller_call(
+                "AlterUserScramCredentials", lambda: request, deadline, state
+            )
+            for result in response.results:
+                if result.error_code:
+                    error = wire.error_for(result.error_code, result.error_message,
+                                           f"user {result.user}")
+                    state.refresh = isinstance(error, RetriableError)
+                    raise error
+
+        if request.deletions or request.upsertions:
+            call_with_retry(attempt, what="AlterUserScramCredentials", deadline=deadline,
+                            backoff=self._conn.backoff)
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        """Each user's SCRAM mechanisms and iterations (every user with a credential when
+        `users` is None); needs DESCRIBE on the cluster. Raises RESOURCE_NOT_FOUND for a
+        named user without a credential."""
+        request = pb.DescribeUserScramCredentialsRequest(users=list(users or ()))
+        deadline = self._conn.deadline(timeout_ms)
+        state = Attempts(self._metadata.cluster.version)
+
+        def attempt() -> dict[str, list[ScramCredentialInfo]]:
+            response = self._conn.controller_call(
+                "DescribeUserScramCredentials", lambda: request, deadline, state
+            )
+            if response.error_code:
+                raise wire.error_for(response.error_code, response.error_message,
+                                     "DescribeUserScramCredentials")
+            described: dict[str, list[ScramCredentialInfo]] = {}
+            for result in response.results:
+                if result.error_code:
+                    raise wire.error_for(result.error_code, result.error_message,
+                                         f"user {result.user}")
+                described[result.user] = [
+                    ScramCredentialInfo(MECHANISM_NAMES.get(i.mechanism, str(i.mechanism)),
+                                        i.iterations)
+                    for i in result.credential_infos
+                ]
+            return described
+
+        return call_with_retry(attempt, what="DescribeUserScramCredentials",
+                               deadline=deadline, backoff=self._conn.backoff)
 
     # ---- records ---------------------------------------------------------------------------
 

@@ -86,3 +86,39 @@ def password_matches(mechanism: int, credential: ScramCredential, password: str)
     salted = salted_password(mechanism, password, credential.salt, credential.iterations)
     candidate = credential_of(mechanism, salted, credential.salt, credential.iterations)
     return hmac.compare_digest(candidate.stored_key, credential.stored_key)
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialUpsertion:
+    """Set `user`'s credential for `mechanism` ("SCRAM-SHA-256" or "SCRAM-SHA-512") from
+    `password` (Kafka's AdminClient class of this name): the admin client salts the password
+    and sends only the salt and the salted password."""
+
+    user: str
+    mechanism: str
+    password: str
+    iterations: int = MIN_ITERATIONS
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialDeletion:
+    """Delete `user`'s credential for `mechanism`."""
+
+    user: str
+    mechanism: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialInfo:
+    """What describing a user's credentials shows: the mechanism and the iterations, never a
+    salt or a key."""
+
+    mechanism: str
+    iterations: int
+
+
+def mechanism_code(name: str) -> int:
+    """Kafka's code of a SCRAM mechanism name; ValueError naming the known ones."""
+    if name not in MECHANISMS:
+        raise ValueError(f"unknown SCRAM mechanism {name!r} (known: {', '.join(MECHANISMS)})")
+    return MECHANISMS[name][0]

@@ -30,6 +30,7 @@ from tidelog.node.api.forwarding import Forwarder
 from tidelog.node.api.groups import GroupApi
 from tidelog.node.api.reassignment import ReassignmentApi
 from tidelog.node.api.records import RecordsApi
+from tidelog.node.api.scram_credentials import ScramCredentialsApi
 from tidelog.node.api.topics import TopicsApi
 from tidelog.node.api.transactions import TxnApi
 from tidelog.node.api.txn_admin import TxnAdminApi
@@ -75,6 +76,7 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.topics = TopicsApi(config, controller, replicas, routing, authorization, forward)
         self.admin = AdminApi(config, controller, replicas, authorization, forward)
         self.acls = AclApi(config, controller, authorization, forward)
+        self.scram_credentials = ScramCredentialsApi(config, controller, authorization, forward)
         self.reassignment = ReassignmentApi(config, controller, authorization, forward)
         self.decommission = DecommissionApi(config, controller, authorization, forward)
         self.find_coordinator = FindCoordinatorApi(
@@ -226,6 +228,17 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteAclsResponse:
         return await self.acls.delete_acls(request, context)
+
+    async def AlterUserScramCredentials(
+        self, request: pb.AlterUserScramCredentialsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterUserScramCredentialsResponse:
+        return await self.scram_credentials.alter(request, context)
+
+    async def DescribeUserScramCredentials(
+        self, request: pb.DescribeUserScramCredentialsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> pb.DescribeUserScramCredentialsResponse:
+        return self.scram_credentials.describe(request, context)
 
     async def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext

@@ -20,6 +20,8 @@ from tidelog.node.kafka.groups import add_groups
 from tidelog.node.kafka.metadata import add_metadata
 from tidelog.node.kafka.produce import add_produce
 from tidelog.node.kafka.registry import ApiRegistry
+from tidelog.node.kafka.sasl import add_sasl
+from tidelog.node.kafka.scram_credentials import add_scram_credentials
 from tidelog.node.kafka.topics import add_topics
 from tidelog.node.kafka.transactions import add_transactions
 
@@ -50,4 +52,6 @@ def kafka_registry(parts: KafkaParts) -> ApiRegistry:
     add_transactions(registry, parts.servicer)
     add_classic_members(registry, parts.servicer)
     add_consumer_groups(registry, parts.servicer, parts.controller)
+    add_sasl(registry)
+    add_scram_credentials(registry, parts.servicer)
     return registry

@@ -43,6 +43,13 @@ from tidelog.node.kafka.codec import (
     request_type,
 )
 from tidelog.node.kafka.registry import ApiRegistry
+from tidelog.node.kafka.sasl import (
+    FAILED_AUTHENTICATION_DELAY_S,
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    SaslFailed,
+    SaslSession,
+)
 
 log = logging.getLogger("tidelog.node")
 
@@ -79,9 +86,15 @@ class Connection:
     def __init__(
         self, registry: ApiRegistry, budget: InFlight, principal: str,
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, clock: ReceiveClock,
-        idle_limit_ms: int,
+        idle_limit_ms: int, sasl: SaslSession | None = None,
     ) -> None:
         self._registry = registry
+        #: The connection's SASL session on a SASL listener: until it is authenticated, the
+        #: requests are answered one at a time, and only those of `_BEFORE_AUTHENTICATION`.
+        self._sasl = sasl
+        #: The request whose answer ends the connection once written (a refused SASL
+        #: handshake or authentication).
+        self._last: asyncio.Task[bytes | None] | None = None
         self._budget = budget
         self.principal = principal
         self._reader = reader
@@ -144,10 +157,17 @@ class Connection:
             except BaseException:
                 self._release(size)
                 raise
-            task = asyncio.create_task(self._answer(frame))
+            sasl = self._sasl
+            authenticating = sasl is not None and not sasl.authenticated
+            task = asyncio.create_task(
+                self._raw_token(sasl, frame) if sasl is not None and authenticating
+                and sasl.raw_tokens else self._answer(frame)
+            )
             task.add_done_callback(functools.partial(self._release, size))
             self._answers.append(task)
             self._answer_ready.set()
+            if authenticating:  # what may come next depends on this answer, as in Kafka
+                await asyncio.wait([task])
 
     def _release(self, size: int, _: object = None) -> None:
         """Gives a request's budget and slot back once its answer is ready (written or not:
@@ -159,6 +179,11 @@ class Connection:
         """The answer frame to `frame` (None: no answer); raises MalformedFrame to close the
         connection."""
         api_key, version = peek_api(frame)
+        sasl = self._sasl
+        if sasl is not None and not sasl.authenticated and api_key not in _BEFORE_AUTHENTICATION:
+            raise MalformedFrame(
+                f"ILLEGAL_SASL_STATE: Kafka API {api_key} before SASL authentication completed"
+            )
         api = self._registry.get(api_key)
         if api is None:
             raise MalformedFrame(f"Kafka API {api_key} is not served here")
@@ -176,12 +201,24 @@ class Connection:
             body_type = request_type(api_key, version)
             header = read_header(frame, body_type)
             body = read_body(frame, header, body_type)
-        call = KafkaCall(self.principal, self.peer, api_key, version, header.client_id)
+        call = KafkaCall(self.principal if sasl is None else sasl.principal, self.peer,
+                         api_key, version, header.client_id, sasl=sasl)
         try:
             response = await api.handler(body, call)
         except KafkaCallAborted as exc:
             raise MalformedFrame(f"Kafka API {api_key} v{version} refused: {exc}") from None
+        if sasl is not None and sasl.failed:
+            self._last = asyncio.current_task()
         return None if response is None else encode_response(header.correlation_id, response)
+
+    async def _raw_token(self, sasl: SaslSession, token: bytes) -> bytes:
+        """The answer to a SASL token after a SaslHandshake v0: the tokens travel as bare
+        size-prefixed frames, without Kafka headers; a refused one closes the connection."""
+        try:
+            answer = sasl.step(token)
+        except SaslFailed as exc:
+            raise MalformedFrame(f"SASL authentication failed: {exc}") from None
+        return len(answer).to_bytes(_SIZE_BYTES, "big") + answer
 
     async def _write_answers(self) -> None:
         writer = self._writer
@@ -206,6 +243,10 @@ class Connection:
                 await writer.drain()
             self._answers.popleft()
             self._answered_at = asyncio.get_running_loop().time()
+            if task is self._last:  # the refusal is written: the connection closes, a little
+                await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)  # later (see there)
+                self._reader.feed_eof()
+                return
 
     async def _close_when_idle(self, limit_s: float) -> None:
         """Closes the connection once it has had no request in flight (read and not yet
@@ -233,6 +274,8 @@ class Connection:
         self._writer.transport.abort()
 
 
+#: What a SASL listener answers before the connection is authenticated.
+_BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 #: Marks the end of the answers: the reading ended.
 _DONE: Any = object()
 

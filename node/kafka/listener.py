@@ -5,7 +5,9 @@ connections.max.idle.ms.
 
 The principal of a connection is decided at its handshake exactly as the gRPC client listener
 decides it (node/edge/security.py): with ssl.client.auth=required the verified certificate's
-subject (``User:CN=...``), else ``User:ANONYMOUS``.
+subject (``User:CN=...``), else ``User:ANONYMOUS``. A SASL listener (kafka.security.protocol
+SASL_PLAINTEXT or SASL_SSL) gives each connection a SASL session instead, and its principal is
+the authenticated user's (node/kafka/sasl.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tidelog.node.edge.limits import InFlight
 from tidelog.node.edge.security import ANONYMOUS, principal_of_certificate
 from tidelog.node.kafka.connection import Connection, ReceiveClock
 from tidelog.node.kafka.registry import ApiRegistry
+from tidelog.node.kafka.sasl import CredentialLookup, SaslSession
 
 log = logging.getLogger("tidelog.node")
 
@@ -37,6 +40,8 @@ class KafkaListener:
         self._tls = _server_context(config)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._sasl = config.kafka_protocol.startswith("SASL_")
+        self._credentials: CredentialLookup = lambda _user, _mechanism: None
 
     async def bind(self) -> int:
         """Binds kafka.listen without accepting yet; returns the bound port."""
@@ -54,10 +59,15 @@ class KafkaListener:
             ) from None
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def serve(self, registry: ApiRegistry) -> None:
-        """Accepts connections, answering the APIs of `registry`."""
+    async def serve(
+        self, registry: ApiRegistry, credentials: CredentialLookup | None = None
+    ) -> None:
+        """Accepts connections, answering the APIs of `registry`; a SASL listener checks
+        clients against `credentials` (none: every client is refused)."""
         assert self._server is not None, "bind first"
         self.registry = registry
+        if credentials is not None:
+            self._credentials = credentials
         await self._server.start_serving()
 
     async def stop(self) -> None:
@@ -85,9 +95,11 @@ class KafkaListener:
         try:
             clock = writer.transport.get_protocol()
             assert isinstance(clock, ReceiveClock)
+            sasl = (SaslSession(self.config.sasl_enabled_mechanisms, self._credentials)
+                    if self._sasl else None)
             connection = Connection(
-                self.registry, self._budget, _principal(writer), reader, writer, clock,
-                self.config.connections_max_idle_ms,
+                self.registry, self._budget, ANONYMOUS if sasl else _principal(writer), reader,
+                writer, clock, self.config.connections_max_idle_ms, sasl,
             )
             await connection.serve()
         except Exception:  # never the node: this connection only
@@ -108,13 +120,14 @@ def _principal(writer: asyncio.StreamWriter) -> str:
 
 
 def _server_context(config: NodeConfig) -> ssl.SSLContext | None:
-    """The client listener's TLS for the Kafka listener (None: PLAINTEXT)."""
-    if config.security_protocol == "PLAINTEXT":
+    """The client listener's TLS for the Kafka listener (None: PLAINTEXT, SASL_PLAINTEXT). A
+    SASL_SSL listener asks for no client certificate: its clients are who SASL says."""
+    if config.kafka_protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         context.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
-        if config.ssl_client_auth == "required":
+        if config.ssl_client_auth == "required" and config.kafka_protocol == "SSL":
             context.load_verify_locations(cafile=config.ssl_cafile)
             context.verify_mode = ssl.CERT_REQUIRED
         else:

@@ -31,6 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tidelog.node.cluster.controller_driver import ControllerDriver
 from tidelog.node.edge.security import ANONYMOUS
 from tidelog.node.kafka.call import KafkaCall
 from tidelog.node.kafka.codec import response_type
@@ -47,11 +48,26 @@ from tidelog.scram import (
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 #: The mechanisms the listener can offer (sasl.enabled.mechanisms picks among them).
 SUPPORTED_MECHANISMS = ("PLAIN", *MECHANISMS)
+#: How long a connection stays open after its refusal is written (Kafka's
+#: connection.failed.authentication.delay.ms, 100 ms by default): a client that reads the
+#: answer and sees the close at once may lose the answer (kafka-python does), and a client
+#: guessing passwords is slowed down.
+FAILED_AUTHENTICATION_DELAY_S = 0.1
 #: The longest SASL token taken (a SCRAM message or a PLAIN triple is far smaller).
 MAX_TOKEN_BYTES = 8192
 
 #: (user, mechanism code) -> that user's credential, None when there is none.
 CredentialLookup = Callable[[str, int], ScramCredential | None]
+
+
+def scram_lookup(controller: ControllerDriver) -> CredentialLookup:
+    """The credentials of the metadata log as this node has applied them, read at each
+    authentication (a credential set or deleted counts for the next one)."""
+
+    def lookup(user: str, mechanism: int) -> ScramCredential | None:
+        return controller.image.scram_credentials.get(user, {}).get(mechanism)
+
+    return lookup
 
 
 class SaslFailed(Exception):

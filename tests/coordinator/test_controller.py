@@ -17,7 +17,9 @@ from tidelog.coordinator.metadata_records import (
     MetadataRecordError,
     ProducerIdsRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     decode_record,
     encode_record,
 )
@@ -31,6 +33,8 @@ RECORDS: list[MetadataRecord] = [
     RemoveTopicRecord("events", 1),
     ProducerIdsRecord(0, 1000),
     ProducerIdsRecord(2**40, 1),
+    UserScramCredentialRecord("alice", 1, b"salt", b"k" * 32, b"s" * 32, 8192),
+    RemoveUserScramCredentialRecord("alice", 2),
 ]
 
 #: Exactly what the JSON encoder before format 1 wrote (sorted keys, no spaces).

@@ -41,6 +41,14 @@ def test_no_kafka_listener_by_default_and_one_bound_to_its_real_port() -> None:
         ({"kafka.listn": "127.0.0.1:9092"}, "did you mean 'kafka.listen'"),
         ({"connections.max.idle.ms": "0"}, "connections.max.idle.ms must be >= 1, or -1"),
         ({"connections.max.idle.ms": "-2"}, "connections.max.idle.ms must be >= 1, or -1"),
+        ({"kafka.security.protocol": "SASL_PLAINTEXT"}, "kafka.listen is not"),
+        ({"kafka.listen": "127.0.0.1:0", "kafka.security.protocol": "SASL_SSL"},
+         "an SSL listener needs ssl.certfile and ssl.keyfile"),
+        ({"kafka.listen": "127.0.0.1:0", "kafka.security.protocol": "GSSAPI"},
+         "kafka.security.protocol must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+        ({"kafka.listen": "127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN,GSSAPI"},
+         "sasl.enabled.mechanisms must name some of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, "
+         "not GSSAPI"),
     ],
 )
 def test_kafka_listener_refusals_name_the_setting(
@@ -60,3 +68,14 @@ def test_a_plaintext_kafka_listener_beyond_loopback_is_named() -> None:
     tls = {"ssl.certfile": "c", "ssl.keyfile": "k", "security.protocol": "SSL"}
     secured = NodeConfig.from_properties({**BASE, **tls, "kafka.listen": "10.0.0.1:9092"})
     assert secured.plaintext_exposures() == []
+    sasl = NodeConfig.from_properties({**BASE, "kafka.listen": "10.0.0.1:9092",
+                                       "kafka.security.protocol": "sasl_plaintext"})
+    assert [e for e in sasl.plaintext_exposures() if e.startswith("kafka.listen")] == [
+        "kafka.listen 10.0.0.1:9092 is not a loopback address and has no TLS "
+        "(kafka.security.protocol=SASL_PLAINTEXT): anyone who reaches it can read every record "
+        "sent over it, and with SASL/PLAIN the passwords"
+    ]
+    sasl_ssl = NodeConfig.from_properties({**BASE, **tls, "kafka.listen": "10.0.0.1:9092",
+                                           "kafka.security.protocol": "SASL_SSL"})
+    assert sasl_ssl.plaintext_exposures() == []
+    assert sasl_ssl.sasl_enabled_mechanisms == ("SCRAM-SHA-256", "SCRAM-SHA-512")

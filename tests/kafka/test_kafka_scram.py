@@ -1,6 +1,7 @@
 """The SASL exchanges of the Kafka listener without a socket: SCRAM-SHA-256 against RFC 7677's
 example (section 3), a wrong proof and malformed messages refused, PLAIN checked against the
-SCRAM credential, and a session's state (handshake first, failures end it)."""
+SCRAM credential, a session's state (handshake first, failures end it), and the credentials'
+changes as the controller plans and applies them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,17 @@ import base64
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tidelog.coordinator.metadata_records import (
+    UserScramCredentialRecord,
+    decode_record,
+    encode_record,
+)
+from tidelog.coordinator.scram_credentials import (
+    ScramDeletion,
+    ScramUpsertion,
+    apply,
+    plan_alter,
+)
 from tidelog.node.kafka.sasl import PlainServer, SaslFailed, SaslSession, ScramServer
 from tidelog.scram import (
     MECHANISMS,
@@ -126,3 +138,39 @@ def test_a_session_needs_its_handshake_and_ends_on_a_failure() -> None:
         session.step(RFC_CLIENT_FINAL)  # another server nonce than the example's
     assert session.failed and not session.authenticated
     assert session.principal == "User:ANONYMOUS"
+
+
+def test_credentials_are_planned_per_user_as_kafkas_controller_checks_them() -> None:
+    salted = salted_password(SHA256, "pw", b"salt", 4096)
+    stored: dict[str, dict[int, ScramCredential]] = {}
+    records, outcomes = plan_alter(stored, [], [
+        ScramUpsertion("alice", SHA256, 4096, b"salt", salted),
+        ScramUpsertion("alice", SHA512, 8192, b"salt", salted),
+        ScramUpsertion("bob", SHA256, 100, b"salt", salted),
+        ScramUpsertion("bob", SHA512, 4096, b"salt", salted),
+        ScramUpsertion("carol", 9, 4096, b"salt", salted),
+        ScramUpsertion("", SHA256, 4096, b"salt", salted),
+    ])
+    assert {user: type(error).__name__ if error else None for user, error in outcomes.items()} == {
+        "alice": None, "bob": "UnacceptableCredentialError",
+        "carol": "UnsupportedSaslMechanismError", "": "UnacceptableCredentialError",
+    }
+    assert [(r.name, r.mechanism) for r in records] == [("alice", SHA256), ("alice", SHA512)]
+    for record in records:
+        assert isinstance(record, UserScramCredentialRecord)
+        assert decode_record(encode_record(record)) == record
+        apply(stored, record)
+    assert stored["alice"][SHA256] == credential_of(SHA256, salted, b"salt", 4096)
+    assert password_matches(SHA256, stored["alice"][SHA256], "pw")
+
+    records, outcomes = plan_alter(
+        stored, [ScramDeletion("alice", SHA512), ScramDeletion("bob", SHA256)],
+        [ScramUpsertion("alice", SHA512, 4096, b"salt", salted)])
+    assert type(outcomes["alice"]).__name__ == "DuplicateResourceError"
+    assert type(outcomes["bob"]).__name__ == "ResourceNotFoundError"
+    assert records == []
+    records, _ = plan_alter(stored, [ScramDeletion("alice", SHA256),
+                                     ScramDeletion("alice", SHA512)], [])
+    for record in records:
+        apply(stored, record)
+    assert stored == {}

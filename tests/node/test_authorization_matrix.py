@@ -230,6 +230,10 @@ def _requests() -> dict[str, Callable[[], Message]]:
             resource_type_filter=ResourceType.TOPIC, resource_name_filter=ABSENT,
             pattern_type_filter=PatternType.LITERAL, operation=Operation.ANY,
             permission_type=Permission.ANY)]),
+        "AlterUserScramCredentials": lambda: pb.AlterUserScramCredentialsRequest(
+            deletions=[pb.ScramCredentialDeletion(name=ABSENT, mechanism=1)]),
+        "DescribeUserScramCredentials": lambda: pb.DescribeUserScramCredentialsRequest(
+            users=[ABSENT]),
         "CreatePartitions": lambda: pb.CreatePartitionsRequest(
             topics=[pb.CreatePartitionsTopic(name=GRANTED, count=2)], validate_only=True,
             timeout_ms=5000),

@@ -1,6 +1,9 @@
 """``tidelog configs``: describe and alter the dynamic configs of topics and nodes, with
 kafka-configs' flags (``--entity-type topics|nodes``, ``--entity-name``, ``--entity-default``,
-``--add-config k=v,k2=[a,b]``, ``--delete-config k,k2``)."""
+``--add-config k=v,k2=[a,b]``, ``--delete-config k,k2``), and users' SCRAM credentials as
+kafka-configs sets them (``--entity-type users --entity-name alice --add-config
+'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'``, ``--delete-config SCRAM-SHA-512``):
+the password is salted here and never sent."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ if TYPE_CHECKING:
     from tidelog.configs import ConfigResource
 
 #: kafka-configs' entity types (and "brokers", its name for nodes).
-_ENTITY_TYPES = {"topics": "topic", "nodes": "node", "brokers": "node"}
+_ENTITY_TYPES = {"topics": "topic", "nodes": "node", "brokers": "node", "users": "user"}
 #: The sources a plain --describe shows: the dynamic ones, as kafka-configs does.
 _DYNAMIC = ("DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG")
 
@@ -25,9 +28,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     action.add_argument("--describe", action="store_true", help="show the entity's configs")
     action.add_argument("--alter", action="store_true", help="change the entity's configs")
     parser.add_argument("--entity-type", required=True, choices=sorted(_ENTITY_TYPES),
-                        help="topics, or nodes (brokers)")
+                        help="topics, nodes (brokers), or users (SCRAM credentials)")
     entity = parser.add_mutually_exclusive_group()
-    entity.add_argument("--entity-name", help="the topic's name, or the node's id")
+    entity.add_argument("--entity-name",
+                        help="the topic's name, the node's id, or the user's name")
     entity.add_argument("--entity-default", action="store_true",
                         help="the default of every node (nodes only)")
     parser.add_argument("--add-config", metavar="K=V,...",
@@ -45,9 +49,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tidelog.configs import AlterConfigOp, AlterConfigOpType
 
-    resource = _resource(args)
     if args.describe and (args.add_config or args.delete_config):
         raise ConfigurationError("--add-config and --delete-config go with --alter")
+    if _ENTITY_TYPES[args.entity_type] == "user":
+        return _run_users(args)
+    resource = _resource(args)
     ops = [AlterConfigOp(k, v) for k, v in parse_add_config(args.add_config or "").items()]
     ops += [AlterConfigOp(key, None, AlterConfigOpType.DELETE)
             for key in _names(args.delete_config or "")]
@@ -70,6 +76,49 @@ def run(args: argparse.Namespace) -> int:
             extra = "  read-only" if entry.is_read_only else ""
             print(f"  {entry.name}={value} source={entry.source.name}"
                   f" sensitive={str(entry.is_sensitive).lower()}{extra}")
+    finally:
+        client.close()
+    return 0
+
+
+def _run_users(args: argparse.Namespace) -> int:
+    """Users' SCRAM credentials: ``--add-config 'SCRAM-SHA-256=[iterations=N,password=P]'``
+    sets one (iterations default to 4096, Kafka's), ``--delete-config SCRAM-SHA-256`` deletes
+    one, ``--describe`` shows each user's mechanisms and iterations (every user without
+    --entity-name)."""
+    from tidelog.scram import UserScramCredentialDeletion, UserScramCredentialUpsertion
+
+    if args.entity_default or args.validate_only or args.all:
+        raise ConfigurationError(
+            "--entity-type users takes neither --entity-default, --validate-only nor --all")
+    user = args.entity_name
+    if args.alter and not user:
+        raise ConfigurationError("--entity-type users --alter needs --entity-name USER")
+    changes: list[UserScramCredentialUpsertion | UserScramCredentialDeletion] = []
+    for mechanism, value in parse_add_config(args.add_config or "").items():
+        fields = dict(item.partition("=")[::2] for item in value.split(","))
+        if "password" not in fields or set(fields) - {"password", "iterations"}:
+            raise ConfigurationError(
+                f"--add-config {mechanism}: expected [iterations=N,password=P], got [{value}]")
+        iterations = fields.get("iterations", "4096")
+        if not iterations.isdigit():
+            raise ConfigurationError(f"--add-config {mechanism}: iterations must be a number")
+        changes.append(UserScramCredentialUpsertion(
+            user, mechanism, fields["password"], int(iterations)))
+    changes += [UserScramCredentialDeletion(user, mechanism)
+                for mechanism in _names(args.delete_config or "")]
+    if args.alter and not changes:
+        raise ConfigurationError("--alter needs --add-config and/or --delete-config")
+    client = client_for(args)
+    try:
+        if args.alter:
+            client.admin.alter_user_scram_credentials(changes)
+            print(f"Completed updating config for user {user}.")
+            return 0
+        described = client.admin.describe_user_scram_credentials([user] if user else None)
+        for name, infos in described.items():
+            shown = ", ".join(f"{i.mechanism}=iterations={i.iterations}" for i in infos)
+            print(f"SCRAM credential configs for user-principal '{name}' are {shown}")
     finally:
         client.close()
     return 0

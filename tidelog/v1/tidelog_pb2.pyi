@@ -946,6 +946,88 @@ class DeleteAclsMatchingAcl(_message.Message):
     permission_type: int
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resource_type: _Optional[int] = ..., resource_name: _Optional[str] = ..., pattern_type: _Optional[int] = ..., principal: _Optional[str] = ..., host: _Optional[str] = ..., operation: _Optional[int] = ..., permission_type: _Optional[int] = ...) -> None: ...
 
+class AlterUserScramCredentialsRequest(_message.Message):
+    __slots__ = ("deletions", "upsertions")
+    DELETIONS_FIELD_NUMBER: _ClassVar[int]
+    UPSERTIONS_FIELD_NUMBER: _ClassVar[int]
+    deletions: _containers.RepeatedCompositeFieldContainer[ScramCredentialDeletion]
+    upsertions: _containers.RepeatedCompositeFieldContainer[ScramCredentialUpsertion]
+    def __init__(self, deletions: _Optional[_Iterable[_Union[ScramCredentialDeletion, _Mapping]]] = ..., upsertions: _Optional[_Iterable[_Union[ScramCredentialUpsertion, _Mapping]]] = ...) -> None: ...
+
+class ScramCredentialDeletion(_message.Message):
+    __slots__ = ("name", "mechanism")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: int
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[int] = ...) -> None: ...
+
+class ScramCredentialUpsertion(_message.Message):
+    __slots__ = ("name", "mechanism", "iterations", "salt", "salted_password")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    SALTED_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[int] = ..., iterations: _Optional[int] = ..., salt: _Optional[bytes] = ..., salted_password: _Optional[bytes] = ...) -> None: ...
+
+class AlterUserScramCredentialsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AlterUserScramCredentialsResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AlterUserScramCredentialsResult, _Mapping]]] = ...) -> None: ...
+
+class AlterUserScramCredentialsResult(_message.Message):
+    __slots__ = ("user", "error_code", "error_message")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    error_code: int
+    error_message: str
+    def __init__(self, user: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class DescribeUserScramCredentialsRequest(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, users: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeUserScramCredentialsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "results")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    results: _containers.RepeatedCompositeFieldContainer[DescribeUserScramCredentialsResult]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[DescribeUserScramCredentialsResult, _Mapping]]] = ...) -> None: ...
+
+class DescribeUserScramCredentialsResult(_message.Message):
+    __slots__ = ("user", "error_code", "error_message", "credential_infos")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_INFOS_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    error_code: int
+    error_message: str
+    credential_infos: _containers.RepeatedCompositeFieldContainer[ScramCredentialInfo]
+    def __init__(self, user: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., credential_infos: _Optional[_Iterable[_Union[ScramCredentialInfo, _Mapping]]] = ...) -> None: ...
+
+class ScramCredentialInfo(_message.Message):
+    __slots__ = ("mechanism", "iterations")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    mechanism: int
+    iterations: int
+    def __init__(self, mechanism: _Optional[int] = ..., iterations: _Optional[int] = ...) -> None: ...
+
 class CreatePartitionsRequest(_message.Message):
     __slots__ = ("topics", "timeout_ms", "validate_only")
     TOPICS_FIELD_NUMBER: _ClassVar[int]

@@ -166,6 +166,16 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/tidelog.v1.Tidelog/AlterUserScramCredentials',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DescribeUserScramCredentials',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
         self.CreatePartitions = channel.unary_unary(
                 '/tidelog.v1.Tidelog/CreatePartitions',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.CreatePartitionsRequest.SerializeToString,
@@ -414,6 +424,23 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """Sets or deletes users' SCRAM credentials in the metadata log, through the controller
+        (Kafka's api 51), the credentials SASL on the Kafka listener checks; needs ALTER on the
+        cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """The SCRAM mechanisms and iterations of users' credentials, never their secrets (Kafka's
+        api 50); needs DESCRIBE on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreatePartitions(self, request, context):
         """Adds partitions to topics through the controller (Kafka's api 37); needs ALTER on each
         topic. Every node then opens the new replicas assigned to it.
@@ -627,6 +654,16 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
             ),
             'CreatePartitions': grpc.unary_unary_rpc_method_handler(
                     servicer.CreatePartitions,
@@ -1378,6 +1415,60 @@ class Tidelog:
             '/tidelog.v1.Tidelog/DeleteAcls',
             tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/AlterUserScramCredentials',
+            tidelog_dot_v1_dot_tidelog__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DescribeUserScramCredentials',
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,
