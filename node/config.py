@@ -358,7 +358,7 @@ class NodeConfig:
     #: listener.security.protocol.map): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; empty
     #: means security.protocol's. SSL and SASL_SSL use the client listener's certificate and
     #: key. With SASL a client authenticates with one of sasl.enabled.mechanisms against the
-    #: SCRAM credentials of the metadata log (``tidelog users``, Kafka's
+    #: SCRAM credentials of the metadata log (``tidelog configs --entity-type users``, Kafka's
     #: AlterUserScramCredentials) and its principal is ``User:<name>``; a SASL_SSL listener
     #: asks for no client certificate (ssl.client.auth concerns the client listener).
     kafka_security_protocol: KafkaSecurityProtocol = ""

@@ -12,7 +12,7 @@ The room:
 - ``registry.py``: api key -> versions and handler; the only source of ApiVersions' table;
 - ``call.py``: the call context handlers get;
 - ``connection.py``: framing, the in-flight budget, concurrent handling, answers in order;
-- ``listener.py``: the asyncio server, TLS and principals;
+- ``listener.py``: the asyncio server, TLS, SASL sessions and principals;
 - ``apis.py``: `kafka_registry`, which adds every served API;
 - one module per API family: ``api_versions.py``, ``metadata.py``, ``produce.py`` (Produce,
   InitProducerId), ``fetch.py`` (Fetch, ListOffsets, OffsetForLeaderEpoch),
@@ -20,7 +20,10 @@ The room:
   protocol's structs in ``consumer_protocol.py``), ``consumer_groups.py``
   (ConsumerGroupHeartbeat, ConsumerGroupDescribe), ``groups.py`` (FindCoordinator,
   OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups),
-  ``transactions.py`` (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit).
+  ``transactions.py`` (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit),
+  ``sasl.py`` (SaslHandshake, SaslAuthenticate and the SASL exchanges of a SASL listener's
+  connections), ``scram_credentials.py`` (DescribeUserScramCredentials,
+  AlterUserScramCredentials).
 
 How to add an API (say Produce, key 0):
 
