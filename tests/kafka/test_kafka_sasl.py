@@ -12,12 +12,16 @@ super user."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import logging
+import socket
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import confluent_kafka
@@ -29,6 +33,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from kafka.net.sasl.scram import ScramClient
 from kafka_clients import CLIENT_TIMEOUT_S
 from kafka_wire import closed_within, connect, frame_of, read_answer
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -47,9 +52,16 @@ from tidelog.acl import (
     ResourcePattern,
     ResourceType,
 )
+from tidelog.certificates import CertificateAuthority
 from tidelog.cli import main
 from tidelog.client import Client
+from tidelog.node.config import NodeConfig
+from tidelog.node.kafka.api_versions import add_api_versions
+from tidelog.node.kafka.listener import KafkaListener
+from tidelog.node.kafka.registry import ApiRegistry
+from tidelog.node.kafka.sasl import add_sasl
 from tidelog.scram import UserScramCredentialUpsertion as TidelogUpsertion
+from tidelog.scram import credential_of, salted_password
 from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -63,7 +75,8 @@ SECRET_TOPIC = "sasl-secret"
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, Any]:
     return {
-        "nodes": 1, "authorizer": "acl", "super_users": "User:ANONYMOUS;User:admin",
+        "nodes": 1, "ready_timeout": 60.0, "authorizer": "acl",
+        "super_users": "User:ANONYMOUS;User:admin",
         "kafka_security_protocol": "SASL_PLAINTEXT",
         "sasl_enabled_mechanisms": ",".join(MECHANISMS),
     }
@@ -341,13 +354,67 @@ def test_acls_apply_to_the_sasl_principal(cluster: LocalCluster, users: None) ->
     assert read_as("carol") == [b"classified"]
 
 
+def test_a_sasl_ssl_listener_speaks_tls_and_authenticates_inside_it(tmp_path: Path) -> None:
+    """A listener of its own in this process (no cluster): SASL_SSL is TLS with the node's
+    certificate, a SCRAM-SHA-512 exchange inside it (kafka-python's SCRAM client), and a
+    plaintext client gets nothing."""
+    ca = CertificateAuthority(tmp_path)
+    node = ca.issue("node", "node-1", node=True)
+    salted = salted_password(2, "pw", b"salt", 4096)
+    credential = credential_of(2, salted, b"salt", 4096)
+
+    def exchange(port: int) -> tuple[int, int]:
+        scram = ScramClient("alice", "pw", "SCRAM-SHA-512")
+        context = ssl.create_default_context(cafile=str(ca.cafile))
+        with socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT_S) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as sock:
+            sock.sendall(frame_of(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), 1))
+            read_answer(sock, 17, 1)
+            sock.sendall(frame_of(SaslAuthenticateRequest(auth_bytes=scram.first_message()), 2))
+            scram.process_server_first_message(read_answer(sock, 36, 2)[1].auth_bytes)
+            sock.sendall(frame_of(SaslAuthenticateRequest(auth_bytes=scram.final_message()), 3))
+            final = read_answer(sock, 36, 2)[1]
+            scram.process_server_final_message(final.auth_bytes)  # checks the signature
+            sock.sendall(frame_of(SaslAuthenticateRequest(auth_bytes=b"again"), 4))
+            again = read_answer(sock, 36, 2)[1]
+        return final.error_code, again.error_code
+
+    def plaintext(port: int) -> bool:
+        with connect(f"127.0.0.1:{port}") as sock:
+            sock.sendall(frame_of(ApiVersionsRequest(client_software_name="t",
+                                                     client_software_version="1"), 1))
+            return closed_within(sock)
+
+    async def scenario() -> None:
+        config = NodeConfig.from_properties({
+            "node.id": "1", "listen": "127.0.0.1:1", "data.dir": str(tmp_path),
+            "kafka.listen": "127.0.0.1:0", "kafka.security.protocol": "SASL_SSL",
+            "ssl.certfile": str(node.certfile), "ssl.keyfile": str(node.keyfile),
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        })
+        listener = KafkaListener(config)
+        port = await listener.bind()
+        registry = ApiRegistry()
+        add_api_versions(registry)
+        add_sasl(registry)
+        await listener.serve(
+            registry, lambda user, code: credential if (user, code) == ("alice", 2) else None)
+        try:
+            assert await asyncio.to_thread(exchange, port) == (
+                ErrorCode.none, ErrorCode.illegal_sasl_state)
+            assert await asyncio.to_thread(plaintext, port)
+        finally:
+            await listener.stop()
+
+    asyncio.run(scenario())
+
+
 def test_credentials_survive_a_restart(cluster: LocalCluster, users: None) -> None:
     """Last, as it restarts the module's node: the credentials come back from the metadata
     log."""
     cluster.restart(1)
-    wait_for(lambda: bool(cluster.kafka_bootstrap), timeout=30)
     producer = confluent_kafka.Producer(_confluent(cluster, "alice", "SCRAM-SHA-512"))
     producer.produce("sasl-after-restart", b"v", partition=0)
-    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    wait_for(lambda: producer.flush(1) == 0, 60, "the record produced after the restart")
     refusal = _confluent_refusal(_confluent(cluster, "alice", "SCRAM-SHA-256", "wrong"))
     assert "invalid credentials" in refusal
