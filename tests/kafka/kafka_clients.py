@@ -1,13 +1,20 @@
-"""The real Kafka clients (kafka-python, confluent-kafka, aiokafka) and Tidelog's own, driven
-the same way for the Kafka listener's tests: each writes keyed records with headers and
-explicit timestamps to one partition under a compression codec, and each reads a partition
-back as `Rec` tuples, so that what one wrote and another read compare with ``==``."""
+"""The real Kafka clients (kafka-python, confluent-kafka, aiokafka; kcat and kafkajs where they
+are installed) and Tidelog's own, driven the same way for the Kafka listener's tests: each
+writes keyed records with headers and explicit timestamps to one partition under a compression
+codec, and each reads a partition back as `Rec` tuples, so that what one wrote and another read
+compare with ``==``."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import aiokafka
@@ -15,6 +22,7 @@ import aiokafka.codec
 import confluent_kafka
 import kafka
 import kafka.codec
+import pytest
 
 from tidelog.client import Client
 from tidelog.testing import LocalCluster
@@ -249,4 +257,129 @@ READERS: dict[str, Callable[..., list[Rec]]] = {
     "kafka-python": read_kafka_python,
     "confluent-kafka": read_confluent,
     "aiokafka": read_aiokafka,
+}
+
+
+# ---- clients outside Python: kcat (Debian's package) and kafkajs (npm) ------------------------
+
+#: Where scripts/setup.sh installs kafkajs (npm's --prefix), and the node script driving it.
+KAFKAJS_MODULES = Path(__file__).resolve().parents[2] / ".venv" / "node" / "node_modules"
+KAFKAJS_SCRIPT = Path(__file__).with_name("kafkajs_client.mjs")
+#: How to install each, for the message of a test that cannot run without it.
+INSTALL_HINTS = {
+    "kcat": "kcat is not installed: apt-get install kcat (scripts/setup.sh does it as root)",
+    "kafkajs": "kafkajs is not installed: run scripts/setup.sh (with node and npm on the PATH "
+               "it installs kafkajs 2.2.4 and kafkajs-snappy under .venv/node)",
+}
+
+
+def tool_missing(client: str) -> str | None:
+    """How to install `client` (kcat or kafkajs) when it cannot run here; None when it can."""
+    if client == "kcat":
+        found = shutil.which("kcat") is not None
+    else:
+        found = shutil.which("node") is not None and (KAFKAJS_MODULES / "kafkajs").is_dir()
+    return None if found else INSTALL_HINTS[client]
+
+
+def tool_ready(client: str) -> bool:
+    """Whether `client` (kcat or kafkajs) can run here. In CI (CI=true) a missing one fails the
+    test, with how to install it, so that a CI run never loses these checks silently; elsewhere
+    the test may go on without it."""
+    missing = tool_missing(client)
+    if missing is not None and os.environ.get("CI") == "true":
+        pytest.fail(missing)
+    return missing is None
+
+
+def tool_codecs(client: str) -> list[str]:
+    """The codecs kcat (its librdkafka has them all) or kafkajs (gzip built in, snappy with
+    kafkajs-snappy; lz4 and zstd need native modules, not installed) reads and writes."""
+    if client == "kcat":
+        return codecs("confluent-kafka")
+    return ["none", "gzip"] + (["snappy"] if (KAFKAJS_MODULES / "kafkajs-snappy").is_dir()
+                               else [])
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def _run(args: list[str], stdin: bytes = b"") -> bytes:
+    done = subprocess.run(args, input=stdin, capture_output=True, timeout=CLIENT_TIMEOUT_S * 2,
+                          check=False, env={**os.environ, "KAFKAJS_MODULES": str(KAFKAJS_MODULES)})
+    assert done.returncode == 0, f"{args[0]} failed: {done.stderr.decode(errors='replace')}"
+    return done.stdout
+
+
+def write_kcat(bootstrap: str, topic: str, codec: str, records: Sequence[Rec]) -> None:
+    """kcat cannot set a record's timestamp (the records get the time they are sent) and sets
+    the same headers on every record of a run: one run per record."""
+    for r in records:
+        assert r.key is not None and r.value is not None and b"\t" not in r.key
+        headers = [arg for name, value in r.headers
+                   for arg in ("-H", f"{name}={(value or b'').decode()}")]
+        _run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-K", "\t",
+              "-X", f"compression.codec={codec}", *headers], r.key + b"\t" + r.value)
+
+
+def read_kcat(
+    bootstrap: str, topic: str, start: int, count: int, isolation: str = "read_uncommitted"
+) -> list[Rec]:
+    out = _run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", str(start),
+                "-c", str(count), "-e", "-J", "-X", f"isolation.level={isolation}"])
+    got = []
+    for line in out.decode().splitlines():
+        m = json.loads(line)
+        flat = m.get("headers") or []
+        headers = tuple((flat[i], _encoded(flat[i + 1])) for i in range(0, len(flat), 2))
+        got.append(Rec(m["offset"], _encoded(m["key"]), _encoded(m["payload"]), headers,
+                       m["ts"]))
+    return got
+
+
+def _encoded(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
+
+
+def write_kafkajs(bootstrap: str, topic: str, codec: str, records: Sequence[Rec]) -> None:
+    """kafkajs takes a record's headers as an object: the values of a repeated name go
+    together (`kafkajs_headers`), which is what it writes."""
+    _run(["node", str(KAFKAJS_SCRIPT), "produce", bootstrap, topic, codec], json.dumps([
+        {"key": _b64(r.key), "value": _b64(r.value), "timestamp": r.timestamp,
+         "headers": [[name, _b64(value)] for name, value in r.headers]}
+        for r in records
+    ]).encode())
+
+
+def read_kafkajs(
+    bootstrap: str, topic: str, start: int, count: int, isolation: str = "read_uncommitted"
+) -> list[Rec]:
+    out = _run(["node", str(KAFKAJS_SCRIPT), "consume", bootstrap, topic, str(start),
+                str(count), isolation])
+    return [Rec(m["offset"], _unb64(m["key"]), _unb64(m["value"]),
+                tuple((name, _unb64(value)) for name, value in m["headers"]), m["timestamp"])
+            for m in json.loads(out)]
+
+
+def kafkajs_headers(headers: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
+    """`headers` as kafkajs writes and reads them: the values of each name together, the names
+    in the order they first come."""
+    names = list(dict.fromkeys(name for name, _ in headers))
+    return tuple((name, value) for n in names for name, value in headers if name == n)
+
+
+#: kcat and kafkajs, as WRITERS and READERS (bootstrap, topic, ...), for the tests that check
+#: them (`tool_ready` first).
+TOOL_WRITERS: dict[str, Callable[[str, str, str, Sequence[Rec]], None]] = {
+    "kcat": write_kcat,
+    "kafkajs": write_kafkajs,
+}
+TOOL_READERS: dict[str, Callable[..., list[Rec]]] = {
+    "kcat": read_kcat,
+    "kafkajs": read_kafkajs,
 }

@@ -1,9 +1,10 @@
 """Produce, Fetch and ListOffsets through the Kafka listener with the real clients: what each of
-kafka-python, confluent-kafka, aiokafka and Tidelog's own client writes (keyed records with
-headers and their timestamps, under every compression codec it has), every one of them reads
-back equal, offsets included; Kafka clients' beginning, end and by-time offsets under both
-isolation levels are Tidelog's; a fetch from inside a batch returns the whole batch and the
-client skips to its offset; fetch sessions are answered as by a Kafka broker that keeps none."""
+kafka-python, confluent-kafka, aiokafka, Tidelog's own client, kcat and kafkajs writes (keyed
+records with headers and their timestamps, under every compression codec it has), every one of
+them reads back equal, offsets included; Kafka clients' beginning, end and by-time offsets
+under both isolation levels are Tidelog's; a fetch from inside a batch returns the whole batch
+and the client skips to its offset; fetch sessions are answered as by a Kafka broker that keeps
+none."""
 
 from __future__ import annotations
 
@@ -20,12 +21,18 @@ import pytest
 from kafka_clients import (
     CLIENT_TIMEOUT_S,
     CONFLUENT_QUIET,
+    INSTALL_HINTS,
     READERS,
+    TOOL_READERS,
+    TOOL_WRITERS,
     WRITERS,
     Rec,
     codecs,
+    kafkajs_headers,
     read_tidelog,
     records_for,
+    tool_codecs,
+    tool_ready,
     write_tidelog,
 )
 from kafka_wire import ask, connect, frame_of, read_answer, served_table
@@ -85,23 +92,60 @@ def _read(cluster: LocalCluster, reader: str, topic: str, start: int, count: int
     return READERS[reader](cluster.kafka_bootstrap, topic, start, count, isolation)
 
 
-@pytest.mark.parametrize("writer", [*WRITERS, "tidelog"])
+@pytest.mark.parametrize("writer", [*WRITERS, "tidelog", *TOOL_WRITERS])
 def test_what_each_client_writes_every_client_reads_equal(
     cluster: LocalCluster, client: Client, writer: str
 ) -> None:
+    """kcat and kafkajs (when installed) write and read too, each as far as it can: kcat sets
+    no timestamps (its records carry the time they were sent); kafkajs groups a record's
+    headers by name, and has no lz4 or zstd, so it reads the records of the other codecs
+    before those are written (it decodes every batch a fetch returns)."""
+    if writer in TOOL_WRITERS and not tool_ready(writer):
+        pytest.skip(INSTALL_HINTS[writer])
     topic = f"from-{writer}"
     client.create_topic(topic, partitions=1, replication_factor=1)
     base = _now_ms()
     written: list[Rec] = []
-    for codec in codecs(writer if writer != "tidelog" else "confluent-kafka"):
+    sent_from = int(time.time() * 1000)
+    kafkajs_reads = tool_codecs("kafkajs") if tool_ready("kafkajs") else []
+    for codec in (tool_codecs(writer) if writer in TOOL_WRITERS
+                  else codecs(writer if writer != "tidelog" else "confluent-kafka")):
+        if kafkajs_reads and codec not in kafkajs_reads:
+            _check_kafkajs_reads(cluster, topic, writer, written, sent_from)
+            kafkajs_reads = []
         records = records_for(writer, codec, PER_CODEC, base + len(written))
+        if writer == "kafkajs":
+            records = [r._replace(headers=kafkajs_headers(r.headers)) for r in records]
         if writer == "tidelog":
             write_tidelog(cluster.bootstrap, topic, codec, records)
         else:
-            WRITERS[writer](cluster.kafka_bootstrap, topic, codec, records)
+            {**WRITERS, **TOOL_WRITERS}[writer](cluster.kafka_bootstrap, topic, codec, records)
         written += [r._replace(offset=len(written) + i) for i, r in enumerate(records)]
+    if kafkajs_reads:
+        _check_kafkajs_reads(cluster, topic, writer, written, sent_from)
+    written = _stamped(cluster, topic, writer, written, sent_from)
     for reader in ALL_READERS:
         assert _read(cluster, reader, topic, 0, len(written)) == written, reader
+    if tool_ready("kcat"):
+        assert TOOL_READERS["kcat"](cluster.kafka_bootstrap, topic, 0, len(written)) == written
+
+
+def _stamped(cluster: LocalCluster, topic: str, writer: str, written: list[Rec],
+             sent_from: int) -> list[Rec]:
+    """`written` with the timestamps kcat's records got (the time each was sent), which Tidelog's
+    reader finds between the first send and now; other writers' records as they are."""
+    if writer != "kcat":
+        return written
+    stamped = _read(cluster, "tidelog", topic, 0, len(written))
+    assert all(sent_from <= r.timestamp <= time.time() * 1000 for r in stamped), stamped
+    return [r._replace(timestamp=s.timestamp) for r, s in zip(written, stamped, strict=True)]
+
+
+def _check_kafkajs_reads(cluster: LocalCluster, topic: str, writer: str, written: list[Rec],
+                         sent_from: int) -> None:
+    expected = [r._replace(headers=kafkajs_headers(r.headers))
+                for r in _stamped(cluster, topic, writer, written, sent_from)]
+    assert TOOL_READERS["kafkajs"](cluster.kafka_bootstrap, topic, 0, len(expected)) == expected
 
 
 @pytest.fixture(scope="module")
