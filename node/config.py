@@ -119,6 +119,7 @@ KEYS: dict[str, str] = {
     "kafka.security.protocol": "kafka_security_protocol",
     "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
     "connections.max.idle.ms": "connections_max_idle_ms",
+    "auto.create.topics.enable": "auto_create_topics_enable",
     # ACLs (acls)
     "authorizer": "authorizer",
     "super.users": "super_users",
@@ -371,6 +372,12 @@ class NodeConfig:
     #: stops sending in the middle of a frame, does not hold a connection for ever; -1 never
     #: closes one. The gRPC listeners are not concerned.
     connections_max_idle_ms: int = 600_000
+    #: A Kafka client's Metadata request naming a topic that does not exist creates it, with
+    #: num.partitions and default.replication.factor, when the request allows it (Kafka's
+    #: setting of this name): CREATE on the cluster or the topic is checked as for
+    #: CreateTopics. Kafka's default is true; Tidelog's is false, so that a topic exists only
+    #: when someone created it (a misspelt name in a client creates nothing).
+    auto_create_topics_enable: bool = False
     # ---- ACLs (acls) ----
     #: "none": no authorizer, every request of every principal is allowed (Kafka without
     #: ``authorizer.class.name``); ACL records already in the metadata log stay stored but
@@ -914,6 +921,7 @@ def _convert(key: str, name: str, value: str) -> Any:
     if name == "group_consumer_assignors":
         return tuple(filter(None, (part.strip() for part in value.split(","))))
     if name in ("auto_leader_rebalance_enable", "allow_everyone_if_no_acl_found",
+                "auto_create_topics_enable",
                 "partition_autobalancing_enable", "transaction_partition_verification_enable",
                 "metrics_topic_labels"):
         if value.lower() not in ("true", "false"):

@@ -187,6 +187,14 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
     async def AddOffsetsToTxn(
         self, request: pb.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext
     ) -> pb.AddOffsetsToTxnResponse:
+        """The group's offsets partition joins the transaction. A producer may name a group
+        nobody has looked up yet (Kafka asks no FindCoordinator of the group first), so the
+        offsets topic is made here if it is not there, as FindCoordinator makes it: without
+        it the answer would be COORDINATOR_NOT_AVAILABLE for ever."""
+        if not self.find_coordinator.offsets_topic.exists:
+            await self.find_coordinator.find_coordinator(
+                pb.FindCoordinatorRequest(key=request.group_id, key_type=0), context
+            )
         return await self.transactions.add_offsets_to_txn(request, context)
 
     async def EndTxn(

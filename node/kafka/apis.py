@@ -41,7 +41,7 @@ def kafka_registry(parts: KafkaParts) -> ApiRegistry:
     """Every served Kafka API, ready for the listener."""
     registry = ApiRegistry()
     add_api_versions(registry)
-    add_metadata(registry, parts.servicer, parts.controller, parts.routing)
+    add_metadata(registry, parts.config, parts.servicer, parts.controller, parts.routing)
     add_produce(registry, parts.servicer, parts.routing)
     add_fetch(registry, parts.servicer)
     add_topics(registry, parts.servicer, parts.controller)

@@ -3,8 +3,12 @@ authorization: a topic the caller may not describe is TOPIC_AUTHORIZATION_FAILED
 by name and left out of "every topic"), and this adapter adds what only Kafka clients need:
 each node's Kafka address as the brokers, the cluster id, topic ids, offline replicas.
 
-Topics are never created by Metadata here (Tidelog has no auto.create.topics.enable): a topic
-that does not exist is UNKNOWN_TOPIC_OR_PARTITION whatever allow_auto_topic_creation says.
+A topic asked for by name that does not exist is UNKNOWN_TOPIC_OR_PARTITION, unless the node
+has auto.create.topics.enable and the request allows it (allow_auto_topic_creation from v4 on,
+always before): it is then created through Tidelog's CreateTopics handler (its authorization,
+CREATE on the cluster or the topic, and its defaults, num.partitions and
+default.replication.factor) and answered LEADER_NOT_AVAILABLE, as Kafka answers a topic it just
+created (the client asks again); a topic that cannot be created gets CreateTopics' error.
 Topic ids are Tidelog's (the metadata log numbers topics 1, 2, ... and never reuses one) in a
 UUID whose high half is `TOPIC_ID_HIGH`, so an id names its topic in both directions.
 """
@@ -20,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from tidelog.coordinator.metadata_records import split_address
 from tidelog.node.cluster.controller_driver import ControllerDriver
 from tidelog.node.cluster.routing import Routing
+from tidelog.node.config import NodeConfig
 from tidelog.node.kafka.call import KafkaCall
 from tidelog.node.kafka.codec import response_type
 from tidelog.node.kafka.fields import build, entity_of, error_code
@@ -44,8 +49,15 @@ def tidelog_topic_id(topic: uuid.UUID | None) -> int:
     return topic.int & ((1 << 64) - 1)
 
 
+#: Metadata's first version with allow_auto_topic_creation; before it, creation is allowed.
+_ALLOW_AUTO_CREATE_VERSION = 4
+
+
 class MetadataAdapter:
-    def __init__(self, servicer: Any, controller: ControllerDriver, routing: Routing) -> None:
+    def __init__(
+        self, auto_create: bool, servicer: Any, controller: ControllerDriver, routing: Routing
+    ) -> None:
+        self._auto_create = auto_create
         self._servicer = servicer
         self._controller = controller
         self._routing = routing
@@ -71,7 +83,8 @@ class MetadataAdapter:
         answer: pb.MetadataResponse = await self._servicer.Metadata(
             pb.MetadataRequest(topics=list(dict.fromkeys(names))), call
         )
-        image = self._controller.image  # the answer is of this image: nothing awaited since
+        created = await self._created(request, version, names, answer, call)
+        image = self._controller.image  # the answer is of this image (or has the created too)
         alive = {node.node_id for node in answer.nodes if not node.is_fenced}
         brokers = []
         broker_type = entity_of(response, "MetadataResponseBroker")
@@ -85,6 +98,12 @@ class MetadataAdapter:
         topics = []
         if every or names:
             for entry in answer.topics:
+                if entry.name in created:
+                    topics.append(build(
+                        topic_type, error_code=created[entry.name], name=entry.name,
+                        topic_id=uuid.UUID(int=0), is_internal=False, partitions=(),
+                    ))
+                    continue
                 known = image.topics.get(entry.name)
                 topics.append(build(
                     topic_type,
@@ -115,10 +134,40 @@ class MetadataAdapter:
         )
 
 
+    async def _created(
+        self, request: Any, version: int, names: list[str], answer: pb.MetadataResponse,
+        call: KafkaCall,
+    ) -> dict[str, ErrorCode]:
+        """The topics asked for by name that did not exist and were auto-created now, each
+        with its answer: LEADER_NOT_AVAILABLE once created (by this request or a concurrent
+        one), else CreateTopics' error (TOPIC_AUTHORIZATION_FAILED, INVALID_TOPIC_EXCEPTION,
+        ...)."""
+        allowed = (version < _ALLOW_AUTO_CREATE_VERSION
+                   or bool(getattr(request, "allow_auto_topic_creation", False)))
+        if not (self._auto_create and allowed):
+            return {}
+        wanted = set(names)
+        missing = [entry.name for entry in answer.topics if entry.name in wanted
+                   and entry.error_code == ErrorCode.unknown_topic_or_partition]
+        if not missing:
+            return {}
+        result: pb.CreateTopicsResponse = await self._servicer.CreateTopics(
+            pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name=name) for name in missing]),
+            call,
+        )
+        return {
+            r.name: (ErrorCode.leader_not_available
+                     if r.error_code in (ErrorCode.none, ErrorCode.topic_already_exists)
+                     else error_code(r.error_code))
+            for r in result.topics
+        }
+
+
 def add_metadata(
-    registry: ApiRegistry, servicer: Any, controller: ControllerDriver, routing: Routing
+    registry: ApiRegistry, config: NodeConfig, servicer: Any, controller: ControllerDriver,
+    routing: Routing,
 ) -> None:
     registry.add(
         METADATA_KEY, MIN_VERSION, MAX_VERSION,
-        MetadataAdapter(servicer, controller, routing).handle,
+        MetadataAdapter(config.auto_create_topics_enable, servicer, controller, routing).handle,
     )

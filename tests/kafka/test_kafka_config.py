@@ -41,6 +41,7 @@ def test_no_kafka_listener_by_default_and_one_bound_to_its_real_port() -> None:
         ({"kafka.listn": "127.0.0.1:9092"}, "did you mean 'kafka.listen'"),
         ({"connections.max.idle.ms": "0"}, "connections.max.idle.ms must be >= 1, or -1"),
         ({"connections.max.idle.ms": "-2"}, "connections.max.idle.ms must be >= 1, or -1"),
+        ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable must be true or false"),
         ({"kafka.security.protocol": "SASL_PLAINTEXT"}, "kafka.listen is not"),
         ({"kafka.listen": "127.0.0.1:0", "kafka.security.protocol": "SASL_SSL"},
          "an SSL listener needs ssl.certfile and ssl.keyfile"),

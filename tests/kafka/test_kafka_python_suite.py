@@ -13,11 +13,14 @@ extra pins the same release), not the sdist's copy.
 The outcome is compared with ``kafka_python_allow.txt``: every test listed there must pass, and
 a test passing that is not listed is reported (a warning) so that the list only grows. Why
 each other test does not pass is written in ``kafka_python_findings.md``, which also says why
-the producer, SSL and SASL files are not run.
+the SSL and SASL files are not run. The module's own tests are the defects the suite found:
+topics created on first use (auto.create.topics.enable), and AddOffsetsToTxn for a group
+before the offsets topic existed.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
@@ -28,8 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_wire import ask
+from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from tidelog.testing import LocalCluster
+from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -39,12 +48,16 @@ CACHE = Path(__file__).resolve().parents[2] / "build" / f"kafka-python-{RELEASE}
 SDIST = CACHE / f"kafka_python-{RELEASE}.tar.gz"
 ALLOW_LIST = Path(__file__).with_name("kafka_python_allow.txt")
 #: The suite's files run here (kafka_python_findings.md says why not the others).
-SUITE_FILES = ("test_admin_integration.py", "test_consumer_integration.py")
+SUITE_FILES = ("test_admin_integration.py", "test_consumer_integration.py",
+               "test_producer_integration.py")
+#: num.partitions of the suite's own broker (its fixture's default), which its producer tests
+#: rely on for the topics they have created on first use.
+NUM_PARTITIONS = 4
 #: The Kafka release the suite is told it runs against.
 KAFKA_VERSION = "4.0.0"
 #: A test of the suite that runs longer than this fails (its own default is 300 s).
 TEST_TIMEOUT_S = 20
-#: The whole subprocess; its tests take about 25 s on an idle machine.
+#: The whole subprocess; its tests take about 30 s on a loaded machine.
 SUITE_TIMEOUT_S = 180
 #: What the suite imports from test/service.py: only ExternalService serves an external
 #: broker; spawning one needs a Kafka distribution this checkout does not have.
@@ -70,8 +83,11 @@ class SpawnedService:
 def cluster_options() -> dict[str, Any]:
     """One node (the suite's external fixture is one broker with replication factor 1),
     with ACLs on and allowed where none is set, as the suite's ACL test needs an
-    authorizer and every other test an open cluster."""
-    return {"nodes": 1, "authorizer": "acl", "allow_everyone_if_no_acl_found": "true"}
+    authorizer and every other test an open cluster; topics created on first use, with the
+    partitions the suite's own broker gives them, as the producer tests need (they never
+    create theirs) and Kafka's default is."""
+    return {"nodes": 1, "authorizer": "acl", "allow_everyone_if_no_acl_found": "true",
+            "auto_create_topics_enable": "true", "num_partitions": NUM_PARTITIONS}
 
 
 def _sdist() -> Path:
@@ -125,6 +141,63 @@ def _outcomes(report: Path) -> dict[str, str]:
 def _allowed() -> list[str]:
     lines = (line.split("#", 1)[0].strip() for line in ALLOW_LIST.read_text().splitlines())
     return [line for line in lines if line]
+
+
+def test_metadata_creates_a_missing_topic_when_the_node_and_the_request_allow_it(
+    cluster: LocalCluster,
+) -> None:
+    """auto.create.topics.enable: a topic asked for by name is created and answered
+    LEADER_NOT_AVAILABLE (the client asks again and finds its leaders), unless the request
+    does not allow it; a name CreateTopics refuses gets its error."""
+    address = cluster.kafka_bootstrap.split(",")[0]
+
+    def metadata(name: str, allow: bool = True) -> Any:
+        [topic] = ask(address, MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=name),),
+            allow_auto_topic_creation=allow, include_topic_authorized_operations=False,
+        )).topics
+        return topic
+
+    assert metadata("not-allowed", allow=False).error_code == \
+        ErrorCode.unknown_topic_or_partition
+    assert metadata("not-allowed", allow=False).error_code == \
+        ErrorCode.unknown_topic_or_partition  # and it was not created
+    assert metadata("bad name!").error_code == ErrorCode.invalid_topic_exception
+    first = metadata("made-on-first-use")
+    assert (first.error_code, first.partitions) == (ErrorCode.leader_not_available, ())
+    made = wait_for(lambda: (lambda t: t if t.error_code == ErrorCode.none
+                             and all(p.leader_id >= 0 for p in t.partitions) else None)(
+        metadata("made-on-first-use")), 30, "the created topic's leader")
+    assert len(made.partitions) == NUM_PARTITIONS
+
+
+def test_a_transaction_takes_the_offsets_of_a_group_nobody_looked_up(
+    cluster: LocalCluster,
+) -> None:
+    """AddOffsetsToTxn naming a group before any FindCoordinator of a group made the offsets
+    topic: Kafka's producers ask none first. Was COORDINATOR_NOT_AVAILABLE for ever (the
+    suite's test_transactional_producer_offsets hung on it); no test before this one in the
+    module touches a group."""
+    address, txn_id = cluster.kafka_bootstrap.split(",")[0], "offsets-first"
+
+    def init() -> Any:
+        ask(address, FindCoordinatorRequest(key=txn_id, key_type=1))
+        answer = ask(address, InitProducerIdRequest(
+            transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1))
+        return answer if answer.error_code == ErrorCode.none else None
+
+    producer = wait_for(init, 30, "a transactional producer id")
+
+    def add_offsets() -> Any:
+        answer = ask(address, AddOffsetsToTxnRequest(
+            transactional_id=txn_id, producer_id=producer.producer_id,
+            producer_epoch=producer.producer_epoch, group_id="never-looked-up",
+        ))
+        return None if answer.error_code == ErrorCode.coordinator_not_available else answer
+
+    added = wait_for(add_offsets, 30, "AddOffsetsToTxn past COORDINATOR_NOT_AVAILABLE")
+    assert added.error_code == ErrorCode.none
 
 
 def test_kafka_pythons_integration_suite(cluster: LocalCluster, tmp_path: Path) -> None:
