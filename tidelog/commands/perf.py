@@ -538,6 +538,10 @@ class KafkaReader:
             **_kafka_config(args), "group.id": args.group or "tidelog-perf-consume",
             "enable.auto.commit": args.group is not None,
             "auto.offset.reset": "latest" if args.from_latest else "earliest",
+            # Once its queue of prefetched records is full librdkafka stops fetching for this
+            # long (1 s by default), which this loop drains much sooner: the Java consumer
+            # Kafka's tool measures fetches again as soon as there is room.
+            "fetch.queue.backoff.ms": 10,
         }
         self._consumer = self._kafka.Consumer(config)
 
