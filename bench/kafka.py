@@ -229,6 +229,8 @@ def main() -> int:
     # "spawn": a forked child would inherit the gRPC state of this process and its threads.
     spawn = multiprocessing.get_context("spawn")
     pools = {side: ProcessPoolExecutor(1, mp_context=spawn) for side in ("grpc", "kafka")}
+    for pool in pools.values():  # the workers start (and import) while the cluster starts
+        pool.submit(os.getpid)
     with LocalCluster(nodes) as cluster, Client(cluster.bootstrap) as client, \
             pools["grpc"], pools["kafka"]:
         works = {"grpc": (produce_grpc, consume_grpc, cluster.bootstrap),
