@@ -1,4 +1,4 @@
-"""Fetch (key 1), v4-12, ListOffsets (key 2), v1-7, and OffsetForLeaderEpoch (key 23), v2-4:
+"""Fetch (key 1), v4-12, ListOffsets (key 2), v1-10, and OffsetForLeaderEpoch (key 23), v2-4:
 Tidelog's own handlers answer (node/api/data_plane.py's fetch, list_offsets and
 offsets_for_leader_epoch, with their authorization, long poll, bounds and error codes); this
 adapter only translates.
@@ -18,8 +18,11 @@ position is still in the log (KIP-320): the leader's data-plane handler answers 
 answered as to a consumer whatever the request's replica id (Tidelog's replicas do not use it).
 
 ListOffsets serves every lookup Tidelog's handler has (earliest -2, latest -1, max timestamp
--3, by timestamp), under either isolation level (the latest offset is the high watermark or
-the last stable offset).
+-3, earliest local -4, latest tiered -5, by timestamp), under either isolation level (the
+latest offset is the high watermark or the last stable offset). As Kafka (3.9 on), a special
+timestamp in a request older than the version that brought it (-3 before v7, -4 before v8, -5
+before v9) is UNSUPPORTED_VERSION for that partition; v10's timeout_ms bounds lookups in
+tiered storage, which Tidelog has not, so it is read and not needed.
 """
 
 from __future__ import annotations
@@ -34,13 +37,21 @@ from tidelog.node.kafka.codec import response_type
 from tidelog.node.kafka.fields import build, entity_of, error_code, millis
 from tidelog.node.kafka.produce import leader_of
 from tidelog.node.kafka.registry import ApiRegistry
-from tidelog.types import IsolationLevel, TopicPartition
+from tidelog.types import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    MAX_TIMESTAMP,
+    IsolationLevel,
+    TopicPartition,
+)
 from tidelog.v1 import tidelog_pb2 as pb
 
 FETCH_KEY = 1
 FETCH_VERSIONS = (4, 12)
 LIST_OFFSETS_KEY = 2
-LIST_OFFSETS_VERSIONS = (1, 7)
+LIST_OFFSETS_VERSIONS = (1, 10)
+#: The first ListOffsets version that may ask each special timestamp.
+_SPECIAL_SINCE = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
 OFFSET_FOR_LEADER_EPOCH_VERSIONS = (2, 4)
 #: The session epochs of a full fetch: 0 asks for a new session, -1 for none (KIP-227).
@@ -112,6 +123,12 @@ async def fetch(servicer: Any, request: Any, call: KafkaCall) -> Any:
 
 
 async def list_offsets(servicer: Any, request: Any, call: KafkaCall) -> Any:
+    version = call.api_version
+    too_new = {  # (topic, partition) asking a special timestamp its version does not have
+        (topic.name, part.partition_index)
+        for topic in request.topics for part in topic.partitions
+        if version < _SPECIAL_SINCE.get(part.timestamp, 0)
+    }
     asked = pb.ListOffsetsRequest(
         replica_id=request.replica_id,
         # v1 has no isolation level: read_uncommitted, as Kafka reads it.
@@ -124,29 +141,35 @@ async def list_offsets(servicer: Any, request: Any, call: KafkaCall) -> Any:
                     timestamp=part.timestamp,
                 )
                 for part in topic.partitions
+                if (topic.name, part.partition_index) not in too_new
             ])
             for topic in request.topics
         ],
     )
     answer: pb.ListOffsetsResponse = await servicer.ListOffsets(asked, call)
-    response = response_type(LIST_OFFSETS_KEY, call.api_version)
+    response = response_type(LIST_OFFSETS_KEY, version)
     topic_type = entity_of(response, "ListOffsetsTopicResponse")
     part_type = entity_of(response, "ListOffsetsPartitionResponse")
+    answered: dict[str, list[Any]] = {}
+    for topic in answer.topics:
+        answered.setdefault(topic.name, []).extend(
+            build(
+                part_type,
+                partition_index=part.partition, error_code=error_code(part.error_code),
+                timestamp=part.timestamp, offset=part.offset, leader_epoch=part.leader_epoch,
+            )
+            for part in topic.partitions
+        )
+    for name, partition in sorted(too_new):
+        answered.setdefault(name, []).append(build(
+            part_type, partition_index=partition, error_code=ErrorCode.unsupported_version,
+            timestamp=-1, offset=-1, leader_epoch=-1,
+        ))
     return build(
         response,
         throttle_time=datetime.timedelta(0),
-        topics=tuple(
-            build(topic_type, name=topic.name, partitions=tuple(
-                build(
-                    part_type,
-                    partition_index=part.partition, error_code=error_code(part.error_code),
-                    timestamp=part.timestamp, offset=part.offset,
-                    leader_epoch=part.leader_epoch,
-                )
-                for part in topic.partitions
-            ))
-            for topic in answer.topics
-        ),
+        topics=tuple(build(topic_type, name=name, partitions=tuple(parts))
+                     for name, parts in answered.items()),
     )
 
 

@@ -468,6 +468,7 @@ def test_every_list_offsets_version_finds_the_latest(
     cluster: LocalCluster, one_batch: list[Rec], version: int
 ) -> None:
     asked = _request(LIST_OFFSETS_KEY, version, replica_id=-1, isolation_level=0,
+                     timeout=datetime.timedelta(seconds=5),
                      topics=_nested("ListOffsetsTopic", name="one-batch", partitions=_nested(
                          "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
                          timestamp=-1)))

@@ -38,6 +38,9 @@ from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from tidelog.node.kafka.codec import request_type
+from tidelog.node.kafka.fetch import LIST_OFFSETS_KEY
+from tidelog.node.kafka.fields import build, entity_of
 from tidelog.testing import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -169,6 +172,40 @@ def test_metadata_creates_a_missing_topic_when_the_node_and_the_request_allow_it
                              and all(p.leader_id >= 0 for p in t.partitions) else None)(
         metadata("made-on-first-use")), 30, "the created topic's leader")
     assert len(made.partitions) == NUM_PARTITIONS
+
+
+def test_list_offsets_serves_kafka_4_0s_versions_and_gates_special_timestamps(
+    cluster: LocalCluster,
+) -> None:
+    """ListOffsets up to v10, Kafka 4.0's ceiling (from which kafka-python infers the release:
+    the suite's test_kafka_version_infer); a special timestamp in a version older than the
+    one that brought it is UNSUPPORTED_VERSION for its partition alone, as Kafka answers
+    (max timestamp -3 from v7, earliest local -4 from v8)."""
+    address = cluster.kafka_bootstrap.split(",")[0]
+    ask(address, MetadataRequest(  # the topic, created on first use
+        topics=(MetadataRequestTopic(topic_id=None, name="offsets-by-version"),),
+        allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+
+    def offsets(version: int, *timestamps: int) -> list[tuple[int, int]]:
+        """(error code, offset) of partitions 0, 1, ... at each timestamp, in one request."""
+        request = request_type(LIST_OFFSETS_KEY, version)
+        partitions = tuple(
+            build(entity_of(request, "ListOffsetsPartition"), partition_index=p,
+                  current_leader_epoch=-1, timestamp=t)
+            for p, t in enumerate(timestamps))
+        [topic] = ask(address, build(
+            request, replica_id=-1, isolation_level=0, timeout=datetime.timedelta(seconds=5),
+            topics=(build(entity_of(request, "ListOffsetsTopic"), name="offsets-by-version",
+                          partitions=partitions),),
+        )).topics
+        return [(p.error_code, p.offset)
+                for p in sorted(topic.partitions, key=lambda p: p.partition_index)]
+
+    wait_for(lambda: offsets(10, -1) == [(ErrorCode.none, 0)], 30, "the topic's leader")
+    assert offsets(10, -4, -2, -1) == [(ErrorCode.none, 0)] * 3
+    assert offsets(10, -3)[0][0] == ErrorCode.none
+    assert offsets(7, -4, -1) == [(ErrorCode.unsupported_version, -1), (ErrorCode.none, 0)]
+    assert offsets(6, -2, -3) == [(ErrorCode.none, 0), (ErrorCode.unsupported_version, -1)]
 
 
 def test_a_transaction_takes_the_offsets_of_a_group_nobody_looked_up(
