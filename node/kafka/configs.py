@@ -7,7 +7,10 @@ DescribeConfigs lists every config of a topic or a node, each with its value and
 (the topic's own, the node's dynamic config, every node's dynamic default, the node's
 properties, the built-in default), as Kafka does; with ``include_synonyms`` each config has
 itself as its one synonym. Topic configs have Kafka's types for them; a node's other settings
-are of type UNKNOWN, and no config has documentation (null).
+are of type UNKNOWN, and no config has documentation (null). A node also lists Kafka's
+``advertised.listeners`` (read-only, static), the Kafka listener's address as its settings
+give it (``PROTOCOL://host:port`` from kafka.advertised.address and kafka.security.protocol),
+since Kafka's tools read the address a broker publishes under that name.
 A node's configs are described by that node (Kafka clients send the request there), and the
 node default (the resource named "") by any node.
 
@@ -49,6 +52,10 @@ _TOPIC_CONFIG_TYPES = {
     "segment.bytes": _INT, "segment.index.bytes": _INT, "segment.ms": _LONG,
 }
 _UNKNOWN_TYPE = 0
+_BROKER_RESOURCE, _STATIC_BROKER_CONFIG = 4, 4
+#: Kafka's name for the address a broker publishes, and the node settings it is made of.
+_ADVERTISED_LISTENERS = "advertised.listeners"
+_LISTENER_SETTINGS = ("kafka.advertised.address", "kafka.security.protocol", "security.protocol")
 
 
 class ConfigsAdapter:
@@ -64,7 +71,11 @@ class ConfigsAdapter:
             pb.DescribeConfigsRequest(resources=[
                 pb.DescribeConfigsResource(
                     resource_type=r.resource_type, resource_name=r.resource_name,
-                    configuration_keys=r.configuration_keys or (),
+                    configuration_keys=(
+                        (*r.configuration_keys, *_LISTENER_SETTINGS)
+                        if _ADVERTISED_LISTENERS in (r.configuration_keys or ())
+                        else r.configuration_keys or ()
+                    ),
                 )
                 for r in request.resources
             ]),
@@ -89,6 +100,16 @@ class ConfigsAdapter:
                     config_source=entry.config_source, is_sensitive=entry.is_sensitive,
                     synonyms=synonyms, documentation=None,
                     config_type=_TOPIC_CONFIG_TYPES.get(entry.name, _UNKNOWN_TYPE),
+                ))
+            listeners = _advertised_listeners(result)
+            if listeners is not None and (wanted is None or _ADVERTISED_LISTENERS in wanted):
+                entries.append(build(
+                    entry_type, name=_ADVERTISED_LISTENERS, value=listeners, read_only=True,
+                    config_source=_STATIC_BROKER_CONFIG, is_sensitive=False,
+                    synonyms=(build(synonym_type, name=_ADVERTISED_LISTENERS, value=listeners,
+                                    source=_STATIC_BROKER_CONFIG),)
+                    if request.include_synonyms else (),
+                    documentation=None, config_type=_STRING,
                 ))
             results.append(build(
                 result_type, error_code=error_code(result.error_code),
@@ -151,6 +172,19 @@ class ConfigsAdapter:
                   resource_type=r.resource_type, resource_name=r.resource_name)
             for r in answer.responses
         ))
+
+
+def _advertised_listeners(result: pb.DescribeConfigsResult) -> str | None:
+    """Kafka's advertised.listeners of a node's described configs (None: not a node's, or it
+    has no Kafka listener)."""
+    if result.resource_type != _BROKER_RESOURCE or not result.resource_name or result.error_code:
+        return None
+    settings = {c.name: c.value for c in result.configs if c.HasField("value")}
+    address = settings.get("kafka.advertised.address")
+    if not address:
+        return None
+    protocol = settings.get("kafka.security.protocol") or settings.get("security.protocol")
+    return f"{protocol or 'PLAINTEXT'}://{address}"
 
 
 def add_configs(registry: ApiRegistry, servicer: Any) -> None:
