@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from spark_helpers import TEST_JVM_OPTIONS
 
 from tidelog.testing import wait_for
 
@@ -43,6 +44,7 @@ def spark() -> Iterator[SparkSession]:
         **{
             "spark.sql.shuffle.partitions": "2",
             "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+            "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
         },
     )
     yield session
@@ -73,7 +75,8 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("spark-standalone")
     env = {
         **os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(work),
+        "SPARK_DAEMON_MEMORY": "256m", "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,
+        "SPARK_LOG_DIR": str(work),
         "PYSPARK_PYTHON": sys.executable,
         # The executors' Python workers import tidelog (the data source is pickled by name).
         "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),

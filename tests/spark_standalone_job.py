@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from spark_helpers import run_available_now
+from spark_helpers import TEST_JVM_OPTIONS, run_available_now
 
 from tidelog.spark import local_session
 
@@ -39,6 +39,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
             "spark.sql.shuffle.partitions": "2",
             "spark.ui.showConsoleProgress": "false",
             "spark.executorEnv.PYTHONPATH": args["pythonpath"],
+            "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+            "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
         },
     )
     try:
