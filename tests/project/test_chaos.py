@@ -46,9 +46,9 @@ MEMBERS = {"coordinator": {"members": 2, "member_join_interval_s": 6.0}}
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
-    config = RunConfig(seed=SEEDS.get(name, 6), duration=18, nemeses=SCENARIOS[name],
+    config = RunConfig(seed=SEEDS.get(name, 6), duration=12, nemeses=SCENARIOS[name],
                        out=tmp_path,
-                       interval=(1.5, 3.0), hold=(2.0, 4.0),
+                       interval=(1.0, 2.0), hold=(1.5, 3.0),
                        node_options=NODE_OPTIONS.get(name, {}), **MEMBERS.get(name, {}))
     report = run(config)
     assert report.ok, report.text()
