@@ -20,6 +20,12 @@ from tidelog.replication import AppendRequest, HardState, Message, RaftCore
 #: Heartbeat rounds (a leader tick, then every message delivered) a reliable network needs to
 #: bring every follower to the leader's log end and high watermark, from any state.
 HEAL_ROUNDS = 3
+#: Heartbeat rounds that bring every follower to the leader's high watermark once the logs are
+#: equal. A heartbeat carries a HW capped at what the leader knows the follower holds (it must
+#: not mark as committed what the follower may lack): a follower whose acknowledgement was lost
+#: gets a capped HW, its answer tells the leader where it is, and the next heartbeat carries
+#: the whole HW.
+HW_ROUNDS = 2
 
 
 def _window_accounting_holds(c: Cluster, leader: RaftCore) -> None:
@@ -39,7 +45,8 @@ def _caught_up(c: Cluster, leader: RaftCore) -> bool:
 
 def _heal(c: Cluster, leader: RaftCore, pending: list[Message]) -> None:
     """Deliver what is still in flight, then give heartbeats over a reliable network: every
-    follower must reach the leader's log end and high watermark within HEAL_ROUNDS."""
+    follower must reach the leader's log end within HEAL_ROUNDS, and its high watermark within
+    HW_ROUNDS more."""
     c.settle(pending=pending)
     for _ in range(HEAL_ROUNDS):
         if _caught_up(c, leader):
@@ -48,9 +55,14 @@ def _heal(c: Cluster, leader: RaftCore, pending: list[Message]) -> None:
     assert _caught_up(c, leader), {
         i: c.logs[i].log_end_offset for i in c.ids
     }
-    c.heartbeat()
+    for _ in range(HW_ROUNDS):
+        c.heartbeat()
+        if all(c.cores[i].high_watermark == leader.high_watermark for i in c.ids):
+            break
     assert leader.high_watermark == leader.log_end_offset
-    assert all(c.cores[i].high_watermark == leader.high_watermark for i in c.ids)
+    assert all(c.cores[i].high_watermark == leader.high_watermark for i in c.ids), {
+        i: c.cores[i].high_watermark for i in c.ids
+    }
 
 
 def _lose_tail(c: Cluster, follower: int, keep: int) -> None:
@@ -160,4 +172,19 @@ def test_no_loss_duplication_or_reordering_leaks_the_window(
             if kind != "drop":
                 step(m)
         _window_accounting_holds(c, leader)
+    _heal(c, leader, pending)
+
+
+def test_a_follower_whose_acknowledgement_was_lost_learns_the_high_watermark() -> None:
+    # Found by the property above: the leader commits on the other follower's answer, so the
+    # first heartbeat to follower 1 carries a HW capped at what the leader knows it holds.
+    c = Cluster(max_inflight_appends=2, max_inflight_bytes=2, max_append_bytes=1,
+                check_quorum=False)
+    leader = c.elect(0)
+    leader.propose(bytes(1), 1)
+    pending = c.flush(0)
+    for m in [m for m in pending if m.dst == 1]:
+        pending.remove(m)
+        c.cores[1].step(m)
+        c.flush(1)  # its answer is lost
     _heal(c, leader, pending)
