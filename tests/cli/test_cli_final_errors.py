@@ -117,13 +117,21 @@ def test_ctrl_c_ends_produce_while_records_wait(
             [sys.executable, "-m", "tidelog.cli", "produce", leaderless,
              "--bootstrap", cluster.bootstrap, "--timeout-ms", str(_SOON_S * 2 * 1000)],
             stdin=stdin, stdout=subprocess.DEVNULL, stderr=err_file,
+            # A command still running when the test gives up is sent SIGABRT, and its threads'
+            # stacks are written to its stderr, shown in the failure.
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
     try:
         # Every line is sent (the command says so at 10,000): it now waits in flush.
         wait_for(lambda: "sent 10000 records" in stderr.read_text(), timeout=_SOON_S,
                  what="the command to send its records")
         os.kill(proc.pid, signal.SIGINT)
-        wait_for(lambda: proc.poll() is not None, timeout=20, what="exit after SIGINT")
+        try:
+            wait_for(lambda: proc.poll() is not None, timeout=20, what="exit after SIGINT")
+        except AssertionError:
+            os.kill(proc.pid, signal.SIGABRT)
+            proc.wait(10)
+            raise AssertionError(f"no exit 20 s after SIGINT:\n{stderr.read_text()}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
