@@ -19,9 +19,27 @@ from typing import Any
 import pytest
 
 from tidelog.node.replicas.loop_owned import DEBUG_THREADS_ENV
-from tidelog.testing import LocalCluster, Raw
+from tidelog.testing import LISTEN_PORTS_ENV, LocalCluster, Raw, listen_port_room
 
 os.environ.setdefault(DEBUG_THREADS_ENV, "1")
+
+
+def _own_listen_ports() -> None:
+    """Each pytest-xdist worker its own share of the listening ports, for its clusters and the
+    processes it starts (they inherit the environment): a node killed by one worker's test is
+    down for a while, its port free, and another worker's cluster picked it (a whole run on four
+    workers saw a node restart into "address in use")."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if not worker.startswith("gw") or workers < 2 or LISTEN_PORTS_ENV in os.environ:
+        return
+    room, index = listen_port_room(), int(worker[2:])
+    share = len(room) // workers
+    first = room.start + index * share
+    os.environ[LISTEN_PORTS_ENV] = f"{first}-{first + share - 1}"
+
+
+_own_listen_ports()
 
 pytest_plugins = ["conftest_spark", "conftest_tiers"]
 

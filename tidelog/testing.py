@@ -1102,17 +1102,41 @@ def _read_layout(data_dir: Path) -> tuple[dict[int, str], dict[int, str]]:
 #: Where listening ports are looked for: below the kernel's ephemeral range (see
 #: `_free_ports`), above the ports services commonly claim.
 _LISTEN_PORTS_FROM = 20_000
+#: The environment variable that narrows where `LocalCluster` looks for listening ports to
+#: ``LOW-HIGH`` (inclusive). Harnesses running side by side on one host (parallel test workers)
+#: each take a range of their own: a port is free again while a stopped node is down, and a
+#: cluster of the other harness could pick it before that node restarts on it.
+LISTEN_PORTS_ENV = "TIDELOG_LISTEN_PORTS"
+
+
+def listen_port_room() -> range:
+    """The ports `LocalCluster` picks its listening ports from: `LISTEN_PORTS_ENV` when it
+    is set, else from 20000 up to the kernel's ephemeral range."""
+    spec = os.environ.get(LISTEN_PORTS_ENV, "").strip()
+    if not spec:
+        return range(_LISTEN_PORTS_FROM, _ephemeral_ports_start())
+    low, sep, high = spec.partition("-")
+    try:
+        room = range(int(low), int(high) + 1)
+    except ValueError:
+        room = range(0)
+    if not sep or not room or room.start < 1 or room.stop > 65_536:
+        raise ConfigurationError(
+            f"{LISTEN_PORTS_ENV} must be LOW-HIGH, two ports from 1 to 65535, got {spec!r}"
+        )
+    return room
 
 
 def _free_ports(count: int) -> list[int]:
-    """Free ports below the kernel's ephemeral range, all held open together so none is
-    handed out twice. A port the kernel picks for a bind to port 0 comes from the same range
-    as the source ports of outbound connections, so one of the cluster's own connections (a
-    node dialling a peer that is still starting) could take it before the node meant to
-    listen on it binds, and that node would exit with "address in use"; no connection takes
-    a port below the range. Where the range leaves no room below it, the kernel chooses."""
-    low = _ephemeral_ports_start()
-    room = range(_LISTEN_PORTS_FROM, low)
+    """Free ports of `listen_port_room` (by default below the kernel's ephemeral range), all
+    held open together so none is handed out twice. A port the kernel picks for a bind to
+    port 0 comes from the same range as the source ports of outbound connections, so one of
+    the cluster's own connections (a node dialling a peer that is still starting) could take
+    it before the node meant to listen on it binds, and that node would exit with "address in
+    use"; no connection takes a port below the range. Where the room is too small, the kernel
+    chooses."""
+    room = listen_port_room()
+    low, high = room.start, room.stop - 1
     with contextlib.ExitStack() as stack:
         if len(room) < 16 * count:
             socks = [stack.enter_context(socket.socket()) for _ in range(count)]
@@ -1124,7 +1148,7 @@ def _free_ports(count: int) -> list[int]:
                 ports.append(_bind(sock, port))
                 if len(ports) == count:
                     return ports
-        raise ConfigurationError(f"no {count} free ports between {_LISTEN_PORTS_FROM} and {low}")
+        raise ConfigurationError(f"no {count} free ports between {low} and {high}")
 
 
 def _ephemeral_ports_start() -> int:

@@ -17,7 +17,16 @@ import pytest
 
 from tidelog import wire
 from tidelog.errors import ConfigurationError, InvalidConfigError
-from tidelog.testing import ClusterError, LocalCluster, probe, stop_cluster, wait_for
+from tidelog.testing import (
+    LISTEN_PORTS_ENV,
+    ClusterError,
+    LocalCluster,
+    _free_ports,
+    listen_port_room,
+    probe,
+    stop_cluster,
+    wait_for,
+)
 from tidelog.v1 import tidelog_pb2_grpc
 
 pytestmark = pytest.mark.timeout(90)
@@ -374,3 +383,17 @@ def test_a_base_port_puts_the_kafka_listener_after_the_node_to_node_one() -> Non
         assert cluster.address_of(1) == f"127.0.0.1:{base}"
         assert cluster.internal_address_of(1) == f"127.0.0.1:{base + 1}"
         assert cluster.kafka_address_of(1) == f"127.0.0.1:{base + 2}"
+
+
+def test_listening_ports_come_from_the_range_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parallel test workers each name their own range (tests/conftest.py), so that one
+    worker's cluster never picks the port of another's node that is down for a restart."""
+    monkeypatch.setenv(LISTEN_PORTS_ENV, "23000-23099")
+    assert listen_port_room() == range(23_000, 23_100)
+    assert all(23_000 <= port <= 23_099 for port in _free_ports(6))
+    for bad in ("23000", "x-y", "23100-23000", "0-10", "60000-70000"):
+        monkeypatch.setenv(LISTEN_PORTS_ENV, bad)
+        with pytest.raises(ConfigurationError, match=LISTEN_PORTS_ENV):
+            listen_port_room()
