@@ -32,7 +32,7 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir build/s
 echo "== pytest"
 # Test modules run in parallel, each whole on one worker (its module cluster shared by its
 # tests, its order kept): much of a cluster test's time is spent waiting on elections,
-# timeouts and other processes rather than computing, so four workers keep two cores busier
-# than three (docs/testing.md has the figures). TIDELOG_TEST_WORKERS=0 runs everything in this
-# one process.
-exec .venv/bin/python -m pytest -n "${TIDELOG_TEST_WORKERS:-4}" --dist loadfile "$@"
+# timeouts and other processes rather than computing. Three workers keep two cores busy; a
+# fourth only adds contention (docs/testing.md has the figures). TIDELOG_TEST_WORKERS=0 runs
+# everything in this one process.
+exec .venv/bin/python -m pytest -n "${TIDELOG_TEST_WORKERS:-3}" --dist loadfile "$@"
