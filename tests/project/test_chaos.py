@@ -27,18 +27,22 @@ from tidelog.cli import build_parser
 pytestmark = pytest.mark.timeout(180)
 
 SCENARIOS = {
-    "kill-leader": ("kill-leader", "kill-random"),
-    "isolate-leader": ("isolate-leader",),
-    "partition-latency": ("partition", "latency", "bandwidth"),
-    "pause": ("pause",),
+    "processes": ("kill-leader", "kill-random", "pause"),
+    "network": ("isolate-leader", "partition", "latency", "bandwidth"),
     "corrupt-replica": ("corrupt-replica",),
     "coordinator": ("kill-coordinator", "pause-coordinator", "isolate-coordinator"),
 }
+#: Seconds of faults: the families of several kinds of fault run longer, so that each kind
+#: comes up.
+DURATIONS = {"processes": 16, "network": 16}
+#: Quiet seconds between faults, and seconds each holds: a fault every few seconds.
+INTERVAL, HOLD = (1.0, 2.0), (1.5, 3.0)
 #: Small segments, so that a damaged replica has closed segments below its recovery point:
 #: a flipped byte there is found by the scrubber alone.
 NODE_OPTIONS = {"corrupt-replica": {"segment.bytes": "8192"}}
-#: Seed 6 plans only cuts for corrupt-replica; 3 plans a cut and two flipped bytes.
-SEEDS = {"corrupt-replica": 3}
+#: Seed 6 plans only cuts for corrupt-replica; 3 plans a cut and two flipped bytes. The other
+#: seeds plan every kind of fault of their family (`test_each_family_meets_every_kind_it_names`).
+SEEDS = {"corrupt-replica": 3, "network": 23, "coordinator": 5}
 #: Consumer-group members ride out the coordinator faults, a new one joining while the others
 #: are paused about every 6 s (the handover the planted bug below gets wrong).
 MEMBERS = {"coordinator": {"members": 2, "member_join_interval_s": 6.0}}
@@ -46,9 +50,8 @@ MEMBERS = {"coordinator": {"members": 2, "member_join_interval_s": 6.0}}
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
-    config = RunConfig(seed=SEEDS.get(name, 6), duration=12, nemeses=SCENARIOS[name],
-                       out=tmp_path,
-                       interval=(1.0, 2.0), hold=(1.5, 3.0),
+    config = RunConfig(seed=SEEDS.get(name, 6), duration=DURATIONS.get(name, 12),
+                       nemeses=SCENARIOS[name], out=tmp_path, interval=INTERVAL, hold=HOLD,
                        node_options=NODE_OPTIONS.get(name, {}), **MEMBERS.get(name, {}))
     report = run(config)
     assert report.ok, report.text()
@@ -75,6 +78,16 @@ def test_invariants_hold_under_faults(name: str, tmp_path: Path) -> None:
               if op.outcome == OK]
     traced = [op for op in writes if op.get("node") is not None]
     assert len(traced) > 0.9 * len(writes), f"{len(traced)} of {len(writes)} writes traced"
+
+
+def _plan(name: str) -> list[str]:
+    return [fault.kind for fault in schedule(
+        SEEDS.get(name, 6), list(SCENARIOS[name]), DURATIONS.get(name, 12), 3, INTERVAL, HOLD)]
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_each_family_meets_every_kind_it_names(name: str) -> None:
+    assert set(_plan(name)) == set(SCENARIOS[name]), _plan(name)
 
 
 def test_checker_catches_acks_before_commit(tmp_path: Path) -> None:
