@@ -215,7 +215,7 @@ class Connection:
         """The answer to a SASL token after a SaslHandshake v0: the tokens travel as bare
         size-prefixed frames, without Kafka headers; a refused one closes the connection."""
         try:
-            answer = sasl.step(token)
+            answer = await sasl.step(token)
         except SaslFailed as exc:
             raise MalformedFrame(f"SASL authentication failed: {exc}") from None
         return len(answer).to_bytes(_SIZE_BYTES, "big") + answer

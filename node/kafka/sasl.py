@@ -21,6 +21,7 @@ the stored salt and iterations), so one store serves both mechanisms.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import datetime
@@ -88,7 +89,7 @@ class PlainServer:
         self._credentials = credentials
         self.user: str | None = None
 
-    def step(self, token: bytes) -> bytes:
+    async def step(self, token: bytes) -> bytes:
         try:
             parts = token.decode().split("\0")
         except UnicodeDecodeError:
@@ -106,7 +107,11 @@ class PlainServer:
         for code in (MECHANISMS[name][0] for name in MECHANISMS):
             credential = self._credentials(user, code)
             if credential is not None:
-                if password_matches(code, credential, password):
+                # PBKDF2 with the stored salt and up to 16,384 iterations (tens of ms) runs in a
+                # thread (hashlib releases the GIL), so that clients guessing passwords do not
+                # stall the event loop the node serves every request from. The credential is
+                # immutable: the thread gets a snapshot.
+                if await asyncio.to_thread(password_matches, code, credential, password):
                     self.user = user
                     return b""
                 break
@@ -245,7 +250,7 @@ class SaslSession:
         self.raw_tokens = version == 0
         return ErrorCode.none
 
-    def step(self, token: bytes) -> bytes:
+    async def step(self, token: bytes) -> bytes:
         """The answer to the client's next token; raises SaslFailed (and the session is
         `failed`) when the client is refused."""
         if self._server is None or self.authenticated:
@@ -256,7 +261,9 @@ class SaslSession:
             if len(token) > MAX_TOKEN_BYTES:
                 raise SaslFailed(f"a SASL token of {len(token)} bytes (the limit is "
                                  f"{MAX_TOKEN_BYTES})")
-            answer = self._server.step(token)
+            server = self._server
+            answer = (await server.step(token) if isinstance(server, PlainServer)
+                      else server.step(token))
         except SaslFailed:
             self.failed = True
             raise
@@ -292,7 +299,7 @@ class SaslApis:
                 auth_bytes=b"", session_lifetime=no_lifetime,
             )
         try:
-            answer = session.step(request.auth_bytes)
+            answer = await session.step(request.auth_bytes)
         except SaslFailed as exc:
             return build(response, error_code=ErrorCode.sasl_authentication_failed,
                          error_message=str(exc), auth_bytes=b"", session_lifetime=no_lifetime)

@@ -5,6 +5,7 @@ changes as the controller plans and applies them."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -105,7 +106,7 @@ def test_plain_checks_the_password_against_the_scram_credential() -> None:
         return store.get((user, code))
 
     ok = PlainServer(lookup)
-    assert ok.step(b"\0alice\0alice-secret") == b""
+    assert asyncio.run(ok.step(b"\0alice\0alice-secret")) == b""
     assert ok.user == "alice"
     assert password_matches(SHA512, store[("alice", SHA512)], "alice-secret")
     for token, reason in ((b"\0alice\0wrong", "invalid credentials"),
@@ -115,14 +116,14 @@ def test_plain_checks_the_password_against_the_scram_credential() -> None:
                           (b"\0\0pw", "username not specified"),
                           (b"\0alice\0", "password not specified")):
         with pytest.raises(SaslFailed, match=reason):
-            PlainServer(lookup).step(token)
+            asyncio.run(PlainServer(lookup).step(token))
 
 
 def test_a_session_needs_its_handshake_and_ends_on_a_failure() -> None:
     store = _store("user", "pencil")
     session = SaslSession(("SCRAM-SHA-256",), lambda user, code: store.get((user, code)))
     with pytest.raises(SaslFailed, match="without a SaslHandshake"):
-        session.step(RFC_CLIENT_FIRST)
+        asyncio.run(session.step(RFC_CLIENT_FIRST))
     assert session.failed
 
     session = SaslSession(("SCRAM-SHA-256",), lambda user, code: store.get((user, code)))
@@ -132,10 +133,10 @@ def test_a_session_needs_its_handshake_and_ends_on_a_failure() -> None:
     session = SaslSession(("SCRAM-SHA-256",), lambda user, code: store.get((user, code)))
     assert session.handshake("SCRAM-SHA-256", 1) is ErrorCode.none
     assert not session.raw_tokens
-    session.step(RFC_CLIENT_FIRST)
+    asyncio.run(session.step(RFC_CLIENT_FIRST))
     assert not session.authenticated
     with pytest.raises(SaslFailed):
-        session.step(RFC_CLIENT_FINAL)  # another server nonce than the example's
+        asyncio.run(session.step(RFC_CLIENT_FINAL))  # another server nonce than the example's
     assert session.failed and not session.authenticated
     assert session.principal == "User:ANONYMOUS"
 
@@ -174,3 +175,29 @@ def test_credentials_are_planned_per_user_as_kafkas_controller_checks_them() -> 
     for record in records:
         apply(stored, record)
     assert stored == {}
+
+
+def test_plain_checks_the_password_off_the_event_loop() -> None:
+    """PBKDF2 with 16,384 iterations takes tens of milliseconds: run on the event loop, every
+    password a client guesses would stall each request the node serves meanwhile."""
+    store = _store("alice", "alice-secret", SHA512, 16_384, b"salt")
+
+    async def turns_during_the_check() -> int:
+        turns, checking = 0, True
+
+        async def other_work() -> None:
+            nonlocal turns
+            while checking:
+                turns += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other_work())
+        await asyncio.sleep(0)
+        before = turns
+        server = PlainServer(lambda user, code: store.get((user, code)))
+        assert await server.step(b"\0alice\0alice-secret") == b""
+        checking = False
+        await task
+        return turns - before
+
+    assert asyncio.run(turns_during_the_check()) > 0
