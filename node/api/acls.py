@@ -10,7 +10,6 @@ answered by any node from the ACLs it has applied.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from enum import IntEnum
 from typing import Any, TypeVar
@@ -31,25 +30,15 @@ from tidelog.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from tidelog.node.api.authorization import Authorization
-from tidelog.node.api.controller_api import ControllerApi, ControllerForward
+from tidelog.node.api.controller_api import ControllerApi
 from tidelog.node.api.forwarding import FORWARD_TIMEOUT_S, at_controller
 from tidelog.node.api.rules import error_answer
-from tidelog.node.cluster.controller_driver import ControllerDriver
-from tidelog.node.config import NodeConfig
 from tidelog.v1 import tidelog_pb2 as pb
 
 E = TypeVar("E", bound=IntEnum)
 
 
 class AclApi(ControllerApi):
-    def __init__(
-        self, config: NodeConfig, controller: ControllerDriver, authorization: Authorization,
-        forward: ControllerForward,
-    ) -> None:
-        super().__init__(config, controller, authorization, forward)
-        self._changing = asyncio.Lock()
-
     def failed(self, method: str, request: Any, exc: errors.TidelogError) -> Any:
         return all_failed(method, request, exc)
 

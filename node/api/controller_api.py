@@ -11,6 +11,7 @@ between nodes that disagree.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from functools import partial
@@ -83,6 +84,9 @@ class ControllerApi:
         self.controller = controller
         self.authorization = authorization
         self._forward = forward
+        #: Changes planned against the controller's image (ACLs, SCRAM credentials) go one at
+        #: a time, so that each plan sees what the one before it applied.
+        self._changing = asyncio.Lock()
 
     def failed(self, method: str, request: Any, exc: errors.TidelogError) -> Any:
         raise NotImplementedError

@@ -11,7 +11,6 @@ credentials it has applied: mechanisms and iterations, never a salt or a key.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import grpc
@@ -20,23 +19,13 @@ from tidelog import errors
 from tidelog.acl import Operation
 from tidelog.coordinator import scram_credentials
 from tidelog.coordinator.scram_credentials import ScramDeletion, ScramUpsertion
-from tidelog.node.api.authorization import Authorization
-from tidelog.node.api.controller_api import ControllerApi, ControllerForward
+from tidelog.node.api.controller_api import ControllerApi
 from tidelog.node.api.forwarding import at_controller, change_timeout_s
 from tidelog.node.api.rules import error_answer
-from tidelog.node.cluster.controller_driver import ControllerDriver
-from tidelog.node.config import NodeConfig
 from tidelog.v1 import tidelog_pb2 as pb
 
 
 class ScramCredentialsApi(ControllerApi):
-    def __init__(
-        self, config: NodeConfig, controller: ControllerDriver, authorization: Authorization,
-        forward: ControllerForward,
-    ) -> None:
-        super().__init__(config, controller, authorization, forward)
-        self._changing = asyncio.Lock()
-
     def failed(self, method: str, request: Any, exc: errors.TidelogError) -> Any:
         return all_failed(request, exc)
 
