@@ -146,6 +146,9 @@ class PartitionReplica:
         #: (`open_transactions`); emptied with `_producers`, on the loop's side alone.
         self._txn_starts: dict[int, int] = {}
         self._acks_all: list[_ProduceWaiter] = []
+        #: The timer of `_recheck_acks_all` while a committed acks=all write waits for more
+        #: replicas than a majority.
+        self._recheck: asyncio.TimerHandle | None = None
         self._acks_local: list[_ProduceWaiter] = []
         self._data_waiters: list[asyncio.Future[None]] = []
         self._caught_up_ms: dict[int, float] = {}
@@ -357,23 +360,36 @@ class PartitionReplica:
     def _complete_acks_all(self) -> None:
         """Complete the acks=all writes that are committed and, when min.insync.replicas is
         above a majority, held by that many replicas (the leader's log, the followers'
-        matched ends)."""
+        matched ends); a committed write gets NOT_ENOUGH_REPLICAS_AFTER_APPEND once fewer
+        than that many are in sync. A committed write left waiting for a replica beyond the
+        majority is looked at again a lag interval later (`_recheck_acks_all`): if that
+        replica went silent, nothing else would wake it before it falls out of sync."""
         waiters = self._acks_all
         end = self.high_watermark
         need = self._min_insync()
         if not waiters or waiters[0].last_offset >= end or need == 1:
             self._complete(waiters, end)
             return
-        if need > len(self.replicas) // 2 + 1:
+        in_sync = len(self.in_sync_replicas(self._lag_max_ms))
+        short = None
+        if in_sync < need:
+            short = errors.NotEnoughReplicasAfterAppendError(
+                f"{self.tp}: written, but {in_sync} in-sync replica(s) where "
+                f"min.insync.replicas is {need}"
+            )
+        elif need > len(self.replicas) // 2 + 1:
             held = sorted((self.log.log_end_offset if r == self.node_id
                            else self.core.match_of(r) for r in self.replicas), reverse=True)
             end = min(end, held[need - 1])
-        in_sync = len(self.in_sync_replicas(self._lag_max_ms))
-        short = None if in_sync >= need else errors.NotEnoughReplicasAfterAppendError(
-            f"{self.tp}: written, but {in_sync} in-sync replica(s) where "
-            f"min.insync.replicas is {need}"
-        )
         self._complete(waiters, end, short)
+        if waiters and waiters[0].last_offset < self.high_watermark and self._recheck is None:
+            self._recheck = asyncio.get_running_loop().call_later(
+                self._lag_max_ms / 1000, self._recheck_acks_all)
+
+    def _recheck_acks_all(self) -> None:
+        self._recheck = None
+        if self.is_leader:
+            self._complete_acks_all()
 
     def _fail_waiters(self, exc: errors.TidelogError) -> None:
         self.reads.fail_all(errors.NotLeaderOrFollowerError(str(exc)))

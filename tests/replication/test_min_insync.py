@@ -39,11 +39,11 @@ LAG_MS = 60_000
 class _Group:
     """Node 1's replica and the followers 2 and 3 as the test plays them."""
 
-    def __init__(self, tmp_path: Path, min_insync: int) -> None:
+    def __init__(self, tmp_path: Path, min_insync: int, lag_ms: int = LAG_MS) -> None:
         self.replica = PartitionReplica(
             TP, 1, (1, 2, 3), tmp_path / "guarded-0", LogConfig(min_insync_replicas=min_insync),
             RaftConfig(), seed=1, term_votes=TermVotes(tmp_path / TERM_VOTES_FILE),
-            replica_lag_max_ms=LAG_MS,
+            replica_lag_max_ms=lag_ms,
         )
         self.driver: Driver[PartitionReplica] = Driver(self)
         self.out: list[Message] = []
@@ -169,5 +169,26 @@ def test_a_write_committed_while_too_few_are_in_sync_is_not_enough_after_append(
         assert group.replica.high_watermark == first_end
         assert first.done() and not second.done()
         assert isinstance(first.exception(), errors.NotEnoughReplicasAfterAppendError)
+
+    asyncio.run(run())
+
+
+def test_a_write_waiting_for_a_replica_that_falls_out_of_sync_is_not_enough_after_append(
+    tmp_path: Path,
+) -> None:
+    """Above a majority, a committed write waits for the third replica; when that replica stops
+    answering, the write must not wait for it forever (nothing else would wake it: no new write,
+    no answer). Once it has lagged replica.lag.max.ms it is out of the ISR and the write gets
+    20, as Kafka's purgatory answers a produce when the ISR shrinks below min.insync.replicas."""
+    async def run() -> None:
+        group = _Group(tmp_path, min_insync=3, lag_ms=200)
+        group.lead()
+        group.exchange({2, 3})
+        done = group.produce()
+        group.exchange({2})  # committed by the leader and node 2; node 3 is silent from now on
+        assert group.replica.high_watermark == group.replica.log.log_end_offset
+        assert not done.done()
+        with pytest.raises(errors.NotEnoughReplicasAfterAppendError):
+            await asyncio.wait_for(done, 10)
 
     asyncio.run(run())
