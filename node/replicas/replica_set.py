@@ -172,6 +172,11 @@ class ReplicaSet:
         #: the reason ticks are (`tick_loop`): a node whose own loop stalled must not take
         #: the envelopes still queued for it for silence.
         self._ticks = 0
+        #: The tick loop's sleep: the ticks counted when it began, when the last of them was
+        #: due (`time.monotonic`), and how many ticks it lasts (one while a core is awake);
+        #: and what wakes the loop then (`_hurry` brings it forward).
+        self._window: tuple[int, float, int] = (0, 0.0, 1)
+        self._alarm: tuple[asyncio.Future[None], asyncio.TimerHandle] | None = None
         self._heard: dict[int, int] = {}
         #: Heartbeats and heartbeat answers of Raft groups this node sent (node liveness's
         #: envelopes not counted): per proposal (`PartitionReplica.proposals`), what the
@@ -190,7 +195,7 @@ class ReplicaSet:
             self.dialer,
             config.heartbeat_interval_ms / 1000,
             lambda: self.loop_turned,
-            lambda: self._ticks,
+            self.tick_count,
         )
 
     def connect_peer(self, address: str) -> grpc.aio.Channel:
@@ -216,7 +221,7 @@ class ReplicaSet:
         link = PeerLink(self.node_id, peer_id, address, self.dialer)
         link.start()
         self.links[peer_id] = link
-        self._heard[peer_id] = self._ticks
+        self._heard[peer_id] = self.tick_count()
         self.beacon.add_peer(peer_id, address)
 
     def unlink_peer(self, peer_id: int) -> None:
@@ -276,6 +281,8 @@ class ReplicaSet:
         if replica.core.quiesced:
             self._awake.discard(replica)
         else:
+            if not self._awake and self._alarm is not None:
+                self._hurry()
             self._awake.add(replica)
 
     def on_published(self, tp: TopicPartition, hook: Callable[[], None]) -> None:
@@ -644,21 +651,84 @@ class ReplicaSet:
         """One tick per interval, for the replicas whose cores are awake, then node liveness.
         Ticks a stalled loop missed are dropped, not replayed back to back: a node that was
         starved of CPU for 300 ms must not count 30 ticks at once and start an election
-        against a leader whose heartbeats are merely queued."""
-        interval = self.config.raft_tick_ms / 1000
-        next_tick = time.monotonic()
-        while True:
-            next_tick = max(next_tick + interval, time.monotonic())
-            await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
-            self.tick()
+        against a leader whose heartbeats are merely queued.
 
-    def tick(self) -> None:
-        """One tick of the tick loop (`tick_loop`): the awake cores, then node liveness each
-        heartbeat interval."""
-        self._ticks += 1
+        While no core here is awake, a tick has nothing to do but count and, each heartbeat
+        interval, node liveness: the loop then sleeps to the next heartbeat interval's tick and
+        counts the ticks that came due meanwhile, as many as the loop waking for each would
+        have counted (never more: one that wakes late counts up to that tick, and drops the
+        rest), so node liveness and pacing see the same counts a fifth of the wake-ups later
+        (each wake-up of a node's loop cost about as much as a tick's work, 100 a second on
+        every node of an idle cluster). A core that wakes meanwhile (`_touch`) brings the
+        wake-up forward to the next tick due (`_hurry`): it is ticked from the tick after it
+        woke, as before; and the peers' envelopes are counted as heard at the tick that
+        would have run last (`tick_count`)."""
+        loop = asyncio.get_running_loop()
+        interval = self.config.raft_tick_ms / 1000
+        due = time.monotonic()  # when the last tick counted was due
+        while True:
+            # The next tick is due an interval after the last, or now if that passed.
+            due = max(due, time.monotonic() - interval)
+            heartbeat = self.raft_config.heartbeat_ticks
+            ticks = 1 if self._awake else heartbeat - self._ticks % heartbeat
+            self._window = (self._ticks, due, ticks)
+            alarm: asyncio.Future[None] = loop.create_future()
+            self._alarm = (alarm, loop.call_at(due + ticks * interval, _ring, alarm))
+            try:
+                await alarm
+            finally:
+                self._alarm[1].cancel()
+                self._alarm = None
+            # The ticks due by now. A timer may ring up to a millisecond early (libuv's clock
+            # is cached and counts whole ms): as the loop that woke for each tick did, it
+            # counts the tick it rang for.
+            counted = min(ticks, max(1, int((time.monotonic() - due) / interval + 0.1)))
+            due += counted * interval
+            self.tick(counted)
+
+    def tick_count(self) -> int:
+        """The ticks the tick loop counted by now, as a loop that woke for each tick would
+        have: while it sleeps over ticks with no core awake (`tick_loop`), those that came
+        due meanwhile, but the last. Node liveness counts a peer heard at this tick
+        (`step`), and the beacon reports it to the peers (`tidelog.replication.pacing`);
+        called from the beacon's thread too (`_window` is replaced whole)."""
+        ticks, due, window = self._window
+        if window == 1:
+            return ticks
+        elapsed = int((time.monotonic() - due) / (self.config.raft_tick_ms / 1000))
+        return ticks + max(0, min(window - 1, elapsed))
+
+    def _hurry(self) -> None:
+        """A core woke while the tick loop sleeps over a heartbeat interval's ticks: it wakes
+        at the next tick due instead, which ticks the core as a loop ticking every interval
+        would have."""
+        alarm = self._alarm
+        ticks, due, window = self._window
+        if alarm is None or window == 1:
+            return
+        interval = self.config.raft_tick_ms / 1000
+        passed = int((time.monotonic() - due) / interval)
+        if passed + 1 >= window:
+            return  # it rings at that tick anyway
+        future, handle = alarm
+        handle.cancel()
+        at = due + (passed + 1) * interval
+        self._alarm = (future, asyncio.get_running_loop().call_at(at, _ring, future))
+        self._window = (ticks, due, passed + 1)
+
+    def tick(self, ticks: int = 1) -> None:
+        """`ticks` ticks of the tick loop (`tick_loop`: more than one only while no core is
+        awake): the awake cores ticked once, then node liveness when a heartbeat interval's
+        tick is among them."""
+        first = self._ticks
+        self._ticks += ticks
+        self._window = (self._ticks, 0.0, 1)  # until the loop sleeps again
         self.loop_turned = time.monotonic()
-        # Only the cores whose tick did more than count (`RaftCore.tick`) are looked at.
-        lagging = self._pacing.lagging(self._ticks, self._down)
+        # Pacing counts each tick; only the cores whose tick did more than count
+        # (`RaftCore.tick`) are looked at.
+        lagging: set[int] = set()
+        for tick in range(first + 1, self._ticks + 1):
+            lagging = self._pacing.lagging(tick, self._down)
         down = self._down
         if lagging:
             acted = [r for r in self._awake
@@ -670,7 +740,8 @@ class ReplicaSet:
                 self._awake.discard(replica)
         self._dirty.update(acted)
         self._send_prompt(acted)
-        if self._ticks % self.raft_config.heartbeat_ticks == 0:
+        heartbeat = self.raft_config.heartbeat_ticks
+        if self._ticks // heartbeat != first // heartbeat:
             self._liveness()
         if self._dirty:
             self._work.set()
@@ -712,8 +783,9 @@ class ReplicaSet:
         """Step the Raft messages of one envelope addressed to this node into their cores."""
         stepped: dict[TopicPartition, PartitionReplica] = {}
         now = time.monotonic()
-        self._heard[env.src] = self._ticks
-        if env.ticks and self._pacing.report(env.src, env.ticks, self._ticks):
+        ticks = self.tick_count()
+        self._heard[env.src] = ticks
+        if env.ticks and self._pacing.report(env.src, env.ticks, ticks):
             # Its node restarted: what its replicas led before, they lead no more.
             for led in self.partitions.values():
                 if led.core.leader_id == env.src and not led.offline:
@@ -841,6 +913,12 @@ class ReplicaSet:
             outgoing = self._outbox[message.dst] = Outgoing(self.node_id, message.dst)
         outgoing.add(tp, message)
 
+
+
+def _ring(alarm: asyncio.Future[None]) -> None:
+    """The tick loop's alarm (`ReplicaSet.tick_loop`)."""
+    if not alarm.done():
+        alarm.set_result(None)
 
 
 def _delete_replica_files(replica: PartitionReplica) -> None:
