@@ -157,6 +157,8 @@ class LocalCluster:
     node-to-node listener on ``base_port + nodes + N - 1``, its Kafka listener on
     ``base_port + 2 x nodes + N - 1``; ``base_port`` 0 picks free ports once (the Kafka
     listener's at every start); restarts reuse them.
+    ``first_node_id`` numbers the nodes from it rather than 1 (0: Kafka's first broker id;
+    the port formulas above count N from it).
     ``node_config`` holds node settings by Python or Kafka name (``segment_bytes=1024`` or
     ``**{"segment.bytes": 1024}``); other names are topic defaults.
     ``require_controller``: readiness also needs every live node to know a metadata leader.
@@ -194,6 +196,7 @@ class LocalCluster:
         client_ca: bool = False,
         hosts: Mapping[int, str] | None = None,
         command_prefix: Callable[[int], Sequence[str]] | None = None,
+        first_node_id: int = 1,
         **node_config: object,
     ) -> None:
         if nodes < 1:
@@ -205,11 +208,16 @@ class LocalCluster:
             )
         if client_ca and not tls:
             raise ConfigurationError("client_ca needs tls: a plaintext cluster has no CA")
+        if first_node_id < 0 or (hosts is not None and first_node_id != 1):
+            raise ConfigurationError(
+                f"first_node_id must be >= 0 (and 1 with hosts), got {first_node_id}")
         if not 0 <= base_port <= 65535 - 3 * nodes:
             raise ConfigurationError(f"base port {base_port} leaves no room for {nodes} nodes")
         self._owns_dir = data_dir is None
         self._dir = Path(data_dir if data_dir is not None else tempfile.mkdtemp(prefix="tidelog-"))
         self._nodes = nodes
+        #: The nodes are numbered from it (Kafka's broker ids may start at 0).
+        self._first_node_id = first_node_id
         self._base_port = base_port
         self._node_config = node_config
         self.require_controller = require_controller
@@ -523,7 +531,7 @@ class LocalCluster:
             if self._base_port
             else _free_ports(count)
         )
-        ids = range(1, self._nodes + 1)
+        ids = range(self._first_node_id, self._first_node_id + self._nodes)
         hosts = [self._hosts.get(n, "127.0.0.1") for n in (*ids, *ids)]
         addresses = _addresses(ports, hosts)
         return (
@@ -618,7 +626,8 @@ class LocalCluster:
         # Every node has a Kafka listener (kafka_address_of): with a base port, on the port
         # after the node-to-node ones (base_port + 2 x nodes + N - 1), so that it is known
         # before the cluster starts; else on a free port of its host.
-        kafka_port = self._base_port + 2 * self._nodes + node_id - 1 if self._base_port else 0
+        kafka_port = (self._base_port + 2 * self._nodes + node_id - self._first_node_id
+                      if self._base_port else 0)
         props.setdefault("kafka.listen", f"{self._hosts.get(node_id, '127.0.0.1')}:{kafka_port}")
         if self.tls:
             files = self._certificates(f"node-{node_id}", node=True)

@@ -17,12 +17,18 @@ removes them. The answer's low watermark is the leader's log start offset.
 
 DescribeLogDirs (Kafka's api 35) names the node's one log directory, its data.dir, with the
 size of the file system under it and the bytes of each replica's segment files, read on the
-disk thread, which is the only writer of every log.
+disk thread, which is the only writer of every log. AlterReplicaLogDirs (Kafka's api 34) moves
+replicas between a node's log directories; with one directory there is nowhere to move them:
+a replica the node holds asked into its directory is there already (NONE, as Kafka answers a
+replica already in place), another path is LOG_DIR_NOT_FOUND (Kafka's answer for a path that
+is not one of its log.dirs), and a partition the node holds no replica of
+REPLICA_NOT_AVAILABLE, as Kafka answers it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Callable
 
@@ -154,3 +160,33 @@ class RecordsApi:
 
         result = await asyncio.get_running_loop().run_in_executor(self.replicas.disk, describe)
         return pb.DescribeLogDirsResponse(results=[result])
+
+    async def alter_replica_log_dirs(
+        self, request: pb.AlterReplicaLogDirsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterReplicaLogDirsResponse:
+        """Each replica's answer to its move into the directory asked (module docstring);
+        ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED for the whole request."""
+        refused = self.authorization.caller_cluster_refused(context, Operation.ALTER)
+        if refused is not None:
+            return error_answer(pb.AlterReplicaLogDirsResponse, refused)
+        directory = self.config.data_dir.resolve()  # the path DescribeLogDirs names
+        moves, twice = each_once(
+            (TopicPartition(t.topic, p), d.path)
+            for d in request.dirs for t in d.topics for p in t.partitions)
+        response = pb.AlterReplicaLogDirsResponse()
+        answers = Answers(response)
+        for tp, path in moves.items():
+            answer = answers.add(tp)
+            error: errors.TidelogError | None = None
+            if tp in twice:
+                error = errors.InvalidRequestError(f"{tp} appears more than once")
+            elif not (os.path.isabs(path) and os.path.normpath(path) == str(directory)):
+                error = errors.LogDirNotFoundError(
+                    f"{path[:200]!r} is not a log directory of node {self.config.node_id}: "
+                    f"its one log directory is {directory}")
+            elif tp not in self.replicas.partitions:
+                error = errors.ReplicaNotAvailableError(
+                    f"node {self.config.node_id} holds no replica of {tp}")
+            if error is not None:
+                answer.error_code, answer.error_message = error.code, str(error)
+        return response

@@ -28,6 +28,7 @@ from tidelog.node.api.elections import ElectionApi
 from tidelog.node.api.find_coordinator import FindCoordinatorApi
 from tidelog.node.api.forwarding import Forwarder
 from tidelog.node.api.groups import GroupApi
+from tidelog.node.api.quorum import QuorumApi
 from tidelog.node.api.reassignment import ReassignmentApi
 from tidelog.node.api.records import RecordsApi
 from tidelog.node.api.scram_credentials import ScramCredentialsApi
@@ -96,6 +97,10 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self.records = RecordsApi(
             config, replicas, authorization, self.data_plane.resolve_leader)
         self.elections = ElectionApi(config, controller, replicas, routing, authorization)
+        self.quorum = QuorumApi(config, controller, authorization, forward)
+        #: Kafka's ElectLeaders goes to any node, which sends each partition's election to its
+        #: leader with it (node/kafka/cluster_admin.py).
+        self.forwarder = forwarder
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
@@ -292,3 +297,13 @@ class TidelogServicer(tidelog_pb2_grpc.TidelogServicer):
         self, request: pb.ElectLeadersRequest, context: grpc.aio.ServicerContext
     ) -> pb.ElectLeadersResponse:
         return await self.elections.elect_leaders(request, context)
+
+    async def AlterReplicaLogDirs(
+        self, request: pb.AlterReplicaLogDirsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterReplicaLogDirsResponse:
+        return await self.records.alter_replica_log_dirs(request, context)
+
+    async def DescribeQuorum(
+        self, request: pb.DescribeQuorumRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeQuorumResponse:
+        return await self.quorum.describe_quorum(request, context)

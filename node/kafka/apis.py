@@ -13,6 +13,7 @@ from tidelog.node.kafka.acls import add_acls
 from tidelog.node.kafka.api_versions import add_api_versions
 from tidelog.node.kafka.classic_members import add_classic_members
 from tidelog.node.kafka.cluster import add_cluster
+from tidelog.node.kafka.cluster_admin import add_cluster_admin
 from tidelog.node.kafka.configs import add_configs
 from tidelog.node.kafka.consumer_groups import add_consumer_groups
 from tidelog.node.kafka.fetch import add_fetch
@@ -48,6 +49,7 @@ def kafka_registry(parts: KafkaParts) -> ApiRegistry:
     add_configs(registry, parts.servicer)
     add_acls(registry, parts.servicer)
     add_cluster(registry, parts.servicer, parts.controller, parts.routing)
+    add_cluster_admin(registry, parts.config, parts.servicer, parts.controller, parts.routing)
     add_groups(registry, parts.servicer, parts.routing)
     add_transactions(registry, parts.servicer)
     add_classic_members(registry, parts.servicer)

@@ -85,12 +85,14 @@ class SpawnedService:
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, Any]:
     """One node (the suite's external fixture is one broker with replication factor 1),
-    with ACLs on and allowed where none is set, as the suite's ACL test needs an
+    with node id 0 as that broker's (test_create_partitions places new partitions on broker
+    0), with ACLs on and allowed where none is set, as the suite's ACL test needs an
     authorizer and every other test an open cluster; topics created on first use, with the
     partitions the suite's own broker gives them, as the producer tests need (they never
     create theirs) and Kafka's default is."""
-    return {"nodes": 1, "authorizer": "acl", "allow_everyone_if_no_acl_found": "true",
-            "auto_create_topics_enable": "true", "num_partitions": NUM_PARTITIONS}
+    return {"nodes": 1, "first_node_id": 0, "authorizer": "acl",
+            "allow_everyone_if_no_acl_found": "true", "auto_create_topics_enable": "true",
+            "num_partitions": NUM_PARTITIONS}
 
 
 def _sdist() -> Path:

@@ -264,6 +264,9 @@ def _requests() -> dict[str, Callable[[], Message]]:
         "ElectLeaders": lambda: pb.ElectLeadersRequest(
             election_type=0, timeout_ms=1000,
             topic_partitions=[pb.TopicPartitions(topic=GRANTED, partitions=[0])]),
+        "AlterReplicaLogDirs": lambda: pb.AlterReplicaLogDirsRequest(dirs=[pb.AlterReplicaLogDir(
+            path="/elsewhere", topics=[pb.TopicPartitions(topic=GRANTED, partitions=[0])])]),
+        "DescribeQuorum": lambda: pb.DescribeQuorumRequest(),
         # The node-to-node service: what each call asks is refused or harmless.
         "RegisterNode": lambda: raft_pb2.RegisterNodeRequest(
             node_id=99, incarnation="not-an-incarnation"),

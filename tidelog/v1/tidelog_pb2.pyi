@@ -1575,3 +1575,77 @@ class ElectLeadersPartitionResult(_message.Message):
     error_code: int
     error_message: str
     def __init__(self, partition_id: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class AlterReplicaLogDirsRequest(_message.Message):
+    __slots__ = ("dirs",)
+    DIRS_FIELD_NUMBER: _ClassVar[int]
+    dirs: _containers.RepeatedCompositeFieldContainer[AlterReplicaLogDir]
+    def __init__(self, dirs: _Optional[_Iterable[_Union[AlterReplicaLogDir, _Mapping]]] = ...) -> None: ...
+
+class AlterReplicaLogDir(_message.Message):
+    __slots__ = ("path", "topics")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, path: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class AlterReplicaLogDirsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "topics")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    topics: _containers.RepeatedCompositeFieldContainer[AlterReplicaLogDirTopic]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[AlterReplicaLogDirTopic, _Mapping]]] = ...) -> None: ...
+
+class AlterReplicaLogDirTopic(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[AlterReplicaLogDirPartition]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[AlterReplicaLogDirPartition, _Mapping]]] = ...) -> None: ...
+
+class AlterReplicaLogDirPartition(_message.Message):
+    __slots__ = ("partition", "error_code", "error_message")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    error_code: int
+    error_message: str
+    def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class DescribeQuorumRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeQuorumResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "leader_id", "leader_epoch", "high_watermark", "voters", "observers")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    OBSERVERS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: _containers.RepeatedCompositeFieldContainer[QuorumReplica]
+    observers: _containers.RepeatedCompositeFieldContainer[QuorumReplica]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[QuorumReplica, _Mapping]]] = ..., observers: _Optional[_Iterable[_Union[QuorumReplica, _Mapping]]] = ...) -> None: ...
+
+class QuorumReplica(_message.Message):
+    __slots__ = ("node_id", "log_end_offset", "last_caught_up_timestamp_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_CAUGHT_UP_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    log_end_offset: int
+    last_caught_up_timestamp_ms: int
+    def __init__(self, node_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., last_caught_up_timestamp_ms: _Optional[int] = ...) -> None: ...

@@ -221,6 +221,16 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
+        self.AlterReplicaLogDirs = channel.unary_unary(
+                '/tidelog.v1.Tidelog/AlterReplicaLogDirs',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.AlterReplicaLogDirsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AlterReplicaLogDirsResponse.FromString,
+                _registered_method=True)
+        self.DescribeQuorum = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DescribeQuorum',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeQuorumRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeQuorumResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -522,6 +532,25 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterReplicaLogDirs(self, request, context):
+        """Moves replicas the node asked holds to another of its log directories (Kafka's api 34);
+        needs ALTER on the cluster. A node has one log directory, its data.dir: a replica asked
+        into it is there already (NONE), any other path is LOG_DIR_NOT_FOUND. A client asks each
+        node about its own replicas.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeQuorum(self, request, context):
+        """The controller's Raft quorum (Kafka's api 55): its leader, epoch and high watermark, its
+        voters and learners with what the leader knows of their logs; needs DESCRIBE on the
+        cluster. Answered by the controller leader (another node forwards it there).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -709,6 +738,16 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterReplicaLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterReplicaLogDirs,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AlterReplicaLogDirsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.AlterReplicaLogDirsResponse.SerializeToString,
+            ),
+            'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeQuorum,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeQuorumRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeQuorumResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1712,6 +1751,60 @@ class Tidelog:
             '/tidelog.v1.Tidelog/ElectLeaders',
             tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterReplicaLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/AlterReplicaLogDirs',
+            tidelog_dot_v1_dot_tidelog__pb2.AlterReplicaLogDirsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.AlterReplicaLogDirsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeQuorum(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DescribeQuorum',
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeQuorumRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeQuorumResponse.FromString,
             options,
             channel_credentials,
             insecure,
