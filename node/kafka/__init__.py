@@ -23,7 +23,8 @@ The room:
   ``transactions.py`` (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit),
   ``sasl.py`` (SaslHandshake, SaslAuthenticate and the SASL exchanges of a SASL listener's
   connections), ``scram_credentials.py`` (DescribeUserScramCredentials,
-  AlterUserScramCredentials).
+  AlterUserScramCredentials), ``cluster_admin.py`` (DescribeLogDirs, AlterReplicaLogDirs,
+  ElectLeaders, DescribeQuorum, DescribeTopicPartitions).
 
 How to add an API (say Produce, key 0):
 

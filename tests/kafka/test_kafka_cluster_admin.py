@@ -256,7 +256,9 @@ def test_a_node_that_does_not_lead_the_partition_has_its_leader_hand_over(
 ) -> None:
     """ElectLeaders asked of the one node of three that neither leads the partition nor is
     its preferred replica: the election is carried out by the leader, which hands over to the
-    preferred replica named by a reassignment; asked again, it is not needed."""
+    preferred replica named by a reassignment; asked again, it is not needed. The same
+    cluster's quorum, described by a node that does not lead it (`_quorum_asked_of_a_follower`):
+    the 3-node boot is this module's dearest step."""
     # Leaders stay where they are unless elected (no automatic preferred-leader rebalance).
     with LocalCluster(nodes=3, data_dir=tmp_path / "elect",
                       auto_leader_rebalance_enable=False) as three, \
@@ -292,5 +294,30 @@ def test_a_node_that_does_not_lead_the_partition_has_its_leader_hand_over(
             wait_for(elected, CLIENT_TIMEOUT_S, "the preferred replica elected")
             assert three.leader_of(("ca-elect", 0)) == target
             assert elect() == ELECTION_NOT_NEEDED
+            _quorum_asked_of_a_follower(three, admin)
         finally:
             admin.close()
+
+
+def _quorum_asked_of_a_follower(three: LocalCluster, admin: KafkaAdminClient) -> None:
+    """DescribeQuorum asked of a node that does not lead the controller's quorum: the answer
+    is the leader's (forwarded there), with the three voters, the leader's log end and
+    caught-up time its own, the followers' log ends what the leader knows they hold."""
+    controller = wait_for(lambda: admin.describe_cluster()["controller_id"] in three.node_ids
+                          and admin.describe_cluster()["controller_id"],
+                          CLIENT_TIMEOUT_S, "a controller")
+    follower = next(n for n in three.node_ids if n != controller)
+    answer = _send(admin, DescribeQuorumRequest(topics=[
+        DescribeQuorumRequest.TopicData(topic_name="__cluster_metadata", partitions=[
+            DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])]),
+        node_id=follower)
+    assert answer.error_code == NONE
+    [partition] = answer.topics[0].partitions
+    assert (partition.error_code, partition.leader_id) == (NONE, controller)
+    voters = {v.replica_id: v for v in partition.current_voters}
+    assert sorted(voters) == three.node_ids and partition.observers == []
+    assert voters[controller].log_end_offset >= partition.high_watermark > 0
+    assert voters[controller].last_caught_up_timestamp > 0
+    assert all(0 <= voters[n].log_end_offset <= voters[controller].log_end_offset
+               and voters[n].last_caught_up_timestamp == -1
+               for n in voters if n != controller)
