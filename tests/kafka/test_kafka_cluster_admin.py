@@ -303,9 +303,10 @@ def _quorum_asked_of_a_follower(three: LocalCluster, admin: KafkaAdminClient) ->
     """DescribeQuorum asked of a node that does not lead the controller's quorum: the answer
     is the leader's (forwarded there), with the three voters, the leader's log end and
     caught-up time its own, the followers' log ends what the leader knows they hold."""
-    controller = wait_for(lambda: admin.describe_cluster()["controller_id"] in three.node_ids
-                          and admin.describe_cluster()["controller_id"],
-                          CLIENT_TIMEOUT_S, "a controller")
+    controller = wait_for(
+        lambda: next((n for n in [admin.describe_cluster()["controller_id"]]
+                      if n in three.node_ids), None),
+        CLIENT_TIMEOUT_S, "a controller")
     follower = next(n for n in three.node_ids if n != controller)
     answer = _send(admin, DescribeQuorumRequest(topics=[
         DescribeQuorumRequest.TopicData(topic_name="__cluster_metadata", partitions=[
