@@ -164,6 +164,15 @@ class ReplicaSet:
         self._metadata_raft_config = dataclasses.replace(self.raft_config, eager_hw=True)
         #: Replicas whose cores are not quiesced: the only ones the tick loop ticks.
         self._awake: set[PartitionReplica] = set()
+        #: The replicas the driver saw win leadership and not lose it since (`leadership`):
+        #: what the chores over the partitions led here walk (`Housekeeping`), a third of the
+        #: replicas of a 3-node cluster instead of all. One may have stopped leading since
+        #: (taken offline, its core built again): they check `is_leader`.
+        self.led: set[PartitionReplica] = set()
+        #: Counts the changes of the replicas in service (one registered, removed, taken
+        #: offline or back, its log reopened): a chore over their logs that found nothing to do
+        #: need not look again until it changes (`tidelog.node.replicas.scrubber`).
+        self.changes = 0
         #: Replicas the next round of the Ready loop looks at; every replica when ``_all``.
         self._dirty: set[PartitionReplica] = set()
         self._all = True
@@ -381,6 +390,7 @@ class ReplicaSet:
     def _register(self, replica: PartitionReplica) -> None:
         """Put an opened replica in service: its messages are stepped from now on."""
         self.partitions[replica.tp] = replica
+        self.changes += 1
         core = replica.core
         early = self._early.pop(replica.tp, ())
         if core.term == 0 and core.log_end_offset == 0:
@@ -538,7 +548,9 @@ class ReplicaSet:
         self._early.pop(tp, None)
         replica = self.partitions.pop(tp, None)
         if replica is not None:
+            self.changes += 1
             self._awake.discard(replica)
+            self.led.discard(replica)
             self._dirty.discard(replica)
             self._settling.discard(replica)
             replica.abandon()
@@ -560,6 +572,7 @@ class ReplicaSet:
         its storage holds, as a restart would. A job the disk refuses raises its OSError once
         the replica is taken offline (`storage_failed`)."""
         replica.offline = True
+        self.changes += 1
         try:
             result = await asyncio.get_running_loop().run_in_executor(self.disk, job)
         except OSError as exc:
@@ -570,6 +583,7 @@ class ReplicaSet:
         if not replica.closed:
             replica.restart_core()
         replica.offline = False
+        self.changes += 1
         self.wake()
         return result
 
@@ -591,6 +605,7 @@ class ReplicaSet:
         log.error("%s: %s (%s): the replica is offline until it takes writes again",
                   replica.tp, what, exc)
         replica.storage_failed()
+        self.changes += 1
         # A replica that fails again soon after it came back waits longer each time.
         delay, back_at = self._storage_retry.get(replica.tp, (0.0, 0.0))
         soon = time.monotonic() - back_at < 4 * _STORAGE_RETRY_MAX_S
@@ -612,6 +627,7 @@ class ReplicaSet:
                 if not replica.closed:
                     replica.restart_core()
                     replica.offline = False
+                    self.changes += 1
                     self._storage_retry[replica.tp] = (delay, time.monotonic())
                     self.wake()
                     log.warning("%s: the disk takes writes again: the replica is back as a "
@@ -903,6 +919,10 @@ class ReplicaSet:
         replica.publish_hw(high_watermark)
 
     def leadership(self, replica: PartitionReplica, change: Leadership) -> None:
+        if change.epoch_start is None:
+            self.led.discard(replica)
+        else:
+            self.led.add(replica)
         replica.on_leadership(change)
 
     def _queue_message(self, tp: TopicPartition, message: Any) -> None:

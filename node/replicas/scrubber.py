@@ -75,17 +75,28 @@ class Scrubber:
         loop = asyncio.get_running_loop()
         budget = max(1, int(self.config.log_scrub_bytes_per_second * _TICK_S))
         next_tick = time.monotonic()
+        # What the last scan saw (`ReplicaSet.changes`, damage pending) and when a log it
+        # saw is next due: while every log rests and nothing changed, a tick scans nothing.
+        # Each tick built the map of every log and walked them all on the scrub thread, a
+        # tenth of a node's idle CPU at 5,000 partitions.
+        seen: tuple[int, bool] | None = None
+        due_at = 0.0
         try:
             while True:
                 next_tick = max(next_tick + _TICK_S, time.monotonic())
                 await asyncio.sleep(next_tick - time.monotonic())
                 await self._resolve_pending()
+                now_seen = (self.replicas.changes, bool(self._pending))
+                if now_seen == seen and not self._pending and time.monotonic() < due_at:
+                    continue
+                seen = now_seen
                 logs = {
                     tp: r.log
                     for tp, r in self.replicas.partitions.items()
                     if not (r.closed or r.offline or tp in self._pending)
                 }
-                found = await loop.run_in_executor(self._thread, self._scan, logs, budget)
+                found, due_at = await loop.run_in_executor(
+                    self._thread, self._scan, logs, budget)
                 for tp, log_, damage in found:
                     await self._on_damage(tp, log_, damage)
         finally:
@@ -93,10 +104,14 @@ class Scrubber:
 
     # ---- on the scrub thread ---------------------------------------------------------------
 
-    def _scan(self, logs: dict[TopicPartition, Log], budget: int) -> list[Found]:
+    def _scan(
+        self, logs: dict[TopicPartition, Log], budget: int
+    ) -> tuple[list[Found], float]:
         """Verify about `budget` bytes, continuing with the log the last scan stopped in; each
         log whose pass ends hands over to the next and rests until ``log.scrub.interval.ms``
-        after its pass began, and no log is read twice in one scan."""
+        after its pass began, and no log is read twice in one scan. Returns the damage found,
+        and when (`time.monotonic`) the first of `logs` is due again: now while one has not
+        finished its pass, else the end of the shortest rest."""
         now = time.monotonic()
         gone = [tp for tp, w in self._walkers.items() if logs.get(tp) is not w.log]
         for tp in gone:
@@ -141,7 +156,9 @@ class Scrubber:
             self._passed.clear()
             self._round_bytes = 0
             self._round_started = time.monotonic()
-        return found
+        if len(self._rest_until) < len(self._walkers):
+            return found, now
+        return found, min(self._rest_until.values(), default=now)
 
     # ---- on the loop -----------------------------------------------------------------------
 

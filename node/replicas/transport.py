@@ -326,6 +326,13 @@ class PeerLink:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"link-{self.node_id}-{self.peer_id}")
 
+    @property
+    def losses(self) -> tuple[int, int]:
+        """(streams opened, frames dropped for a full queue): it changes whenever something
+        sent may not have reached the peer (a stream that breaks loses what it carried and
+        what was queued), and only then."""
+        return self._stream, self.dropped
+
     def send(self, outgoing: Outgoing) -> None:
         for frame in outgoing.frames():
             if len(self._queue) >= _QUEUE_LIMIT:

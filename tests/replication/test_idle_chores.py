@@ -1,0 +1,119 @@
+"""The node's chores over its replicas cost nothing per idle partition: leadership
+announcements (`Housekeeping._announce_leadership`) tell a peer what changed of the partitions
+led here, and everything again only when its link may have lost a frame; the scrubber looks
+at the logs only when one is due or the replicas changed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+from replica_helpers import running
+from waiting_helpers import async_wait_for
+
+from tidelog.coordinator.controller import METADATA_TP
+from tidelog.node.config import NodeConfig
+from tidelog.node.replicas import housekeeping as housekeeping_module
+from tidelog.node.replicas import scrubber as scrubber_module
+from tidelog.node.replicas.housekeeping import Housekeeping
+from tidelog.node.replicas.replica_set import ReplicaSet
+from tidelog.node.replicas.scrubber import Scrubber
+from tidelog.node.replicas.transport import Outgoing, PeerLink, frames
+from tidelog.replication import PreVoteResponse, VoteResponse
+from tidelog.types import TopicPartition
+
+
+def _announced(link: PeerLink) -> list[list[tuple[str, int, int]]]:
+    """Per frame queued on `link` (never started): the (topic, partition, epoch) announced."""
+    out = []
+    for _, pieces in link._queue:
+        (env, _), = frames(b"".join(pieces))
+        out.append([(a.group.topic, a.group.partition, a.epoch) for a in env.leaders])
+    return out
+
+
+def test_a_peer_is_told_what_changed_and_everything_again_after_a_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, every peer was told every partition led here every 2 s, changed or not (the
+    second look below sent both peers everything again)."""
+    monkeypatch.setattr(housekeeping_module, "_ANNOUNCE_ALL_EVERY_S", 0.0)
+    led = TopicPartition("t", 0)
+
+    async def scenario() -> None:
+        replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
+        async with running(replicas):
+            links = {peer: PeerLink(1, peer, "127.0.0.1:1", replicas.dialer) for peer in (2, 3)}
+            replicas.links = links  # never started: frames stay queued
+            replicas.open_replica(led, (1, 2, 3), {})  # its preferred replica: it campaigns
+            for response in (PreVoteResponse(1, 2, 1, True), VoteResponse(1, 2, 1, True)):
+                answer = Outgoing(2, 1)
+                answer.add(led, response)
+                replicas.step(answer.env, memoryview(b""))
+            replica = replicas.partitions[led]
+            await async_wait_for(lambda: replica.leader_epoch_start_offset is not None, 30,
+                                 "the leadership seen by the driver")
+            for link in links.values():
+                link._queue.clear()  # the election's own messages
+            housekeeping = Housekeeping(replicas.config, replicas, METADATA_TP)
+            housekeeping._announce_leadership()
+            assert [_announced(link) for link in links.values()] == [[[("t", 0, 1)]]] * 2
+            housekeeping._announce_leadership()  # every partition looked at: none changed
+            assert [len(link._queue) for link in links.values()] == [1, 1]
+            links[3].dropped += 1  # its queue was full: a frame was lost
+            housekeeping._announce_leadership()
+            assert [len(link._queue) for link in links.values()] == [1, 2]
+            assert _announced(links[3])[1] == [("t", 0, 1)]
+            replicas.remove_replica(led)  # no longer led here: nothing more to tell
+            links[2].dropped += 1
+            housekeeping._announce_leadership()
+            assert [len(link._queue) for link in links.values()] == [1, 2]
+
+    asyncio.run(scenario())
+
+
+def test_the_scrubber_looks_again_only_when_a_log_is_due_or_the_replicas_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once every log rests, its ticks scan nothing (before, each tick handed the scrub thread
+    every log: the second assertion failed); a new replica is verified at the next tick."""
+    monkeypatch.setattr(scrubber_module, "_TICK_S", 0.01)
+    scans: list[int] = []
+    turns: list[None] = []
+
+    async def scenario() -> None:
+        config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path)
+        replicas = ReplicaSet(config)
+        async with running(replicas):
+            for p in range(3):
+                replicas.open_replica(TopicPartition("t", p), (1,), {})
+            scrubber = Scrubber(config, replicas)
+            scan, resolve = scrubber._scan, scrubber._resolve_pending
+
+            def counted_scan(logs: dict[TopicPartition, object], budget: int) -> object:
+                scans.append(len(logs))
+                return scan(logs, budget)  # type: ignore[arg-type]
+
+            async def counted_turn() -> None:
+                turns.append(None)
+                await resolve()
+
+            monkeypatch.setattr(scrubber, "_scan", counted_scan)
+            monkeypatch.setattr(scrubber, "_resolve_pending", counted_turn)
+            scrubbing = asyncio.create_task(scrubber.loop())
+            try:
+                await async_wait_for(lambda: len(scrubber._rest_until) == 3, 30, "one pass")
+                rested, turned = len(scans), len(turns)
+                await async_wait_for(lambda: len(turns) >= turned + 20, 30, "idle ticks")
+                assert len(scans) <= rested + 1  # the scan under way when the pass ended
+                replicas.open_replica(TopicPartition("t", 3), (1,), {})
+                await async_wait_for(lambda: len(scrubber._rest_until) == 4, 30, "the new log")
+                assert scans[-1] == 4
+            finally:
+                scrubbing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scrubbing
+
+    asyncio.run(scenario())
