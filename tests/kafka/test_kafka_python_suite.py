@@ -143,9 +143,36 @@ def _outcomes(report: Path) -> dict[str, str]:
     return outcomes
 
 
+#: The allow-list's mark of a test exposed to kafka-python's own metadata race (the findings
+#: page says what it is): failing, it is run once more, alone, and passes if that run passes.
+CLIENT_RACE = "[client-race]"
+
+
 def _allowed() -> list[str]:
     lines = (line.split("#", 1)[0].strip() for line in ALLOW_LIST.read_text().splitlines())
-    return [line for line in lines if line]
+    return [line.removesuffix(CLIENT_RACE).strip() for line in lines if line]
+
+
+def _exposed_to_the_client_race() -> set[str]:
+    lines = (line.split("#", 1)[0].strip() for line in ALLOW_LIST.read_text().splitlines())
+    return {line.removesuffix(CLIENT_RACE).strip() for line in lines
+            if line.endswith(CLIENT_RACE)}
+
+
+def _run_suite(suite: Path, env: dict[str, str], report: Path,
+               tests: list[str]) -> subprocess.CompletedProcess[str]:
+    """The suite's `tests` (paths under test/integration/) in a pytest subprocess, its
+    outcomes written to the JUnit `report`."""
+    command = [
+        sys.executable, "-m", "pytest", *(f"test/integration/{name}" for name in tests),
+        "-c", "pytest.ini", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging",
+        "-q", "--tb=line", f"--timeout={TEST_TIMEOUT_S}", f"--junitxml={report}",
+    ]
+    try:
+        return subprocess.run(command, cwd=suite, env=env, capture_output=True, text=True,
+                              timeout=SUITE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"kafka-python's suite ran over {SUITE_TIMEOUT_S} s: {exc.stdout!r}")
 
 
 def test_metadata_creates_a_missing_topic_when_the_node_and_the_request_allow_it(
@@ -239,28 +266,39 @@ def test_a_transaction_takes_the_offsets_of_a_group_nobody_looked_up(
     assert added.error_code == ErrorCode.none
 
 
+def test_the_allow_list_marks_the_tests_exposed_to_the_client_race() -> None:
+    """The mark is read apart from the test id, and marks only tests that consume in no group
+    after subscribing (the findings page says why those, and only those, are exposed)."""
+    allowed, raced = _allowed(), _exposed_to_the_client_race()
+    assert all(CLIENT_RACE not in t and " " not in t for t in allowed)
+    assert raced < set(allowed)
+    assert {"test_producer_integration.py::test_idempotent_producer_max_in_flight[2]",
+            "test_consumer_integration.py::test_kafka_consumer_max_bytes_simple"} <= raced
+    assert not any("admin" in t or "group" in t for t in raced)
+
+
 def test_kafka_pythons_integration_suite(cluster: LocalCluster, tmp_path: Path) -> None:
     suite = _unpack(_sdist(), tmp_path / "suite")
     report = tmp_path / "report.xml"
     bootstrap = cluster.kafka_bootstrap.split(",")[0]
     env = {**os.environ, "KAFKA_URI": f"tcp://{bootstrap}", "KAFKA_VERSION": KAFKA_VERSION,
            "KAFKA_ROOT": str(suite / "kafka-bin")}
-    command = [
-        sys.executable, "-m", "pytest", *(f"test/integration/{name}" for name in SUITE_FILES),
-        "-c", "pytest.ini", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging",
-        "-q", "--tb=line", f"--timeout={TEST_TIMEOUT_S}", f"--junitxml={report}",
-    ]
-    try:
-        done = subprocess.run(command, cwd=suite, env=env, capture_output=True, text=True,
-                              timeout=SUITE_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"kafka-python's suite ran over {SUITE_TIMEOUT_S} s: {exc.stdout!r}")
+    done = _run_suite(suite, env, report, list(SUITE_FILES))
     assert report.is_file(), f"the suite wrote no report:\n{done.stdout}\n{done.stderr}"
     outcomes = _outcomes(report)
     allowed = _allowed()
     unknown = [t for t in allowed if t not in outcomes]
     assert not unknown, f"allow-listed tests the suite no longer has: {unknown}"
     broken = [t for t in allowed if outcomes[t] != "passed"]
+    raced = [t for t in broken if t in _exposed_to_the_client_race()]
+    if raced:
+        again = tmp_path / "again.xml"
+        _run_suite(suite, env, again, raced)
+        passed = {t for t, o in _outcomes(again).items() if o == "passed"} if again.is_file() \
+            else set()
+        broken = [t for t in broken if t not in passed]
+        warnings.warn(f"failed, then passed when run again (kafka-python's metadata race, "
+                      f"kafka_python_findings.md): {sorted(passed)}", stacklevel=1)
     assert not broken, (
         f"allow-listed kafka-python tests that no longer pass: {broken}\n{done.stdout[-6000:]}"
     )
