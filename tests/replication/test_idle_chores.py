@@ -1,7 +1,8 @@
 """The node's chores over its replicas cost nothing per idle partition: leadership
 announcements (`Housekeeping._announce_leadership`) tell a peer what changed of the partitions
 led here, and everything again only when its link may have lost a frame; the scrubber looks
-at the logs only when one is due or the replicas changed."""
+at the logs only when one is due or the replicas changed; the retention pass looks at a log
+again only when it changed or its retention time came."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from tidelog.node.replicas.housekeeping import Housekeeping
 from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.node.replicas.scrubber import Scrubber
 from tidelog.node.replicas.transport import Outgoing, PeerLink, frames
+from tidelog.records import RecordInput, build_batch
 from tidelog.replication import PreVoteResponse, VoteResponse
+from tidelog.storage import Log
 from tidelog.types import TopicPartition
 
 
@@ -115,5 +118,49 @@ def test_the_scrubber_looks_again_only_when_a_log_is_due_or_the_replicas_changed
                 scrubbing.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await scrubbing
+
+    asyncio.run(scenario())
+
+
+def test_retention_looks_again_at_a_log_only_once_it_changed_or_its_time_came(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, every pass looked at every log (the second pass below looked at both)."""
+    looked: list[str] = []
+    delete_old_segments = Log.delete_old_segments
+
+    def recording(log_: Log) -> int:
+        looked.append(log_.directory.name)
+        return delete_old_segments(log_)
+
+    monkeypatch.setattr(Log, "delete_old_segments", recording)
+    now = [1_000_000_000_000]
+    monkeypatch.setattr(housekeeping_module, "wall_clock_ms", lambda: now[0])
+
+    async def scenario() -> None:
+        config = NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path)
+        replicas = ReplicaSet(config)
+        try:
+            for p in range(2):
+                replicas.open_replica(TopicPartition("t", p), (1,), {"retention.ms": "60000"})
+            written, empty = (replicas.partitions[TopicPartition("t", p)] for p in range(2))
+            written.log.append_as_leader(build_batch([RecordInput(b"v", None, now[0])]), 0)
+            housekeeping = Housekeeping(config, replicas, METADATA_TP)
+            in_service = [written, empty]
+            assert housekeeping._retention_pass(in_service) == []
+            assert sorted(looked) == ["t-0", "t-1"]
+            housekeeping._retention_pass(in_service)  # nothing changed, nothing due
+            assert sorted(looked) == ["t-0", "t-1"]
+            written.log.append_as_leader(build_batch([RecordInput(b"w", None, now[0])]), 0)
+            housekeeping._retention_pass(in_service)
+            assert looked[2:] == ["t-0"]
+            replicas.reconfigure(empty.tp, {"retention.ms": "1000"})
+            housekeeping._retention_pass(in_service)
+            assert looked[3:] == ["t-1"]
+            now[0] += 60_001  # the written log's oldest segment may go now; never the empty one
+            housekeeping._retention_pass(in_service)
+            assert looked[4:] == ["t-0"]
+        finally:
+            await replicas.close()
 
     asyncio.run(scenario())
