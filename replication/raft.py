@@ -93,20 +93,21 @@ awake groups too:
 
 * A follower that heard its leader in this term supports it: its election timer stands still
   and it refuses votes for as long as the leader is a voter of the configuration in effect and
-  its node is heard. Heard from for an election timeout, it sends its leader an answer to no
-  heartbeat (a poke) instead of campaigning, which makes an awake leader resend what was lost
-  and wakes a quiet one, which quiets the group again. Support ends (`_lapse`: the timer counts
-  as run out) when liveness reports the leader's node silent for an election timeout
-  (`peer_down`; a restarted node, or a replica out of service there, is reported the same
-  way), or when the leader itself asks for a vote in a newer term (it stepped down, or
+  its node is heard. Unheard for ``stall_timeouts`` election timeouts, it sends its leader an
+  answer to no heartbeat (a poke) instead of campaigning, which makes an awake leader resend
+  what was lost and wakes a quiet one, which quiets the group again. Support ends (`_lapse`:
+  the timer counts as run out) when liveness reports the leader's node silent for an election
+  timeout (`peer_down`; a restarted node, or a replica out of service there, is reported the
+  same way), or when the leader itself asks for a vote in a newer term (it stepped down, or
   restarted). A supporting follower that is quiet refuses a vote and stays quiet.
 * A leader's check-quorum counts the voters whose nodes are heard (``tick(down=...)``), as
   well as those that answered: answers are only asked for when something waits on them.
 * Heartbeats go on demand: to every follower while a read waits for its quorum round
-  (``read_index``), to a follower that acknowledged nothing for an election timeout while an
-  append waits on it (and again each election timeout that lasts: a follower whose answers
-  flow, however late, is not asked), and, as the quiesce heartbeat, with the final HW. A group
-  quiesces in the step that learns its last write is held everywhere, not at a later tick.
+  (``read_index``), to a follower that acknowledged nothing for ``stall_timeouts`` election
+  timeouts while an append waits on it (and again each time that lasts: a follower whose
+  answers flow, however late, is not asked), and, as the quiesce heartbeat, with the final
+  HW. A group quiesces in the step that learns its last write is held everywhere, not at a
+  later tick.
 * Leases stay sound (the argument in full: docs/architecture/replication.md, "Reads and the
   lease"): support only makes a follower refuse votes for longer. Its timer is reset when it
   hears the leader and otherwise only stands still or is reset again, so once support ends it
@@ -248,6 +249,13 @@ class RaftConfig:
     #: group whose followers act on what commits as it commits (the metadata log, which every
     #: voter applies).
     eager_hw: bool = False
+    #: Election timeouts a `fortify` group lets pass without word before it asks whether
+    #: something was lost: a follower heard from for that long pokes its leader, and a
+    #: leader heartbeats a follower that acknowledged nothing for that long while an append
+    #: waits on it. Over a transport that loses messages only when a link breaks, a wait
+    #: that long is load (fsyncs and loops queued behind thousands of groups), and each
+    #: question then only adds to it: a node sets several (see "Fortification" above).
+    stall_timeouts: int = 1
 
 
 class BatchCodec(Protocol):
@@ -442,6 +450,9 @@ class RaftCore:
         #: A follower's support of its leader (`fortify`): it heard the leader in this term,
         #: and has not learnt since that the leader's node lapsed or that the leader left.
         self._support = False
+        #: Election timeouts a supporting follower has gone without hearing its leader
+        #: (`RaftConfig.stall_timeouts`).
+        self._unheard = 0
         #: A former leader that is no voter (`fortify`): the voter it asks to stand.
         self._heir: int | None = None
         #: A leader's heartbeat ticks (on-demand heartbeats count a stall's in them).
@@ -567,10 +578,15 @@ class RaftCore:
         if self._election_elapsed < self._randomized_timeout:
             return False
         if self._supports():
-            # Its leader's node is heard and it leads on: nothing to stand against. Heard
-            # from for an election timeout, it is asked (an answer to no heartbeat) whether
-            # something was lost, which also wakes a quiet leader to quiet the group again.
+            # Its leader's node is heard and it leads on: nothing to stand against. Unheard
+            # for `stall_timeouts` election timeouts, it asks (an answer to no heartbeat)
+            # whether something was lost, which also wakes a quiet leader to quiet the group
+            # again.
             self._election_elapsed = 0
+            self._unheard += 1
+            if self._unheard < self._config.stall_timeouts:
+                return False
+            self._unheard = 0
             assert self._leader is not None
             self._send(HeartbeatResponse(self._term, self.id, self._leader))
             return True
@@ -753,6 +769,7 @@ class RaftCore:
             if self._role is not Role.FOLLOWER:
                 self._become_follower(m.term, m.src)
             self._election_elapsed = 0
+            self._unheard = 0
             self._leader = m.src
             self._support = True
             if isinstance(m, AppendRequest):
@@ -964,6 +981,7 @@ class RaftCore:
 
     def _reset(self) -> None:
         self._election_elapsed = 0
+        self._unheard = 0
         self._heartbeat_elapsed = 0
         self._reset_randomized_timeout()
         self._votes = {}
@@ -1141,16 +1159,18 @@ class RaftCore:
     def _bcast_heartbeat(self, on_demand: bool = False) -> None:
         """Every heartbeat carries the newest pending read context, so a round whose answers
         were lost is retried by the next one. ``on_demand``: only to the followers an append
-        waits on that acknowledged nothing for an election timeout (a stall: what was sent may
-        have been lost; the node of a follower is heard, or check-quorum would act), and
-        again each election timeout the stall lasts; the answer makes the leader resend what
-        was lost (`_handle_heartbeat_response`). A follower whose answers flow, however late
-        (a loaded node's fsyncs), is not asked: under load, asking whenever something was a
+        waits on that acknowledged nothing for ``stall_timeouts`` election timeouts (a stall:
+        what was sent may have been lost; the node of a follower is heard, or check-quorum
+        would act), and again each time the stall lasts as long; the answer makes the leader
+        resend what was lost (`_handle_heartbeat_response`). A follower whose answers flow,
+        however late (a loaded node's fsyncs), is not asked: under load, asking whenever
+        something was a
         heartbeat interval old cost dozens of heartbeat items a write."""
         ctx = self._reads[-1].ctx if self._reads else 0
         hw = self._hw
         beats = self._beats
-        again = max(1, self._config.election_ticks // self._config.heartbeat_ticks)
+        again = max(1, self._config.election_ticks // self._config.heartbeat_ticks) \
+            * self._config.stall_timeouts
         for peer, pr in self._progress.items():
             if on_demand:
                 if pr.match != pr.stalled_at or not (pr.paused or pr.next > pr.match):

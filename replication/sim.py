@@ -124,6 +124,9 @@ class SimConfig:
     #: Leadership held by node liveness (`RaftConfig.fortify`, the node's setting): checked
     #: by `Simulator._check_campaign`, and by reads answered under the lease.
     fortify: bool
+    #: `RaftConfig.stall_timeouts` of a fortified run: the node's 4 for two seeds in three,
+    #: the core's default 1 for the others.
+    stall_timeouts: int = 1
 
     @classmethod
     def derive(
@@ -179,7 +182,9 @@ class SimConfig:
         )
         # Most seeds run as the node does; a fifth of the quiescing swarm seeds keep
         # quiescence alone. Picked by the seed, not drawn.
-        return replace(config, fortify=config.quiesce and not (swarm and seed % 5 == 0))
+        fortify = config.quiesce and not (swarm and seed % 5 == 0)
+        return replace(config, fortify=fortify,
+                       stall_timeouts=4 if fortify and seed % 3 else 1)
 
     def describe(self) -> str:
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -334,6 +339,7 @@ class Simulator:
             quiesce=config.quiesce,
             eager_hw=config.eager_hw,
             fortify=config.fortify,
+            stall_timeouts=config.stall_timeouts,
         )
         self.log_config = LogConfig(segment_bytes=config.segment_bytes,
                                     index_interval_bytes=min(4096, config.segment_bytes // 4))

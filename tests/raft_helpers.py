@@ -75,14 +75,16 @@ class Cluster:
                  hard: dict[int, HardState] | None = None, max_append_bytes: int = 1 << 20,
                  max_inflight_appends: int = 64, max_inflight_bytes: int = 8 << 20,
                  check_quorum: bool = True, quiesce: bool = False,
-                 eager_hw: bool = False, fortify: bool = False) -> None:
+                 eager_hw: bool = False, fortify: bool = False,
+                 stall_timeouts: int = 1) -> None:
         self.ids = list(range(n))
         self.config = RaftConfig(election_ticks=ELECTION, heartbeat_ticks=1,
                                  max_append_bytes=max_append_bytes,
                                  max_inflight_appends=max_inflight_appends,
                                  max_inflight_bytes=max_inflight_bytes,
                                  check_quorum=check_quorum, quiesce=quiesce,
-                                 eager_hw=eager_hw, fortify=fortify)
+                                 eager_hw=eager_hw, fortify=fortify,
+                                 stall_timeouts=stall_timeouts)
         self.logs = {i: MemoryLog() for i in self.ids}
         for i, entries in (logs or {}).items():
             self.logs[i].append(entries)

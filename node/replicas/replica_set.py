@@ -71,6 +71,13 @@ from tidelog.v1 import raft_pb2 as rpb
 log = logging.getLogger(__name__)
 
 _FLUSH_THREADS = 8
+#: `RaftConfig.stall_timeouts`: election timeouts (1.2 s at the default 300 ms) a group waits
+#: for word before asking whether a message was lost. A node's links are gRPC streams, which
+#: lose messages only when they break; a longer silence at a live peer is its load (fsyncs
+#: and loops queued behind thousands of groups), which questions and resends only add to: at
+#: 1,000 partitions on a loaded machine they were most of the heartbeat traffic. Kafka's
+#: follower waits replica.fetch.backoff.ms (1 s) after a failed fetch in the same way.
+STALL_TIMEOUTS = 4
 #: Election timeouts a new partition's other replicas leave its preferred one to stand first.
 _CREATION_DEFERRAL_TIMEOUTS = 3
 #: How soon, then how often at most, a replica whose disk refused a write tries again.
@@ -158,6 +165,7 @@ class ReplicaSet:
             heartbeat_ticks=max(1, config.heartbeat_interval_ms // config.raft_tick_ms),
             quiesce=True,
             fortify=True,
+            stall_timeouts=STALL_TIMEOUTS,
         )
         #: Every metadata voter applies what commits (`controller_driver`), so its followers
         #: are sent each new HW at once (`RaftConfig.eager_hw`); metadata commits are rare.

@@ -11,10 +11,10 @@ from tidelog.replication import Heartbeat, HeartbeatResponse, PreVoteRequest, Ro
 from tidelog.replication.messages import Message
 
 
-def _awake_follower(fortify: bool) -> Cluster:
+def _awake_follower(fortify: bool, stall_timeouts: int = 1) -> Cluster:
     """Node 0 leads; node 2 missed the quiesce heartbeat, so it is awake while the others are
     quiet (as after a stray message woke it)."""
-    c = Cluster(3, quiesce=True, fortify=fortify)
+    c = Cluster(3, quiesce=True, fortify=fortify, stall_timeouts=stall_timeouts)
     c.elect(0, drop=lambda m: isinstance(m, Heartbeat) and m.dst == 2)
     assert c.cores[0].quiesced and not c.cores[2].quiesced
     return c
@@ -92,3 +92,31 @@ def test_check_quorum_counts_the_voters_whose_nodes_are_heard() -> None:
         leader.tick(down={1, 2})
         c.flush(0)
     assert leader.role is Role.FOLLOWER
+
+
+def test_with_stall_timeouts_a_follower_pokes_only_after_that_many_election_timeouts() -> None:
+    """`RaftConfig.stall_timeouts` (a node's links lose messages only when they break): an
+    awake follower unheard for fewer election timeouts than that asks nothing, and then asks
+    once each time it lasts as long."""
+    c = _awake_follower(fortify=True, stall_timeouts=4)
+    pokes = [m for m in _tick(c, 2, 3 * ELECTION) if isinstance(m, HeartbeatResponse)]
+    assert not pokes  # at most 2 election timeouts each (the random part): under 4 either way
+    sent = _tick(c, 2, 6 * ELECTION)
+    pokes = [m for m in sent if isinstance(m, HeartbeatResponse)]
+    assert pokes and all(m.dst == 0 for m in pokes) and len(pokes) <= 2
+    assert not any(isinstance(m, PreVoteRequest) for m in sent)
+    # A word from the leader starts the count again.
+    follower = c.cores[2]
+    follower.step(Heartbeat(follower.term, 0, 2, follower.high_watermark))
+    c.flush(2)
+    assert not [m for m in _tick(c, 2, 3 * ELECTION) if isinstance(m, HeartbeatResponse)]
+
+
+def test_with_stall_timeouts_a_leader_asks_a_stalled_follower_only_that_late() -> None:
+    c = Cluster(3, quiesce=True, fortify=True, stall_timeouts=4)
+    c.elect(0)
+    cut = 2
+    c.propose(0, [b"a"], drop=lambda m: m.dst == cut or m.src == cut)
+    assert not [m for m in _tick(c, 0, 3 * ELECTION) if isinstance(m, Heartbeat)]
+    beats = [m for m in _tick(c, 0, 6 * ELECTION) if isinstance(m, Heartbeat)]
+    assert beats and {m.dst for m in beats} == {cut} and len(beats) <= 2

@@ -150,7 +150,11 @@ def test_simulator_catches_reads_answered_without_a_quorum_round(
 
     monkeypatch.setattr(RaftCore, "_register_reads", immediate)
     failure = _first_failure(swarm=True, limit=150)
-    assert "linearizability" in failure, "no swarm seed noticed a read without a quorum round"
+    # Found as a stale read, or as a read answered by a leader deposed meanwhile (the lease
+    # check, which sees it first since fortified groups ask about a stall only after
+    # `stall_timeouts`).
+    assert "linearizability" in failure or "lease:" in failure, \
+        f"no swarm seed noticed a read without a quorum round: {failure}"
 
 
 def test_simulator_catches_reads_served_before_the_first_commit_of_the_term(
