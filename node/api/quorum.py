@@ -5,9 +5,11 @@ As in Kafka, only the quorum's leader can describe it (it alone knows how far ea
 reaches), so any other node forwards the request to the controller leader. The leader reports
 its node id, its epoch (its Raft term), the high watermark, and each voter and learner with the
 end of its log as the leader knows it (a follower: what it is known to hold; the leader: its own
-log end). When a replica last held the leader's whole log is not reported: the leader tracks it
-on a clock of its own process (monotonic), which no other process can read; Kafka's answer
-carries -1 for a time it does not know, and the leader's own is now.
+log end), when the leader last heard from it (Kafka's last fetch: a Tidelog leader sends and its
+followers answer) and when it last held the leader's whole log. The leader keeps those times on
+its process's monotonic clock and reports them as wall-clock times; one it does not know (a
+follower not heard from since this leader was elected) is -1, as in Kafka, and the leader's own
+are now.
 """
 
 from __future__ import annotations
@@ -24,9 +26,6 @@ from tidelog.node.api.controller_api import ControllerApi, cluster_allowed
 from tidelog.node.api.forwarding import at_controller
 from tidelog.node.api.rules import error_answer
 from tidelog.v1 import tidelog_pb2 as pb
-
-#: What a time the leader does not know is reported as, as in Kafka.
-UNKNOWN = -1
 
 
 class QuorumApi(ControllerApi):
@@ -49,10 +48,14 @@ class QuorumApi(ControllerApi):
 
         def described(node_id: int) -> pb.QuorumReplica:
             if node_id == self.config.node_id:
+                now = wall_clock_ms()
                 return pb.QuorumReplica(node_id=node_id, log_end_offset=core.log_end_offset,
-                                        last_caught_up_timestamp_ms=wall_clock_ms())
+                                        last_caught_up_timestamp_ms=now,
+                                        last_heard_timestamp_ms=now)
+            heard, caught_up = replica.follower_times(node_id)
             return pb.QuorumReplica(node_id=node_id, log_end_offset=core.match_of(node_id),
-                                    last_caught_up_timestamp_ms=UNKNOWN)
+                                    last_caught_up_timestamp_ms=caught_up,
+                                    last_heard_timestamp_ms=heard)
 
         return pb.DescribeQuorumResponse(
             leader_id=self.config.node_id, leader_epoch=core.term,

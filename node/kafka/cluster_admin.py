@@ -244,7 +244,8 @@ class ClusterAdminAdapter:
         def replicas(described: Any) -> tuple[Any, ...]:
             return tuple(
                 build(replica_type, replica_id=r.node_id, replica_directory_id=_NO_DIRECTORY,
-                      log_end_offset=r.log_end_offset, last_fetch_timestamp=-1,
+                      log_end_offset=r.log_end_offset,
+                      last_fetch_timestamp=r.last_heard_timestamp_ms,
                       last_caught_up_timestamp=r.last_caught_up_timestamp_ms)
                 for r in described)
 

@@ -152,6 +152,8 @@ class PartitionReplica:
         self._acks_local: list[_ProduceWaiter] = []
         self._data_waiters: list[asyncio.Future[None]] = []
         self._caught_up_ms: dict[int, float] = {}
+        #: When each follower last answered this leader (time.monotonic, ms).
+        self._heard_ms: dict[int, float] = {}
         #: Out of the Ready loop while its storage is being repaired or refuses writes:
         #: its core neither ticks nor steps, and clients get KAFKA_STORAGE_ERROR.
         self.offline = False
@@ -257,6 +259,7 @@ class PartitionReplica:
         if change.epoch_start is not None:
             self.leader_epoch_start_offset = change.epoch_start
             self._caught_up_ms = {}
+            self._heard_ms = {}
             self.leaderships_won += 1
             log.info("%s: elected leader in term %d (its epoch starts at offset %d)",
                      self.tp, change.term, change.epoch_start,
@@ -583,10 +586,26 @@ class PartitionReplica:
     def record_follower(self, follower: int) -> None:
         """A follower answered this leader (after the core stepped the answer): it is in sync
         while what it holds reaches the leader's log end."""
+        now = self._heard_ms[follower] = time.monotonic() * 1000
         if self.core.match_of(follower) >= self.core.log_end_offset:
-            self._caught_up_ms[follower] = time.monotonic() * 1000
+            self._caught_up_ms[follower] = now
         if self._acks_all and self._min_insync() > len(self.replicas) // 2 + 1:
             self._complete_acks_all()  # more replicas than a commit needs hold more now
+
+    def follower_times(self, follower: int) -> tuple[int, int]:
+        """(last heard, last caught up) of `follower` as this leader knows them, in wall-clock
+        ms (-1 when unknown; DescribeQuorum's last fetch and caught-up times). A quiesced
+        group's follower whose node is heard holds the whole log now: both are now, as
+        `in_sync_replicas` counts it."""
+        now_ms = wall_clock_ms()
+        if self.core.quiesced and self._peer_live is not None and self._peer_live(follower):
+            return now_ms, now_ms
+        mono_ms = time.monotonic() * 1000
+
+        def wall(at: float | None) -> int:
+            return -1 if at is None else now_ms - int(mono_ms - at)
+
+        return wall(self._heard_ms.get(follower)), wall(self._caught_up_ms.get(follower))
 
     def in_sync_replicas(self, lag_max_ms: int) -> list[int]:
         if not self.is_leader:

@@ -9,6 +9,7 @@ node that does not lead the partition."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -319,6 +320,10 @@ def _quorum_asked_of_a_follower(three: LocalCluster, admin: KafkaAdminClient) ->
     assert sorted(voters) == three.node_ids and partition.observers == []
     assert voters[controller].log_end_offset >= partition.high_watermark > 0
     assert voters[controller].last_caught_up_timestamp > 0
+    now_ms = time.time() * 1000
     assert all(0 <= voters[n].log_end_offset <= voters[controller].log_end_offset
-               and voters[n].last_caught_up_timestamp == -1
                for n in voters if n != controller)
+    # When the leader last heard each follower and last saw it hold the whole log: it has
+    # heard them all (they voted it in and took its records), within the last minute.
+    assert all(now_ms - 60_000 < t <= now_ms + 1_000 for n in voters if n != controller
+               for t in (voters[n].last_fetch_timestamp, voters[n].last_caught_up_timestamp))

@@ -1641,11 +1641,13 @@ class DescribeQuorumResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[QuorumReplica, _Mapping]]] = ..., observers: _Optional[_Iterable[_Union[QuorumReplica, _Mapping]]] = ...) -> None: ...
 
 class QuorumReplica(_message.Message):
-    __slots__ = ("node_id", "log_end_offset", "last_caught_up_timestamp_ms")
+    __slots__ = ("node_id", "log_end_offset", "last_caught_up_timestamp_ms", "last_heard_timestamp_ms")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_CAUGHT_UP_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARD_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     log_end_offset: int
     last_caught_up_timestamp_ms: int
-    def __init__(self, node_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., last_caught_up_timestamp_ms: _Optional[int] = ...) -> None: ...
+    last_heard_timestamp_ms: int
+    def __init__(self, node_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., last_caught_up_timestamp_ms: _Optional[int] = ..., last_heard_timestamp_ms: _Optional[int] = ...) -> None: ...
