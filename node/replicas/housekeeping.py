@@ -184,9 +184,9 @@ class Housekeeping:
         for replica in self.replicas.led:
             preferred = replica.replicas[0]
             if (
-                replica.tp != self._controller_tp  # the controller stays put, as Kafka's does
+                preferred != self.config.node_id
+                and replica.tp != self._controller_tp  # the controller stays put, as Kafka's
                 and replica.is_leader
-                and preferred != self.config.node_id
                 and replica.core.transferring_to is None
                 and preferred in replica.in_sync_replicas(self.config.replica_lag_max_ms)
             ):
