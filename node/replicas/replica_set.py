@@ -893,6 +893,12 @@ class ReplicaSet:
                     for replica, exc in failed:
                         self.storage_failed(replica, exc)
                 driver.complete(rnd)
+                # A leader may go quiet as its Ready is advanced (its last write was held
+                # everywhere before its own fsync): the tick loop stops ticking it, and sleeps
+                # over idle ticks again once no core is awake.
+                for replica in rnd.keys:
+                    if replica.core.quiesced:
+                        self._awake.discard(replica)
 
     def _filesystem(self) -> FilesystemSync | None:
         """The syncfs of the data directory's filesystem, opened on first use."""

@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from replica_helpers import running
 from waiting_helpers import async_wait_for
 
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas.replica_set import ReplicaSet
+from tidelog.records import RecordInput, build_batch
 from tidelog.types import TopicPartition
 
 
@@ -81,3 +83,27 @@ def test_the_tick_count_between_wake_ups_is_what_a_loop_waking_each_tick_would_s
     assert replicas.tick_count() == 10
     replicas._window = (10, time.monotonic() - 2.5 * interval, 5)
     assert 12 <= replicas.tick_count() <= 14
+
+
+def test_a_group_that_goes_quiet_as_its_ready_is_advanced_leaves_the_awake_set(
+    tmp_path: Path,
+) -> None:
+    """A single replica's write commits, and its group goes quiet, when its Ready is advanced
+    (no follower answers): it was left among the awake cores, and kept the tick loop waking
+    every tick for good (the last assertion failed)."""
+
+    async def scenario() -> None:
+        replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
+        async with running(replicas, tick=True):
+            tp = TopicPartition("t", 0)
+            replicas.open_replica(tp, (1,), {})
+            replica = replicas.partitions[tp]
+            await async_wait_for(lambda: replica.is_leader and replica.core.quiesced, 30,
+                                 "a leader gone quiet")
+            produced = replica.propose(build_batch([RecordInput(b"v", None, 1)]), -1)
+            assert produced.done is not None
+            await asyncio.wait_for(produced.done, 30)
+            await async_wait_for(lambda: replica.core.quiesced, 30, "quiet again")
+            assert replicas.awake() == []
+
+    asyncio.run(scenario())
