@@ -679,14 +679,15 @@ class ReplicaSet:
 
         While no core here is awake, a tick has nothing to do but count and, each heartbeat
         interval, node liveness: the loop then sleeps to the next heartbeat interval's tick and
-        counts the ticks that came due meanwhile, as many as the loop waking for each would
-        have counted (never more: one that wakes late counts up to that tick, and drops the
-        rest), so node liveness and pacing see the same counts a fifth of the wake-ups later
-        (each wake-up of a node's loop cost about as much as a tick's work, 100 a second on
-        every node of an idle cluster). A core that wakes meanwhile (`_touch`) brings the
-        wake-up forward to the next tick due (`_hurry`): it is ticked from the tick after it
-        woke, as before; and the peers' envelopes are counted as heard at the tick that
-        would have run last (`tick_count`)."""
+        counts the ticks that came due meanwhile, at most the sleep's (one that wakes late
+        drops the rest), so node liveness and pacing see the same counts a fifth of the
+        wake-ups later (each wake-up of a node's loop cost about as much as a tick's work, 100
+        a second on every node of an idle cluster). Unlike a loop waking each tick, a loop
+        stalled within such a sleep still counts its ticks (a heartbeat interval's at most,
+        within pacing's slack) where that one counted one after the stall. A core that wakes
+        meanwhile (`_touch`) brings the wake-up forward to the next tick due (`_hurry`): it is
+        ticked from the tick after it woke, as before; and the peers' envelopes are counted as
+        heard at the tick that would have run last (`tick_count`)."""
         loop = asyncio.get_running_loop()
         interval = self.config.raft_tick_ms / 1000
         due = time.monotonic()  # when the last tick counted was due
