@@ -711,6 +711,21 @@ class RaftCore:
         return (self._support and self._config.fortify and self._leader is not None
                 and self._leader in self._voters.voters)
 
+    def _stale_answer(self, m: Message) -> bool:
+        """Whether `m` is an answer of this term that tells a quiet leader nothing: a follower
+        acknowledging what it was already known to hold, in a state that answer would not
+        change (the answer to an append sent twice, or overtaken by a later one's; the same
+        test `_handle_append_response` makes). A quiet leader's followers hold its whole log,
+        and waking for it would only quiet the group again, with a quiesce heartbeat to each
+        follower: at 1,000 partitions under load, one proposal in four paid for that. Its
+        sender alone is sent one (it is awake: the append it answered woke it)."""
+        if not (isinstance(m, AppendResponse) and self._role is Role.LEADER
+                and m.term == self._term and m.success and not m.lost):
+            return False
+        pr = self._progress.get(m.src)
+        return pr is not None and (m.match_end < pr.match
+                                   or (m.match_end == pr.match and pr.replicating))
+
     def _wake(self) -> None:
         if not self._quiesced:
             return
@@ -735,6 +750,10 @@ class RaftCore:
             self._lapse()
         lease_refusal = (vote and self._in_lease()
                          and not (isinstance(m, VoteRequest) and m.transfer))
+        if self._quiesced and self._stale_answer(m):
+            # Its sender is awake (the append woke it): quiet it alone.
+            self._send(Heartbeat(self._term, self.id, m.src, self._hw, quiesce=True))
+            return
         if (self._quiesced and not (isinstance(m, Heartbeat) and m.quiesce)
                 and not (lease_refusal and self._supports())):
             # A supporting follower refuses the vote and stays quiet: its timer would stand

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from raft_helpers import ELECTION, Cluster
 
-from tidelog.replication import Heartbeat, HeartbeatResponse, PreVoteRequest, Role
+from tidelog.replication import (
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    PreVoteRequest,
+    Role,
+)
 from tidelog.replication.messages import Message
 
 
@@ -120,3 +126,28 @@ def test_with_stall_timeouts_a_leader_asks_a_stalled_follower_only_that_late() -
     assert not [m for m in _tick(c, 0, 3 * ELECTION) if isinstance(m, Heartbeat)]
     beats = [m for m in _tick(c, 0, 6 * ELECTION) if isinstance(m, Heartbeat)]
     assert beats and {m.dst for m in beats} == {cut} and len(beats) <= 2
+
+
+def test_a_quiet_leader_stays_quiet_on_an_answer_that_tells_it_nothing() -> None:
+    """An append answered twice (sent again after a question about a stall, or overtaken by
+    a later append's answer): the late answer acknowledges what the quiet leader knows its
+    follower holds, and waking for it would cost a quiesce heartbeat to each follower."""
+    c = Cluster(3, quiesce=True, fortify=True)
+    c.elect(0)
+    c.propose(0, [b"a"])
+    leader = c.cores[0]
+    for _ in range(4 * ELECTION):  # until the group's last write is held everywhere
+        if leader.quiesced:
+            break
+        c.heartbeat()
+    assert leader.quiesced
+    end = leader.log_end_offset
+    leader.step(AppendResponse(leader.term, 1, 0, True, match_end=end))
+    leader.step(AppendResponse(leader.term, 2, 0, True, match_end=end - 1))
+    # Each sender (awake: the append it answered woke it) alone is told to go quiet.
+    told = c.flush(0)
+    assert leader.quiesced and [(type(m), m.dst) for m in told] == [(Heartbeat, 1), (Heartbeat, 2)]
+    assert all(m.quiesce for m in told)  # type: ignore[attr-defined]
+    # Anything else still wakes it: an answer of another term, a refusal, a poke.
+    leader.step(HeartbeatResponse(leader.term, 1, 0))
+    assert not leader.quiesced
