@@ -119,12 +119,16 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatResponse:
-    """``read_ctx`` echoes the heartbeat's (0 for none, and from a peer that predates reads)."""
+    """``read_ctx`` echoes the heartbeat's (0 for none, and from a peer that predates reads).
+
+    ``resigned``: from a replica that led this term and stepped down since, answering a
+    follower that still supports it (`RaftCore._handle_word_of_no_leader`)."""
 
     term: int
     src: int
     dst: int
     read_ctx: int = 0
+    resigned: bool = False
 
 
 @dataclass(frozen=True, slots=True)

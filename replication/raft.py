@@ -453,6 +453,9 @@ class RaftCore:
         #: Election timeouts a supporting follower has gone without hearing its leader
         #: (`RaftConfig.stall_timeouts`).
         self._unheard = 0
+        #: The term this replica last led (0: none): stepped down within it, it tells a
+        #: follower still supporting it so (`_handle_word_of_no_leader`).
+        self._led_term = 0
         #: A former leader that is no voter (`fortify`): the voter it asks to stand.
         self._heir: int | None = None
         #: A leader's heartbeat ticks (on-demand heartbeats count a stall's in them).
@@ -770,8 +773,9 @@ class RaftCore:
                 leader = m.src if isinstance(m, AppendRequest | Heartbeat | TimeoutNow) else None
                 self._become_follower(m.term, leader)
         elif m.term < self._term:
-            if isinstance(m, AppendRequest | Heartbeat):
-                # A deposed leader that missed the election: our term tells it to step down.
+            if isinstance(m, AppendRequest | Heartbeat | HeartbeatResponse):
+                # A deposed leader that missed the election, or a follower asking a leader
+                # that stepped down since: our term tells it (and ends its support).
                 self._send(HeartbeatResponse(self._term, self.id, m.src))
             elif isinstance(m, PreVoteRequest):
                 self._reject_vote(m)
@@ -795,6 +799,8 @@ class RaftCore:
                 self._handle_append(m)
             else:
                 self._handle_heartbeat(m)
+        elif isinstance(m, HeartbeatResponse):
+            self._handle_word_of_no_leader(m)
         elif isinstance(m, TimeoutNow):
             if (self._role is Role.FOLLOWER and self._floor is None
                     and self.id in self._voters.voters):
@@ -1108,8 +1114,26 @@ class RaftCore:
 
     # ---- leader ----------------------------------------------------------------------------
 
+    def _handle_word_of_no_leader(self, m: HeartbeatResponse) -> None:
+        """An answer to no heartbeat, of this term, reaching a replica that does not lead it:
+        asked by a follower that supports it (a poke) while this replica led the term and
+        stepped down since (its removal, or check-quorum), it answers ``resigned``; from the
+        replica it follows, such an answer ends its support (`_lapse`). Otherwise a follower
+        that never learnt of the step-down would support a leader that no longer leads for
+        as long as its node is heard, refusing the votes of the voters left: seed 8661 of
+        `tidelog sim --swarm` stalled so, a removed leader's heir a term ahead of it (its
+        TimeoutNow stale there) and the only other voter, far behind, supporting it. Sound
+        for leases: the lapse comes from the leader itself having stopped leading the term,
+        when no lease of it is served any more."""
+        if m.resigned:
+            if m.src == self._leader and self._support and self._config.fortify:
+                self._lapse()
+        elif self._led_term == self._term:
+            self._send(HeartbeatResponse(self._term, self.id, m.src, resigned=True))
+
     def _become_leader(self) -> None:
         self._role = Role.LEADER
+        self._led_term = self._term
         self._leader = self.id
         self._reset()
         end = self._log.end

@@ -179,7 +179,8 @@ def add_message(
                            read_ctx=m.read_ctx, quiesce=m.quiesce)
         return
     if isinstance(m, HeartbeatResponse):
-        env.heartbeats.add(group=_group(tp), term=m.term, response=True, read_ctx=m.read_ctx)
+        env.heartbeats.add(group=_group(tp), term=m.term, response=True, read_ctx=m.read_ctx,
+                           resigned=m.resigned)
         return
     pm = env.messages.add(group=_group(tp), term=m.term)
     if isinstance(m, PreVoteRequest):
@@ -254,7 +255,7 @@ def messages_of(
     for hb in env.heartbeats:
         tp = TopicPartition(hb.group.topic, hb.group.partition)
         if hb.response:
-            yield tp, HeartbeatResponse(hb.term, src, dst, hb.read_ctx)
+            yield tp, HeartbeatResponse(hb.term, src, dst, hb.read_ctx, hb.resigned)
         else:
             yield tp, Heartbeat(hb.term, src, dst, hb.leader_hw, hb.read_ctx, hb.quiesce)
     for pm in env.messages:

@@ -151,3 +151,25 @@ def test_a_quiet_leader_stays_quiet_on_an_answer_that_tells_it_nothing() -> None
     # Anything else still wakes it: an answer of another term, a refusal, a poke.
     leader.step(HeartbeatResponse(leader.term, 1, 0))
     assert not leader.quiesced
+
+
+def test_a_leader_that_stepped_down_tells_a_follower_still_supporting_it() -> None:
+    """A follower that never learnt its leader stepped down within the term (its removal, or
+    check-quorum) asks it, after a stall interval, whether something was lost: the former
+    leader answers ``resigned``, and the follower's support ends (it grants votes again).
+    Any other answer from it (a term's word, a stale poke's) leaves the support be."""
+    c = _awake_follower(fortify=True)
+    leader, follower = c.cores[0], c.cores[2]
+    follower.step(HeartbeatResponse(follower.term, 0, 2))  # not resigned: nothing changes
+    assert follower._supports()
+    leader._become_follower(leader.term, None)  # stepped down, as a removed leader does
+    pokes = [m for m in _tick(c, 2, 3 * ELECTION) if isinstance(m, HeartbeatResponse)]
+    assert pokes
+    leader.step(pokes[0])
+    [answer] = c.flush(0)
+    assert isinstance(answer, HeartbeatResponse) and answer.resigned and answer.dst == 2
+    follower.step(answer)
+    assert not follower._supports()
+    follower.step(PreVoteRequest(follower.term + 1, 1, 2, follower.log_end_offset,
+                                 follower.last_epoch))
+    assert [m.granted for m in c.flush(2) if m.dst == 1] == [True]  # type: ignore[attr-defined]

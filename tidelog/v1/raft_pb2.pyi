@@ -127,20 +127,22 @@ class TimeoutNow(_message.Message):
     def __init__(self) -> None: ...
 
 class PartitionHeartbeat(_message.Message):
-    __slots__ = ("group", "term", "response", "leader_hw", "read_ctx", "quiesce")
+    __slots__ = ("group", "term", "response", "leader_hw", "read_ctx", "quiesce", "resigned")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     LEADER_HW_FIELD_NUMBER: _ClassVar[int]
     READ_CTX_FIELD_NUMBER: _ClassVar[int]
     QUIESCE_FIELD_NUMBER: _ClassVar[int]
+    RESIGNED_FIELD_NUMBER: _ClassVar[int]
     group: GroupId
     term: int
     response: bool
     leader_hw: int
     read_ctx: int
     quiesce: bool
-    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., term: _Optional[int] = ..., response: _Optional[bool] = ..., leader_hw: _Optional[int] = ..., read_ctx: _Optional[int] = ..., quiesce: _Optional[bool] = ...) -> None: ...
+    resigned: bool
+    def __init__(self, group: _Optional[_Union[GroupId, _Mapping]] = ..., term: _Optional[int] = ..., response: _Optional[bool] = ..., leader_hw: _Optional[int] = ..., read_ctx: _Optional[int] = ..., quiesce: _Optional[bool] = ..., resigned: _Optional[bool] = ...) -> None: ...
 
 class LeaderAnnouncement(_message.Message):
     __slots__ = ("group", "epoch", "isr", "log_start_offset")
