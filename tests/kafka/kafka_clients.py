@@ -58,6 +58,17 @@ def tls_config(cluster: LocalCluster, name: str) -> dict[str, Any]:
     }
 
 
+def kafka_python_admin(cluster: LocalCluster, name: str) -> kafka.KafkaAdminClient:
+    """A kafka-python admin client for the Kafka listener of a TLS cluster, presenting `name`'s
+    certificate of the cluster's CA."""
+    options = cluster.client_options_as(name)
+    return kafka.KafkaAdminClient(
+        bootstrap_servers=cluster.kafka_bootstrap, security_protocol="SSL",
+        ssl_cafile=options["ssl_cafile"], ssl_certfile=options["ssl_certfile"],
+        ssl_keyfile=options["ssl_keyfile"], request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000),
+    )
+
+
 def records_for(writer: str, codec: str, count: int, base_ts: int) -> list[Rec]:
     """`count` keyed records with two headers each (one repeated key, as Kafka allows)."""
     return [

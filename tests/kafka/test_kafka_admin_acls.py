@@ -29,14 +29,13 @@ from kafka.admin import (
     ACL,
     ACLFilter,
     ACLPermissionType,
-    KafkaAdminClient,
     ResourcePattern,
     ResourcePatternFilter,
 )
 from kafka.admin import ACLOperation as KpOperation
 from kafka.admin import ACLResourcePatternType as KpPatternType
 from kafka.admin import ResourceType as KpResourceType
-from kafka_clients import tls_config
+from kafka_clients import kafka_python_admin, tls_config
 
 from tidelog.testing import LocalCluster
 
@@ -93,22 +92,12 @@ def test_acls_are_created_described_and_deleted(cluster: LocalCluster) -> None:
     assert left == [_reader_acl(AclOperation.DESCRIBE)]
 
 
-def _kp_admin(cluster: LocalCluster, name: str) -> KafkaAdminClient:
-    """A kafka-python admin client presenting `name`'s certificate of the cluster's CA."""
-    options = cluster.client_options_as(name)
-    return KafkaAdminClient(
-        bootstrap_servers=cluster.kafka_bootstrap, security_protocol="SSL",
-        ssl_cafile=options["ssl_cafile"], ssl_certfile=options["ssl_certfile"],
-        ssl_keyfile=options["ssl_keyfile"], request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000),
-    )
-
-
 def test_kafka_python_creates_and_describes_acls(cluster: LocalCluster) -> None:
     """kafka-python's admin too; its describe_acls raises DescribeAcls' top-level error,
     which confluent-kafka's does not surface."""
     writers = ACLFilter("User:CN=writer", None, KpOperation.ANY, ACLPermissionType.ANY,
                         ResourcePatternFilter(KpResourceType.ANY, None, KpPatternType.ANY))
-    admin = _kp_admin(cluster, "client")
+    admin = kafka_python_admin(cluster, "client")
     try:
         pattern = ResourcePattern(KpResourceType.TRANSACTIONAL_ID, "kt-txn",
                                   KpPatternType.LITERAL)
@@ -119,7 +108,7 @@ def test_kafka_python_creates_and_describes_acls(cluster: LocalCluster) -> None:
         assert error is kafka_errors.NoError and found == [acl]
     finally:
         admin.close()
-    reader = _kp_admin(cluster, "reader")
+    reader = kafka_python_admin(cluster, "reader")
     try:
         with pytest.raises(kafka_errors.ClusterAuthorizationFailedError):
             reader.describe_acls(writers)

@@ -30,7 +30,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeQuorumRequest, ElectLeadersRequest
 from kafka.protocol.admin import ElectionType as KpElectionType
 from kafka.structs import TopicPartitionReplica
-from kafka_clients import CLIENT_TIMEOUT_S, CONFLUENT_QUIET, tls_config
+from kafka_clients import CLIENT_TIMEOUT_S, CONFLUENT_QUIET, kafka_python_admin, tls_config
 
 from tidelog.client import Client
 from tidelog.testing import LocalCluster, wait_for
@@ -49,16 +49,6 @@ ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION = 84, 3
 @pytest.fixture(scope="module")
 def cluster_options() -> dict[str, Any]:
     return {"nodes": 1, "tls": True}
-
-
-def _kp_admin(cluster: LocalCluster, name: str) -> KafkaAdminClient:
-    """A kafka-python admin client presenting `name`'s certificate of the cluster's CA."""
-    options = cluster.client_options_as(name)
-    return KafkaAdminClient(
-        bootstrap_servers=cluster.kafka_bootstrap, security_protocol="SSL",
-        ssl_cafile=options["ssl_cafile"], ssl_certfile=options["ssl_certfile"],
-        ssl_keyfile=options["ssl_keyfile"], request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000),
-    )
 
 
 def _send(admin: KafkaAdminClient, request: Any, node_id: int | None = None) -> Any:
@@ -82,7 +72,7 @@ def admin(cluster: LocalCluster) -> Iterator[KafkaAdminClient]:
     producer = confluent_kafka.Producer({**tls_config(cluster, "client"), **CONFLUENT_QUIET})
     producer.produce(TOPIC, b"x" * 100, partition=0)
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
-    client = _kp_admin(cluster, "client")
+    client = kafka_python_admin(cluster, "client")
     yield client
     client.close()
 
@@ -98,7 +88,7 @@ def reader(cluster: LocalCluster, admin: KafkaAdminClient) -> Iterator[KafkaAdmi
         for name in (TOPIC, OTHER)
     ]).values():
         future.result(timeout=CLIENT_TIMEOUT_S)
-    client = _kp_admin(cluster, "reader")
+    client = kafka_python_admin(cluster, "reader")
     yield client
     client.close()
 
