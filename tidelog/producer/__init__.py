@@ -24,7 +24,7 @@ from tidelog.errors import (
     TidelogError,
     TransactionAbortedError,
 )
-from tidelog.producer.accumulator import RecordAccumulator, RecordFuture, wait_done
+from tidelog.producer.accumulator import RecordAccumulator, RecordFuture
 from tidelog.producer.config import ProducerConfig
 from tidelog.producer.idempotence import IdempotenceState
 from tidelog.producer.sender import Sender
@@ -88,7 +88,7 @@ class Producer(RecordAccumulator):
             self._wake_sender()
         try:
             for batch in pending:
-                if not wait_done(batch.done, None if deadline is None else deadline.remaining()):
+                if not batch.done.wait(None if deadline is None else deadline.remaining()):
                     why = "" if batch.last_error is None else f"; last error: {batch.last_error}"
                     raise RequestTimedOutError(
                         f"flush did not complete within {limit_ms:g} ms{why}"

@@ -68,25 +68,6 @@ COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
 MAX_UNCOMPRESSED_BATCH_BYTES = 1024 * 1024
 
 
-
-#: How long a caller's thread waits on a batch at a time (`wait_done`).
-_WAIT_SLICE_S = 0.2
-
-
-def wait_done(done: threading.Event, timeout: float | None) -> bool:
-    """`done.wait(timeout)` in slices of `_WAIT_SLICE_S`, so that the caller's thread runs
-    its signal handlers meanwhile: a Ctrl-C that the kernel hands to one of the client's own
-    threads does not interrupt a wait blocked in the lock of the main thread, which then
-    never saw the KeyboardInterrupt (`tidelog produce` once hung so in CI)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return done.is_set()
-        if done.wait(_WAIT_SLICE_S if left is None else min(_WAIT_SLICE_S, left)):
-            return True
-
-
 class CompressionRatioEstimator:
     """Each topic's estimated compression ratio (compressed / uncompressed bytes of a batch's
     records) for the producer's codec, as Kafka's CompressionRatioEstimator keeps it: 1.0 until
@@ -213,7 +194,7 @@ class RecordFuture:
         return False
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not wait_done(self._batch.done, timeout):
+        if not self._batch.done.wait(timeout):
             raise TimeoutError(f"{self._batch.tp}: not acknowledged within {timeout} s")
         return self._batch.error
 
