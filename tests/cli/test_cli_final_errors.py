@@ -27,6 +27,16 @@ pytestmark = pytest.mark.timeout(240)
 _SOON_S = 60
 _COMPACTED = "final-compacted"
 
+#: `python -m tidelog.cli` as a terminal runs it in the foreground, with Ctrl-C's default
+#: action. A test run started in the background of a non-interactive shell (`.ci/run &`) has
+#: SIGINT ignored, every child inherits that, and Python then leaves it ignored: the command
+#: would not see the test's SIGINT at all, which is right for a background job and not what
+#: the test is about.
+_AS_A_FOREGROUND_COMMAND = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('tidelog.cli', run_name='__main__', alter_sys=True)"
+)
+
 
 def tidelog(*args: str, timeout: float = _SOON_S) -> tuple[int, str, str]:
     done = subprocess.run(
@@ -114,7 +124,7 @@ def test_ctrl_c_ends_produce_while_records_wait(
     stderr = tmp_path / "stderr"
     with lines.open() as stdin, stderr.open("w") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tidelog.cli", "produce", leaderless,
+            [sys.executable, "-c", _AS_A_FOREGROUND_COMMAND, "produce", leaderless,
              "--bootstrap", cluster.bootstrap, "--timeout-ms", str(_SOON_S * 2 * 1000)],
             stdin=stdin, stdout=subprocess.DEVNULL, stderr=err_file,
             # A command still running when the test gives up is sent SIGABRT, and its threads'
