@@ -7,6 +7,8 @@ and delete topics; bad input gets Kafka's error codes from Tidelog's handlers.""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -35,9 +37,10 @@ from kafka.admin import ConfigResource as KafkaPythonResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.admin import NewPartitions as KafkaPythonPartitions
 from kafka.admin import NewTopic as KafkaPythonTopic
-from kafka_wire import ask
+from kafka_wire import ask, connect, frame_of, read_answer
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from tidelog.client import Client
 from tidelog.storage import LogConfig
@@ -219,13 +222,23 @@ def test_confluent_deletes_records_and_describes_the_cluster(
             producer.flush(timeout=CLIENT_TIMEOUT_S)
         finally:
             producer.close(timeout=CLIENT_TIMEOUT_S)
-        # confluent-kafka sends DeleteRecords to the leader its metadata names: let it learn it.
-        wait_for(lambda: admin.list_topics("kt-records", timeout=CLIENT_TIMEOUT_S)
-                 .topics["kt-records"].partitions[0].leader >= 0,
-                 CLIENT_TIMEOUT_S, "confluent-kafka to see the partition's leader")
-        deleted = admin.delete_records([ConfluentPartition("kt-records", 0, 4)])
-        [(_, future)] = deleted.items()
-        assert future.result(timeout=CLIENT_TIMEOUT_S).low_watermark == 4
+
+        def delete_records() -> Any:
+            """DeleteRecords' answer, or None (after asking for the topic's metadata again)
+            while librdkafka fails it at once with "No leaders found": it does so while its
+            cached metadata names no leader, as with Kafka while a broker that has not yet
+            learned a new topic answers it unknown, so a Kafka user refreshes and retries."""
+            [future] = admin.delete_records([ConfluentPartition("kt-records", 0, 4)]).values()
+            try:
+                return future.result(timeout=CLIENT_TIMEOUT_S)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NOENT:
+                    raise
+            admin.list_topics("kt-records", timeout=CLIENT_TIMEOUT_S)
+            return None
+
+        deleted = wait_for(delete_records, CLIENT_TIMEOUT_S, "DeleteRecords to find the leader")
+        assert deleted.low_watermark == 4
         tp = TopicPartition("kt-records", 0)
         assert client.list_offsets({tp: OffsetSpec.earliest()})[tp].offset == 4
     [beyond] = admin.delete_records([ConfluentPartition("kt-records", 0, 99)]).values()
@@ -239,6 +252,57 @@ def test_confluent_deletes_records_and_describes_the_cluster(
     controllers = ask(cluster.kafka_address_of(1), DescribeClusterRequest(
         include_cluster_authorized_operations=False, endpoint_type=2))
     assert controllers.error_code == ErrorCode.unsupported_endpoint_type
+
+
+def _partition_states(address: str, topic: str, until: threading.Event) -> list[tuple[int, int]]:
+    """Every (leader, leader epoch) the node at `address` answers for `topic`'s partitions, asked
+    again and again on one connection until `until` is set or the node names every leader."""
+    request = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                              allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    with connect(address) as sock:
+        while not until.is_set() and time.monotonic() < deadline:
+            sock.sendall(frame_of(request, 1))
+            [answer] = read_answer(sock, request.__api_key__, request.__version__)[1].topics
+            states = [(p.leader_id, p.leader_epoch) for p in answer.partitions]
+            seen.extend(states)
+            if states and all(leader >= 0 for leader, _ in states):
+                break
+    return seen
+
+
+def test_a_new_partition_is_never_answered_at_leader_epoch_minus_one(
+    cluster: Any, admin: AdminClient
+) -> None:
+    """A node that knows a new topic but not yet its partitions' first leaders (the node without
+    the replica learns it a moment later) answers them leaderless at epoch 0, never -1: Kafka
+    never answers -1 for a partition it knows, and librdkafka takes -1 as "no epoch", which
+    replaces any leader it cached, so such an answer arriving after another node named the
+    leader made confluent-kafka's DeleteRecords fail at once with "No leaders found"."""
+    stop = threading.Event()
+    seen: dict[int, list[tuple[int, int]]] = {}
+
+    def ask_node(node_id: int) -> None:
+        seen[node_id] = _partition_states(cluster.kafka_address_of(node_id), "kt-epochs", stop)
+
+    askers = [threading.Thread(target=ask_node, args=(n,)) for n in cluster.node_ids]
+    for asker in askers:
+        asker.start()
+    created: dict[Any, int] = {}
+    try:  # two partitions: each node is, for one of them, the node that learns its leader late
+        created = _outcomes(admin.create_topics([NewTopic("kt-epochs", 2, 1)]))
+    finally:
+        if created != {"kt-epochs": 0}:
+            stop.set()
+        for asker in askers:
+            asker.join(timeout=CLIENT_TIMEOUT_S + 5)
+    assert created == {"kt-epochs": 0}
+    assert sorted(seen) == cluster.node_ids
+    for node_id, states in seen.items():
+        assert states and states[-1][0] >= 0, f"node {node_id} never named a leader: {states}"
+        assert min(epoch for _, epoch in states) >= 0, f"node {node_id} answered {set(states)}"
 
 
 def test_acl_requests_without_an_authorizer_are_security_disabled(admin: AdminClient) -> None:
