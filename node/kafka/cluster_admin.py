@@ -53,7 +53,7 @@ from tidelog.node.kafka.call import KafkaCall
 from tidelog.node.kafka.changes import change_timeout_ms, error_message
 from tidelog.node.kafka.codec import response_type
 from tidelog.node.kafka.fields import build, entity_if, entity_of, error_code
-from tidelog.node.kafka.metadata import topic_uuid
+from tidelog.node.kafka.metadata import known_leader_epoch, topic_uuid
 from tidelog.node.kafka.registry import ApiRegistry
 from tidelog.types import TopicPartition
 from tidelog.v1 import tidelog_pb2 as pb
@@ -344,7 +344,7 @@ class ClusterAdminAdapter:
         return build(
             entity_of(response, "DescribeTopicPartitionsResponsePartition"),
             error_code=error_code(p.error_code), partition_index=p.partition,
-            leader_id=p.leader_id, leader_epoch=p.leader_epoch,
+            leader_id=p.leader_id, leader_epoch=known_leader_epoch(p.leader_epoch),
             replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr),
             eligible_leader_replicas=None, last_known_elr=None,
             offline_replicas=tuple(r for r in p.replicas if r not in alive),

@@ -52,12 +52,18 @@ def tidelog_topic_id(topic: uuid.UUID | None) -> int:
 #: Metadata's first version with allow_auto_topic_creation; before it, creation is allowed.
 _ALLOW_AUTO_CREATE_VERSION = 4
 #: The leader epoch of a partition no leader has led yet: the epoch it was created in (the
-#: first elected leader's is 1). A node that knows a topic but not yet a partition's leader
-#: (the node without the replica hears of the first election a moment later) answers this, not
-#: -1: Kafka never answers -1 for a partition it knows, and librdkafka takes -1 as "no epoch",
-#: which replaces whatever leader it cached, even one another node just named at a later
-#: epoch; its DeleteRecords and ListOffsets then fail at once with "No leaders found".
+#: first elected leader's is 1).
 _CREATION_EPOCH = 0
+
+
+def known_leader_epoch(epoch: int) -> int:
+    """The leader epoch Kafka's answers name for a partition the node knows: its own, or
+    ``_CREATION_EPOCH`` while it has not heard of a leader yet (the node without the replica
+    hears of the first election a moment later). Never -1: Kafka never answers -1 for a
+    partition it knows, and librdkafka takes -1 as "no epoch", which replaces whatever leader
+    it cached, even one another node just named at a later epoch; its DeleteRecords and
+    ListOffsets then fail at once with "No leaders found"."""
+    return max(epoch, _CREATION_EPOCH)
 
 
 class MetadataAdapter:
@@ -122,7 +128,7 @@ class MetadataAdapter:
                             partition_type,
                             error_code=error_code(p.error_code), partition_index=p.partition,
                             leader_id=p.leader_id,
-                            leader_epoch=max(p.leader_epoch, _CREATION_EPOCH),
+                            leader_epoch=known_leader_epoch(p.leader_epoch),
                             replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr),
                             offline_replicas=tuple(r for r in p.replicas if r not in alive),
                         )
