@@ -117,11 +117,13 @@ class RecordsApi:
             return log.log_start_offset
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.replicas.disk, move)
+            start = await asyncio.get_running_loop().run_in_executor(self.replicas.disk, move)
         except OSError as exc:
             self.replicas.storage_failed(replica, exc)
             raise errors.KafkaStorageError(f"{tp}: the disk refused the new log start "
                                            f"offset ({exc})") from None
+        self.replicas.log_starts_moved.add(replica)  # its followers follow (`Housekeeping`)
+        return start
 
     async def describe_log_dirs(
         self, request: pb.DescribeLogDirsRequest, context: grpc.aio.ServicerContext

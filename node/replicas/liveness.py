@@ -1,6 +1,6 @@
-"""Node liveness's own heartbeat: an envelope to every peer each heartbeat interval, sent by
-a thread with an event loop and links of its own, so that a node whose main loop is busy (a
-burst of rounds, thousands of replicas opened or electing) is not taken for dead.
+"""Node liveness's own heartbeat: an envelope to every peer a few times an election timeout,
+sent by a thread with an event loop and links of its own, so that a node whose main loop is
+busy (a burst of rounds, thousands of replicas opened or electing) is not taken for dead.
 
 The peers count silence in ticks of their own tick loops (`ReplicaSet._liveness`), so a node
 whose own loop stalled does not take its peers for dead. The other half is this: a node whose

@@ -17,7 +17,7 @@ nothing here costs per hosted partition while they do. The tick loop ticks only 
 whose cores are awake; the Ready loop looks only at the replicas touched since its last round
 (stepped, ticked, proposed to: ``_dirty``), all of them only after `wake`. Node liveness stands
 in for the heartbeats of quiesced groups: every envelope from a peer counts as hearing from it,
-each node sends every peer an envelope each heartbeat interval from a thread of its own
+each node sends every peer an envelope a few times an election timeout from a thread of its own
 (`tidelog.node.replicas.liveness`: a busy loop does not silence the node), and a peer silent for an
 election timeout of this node's ticks is reported (`RaftCore.peer_down`) to the replicas it
 leads here, as is a peer whose node restarted (its tick count went back). Awake groups are
@@ -78,6 +78,14 @@ _FLUSH_THREADS = 8
 #: 1,000 partitions on a loaded machine they were most of the heartbeat traffic. Kafka's
 #: follower waits replica.fetch.backoff.ms (1 s) after a failed fetch in the same way.
 STALL_TIMEOUTS = 4
+#: Node liveness's envelopes per election timeout (each heartbeat interval, when that is
+#: more often): a peer is found silent after an election timeout without one, so it misses
+#: this many in a row first, and a live peer is taken for dead only when an envelope is late
+#: by two thirds of an election timeout (200 ms at the defaults). At every heartbeat interval
+#: (six, which tolerated 250 ms), the envelopes were a quarter of an idle node's CPU at 5,000
+#: partitions. Raft's safety does not rest on them (`tidelog.node.replicas.liveness`); the
+#: simulator pings at least four times an election timeout (`tidelog.replication.sim`).
+LIVENESS_BEATS_PER_ELECTION_TIMEOUT = 3
 #: Election timeouts a new partition's other replicas leave its preferred one to stand first.
 _CREATION_DEFERRAL_TIMEOUTS = 3
 #: How soon, then how often at most, a replica whose disk refused a write tries again.
@@ -181,6 +189,13 @@ class ReplicaSet:
         #: offline or back, its log reopened): a chore over their logs that found nothing to do
         #: need not look again until it changes (`tidelog.node.replicas.scrubber`).
         self.changes = 0
+        #: Counts the changes of which peers node liveness finds silent (`_liveness`): the
+        #: in-sync replicas of every quiet partition led here change with it, so the leaders'
+        #: announcements look at all of them again (`Housekeeping`).
+        self.liveness_changes = 0
+        #: Quiet replicas led here whose log start moved (DeleteRecords): announced with the
+        #: awake ones at the next announcement (`Housekeeping`), which empties it.
+        self.log_starts_moved: set[PartitionReplica] = set()
         #: Replicas the next round of the Ready loop looks at; every replica when ``_all``.
         self._dirty: set[PartitionReplica] = set()
         self._all = True
@@ -202,7 +217,9 @@ class ReplicaSet:
         self._down: set[int] = set()
         #: The peers' tick counts, as their liveness threads report them: the timers that wait
         #: on a peer run at its pace (`tidelog.replication.pacing`).
-        self._pacing = PeerPacing(self.raft_config)
+        beat_ticks = max(self.raft_config.heartbeat_ticks,
+                         self.raft_config.election_ticks // LIVENESS_BEATS_PER_ELECTION_TIMEOUT)
+        self._pacing = PeerPacing(self.raft_config, report_ticks=beat_ticks)
         #: When the tick loop last turned (`time.monotonic`): the liveness thread vouches for
         #: this node only while it is recent.
         self.loop_turned = time.monotonic()
@@ -210,7 +227,7 @@ class ReplicaSet:
             self.node_id,
             {p: a for p, a in config.peers.items() if p != self.node_id},
             self.dialer,
-            config.heartbeat_interval_ms / 1000,
+            beat_ticks * config.raft_tick_ms / 1000,
             lambda: self.loop_turned,
             self.tick_count,
         )
@@ -795,6 +812,8 @@ class ReplicaSet:
                 link.send(outgoing)
         silent = self._ticks - self.raft_config.election_ticks
         down = {p for p, heard in self._heard.items() if heard <= silent}
+        if down != self._down:
+            self.liveness_changes += 1
         self._down = down
         if not down:
             return

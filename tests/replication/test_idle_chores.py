@@ -23,9 +23,10 @@ from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.node.replicas.scrubber import Scrubber
 from tidelog.node.replicas.transport import Outgoing, PeerLink, frames
 from tidelog.records import RecordInput, build_batch
-from tidelog.replication import PreVoteResponse, VoteResponse
+from tidelog.replication import AppendResponse, PreVoteResponse, VoteResponse
 from tidelog.storage import Log
 from tidelog.types import TopicPartition
+from tidelog.v1 import raft_pb2 as rpb
 
 
 def _announced(link: PeerLink) -> list[list[tuple[str, int, int]]]:
@@ -75,6 +76,55 @@ def test_a_peer_is_told_what_changed_and_everything_again_after_a_loss(
             assert [len(link._queue) for link in links.values()] == [1, 2]
 
     asyncio.run(scenario())
+
+
+def test_a_quiet_partitions_in_sync_replicas_are_announced_when_liveness_changes(
+    tmp_path: Path
+) -> None:
+    """A quiesced group's in-sync replicas are its followers' live nodes: when node liveness
+    finds a follower's node silent, the next announcement says so, though every partition led
+    here was looked at a moment ago. Before, only the look at all of them every 2 s found it
+    (the last assertion failed: nothing was announced)."""
+    led = TopicPartition("t", 0)
+
+    async def scenario() -> None:
+        replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
+        async with running(replicas):
+            links = {peer: PeerLink(1, peer, "127.0.0.1:1", replicas.dialer) for peer in (2, 3)}
+            replicas.links = links  # never started: frames stay queued
+            replicas.open_replica(led, (1, 2, 3), {})
+            replica = replicas.partitions[led]
+            for response in (PreVoteResponse(1, 2, 1, True), VoteResponse(1, 2, 1, True)):
+                answer = Outgoing(2, 1)
+                answer.add(led, response)
+                replicas.step(answer.env, memoryview(b""))
+            await async_wait_for(lambda: replica.leader_epoch_start_offset is not None, 30,
+                                 "the leadership seen by the driver")
+            end = replica.core.log_end_offset
+            for follower in (2, 3):  # both hold the new term's first entry: the group quiets
+                answer = Outgoing(follower, 1)
+                answer.add(led, AppendResponse(1, follower, 1, True, match_end=end))
+                replicas.step(answer.env, memoryview(b""))
+            await async_wait_for(lambda: replica.core.quiesced, 30, "the group to quiesce")
+            housekeeping = Housekeeping(replicas.config, replicas, METADATA_TP)
+            housekeeping._announce_leadership()  # everything, to both peers
+            assert replica.in_sync_replicas(replicas.config.replica_lag_max_ms) == [1, 2, 3]
+            for link in links.values():
+                link._queue.clear()
+            replicas._heard = {2: replicas.tick_count(), 3: -replicas.raft_config.election_ticks}
+            replicas._liveness()  # node 3 has been silent for an election timeout
+            assert replica.in_sync_replicas(replicas.config.replica_lag_max_ms) == [1, 2]
+            housekeeping._announce_leadership()
+            assert [[(a.group.partition, list(a.isr)) for a in _announcements(link)]
+                    for link in links.values()] == [[(0, [1, 2])]] * 2
+
+    asyncio.run(scenario())
+
+
+def _announcements(link: PeerLink) -> list[rpb.LeaderAnnouncement]:
+    """The announcements queued on `link` (never started)."""
+    return [a for _, pieces in link._queue for env, _ in frames(b"".join(pieces))
+            for a in env.leaders]
 
 
 def test_the_scrubber_looks_again_only_when_a_log_is_due_or_the_replicas_changed(
