@@ -122,7 +122,7 @@ class RecordsApi:
             self.replicas.storage_failed(replica, exc)
             raise errors.KafkaStorageError(f"{tp}: the disk refused the new log start "
                                            f"offset ({exc})") from None
-        self.replicas.log_starts_moved.add(replica)  # its followers follow (`Housekeeping`)
+        self.replicas.restated.add(replica)  # its followers follow (`Housekeeping`)
         return start
 
     async def describe_log_dirs(

@@ -114,10 +114,11 @@ class Housekeeping:
     def _announce_leadership(self) -> None:
         """Tell every peer which partitions this node leads, so any node answers Metadata, and
         where their logs start, so the followers' do too (`follow_log_starts`): what changed
-        since the peer was last told. Only replicas whose cores are awake change, apart from a
-        quiet partition's: the liveness of its followers (every partition led here is looked
-        at when it changes), a DeleteRecords (its handler notes the replica) and retention (a
-        look at every partition now and then finds it). A peer whose link may have lost a
+        since the peer was last told. Only replicas whose cores are awake change, and those
+        that just went quiet (`ReplicaSet.restated`), apart from a quiet partition's: the
+        liveness of its followers (every partition led here is looked at when it changes), a
+        DeleteRecords (its handler notes the replica) and retention (a look at every partition
+        now and then finds it). A peer whose link may have lost a
         frame is told everything again (`PeerLink.losses`). Every leader telling every peer
         everything every 2 s cost 5,000 idle partitions a fifth of each node's idle CPU, on
         both ends; looking at all of them every 2 s, a fifth of what was left."""
@@ -133,8 +134,8 @@ class Housekeeping:
             self._announced_all_at = now
             self._liveness_seen = replicas.liveness_changes
         candidates: Iterable[PartitionReplica] = (
-            replicas.led if full else [*replicas.awake(), *replicas.log_starts_moved])
-        replicas.log_starts_moved.clear()
+            replicas.led if full else [*replicas.awake(), *replicas.restated])
+        replicas.restated.clear()
         lag_max_ms = self.config.replica_lag_max_ms
         led = [(r.tp, (r.leader_epoch, r.in_sync_replicas(lag_max_ms), r.log.log_start_offset))
                for r in candidates if r.is_leader]

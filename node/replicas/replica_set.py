@@ -193,9 +193,12 @@ class ReplicaSet:
         #: in-sync replicas of every quiet partition led here change with it, so the leaders'
         #: announcements look at all of them again (`Housekeeping`).
         self.liveness_changes = 0
-        #: Quiet replicas led here whose log start moved (DeleteRecords): announced with the
-        #: awake ones at the next announcement (`Housekeeping`), which empties it.
-        self.log_starts_moved: set[PartitionReplica] = set()
+        #: Replicas whose announced state may have changed while their cores were not awake:
+        #: those that just went quiet (a quiet group's in-sync replicas are its followers'
+        #: live nodes, no longer those that caught up lately) and those whose log start
+        #: DeleteRecords moved. The next announcement looks at them with the awake ones
+        #: (`Housekeeping`), and empties it.
+        self.restated: set[PartitionReplica] = set()
         #: Replicas the next round of the Ready loop looks at; every replica when ``_all``.
         self._dirty: set[PartitionReplica] = set()
         self._all = True
@@ -313,11 +316,18 @@ class ReplicaSet:
     def _touch(self, replica: PartitionReplica) -> None:
         self._dirty.add(replica)
         if replica.core.quiesced:
-            self._awake.discard(replica)
+            self._went_quiet(replica)
         else:
             if not self._awake and self._alarm is not None:
                 self._hurry()
             self._awake.add(replica)
+
+    def _went_quiet(self, replica: PartitionReplica) -> None:
+        """`replica`'s core is quiesced: the tick loop no longer ticks it, and the next
+        announcement says what its leadership is now (`restated`)."""
+        self._awake.discard(replica)
+        if replica.is_leader:
+            self.restated.add(replica)
 
     def on_published(self, tp: TopicPartition, hook: Callable[[], None]) -> None:
         """Run `hook` on the loop each time a Ready of `tp` has been published."""
@@ -779,7 +789,7 @@ class ReplicaSet:
             acted = [r for r in self._awake if not r.offline and r.core.tick(True, down)]
         for replica in acted:
             if replica.core.quiesced:
-                self._awake.discard(replica)
+                self._went_quiet(replica)
         self._dirty.update(acted)
         self._send_prompt(acted)
         heartbeat = self.raft_config.heartbeat_ticks
@@ -918,7 +928,7 @@ class ReplicaSet:
                 # over idle ticks again once no core is awake.
                 for replica in rnd.keys:
                     if replica.core.quiesced:
-                        self._awake.discard(replica)
+                        self._went_quiet(replica)
 
     def _filesystem(self) -> FilesystemSync | None:
         """The syncfs of the data directory's filesystem, opened on first use."""
