@@ -38,6 +38,23 @@ def _announced(link: PeerLink) -> list[list[tuple[str, int, int]]]:
     return out
 
 
+async def _leading(replicas: ReplicaSet, led: TopicPartition) -> dict[int, PeerLink]:
+    """Node 1's replica of `led` (replicas 1, 2, 3; node 1 its preferred one, so it campaigns)
+    elected with node 2's votes, once the driver has seen the leadership; the links to nodes 2
+    and 3, never started, so the frames sent to them stay queued."""
+    links = {peer: PeerLink(1, peer, "127.0.0.1:1", replicas.dialer) for peer in (2, 3)}
+    replicas.links = links
+    replicas.open_replica(led, (1, 2, 3), {})
+    for response in (PreVoteResponse(1, 2, 1, True), VoteResponse(1, 2, 1, True)):
+        answer = Outgoing(2, 1)
+        answer.add(led, response)
+        replicas.step(answer.env, memoryview(b""))
+    replica = replicas.partitions[led]
+    await async_wait_for(lambda: replica.leader_epoch_start_offset is not None, 30,
+                         "the leadership seen by the driver")
+    return links
+
+
 def test_a_peer_is_told_what_changed_and_everything_again_after_a_loss(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -49,16 +66,7 @@ def test_a_peer_is_told_what_changed_and_everything_again_after_a_loss(
     async def scenario() -> None:
         replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
         async with running(replicas):
-            links = {peer: PeerLink(1, peer, "127.0.0.1:1", replicas.dialer) for peer in (2, 3)}
-            replicas.links = links  # never started: frames stay queued
-            replicas.open_replica(led, (1, 2, 3), {})  # its preferred replica: it campaigns
-            for response in (PreVoteResponse(1, 2, 1, True), VoteResponse(1, 2, 1, True)):
-                answer = Outgoing(2, 1)
-                answer.add(led, response)
-                replicas.step(answer.env, memoryview(b""))
-            replica = replicas.partitions[led]
-            await async_wait_for(lambda: replica.leader_epoch_start_offset is not None, 30,
-                                 "the leadership seen by the driver")
+            links = await _leading(replicas, led)
             for link in links.values():
                 link._queue.clear()  # the election's own messages
             housekeeping = Housekeeping(replicas.config, replicas, METADATA_TP)
@@ -91,16 +99,8 @@ def test_a_quiet_partitions_in_sync_replicas_are_announced_when_they_change(
     async def scenario() -> None:
         replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
         async with running(replicas):
-            links = {peer: PeerLink(1, peer, "127.0.0.1:1", replicas.dialer) for peer in (2, 3)}
-            replicas.links = links  # never started: frames stay queued
-            replicas.open_replica(led, (1, 2, 3), {})
+            links = await _leading(replicas, led)
             replica = replicas.partitions[led]
-            for response in (PreVoteResponse(1, 2, 1, True), VoteResponse(1, 2, 1, True)):
-                answer = Outgoing(2, 1)
-                answer.add(led, response)
-                replicas.step(answer.env, memoryview(b""))
-            await async_wait_for(lambda: replica.leader_epoch_start_offset is not None, 30,
-                                 "the leadership seen by the driver")
             housekeeping = Housekeeping(replicas.config, replicas, METADATA_TP)
             housekeeping._announce_leadership()  # everything: the followers have not caught up
             assert [_isrs(link) for link in links.values()] == [[(0, [1])]] * 2
