@@ -36,8 +36,8 @@ _ANNOUNCE_ALL_EVERY_S = 2.0
 #: Every partition led here is looked at, and those whose epoch, in-sync replicas or log start
 #: changed since the peer was told are announced, when node liveness changed (a quiet
 #: group's in-sync replicas are its followers' live nodes) and at least this often (a quiet
-#: log's start that retention moved); in between, only the awake ones and those whose log
-#: start DeleteRecords moved are. Looking at 1,667 led partitions every 2 s was a fifth of an
+#: log's start that retention moved); in between, only the awake ones and those handed over
+#: in `ReplicaSet.restated` are. Looking at 1,667 led partitions every 2 s was a fifth of an
 #: idle node's CPU at 5,000 partitions.
 _LOOK_AT_ALL_EVERY_S = 10.0
 #: (log end, log start, HW) of a log that never held a batch.
@@ -73,7 +73,9 @@ class Housekeeping:
         #: What each peer was last told of the partitions led here: tp -> (epoch, isr, log
         #: start offset).
         self._announced: dict[int, dict[TopicPartition, tuple[int, list[int], int]]] = {}
-        self._announced_all_at = 0.0
+        #: When every partition led here was last looked at, and `ReplicaSet.liveness_changes`
+        #: then (-1: never looked).
+        self._looked_at_all_at = 0.0
         self._liveness_seen = -1
         #: Per peer: its link's `PeerLink.losses` when it was last told everything, and when.
         self._told_all: dict[int, tuple[tuple[int, int], float]] = {}
@@ -118,10 +120,10 @@ class Housekeeping:
         that just went quiet (`ReplicaSet.restated`), apart from a quiet partition's: the
         liveness of its followers (every partition led here is looked at when it changes), a
         DeleteRecords (its handler notes the replica) and retention (a look at every partition
-        now and then finds it). A peer whose link may have lost a
-        frame is told everything again (`PeerLink.losses`). Every leader telling every peer
-        everything every 2 s cost 5,000 idle partitions a fifth of each node's idle CPU, on
-        both ends; looking at all of them every 2 s, a fifth of what was left."""
+        now and then finds it). A peer whose link may have lost a frame is told everything
+        again (`PeerLink.losses`). Every leader telling every peer everything every 2 s cost
+        5,000 idle partitions a fifth of each node's idle CPU, on both ends; looking at all of
+        them every 2 s, a fifth of what was left."""
         now = time.monotonic()
         links = self.replicas.links
         due = {peer: link.losses for peer, link in links.items()
@@ -129,9 +131,9 @@ class Housekeeping:
                or (last[0] != link.losses and now - last[1] >= _ANNOUNCE_ALL_EVERY_S)}
         replicas = self.replicas
         full = (bool(due) or replicas.liveness_changes != self._liveness_seen
-                or now - self._announced_all_at >= _LOOK_AT_ALL_EVERY_S)
+                or now - self._looked_at_all_at >= _LOOK_AT_ALL_EVERY_S)
         if full:
-            self._announced_all_at = now
+            self._looked_at_all_at = now
             self._liveness_seen = replicas.liveness_changes
         candidates: Iterable[PartitionReplica] = (
             replicas.led if full else [*replicas.awake(), *replicas.restated])
