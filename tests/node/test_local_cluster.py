@@ -385,6 +385,7 @@ def test_a_base_port_puts_the_kafka_listener_after_the_node_to_node_one() -> Non
         assert cluster.kafka_address_of(1) == f"127.0.0.1:{base + 2}"
 
 
+@pytest.mark.cluster  # it binds sockets to find free ports
 def test_listening_ports_come_from_the_range_the_environment_names(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
