@@ -200,6 +200,13 @@ class PeerDialer:
             return grpc.aio.insecure_channel(address, options=options)
         return grpc.aio.secure_channel(address, _node_credentials(self.config), options=options)
 
+    def blocking_channel(self, address: str, options: Sequence[tuple[str, Any]]) -> grpc.Channel:
+        """The same channel on gRPC's blocking API, for a thread without an event loop (the
+        liveness beacon: `tidelog.node.replicas.liveness`)."""
+        if not self._security.tls:
+            return grpc.insecure_channel(address, options=options)
+        return grpc.secure_channel(address, _node_credentials(self.config), options=options)
+
     async def why_refused(self, address: str) -> str | None:
         """The TLS reason `address` refuses this node, or None (plaintext, or not TLS)."""
         if not self._security.tls:
