@@ -46,6 +46,7 @@ from tidelog.node.replicas.transport import (
     CHANNEL_OPTIONS,
     STREAM_METHOD,
     Outgoing,
+    reconnect_backoff_s,
 )
 from tidelog.v1 import raft_pb2 as pb
 
@@ -53,8 +54,6 @@ log = logging.getLogger("tidelog.liveness")
 
 #: How long a stalled main loop is still vouched for (Kafka's broker.session.timeout.ms).
 LOOP_STALL_LIMIT_S = 9.0
-#: Waits before a broken stream is made again, one after another while it keeps breaking.
-_RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5)
 #: A stream that carried envelopes this long broke by accident: the next one starts at once.
 _STEADY_S = 1.0
 #: Envelopes queued to a stream gRPC does not take (a peer stopped by SIGSTOP): the newer
@@ -232,9 +231,8 @@ class _BeaconStream:
         self._frames.put(None)  # ends the call's iterator, if gRPC still waits on it
         if now - self._opened_at >= _STEADY_S:
             self._breaks = 0
-        wait = _RECONNECT_BACKOFF_S[min(self._breaks, len(_RECONNECT_BACKOFF_S) - 1)]
+        self._retry_at = now + reconnect_backoff_s(self._breaks)
         self._breaks += 1
-        self._retry_at = now + wait
         error = self._call.exception()
         log.debug("liveness stream %d->%d (%s) ended: %s", self.node_id, self.peer_id,
                   self.address, error.code().name if isinstance(error, grpc.Call) else error)

@@ -97,6 +97,12 @@ SERVER_OPTIONS = [
 #: A node's channels to its peers.
 CHANNEL_OPTIONS = [*_MESSAGE_LIMITS, ("grpc.keepalive_time_ms", 10_000)]
 
+
+def reconnect_backoff_s(breaks: int) -> float:
+    """How long a stream to a peer waits before it is made again after `breaks` breaks in a
+    row: soon after a single one, a little longer while the peer stays down."""
+    return _RECONNECT_BACKOFF_S[min(breaks, len(_RECONNECT_BACKOFF_S) - 1)]
+
 # Upper bounds of the protobuf bytes an item adds to an envelope beside its topic name (ASCII,
 # so one byte a character) and its batches: a tag and a 10-byte varint per integer field, a tag
 # and a 5-byte length per nested message. tests/replication/test_transport_frames.py checks them.
@@ -389,7 +395,7 @@ class PeerLink:
                 await channel.close()
             # Messages queued for a dead peer are stale by the time it returns; Raft resends.
             self._queue.clear()
-            await asyncio.sleep(_RECONNECT_BACKOFF_S[min(attempt, len(_RECONNECT_BACKOFF_S) - 1)])
+            await asyncio.sleep(reconnect_backoff_s(attempt))
             attempt += 1
 
     async def _log_break(self, exc: grpc.aio.AioRpcError) -> None:
