@@ -36,6 +36,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import UTC, datetime
 from itertools import repeat
 from operator import add
@@ -92,7 +93,7 @@ def main() -> int:
             poll_rate = bench_poll(cluster, client, records, args.rounds)
             if args.spark:
                 bench_spark(cluster.bootstrap, poll_rate, records)
-        ok = bench_latency(cluster.bootstrap, client, args.seconds)
+        ok = bench_latency(cluster, client, args.seconds)
     if args.quick:
         print("# --quick: sizes too small for the goals to mean anything")
     return 0 if ok else 1
@@ -380,14 +381,84 @@ def tail(bootstrap: str, expected: int, seconds: float) -> None:
     print(json.dumps(latencies), flush=True)
 
 
-def bench_latency(bootstrap: str, client: Client, seconds: float) -> bool:
+class Busy:
+    """CPU over one stretch of the latency run: the machine's (every process, from
+    /proc/stat), the given processes' (the nodes' or the floor's), and the wall time. At half
+    the producer's maximum the cores are mostly busy, and what the latency does follows that;
+    these figures say how busy, and what a request cost each side."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def __enter__(self) -> Busy:
+        self.machine_s = _machine_busy_s()
+        self.pids_s = sum(cluster_bench.cpu_seconds(pid) for pid in self.pids)
+        self.wall_s = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.machine_s = _machine_busy_s() - self.machine_s
+        self.pids_s = sum(cluster_bench.cpu_seconds(pid) for pid in self.pids) - self.pids_s
+        self.wall_s = time.perf_counter() - self.wall_s
+
+    def text(self, who: str, requests: float) -> str:
+        return (f"{who} {self.pids_s / self.wall_s:.2f} cores ({self.pids_s / requests * 1000:.2f} "
+                f"ms a request, {requests / self.wall_s:.0f} requests/s); the machine "
+                f"{self.machine_s / self.wall_s:.2f} of {os.cpu_count()} cores busy")
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds every core of the machine has spent busy so far (not idle, not waiting)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def produce_metrics(cluster: LocalCluster) -> tuple[float, dict[float, float]]:
+    """(Produce requests answered, the nodes' histogram of Produce durations: count at or
+    below each bucket's bound), summed over the nodes' metrics."""
+    answered = 0.0
+    buckets: dict[float, float] = {}
+    for node in cluster.node_ids:
+        address = cluster.metrics_address(node)
+        if address is None:
+            continue
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as page:
+            for line in page.read().decode().splitlines():
+                if 'rpc="Produce"' not in line:
+                    continue
+                value = float(line.rsplit(" ", 1)[1])
+                if line.startswith("tidelog_requests_total{") and 'status="OK"' in line:
+                    answered += value
+                elif line.startswith("tidelog_request_duration_seconds_bucket{"):
+                    bound = float(line.split('le="', 1)[1].split('"', 1)[0])
+                    buckets[bound] = buckets.get(bound, 0.0) + value
+    return answered, buckets
+
+
+def bucket_of(before: dict[float, float], after: dict[float, float], q: float) -> str:
+    """The histogram bucket the q-th percentile of what was observed between the two reads
+    falls in, as "<= N ms"."""
+    counts = sorted((bound, after[bound] - before.get(bound, 0.0)) for bound in after)
+    total = counts[-1][1] if counts else 0.0
+    for bound, count in counts:
+        if total and count >= q / 100 * total:
+            return "> 30 s" if bound == float("inf") else f"<= {bound * 1000:g} ms"
+    return "none"
+
+
+def bench_latency(cluster: LocalCluster, client: Client, seconds: float) -> bool:
     maximum = max_send_rate(client, min(seconds, 8.0))
     rate = maximum / 2
-    latencies, acked = tidelog_latencies(bootstrap, client, rate, seconds)
+    nodes = [pid for n in cluster.node_ids if (pid := cluster.pid_of(n)) is not None]
+    answered, durations = produce_metrics(cluster)
+    with Busy(nodes) as tidelog_busy:
+        latencies, acked = tidelog_latencies(cluster.bootstrap, client, rate, seconds)
+    answered_after, durations_after = produce_metrics(cluster)
     per_request = max(1, round(rate * LINGER_MS / 1000))
     batch = build_batch([RecordInput(random.randbytes(RECORD_BYTES), None, wall_clock_ms())]
                         * per_request)
-    with cluster_bench.RelayFloor(disk=True) as floor:
+    with cluster_bench.RelayFloor(disk=True) as floor, Busy(floor.pids) as floor_busy:
         relay = cluster_bench.relay_round_trips(floor.ports, batch, rate / per_request, seconds)
     print(f"\n## end-to-end latency: producer (linger.ms={LINGER_MS}, acks=all) at {rate:.0f} "
           f"records/s of {RECORD_BYTES} B ({rate * RECORD_BYTES / MIB:.1f} MiB/s) = half its "
@@ -405,6 +476,15 @@ def bench_latency(bootstrap: str, client: Client, seconds: float) -> bool:
             return False
         print(f"{name:<34} {_pct(samples, 50):8.1f} {_pct(samples, 99):8.1f} "
               f"{_pct(samples, 99.9):9.1f} {len(samples):8d}")
+    print(f"  of which in the nodes (Produce arrival to answer, their histogram): p50 "
+          f"{bucket_of(durations, durations_after, 50)}, p99 "
+          f"{bucket_of(durations, durations_after, 99)}")
+    produced = max(answered_after - answered, 1.0)
+    print("CPU, tidelog's run: " + tidelog_busy.text("nodes", produced)
+          + " (a request: a Produce, with the consumer's Fetches counted in its cost); the "
+          "producer and the consumer process take most of the rest")
+    print("CPU, the floor's run: "
+          + floor_busy.text("floor processes", max(len(relay), 1)))
     ratio = _pct(latencies, 99) / _pct(relay, 99)
     print(f"ratio p99 tidelog end-to-end / replication floor round trip: {ratio:.2f} "
           f"(goal <= 3) {cluster_bench.verdict(ratio <= 3)}; p50: "

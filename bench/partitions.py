@@ -19,7 +19,9 @@ idle CPU <= 0.05 core per node; each is printed beside its figure.
 ``--warm`` writes a batch to every partition of each topic before its produce is measured:
 a log's first write in its epoch also writes and fsyncs its leader-epoch file, once per
 partition, which the default run counts (each of 1,000 partitions takes about two batches).
-``--no-idle`` skips the idle CPU part.
+``--no-idle`` skips the idle CPU part. ``--data-dir /dev/shm`` runs the clusters and the disk's
+floor on a RAM filesystem: the produce ratio there is what the CPU alone allows, with the disk
+out of the way.
 
 Run: ``.venv/bin/python bench/partitions.py [--counts 10,100] [--idle-s 30] [--quick]``.
 ``--quick`` uses tiny sizes so a smoke test keeps this script working. The figures are printed,
@@ -100,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic-partitions", type=int,
                         help="create the partitions as topics of this many each (one topic "
                              "after another, each led before the next), then idle CPU only")
+    parser.add_argument("--data-dir", type=Path,
+                        help="make the clusters' directories (and the disk floor's files) "
+                             "under this directory; on a RAM filesystem (/dev/shm) an fsync "
+                             "costs nothing, which leaves what the CPU allows")
     args = parser.parse_args(argv)
+    if args.data_dir is not None:
+        if not args.data_dir.is_dir():
+            parser.error(f"--data-dir {args.data_dir}: not a directory")
+        tempfile.tempdir = str(args.data_dir)  # LocalCluster's temporary directories go there
     sizes = QUICK if args.quick else FULL
     overrides: dict[str, object] = {}
     if args.counts:
@@ -115,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# tidelog partitions benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(f"# {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"grpcio {grpc.__version__}; 3 nodes and this client share the cores")
+    where = Path(tempfile.gettempdir())
+    print(f"# data under {where} ({filesystem_of(where)})")
     ok = True
     for count in sizes.counts:
         if args.topic_partitions:
@@ -125,6 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         print("# --quick: sizes too small for the goals to mean anything")
     return 0 if ok else 1
+
+
+def filesystem_of(path: Path) -> str:
+    """The type of the filesystem `path` is on (the longest mount point above it)."""
+    best, kind = "", "unknown"
+    resolved = str(path.resolve())
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and (resolved == fields[1] or resolved.startswith(
+                fields[1].rstrip("/") + "/")) and len(fields[1]) > len(best):
+            best, kind = fields[1], fields[2]
+    return kind
 
 
 def load() -> str:
