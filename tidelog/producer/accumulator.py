@@ -125,6 +125,8 @@ class Batch:
     limit: int = 0
     #: Base sequence once numbered (first drained); None before, and again after a reset.
     sequence: int | None = None
+    #: Its last send went while batches ahead of it were unanswered (`IdempotenceState`).
+    sent_behind: bool = False
     header: bytes = b""
     #: (producer id, epoch, sequence) that `header` was built with.
     built_for: tuple[int, int, int] | None = None
@@ -612,7 +614,7 @@ class RecordAccumulator:
             state.failed_leader = None
             state.queue.popleft()
             head.sealed = True
-            self.idempotence.number(head, state)
+            self.idempotence.leaving(head, state)
             state.in_flight.append(head)
             ready.append(head)
         return ready, wake_at, refresh_s

@@ -322,9 +322,12 @@ class Sender:
         if verdict is Verdict.DUPLICATE:
             accumulator.complete(batch, -1, -1)
             return
-        retriable = verdict is Verdict.SEQUENCE or isinstance(error, RetriableError)
+        retriable = (verdict in (Verdict.SEQUENCE, Verdict.OVERTAKEN)
+                     or isinstance(error, RetriableError))
         # Sent 1 + retries times: it fails with this error, as Kafka's producer fails it.
-        exhausted = retriable and batch.attempts >= accumulator.config.retries
+        # An overtaken batch's resends are the transport's doing: they use up no retries.
+        exhausted = (retriable and verdict is not Verdict.OVERTAKEN
+                     and batch.attempts >= accumulator.config.retries)
         if not retriable or exhausted or now >= batch.deadline:
             if retriable and not exhausted:
                 error = RequestTimedOutError(
@@ -336,7 +339,9 @@ class Sender:
                 self.transactions.failed(error, from_produce=True)
             return
         reaction = self._request.classify(batch.tp, failure)
-        immediate = reaction is not None and reaction.immediate
+        # Overtaken: no backoff; the batches ahead of it are in flight, and a retry leaves
+        # only once they are answered (`RecordAccumulator.ready`).
+        immediate = verdict is Verdict.OVERTAKEN or (reaction is not None and reaction.immediate)
         refresh = reaction is not None and reaction.refresh
         self._refresh_wanted |= refresh
         retry_at = now if immediate else now + self.connections.backoff.delay_s(batch.attempts + 1)
