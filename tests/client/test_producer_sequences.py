@@ -1,16 +1,25 @@
-"""An idempotent producer's sequence errors, without processes: a batch refused as out of
-sequence because it reached the leader ahead of one sent before it (gRPC serves a connection's
-requests side by side) is sent again without a new epoch, even when the batch it overtook is
-acknowledged before the refusal is read; a refused batch that went first is a real gap."""
+"""A producer's answers handled without processes: a batch refused as out of sequence because
+it reached the leader ahead of one sent before it (gRPC serves a connection's requests side by
+side) is sent again without a new epoch, even when the batch it overtook is acknowledged before
+the refusal is read; a refused batch that went first is a real gap; an answer to a batch the
+producer already failed changes nothing."""
 
 from __future__ import annotations
 
 import threading
+import time
 
-from tidelog import TopicPartition
-from tidelog.errors import OutOfOrderSequenceNumberError, UnknownProducerIdError
-from tidelog.producer.accumulator import Batch, PartitionQueue
+from tidelog import ProducerConfig, TopicPartition, wire
+from tidelog.connections import ClientConfig, Connections
+from tidelog.errors import (
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
+    UnknownProducerIdError,
+)
+from tidelog.producer.accumulator import Batch, PartitionQueue, RecordAccumulator
 from tidelog.producer.idempotence import IdempotenceState, Verdict
+from tidelog.producer.sender import Sender
 
 TP = TopicPartition("t", 0)
 
@@ -67,3 +76,29 @@ def test_a_batch_sent_behind_others_counts_as_sent_behind_only_for_that_send() -
     refused = OutOfOrderSequenceNumberError("expected sequence 30, got 15")
     assert idempotence.verdict(second, queue, refused) is Verdict.SEQUENCE
     assert idempotence.needs_producer_id
+
+
+def test_a_late_answer_to_a_batch_already_failed_changes_nothing() -> None:
+    """Closing a producer fails its batches, those in flight too; an answer that comes back
+    afterwards (its call was under way) must leave the batch as it is. Before, a retriable
+    answer put the failed batch back in its queue, and the sender's call task died on the
+    in-flight list the batch was no longer in (a traceback when Ctrl-C ended `tidelog
+    produce`)."""
+    connections = Connections(ClientConfig(bootstrap=("127.0.0.1:9",)))
+    try:
+        idempotence = IdempotenceState(False)
+        accumulator = RecordAccumulator(connections, ProducerConfig(), idempotence)
+        sender = Sender(connections, accumulator, idempotence)
+        queue = accumulator._partitions.setdefault(TP, PartitionQueue(TP))
+        now = time.monotonic()
+        batch = Batch(TP, now, now + 60.0, 0, accumulator._lock, count=1)
+        queue.in_flight.append(batch)
+        closed = RequestTimedOutError("the producer was closed before delivery")
+        with accumulator._lock:
+            accumulator.fail_all(closed)
+        late = wire.Failure(NotLeaderOrFollowerError("t-0: not the leader"))
+        sender._handle({TP: batch}, {TP: late}, 1)
+        assert batch.error is closed
+        assert not queue.queue and not queue.in_flight
+    finally:
+        connections.close()

@@ -271,11 +271,15 @@ class Sender:
         answers: Mapping[TopicPartition, wire.ProduceAnswer | wire.Failure],
         node: int,
     ) -> None:
-        """`node`: where the batches went (NO_LEADER: nowhere, none was known)."""
+        """`node`: where the batches went (NO_LEADER: nowhere, none was known). A batch
+        whose outcome is already known (the producer was closed while its call was under way,
+        and that failed it) keeps it: a late answer changes nothing."""
         with self._lock:
             now = time.monotonic()
             metadata = self.connections.metadata.cluster
             for tp, answer in answers.items():
+                if batches[tp].done.is_set():
+                    continue
                 if isinstance(answer, wire.Failure):
                     self._on_failure(batches[tp], answer, now, (node, metadata.leader_epoch(tp)))
                 else:
