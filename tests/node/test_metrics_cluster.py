@@ -4,6 +4,7 @@ and comes back, and as a partition's only node dies."""
 
 from __future__ import annotations
 
+import functools
 import urllib.request
 from typing import Any
 
@@ -224,9 +225,19 @@ def test_a_killed_leader_moves_the_leader_gauges_and_counts_an_election(
     raw.create_topic("failover", 1, 3)
     old = raw.wait_leaders("failover")[0]
     survivors = [n for n in cluster.node_ids if n != old]
+
+    def won(node: int) -> tuple[float] | None:
+        """(The elections `node` has won for the partition,); None until it has opened its
+        replica (a leader is elected by a majority, and the third replica may open later)."""
+        samples = scrape(cluster, node)
+        if ("tidelog_partition_leader_elections_total",
+                frozenset({"topic": "failover", "partition": "0"}.items())) not in samples:
+            return None
+        return (partition_value(samples, "tidelog_partition_leader_elections_total",
+                                "failover"),)
+
     won_before = {
-        n: partition_value(scrape(cluster, n), "tidelog_partition_leader_elections_total",
-                           "failover")
+        n: wait_for(functools.partial(won, n), 30, f"node {n} to open its replica")[0]
         for n in survivors
     }
     cluster.kill(old)
