@@ -20,7 +20,10 @@ topic for DescribeTopicPartitions (Tidelog's Metadata handler, node/api/topics.p
   node-to-node Forward, with the client's principal) and gathers the answers. A request naming
   no partitions (null) elects every partition of the cluster and, as Kafka, leaves out those
   whose preferred replica leads already. An unclean election is answered as Tidelog's Raft can
-  (node/api/elections.py).
+  (node/api/elections.py). This node's view of the leaders may lag a handover: a partition
+  whose election is answered "not the leader" or "no leader now" is sent again to the leader
+  this node knows then, for up to ``_REROUTE_FOR_S`` within the request's timeout, as Kafka's
+  controller answers from its own state and a client does not retry a partition's error.
 - DescribeQuorum describes the controller's quorum as the partition ``__cluster_metadata-0``,
   the name Kafka's clients ask for (another name is INVALID_REQUEST, as Kafka answers it); the
   answer comes from the controller leader. The nodes (v2) are the voters with their Kafka
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -61,6 +65,12 @@ from tidelog.v1 import tidelog_pb2 as pb
 ALTER_REPLICA_LOG_DIRS_KEY, DESCRIBE_LOG_DIRS_KEY, ELECT_LEADERS_KEY = 34, 35, 43
 DESCRIBE_QUORUM_KEY, DESCRIBE_TOPIC_PARTITIONS_KEY = 55, 75
 _NO_THROTTLE = datetime.timedelta(0)
+#: How long an election answered by a node that no longer leads (or while none does) is sent
+#: again to the leader this node knows by then, and how often.
+_REROUTE_FOR_S = 5.0
+_REROUTE_EVERY_S = 0.1
+#: The answers of a node that does not lead the partition (this node's view lagged).
+_NOT_THERE = (errors.NotLeaderOrFollowerError.code, errors.LeaderNotAvailableError.code)
 #: The most partitions one DescribeTopicPartitions answer carries (Kafka's default of
 #: max.request.partition.size.limit): a larger response_partition_limit is capped to it.
 MAX_PAGE_PARTITIONS = 2000
@@ -148,25 +158,33 @@ class ClusterAdminAdapter:
         else:
             asked = [TopicPartition(t.topic, p) for t in request.topic_partitions
                      for p in t.partitions]
-        # Each partition's election goes to its leader; one not led now is answered here.
-        by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
-        for tp in asked:
-            leader = self._routing.leader_of(tp)[0]
-            by_leader[leader if leader >= 0 else self._config.node_id].append(tp)
-        if not by_leader:  # nothing to elect: still authorized (and answered) here
-            by_leader[self._config.node_id] = []
-        answers = await asyncio.gather(*(
-            self._elect_at(node, tps, request.election_type, timeout_ms, call)
-            for node, tps in by_leader.items()))
-        refused = next((a for a in answers if a.error_code), None)
-        if refused is not None:  # not allowed: the error at the top and for every partition
-            return self._election_response(
-                response, refused.error_code, refused.error_message,
-                {tp: (refused.error_code, refused.error_message) for tp in asked})
-        outcomes = {
-            TopicPartition(t.topic, p.partition_id): (p.error_code, p.error_message)
-            for a in answers for t in a.replica_election_results for p in t.partition_result
-        }
+        outcomes: dict[TopicPartition, tuple[int, str]] = {}
+        reroute_until = time.monotonic() + min(_REROUTE_FOR_S, timeout_ms / 1000)
+        pending = asked
+        while True:
+            # Each partition's election goes to its leader; one not led now is answered here.
+            by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+            for tp in pending:
+                leader = self._routing.leader_of(tp)[0]
+                by_leader[leader if leader >= 0 else self._config.node_id].append(tp)
+            if not by_leader:  # nothing to elect: still authorized (and answered) here
+                by_leader[self._config.node_id] = []
+            answers = await asyncio.gather(*(
+                self._elect_at(node, tps, request.election_type, timeout_ms, call)
+                for node, tps in by_leader.items()))
+            refused = next((a for a in answers if a.error_code), None)
+            if refused is not None:  # not allowed: the error at the top and for every partition
+                return self._election_response(
+                    response, refused.error_code, refused.error_message,
+                    {tp: (refused.error_code, refused.error_message) for tp in asked})
+            outcomes.update({
+                TopicPartition(t.topic, p.partition_id): (p.error_code, p.error_message)
+                for a in answers for t in a.replica_election_results for p in t.partition_result
+            })
+            pending = [tp for tp in pending if outcomes.get(tp, (0, ""))[0] in _NOT_THERE]
+            if not pending or time.monotonic() + _REROUTE_EVERY_S > reroute_until:
+                break
+            await asyncio.sleep(_REROUTE_EVERY_S)
         if every:  # as Kafka: leaders already preferred are not listed then
             outcomes = {tp: outcome for tp, outcome in outcomes.items()
                         if outcome[0] != errors.ElectionNotNeededError.code}

@@ -44,6 +44,7 @@ READER = "User:CN=reader"
 NONE, REPLICA_NOT_AVAILABLE, TOPIC_AUTHORIZATION_FAILED = 0, 9, 29
 CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, LOG_DIR_NOT_FOUND = 31, 42, 57
 ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION = 84, 3
+PREFERRED_LEADER_NOT_AVAILABLE = 80
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +287,12 @@ def test_a_node_that_does_not_lead_the_partition_has_its_leader_hand_over(
             assert three.leader_of(("ca-elect", 0)) == target
             assert elect() == ELECTION_NOT_NEEDED
             _quorum_asked_of_a_follower(three, admin)
+            # The preferred replica's node dies. The bystander still routes the election to it
+            # for a while, and sends it again to the leader elected next, which answers as
+            # Kafka's controller does for a preferred replica that is down. Before, the answer
+            # was NOT_LEADER_OR_FOLLOWER, which no Kafka client retries for a partition.
+            three.kill(target)
+            assert elect() == PREFERRED_LEADER_NOT_AVAILABLE
         finally:
             admin.close()
 
