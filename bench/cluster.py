@@ -48,8 +48,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -606,6 +607,16 @@ class RawProduce:
     client_cpu_s: float = 0.0
     #: MiB acknowledged in the measured window.
     mib: float = 0.0
+
+
+def metrics_lines(cluster: LocalCluster) -> Iterator[str]:
+    """Every line of the Prometheus page (``/metrics``) of each node that serves one."""
+    for node in cluster.node_ids:
+        address = cluster.metrics_address(node)
+        if address is None:
+            continue
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as page:
+            yield from page.read().decode().splitlines()
 
 
 def cpu_seconds(pid: int) -> float:

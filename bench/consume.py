@@ -37,7 +37,6 @@ import struct
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import UTC, datetime
 from itertools import repeat
 from operator import add
@@ -420,20 +419,15 @@ def produce_metrics(cluster: LocalCluster) -> tuple[float, dict[float, float]]:
     below each bucket's bound), summed over the nodes' metrics."""
     answered = 0.0
     buckets: dict[float, float] = {}
-    for node in cluster.node_ids:
-        address = cluster.metrics_address(node)
-        if address is None:
+    for line in cluster_bench.metrics_lines(cluster):
+        if 'rpc="Produce"' not in line:
             continue
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as page:
-            for line in page.read().decode().splitlines():
-                if 'rpc="Produce"' not in line:
-                    continue
-                value = float(line.rsplit(" ", 1)[1])
-                if line.startswith("tidelog_requests_total{") and 'status="OK"' in line:
-                    answered += value
-                elif line.startswith("tidelog_request_duration_seconds_bucket{"):
-                    bound = float(line.split('le="', 1)[1].split('"', 1)[0])
-                    buckets[bound] = buckets.get(bound, 0.0) + value
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith("tidelog_requests_total{") and 'status="OK"' in line:
+            answered += value
+        elif line.startswith("tidelog_request_duration_seconds_bucket{"):
+            bound = float(line.split('le="', 1)[1].split('"', 1)[0])
+            buckets[bound] = buckets.get(bound, 0.0) + value
     return answered, buckets
 
 

@@ -79,7 +79,6 @@ import platform
 import statistics
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -204,16 +203,11 @@ def requests_answered(cluster: LocalCluster) -> dict[str, float]:
     """Every node's answered requests by RPC, summed (``tidelog_requests_total``), but the
     nodes' own heartbeats to the controller."""
     counts: dict[str, float] = {}
-    for node in cluster.node_ids:
-        address = cluster.metrics_address(node)
-        if address is None:
-            continue
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as page:
-            for line in page.read().decode().splitlines():
-                if line.startswith("tidelog_requests_total{") and 'rpc="' in line:
-                    rpc = line.split('rpc="', 1)[1].split('"', 1)[0]
-                    if rpc != "NodeHeartbeat":
-                        counts[rpc] = counts.get(rpc, 0.0) + float(line.rsplit(" ", 1)[1])
+    for line in cluster_bench.metrics_lines(cluster):
+        if line.startswith("tidelog_requests_total{") and 'rpc="' in line:
+            rpc = line.split('rpc="', 1)[1].split('"', 1)[0]
+            if rpc != "NodeHeartbeat":
+                counts[rpc] = counts.get(rpc, 0.0) + float(line.rsplit(" ", 1)[1])
     return counts
 
 
