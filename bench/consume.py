@@ -36,10 +36,12 @@ import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from itertools import repeat
 from operator import add
+from pathlib import Path
 
 # As a script this directory is first on sys.path: bench/cluster.py is imported from it (and
 # takes the directory off again, so that bench/storage.py shadows nothing).
@@ -73,12 +75,12 @@ def main() -> int:
     parser.add_argument("--spark", action="store_true", help="also the Spark batch read")
     parser.add_argument("--latency-only", action="store_true",
                         help="only the end-to-end latency (no poll rounds)")
-    parser.add_argument("--tail", nargs=3, metavar=("BOOTSTRAP", "RECORDS", "SECONDS"),
+    parser.add_argument("--tail", nargs=4, metavar=("BOOTSTRAP", "RECORDS", "SECONDS", "OUT"),
                         help=argparse.SUPPRESS)  # the latency run's consumer process
     args = parser.parse_args()
     if args.tail:
-        bootstrap, expected, seconds = args.tail
-        tail(bootstrap, int(expected), float(seconds))
+        bootstrap, expected, seconds, out = args.tail
+        tail(bootstrap, int(expected), float(seconds), Path(out))
         return 0
     if args.quick:
         args.records, args.rounds, args.seconds = 2 * RECORDS_PER_BATCH * PARTITIONS, 1, 2.0
@@ -327,8 +329,11 @@ def tidelog_latencies(
     (this script with --tail) tails the topic, and send() to acknowledgement seconds of the
     same records (OMB's publish latency: what of the end-to-end figure the write takes)."""
     expected = int(per_second * seconds)
+    scratch = tempfile.TemporaryDirectory()
+    out = Path(scratch.name, "latencies.json")
     reader = subprocess.Popen(
-        [sys.executable, __file__, "--tail", bootstrap, str(expected), str(seconds + 30)],
+        [sys.executable, __file__, "--tail", bootstrap, str(expected), str(seconds + 30),
+         str(out)],
         stdout=subprocess.PIPE, text=True,
     )
     try:
@@ -348,21 +353,22 @@ def tidelog_latencies(
                     lambda _, sent=sent: acked.append(time.perf_counter() - sent)
                 )
             producer.flush()
-        latencies: list[float] = json.loads(reader.stdout.readline())
+        reader.wait(timeout=seconds + 60)
+        latencies: list[float] = json.loads(out.read_text())
     finally:
-        try:
-            reader.wait(timeout=60)
-        except subprocess.TimeoutExpired:
+        if reader.poll() is None:
             reader.kill()
             reader.wait()
+        scratch.cleanup()
     return latencies, acked
 
 
-def tail(bootstrap: str, expected: int, seconds: float) -> None:
+def tail(bootstrap: str, expected: int, seconds: float, out: Path) -> None:
     """The consumer process: positions resolved at the end of every partition, "ready"
     printed, then each record's latency taken as poll() returns it, until `expected` came or
-    `seconds` passed; the latencies are printed as one JSON line. time.perf_counter is
-    CLOCK_MONOTONIC, one clock for every process of the machine."""
+    `seconds` passed; the latencies are written to `out` as JSON (a file, not its standard
+    output: a line of a few hundred KiB on a pipe came back broken once, in CI, at 128 KiB).
+    time.perf_counter is CLOCK_MONOTONIC, one clock for every process of the machine."""
     tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     latencies: list[float] = []
     with Client(bootstrap) as client:
@@ -378,7 +384,7 @@ def tail(bootstrap: str, expected: int, seconds: float) -> None:
             now = time.perf_counter()
             latencies.extend(now - _STAMP.unpack_from(r.value or bytes(8))[0] for r in records)
         consumer.close()
-    print(json.dumps(latencies), flush=True)
+    out.write_text(json.dumps(latencies))
 
 
 class Busy:
