@@ -159,9 +159,13 @@ class ClusterAdminAdapter:
             asked = [TopicPartition(t.topic, p) for t in request.topic_partitions
                      for p in t.partitions]
         outcomes: dict[TopicPartition, tuple[int, str]] = {}
-        reroute_until = time.monotonic() + min(_REROUTE_FOR_S, timeout_ms / 1000)
+        started = time.monotonic()
+        deadline = started + timeout_ms / 1000
+        reroute_until = started + min(_REROUTE_FOR_S, timeout_ms / 1000)
         pending = asked
         while True:
+            # A pass sent again waits for what is left of the request's timeout, not all of it.
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
             # Each partition's election goes to its leader; one not led now is answered here.
             by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
             for tp in pending:
@@ -170,7 +174,7 @@ class ClusterAdminAdapter:
             if not by_leader:  # nothing to elect: still authorized (and answered) here
                 by_leader[self._config.node_id] = []
             answers = await asyncio.gather(*(
-                self._elect_at(node, tps, request.election_type, timeout_ms, call)
+                self._elect_at(node, tps, request.election_type, left_ms, call)
                 for node, tps in by_leader.items()))
             refused = next((a for a in answers if a.error_code), None)
             if refused is not None:  # not allowed: the error at the top and for every partition
