@@ -234,6 +234,9 @@ class LocalCluster:
         self._paused: set[int] = set()
         #: Nodes started by `join`: node id -> their data dir and settings.
         self._joined: dict[int, tuple[Path, dict[str, str]]] = {}
+        #: Node id -> the Kafka listener it published once it served (its next start
+        #: listens there again).
+        self._kafka_listeners: dict[int, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -347,15 +350,14 @@ class LocalCluster:
         return self._internal[self._known(node_id)]
 
     def kafka_address_of(self, node_id: int) -> str:
-        """The node's Kafka listener (on a free port chosen at each start), as the running
-        node published it; ClusterError while the node has not published one."""
-        from tidelog.node.server import ADDR_FILE
-
-        with contextlib.suppress(FileNotFoundError):
-            lines = (self.node_dir(self._known(node_id)) / ADDR_FILE).read_text().splitlines()
-            if len(lines) > 2 and lines[2]:
-                return lines[2]
-        raise ClusterError(f"node {node_id} has published no Kafka listener (is it running?)")
+        """The node's Kafka listener (on a free port chosen at its first start, and the same
+        one when it starts again), as the node published it; ClusterError while the node has
+        not published one."""
+        address = _published_kafka_address(self.node_dir(self._known(node_id)))
+        if address is None:
+            raise ClusterError(
+                f"node {node_id} has published no Kafka listener (is it running?)")
+        return address
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -496,6 +498,9 @@ class LocalCluster:
                 progress(summary)
                 last_summary = summary
             if serving == len(node_ids) and (controller_known or not require_controller):
+                for node_id in node_ids:
+                    if (kafka := _published_kafka_address(self.node_dir(node_id))) is not None:
+                        self._kafka_listeners[node_id] = kafka
                 return
             if time.monotonic() >= deadline:
                 raise ClusterError(
@@ -606,6 +611,14 @@ class LocalCluster:
         else:
             node_dir, props = self.node_dir(node_id), self._static_props(node_id)
             prefix = self._command_prefix(node_id) if self._command_prefix is not None else ()
+        kept = self._kafka_listeners.get(node_id)
+        if kept and props.get("kafka.listen", "").endswith(":0"):
+            # Started again, the node listens for Kafka clients where it did, as a Kafka
+            # broker restarts on its configured listener: a client that knew it there (in
+            # its metadata, or as the coordinator it found) reaches it again. A new port
+            # each start left librdkafka dialling the old one for its transaction
+            # coordinator for over a minute.
+            props = {**props, "kafka.listen": kept}
         self._procs[node_id] = self._launch(node_dir, self._log_path(node_id), props, prefix)
         self._paused.discard(node_id)
         self._record_layout()
@@ -1141,6 +1154,18 @@ def listen_port_room() -> range:
             f"{LISTEN_PORTS_ENV} must be LOW-HIGH, two ports from 1 to 65535, got {spec!r}"
         )
     return room
+
+
+def _published_kafka_address(node_dir: Path) -> str | None:
+    """The Kafka listener a node of `node_dir` published when it last started (None: it
+    has published none, or has no Kafka listener)."""
+    from tidelog.node.server import ADDR_FILE
+
+    try:
+        lines = (node_dir / ADDR_FILE).read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    return lines[2] if len(lines) > 2 and lines[2] else None
 
 
 def _free_ports(count: int) -> list[int]:

@@ -54,6 +54,16 @@ def metadata_node_ids(address: str) -> list[int]:
     return [n.node_id for n in meta.nodes]
 
 
+def _accepts(address: str) -> bool:
+    """Whether something listens at `address` (a connection is accepted)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=DEADLINE_S).close()
+    except OSError:
+        return False
+    return True
+
+
 def test_three_nodes_kill_restart_pause_resume_stop() -> None:
     with LocalCluster(nodes=3) as cluster:
         assert cluster.node_ids == [1, 2, 3]
@@ -62,6 +72,7 @@ def test_three_nodes_kill_restart_pause_resume_stop() -> None:
         for address in addresses:
             assert metadata_node_ids(address) == [1, 2, 3]
         pids = [cluster.pid_of(n) for n in cluster.node_ids]
+        kafka = cluster.kafka_address_of(2)
 
         cluster.kill(2)
         assert cluster.pid_of(2) is None and not alive(pids[1] or 0)
@@ -70,6 +81,14 @@ def test_three_nodes_kill_restart_pause_resume_stop() -> None:
         assert cluster.address_of(2) == addresses[1]
         assert probe(addresses[1], with_metadata=False).serving
         assert cluster.pid_of(2) not in pids
+        # The Kafka listener too comes back where it was (as a Kafka broker's does), killed
+        # or stopped: a Kafka client that knew the node reaches it again.
+        assert cluster.kafka_address_of(2) == kafka
+        assert _accepts(kafka)
+        cluster.stop(2)
+        cluster.restart(2)
+        assert cluster.kafka_address_of(2) == kafka
+        assert _accepts(kafka)
 
         cluster.pause(3)
         assert not probe(addresses[2], with_metadata=False).serving  # frozen: the call times out
