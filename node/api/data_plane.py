@@ -32,6 +32,7 @@ import grpc
 from tidelog import errors
 from tidelog.acl import Operation, ResourceType
 from tidelog.node.api.authorization import Authorization
+from tidelog.node.api.forwarding import ListenerCall
 from tidelog.node.api.rules import Answers, each_once, invalid, or_unset, partitions_of
 from tidelog.node.cluster.controller_driver import ControllerDriver
 from tidelog.node.cluster.routing import Routing
@@ -233,6 +234,8 @@ class DataPlaneApi:
             result.log_start_offset = resolved.log.log_start_offset
             pending.append((result, resolved, produced.done))
         self.replicas.wake_touched()
+        if isinstance(context, ListenerCall):
+            context.appended()
         waits = [f for _, _, f in pending if f is not None]
         if waits:
             await asyncio.wait(waits, timeout=timeout_s)

@@ -116,6 +116,11 @@ class ListenerCall:
 
     principal: str
 
+    def appended(self) -> None:
+        """Produce calls it once each of its batches is in its leader's log or refused, before
+        it waits for them to commit: a listener that handles a connection's requests in order
+        lets the connection's next Produce go on from there (node/kafka/connection.py)."""
+
 
 async def answer_forwarded(
     servicer: Any, envelope: raft_pb2.ForwardRequest, context: grpc.aio.ServicerContext

@@ -7,6 +7,7 @@ they may abort it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tidelog.node.api.forwarding import FORWARD_TIMEOUT_S, ListenerCall
@@ -38,10 +39,11 @@ class KafkaCall(ListenerCall):
     def __init__(
         self, principal: str, peer: str, api_key: int, api_version: int,
         client_id: str | None, timeout_s: float = DEFAULT_TIMEOUT_S,
-        sasl: SaslSession | None = None,
+        sasl: SaslSession | None = None, on_appended: Callable[[], None] | None = None,
     ) -> None:
         self.principal = principal
         self.sasl = sasl
+        self._on_appended = on_appended
         self._peer = peer
         self.api_key = api_key
         self.api_version = api_version
@@ -51,6 +53,10 @@ class KafkaCall(ListenerCall):
     def set_timeout(self, timeout_s: float) -> None:
         """A request that carries its own timeout (``timeout_ms``) sets the deadline to it."""
         self.deadline = time.monotonic() + timeout_s
+
+    def appended(self) -> None:
+        if self._on_appended is not None:
+            self._on_appended()
 
     def time_remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

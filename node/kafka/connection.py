@@ -4,8 +4,14 @@ Each frame is an ``int32`` size and that many bytes. The size is checked before 
 read (over the served APIs' largest request, the connection is closed), and the frame's bytes
 are reserved in the listener's budget (`limits.InFlight`, Kafka's queued.max.request.bytes:
 the reading waits while the connection or the node holds too much) until it is answered.
-Requests are handled concurrently, each in a task of its own, at most `MAX_PENDING` at once
-per connection; the answers are written in the order the requests came, as Kafka clients
+Requests are read ahead, each into a task of its own, at most `MAX_PENDING` at once per
+connection, and handled in the order they came, as Kafka promises ("on a single TCP
+connection, requests will be processed in the order they are sent"): each is handled once the
+one before it is answered, so it sees what the requests before it did (an OffsetFetch the
+offsets an OffsetCommit before it committed, a ListOffsets the records a Produce before it
+wrote). Produce requests in a row are the exception that keeps a producer's pipeline full:
+the next one goes on once this one's batches are in the log, not once they are committed
+(`InOrder`). The answers are written in the order the requests came, as Kafka clients
 require (they match answers to requests by order as much as by correlation id). A request
 that expects no answer (Produce with acks=0) gets none.
 
@@ -42,6 +48,7 @@ from tidelog.node.kafka.codec import (
     read_header,
     request_type,
 )
+from tidelog.node.kafka.produce import PRODUCE_KEY
 from tidelog.node.kafka.registry import ApiRegistry
 from tidelog.node.kafka.sasl import (
     FAILED_AUTHENTICATION_DELAY_S,
@@ -79,6 +86,42 @@ class ReceiveClock(asyncio.StreamReaderProtocol):
         super().data_received(data)
 
 
+class InOrder:
+    """One request's place in its connection's order: when it may be handled (`turn`), and
+    what the request after it waits for. Kafka's broker reads a connection's next request only
+    once it has answered the last. Here the next request waits for this one's answer too,
+    unless both are Produce requests: then it waits only until this one's batches are in the
+    log (`appended`, called by Produce before it waits for them to commit, or when it is
+    answered). Appended in the order they came, a producer's pipelined batches keep their
+    sequence order on every partition; a transaction's first batch on a partition, which
+    waits for its coordinator's verification before it is appended, is not overtaken by the
+    batches sent after it."""
+
+    def __init__(self, produce: bool, before: InOrder | None) -> None:
+        loop = asyncio.get_running_loop()
+        self.produce = produce
+        self._answered: asyncio.Future[None] = loop.create_future()
+        self._appended: asyncio.Future[None] = loop.create_future()
+        self._after: asyncio.Future[None] | None = None
+        if before is not None:
+            self._after = before._appended if produce and before.produce else before._answered
+
+    async def turn(self) -> None:
+        """Returns once this request may be handled."""
+        after, self._after = self._after, None  # nothing before it is kept longer
+        if after is not None and not after.done():
+            await asyncio.wait([after])  # a cancelled wait leaves the future as it is
+
+    def appended(self) -> None:
+        if not self._appended.done():
+            self._appended.set_result(None)
+
+    def answered(self, _: object = None) -> None:
+        self.appended()
+        if not self._answered.done():
+            self._answered.set_result(None)
+
+
 class Connection:
     """Serves one accepted connection until the client closes it, a frame closes it, it stays
     idle for `idle_limit_ms` (-1: no limit), or the listener stops."""
@@ -110,6 +153,8 @@ class Connection:
         self._answers: deque[asyncio.Task[bytes | None]] = deque()
         self._answer_ready = asyncio.Event()
         self._slots = asyncio.Semaphore(MAX_PENDING)
+        #: The place of the last request read (the next one is handled after it).
+        self._latest: InOrder | None = None
 
     async def serve(self) -> None:
         """Reads requests until the client stops sending or a frame closes the connection,
@@ -159,10 +204,13 @@ class Connection:
                 raise
             sasl = self._sasl
             authenticating = sasl is not None and not sasl.authenticated
+            raw_token = sasl is not None and authenticating and sasl.raw_tokens
+            order = self._latest = InOrder(not raw_token and _is_produce(frame), self._latest)
             task = asyncio.create_task(
-                self._raw_token(sasl, frame) if sasl is not None and authenticating
-                and sasl.raw_tokens else self._answer(frame)
+                self._raw_token(sasl, frame) if sasl is not None and raw_token
+                else self._answer(frame, order)
             )
+            task.add_done_callback(order.answered)
             task.add_done_callback(functools.partial(self._release, size))
             self._answers.append(task)
             self._answer_ready.set()
@@ -175,9 +223,10 @@ class Connection:
         self._slots.release()
         self._budget.release(self.peer, size)
 
-    async def _answer(self, frame: bytes) -> bytes | None:
-        """The answer frame to `frame` (None: no answer); raises MalformedFrame to close the
-        connection."""
+    async def _answer(self, frame: bytes, order: InOrder) -> bytes | None:
+        """The answer frame to `frame` (None: no answer), once the requests before it let it
+        be handled; raises MalformedFrame to close the connection."""
+        await order.turn()
         api_key, version = peek_api(frame)
         sasl = self._sasl
         if sasl is not None and not sasl.authenticated and api_key not in _BEFORE_AUTHENTICATION:
@@ -202,7 +251,8 @@ class Connection:
             header = read_header(frame, body_type)
             body = read_body(frame, header, body_type)
         call = KafkaCall(self.principal if sasl is None else sasl.principal, self.peer,
-                         api_key, version, header.client_id, sasl=sasl)
+                         api_key, version, header.client_id, sasl=sasl,
+                         on_appended=order.appended)
         try:
             response = await api.handler(body, call)
         except KafkaCallAborted as exc:
@@ -272,6 +322,16 @@ class Connection:
             note_malformed("the Kafka listener", self.peer, exc)
         self._reader.feed_eof()
         self._writer.transport.abort()
+
+
+def _is_produce(frame: bytes) -> bool:
+    """Whether `frame` is a Produce request (False for one too short to say: its handling
+    refuses it)."""
+    try:
+        api_key, _ = peek_api(frame)
+    except MalformedFrame:
+        return False
+    return api_key == PRODUCE_KEY
 
 
 #: What a SASL listener answers before the connection is authenticated.

@@ -1,5 +1,6 @@
 """A Kafka listener in this process with handlers of the test's own (no node): a request that
 expects no answer (Produce with acks=0) gets none while the requests after it are answered,
+a connection's requests are handled in order (Produce requests in a row by their appends),
 the bytes of requests read and not answered stay within queued.max.request.bytes (the
 listener stops reading until an answer frees room), and connections.max.idle.ms closes a
 silent connection or one stalled in the middle of a frame, never a busy one."""
@@ -113,7 +114,8 @@ def test_reading_stops_while_the_unanswered_bytes_fill_the_budget() -> None:
             writer.write(b"".join(frames))
             while not budget._waiters:  # the reader waits for room
                 await asyncio.sleep(0.01)
-            assert len(started) == 2 and budget.total <= BUDGET
+            # Two read ahead, the first handled (in order: the second waits for its answer).
+            assert len(started) == 1 and budget.total <= BUDGET
             go.set()
             for n in range(3):
                 assert (await _read_answer(reader, 3, 1))[0] == n
@@ -124,6 +126,63 @@ def test_reading_stops_while_the_unanswered_bytes_fill_the_budget() -> None:
         assert budget.total == 0
 
     asyncio.run(asyncio.wait_for(scenario(), WIRE_TIMEOUT_S))
+
+
+def test_requests_are_handled_in_order_and_produce_requests_in_a_row_by_their_appends() -> None:
+    """Kafka handles a connection's requests one after another. The listener does too, but for
+    Produce requests in a row: the next one goes on once the one before has its batches in the
+    log (`KafkaCall.appended`), not once it is answered. A first Produce that waits before its
+    appends (as a transaction's first batch on a partition waits for the coordinator's
+    verification) is not overtaken by the next; a Metadata request after both waits for both
+    answers."""
+    handled: list[str] = []
+
+    async def scenario() -> None:
+        verified, committed = asyncio.Event(), asyncio.Event()
+        answer = response_type(0, 3)(responses=(), throttle_time=datetime.timedelta(0))
+
+        async def produce(request: Any, call: KafkaCall) -> Any:
+            if request.timeout == datetime.timedelta(seconds=1):  # the first
+                handled.append("first produce")
+                await verified.wait()
+                handled.append("first appended")
+                call.appended()
+                await committed.wait()
+                handled.append("first answered")
+            else:
+                handled.append("second produce")
+                committed.set()  # only if it ran before the first was answered
+            return answer
+
+        async def metadata(request: Any, call: KafkaCall) -> Any:
+            handled.append("metadata")
+            return response_type(3, 1)(brokers=(), controller_id=-1, topics=())
+
+        registry = ApiRegistry()
+        registry.add(0, 3, 3, produce)
+        registry.add(3, 0, 1, metadata)
+        listener, port = await _serving(registry)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            first, second = (
+                ProduceRequest(transactional_id=None, acks=1,
+                               timeout=datetime.timedelta(seconds=s), topic_data=())
+                for s in (1, 2)
+            )
+            writer.write(frame_of(first, 1) + frame_of(second, 2)
+                         + frame_of(MetadataRequest(topics=()), 3))
+            while not handled:
+                await asyncio.sleep(0.01)
+            verified.set()
+            assert [(await _read_answer(reader, key, version))[0]
+                    for key, version in ((0, 3), (0, 3), (3, 1))] == [1, 2, 3]
+            writer.close()
+        finally:
+            await listener.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), WIRE_TIMEOUT_S))
+    assert handled == ["first produce", "first appended", "second produce", "first answered",
+                       "metadata"]
 
 
 def test_the_api_versions_table_is_the_registry() -> None:

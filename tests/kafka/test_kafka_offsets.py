@@ -4,7 +4,8 @@ offsets with metadata and read them back, and Tidelog's own client and `tidelog 
 describe` read the same commits; confluent-kafka's AdminClient lists, describes and deletes
 groups, kafka-python's deletes offsets; FindCoordinator's batched keys and unknown key types;
 OffsetFetch with require_stable during an open transaction answers UNSTABLE_OFFSET_COMMIT as
-Kafka does, and v9 checks a consumer group member's epoch."""
+Kafka does, and v9 checks a consumer group member's epoch; a connection's requests are
+handled in order, each seeing what those before it did."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata
-from kafka_wire import ask
+from kafka_wire import ask, connect, frame_of, read_answer
 from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
 from kio.schema.consumer_group_heartbeat.v0.request import (
     ConsumerGroupHeartbeatRequest as HeartbeatV0,
@@ -34,19 +35,30 @@ from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindV3
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindV4
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_offsets.v7.request import ListOffsetsPartition as ListPartitionV7
+from kio.schema.list_offsets.v7.request import ListOffsetsRequest as ListV7
+from kio.schema.list_offsets.v7.request import ListOffsetsTopic as ListTopicV7
+from kio.schema.offset_commit.v8.request import OffsetCommitRequest as CommitV8
+from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition as CommitPartitionV8
+from kio.schema.offset_commit.v8.request import OffsetCommitRequestTopic as CommitTopicV8
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest as FetchV7
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequestTopic as FetchTopicV7
 from kio.schema.offset_fetch.v9.request import OffsetFetchRequest as FetchV9
 from kio.schema.offset_fetch.v9.request import OffsetFetchRequestGroup as FetchGroupV9
 from kio.schema.offset_fetch.v9.request import OffsetFetchRequestTopics as FetchTopicsV9
+from kio.schema.produce.v9.request import PartitionProduceData as ProducePartitionV9
+from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
+from kio.schema.produce.v9.request import TopicProduceData as ProduceTopicV9
 from kio.schema.txn_offset_commit.v3.request import TxnOffsetCommitRequest
 from kio.schema.txn_offset_commit.v3.request import (
     TxnOffsetCommitRequestPartition as TxnPartition,
 )
 from kio.schema.txn_offset_commit.v3.request import TxnOffsetCommitRequestTopic as TxnTopic
+from kio.static.primitive import Records
 
 from tidelog.cli import main
 from tidelog.client import Client
+from tidelog.records import RecordInput, build_batch
 from tidelog.testing import LocalCluster, wait_for
 from tidelog.types import OffsetAndMetadata, TopicPartition
 
@@ -200,6 +212,46 @@ def test_find_coordinator_batches_keys_and_refuses_unknown_key_types(
         assert f"{found.host}:{found.port}" == cluster.kafka_address_of(found.node_id)
     refused = ask(address, FindV3(key="g1", key_type=7))
     assert (refused.error_code, refused.node_id) == (ErrorCode.invalid_request, -1)
+
+
+def test_a_connections_requests_see_what_the_requests_before_them_did(
+    cluster: LocalCluster, topic: str
+) -> None:
+    """Kafka handles a connection's requests in the order they were sent, one after another:
+    an OffsetFetch sent right behind an OffsetCommit, without waiting for its answer, reads the
+    offset committed, and a ListOffsets right behind an acks=all Produce the log end after the
+    records. (Handled side by side, the OffsetFetch read the offset before the commit 39 times
+    in 40.)"""
+    group, rounds = "pipelined", 20
+    address = cluster.kafka_address_of(1)
+
+    def commit(offset: int) -> CommitV8:
+        return CommitV8(group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                        group_instance_id=None, topics=(CommitTopicV8(name=TOPIC, partitions=(
+                            CommitPartitionV8(partition_index=0, committed_offset=offset,
+                                              committed_metadata=None),)),))
+
+    wait_for(lambda: ask(address, FindV3(key=group, key_type=0)).error_code == ErrorCode.none
+             and ask(address, commit(0)).topics[0].partitions[0].error_code == ErrorCode.none,
+             CLIENT_TIMEOUT_S, "the group's coordinator")
+    fetch = FetchV7(group_id=group, topics=(FetchTopicV7(name=TOPIC, partition_indexes=(0,)),))
+    produce = ProduceV9(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=CLIENT_TIMEOUT_S),
+        topic_data=(ProduceTopicV9(name=TOPIC, partition_data=(ProducePartitionV9(
+            index=1, records=Records(build_batch([RecordInput(b"in order", None, 0)]))),)),))
+    latest = ListV7(replica_id=-1, isolation_level=0, topics=(ListTopicV7(
+        name=TOPIC, partitions=(ListPartitionV7(partition_index=1, timestamp=-1),)),))
+    with connect(address) as sock:
+        for n in range(1, rounds + 1):
+            sock.sendall(frame_of(commit(n), 1) + frame_of(fetch, 2)
+                         + frame_of(produce, 3) + frame_of(latest, 4))
+            assert read_answer(sock, 8, 8)[1].topics[0].partitions[0].error_code == 0
+            [fetched] = read_answer(sock, 9, 7)[1].topics[0].partitions
+            assert fetched.committed_offset == n
+            [written] = read_answer(sock, 0, 9)[1].responses[0].partition_responses
+            assert written.error_code == ErrorCode.none
+            [end] = read_answer(sock, 2, 7)[1].topics[0].partitions
+            assert end.offset == written.base_offset + 1
 
 
 def test_require_stable_during_an_open_transaction_is_unstable(
