@@ -113,10 +113,13 @@ class InOrder:
             await asyncio.wait([after])  # a cancelled wait leaves the future as it is
 
     def appended(self) -> None:
+        """The request's batches are in the log (or refused): a Produce after it may go."""
         if not self._appended.done():
             self._appended.set_result(None)
 
     def answered(self, _: object = None) -> None:
+        """The request is answered (or failed, or was cancelled): whatever follows may go. A
+        done callback of the request's task, so it is called however the task ends."""
         self.appended()
         if not self._answered.done():
             self._answered.set_result(None)
