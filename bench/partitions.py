@@ -44,19 +44,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-# Run as a script, this file's directory comes first on sys.path, where bench/storage.py would
-# shadow the storage package the nodes' code imports.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+# As a script this directory is first on sys.path: bench/cluster.py is imported from it (and
+# takes the directory off again, so that bench/storage.py shadows nothing).
+import cluster as cluster_bench  # type: ignore[import-not-found]
+import grpc
 
-import grpc  # noqa: E402
-
-from tidelog import Client, ClientConfig  # noqa: E402
-from tidelog.clock import wall_clock_ms  # noqa: E402
-from tidelog.errors import TidelogError  # noqa: E402
-from tidelog.records import RecordInput, build_batch  # noqa: E402
-from tidelog.testing import LocalCluster  # noqa: E402
-from tidelog.v1 import tidelog_pb2 as pb  # noqa: E402
-from tidelog.v1 import tidelog_pb2_grpc  # noqa: E402
+from tidelog import Client, ClientConfig
+from tidelog.clock import wall_clock_ms
+from tidelog.errors import TidelogError
+from tidelog.records import RecordInput, build_batch
+from tidelog.testing import LocalCluster
+from tidelog.v1 import tidelog_pb2 as pb
+from tidelog.v1 import tidelog_pb2_grpc
 
 MIB = 1024 * 1024
 RECORD_BYTES = 1024
@@ -69,7 +68,6 @@ BASE_PARTITIONS = 6
 GOAL_PARTITIONS = 5000
 GOAL_LED_S = 120.0
 GOAL_IDLE_CORE = 0.05
-_TICKS_S = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -155,20 +153,44 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (all its threads) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_S
-
-
 def idle_cpu(cluster: LocalCluster, seconds: float) -> dict[int, float]:
     """Each node's CPU over `seconds` with no traffic, as a fraction of one core."""
     pids = {n: cluster.pid_of(n) for n in cluster.node_ids}
-    before = {n: cpu_seconds(pid) for n, pid in pids.items() if pid is not None}
+    before = {n: cluster_bench.cpu_seconds(pid) for n, pid in pids.items() if pid is not None}
     started = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - started
-    return {n: (cpu_seconds(pids[n] or 0) - cpu) / elapsed for n, cpu in before.items()}
+    return {n: (cluster_bench.cpu_seconds(pids[n] or 0) - cpu) / elapsed
+            for n, cpu in before.items()}
+
+
+def nodes_cpu_s(cluster: LocalCluster) -> float:
+    """The CPU seconds the running nodes have taken so far, together."""
+    pids = (cluster.pid_of(n) for n in cluster.node_ids)
+    return sum(cluster_bench.cpu_seconds(pid) for pid in pids if pid is not None)
+
+
+def batch_bytes(partitions: int) -> int:
+    """The size of each batch of the produce's requests over `partitions` partitions (a
+    request is a batch for each of up to 16 of its leader's partitions, 256 KiB in all)."""
+    return REQUEST_BYTES // min(PARTITIONS_PER_REQUEST, max(1, partitions // 3))
+
+
+def nodes_cpu_line(count: int, base_cpu: float, many_cpu: float) -> str:
+    """What a MiB of the produce cost the nodes over the 6 and over `count` partitions (CPU
+    seconds per MiB), and, by a straight line through the two, what a batch costs them beyond
+    its bytes: over many partitions the same bytes come in more, smaller batches, and that
+    fixed cost is what the ratio pays for."""
+    line = (f"nodes' CPU per MiB produced: {BASE_PARTITIONS} partitions "
+            f"{base_cpu * 1000:.1f} ms, {count} partitions {many_cpu * 1000:.1f} ms"
+            + (f" ({many_cpu / base_cpu:.2f}x)" if base_cpu > 0 else ""))
+    base_batches, many_batches = (MIB / batch_bytes(n) for n in (BASE_PARTITIONS, count))
+    if many_batches > base_batches:
+        fixed = (many_cpu - base_cpu) / (many_batches - base_batches)
+        line += (f"; batches of {batch_bytes(BASE_PARTITIONS) // 1024} and "
+                 f"{batch_bytes(count) // 1024} KiB: a batch costs the nodes "
+                 f"{fixed * 1000:.2f} ms beyond its bytes (its three replicas together)")
+    return line
 
 
 def raft_counts(cluster: LocalCluster) -> tuple[float, float]:
@@ -418,7 +440,9 @@ def bench_count(count: int, sizes: Sizes, with_produce: bool, with_idle: bool = 
             return False
         if warm:
             warm_up(cluster, "six", base_led)
+        before = nodes_cpu_s(cluster)
         base, base_errors = produce_mib_s(cluster, "six", base_led, sizes.produce_bytes)
+        base_cpu = (nodes_cpu_s(cluster) - before) / (sizes.produce_bytes / MIB)
         if warm:
             # After the 6-partition figure: the warm-up's own aftermath (1,000 logs changed at
             # once) must not fall on the baseline.
@@ -427,7 +451,9 @@ def bench_count(count: int, sizes: Sizes, with_produce: bool, with_idle: bool = 
         # Where the leaders are now (an election on a loaded machine may have moved some).
         now_led = leaders(cluster, "many", count)
         items_before, proposals_before = raft_counts(cluster)
+        before = nodes_cpu_s(cluster)
         many, many_errors = produce_mib_s(cluster, "many", now_led, sizes.produce_bytes)
+        many_cpu = (nodes_cpu_s(cluster) - before) / (sizes.produce_bytes / MIB)
         items_after, proposals_after = raft_counts(cluster)
         items, proposals = items_after - items_before, proposals_after - proposals_before
         print(f"produce {sizes.produce_bytes / MIB:.0f} MiB acks=all"
@@ -435,6 +461,7 @@ def bench_count(count: int, sizes: Sizes, with_produce: bool, with_idle: bool = 
               f"partitions {base:.1f} MiB/s, {count} partitions {many:.1f} MiB/s; "
               f"ratio {many / base:.2f}" + (" (goal >= 0.6)" if count >= 1000 else "")
               + f"; load average after: {load()}")
+        print(nodes_cpu_line(count, base_cpu, many_cpu))
         with tempfile.TemporaryDirectory(dir=cluster.data_dir) as scratch:
             disk_base = disk_floor_mib_s(BASE_PARTITIONS, sizes.produce_bytes,
                                          Path(scratch, "six"))
