@@ -170,10 +170,11 @@ def nodes_cpu_s(cluster: LocalCluster) -> float:
     return sum(cluster_bench.cpu_seconds(pid) for pid in pids if pid is not None)
 
 
-def batch_bytes(partitions: int) -> int:
-    """The size of each batch of the produce's requests over `partitions` partitions (a
-    request is a batch for each of up to 16 of its leader's partitions, 256 KiB in all)."""
-    return REQUEST_BYTES // min(PARTITIONS_PER_REQUEST, max(1, partitions // 3))
+def batches_per_request(partitions: int) -> int:
+    """How many batches each request of the produce carries over `partitions` partitions
+    spread over 3 leaders: one for each of up to 16 of its leader's partitions, 256 KiB in
+    all (so each batch is ``REQUEST_BYTES // batches_per_request``)."""
+    return min(PARTITIONS_PER_REQUEST, max(1, partitions // 3))
 
 
 def nodes_cpu_line(count: int, base_cpu: float, many_cpu: float) -> str:
@@ -184,11 +185,13 @@ def nodes_cpu_line(count: int, base_cpu: float, many_cpu: float) -> str:
     line = (f"nodes' CPU per MiB produced: {BASE_PARTITIONS} partitions "
             f"{base_cpu * 1000:.1f} ms, {count} partitions {many_cpu * 1000:.1f} ms"
             + (f" ({many_cpu / base_cpu:.2f}x)" if base_cpu > 0 else ""))
-    base_batches, many_batches = (MIB / batch_bytes(n) for n in (BASE_PARTITIONS, count))
+    base_bytes, many_bytes = (REQUEST_BYTES // batches_per_request(n)
+                              for n in (BASE_PARTITIONS, count))
+    base_batches, many_batches = MIB / base_bytes, MIB / many_bytes
     if many_batches > base_batches:
         fixed = (many_cpu - base_cpu) / (many_batches - base_batches)
-        line += (f"; batches of {batch_bytes(BASE_PARTITIONS) // 1024} and "
-                 f"{batch_bytes(count) // 1024} KiB: a batch costs the nodes "
+        line += (f"; batches of {base_bytes // 1024} and {many_bytes // 1024} KiB: a batch "
+                 f"costs the nodes "
                  f"{fixed * 1000:.2f} ms beyond its bytes (its three replicas together)")
     return line
 
@@ -332,7 +335,7 @@ def disk_floor_mib_s(partitions: int, total_bytes: int, directory: Path) -> floa
     files: dict[tuple[int, int], int] = {}
     for replica in range(3):
         (directory / str(replica)).mkdir(parents=True, exist_ok=True)
-    per = min(PARTITIONS_PER_REQUEST, max(1, partitions // 3))
+    per = batches_per_request(partitions)
     batch = b"x" * (REQUEST_BYTES // per)
     requests_per_node = max(1, total_bytes // REQUEST_BYTES // 3)
 
