@@ -99,7 +99,9 @@ awake groups too:
   the timer counts as run out) when liveness reports the leader's node silent for an election
   timeout (`peer_down`; a restarted node, or a replica out of service there, is reported the
   same way), or when the leader itself asks for a vote in a newer term (it stepped down, or
-  restarted). A supporting follower that is quiet refuses a vote and stays quiet.
+  restarted). A supporting follower that is quiet refuses a vote and stays quiet. One that is
+  awake is `steady`: its ticks only count toward the stall question, so a driver may give it
+  several at once (`tick`'s ``ticks``), which only runs its timer slower.
 * A leader's check-quorum counts the voters whose nodes are heard (``tick(down=...)``), as
   well as those that answered: answers are only asked for when something waits on them.
 * Heartbeats go on demand: to every follower while a read waits for its quorum round
@@ -523,6 +525,17 @@ class RaftCore:
         return self._quiesced
 
     @property
+    def steady(self) -> bool:
+        """Whether a tick of this core does nothing but count toward its stall check: an awake
+        voter following a leader it supports (see "Fortification"). A driver may tick a steady
+        core less often, several ticks at once (`tick`'s ``ticks``): its election timer only
+        ever runs slower for it, never faster, and it refuses votes while it supports anyway.
+        Anything that may end the support (a message, `peer_down`) reaches the core through
+        the driver, which then ticks it one tick at a time again."""
+        return (self._role is Role.FOLLOWER and not self._quiesced and self._supports()
+                and self.id in self._voters.voters)
+
+    @property
     def membership(self) -> Membership:
         """The configuration in effect: the newest in the log, committed or not."""
         return self.latest_conf.membership
@@ -552,10 +565,11 @@ class RaftCore:
 
     # ---- inputs ----------------------------------------------------------------------------
 
-    def tick(self, quorum_paced: bool = True, down: Collection[int] = ()) -> bool:
-        """One tick of the clock. False when all it did was count (a timer running), so a
-        driver need not look at this core for it: thousands of awake groups (a new topic
-        being elected) cost a driver one pass per tick over them, not three.
+    def tick(self, quorum_paced: bool = True, down: Collection[int] = (), ticks: int = 1) -> bool:
+        """One tick of the clock (``ticks`` at once, only while the core is `steady`). False
+        when all it did was count (a timer running), so a driver need not look at this core
+        for it: thousands of awake groups (a new topic being elected) cost a driver one pass
+        per tick over them, not three.
 
         ``quorum_paced`` False: the driver's node liveness says the nodes of this leader's
         followers ticked less than this node did lately (slow, not dead). A leader's
@@ -567,11 +581,13 @@ class RaftCore:
         ``down``: the nodes the driver's node liveness has found silent for an election
         timeout (`peer_down`): a `fortify` leader's check-quorum counts the other voters (see
         "Fortification")."""
+        if ticks != 1 and not (ticks > 1 and self.steady):
+            raise ValueError(f"{ticks} ticks at once: only a steady core takes more than one")
         if self._quiesced:
             return False
         if self._role is Role.LEADER:
             return self._tick_leader(quorum_paced, down)
-        self._election_elapsed += 1
+        self._election_elapsed += ticks
         if self.id not in self._voters.voters:
             if self._heir is None or self._election_elapsed < self._config.election_ticks:
                 return False

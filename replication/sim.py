@@ -127,6 +127,10 @@ class SimConfig:
     #: `RaftConfig.stall_timeouts` of a fortified run: the node's 4 for two seeds in three,
     #: the core's default 1 for the others.
     stall_timeouts: int = 1
+    #: A `steady` core is ticked this many ticks at once, as the node ticks them once a
+    #: heartbeat interval (`ReplicaSet._tick_steady`): twice the heartbeat interval's ticks
+    #: for odd fortified seeds, one at a time (as before) for the others.
+    steady_ticks: int = 1
 
     @classmethod
     def derive(
@@ -184,7 +188,8 @@ class SimConfig:
         # quiescence alone. Picked by the seed, not drawn.
         fortify = config.quiesce and not (swarm and seed % 5 == 0)
         return replace(config, fortify=fortify,
-                       stall_timeouts=4 if fortify and seed % 3 else 1)
+                       stall_timeouts=4 if fortify and seed % 3 else 1,
+                       steady_ticks=2 * config.heartbeat_ticks if fortify and seed % 2 else 1)
 
     def describe(self) -> str:
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -224,7 +229,7 @@ class _Ping(NamedTuple):
 
 class _Node:
     __slots__ = ("bootstrap", "confs", "core", "disk", "durable", "fresh", "heard", "id",
-                 "incarnation", "incarnations", "lease", "paused_until", "pending",
+                 "incarnation", "incarnations", "lease", "owed", "paused_until", "pending",
                  "published_hw", "quiesced", "replica", "reported", "round", "seen", "store",
                  "tick_interval", "ticks", "up", "wiped")
 
@@ -269,6 +274,8 @@ class _Node:
         self.reported: dict[int, int] = {}
         self.quiesced = False
         self.ticks = 0
+        #: The ticks its core was not given yet while `steady` (`SimConfig.steady_ticks`).
+        self.owed = 0
         #: The read lease of its replica (`tidelog.replication.lease`), forgotten at a crash.
         self.lease = ReadLease(0)
         #: (role, term, leader) of its core when last looked at (`Simulator._check_campaign`).
@@ -575,7 +582,16 @@ class Simulator:
         assert core is not None
         was_leader = core.role is Role.LEADER
         down = self._liveness(node, core) if self.cfg.quiesce else set()
-        core.tick(down=down)
+        if not core.steady:
+            # What it was owed is dropped, as the node drops it: the timer of a core that
+            # stopped supporting its leader was set by whatever ended the support.
+            node.owed = 0
+            core.tick(down=down)
+        elif node.owed + 1 < self.cfg.steady_ticks:
+            node.owed += 1
+        else:
+            core.tick(down=down, ticks=node.owed + 1)
+            node.owed = 0
         if was_leader and core.role is not Role.LEADER:
             self._leader_lost(fault=self.faults_on)
         self._after(node, core)

@@ -5,6 +5,7 @@ heartbeats a follower only when something waits on it."""
 
 from __future__ import annotations
 
+import pytest
 from raft_helpers import ELECTION, Cluster
 
 from tidelog.replication import (
@@ -173,3 +174,28 @@ def test_a_leader_that_stepped_down_tells_a_follower_still_supporting_it() -> No
     follower.step(PreVoteRequest(follower.term + 1, 1, 2, follower.log_end_offset,
                                  follower.last_epoch))
     assert [m.granted for m in c.flush(2) if m.dst == 1] == [True]  # type: ignore[attr-defined]
+
+
+def test_a_steady_follower_takes_many_ticks_at_once_and_only_runs_slower() -> None:
+    """A follower that supports its leader is `steady`: a driver may tick it several ticks at
+    once (the node does, once a heartbeat interval). It still never campaigns and still asks
+    its leader after a stall; a leader, a quiet core or one whose support lapsed takes one tick
+    at a time, and is refused more."""
+    c = _awake_follower(fortify=True)
+    follower, leader = c.cores[2], c.cores[0]
+    assert follower.steady and not leader.steady and not c.cores[1].steady  # 1 is quiet
+    for core in (leader, c.cores[1]):
+        with pytest.raises(ValueError, match="only a steady core"):
+            core.tick(ticks=2)
+    sent: list[Message] = []
+    for _ in range(6 * ELECTION // 5):
+        follower.tick(ticks=5)
+        sent += c.flush(2)
+    assert follower.role is Role.FOLLOWER and follower.leader_id == 0 and follower.steady
+    assert not any(isinstance(m, PreVoteRequest) for m in sent)
+    assert [m.dst for m in sent if isinstance(m, HeartbeatResponse)]  # the stall's pokes
+    follower.peer_down(0)
+    assert not follower.steady
+    with pytest.raises(ValueError, match="only a steady core"):
+        follower.tick(ticks=5)
+    assert any(isinstance(m, PreVoteRequest) for m in _tick(c, 2, 2 * ELECTION))
