@@ -832,10 +832,15 @@ class RaftCore:
     def has_ready(self) -> bool:
         if self._in_flight is not None:
             return False
+        # Asked of every replica a round looks at, most of them without one: the hard state
+        # is compared field by field rather than built to be compared.
+        last = self._last_hard_state
         return (
             bool(self._msgs)
             or self._log.has_writes()
-            or self._hard_state() != self._last_hard_state
+            or self._hw != last.high_watermark
+            or self._term != last.term
+            or self._vote != last.vote
             or (self._role, self._leader) != self._last_soft
             or bool(self._read_states)
             or bool(self._failed_reads)
@@ -880,6 +885,8 @@ class RaftCore:
         back, a slow fsync looks like a dead leader to its followers (an election) or like
         dead followers to their leader (check-quorum steps it down). What a driver leaves
         here goes with the next Ready."""
+        if not self._msgs:
+            return []
         prompt: list[Message] = []
         rest: list[Message] = []
         durable = self._durable_term
