@@ -1038,14 +1038,17 @@ def _persist_all(
 ) -> list[tuple[PartitionReplica, Exception]]:
     """On the disk thread: apply and fsync a round of Readies (group commit).
 
-    The partitions' writes, then their fsyncs, run side by side on `flushers`: one after
-    another, a round costs the sum of a few fsyncs per partition (several ms each on a busy
-    VM), while ext4 folds concurrent fsyncs into one journal commit. Every write is applied
-    before any is synced, so the terms and votes of the whole round are in the node's book
-    (`TermVotes`) when the first sync writes it: one file replacement for all the round's
-    elections. When `filesystem` is given and at least `_SYNCFS_MIN_LOGS` of the logs to sync
-    are on it, one ``syncfs`` after every write replaces their fsyncs
-    (`tidelog.storage.fs_sync`: as durable, ten times cheaper at 64 logs on the VM measured);
+    The partitions' writes are applied one after another on the disk thread: they go to the
+    page cache, and handing each to a helper thread cost more than the write (a produce over
+    1,000 partitions applies about 25 a round). Their fsyncs run side by side on
+    `flushers`: one after another, a round costs the sum of a few fsyncs per partition
+    (several ms each on a busy VM), while ext4 folds concurrent fsyncs into one journal
+    commit. Every write is applied before any is synced, so the terms and votes of the whole
+    round are in the node's book (`TermVotes`) when the first sync writes it: one file
+    replacement for all the round's elections. When `filesystem` is given and at least
+    `_SYNCFS_MIN_LOGS` of the logs to sync are on it, one ``syncfs`` after every write
+    replaces their fsyncs (`tidelog.storage.fs_sync`: as durable, ten times cheaper at 64
+    logs on the VM measured);
     a syncfs that fails says only that the filesystem lost a write, so each log is then
     fsynced as usual, and the one that lost it fails. The disk thread still waits for the
     whole round, so work it runs later (deleting a replica, closing a log) never overlaps
@@ -1070,7 +1073,7 @@ def _persist_all(
             errors = list(flushers.map(lambda item: run(step, item), items))
         return [(item, exc) for item, exc in zip(items, errors, strict=True) if exc is not None]
 
-    failed = each(lambda item: item[1].apply(), writes)
+    failed = [(item, exc) for item in writes if (exc := run(_apply, item)) is not None]
     refused = {id(item) for item, _ in failed}
     to_sync = [item for item in writes if id(item) not in refused]
     if filesystem is not None:
@@ -1084,6 +1087,10 @@ def _persist_all(
                        if (exc := run(_synced_by_filesystem, item)) is not None]
     failed += each(lambda item: item[1].sync(), to_sync)
     return [(item[0], exc) for item, exc in failed]
+
+
+def _apply(item: tuple[PartitionReplica, Write]) -> None:
+    item[1].apply()
 
 
 def _synced_by_filesystem(item: tuple[PartitionReplica, Write]) -> None:
