@@ -78,14 +78,18 @@ class PeerPacing:
         return lagging
 
 
-def tick_paced(core: RaftCore, lagging: Collection[int], down: Collection[int] = ()) -> bool:
-    """`RaftCore.tick` of a core on a node whose `lagging` peers (`PeerPacing.lagging`) are
-    not empty; `down` as `RaftCore.tick` takes it."""
+def tick_paced(
+    core: RaftCore, lagging: Collection[int], down: Collection[int] = (), ticks: int = 1
+) -> bool:
+    """`RaftCore.tick` of a core on a node whose `lagging` peers (`PeerPacing.lagging`) may
+    not be empty; `down` and `ticks` as `RaftCore.tick` takes them."""
     leader = core.leader_id
     if leader is not None and leader in lagging:
         return False  # its leader's node is slow: its election timer waits for it
     if leader != core.id:
-        return core.tick()
+        return core.tick(ticks=ticks)
+    if not lagging:
+        return core.tick(True, down, ticks)
     voters = core.conf_state.membership.voters
     paced = sum(1 for voter in voters if voter not in lagging)
-    return core.tick(quorum_paced=2 * paced > len(voters), down=down)
+    return core.tick(2 * paced > len(voters), down, ticks)

@@ -100,8 +100,9 @@ awake groups too:
   timeout (`peer_down`; a restarted node, or a replica out of service there, is reported the
   same way), or when the leader itself asks for a vote in a newer term (it stepped down, or
   restarted). A supporting follower that is quiet refuses a vote and stays quiet. One that is
-  awake is `steady`: its ticks only count toward the stall question, so a driver may give it
-  several at once (`tick`'s ``ticks``), which only runs its timer slower.
+  awake is `steady`, as is an awake leader: their ticks only count between two heartbeat
+  intervals, so a driver may give them an interval's at once (`tick`'s ``ticks``), which
+  only runs their timers slower.
 * A leader's check-quorum counts the voters whose nodes are heard (``tick(down=...)``), as
   well as those that answered: answers are only asked for when something waits on them.
 * Heartbeats go on demand: to every follower while a read waits for its quorum round
@@ -526,13 +527,20 @@ class RaftCore:
 
     @property
     def steady(self) -> bool:
-        """Whether a tick of this core does nothing but count toward its stall check: an awake
-        voter following a leader it supports (see "Fortification"). A driver may tick a steady
-        core less often, several ticks at once (`tick`'s ``ticks``): its election timer only
-        ever runs slower for it, never faster, and it refuses votes while it supports anyway.
-        Anything that may end the support (a message, `peer_down`) reaches the core through
-        the driver, which then ticks it one tick at a time again."""
-        return (self._role is Role.FOLLOWER and not self._quiesced and self._supports()
+        """Whether this core's ticks, between two heartbeat intervals, do nothing but count
+        (see "Fortification"): an awake voter following a leader it supports (its timer only
+        counts toward the stall question, and it refuses votes while it supports anyway), or
+        an awake leader of a fortified group (it heartbeats at most once an interval, and its
+        check-quorum counts the nodes heard). A driver may tick a steady core once a
+        heartbeat interval, several ticks at once (`tick`'s ``ticks``): its timers can only
+        run slower so, never faster. Anything that may make it unsteady (a message,
+        `peer_down`, a proposal) reaches the core through the driver, which then ticks it
+        one tick at a time again."""
+        if self._quiesced:
+            return False
+        if self._role is Role.LEADER:
+            return self._config.fortify
+        return (self._role is Role.FOLLOWER and self._supports()
                 and self.id in self._voters.voters)
 
     @property
@@ -586,7 +594,7 @@ class RaftCore:
         if self._quiesced:
             return False
         if self._role is Role.LEADER:
-            return self._tick_leader(quorum_paced, down)
+            return self._tick_leader(quorum_paced, down, ticks)
         self._election_elapsed += ticks
         if self.id not in self._voters.voters:
             if self._heir is None or self._election_elapsed < self._config.election_ticks:
@@ -1167,9 +1175,9 @@ class RaftCore:
             self._log.append((Entry(end, end, self._term, self._codec.marker(end, self._term)),))
         self._bcast_append()
 
-    def _tick_leader(self, quorum_paced: bool, down: Collection[int]) -> bool:
-        self._election_elapsed += quorum_paced
-        self._heartbeat_elapsed += 1
+    def _tick_leader(self, quorum_paced: bool, down: Collection[int], ticks: int) -> bool:
+        self._election_elapsed += ticks * quorum_paced
+        self._heartbeat_elapsed += ticks
         acted = False
         if self._election_elapsed >= self._config.election_ticks:
             acted = True

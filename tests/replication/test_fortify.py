@@ -86,6 +86,26 @@ def test_a_leader_heartbeats_only_the_follower_an_append_waits_on() -> None:
     assert len(beats) <= 3, len(beats)
 
 
+def test_an_awake_leader_given_its_ticks_two_at_a_time_asks_only_the_stalled_follower() -> None:
+    """A fortified leader is `steady`: given its ticks two at a time (here two heartbeat
+    intervals' worth; the simulator gives as many) it still asks only the follower an append
+    waits on, at most as often as one tick at a time would, and leads on while the
+    followers' nodes are heard."""
+    c = Cluster(3, quiesce=True, fortify=True)
+    c.elect(0)
+    cut = 2
+    c.propose(0, [b"a"], drop=lambda m: m.dst == cut or m.src == cut)
+    leader = c.cores[0]
+    assert leader.steady
+    sent: list[Message] = []
+    for _ in range(2 * ELECTION):
+        leader.tick(ticks=2)
+        sent += c.flush(0)
+    beats = [m for m in sent if isinstance(m, Heartbeat)]
+    assert beats and {m.dst for m in beats} == {cut} and len(beats) <= 3, beats
+    assert leader.role is Role.LEADER and leader.steady
+
+
 def test_check_quorum_counts_the_voters_whose_nodes_are_heard() -> None:
     c = Cluster(3, quiesce=True, fortify=True)
     c.elect(0)
