@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from replica_helpers import follow_and_lead
 
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas.liveness import LivenessBeacon
@@ -23,8 +24,7 @@ from tidelog.node.replicas.transport import (
     add_raft_transport,
     frames,
 )
-from tidelog.records import RecordInput, build_batch
-from tidelog.replication import Heartbeat, PreVoteResponse, Role, VoteResponse
+from tidelog.replication import Role
 from tidelog.types import TopicPartition
 
 CLIENT_ADDRESSES = {1: "127.0.0.1:3", 2: "127.0.0.1:4"}
@@ -196,19 +196,7 @@ def test_timers_that_wait_on_a_slow_node_run_at_its_pace_and_a_dead_one_is_not_w
         replicas = ReplicaSet(NodeConfig(node_id=1, listen="127.0.0.1:0", data_dir=tmp_path))
         follows, leads = TopicPartition("f", 0), TopicPartition("l", 0)
         try:
-            replicas.open_replica(follows, (2, 1, 3), {})
-            replicas.open_replica(leads, (1, 2, 3), {})
-            heartbeat = Outgoing(2, 1)
-            heartbeat.add(follows, Heartbeat(1, 2, 1, 0, 0, False))
-            replicas.step(heartbeat.env, memoryview(b""))
-            leader = replicas.partitions[leads].core
-            leader.campaign()
-            for response in (PreVoteResponse(1, 2, 1, True), VoteResponse(1, 2, 1, True)):
-                answer = Outgoing(2, 1)
-                answer.add(leads, response)
-                replicas.step(answer.env, memoryview(b""))
-            leader.propose(build_batch([RecordInput(b"v", None, 1)]), 1)  # never idle
-            follower = replicas.partitions[follows].core
+            follower, leader = follow_and_lead(replicas, follows, leads)
             assert (follower.role, follower.leader_id, leader.role) == (
                 Role.FOLLOWER, 2, Role.LEADER)
             election_ticks = replicas.raft_config.election_ticks

@@ -10,14 +10,14 @@ from collections.abc import Collection
 from pathlib import Path
 
 import pytest
-from replica_helpers import running
+from replica_helpers import follow_and_lead, running
 from waiting_helpers import async_wait_for
 
 from tidelog.node.config import NodeConfig
 from tidelog.node.replicas.replica_set import ReplicaSet
 from tidelog.node.replicas.transport import Outgoing
 from tidelog.records import RecordInput, build_batch
-from tidelog.replication import Heartbeat, PreVoteResponse, RaftCore, Role, VoteResponse
+from tidelog.replication import RaftCore, Role
 from tidelog.types import TopicPartition
 
 
@@ -137,19 +137,7 @@ def test_steady_cores_are_ticked_once_a_heartbeat_interval_and_each_tick_once_un
         monkeypatch.setattr(RaftCore, "tick", tick)
         follows, leads = TopicPartition("f", 0), TopicPartition("l", 0)
         try:
-            replicas.open_replica(follows, (2, 1, 3), {})
-            replicas.open_replica(leads, (1, 2, 3), {})
-            beat = Outgoing(2, 1)
-            beat.add(follows, Heartbeat(1, 2, 1, 0, 0, False))
-            replicas.step(beat.env, memoryview(b""))
-            leader = replicas.partitions[leads].core
-            leader.campaign()
-            for response in (PreVoteResponse(1, 2, 1, True), VoteResponse(1, 2, 1, True)):
-                answer = Outgoing(2, 1)
-                answer.add(leads, response)
-                replicas.step(answer.env, memoryview(b""))
-            leader.propose(build_batch([RecordInput(b"v", None, 1)]), 1)  # never idle
-            follower = replicas.partitions[follows].core
+            follower, leader = follow_and_lead(replicas, follows, leads)
             assert follower.steady and leader.steady and not leader.quiesced
             given.clear()
             for _ in range(4 * election):
