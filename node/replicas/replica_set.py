@@ -1049,24 +1049,22 @@ def _persist_all(
 ) -> list[tuple[PartitionReplica, Exception]]:
     """On the disk thread: apply and fsync a round of Readies (group commit).
 
-    The partitions' writes are applied one after another on the disk thread: they go to the
-    page cache, and handing each to a helper thread cost more than the write (a produce over
-    1,000 partitions applies about 25 a round). Their fsyncs run side by side on
-    `flushers`: one after another, a round costs the sum of a few fsyncs per partition
-    (several ms each on a busy VM), while ext4 folds concurrent fsyncs into one journal
-    commit. Every write is applied before any is synced, so the terms and votes of the whole
-    round are in the node's book (`TermVotes`) when the first sync writes it: one file
-    replacement for all the round's elections. When `filesystem` is given and at least
-    `_SYNCFS_MIN_LOGS` of the logs to sync are on it, one ``syncfs`` after every write
-    replaces their fsyncs (`tidelog.storage.fs_sync`: as durable, ten times cheaper at 64
-    logs on the VM measured);
-    a syncfs that fails says only that the filesystem lost a write, so each log is then
-    fsynced as usual, and the one that lost it fails. The disk thread still waits for the
-    whole round, so work it runs later (deleting a replica, closing a log) never overlaps
-    it, and the loop sends nothing of the round that waits for the disk before all of it is
-    durable. A removed replica's store drops its writes (`LogStore.closed`). Returns the
-    replicas whose writes failed (`ReplicaSet.storage_failed`), with the error: their Readies
-    must not complete."""
+    The partitions' writes are applied one after another on the disk thread: they go to the page
+    cache, and handing each to a helper thread cost more than the write (a produce over 1,000
+    partitions applies about 25 a round). Their fsyncs run side by side on `flushers`: one after
+    another, a round costs the sum of a few fsyncs per partition (several ms each on a busy VM),
+    while ext4 folds concurrent fsyncs into one journal commit. Every write is applied before
+    any is synced, so the terms and votes of the whole round are in the node's book
+    (`TermVotes`) when the first sync writes it: one file replacement for all the round's
+    elections. When `filesystem` is given and at least `_SYNCFS_MIN_LOGS` of the logs to sync
+    are on it, one ``syncfs`` after every write replaces their fsyncs
+    (`tidelog.storage.fs_sync`: as durable, ten times cheaper at 64 logs on the VM measured); a
+    syncfs that fails says only that the filesystem lost a write, so each log is then fsynced as
+    usual, and the one that lost it fails. The disk thread still waits for the whole round, so
+    work it runs later (deleting a replica, closing a log) never overlaps it, and the loop sends
+    nothing of the round that waits for the disk before all of it is durable. A removed
+    replica's store drops its writes (`LogStore.closed`). Returns the replicas whose writes
+    failed (`ReplicaSet.storage_failed`), with the error: their Readies must not complete."""
 
     Item = tuple[PartitionReplica, Write]
 
