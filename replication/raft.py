@@ -575,9 +575,10 @@ class RaftCore:
 
     def tick(self, quorum_paced: bool = True, down: Collection[int] = (), ticks: int = 1) -> bool:
         """One tick of the clock (``ticks`` at once, only while the core is `steady`). False
-        when all it did was count (a timer running), so a driver need not look at this core
-        for it: thousands of awake groups (a new topic being elected) cost a driver one pass
-        per tick over them, not three.
+        when it did nothing a driver must look at (a timer running, a leader's heartbeat tick
+        that sent nothing), so a driver need not look at this core for it: thousands of awake
+        groups (a new topic being elected) cost a driver one pass per tick over them, not
+        three.
 
         ``quorum_paced`` False: the driver's node liveness says the nodes of this leader's
         followers ticked less than this node did lately (slow, not dead). A leader's
@@ -1176,11 +1177,15 @@ class RaftCore:
         self._bcast_append()
 
     def _tick_leader(self, quorum_paced: bool, down: Collection[int], ticks: int) -> bool:
+        """True only when the tick did what a driver must look at: it stepped down, gave up a
+        transfer, went quiet or sent a heartbeat. A fortified leader's heartbeat tick mostly
+        sends nothing (its heartbeats go on demand), and the 100-350 awake leaders of a node
+        under a produce over 1,000 partitions were each looked at again every interval."""
         self._election_elapsed += ticks * quorum_paced
         self._heartbeat_elapsed += ticks
         acted = False
         if self._election_elapsed >= self._config.election_ticks:
-            acted = True
+            acted = self._transferee is not None
             self._election_elapsed = 0
             if self._config.check_quorum:
                 active = {self.id}
@@ -1196,13 +1201,15 @@ class RaftCore:
                     return True
             self._transferee = None
         if self._heartbeat_elapsed >= self._config.heartbeat_ticks:
-            acted = True
             self._heartbeat_elapsed = 0
-            if not self._quiesce_if_idle():
-                self._beats += 1
-                for pr in self._progress.values():
-                    pr.due, pr.beat_end = pr.beat_end, pr.next
-                self._bcast_heartbeat(on_demand=self._config.fortify and not self._reads)
+            if self._quiesce_if_idle():
+                return True
+            self._beats += 1
+            for pr in self._progress.values():
+                pr.due, pr.beat_end = pr.beat_end, pr.next
+            sent = len(self._msgs)
+            self._bcast_heartbeat(on_demand=self._config.fortify and not self._reads)
+            acted |= len(self._msgs) > sent
         return acted
 
     def _quiesce_if_idle(self) -> bool:

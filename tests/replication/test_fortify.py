@@ -86,6 +86,25 @@ def test_a_leader_heartbeats_only_the_follower_an_append_waits_on() -> None:
     assert len(beats) <= 3, len(beats)
 
 
+def test_a_leaders_tick_that_sends_nothing_tells_its_driver_nothing() -> None:
+    """A fortified leader's heartbeat tick mostly sends nothing (heartbeats go on demand): it
+    then returns False, so the driver does not look at the core again for it; the ticks that
+    ask the stalled follower return True. Before, every heartbeat tick returned True: each
+    of a node's 100-350 awake leaders under a produce over 1,000 partitions was looked at
+    again each interval."""
+    c = Cluster(3, quiesce=True, fortify=True)
+    c.elect(0)
+    cut = 2
+    c.propose(0, [b"a"], drop=lambda m: m.dst == cut or m.src == cut)
+    leader = c.cores[0]
+    acted, sent = [], []
+    for _ in range(3 * ELECTION):
+        acted.append(leader.tick())
+        sent.append(c.flush(0))
+    assert acted == [bool(messages) for messages in sent], (acted, sent)
+    assert 1 <= sum(acted) <= 4 and leader.role is Role.LEADER and not leader.quiesced
+
+
 def test_an_awake_leader_given_its_ticks_two_at_a_time_asks_only_the_stalled_follower() -> None:
     """A fortified leader is `steady`: given its ticks two at a time (here two heartbeat
     intervals' worth; the simulator gives as many) it still asks only the follower an append
