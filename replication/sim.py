@@ -127,10 +127,13 @@ class SimConfig:
     #: `RaftConfig.stall_timeouts` of a fortified run: the node's 4 for two seeds in three,
     #: the core's default 1 for the others.
     stall_timeouts: int = 1
-    #: A `steady` core is ticked this many ticks at once, as the node ticks them once a
+    #: A `steady` leader is ticked this many ticks at once, as the node ticks them once a
     #: heartbeat interval (`ReplicaSet._tick_steady`): twice the heartbeat interval's ticks
     #: for odd fortified seeds, one at a time (as before) for the others.
     steady_ticks: int = 1
+    #: The same for a steady follower, which the node ticks once an election timeout: twice
+    #: the election timeout's ticks for odd fortified seeds.
+    following_ticks: int = 1
 
     @classmethod
     def derive(
@@ -189,7 +192,8 @@ class SimConfig:
         fortify = config.quiesce and not (swarm and seed % 5 == 0)
         return replace(config, fortify=fortify,
                        stall_timeouts=4 if fortify and seed % 3 else 1,
-                       steady_ticks=2 * config.heartbeat_ticks if fortify and seed % 2 else 1)
+                       steady_ticks=2 * config.heartbeat_ticks if fortify and seed % 2 else 1,
+                       following_ticks=2 * config.election_ticks if fortify and seed % 2 else 1)
 
     def describe(self) -> str:
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -274,7 +278,8 @@ class _Node:
         self.reported: dict[int, int] = {}
         self.quiesced = False
         self.ticks = 0
-        #: The ticks its core was not given yet while `steady` (`SimConfig.steady_ticks`).
+        #: The ticks its core was not given yet while `steady` (`SimConfig.steady_ticks`,
+        #: `SimConfig.following_ticks`).
         self.owed = 0
         #: The read lease of its replica (`tidelog.replication.lease`), forgotten at a crash.
         self.lease = ReadLease(0)
@@ -587,7 +592,8 @@ class Simulator:
             # stopped supporting its leader was set by whatever ended the support.
             node.owed = 0
             core.tick(down=down)
-        elif node.owed + 1 < self.cfg.steady_ticks:
+        elif node.owed + 1 < (self.cfg.steady_ticks if was_leader
+                              else self.cfg.following_ticks):
             node.owed += 1
         else:
             core.tick(down=down, ticks=node.owed + 1)

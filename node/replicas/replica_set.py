@@ -57,6 +57,7 @@ from tidelog.replication import (
     PreVoteRequest,
     RaftConfig,
     Ready,
+    Role,
     VoteRequest,
 )
 from tidelog.replication.driver import Driver, Leadership, Write
@@ -181,13 +182,17 @@ class ReplicaSet:
         #: Replicas whose cores are not quiesced and not `steady`: the tick loop ticks them
         #: each tick.
         self._awake: set[PartitionReplica] = set()
-        #: Replicas whose cores are `steady` (awake leaders, and followers that support
-        #: theirs: their ticks only count between two heartbeat intervals), with the tick they
-        #: were last ticked at: the tick loop ticks them once a heartbeat interval, with the
-        #: ticks since (`_tick_steady`). During a produce over 1,000 partitions 150-250 groups
-        #: were awake on a node, and a tick of each every 10 ms was up to a fifth of the main
-        #: thread.
+        #: Replicas whose cores lead and are `steady` (their ticks only count between two
+        #: heartbeat intervals), with the tick they were last ticked at: the tick loop ticks
+        #: them once a heartbeat interval, with the ticks since (`_tick_steady`). During a
+        #: produce over 1,000 partitions 150-250 groups were awake on a node, and a tick of
+        #: each every 10 ms was up to a fifth of the main thread.
         self._steady: dict[PartitionReplica, int] = {}
+        #: The same for steady followers (they support their leader): their timers only count
+        #: toward the stall question, asked after `STALL_TIMEOUTS` election timeouts, so the
+        #: tick loop ticks them once an election timeout. Two in three awake replicas of a
+        #: produce are followers; ticked each heartbeat interval, they were most of the visits.
+        self._following: dict[PartitionReplica, int] = {}
         #: The replicas the driver saw win leadership and not lose it since (`leadership`):
         #: what the chores over the partitions led here walk (`Housekeeping`), a third of the
         #: replicas of a 3-node cluster instead of all. One may have stopped leading since
@@ -327,14 +332,21 @@ class ReplicaSet:
         if core.quiesced:
             self._went_quiet(replica)
         elif core.steady:
-            # Still steady, it keeps the tick it was last ticked at: its timer runs on.
+            # Still steady in the same role, it keeps the tick it was last ticked at: its
+            # timer runs on. In the other role, the ticks since are dropped, as below.
             self._awake.discard(replica)
-            self._steady.setdefault(replica, self._ticks)
+            if core.role is Role.LEADER:
+                self._following.pop(replica, None)
+                self._steady.setdefault(replica, self._ticks)
+            else:
+                self._steady.pop(replica, None)
+                self._following.setdefault(replica, self._ticks)
         else:
             # The ticks it had not been given since it was last ticked are dropped: its
             # timer only runs slower for it, and whatever ended its support (`_lapse`) set
             # the timer itself.
             self._steady.pop(replica, None)
+            self._following.pop(replica, None)
             if not self._awake and self._alarm is not None:
                 self._hurry()
             self._awake.add(replica)
@@ -344,6 +356,7 @@ class ReplicaSet:
         announcement says what its leadership is now (`restated`)."""
         self._awake.discard(replica)
         self._steady.pop(replica, None)
+        self._following.pop(replica, None)
         if replica.is_leader:
             self.restated.add(replica)
 
@@ -604,6 +617,7 @@ class ReplicaSet:
             self.changes += 1
             self._awake.discard(replica)
             self._steady.pop(replica, None)
+            self._following.pop(replica, None)
             self.led.discard(replica)
             self._dirty.discard(replica)
             self._settling.discard(replica)
@@ -813,42 +827,47 @@ class ReplicaSet:
         self._send_prompt(acted)
         heartbeat = self.raft_config.heartbeat_ticks
         if self._ticks // heartbeat != first // heartbeat:
-            self._tick_steady(lagging)
+            self._tick_steady(following=False, lagging=lagging)
+            election = self.raft_config.election_ticks
+            if self._ticks // election != first // election:
+                self._tick_steady(following=True, lagging=lagging)
             self._liveness()
         if self._dirty:
             self._work.set()
 
-    def _tick_steady(self, lagging: set[int]) -> None:
-        """The `steady` cores' ticks since each was last ticked, all at once (once a heartbeat
-        interval), paced as `tick_paced` paces them. A core is steady or not by what reaches
-        it through `_touch`, or by its own tick (a leader that steps down or goes quiet):
-        only one whose core was built again, or taken offline, changes untouched, and is
-        ticked each tick again from now, as is one that its tick made unsteady."""
+    def _tick_steady(self, following: bool, lagging: set[int]) -> None:
+        """The ticks since each steady core of `_following` (or of `_steady`) was last ticked,
+        all at once, paced as `tick_paced` paces them. A core is steady or not by what
+        reaches it through `_touch`, or by its own tick (a leader that steps down or goes
+        quiet): only one whose core was built again, or taken offline, changes untouched, and
+        is ticked each tick again from now; one whose tick did more than count is touched."""
         now, down = self._ticks, self._down
         acted: list[PartitionReplica] = []
         unsteady: list[PartitionReplica] = []
-        for replica, since in self._steady.items():
+        steady = self._following if following else self._steady
+        for replica, since in steady.items():
             core = replica.core
             if replica.offline or not core.steady:
                 unsteady.append(replica)
             elif since < now and tick_paced(core, lagging, down, now - since):
                 acted.append(replica)
-        self._steady = dict.fromkeys(self._steady, now)
-        for replica in acted:
-            core = replica.core
-            if core.quiesced:
-                self._went_quiet(replica)
-            elif not core.steady:
-                unsteady.append(replica)
+        ticked = dict.fromkeys(steady, now)
+        if following:
+            self._following = ticked
+        else:
+            self._steady = ticked
         for replica in unsteady:
-            del self._steady[replica]
+            del ticked[replica]
             self._awake.add(replica)
-        self._dirty.update(acted)
+        for replica in acted:
+            # It went quiet, or changed role or steadiness, or stays where it is.
+            del ticked[replica]
+            self._touch(replica)
         self._send_prompt(acted)
 
     def awake(self) -> list[PartitionReplica]:
         """The replicas whose cores are not quiesced (the only ones whose state changes)."""
-        return [*self._awake, *self._steady]
+        return [*self._awake, *self._steady, *self._following]
 
     def peer_live(self, peer: int) -> bool:
         return peer not in self._down
