@@ -48,6 +48,7 @@ from tidelog.errors import (
     RequestTimedOutError,
     TidelogError,
     TopicAlreadyExistsError,
+    UnknownLeaderEpochError,
     for_code,
 )
 from tidelog.records import RecordInput, build_batch, iter_batches
@@ -935,6 +936,30 @@ class Raw:
             return None
 
         return wait_for(agreed, timeout, f"leaders of {topic}")
+
+    def wait_leader_epoch(
+        self, topic: str, partition: int = 0, timeout: float = 30.0
+    ) -> tuple[int, int]:
+        """The leader of `partition` and its epoch, once the leaders of `topic` are agreed
+        (`wait_leaders`), every live node names that leader at one epoch, and each holds a
+        replica at that epoch. Right after a topic is created on a fresh cluster its leader may
+        already be in a second term while a follower, whose view and replica are still in the
+        first, names the same leader: a test that needs each node's replica at the leader's
+        epoch (fencing, leader hints) waits here rather than in `wait_leaders`."""
+
+        def settled() -> tuple[int, int] | None:
+            self.wait_leaders(topic, timeout=timeout)
+            nodes = [n for n in self.cluster.node_ids if self.cluster.is_running(n)]
+            views = {(p.leader_id, p.leader_epoch)
+                     for p in (self.metadata(n, topic).partitions[partition] for n in nodes)}
+            if len(views) != 1:
+                return None
+            [(leader, epoch)] = views
+            behind = [n for n in nodes if self.fetch(n, topic, partition, 0, epoch=epoch)
+                      .error_code == UnknownLeaderEpochError.code]
+            return None if behind else (leader, epoch)
+
+        return wait_for(settled, timeout, f"{topic}-{partition} led at an epoch every node knows")
 
     def produce(
         self, node: int, topic: str, partition: int, batch: bytes, acks: int = -1,

@@ -73,8 +73,7 @@ def test_preferred_leaders_take_leadership_back() -> None:
 
 def test_a_follower_answers_not_leader_with_the_leaders_hint(raw: Raw) -> None:
     raw.create_topic("hinted", 1, 3)
-    leader = raw.wait_leaders("hinted", 1)[0]
-    md = raw.metadata(leader, "hinted").partitions[0]
+    leader, epoch = raw.wait_leader_epoch("hinted")
     for follower in (n for n in (1, 2, 3) if n != leader):
         answers = [
             raw.produce(follower, "hinted", 0, make_batch([b"x"])),
@@ -84,14 +83,13 @@ def test_a_follower_answers_not_leader_with_the_leaders_hint(raw: Raw) -> None:
         for answer in answers:
             assert answer.error_code == NOT_LEADER
             assert answer.current_leader.leader_id == leader
-            assert answer.current_leader.leader_epoch == md.leader_epoch
+            assert answer.current_leader.leader_epoch == epoch
             assert answer.current_leader.leader_address == raw.cluster.address_of(leader)
 
 
 def test_leader_epoch_fencing_comes_before_the_leadership_check(raw: Raw) -> None:
     raw.create_topic("fenced", 1, 3)
-    leader = raw.wait_leaders("fenced", 1)[0]
-    epoch = raw.metadata(leader, "fenced").partitions[0].leader_epoch
+    leader, epoch = raw.wait_leader_epoch("fenced")
     follower = next(n for n in (1, 2, 3) if n != leader)
     for node in (leader, follower):
         assert raw.list_offset(node, "fenced", 0, -1, epoch=epoch - 1).error_code == 74

@@ -49,30 +49,6 @@ def cluster_options() -> dict[str, object]:
     }
 
 
-def _leader_and_epoch(raw: Raw, topic: str) -> tuple[int, int]:
-    """Partition 0's leader and epoch, once every node agrees on the leaders of `topic`, names
-    the same epoch for partition 0, and holds a replica at that epoch. Agreeing on the leader
-    alone was not enough: right after a topic is created on a fresh cluster its leader may be
-    in a second term, and a follower still in the first (the new term's append not yet there)
-    named the same leader while it answered a request at the old epoch as NOT_LEADER, not
-    FENCED (one run in six of a test alone on a fresh cluster)."""
-    partitions = len(raw.metadata(raw.cluster.node_ids[0], topic).partitions)
-    nodes = raw.cluster.node_ids
-
-    def settled() -> tuple[int, int] | None:
-        raw.wait_leaders(topic, partitions)
-        views = {(p.leader_id, p.leader_epoch)
-                 for p in (raw.metadata(n, topic).partitions[0] for n in nodes)}
-        if len(views) != 1:
-            return None
-        [(leader, epoch)] = views
-        behind = [n for n in nodes
-                  if raw.fetch(n, topic, 0, 0, epoch=epoch).error_code == UNKNOWN_EPOCH]
-        return None if behind else (leader, epoch)
-
-    return wait_for(settled, 30, f"partition 0 of {topic} led at one epoch that every node knows")
-
-
 def _list_offsets(raw: Raw, node: int, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
     return raw.stub(node).ListOffsets(request, timeout=10)
 
@@ -100,7 +76,7 @@ def _fetch(topic: str, *, partitions: tuple[int, ...] = (0,), **request: int) ->
 
 def test_unset_leader_epochs_skip_the_check(raw: Raw) -> None:
     raw.create_topic("unset-epoch", 1, 3)
-    leader, epoch = _leader_and_epoch(raw, "unset-epoch")
+    leader, epoch = raw.wait_leader_epoch("unset-epoch")
     assert epoch > 0, "an epoch-0 leader would not tell unset from 0"
     produced = raw.produce(leader, "unset-epoch", 0, make_batch([b"a", b"b"]))
     assert produced.error_code == 0
@@ -116,7 +92,7 @@ def test_unset_leader_epochs_skip_the_check(raw: Raw) -> None:
 
 def test_unset_fetch_replica_id_is_a_consumer_and_explicit_0_is_refused(raw: Raw) -> None:
     raw.create_topic("unset-fetch", 1, 3)
-    leader, _ = _leader_and_epoch(raw, "unset-fetch")
+    leader, _ = raw.wait_leader_epoch("unset-fetch")
     produced = raw.produce(leader, "unset-fetch", 0, make_batch([b"x"]))
     assert produced.error_code == 0
     answer = raw.stub(leader).Fetch(_fetch("unset-fetch"), timeout=10).topics[0].partitions[0]
@@ -128,7 +104,7 @@ def test_unset_fetch_replica_id_is_a_consumer_and_explicit_0_is_refused(raw: Raw
 
 def test_unset_min_bytes_answers_at_once_as_in_kafka(raw: Raw) -> None:
     raw.create_topic("unset-min-bytes", 1, 3)
-    leader, _ = _leader_and_epoch(raw, "unset-min-bytes")
+    leader, _ = raw.wait_leader_epoch("unset-min-bytes")
     # Nothing to read and a minute to wait: only min_bytes 0 (unset) makes it answer within
     # the call's deadline. (Everything else is set, so that only min_bytes is left to mean.)
     request = pb.FetchRequest(replica_id=-1, max_wait_ms=60_000, topics=[pb.FetchTopic(
@@ -146,7 +122,7 @@ def test_while_the_hw_lags_unset_replica_id_is_bounded_by_it_and_unset_acks_wait
     replica 0's, and acks=all's from acks=0's: the partition's only follower is paused."""
     cluster = raw.cluster
     raw.create_topic("lagging-hw", 1, 2)
-    leader, _ = _leader_and_epoch(raw, "lagging-hw")
+    leader, _ = raw.wait_leader_epoch("lagging-hw")
     follower = next(n for n in raw.metadata(leader, "lagging-hw").partitions[0].replicas
                     if n != leader)
     committed = raw.produce(leader, "lagging-hw", 0, make_batch([b"committed"]))
@@ -227,7 +203,7 @@ def test_node_defaults_for_new_topics_are_kafkas() -> None:
 
 def test_a_partition_named_twice_in_one_produce_is_written_never(raw: Raw) -> None:
     raw.create_topic("twice-produce", 1, 3)
-    leader, _ = _leader_and_epoch(raw, "twice-produce")
+    leader, _ = raw.wait_leader_epoch("twice-produce")
     response = raw.stub(leader).Produce(pb.ProduceRequest(acks=-1, timeout_ms=10_000, topics=[
         pb.TopicProduceData(name="twice-produce", partitions=[
             pb.PartitionProduceData(partition=0, records=make_batch([b"first"])),
@@ -247,7 +223,7 @@ def test_a_partition_named_twice_in_one_produce_is_written_never(raw: Raw) -> No
 
 def test_a_partition_named_twice_in_one_fetch_gets_one_invalid_request(raw: Raw) -> None:
     raw.create_topic("twice-fetch", 1, 3)
-    leader, _ = _leader_and_epoch(raw, "twice-fetch")
+    leader, _ = raw.wait_leader_epoch("twice-fetch")
     response = raw.stub(leader).Fetch(_fetch("twice-fetch", partitions=(0, 0)), timeout=10)
     [answer] = response.topics[0].partitions
     assert answer.error_code == INVALID_REQUEST
@@ -277,7 +253,7 @@ def test_a_topic_named_twice_is_neither_created_nor_deleted(raw: Raw) -> None:
 
 def test_fenced_answers_carry_the_leader_hint_and_other_errors_none(raw: Raw) -> None:
     raw.create_topic("hint-fenced", 1, 3)
-    leader, epoch = _leader_and_epoch(raw, "hint-fenced")
+    leader, epoch = raw.wait_leader_epoch("hint-fenced")
     follower = next(n for n in raw.cluster.node_ids if n != leader)
     for node in (leader, follower):
         fenced = [
@@ -301,7 +277,7 @@ def test_fenced_answers_carry_the_leader_hint_and_other_errors_none(raw: Raw) ->
 
 def test_list_offsets_errors_carry_a_message(raw: Raw) -> None:
     raw.create_topic("lo-message", 1, 3)
-    leader, _ = _leader_and_epoch(raw, "lo-message")
+    leader, _ = raw.wait_leader_epoch("lo-message")
     answers = {
         "unsupported": _lookup("lo-message", timestamp=-9),
         "unknown": pb.ListOffsetsRequest(topics=[pb.ListOffsetsTopic(
