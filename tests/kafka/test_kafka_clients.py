@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ClusterMetadata
 from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient
 from kafka_wire import ask
@@ -63,7 +63,18 @@ def test_confluent_kafka_lists_the_nodes_and_the_topic(
     cluster: LocalCluster, topic: dict[int, tuple[int, tuple[int, ...]]]
 ) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap, "log_level": 0})
-    listed = admin.list_topics(timeout=CLIENT_TIMEOUT_S)
+
+    def in_sync() -> ClusterMetadata | None:
+        # In-sync replicas follow the followers' progress and their nodes' liveness, and each
+        # node learns the leaders' view a moment late: under the whole suite's load the node
+        # that answered once named two for a partition just after the fixture saw three.
+        listed = admin.list_topics(timeout=CLIENT_TIMEOUT_S)
+        listing = listed.topics.get(TOPIC)
+        every = listing is not None and all(
+            len(p.isrs) == 3 for p in listing.partitions.values())
+        return listed if every else None
+
+    listed = wait_for(in_sync, CLIENT_TIMEOUT_S, "a listing with every replica in sync")
     assert {n: f"{b.host}:{b.port}" for n, b in listed.brokers.items()} == _brokers(cluster)
     assert listed.controller_id in cluster.node_ids
     assert listed.cluster_id is not None and len(listed.cluster_id) == 22
