@@ -101,8 +101,9 @@ awake groups too:
   same way), or when the leader itself asks for a vote in a newer term (it stepped down, or
   restarted). A supporting follower that is quiet refuses a vote and stays quiet. One that is
   awake is `steady`, as is an awake leader: their ticks only count between two heartbeat
-  intervals, so a driver may give them an interval's at once (`tick`'s ``ticks``), which
-  only runs their timers slower.
+  intervals (a follower's, until its stall question), so a driver may give them several at
+  once (`tick`'s ``ticks``; the node gives a leader an interval's, a follower an election
+  timeout's), which only runs their timers slower.
 * A leader's check-quorum counts the voters whose nodes are heard (``tick(down=...)``), as
   well as those that answered: answers are only asked for when something waits on them.
 * Heartbeats go on demand: to every follower while a read waits for its quorum round
@@ -531,11 +532,11 @@ class RaftCore:
         (see "Fortification"): an awake voter following a leader it supports (its timer only
         counts toward the stall question, and it refuses votes while it supports anyway), or
         an awake leader of a fortified group (it heartbeats at most once an interval, and its
-        check-quorum counts the nodes heard). A driver may tick a steady core once a
-        heartbeat interval, several ticks at once (`tick`'s ``ticks``): its timers can only
-        run slower so, never faster. Anything that may make it unsteady (a message,
-        `peer_down`, a proposal) reaches the core through the driver, which then ticks it
-        one tick at a time again."""
+        check-quorum counts the nodes heard). A driver may give a steady core several ticks
+        at once (`tick`'s ``ticks``; the node gives a leader a heartbeat interval's, a
+        follower an election timeout's): its timers can only run slower so, never faster.
+        Anything that may make it unsteady (a message, `peer_down`, a proposal) reaches the
+        core through the driver, which then ticks it one tick at a time again."""
         if self._quiesced:
             return False
         if self._role is Role.LEADER:
